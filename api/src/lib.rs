@@ -1,0 +1,202 @@
+//! Wire types shared by the memlens server, the CLI's `--json` output and the WASM frontend.
+//!
+//! Invariant: this crate depends on `serde` only, so it compiles for `wasm32-unknown-unknown`
+//! and never pulls tokio, polars or anything with system dependencies into the frontend.
+
+use serde::{Deserialize, Serialize};
+
+/// What `memlens analyze --json` prints: one entry per input file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AnalyzeOutput {
+    pub files: Vec<FileSummary>,
+}
+
+/// The summary of one analysed input file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileSummary {
+    /// The file name as given.
+    pub file: String,
+    /// The sniffed format, e.g. `pytorch_snapshot`.
+    pub format: String,
+    /// Whether the input was gzip-compressed.
+    pub gzip: bool,
+    /// Facts about the snapshot's shape (PyTorch version era, settings).
+    pub source: SourceInfo,
+    /// One summary per device that has a trace or segments.
+    pub devices: Vec<DeviceSummary>,
+}
+
+/// What the importer learnt about the producer of the file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SourceInfo {
+    /// `true` when trace entries carry `time_us` (PyTorch ≥ 2.2); otherwise times are event indices.
+    pub has_time_us: bool,
+    /// `expandable_segments` from `allocator_settings`, when present.
+    pub expandable_segments: Option<bool>,
+    /// The raw `PYTORCH_CUDA_ALLOC_CONF` string, when present.
+    pub alloc_conf: Option<String>,
+    /// Number of `external_annotations` entries (`record_function` START/END markers).
+    pub annotation_count: usize,
+    /// Number of distinct stack traces (frame lists) in the file.
+    pub stack_count: usize,
+    /// Top-level keys the importer did not know and ignored.
+    pub ignored_keys: Vec<String>,
+}
+
+/// Per-device headline numbers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DeviceSummary {
+    pub device: i64,
+    /// `time_us` or `event_order` (PyTorch < 2.2 snapshots have no timestamps).
+    pub time_axis: TimeAxis,
+    pub event_count: usize,
+    /// Number of `alloc` trace entries.
+    pub alloc_count: usize,
+    /// Peak of requested bytes (PyTorch's `requested_bytes.all.peak`).
+    pub peak_allocated_bytes: i64,
+    /// When the peak was first reached (µs since the Unix epoch); `None` without timestamps.
+    pub peak_time_us: Option<i64>,
+    /// Index of the trace entry that reached the peak; `None` when the peak predates the trace.
+    pub peak_event_index: Option<usize>,
+    /// Peak of reserved bytes (PyTorch's `reserved_bytes.all.peak`).
+    pub peak_reserved_bytes: i64,
+    /// Requested bytes live before the first trace entry (allocated before recording began).
+    pub initial_allocated_bytes: i64,
+    pub initial_reserved_bytes: i64,
+    pub final_allocated_bytes: i64,
+    pub final_reserved_bytes: i64,
+    /// Live allocations at the peak, grouped by stack, largest first.
+    pub peak_stacks: Vec<StackGroup>,
+    /// Fragmentation at the peak.
+    pub fragmentation_at_peak: Option<FragmentationPoint>,
+    pub oom_count: usize,
+    pub ooms: Vec<OomExplanation>,
+    pub leaks: Vec<LeakCandidate>,
+    /// Iterations the leak analysis used, and where they came from.
+    pub iterations: IterationInfo,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeAxis {
+    TimeUs,
+    EventOrder,
+}
+
+/// Allocations sharing one stack trace.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StackGroup {
+    pub stack_id: Option<u32>,
+    /// Frames innermost first, as `file:line:function`, interpreter internals folded.
+    pub stack: Vec<String>,
+    pub bytes: i64,
+    pub count: usize,
+}
+
+/// Fragmentation of the cached segments at one instant.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FragmentationPoint {
+    pub event_index: usize,
+    pub time_us: Option<i64>,
+    pub reserved_bytes: i64,
+    /// Bytes in blocks handed out (block sizes, after rounding).
+    pub active_bytes: i64,
+    /// Reserved bytes in free (inactive) blocks.
+    pub reserved_free_bytes: i64,
+    pub largest_free_block_bytes: i64,
+    /// `1 - largest_free / reserved_free`: 0 when all free memory is one block, near 1 when it is shattered.
+    pub fragmentation_index: f64,
+}
+
+/// Why an allocation failed, in numbers, and what to do about it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OomExplanation {
+    pub event_index: usize,
+    pub time_us: Option<i64>,
+    /// Bytes the failing request asked for (already rounded by the allocator).
+    pub requested_bytes: i64,
+    /// Bytes CUDA reported free on the device at the failure.
+    pub device_free_bytes: Option<i64>,
+    pub reserved_bytes: i64,
+    pub allocated_bytes: i64,
+    /// Reserved bytes sitting in free blocks of cached segments.
+    pub reserved_free_bytes: i64,
+    pub largest_free_block_bytes: i64,
+    /// `fragmentation`, `capacity` or `unknown`.
+    pub cause: String,
+    /// One or more concrete remedies, in plain words.
+    pub remedy: String,
+    /// What was live at the failure, grouped by stack, largest first.
+    pub live_stacks: Vec<StackGroup>,
+    /// The stack of the failing request.
+    pub stack: Vec<String>,
+}
+
+/// Allocations still live at the end that piled up over iterations.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LeakCandidate {
+    pub stack_id: Option<u32>,
+    pub stack: Vec<String>,
+    /// Bytes (requested) live at the end from this stack.
+    pub bytes: i64,
+    /// Allocations live at the end from this stack.
+    pub count: usize,
+    /// How many distinct iterations those allocations were made in.
+    pub iterations_seen: usize,
+    /// Average bytes added per iteration.
+    pub bytes_per_iteration: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct IterationInfo {
+    /// `annotations:<name>` when taken from `record_function` ranges, `time_windows` otherwise.
+    pub source: String,
+    pub count: usize,
+}
+
+/// A `record_function` range from `external_annotations`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PhaseRange {
+    pub device: i64,
+    pub name: String,
+    pub start_us: i64,
+    /// `None` when the END marker is missing (range still open at dump time).
+    pub end_us: Option<i64>,
+}
+
+/// The allocator's segments at one instant (`segment_map_at`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SegmentMap {
+    pub device: i64,
+    /// The state right after this trace entry (`None`: before the first entry).
+    pub event_index: Option<usize>,
+    pub time_us: Option<i64>,
+    pub segments: Vec<SegmentView>,
+    pub reserved_bytes: i64,
+    pub active_bytes: i64,
+    /// Bytes lost to rounding: Σ (block size − requested size) over active blocks.
+    pub rounding_waste_bytes: i64,
+    pub free_bytes: i64,
+    pub largest_free_block_bytes: i64,
+    pub pending_free_bytes: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SegmentView {
+    pub address: i64,
+    pub size: i64,
+    pub stream: i64,
+    pub expandable: bool,
+    /// Blocks in address order; `inactive` blocks are free gaps.
+    pub blocks: Vec<BlockView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BlockView {
+    pub address: i64,
+    pub size: i64,
+    pub requested_bytes: i64,
+    /// `active_allocated`, `active_pending_free` or `inactive`.
+    pub state: String,
+    pub stack_id: u32,
+}

@@ -1,0 +1,156 @@
+//! Allocation lifetimes: one row per allocation, from its `alloc` to its `free_completed`.
+//!
+//! Columns: `addr` i64, `size` i64 (requested bytes), `alloc_idx` i64 (−1: allocated before
+//! recording), `free_idx` i64 (−1: live at the end), `stack` u32 (the alloc's stack, or the
+//! free's when the alloc was not recorded, or the snapshot block's for blocks that predate the
+//! trace), `stream` i64. Addresses are reused, so allocations are matched per address in order.
+
+use polars::prelude::*;
+use rustc_hash::FxHashMap;
+
+use super::{device_segments, DeviceEvents};
+use crate::tables::{Action, BlockState, SnapshotTables};
+
+pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
+    let (action, addr, size, stack, stream) =
+        (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
+    let mut open: FxHashMap<i64, usize> = FxHashMap::default();
+    let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    for i in 0..action.len() {
+        match Action::from_code(action[i]) {
+            Action::Alloc => {
+                let row = r_addr.len();
+                r_addr.push(addr[i]);
+                r_size.push(size[i]);
+                r_alloc.push(i as i64);
+                r_free.push(-1i64);
+                r_stack.push(stack[i]);
+                r_stream.push(stream[i]);
+                open.insert(addr[i], row);
+            }
+            Action::FreeCompleted => match open.remove(&addr[i]) {
+                Some(row) => r_free[row] = i as i64,
+                None => {
+                    // Allocated before recording (or evicted from the ring buffer).
+                    r_addr.push(addr[i]);
+                    r_size.push(size[i]);
+                    r_alloc.push(-1);
+                    r_free.push(i as i64);
+                    r_stack.push(stack[i]);
+                    r_stream.push(stream[i]);
+                }
+            },
+            _ => {}
+        }
+    }
+    // Blocks live in the snapshot that no recorded alloc explains predate the trace.
+    let (segs, blocks) = device_segments(t, ev.device)?;
+    let seg_stream = segs.column("stream")?.i64()?;
+    let b_addr = blocks.column("address")?.i64()?;
+    let b_req = blocks.column("requested_size")?.i64()?;
+    let b_state = blocks.column("state")?.u8()?;
+    let b_stack = blocks.column("stack")?.u32()?;
+    let b_seg = blocks.column("segment")?.u32()?;
+    let seg_rows: FxHashMap<u32, usize> = {
+        // `blocks.segment` indexes the unfiltered segments table; map it to this device's rows.
+        let all_addr = t.segments.column("address")?.i64()?;
+        let dev_addr: FxHashMap<i64, usize> = segs
+            .column("address")?
+            .i64()?
+            .into_no_null_iter()
+            .enumerate()
+            .map(|(i, a)| (a, i))
+            .collect();
+        (0..all_addr.len() as u32)
+            .filter_map(|g| {
+                all_addr
+                    .get(g as usize)
+                    .and_then(|a| dev_addr.get(&a))
+                    .map(|&r| (g, r))
+            })
+            .collect()
+    };
+    for i in 0..blocks.height() {
+        let state = BlockState::from_code(b_state.get(i).unwrap_or(0));
+        if state == BlockState::Inactive {
+            continue;
+        }
+        let a = b_addr.get(i).unwrap_or(0);
+        if open.contains_key(&a) {
+            continue;
+        }
+        r_addr.push(a);
+        r_size.push(b_req.get(i).unwrap_or(0));
+        r_alloc.push(-1);
+        r_free.push(-1);
+        r_stack.push(b_stack.get(i).unwrap_or(0));
+        let s = b_seg
+            .get(i)
+            .and_then(|g| seg_rows.get(&g))
+            .and_then(|&r| seg_stream.get(r))
+            .unwrap_or(0);
+        r_stream.push(s);
+    }
+    let n = r_addr.len();
+    DataFrame::new(
+        n,
+        vec![
+            Int64Chunked::from_vec("addr".into(), r_addr)
+                .into_series()
+                .into(),
+            Int64Chunked::from_vec("size".into(), r_size)
+                .into_series()
+                .into(),
+            Int64Chunked::from_vec("alloc_idx".into(), r_alloc)
+                .into_series()
+                .into(),
+            Int64Chunked::from_vec("free_idx".into(), r_free)
+                .into_series()
+                .into(),
+            UInt32Chunked::from_vec("stack".into(), r_stack)
+                .into_series()
+                .into(),
+            Int64Chunked::from_vec("stream".into(), r_stream)
+                .into_series()
+                .into(),
+        ],
+    )
+}
+
+/// Allocations live right after entry `idx` (`None`: before the first entry), grouped by
+/// stack: columns `stack`, `bytes`, `count`, largest first, at most `top` rows.
+pub fn live_by_stack(
+    lifetimes: &DataFrame,
+    idx: Option<usize>,
+    top: usize,
+) -> PolarsResult<DataFrame> {
+    let at = idx.map_or(-1, |i| i as i64);
+    lifetimes
+        .clone()
+        .lazy()
+        .filter(
+            col("alloc_idx").lt_eq(lit(at)).and(
+                col("free_idx")
+                    .eq(lit(-1i64))
+                    .or(col("free_idx").gt(lit(at))),
+            ),
+        )
+        .group_by([col("stack")])
+        .agg([
+            col("size").sum().alias("bytes"),
+            col("size").count().alias("count"),
+        ])
+        .sort_by_exprs(
+            [col("bytes"), col("stack")],
+            SortMultipleOptions::default().with_order_descending_multi([true, false]),
+        )
+        .limit(top as IdxSize)
+        .collect()
+}

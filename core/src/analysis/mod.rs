@@ -1,0 +1,171 @@
+//! Analyses: functions over the canonical polars tables of one snapshot, per device.
+//!
+//! - [`usage`]: allocated (requested bytes) and reserved over time, with memory that existed
+//!   before recording counted;
+//! - [`lifetimes`]: one row per allocation (alloc → free, or live at the end);
+//! - [`peak`]: when usage peaked and what was live, grouped by stack;
+//! - [`segment_map`]: the allocator's segments and blocks at any event, by replay;
+//! - [`fragmentation`]: reserved-but-free memory and the largest free block over time;
+//! - [`oom`]: each OutOfMemory explained, with a remedy;
+//! - [`leaks`]: allocations piling up across iterations;
+//! - [`phases`]: `record_function` ranges and iteration boundaries.
+//!
+//! Invariant: analyses read tables, never raw input, and never panic on odd but well-typed
+//! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
+
+pub mod fragmentation;
+pub mod leaks;
+pub mod lifetimes;
+pub mod oom;
+pub mod peak;
+pub mod phases;
+pub mod segment_map;
+pub mod usage;
+
+use polars::prelude::*;
+
+use crate::tables::{Action, SnapshotTables};
+
+/// Smallest block the caching allocator hands out; every request rounds up to a multiple.
+pub const MIN_BLOCK: i64 = 512;
+/// Requests up to this size are served from the small pool.
+pub const SMALL_SIZE: i64 = 1 << 20;
+
+/// The block size the allocator uses for a request of `size` bytes (default settings).
+pub fn round_size(size: i64) -> i64 {
+    if size < MIN_BLOCK {
+        MIN_BLOCK
+    } else {
+        (size + MIN_BLOCK - 1) / MIN_BLOCK * MIN_BLOCK
+    }
+}
+
+/// The devices of a snapshot: every device with a trace list or a segment, ascending.
+pub fn devices(t: &SnapshotTables) -> PolarsResult<Vec<i64>> {
+    let mut out: Vec<i64> = t
+        .events
+        .column("device")?
+        .i32()?
+        .into_no_null_iter()
+        .map(i64::from)
+        .collect();
+    out.extend(t.segments.column("device")?.i64()?.into_no_null_iter());
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// One device's trace entries as plain slices (zero-copy views into the `events` table).
+pub struct DeviceEvents {
+    pub device: i64,
+    pub frame: DataFrame,
+    /// Time of each entry: `time_us`, or the entry index when the trace has no timestamps.
+    pub time: Vec<i64>,
+    pub has_time: bool,
+}
+
+impl DeviceEvents {
+    pub fn new(t: &SnapshotTables, device: i64) -> PolarsResult<DeviceEvents> {
+        let dev = t.events.column("device")?.i32()?;
+        let dev = dev.cont_slice()?;
+        let start = dev
+            .iter()
+            .position(|&d| i64::from(d) == device)
+            .unwrap_or(dev.len());
+        let len = dev[start..]
+            .iter()
+            .take_while(|&&d| i64::from(d) == device)
+            .count();
+        let frame = t.events.slice(start as i64, len);
+        let times = frame.column("time_us")?.i64()?;
+        let has_time = len > 0 && times.null_count() == 0;
+        let time = if has_time {
+            times.into_no_null_iter().collect()
+        } else {
+            (0..len as i64).collect()
+        };
+        Ok(DeviceEvents {
+            device,
+            frame,
+            time,
+            has_time,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.frame.height()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.frame.height() == 0
+    }
+    pub fn action(&self) -> &[u8] {
+        self.frame
+            .column("action")
+            .and_then(|c| c.u8())
+            .and_then(|c| c.cont_slice())
+            .unwrap_or(&[])
+    }
+    pub fn addr(&self) -> &[i64] {
+        self.i64_col("addr")
+    }
+    pub fn size(&self) -> &[i64] {
+        self.i64_col("size")
+    }
+    pub fn stream(&self) -> &[i64] {
+        self.i64_col("stream")
+    }
+    pub fn stack(&self) -> &[u32] {
+        self.frame
+            .column("stack")
+            .and_then(|c| c.u32())
+            .and_then(|c| c.cont_slice())
+            .unwrap_or(&[])
+    }
+    fn i64_col(&self, name: &str) -> &[i64] {
+        self.frame
+            .column(name)
+            .and_then(|c| c.i64())
+            .and_then(|c| c.cont_slice())
+            .unwrap_or(&[])
+    }
+    /// `device_free` of entry `i` (only `oom` entries have one).
+    pub fn device_free(&self, i: usize) -> Option<i64> {
+        self.frame.column("device_free").ok()?.i64().ok()?.get(i)
+    }
+    /// Time of entry `i`, when the trace has timestamps.
+    pub fn time_us(&self, i: usize) -> Option<i64> {
+        self.has_time.then(|| self.time.get(i).copied()).flatten()
+    }
+    /// Indices of entries with `action`.
+    pub fn indices_of(&self, action: Action) -> Vec<usize> {
+        let a = action as u8;
+        self.action()
+            .iter()
+            .enumerate()
+            .filter(|(_, &x)| x == a)
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+/// The segments and blocks of one device from the snapshot (the state at the end of the trace).
+pub fn device_segments(t: &SnapshotTables, device: i64) -> PolarsResult<(DataFrame, DataFrame)> {
+    let segs = t
+        .segments
+        .clone()
+        .lazy()
+        .filter(col("device").eq(lit(device)))
+        .collect()?;
+    let blocks = t
+        .blocks
+        .clone()
+        .lazy()
+        .filter(col("device").eq(lit(device)))
+        .collect()?;
+    Ok((segs, blocks))
+}
+
+/// Sum of an i64 column (0 for an empty frame).
+pub(crate) fn sum_i64(df: &DataFrame, name: &str) -> PolarsResult<i64> {
+    Ok(df.column(name)?.i64()?.sum().unwrap_or(0))
+}

@@ -1,0 +1,93 @@
+//! Phase annotations (`record_function` ranges from `external_annotations`) and the iteration
+//! boundaries the leak analysis counts in.
+
+use memlens_api::PhaseRange;
+use polars::prelude::*;
+use rustc_hash::FxHashMap;
+
+use crate::tables::SnapshotTables;
+
+/// START/END markers of one device paired by name, innermost first, in start order.
+pub fn phase_ranges(t: &SnapshotTables, device: i64) -> PolarsResult<Vec<PhaseRange>> {
+    let a = &t.annotations;
+    let dev = a.column("device")?.i64()?;
+    let name = a.column("name")?.str()?;
+    let stage = a.column("stage")?.str()?;
+    let time = a.column("time_us")?.i64()?;
+    let mut open: FxHashMap<&str, Vec<usize>> = FxHashMap::default();
+    let mut out: Vec<PhaseRange> = Vec::new();
+    for i in 0..a.height() {
+        if dev.get(i) != Some(device) {
+            continue;
+        }
+        let (Some(n), Some(s), Some(tm)) = (name.get(i), stage.get(i), time.get(i)) else {
+            continue;
+        };
+        match s {
+            "START" => {
+                open.entry(n).or_default().push(out.len());
+                out.push(PhaseRange {
+                    device,
+                    name: n.to_owned(),
+                    start_us: tm,
+                    end_us: None,
+                });
+            }
+            "END" => {
+                if let Some(j) = open.get_mut(n).and_then(|v| v.pop()) {
+                    out[j].end_us = Some(tm);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// `iteration_12` → `iteration`; `step#3` → `step`.
+fn family(name: &str) -> &str {
+    name.trim_end_matches(|c: char| c.is_ascii_digit())
+        .trim_end_matches(['_', '#', '-', ' ', '.', ':'])
+}
+
+/// Iteration start times from repeated `record_function` ranges: the most repeated range
+/// family, preferring names that say iteration/step/epoch/batch. `None` without ≥ 2 repeats.
+pub fn iteration_starts(phases: &[PhaseRange]) -> Option<(String, Vec<i64>)> {
+    let mut fams: FxHashMap<&str, Vec<i64>> = FxHashMap::default();
+    for p in phases {
+        fams.entry(family(&p.name)).or_default().push(p.start_us);
+    }
+    let says_iteration = |f: &str| {
+        let l = f.to_ascii_lowercase();
+        ["iter", "step", "epoch", "batch"]
+            .iter()
+            .any(|k| l.contains(k))
+    };
+    let mut best: Option<(&str, Vec<i64>)> = None;
+    for (f, starts) in fams {
+        if starts.len() < 2 || f.is_empty() {
+            continue;
+        }
+        let better = match &best {
+            None => true,
+            Some((bf, bs)) => {
+                (
+                    says_iteration(f),
+                    starts.len(),
+                    std::cmp::Reverse(starts.iter().min()),
+                ) > (
+                    says_iteration(bf),
+                    bs.len(),
+                    std::cmp::Reverse(bs.iter().min()),
+                )
+            }
+        };
+        if better {
+            best = Some((f, starts));
+        }
+    }
+    best.map(|(f, mut s)| {
+        s.sort_unstable();
+        (f.to_owned(), s)
+    })
+}

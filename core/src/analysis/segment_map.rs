@@ -1,0 +1,423 @@
+//! The allocator's segment map at any trace entry, rebuilt by replay.
+//!
+//! The snapshot's `segments` are the exact state after the last entry; earlier states come
+//! from undoing entries backwards from there (as PyTorch's "Allocator State History" does):
+//! undoing an `alloc` frees its block and merges it with free neighbours, undoing a
+//! `free_completed` carves the block back out of the free space (its size is the allocator's
+//! rounding of the request, or the whole gap when the remainder would be too small to split),
+//! undoing `segment_alloc`/`segment_map` removes the range and `segment_free`/`segment_unmap`
+//! puts it back (merging with an adjacent expandable range). States are therefore exact at the
+//! end of the trace and estimated, to within allocator rounding, before it.
+
+use std::collections::BTreeMap;
+
+use memlens_api::{BlockView, SegmentMap, SegmentView};
+use polars::prelude::*;
+
+use super::{device_segments, round_size, DeviceEvents, MIN_BLOCK, SMALL_SIZE};
+use crate::tables::{Action, BlockState, SnapshotTables};
+
+#[derive(Debug, Clone)]
+struct Block {
+    size: i64,
+    requested: i64,
+    state: BlockState,
+    stack: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Segment {
+    size: i64,
+    stream: i64,
+    expandable: bool,
+    /// Keyed by block address; blocks tile the segment.
+    blocks: BTreeMap<i64, Block>,
+}
+
+/// Aggregates of one state.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StateStats {
+    pub reserved: i64,
+    pub active: i64,
+    pub free: i64,
+    pub largest_free: i64,
+    pub rounding_waste: i64,
+    pub pending_free: i64,
+}
+
+/// A replayable allocator state for one device.
+pub struct SegmentState {
+    segs: BTreeMap<i64, Segment>,
+    /// Entries `>= cursor` have been undone: the state is the one right after entry `cursor - 1`.
+    cursor: usize,
+}
+
+impl SegmentState {
+    /// The state after the last entry, from the snapshot.
+    pub fn at_end(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<SegmentState> {
+        let (segs, blocks) = device_segments(t, ev.device)?;
+        let s_addr = segs.column("address")?.i64()?;
+        let s_size = segs.column("total_size")?.i64()?;
+        let s_stream = segs.column("stream")?.i64()?;
+        let s_exp = segs.column("is_expandable")?.bool()?;
+        let mut map = BTreeMap::new();
+        for i in 0..segs.height() {
+            let a = s_addr.get(i).unwrap_or(0);
+            map.insert(
+                a,
+                Segment {
+                    size: s_size.get(i).unwrap_or(0),
+                    stream: s_stream.get(i).unwrap_or(0),
+                    expandable: s_exp.get(i).unwrap_or(false),
+                    blocks: BTreeMap::new(),
+                },
+            );
+        }
+        let b_addr = blocks.column("address")?.i64()?;
+        let b_size = blocks.column("size")?.i64()?;
+        let b_req = blocks.column("requested_size")?.i64()?;
+        let b_state = blocks.column("state")?.u8()?;
+        let b_stack = blocks.column("stack")?.u32()?;
+        let mut state = SegmentState {
+            segs: map,
+            cursor: ev.len(),
+        };
+        for i in 0..blocks.height() {
+            let a = b_addr.get(i).unwrap_or(0);
+            let blk = Block {
+                size: b_size.get(i).unwrap_or(0),
+                requested: b_req.get(i).unwrap_or(0),
+                state: BlockState::from_code(b_state.get(i).unwrap_or(0)),
+                stack: b_stack.get(i).unwrap_or(0),
+            };
+            if let Some(seg) = state.seg_mut(a) {
+                seg.blocks.insert(a, blk);
+            }
+        }
+        Ok(state)
+    }
+
+    /// The state is the one right after entry `cursor() - 1`.
+    pub fn cursor(&self) -> usize {
+        self.cursor
+    }
+
+    fn seg_key(&self, addr: i64) -> Option<i64> {
+        let (&start, seg) = self.segs.range(..=addr).next_back()?;
+        (addr < start + seg.size).then_some(start)
+    }
+
+    fn seg_mut(&mut self, addr: i64) -> Option<&mut Segment> {
+        let k = self.seg_key(addr)?;
+        self.segs.get_mut(&k)
+    }
+
+    /// Undoes entries until the state is the one right after entry `idx` (`None`: before all).
+    pub fn rewind_to(&mut self, ev: &DeviceEvents, idx: Option<usize>) {
+        let target = idx.map_or(0, |i| i + 1);
+        let (action, addr, size, stack, stream) =
+            (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
+        while self.cursor > target {
+            self.cursor -= 1;
+            let i = self.cursor;
+            self.undo(
+                Action::from_code(action[i]),
+                addr[i],
+                size[i],
+                stack[i],
+                stream[i],
+            );
+        }
+    }
+
+    fn undo(&mut self, action: Action, addr: i64, size: i64, stack: u32, stream: i64) {
+        match action {
+            Action::Alloc => {
+                if let Some(seg) = self.seg_mut(addr) {
+                    if let Some(b) = seg.blocks.get_mut(&addr) {
+                        b.state = BlockState::Inactive;
+                        b.requested = 0;
+                        b.stack = 0;
+                        merge_free(seg, addr);
+                    }
+                }
+            }
+            Action::FreeRequested => {
+                if let Some(seg) = self.seg_mut(addr) {
+                    if let Some(b) = seg.blocks.get_mut(&addr) {
+                        if b.state == BlockState::ActivePendingFree {
+                            b.state = BlockState::ActiveAllocated;
+                        }
+                    }
+                }
+            }
+            Action::FreeCompleted => {
+                if let Some(seg) = self.seg_mut(addr) {
+                    carve(seg, addr, size, stack);
+                }
+            }
+            Action::SegmentAlloc | Action::SegmentMap => self.remove_range(addr, size),
+            Action::SegmentFree | Action::SegmentUnmap => {
+                self.insert_range(addr, size, stream, action == Action::SegmentUnmap)
+            }
+            _ => {}
+        }
+    }
+
+    fn remove_range(&mut self, addr: i64, size: i64) {
+        let Some(start) = self.seg_key(addr) else {
+            return;
+        };
+        let Some(seg) = self.segs.remove(&start) else {
+            return;
+        };
+        let end = start + seg.size;
+        let cut_end = (addr + size).min(end);
+        let mut before = Segment {
+            size: addr - start,
+            stream: seg.stream,
+            expandable: seg.expandable,
+            blocks: BTreeMap::new(),
+        };
+        let mut after = Segment {
+            size: end - cut_end,
+            stream: seg.stream,
+            expandable: seg.expandable,
+            blocks: BTreeMap::new(),
+        };
+        for (a, b) in seg.blocks {
+            let b_end = a + b.size;
+            if b_end <= addr {
+                before.blocks.insert(a, b);
+            } else if a >= cut_end {
+                after.blocks.insert(a, b);
+            } else {
+                if a < addr {
+                    before.blocks.insert(
+                        a,
+                        Block {
+                            size: addr - a,
+                            ..b.clone()
+                        },
+                    );
+                }
+                if b_end > cut_end {
+                    after.blocks.insert(
+                        cut_end,
+                        Block {
+                            size: b_end - cut_end,
+                            ..b
+                        },
+                    );
+                }
+            }
+        }
+        if before.size > 0 {
+            self.segs.insert(start, before);
+        }
+        if after.size > 0 {
+            self.segs.insert(cut_end, after);
+        }
+    }
+
+    fn insert_range(&mut self, addr: i64, size: i64, stream: i64, expandable: bool) {
+        if size <= 0 || self.seg_key(addr).is_some() {
+            return;
+        }
+        let free = Block {
+            size,
+            requested: 0,
+            state: BlockState::Inactive,
+            stack: 0,
+        };
+        let mut seg = Segment {
+            size,
+            stream,
+            expandable,
+            blocks: BTreeMap::from([(addr, free)]),
+        };
+        let mut start = addr;
+        if expandable {
+            // Re-join the neighbouring mapped ranges, as the snapshot shows one segment per range.
+            if let Some((&p, prev)) = self.segs.range(..addr).next_back() {
+                if p + prev.size == addr && prev.expandable && prev.stream == stream {
+                    let mut prev = self.segs.remove(&p).unwrap_or(seg.clone());
+                    prev.size += seg.size;
+                    prev.blocks.append(&mut seg.blocks);
+                    seg = prev;
+                    start = p;
+                }
+            }
+            let end = start + seg.size;
+            if let Some(next) = self.segs.get(&end) {
+                if next.expandable && next.stream == stream {
+                    if let Some(mut next) = self.segs.remove(&end) {
+                        seg.size += next.size;
+                        seg.blocks.append(&mut next.blocks);
+                    }
+                }
+            }
+            merge_free(&mut seg, addr);
+        }
+        self.segs.insert(start, seg);
+    }
+
+    /// Aggregates of the current state.
+    pub fn stats(&self) -> StateStats {
+        let mut s = StateStats::default();
+        for seg in self.segs.values() {
+            s.reserved += seg.size;
+            for b in seg.blocks.values() {
+                match b.state {
+                    BlockState::Inactive => {
+                        s.free += b.size;
+                        s.largest_free = s.largest_free.max(b.size);
+                    }
+                    BlockState::ActiveAllocated => {
+                        s.active += b.size;
+                        s.rounding_waste += (b.size - b.requested).max(0);
+                    }
+                    BlockState::ActivePendingFree => {
+                        s.active += b.size;
+                        s.pending_free += b.size;
+                        s.rounding_waste += (b.size - b.requested).max(0);
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    /// The current state as a wire view.
+    pub fn view(&self, device: i64, time_us: Option<i64>) -> SegmentMap {
+        let st = self.stats();
+        let segments = self
+            .segs
+            .iter()
+            .map(|(&a, seg)| SegmentView {
+                address: a,
+                size: seg.size,
+                stream: seg.stream,
+                expandable: seg.expandable,
+                blocks: seg
+                    .blocks
+                    .iter()
+                    .map(|(&ba, b)| BlockView {
+                        address: ba,
+                        size: b.size,
+                        requested_bytes: b.requested,
+                        state: b.state.name().to_owned(),
+                        stack_id: b.stack,
+                    })
+                    .collect(),
+            })
+            .collect();
+        SegmentMap {
+            device,
+            event_index: self.cursor.checked_sub(1),
+            time_us,
+            segments,
+            reserved_bytes: st.reserved,
+            active_bytes: st.active,
+            rounding_waste_bytes: st.rounding_waste,
+            free_bytes: st.free,
+            largest_free_block_bytes: st.largest_free,
+            pending_free_bytes: st.pending_free,
+        }
+    }
+}
+
+/// Merges the free block at `addr` with free neighbours.
+fn merge_free(seg: &mut Segment, addr: i64) {
+    let mut start = addr;
+    if let Some((&p, prev)) = seg.blocks.range(..addr).next_back() {
+        if prev.state == BlockState::Inactive && p + prev.size == addr {
+            let size = seg.blocks.remove(&addr).map_or(0, |b| b.size);
+            if let Some(prev) = seg.blocks.get_mut(&p) {
+                prev.size += size;
+            }
+            start = p;
+        }
+    }
+    let Some(cur_size) = seg.blocks.get(&start).map(|b| b.size) else {
+        return;
+    };
+    let next_addr = start + cur_size;
+    if seg
+        .blocks
+        .get(&next_addr)
+        .is_some_and(|n| n.state == BlockState::Inactive)
+    {
+        let size = seg.blocks.remove(&next_addr).map_or(0, |b| b.size);
+        if let Some(cur) = seg.blocks.get_mut(&start) {
+            cur.size += size;
+        }
+    }
+}
+
+/// Puts a block freed by `free_completed` back into the free block that now covers `addr`.
+fn carve(seg: &mut Segment, addr: i64, requested: i64, stack: u32) {
+    let Some((&fstart, free)) = seg.blocks.range(..=addr).next_back() else {
+        return;
+    };
+    if free.state != BlockState::Inactive || addr >= fstart + free.size {
+        return;
+    }
+    let fend = fstart + free.size;
+    let mut size = round_size(requested).min(fend - addr);
+    let rest = fend - addr - size;
+    // The allocator does not split off remainders too small to be useful.
+    let split_min = if seg.size <= 2 * SMALL_SIZE {
+        MIN_BLOCK
+    } else {
+        SMALL_SIZE + 1
+    };
+    if rest < split_min {
+        size = fend - addr;
+    }
+    if fstart < addr {
+        if let Some(f) = seg.blocks.get_mut(&fstart) {
+            f.size = addr - fstart;
+        }
+    } else {
+        seg.blocks.remove(&fstart);
+    }
+    seg.blocks.insert(
+        addr,
+        Block {
+            size,
+            requested,
+            state: BlockState::ActivePendingFree,
+            stack,
+        },
+    );
+    if addr + size < fend {
+        seg.blocks.insert(
+            addr + size,
+            Block {
+                size: fend - addr - size,
+                requested: 0,
+                state: BlockState::Inactive,
+                stack: 0,
+            },
+        );
+    }
+}
+
+/// The segment map right after entry `idx` (`None`: before the first entry).
+pub fn segment_map_at(
+    t: &SnapshotTables,
+    ev: &DeviceEvents,
+    idx: Option<usize>,
+) -> PolarsResult<SegmentMap> {
+    let mut state = SegmentState::at_end(t, ev)?;
+    let idx = idx.filter(|&i| i < ev.len());
+    let idx = if idx.is_none() && ev.is_empty() {
+        None
+    } else {
+        idx
+    };
+    state.rewind_to(ev, idx);
+    let time = idx.and_then(|i| ev.time_us(i));
+    Ok(state.view(ev.device, time))
+}

@@ -1,0 +1,145 @@
+//! Memory usage over time: requested ("allocated") and reserved bytes after every trace entry.
+//!
+//! Accounting follows PyTorch's own counters: `alloc` adds its requested `size`,
+//! `free_completed` removes it (`requested_bytes`); `segment_alloc`/`segment_map` add and
+//! `segment_free`/`segment_unmap` remove reserved bytes (`reserved_bytes`). Memory that existed
+//! before recording began — blocks allocated earlier, frees whose alloc fell out of the ring
+//! buffer, segments mapped earlier — is recovered from the snapshot's final state: the value
+//! before the first entry is the final state (Σ segment `requested_size` / `total_size`) minus
+//! everything the trace added.
+
+use polars::prelude::*;
+
+use super::{device_segments, sum_i64, DeviceEvents};
+use crate::tables::{Action, SnapshotTables};
+
+/// One device's usage series and its landmarks.
+pub struct Usage {
+    /// Columns `time` (µs, or entry index without timestamps), `allocated`, `reserved`:
+    /// the values right after each entry.
+    pub frame: DataFrame,
+    pub initial_allocated: i64,
+    pub initial_reserved: i64,
+    pub final_allocated: i64,
+    pub final_reserved: i64,
+    pub peak_allocated: i64,
+    /// First entry that reached the allocated peak (`None`: the peak predates the trace).
+    pub peak_allocated_idx: Option<usize>,
+    pub peak_reserved: i64,
+    pub peak_reserved_idx: Option<usize>,
+}
+
+impl Usage {
+    pub fn allocated(&self) -> &[i64] {
+        self.frame
+            .column("allocated")
+            .and_then(|c| c.i64())
+            .and_then(|c| c.cont_slice())
+            .unwrap_or(&[])
+    }
+    pub fn reserved(&self) -> &[i64] {
+        self.frame
+            .column("reserved")
+            .and_then(|c| c.i64())
+            .and_then(|c| c.cont_slice())
+            .unwrap_or(&[])
+    }
+    /// Allocated bytes just before entry `i`.
+    pub fn allocated_before(&self, i: usize) -> i64 {
+        if i == 0 {
+            self.initial_allocated
+        } else {
+            self.allocated()
+                .get(i - 1)
+                .copied()
+                .unwrap_or(self.final_allocated)
+        }
+    }
+    pub fn reserved_before(&self, i: usize) -> i64 {
+        if i == 0 {
+            self.initial_reserved
+        } else {
+            self.reserved()
+                .get(i - 1)
+                .copied()
+                .unwrap_or(self.final_reserved)
+        }
+    }
+}
+
+/// Per-entry change of requested and reserved bytes.
+pub fn deltas(action: u8, size: i64) -> (i64, i64) {
+    match Action::from_code(action) {
+        Action::Alloc => (size, 0),
+        Action::FreeCompleted => (-size, 0),
+        Action::SegmentAlloc | Action::SegmentMap => (0, size),
+        Action::SegmentFree | Action::SegmentUnmap => (0, -size),
+        _ => (0, 0),
+    }
+}
+
+pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Usage> {
+    let (segs, _) = device_segments(t, ev.device)?;
+    let final_allocated = sum_i64(&segs, "requested_size")?;
+    let final_reserved = sum_i64(&segs, "total_size")?;
+    let (action, size) = (ev.action(), ev.size());
+    let (mut sum_a, mut sum_r) = (0i64, 0i64);
+    for (&a, &s) in action.iter().zip(size) {
+        let (da, dr) = deltas(a, s);
+        sum_a += da;
+        sum_r += dr;
+    }
+    // Without segments (a trace-only dump) the trace is all we know: start from zero.
+    let (initial_allocated, initial_reserved) = if segs.height() == 0 {
+        (0, 0)
+    } else {
+        (
+            (final_allocated - sum_a).max(0),
+            (final_reserved - sum_r).max(0),
+        )
+    };
+
+    let n = action.len();
+    let mut allocated = Vec::with_capacity(n);
+    let mut reserved = Vec::with_capacity(n);
+    let (mut a_now, mut r_now) = (initial_allocated, initial_reserved);
+    let (mut peak_a, mut peak_a_idx, mut peak_r, mut peak_r_idx) = (a_now, None, r_now, None);
+    for i in 0..n {
+        let (da, dr) = deltas(action[i], size[i]);
+        a_now += da;
+        r_now += dr;
+        if a_now > peak_a {
+            peak_a = a_now;
+            peak_a_idx = Some(i);
+        }
+        if r_now > peak_r {
+            peak_r = r_now;
+            peak_r_idx = Some(i);
+        }
+        allocated.push(a_now);
+        reserved.push(r_now);
+    }
+    let frame = DataFrame::new(
+        n,
+        vec![
+            Column::new("time".into(), &ev.time),
+            Int64Chunked::from_vec("allocated".into(), allocated)
+                .into_series()
+                .into(),
+            Int64Chunked::from_vec("reserved".into(), reserved)
+                .into_series()
+                .into(),
+        ],
+    )?;
+    Ok(Usage {
+        frame,
+        initial_allocated,
+        initial_reserved,
+        final_allocated: if n == 0 { initial_allocated } else { a_now },
+        final_reserved: if n == 0 { initial_reserved } else { r_now },
+        peak_allocated: peak_a,
+        peak_allocated_idx: peak_a_idx,
+        peak_reserved: peak_r,
+        peak_reserved_idx: peak_r_idx,
+    })
+}

@@ -1,0 +1,519 @@
+//! Lowering decoded pickle values into the canonical snapshot columns.
+//!
+//! Two halves: [`TraceLowering`] is the VM's append hook that turns each trace-entry dict into a
+//! row the moment it is appended to its list (so the 2.7 M-entry benchmark never exists as an
+//! object tree), and [`lower_root`] walks the small rest of the snapshot (segments, blocks,
+//! settings, annotations) by schema once decoding is done. Frame lists shared through the
+//! pickle memo become shared stack ids.
+
+use rustc_hash::FxHashMap;
+
+use super::pickle::{AppendHook, Heap, Kind, PResult, PickleError, Val, V};
+use crate::tables::{
+    Action, BlockRows, BlockState, FrameTable, SegmentRows, SnapshotColumns, TraceRows, NO_TIME,
+};
+
+/// Interned ids of the keys the importer reads.
+struct Keys {
+    action: u32,
+    addr: u32,
+    size: u32,
+    stream: u32,
+    time_us: u32,
+    frames: u32,
+    device_free: u32,
+    compile_context: u32,
+    user_metadata: u32,
+    name: u32,
+    filename: u32,
+    line: u32,
+}
+
+/// The append hook: trace entries → rows, frame lists → stack ids.
+pub struct TraceLowering {
+    keys: Option<Keys>,
+    actions: FxHashMap<u32, Action>,
+    pub trace: TraceRows,
+    pub frames: FrameTable,
+    /// Set once any entry had `time_us`.
+    pub saw_time: bool,
+}
+
+impl TraceLowering {
+    pub fn new() -> Self {
+        TraceLowering {
+            keys: None,
+            actions: FxHashMap::default(),
+            trace: TraceRows::default(),
+            frames: FrameTable::new(),
+            saw_time: false,
+        }
+    }
+
+    fn keys(&mut self, heap: &mut Heap) -> &Keys {
+        self.keys.get_or_insert_with(|| {
+            let mut k = |s: &str| heap.strings.intern(s);
+            Keys {
+                action: k("action"),
+                addr: k("addr"),
+                size: k("size"),
+                stream: k("stream"),
+                time_us: k("time_us"),
+                frames: k("frames"),
+                device_free: k("device_free"),
+                compile_context: k("compile_context"),
+                user_metadata: k("user_metadata"),
+                name: k("name"),
+                filename: k("filename"),
+                line: k("line"),
+            }
+        })
+    }
+}
+
+impl Default for TraceLowering {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AppendHook for TraceLowering {
+    fn on_append(&mut self, heap: &mut Heap, list: u32, item: Val, offset: u64) -> PResult<bool> {
+        let d = match heap.get(item) {
+            V::Obj(d) if heap.kind(d) == Kind::Dict => d,
+            V::Consumed => {
+                return Err(PickleError::Malformed {
+                    offset,
+                    msg: "a trace entry is referenced twice".into(),
+                })
+            }
+            _ => return Ok(false),
+        };
+        self.keys(heap);
+        let Some(keys) = self.keys.as_ref() else {
+            return Ok(false);
+        };
+        let Some(action_val) = heap.dict_get(d, keys.action) else {
+            return Ok(false);
+        };
+        let V::Str(action_id) = heap.get(action_val) else {
+            return Ok(false);
+        };
+
+        let action = *self
+            .actions
+            .entry(action_id)
+            .or_insert_with(|| Action::from_name(heap.strings.get(action_id)));
+        let int = |k: u32| heap.dict_get(d, k).and_then(|v| heap.int_of(v));
+        let addr = int(keys.addr).unwrap_or(0);
+        let size = int(keys.size).unwrap_or(0);
+        let stream = int(keys.stream).unwrap_or(0);
+        let time = int(keys.time_us);
+        let device_free = int(keys.device_free);
+        let str_key = |k: u32| {
+            heap.dict_get(d, k)
+                .and_then(|v| heap.str_of(v).map(str::to_owned))
+        };
+        let compile_context = str_key(keys.compile_context).filter(|s| s != "N/A" && !s.is_empty());
+        let user_metadata = str_key(keys.user_metadata).filter(|s| !s.is_empty());
+        let other_action =
+            (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
+        let frames = heap.dict_get(d, keys.frames);
+        let (name_k, file_k, line_k) = (keys.name, keys.filename, keys.line);
+        let stack = match frames {
+            Some(f) => self
+                .frames
+                .stack_of(heap, f, name_k, file_k, line_k, offset)?,
+            None => self.frames.empty_stack(),
+        };
+
+        let row = self.trace.len() as u32;
+        self.saw_time |= time.is_some();
+        self.trace
+            .push(action, addr, size, stream, time.unwrap_or(NO_TIME), stack);
+        if let Some(v) = device_free {
+            self.trace.device_free.push((row, v));
+        }
+        if compile_context.is_some() || user_metadata.is_some() || other_action.is_some() {
+            self.trace
+                .notes
+                .push((row, compile_context, user_metadata, other_action));
+        }
+
+        let l = &mut heap.objs[list as usize];
+        l.rows = match l.rows {
+            None => Some((row, row + 1)),
+            Some((s, e)) if e == row => Some((s, row + 1)),
+            Some(_) => {
+                return Err(PickleError::Malformed {
+                    offset,
+                    msg: "trace entries of two lists are interleaved".into(),
+                })
+            }
+        };
+        heap.objs[d as usize].lowered = Val::consumed();
+        Ok(true)
+    }
+}
+
+impl FrameTable {
+    /// The stack id of a frame list value (a list of frame dicts, already-interned frames, or a
+    /// list already lowered to a stack id).
+    pub(crate) fn stack_of(
+        &mut self,
+        heap: &mut Heap,
+        v: Val,
+        name_k: u32,
+        file_k: u32,
+        line_k: u32,
+        offset: u64,
+    ) -> PResult<u32> {
+        match heap.get(v) {
+            V::Stack(id) => Ok(id),
+            V::Obj(l) if matches!(heap.kind(l), Kind::List | Kind::Tuple) => {
+                if let V::Stack(id) = heap.get(heap.objs[l as usize].lowered) {
+                    return Ok(id);
+                }
+                let n = heap.seq(l).len();
+                let mut ids = Vec::with_capacity(n);
+                for i in 0..n {
+                    let f = heap.seq(l)[i];
+                    ids.push(self.frame_of(heap, f, name_k, file_k, line_k, offset)?);
+                }
+                let id = self.intern_stack(&ids);
+                heap.objs[l as usize].lowered = Val::stack(id);
+                Ok(id)
+            }
+            V::None => Ok(self.empty_stack()),
+            _ => Err(PickleError::Malformed {
+                offset,
+                msg: "`frames` is not a list".into(),
+            }),
+        }
+    }
+
+    fn frame_of(
+        &mut self,
+        heap: &mut Heap,
+        v: Val,
+        name_k: u32,
+        file_k: u32,
+        line_k: u32,
+        offset: u64,
+    ) -> PResult<u32> {
+        match heap.get(v) {
+            V::Frame(id) => Ok(id),
+            V::Obj(d) if heap.kind(d) == Kind::Dict => {
+                if let V::Frame(id) = heap.get(heap.objs[d as usize].lowered) {
+                    return Ok(id);
+                }
+                let name = heap
+                    .dict_get(d, name_k)
+                    .and_then(|v| heap.str_of(v))
+                    .unwrap_or("??")
+                    .to_owned();
+                let file = heap
+                    .dict_get(d, file_k)
+                    .and_then(|v| heap.str_of(v))
+                    .unwrap_or("??")
+                    .to_owned();
+                let line = heap
+                    .dict_get(d, line_k)
+                    .and_then(|v| heap.int_of(v))
+                    .unwrap_or(0);
+                let id = self.intern_frame(&name, &file, line);
+                heap.objs[d as usize].lowered = Val::frame(id);
+                Ok(id)
+            }
+            _ => Err(PickleError::Malformed {
+                offset,
+                msg: "a frame is not a dict".into(),
+            }),
+        }
+    }
+}
+
+/// Counts items visited by the schema walk so memo fan-out cannot make it explode.
+struct Walk {
+    visits: u64,
+    limit: u64,
+}
+
+impl Walk {
+    fn visit(&mut self, n: usize) -> PResult<()> {
+        self.visits += n as u64;
+        if self.visits > self.limit {
+            return Err(PickleError::Malformed {
+                offset: 0,
+                msg: format!(
+                    "structure expands to more than {} items through shared (memo) references",
+                    self.limit
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Walks the decoded root (everything but the already-lowered trace entries) into columns.
+pub fn lower_root(
+    heap: &mut Heap,
+    root: Val,
+    mut lowering: TraceLowering,
+) -> PResult<SnapshotColumns> {
+    let mut walk = Walk {
+        visits: 0,
+        limit: heap
+            .items_created
+            .saturating_mul(4)
+            .saturating_add(1_000_000),
+    };
+    let mut out = SnapshotColumns::default();
+    let mut k = |s: &str| heap.strings.intern(s);
+    let (k_segments, k_device_traces, k_settings, k_annotations) = (
+        k("segments"),
+        k("device_traces"),
+        k("allocator_settings"),
+        k("external_annotations"),
+    );
+    let (k_name, k_filename, k_line) = (k("name"), k("filename"), k("line"));
+
+    let (segments, device_traces, settings, annotations) = match heap.get(root) {
+        V::Obj(r) if heap.kind(r) == Kind::List => (Some(root), None, None, None),
+        V::Obj(r) if heap.kind(r) == Kind::Dict => {
+            let items = heap.objs[r as usize].items.clone();
+            let known = [k_segments, k_device_traces, k_settings, k_annotations];
+            for kv in items.chunks_exact(2) {
+                if let V::Str(id) = heap.get(kv[0]) {
+                    if !known.contains(&id) {
+                        out.source
+                            .ignored_keys
+                            .push(heap.strings.get(id).to_owned());
+                    }
+                }
+            }
+            (
+                heap.dict_get(r, k_segments),
+                heap.dict_get(r, k_device_traces),
+                heap.dict_get(r, k_settings),
+                heap.dict_get(r, k_annotations),
+            )
+        }
+        _ => {
+            return Err(malformed(
+                "the snapshot root is neither a dict nor a list of segments",
+            ))
+        }
+    };
+
+    // Traces: every device list must hold only lowered entries.
+    if let Some(dt) = device_traces {
+        let lists = list_items(heap, dt, "device_traces")?;
+        walk.visit(lists.len())?;
+        for (device, l) in lists.iter().enumerate() {
+            let V::Obj(li) = heap.get(*l) else {
+                return Err(malformed(&format!("device_traces[{device}] is not a list")));
+            };
+            let o = &heap.objs[li as usize];
+            if !o.items.is_empty() {
+                return Err(malformed(&format!(
+                    "device_traces[{device}] holds items that are not trace entries"
+                )));
+            }
+            out.device_ranges
+                .push((device as i64, o.rows.map_or((0, 0), |(s, e)| (s, e))));
+        }
+    }
+
+    if let Some(segs) = segments {
+        let segs = list_items(heap, segs, "segments")?;
+        walk.visit(segs.len())?;
+        lower_segments(
+            heap,
+            &segs,
+            &mut lowering,
+            &mut out.segments,
+            &mut out.blocks,
+            &mut walk,
+            (k_name, k_filename, k_line),
+        )?;
+    }
+
+    if let Some(s) = settings {
+        if let V::Obj(d) = heap.get(s) {
+            let mut g = |key: &str| {
+                let id = heap.strings.intern(key);
+                heap.dict_get(d, id)
+            };
+            let expandable = g("expandable_segments");
+            let conf = g("PYTORCH_CUDA_ALLOC_CONF");
+            let max_split = g("max_split_size");
+            out.source.expandable_segments =
+                expandable.and_then(|v| heap.int_of(v)).map(|v| v != 0);
+            out.source.alloc_conf = conf.and_then(|v| heap.str_of(v)).map(str::to_owned);
+            out.max_split_size = max_split.and_then(|v| heap.int_of(v));
+        }
+    }
+
+    if let Some(a) = annotations {
+        let items = list_items(heap, a, "external_annotations")?;
+        walk.visit(items.len())?;
+        let mut kk = |s: &str| heap.strings.intern(s);
+        let (k_device, k_stage, k_time) = (kk("device"), kk("stage"), kk("time_us"));
+        for it in items {
+            let V::Obj(d) = heap.get(it) else { continue };
+            let get = |key| heap.dict_get(d, key);
+            let name = get(k_name)
+                .and_then(|v| heap.str_of(v))
+                .unwrap_or("")
+                .to_owned();
+            let stage = get(k_stage)
+                .and_then(|v| heap.str_of(v))
+                .unwrap_or("")
+                .to_owned();
+            let device = get(k_device).and_then(|v| heap.int_of(v)).unwrap_or(0);
+            let time = get(k_time).and_then(|v| heap.int_of(v)).unwrap_or(NO_TIME);
+            out.annotations.push(device, name, stage, time);
+        }
+    }
+
+    out.source.has_time_us = lowering.saw_time;
+    out.trace = std::mem::take(&mut lowering.trace);
+    out.frames = lowering.frames;
+    Ok(out)
+}
+
+fn malformed(msg: &str) -> PickleError {
+    PickleError::Malformed {
+        offset: 0,
+        msg: msg.to_owned(),
+    }
+}
+
+fn list_items(heap: &Heap, v: Val, what: &str) -> PResult<Vec<Val>> {
+    match heap.get(v) {
+        V::Obj(l) if matches!(heap.kind(l), Kind::List | Kind::Tuple) => Ok(heap.seq(l).to_vec()),
+        V::None => Ok(Vec::new()),
+        _ => Err(malformed(&format!("`{what}` is not a list"))),
+    }
+}
+
+fn lower_segments(
+    heap: &mut Heap,
+    segs: &[Val],
+    lowering: &mut TraceLowering,
+    seg_out: &mut SegmentRows,
+    blk_out: &mut BlockRows,
+    walk: &mut Walk,
+    (k_name, k_file, k_line): (u32, u32, u32),
+) -> PResult<()> {
+    let mut k = |s: &str| heap.strings.intern(s);
+    let keys = [
+        k("device"),
+        k("address"),
+        k("total_size"),
+        k("allocated_size"),
+        k("active_size"),
+        k("requested_size"),
+        k("stream"),
+        k("segment_type"),
+        k("segment_pool_id"),
+        k("is_expandable"),
+        k("frames"),
+        k("blocks"),
+        k("size"),
+        k("state"),
+    ];
+    let [k_device, k_address, k_total, k_allocated, k_active, k_requested, k_stream, k_type, k_pool, k_expandable, k_frames, k_blocks, k_size, k_state] =
+        keys;
+    for (si, s) in segs.iter().enumerate() {
+        let V::Obj(d) = heap.get(*s) else {
+            return Err(malformed(&format!("segments[{si}] is not a dict")));
+        };
+        let int = |heap: &Heap, key| heap.dict_get(d, key).and_then(|v| heap.int_of(v));
+        let address = int(heap, k_address)
+            .ok_or_else(|| malformed(&format!("segments[{si}] has no address")))?;
+        let total = int(heap, k_total)
+            .ok_or_else(|| malformed(&format!("segments[{si}] has no total_size")))?;
+        let device = int(heap, k_device).unwrap_or(0);
+        let stream = int(heap, k_stream).unwrap_or(0);
+        let expandable = int(heap, k_expandable).is_some_and(|v| v != 0);
+        let seg_type = heap
+            .dict_get(d, k_type)
+            .and_then(|v| heap.str_of(v))
+            .unwrap_or("")
+            .to_owned();
+        let pool = match heap.dict_get(d, k_pool).map(|v| heap.get(v)) {
+            Some(V::Obj(t)) => {
+                let items = heap.seq(t);
+                (
+                    items.first().and_then(|v| heap.int_of(*v)).unwrap_or(0),
+                    items.get(1).and_then(|v| heap.int_of(*v)).unwrap_or(0),
+                )
+            }
+            _ => (0, 0),
+        };
+        let stack = match heap.dict_get(d, k_frames) {
+            Some(f) => lowering
+                .frames
+                .stack_of(heap, f, k_name, k_file, k_line, 0)?,
+            None => lowering.frames.empty_stack(),
+        };
+        let seg_index = seg_out.len() as u32;
+        let blocks = match heap.dict_get(d, k_blocks) {
+            Some(b) => list_items(heap, b, "blocks")?,
+            None => Vec::new(),
+        };
+        walk.visit(blocks.len())?;
+        let (mut allocated, mut active, mut requested) = (0i64, 0i64, 0i64);
+        let mut cursor = address;
+        for (bi, b) in blocks.iter().enumerate() {
+            let V::Obj(bd) = heap.get(*b) else {
+                return Err(malformed(&format!(
+                    "segments[{si}].blocks[{bi}] is not a dict"
+                )));
+            };
+            let size = int_of_key(heap, bd, k_size)
+                .ok_or_else(|| malformed(&format!("segments[{si}].blocks[{bi}] has no size")))?;
+            let baddr = int_of_key(heap, bd, k_address).unwrap_or(cursor);
+            let req = int_of_key(heap, bd, k_requested).unwrap_or(size);
+            let state = heap
+                .dict_get(bd, k_state)
+                .and_then(|v| heap.str_of(v))
+                .map(BlockState::from_name)
+                .unwrap_or(BlockState::Inactive);
+            let bstack = match heap.dict_get(bd, k_frames) {
+                Some(f) => lowering
+                    .frames
+                    .stack_of(heap, f, k_name, k_file, k_line, 0)?,
+                None => lowering.frames.empty_stack(),
+            };
+            match state {
+                BlockState::ActiveAllocated => {
+                    allocated += size;
+                    active += size;
+                    requested += req;
+                }
+                BlockState::ActivePendingFree => {
+                    active += size;
+                    requested += req;
+                }
+                BlockState::Inactive => {}
+            }
+            cursor = baddr.saturating_add(size);
+            blk_out.push(device, seg_index, baddr, size, req, state, bstack);
+        }
+        let allocated = int(heap, k_allocated).unwrap_or(allocated);
+        let active = int(heap, k_active).unwrap_or(active);
+        let requested = int(heap, k_requested).unwrap_or(requested);
+        seg_out.push(
+            device, address, total, allocated, active, requested, stream, seg_type, pool,
+            expandable, stack,
+        );
+    }
+    Ok(())
+}
+
+fn int_of_key(heap: &Heap, d: u32, key: u32) -> Option<i64> {
+    heap.dict_get(d, key).and_then(|v| heap.int_of(v))
+}

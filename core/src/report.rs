@@ -1,0 +1,101 @@
+//! Assembling a file's summary from the analyses: what `memlens analyze --json` prints and the
+//! server stores.
+
+use memlens_api::{DeviceSummary, FileSummary, TimeAxis};
+use polars::prelude::*;
+
+use crate::analysis::fragmentation::{fragmentation_over_time, point};
+use crate::analysis::leaks::leak_candidates;
+use crate::analysis::lifetimes::allocation_lifetimes;
+use crate::analysis::oom::explain_ooms;
+use crate::analysis::peak::live_groups_at;
+use crate::analysis::phases::{iteration_starts, phase_ranges};
+use crate::analysis::usage::usage_over_time;
+use crate::analysis::{devices, DeviceEvents};
+use crate::error::AnalysisError;
+use crate::stacks::StackResolver;
+use crate::tables::{Action, SnapshotTables};
+
+/// How many fragmentation samples each device gets.
+pub const FRAGMENTATION_SAMPLES: usize = 256;
+/// How many stack groups a summary lists at the peak and at each OOM.
+pub const TOP_STACKS: usize = 10;
+
+/// Summarises one device.
+pub fn summarize_device(
+    t: &SnapshotTables,
+    device: i64,
+    stacks: &StackResolver,
+) -> Result<DeviceSummary, AnalysisError> {
+    let ev = DeviceEvents::new(t, device)?;
+    let usage = usage_over_time(t, &ev)?;
+    let lifetimes = allocation_lifetimes(t, &ev)?;
+    let ooms_idx = ev.indices_of(Action::Oom);
+    let mut exact = ooms_idx.clone();
+    exact.extend(usage.peak_allocated_idx);
+    let frag = fragmentation_over_time(t, &ev, &usage, FRAGMENTATION_SAMPLES, &exact)?;
+    let expandable = t.source.expandable_segments == Some(true)
+        || t.segments
+            .column("is_expandable")?
+            .bool()?
+            .iter()
+            .any(|v| v == Some(true));
+    let ooms = explain_ooms(&ev, &usage, &frag, &lifetimes, stacks, expandable)?;
+    let phases = phase_ranges(t, device)?;
+    let (leaks, iterations) = leak_candidates(&ev, &lifetimes, iteration_starts(&phases), stacks)?;
+    let peak_idx = usage.peak_allocated_idx;
+    Ok(DeviceSummary {
+        device,
+        time_axis: if ev.has_time {
+            TimeAxis::TimeUs
+        } else {
+            TimeAxis::EventOrder
+        },
+        event_count: ev.len(),
+        alloc_count: ev
+            .action()
+            .iter()
+            .filter(|&&a| a == Action::Alloc as u8)
+            .count(),
+        peak_allocated_bytes: usage.peak_allocated,
+        peak_time_us: peak_idx.and_then(|i| ev.time_us(i)),
+        peak_event_index: peak_idx,
+        peak_reserved_bytes: usage.peak_reserved,
+        initial_allocated_bytes: usage.initial_allocated,
+        initial_reserved_bytes: usage.initial_reserved,
+        final_allocated_bytes: usage.final_allocated,
+        final_reserved_bytes: usage.final_reserved,
+        peak_stacks: live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?,
+        fragmentation_at_peak: peak_idx.and_then(|i| frag.at.get(&i).map(|s| point(&ev, i, s))),
+        oom_count: ooms.len(),
+        ooms,
+        leaks,
+        iterations,
+    })
+}
+
+/// Summarises every device of a snapshot.
+pub fn summarize_snapshot(
+    t: &SnapshotTables,
+    file: &str,
+    gzip: bool,
+) -> Result<FileSummary, AnalysisError> {
+    let stacks = StackResolver::new(&t.frames, &t.stack_frames)?;
+    let devices = devices(t)?
+        .into_iter()
+        .map(|d| summarize_device(t, d, &stacks))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(FileSummary {
+        file: file.to_owned(),
+        format: crate::sniff::Format::PytorchSnapshot.name().to_owned(),
+        gzip,
+        source: t.source.clone(),
+        devices,
+    })
+}
+
+impl From<PolarsError> for Box<AnalysisError> {
+    fn from(e: PolarsError) -> Self {
+        Box::new(AnalysisError::Polars(e))
+    }
+}

@@ -1,0 +1,566 @@
+//! Canonical columnar tables: what every importer produces and every analysis reads.
+//!
+//! Importers fill plain column builders ([`SnapshotColumns`]); [`SnapshotColumns::into_tables`]
+//! hands the vectors to polars without copying. Table schemas:
+//!
+//! | table | columns |
+//! |---|---|
+//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64, `size` i64, `stream` i64, `time_us` i64 (null when absent), `stack` u32, `device_free` i64 (null unless `oom`) |
+//! | `segments` | `device`, `address`, `total_size`, `allocated_size`, `active_size`, `requested_size`, `stream` (i64), `segment_type` str, `pool_a`/`pool_b` i64, `is_expandable` bool, `stack` u32 |
+//! | `blocks` | `device` i64, `segment` u32 (row in `segments`), `address`, `size`, `requested_size` i64, `state` u8 ([`BlockState`]), `stack` u32 |
+//! | `frames` | `frame` u32, `name` str, `filename` str, `line` i64 |
+//! | `stack_frames` | `stack` u32, `depth` u32 (0 = innermost), `frame` u32 |
+//! | `annotations` | `device` i64, `name` str, `stage` str, `time_us` i64 |
+//! | `event_notes` | `row` u32 (row in `events`), `compile_context`, `user_metadata`, `action_name` str (null when default) |
+
+use polars::prelude::*;
+use rustc_hash::FxHashMap;
+
+use memlens_api::SourceInfo;
+
+/// Marker for "no `time_us`" in builders (becomes a null in `events.time_us`).
+pub const NO_TIME: i64 = i64::MIN;
+
+/// Trace entry actions, stored as `u8` in `events.action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Action {
+    Alloc = 0,
+    FreeRequested = 1,
+    FreeCompleted = 2,
+    SegmentAlloc = 3,
+    SegmentFree = 4,
+    SegmentMap = 5,
+    SegmentUnmap = 6,
+    Snapshot = 7,
+    Oom = 8,
+    Annotate = 9,
+    Other = 255,
+}
+
+impl Action {
+    pub fn from_name(s: &str) -> Action {
+        match s {
+            "alloc" => Action::Alloc,
+            "free_requested" => Action::FreeRequested,
+            // `free` is MemoryViz's merged pair; accept it as the completing half.
+            "free_completed" | "free" => Action::FreeCompleted,
+            "segment_alloc" => Action::SegmentAlloc,
+            "segment_free" => Action::SegmentFree,
+            "segment_map" => Action::SegmentMap,
+            "segment_unmap" => Action::SegmentUnmap,
+            "snapshot" => Action::Snapshot,
+            "oom" => Action::Oom,
+            "annotate" => Action::Annotate,
+            _ => Action::Other,
+        }
+    }
+    pub fn from_code(c: u8) -> Action {
+        match c {
+            0 => Action::Alloc,
+            1 => Action::FreeRequested,
+            2 => Action::FreeCompleted,
+            3 => Action::SegmentAlloc,
+            4 => Action::SegmentFree,
+            5 => Action::SegmentMap,
+            6 => Action::SegmentUnmap,
+            7 => Action::Snapshot,
+            8 => Action::Oom,
+            9 => Action::Annotate,
+            _ => Action::Other,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Snapshot => "snapshot",
+            Action::Oom => "oom",
+            Action::Annotate => "annotate",
+            Action::Other => "other",
+        }
+    }
+}
+
+/// Block states, stored as `u8` in `blocks.state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum BlockState {
+    Inactive = 0,
+    ActiveAllocated = 1,
+    ActivePendingFree = 2,
+}
+
+impl BlockState {
+    pub fn from_name(s: &str) -> BlockState {
+        match s {
+            "active_allocated" => BlockState::ActiveAllocated,
+            // The TypedDict docstring says `active_awaiting_free`; the C++ emits `active_pending_free`.
+            "active_pending_free" | "active_awaiting_free" => BlockState::ActivePendingFree,
+            _ => BlockState::Inactive,
+        }
+    }
+    pub fn from_code(c: u8) -> BlockState {
+        match c {
+            1 => BlockState::ActiveAllocated,
+            2 => BlockState::ActivePendingFree,
+            _ => BlockState::Inactive,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockState::Inactive => "inactive",
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+        }
+    }
+}
+
+/// Trace rows in arrival order (all devices; [`SnapshotColumns::device_ranges`] splits them).
+#[derive(Default)]
+pub struct TraceRows {
+    pub action: Vec<u8>,
+    pub addr: Vec<i64>,
+    pub size: Vec<i64>,
+    pub stream: Vec<i64>,
+    pub time_us: Vec<i64>,
+    pub stack: Vec<u32>,
+    /// Sparse `(row, device_free)`.
+    pub device_free: Vec<(u32, i64)>,
+    /// Sparse `(row, compile_context, user_metadata, unknown action name)`.
+    pub notes: Vec<(u32, Option<String>, Option<String>, Option<String>)>,
+}
+
+impl TraceRows {
+    pub fn len(&self) -> usize {
+        self.action.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.action.is_empty()
+    }
+    pub fn push(
+        &mut self,
+        action: Action,
+        addr: i64,
+        size: i64,
+        stream: i64,
+        time_us: i64,
+        stack: u32,
+    ) {
+        self.action.push(action as u8);
+        self.addr.push(addr);
+        self.size.push(size);
+        self.stream.push(stream);
+        self.time_us.push(time_us);
+        self.stack.push(stack);
+    }
+}
+
+/// Interned frames and stacks (a stack is a list of frame ids, innermost first).
+pub struct FrameTable {
+    pub names: Vec<String>,
+    pub files: Vec<String>,
+    pub lines: Vec<i64>,
+    frame_ids: FxHashMap<(String, String, i64), u32>,
+    /// Flat frame ids of all stacks; stack `s` is `flat[offsets[s]..offsets[s+1]]`.
+    pub flat: Vec<u32>,
+    pub offsets: Vec<u32>,
+    stack_ids: FxHashMap<Box<[u32]>, u32>,
+}
+
+impl FrameTable {
+    pub fn new() -> Self {
+        let mut t = FrameTable {
+            names: Vec::new(),
+            files: Vec::new(),
+            lines: Vec::new(),
+            frame_ids: FxHashMap::default(),
+            flat: Vec::new(),
+            offsets: vec![0],
+            stack_ids: FxHashMap::default(),
+        };
+        t.intern_stack(&[]);
+        t
+    }
+    /// The id of the empty stack (no frames recorded).
+    pub fn empty_stack(&self) -> u32 {
+        0
+    }
+    pub fn intern_frame(&mut self, name: &str, file: &str, line: i64) -> u32 {
+        let key = (name.to_owned(), file.to_owned(), line);
+        if let Some(&id) = self.frame_ids.get(&key) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.to_owned());
+        self.files.push(file.to_owned());
+        self.lines.push(line);
+        self.frame_ids.insert(key, id);
+        id
+    }
+    pub fn intern_stack(&mut self, frames: &[u32]) -> u32 {
+        if let Some(&id) = self.stack_ids.get(frames) {
+            return id;
+        }
+        let id = (self.offsets.len() - 1) as u32;
+        self.flat.extend_from_slice(frames);
+        self.offsets.push(self.flat.len() as u32);
+        self.stack_ids.insert(frames.into(), id);
+        id
+    }
+    pub fn stack_count(&self) -> usize {
+        self.offsets.len() - 1
+    }
+}
+
+impl Default for FrameTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Default)]
+pub struct SegmentRows {
+    pub device: Vec<i64>,
+    pub address: Vec<i64>,
+    pub total_size: Vec<i64>,
+    pub allocated_size: Vec<i64>,
+    pub active_size: Vec<i64>,
+    pub requested_size: Vec<i64>,
+    pub stream: Vec<i64>,
+    pub segment_type: Vec<String>,
+    pub pool_a: Vec<i64>,
+    pub pool_b: Vec<i64>,
+    pub is_expandable: Vec<bool>,
+    pub stack: Vec<u32>,
+}
+
+impl SegmentRows {
+    pub fn len(&self) -> usize {
+        self.address.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.address.is_empty()
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub fn push(
+        &mut self,
+        device: i64,
+        address: i64,
+        total: i64,
+        allocated: i64,
+        active: i64,
+        requested: i64,
+        stream: i64,
+        seg_type: String,
+        pool: (i64, i64),
+        expandable: bool,
+        stack: u32,
+    ) {
+        self.device.push(device);
+        self.address.push(address);
+        self.total_size.push(total);
+        self.allocated_size.push(allocated);
+        self.active_size.push(active);
+        self.requested_size.push(requested);
+        self.stream.push(stream);
+        self.segment_type.push(seg_type);
+        self.pool_a.push(pool.0);
+        self.pool_b.push(pool.1);
+        self.is_expandable.push(expandable);
+        self.stack.push(stack);
+    }
+}
+
+#[derive(Default)]
+pub struct BlockRows {
+    pub device: Vec<i64>,
+    pub segment: Vec<u32>,
+    pub address: Vec<i64>,
+    pub size: Vec<i64>,
+    pub requested_size: Vec<i64>,
+    pub state: Vec<u8>,
+    pub stack: Vec<u32>,
+}
+
+impl BlockRows {
+    #[allow(clippy::too_many_arguments)]
+    pub fn push(
+        &mut self,
+        device: i64,
+        segment: u32,
+        address: i64,
+        size: i64,
+        requested: i64,
+        state: BlockState,
+        stack: u32,
+    ) {
+        self.device.push(device);
+        self.segment.push(segment);
+        self.address.push(address);
+        self.size.push(size);
+        self.requested_size.push(requested);
+        self.state.push(state as u8);
+        self.stack.push(stack);
+    }
+}
+
+#[derive(Default)]
+pub struct AnnotationRows {
+    pub device: Vec<i64>,
+    pub name: Vec<String>,
+    pub stage: Vec<String>,
+    pub time_us: Vec<i64>,
+}
+
+impl AnnotationRows {
+    pub fn push(&mut self, device: i64, name: String, stage: String, time_us: i64) {
+        self.device.push(device);
+        self.name.push(name);
+        self.stage.push(stage);
+        self.time_us.push(time_us);
+    }
+}
+
+/// Everything an importer extracted from a snapshot, as column builders.
+#[derive(Default)]
+pub struct SnapshotColumns {
+    pub trace: TraceRows,
+    /// `(device, (first row, end row))` for each `device_traces` list.
+    pub device_ranges: Vec<(i64, (u32, u32))>,
+    pub frames: FrameTable,
+    pub segments: SegmentRows,
+    pub blocks: BlockRows,
+    pub annotations: AnnotationRows,
+    pub max_split_size: Option<i64>,
+    pub source: SourceInfo,
+}
+
+/// The canonical tables of one imported snapshot.
+pub struct SnapshotTables {
+    pub events: DataFrame,
+    pub segments: DataFrame,
+    pub blocks: DataFrame,
+    pub frames: DataFrame,
+    pub stack_frames: DataFrame,
+    pub annotations: DataFrame,
+    pub event_notes: DataFrame,
+    pub source: SourceInfo,
+    pub max_split_size: Option<i64>,
+}
+
+fn col<T: PolarsNumericType>(name: &str, v: Vec<T::Native>) -> Column {
+    ChunkedArray::<T>::from_vec(name.into(), v)
+        .into_series()
+        .into()
+}
+
+impl SnapshotColumns {
+    /// Moves the builders into polars frames (numeric vectors are handed over without copying).
+    pub fn into_tables(self) -> PolarsResult<SnapshotTables> {
+        let SnapshotColumns {
+            trace,
+            device_ranges,
+            frames,
+            segments,
+            blocks,
+            annotations,
+            max_split_size,
+            mut source,
+        } = self;
+        source.annotation_count = annotations.name.len();
+        source.stack_count = frames.stack_count();
+
+        // Keep only rows that belong to a device list, in device order.
+        let covered: usize = device_ranges
+            .iter()
+            .map(|(_, (s, e))| (e - s) as usize)
+            .sum();
+        let contiguous = covered == trace.len() && {
+            let mut sorted = device_ranges.clone();
+            sorted.sort_by_key(|(_, (s, _))| *s);
+            sorted.iter().zip(device_ranges.iter()).all(|(a, b)| a == b)
+        };
+        let n = covered;
+        let mut device: Vec<i32> = Vec::with_capacity(n);
+        for (d, (s, e)) in &device_ranges {
+            device.extend(std::iter::repeat_n(*d as i32, (e - s) as usize));
+        }
+        let TraceRows {
+            action,
+            addr,
+            size,
+            stream,
+            time_us,
+            stack,
+            device_free,
+            notes,
+        } = trace;
+        let (action, addr, size, stream, time_us, stack, row_map) = if contiguous {
+            (action, addr, size, stream, time_us, stack, None)
+        } else {
+            let rows: Vec<usize> = device_ranges
+                .iter()
+                .flat_map(|(_, (s, e))| (*s as usize)..(*e as usize))
+                .collect();
+            let mut map = vec![u32::MAX; action.len()];
+            for (new, old) in rows.iter().enumerate() {
+                map[*old] = new as u32;
+            }
+            (
+                rows.iter().map(|&r| action[r]).collect(),
+                rows.iter().map(|&r| addr[r]).collect(),
+                rows.iter().map(|&r| size[r]).collect(),
+                rows.iter().map(|&r| stream[r]).collect(),
+                rows.iter().map(|&r| time_us[r]).collect(),
+                rows.iter().map(|&r| stack[r]).collect(),
+                Some(map),
+            )
+        };
+        let remap = |r: u32| match &row_map {
+            None => Some(r),
+            Some(m) => Some(m[r as usize]).filter(|&x| x != u32::MAX),
+        };
+        let time_col: Column = if time_us.contains(&NO_TIME) {
+            Int64Chunked::from_iter_options(
+                "time_us".into(),
+                time_us.iter().map(|&t| (t != NO_TIME).then_some(t)),
+            )
+            .into_series()
+            .into()
+        } else {
+            col::<Int64Type>("time_us", time_us)
+        };
+        let mut free_col: Vec<Option<i64>> = Vec::new();
+        if !device_free.is_empty() {
+            free_col = vec![None; n];
+            for (r, v) in device_free {
+                if let Some(r) = remap(r) {
+                    free_col[r as usize] = Some(v);
+                }
+            }
+        }
+        let free_col: Column = if free_col.is_empty() {
+            Column::full_null("device_free".into(), n, &DataType::Int64)
+        } else {
+            Int64Chunked::from_iter_options("device_free".into(), free_col.into_iter())
+                .into_series()
+                .into()
+        };
+        let events = DataFrame::new(
+            n,
+            vec![
+                col::<Int32Type>("device", device),
+                col::<UInt8Type>("action", action),
+                col::<Int64Type>("addr", addr),
+                col::<Int64Type>("size", size),
+                col::<Int64Type>("stream", stream),
+                time_col,
+                col::<UInt32Type>("stack", stack),
+                free_col,
+            ],
+        )?;
+
+        let mut note_rows = Vec::new();
+        let (mut cc, mut um, mut an) = (Vec::new(), Vec::new(), Vec::new());
+        for (r, c, u, a) in notes {
+            if let Some(r) = remap(r) {
+                note_rows.push(r);
+                cc.push(c);
+                um.push(u);
+                an.push(a);
+            }
+        }
+        let event_notes = DataFrame::new(
+            note_rows.len(),
+            vec![
+                col::<UInt32Type>("row", note_rows),
+                Column::new("compile_context".into(), cc),
+                Column::new("user_metadata".into(), um),
+                Column::new("action_name".into(), an),
+            ],
+        )?;
+
+        let segments_df = DataFrame::new(
+            segments.len(),
+            vec![
+                col::<Int64Type>("device", segments.device),
+                col::<Int64Type>("address", segments.address),
+                col::<Int64Type>("total_size", segments.total_size),
+                col::<Int64Type>("allocated_size", segments.allocated_size),
+                col::<Int64Type>("active_size", segments.active_size),
+                col::<Int64Type>("requested_size", segments.requested_size),
+                col::<Int64Type>("stream", segments.stream),
+                Column::new("segment_type".into(), segments.segment_type),
+                col::<Int64Type>("pool_a", segments.pool_a),
+                col::<Int64Type>("pool_b", segments.pool_b),
+                Column::new("is_expandable".into(), segments.is_expandable),
+                col::<UInt32Type>("stack", segments.stack),
+            ],
+        )?;
+        let nb = blocks.address.len();
+        let blocks_df = DataFrame::new(
+            nb,
+            vec![
+                col::<Int64Type>("device", blocks.device),
+                col::<UInt32Type>("segment", blocks.segment),
+                col::<Int64Type>("address", blocks.address),
+                col::<Int64Type>("size", blocks.size),
+                col::<Int64Type>("requested_size", blocks.requested_size),
+                col::<UInt8Type>("state", blocks.state),
+                col::<UInt32Type>("stack", blocks.stack),
+            ],
+        )?;
+        let nf = frames.names.len();
+        let frames_df = DataFrame::new(
+            nf,
+            vec![
+                col::<UInt32Type>("frame", (0..nf as u32).collect()),
+                Column::new("name".into(), frames.names),
+                Column::new("filename".into(), frames.files),
+                col::<Int64Type>("line", frames.lines),
+            ],
+        )?;
+        let mut sf_stack = Vec::with_capacity(frames.flat.len());
+        let mut sf_depth = Vec::with_capacity(frames.flat.len());
+        for s in 0..frames.offsets.len() - 1 {
+            let (a, b) = (frames.offsets[s], frames.offsets[s + 1]);
+            sf_stack.extend(std::iter::repeat_n(s as u32, (b - a) as usize));
+            sf_depth.extend(0..(b - a));
+        }
+        let stack_frames = DataFrame::new(
+            frames.flat.len(),
+            vec![
+                col::<UInt32Type>("stack", sf_stack),
+                col::<UInt32Type>("depth", sf_depth),
+                col::<UInt32Type>("frame", frames.flat),
+            ],
+        )?;
+        let na = annotations.name.len();
+        let annotations_df = DataFrame::new(
+            na,
+            vec![
+                col::<Int64Type>("device", annotations.device),
+                Column::new("name".into(), annotations.name),
+                Column::new("stage".into(), annotations.stage),
+                col::<Int64Type>("time_us", annotations.time_us),
+            ],
+        )?;
+        Ok(SnapshotTables {
+            events,
+            segments: segments_df,
+            blocks: blocks_df,
+            frames: frames_df,
+            stack_frames,
+            annotations: annotations_df,
+            event_notes,
+            source,
+            max_split_size,
+        })
+    }
+}

@@ -1,0 +1,89 @@
+//! `memlens-bench [FILE]`: times the import (decode straight into tables) and the analyses of a
+//! snapshot, and reports peak resident memory. Defaults to the shared benchmark file
+//! `../shared/traces/bench/big_many_small.pickle.gz`. Run it in release mode:
+//! `cargo run --release --bin memlens-bench`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use memlens_core::importers::{import_path, ImportOptions, Imported};
+use memlens_core::report::summarize_snapshot;
+
+/// `VmHWM` (peak RSS) and `VmRSS` from /proc, in bytes.
+fn rss() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1u64 << 20) as f64
+}
+
+fn main() {
+    let path = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/traces/bench/big_many_small.pickle.gz")
+        });
+    let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let (_, base_rss) = rss();
+    let t0 = Instant::now();
+    let imported = match import_path(&path, ImportOptions::default()) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("memlens-bench: {}: {e}", path.display());
+            std::process::exit(2);
+        }
+    };
+    let decode = t0.elapsed();
+    let (hwm_decode, _) = rss();
+    let Imported::Snapshot(tables) = imported.data;
+    let rows = tables.events.height();
+    let t1 = Instant::now();
+    let summary = match summarize_snapshot(&tables, &path.display().to_string(), imported.gzip) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("memlens-bench: {}: {e}", path.display());
+            std::process::exit(2);
+        }
+    };
+    let analysis = t1.elapsed();
+    let (hwm, _) = rss();
+    let d = summary.devices.first();
+    println!(
+        "file            {} ({:.1} MiB on disk, gzip: {})",
+        path.display(),
+        mib(file_len),
+        imported.gzip
+    );
+    println!("trace entries   {rows}");
+    println!("decode+tables   {:.3} s", decode.as_secs_f64());
+    println!("analysis        {:.3} s", analysis.as_secs_f64());
+    println!("total           {:.3} s", (decode + analysis).as_secs_f64());
+    println!(
+        "peak RSS        {:.1} MiB (after decode: {:.1} MiB; process baseline {:.1} MiB)",
+        mib(hwm),
+        mib(hwm_decode),
+        mib(base_rss)
+    );
+    println!(
+        "peak RSS − baseline {:.1} MiB",
+        mib(hwm.saturating_sub(base_rss))
+    );
+    if let Some(d) = d {
+        println!(
+            "peak allocated  {} bytes, peak reserved {} bytes",
+            d.peak_allocated_bytes, d.peak_reserved_bytes
+        );
+    }
+}

@@ -1,0 +1,164 @@
+//! Command-line parsing and the `analyze` subcommand.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use memlens_api::{AnalyzeOutput, DeviceSummary, FileSummary};
+use memlens_core::importers::{import_path, ImportOptions, Imported};
+use memlens_core::report::summarize_snapshot;
+
+#[derive(Parser)]
+#[command(
+    name = "memlens",
+    version,
+    about = "Explains GPU memory: PyTorch allocator snapshots, Nsight exports, NVML logs"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Analyse trace files and print a summary.
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Args)]
+pub struct AnalyzeArgs {
+    /// Input files (PyTorch snapshot `.pickle`, optionally gzip-compressed).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Imports and summarises one file; the error is one line naming the file and the problem.
+pub fn summarize_file(path: &PathBuf) -> Result<FileSummary, String> {
+    let name = path.display().to_string();
+    let imported =
+        import_path(path, ImportOptions::default()).map_err(|e| format!("{name}: {e}"))?;
+    match imported.data {
+        Imported::Snapshot(t) => {
+            summarize_snapshot(&t, &name, imported.gzip).map_err(|e| format!("{name}: {e}"))
+        }
+    }
+}
+
+pub fn analyze(args: AnalyzeArgs) -> ExitCode {
+    let mut files = Vec::new();
+    for path in &args.files {
+        match summarize_file(path) {
+            Ok(s) => files.push(s),
+            Err(line) => {
+                eprintln!("memlens: {line}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let out = AnalyzeOutput { files };
+    if args.json {
+        match serde_json::to_string_pretty(&out) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("memlens: cannot encode JSON: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        for f in &out.files {
+            print!("{}", render_text(f));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn gib(b: i64) -> String {
+    let f = b as f64;
+    if f.abs() >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", f / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", f / (1u64 << 20) as f64)
+    }
+}
+
+/// The human-readable summary of one file.
+pub fn render_text(f: &FileSummary) -> String {
+    let mut s = format!(
+        "{} ({}{})\n",
+        f.file,
+        f.format,
+        if f.gzip { ", gzip" } else { "" }
+    );
+    for d in &f.devices {
+        s += &render_device(d);
+    }
+    s
+}
+
+fn render_device(d: &DeviceSummary) -> String {
+    let mut s = format!(
+        "  device {}: {} trace entries, {} allocations\n",
+        d.device, d.event_count, d.alloc_count
+    );
+    let when = match (d.peak_time_us, d.peak_event_index) {
+        (Some(t), Some(i)) => format!(" at entry {i} (t={t} µs)"),
+        (None, Some(i)) => format!(" at entry {i}"),
+        _ => " before the trace began".to_owned(),
+    };
+    s += &format!(
+        "    peak allocated  {}{when}\n",
+        gib(d.peak_allocated_bytes)
+    );
+    s += &format!("    peak reserved   {}\n", gib(d.peak_reserved_bytes));
+    if let Some(fp) = &d.fragmentation_at_peak {
+        s += &format!(
+            "    at the peak     {} reserved but free, largest free block {}, fragmentation {:.2}\n",
+            gib(fp.reserved_free_bytes),
+            gib(fp.largest_free_block_bytes),
+            fp.fragmentation_index
+        );
+    }
+    for g in d.peak_stacks.iter().take(3) {
+        s += &format!(
+            "      {} in {} allocation(s) from {}\n",
+            gib(g.bytes),
+            g.count,
+            g.stack.first().map_or("(no stack)", |f| f.as_str())
+        );
+    }
+    s += &format!("    OOMs            {}\n", d.oom_count);
+    for o in &d.ooms {
+        s += &format!(
+            "      requested {} with {} reserved-but-free, largest free block {} ({})\n        {}\n",
+            gib(o.requested_bytes),
+            gib(o.reserved_free_bytes),
+            gib(o.largest_free_block_bytes),
+            o.cause,
+            o.remedy
+        );
+    }
+    s += &format!(
+        "    leak candidates {} (iterations: {} from {})\n",
+        d.leaks.len(),
+        d.iterations.count,
+        d.iterations.source
+    );
+    for l in &d.leaks {
+        s += &format!(
+            "      {} in {} allocation(s) over {} iterations, from {}\n",
+            gib(l.bytes),
+            l.count,
+            l.iterations_seen,
+            l.stack
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" ← ")
+        );
+    }
+    s
+}

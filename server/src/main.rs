@@ -1,0 +1,18 @@
+//! The `memlens` binary: a thin command line over `memlens-core`.
+//!
+//! `memlens analyze FILE... [--json]` imports each file, runs the analyses and prints a
+//! readable summary (or JSON). Unreadable input exits non-zero with one line naming the file
+//! and the problem.
+
+use memlens::cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match args.command {
+        cli::Command::Analyze(a) => cli::analyze(a),
+    }
+}

@@ -1,0 +1,65 @@
+//! Shared helpers of the end-to-end test harness: where the real traces are and their oracles.
+//!
+//! Fixtures are the real snapshots committed in `traces/` plus, when present, every snapshot in
+//! `../shared/traces/pytorch` beside the checkout (CI has it). Each `NAME[.at_oom].pickle[.gz]`
+//! has its oracle in `NAME.memory_stats.json` next to it.
+
+use std::path::{Path, PathBuf};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// `traces/` in the repository.
+pub fn traces_dir() -> PathBuf {
+    repo_root().join("traces")
+}
+
+/// `../shared/traces` beside the checkout, if it exists.
+pub fn shared_traces_dir() -> Option<PathBuf> {
+    let d = repo_root().parent()?.join("shared").join("traces");
+    d.is_dir().then_some(d)
+}
+
+/// A committed trace by file name.
+pub fn trace(name: &str) -> PathBuf {
+    traces_dir().join(name)
+}
+
+/// Every snapshot file (`.pickle`, `.pickle.gz`) in a directory, sorted.
+pub fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    v.retain(|p| {
+        let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        n.ends_with(".pickle") || n.ends_with(".pickle.gz")
+    });
+    v.sort();
+    v
+}
+
+/// The oracle file of a snapshot: `NAME.memory_stats.json` for `NAME[.at_oom].pickle[.gz]`.
+pub fn oracle_for(snapshot: &Path) -> PathBuf {
+    let name = snapshot.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let stem = name
+        .trim_end_matches(".gz")
+        .trim_end_matches(".pickle")
+        .trim_end_matches(".at_oom");
+    snapshot.with_file_name(format!("{stem}.memory_stats.json"))
+}
+
+/// Reads one counter from an oracle file.
+pub fn oracle_value(oracle: &Path, key: &str) -> i64 {
+    let text =
+        std::fs::read_to_string(oracle).unwrap_or_else(|e| panic!("{}: {e}", oracle.display()));
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", oracle.display()));
+    v.get(key)
+        .and_then(|x| x.as_i64())
+        .unwrap_or_else(|| panic!("{}: no integer {key}", oracle.display()))
+}

@@ -1,0 +1,99 @@
+//! The findings users come for, on real traces: leak sites, clean loops, OOM explanations.
+
+use memlens::cli::summarize_file;
+use memlens_api::DeviceSummary;
+use memlens_tests::trace;
+
+fn device0(name: &str) -> DeviceSummary {
+    let s = summarize_file(&trace(name)).unwrap_or_else(|e| panic!("{e}"));
+    s.devices.into_iter().next().expect("device 0")
+}
+
+#[test]
+fn leak_finds_both_leak_sites() {
+    let d = device0("leak.pickle");
+    assert_eq!(d.iterations.source, "annotations:Optimizer.step#Adam.step");
+    assert_eq!(d.leaks.len(), 2, "{:#?}", d.leaks);
+    // One site is the model output kept in a list, the other the copied input batch.
+    let kept_output = d
+        .leaks
+        .iter()
+        .any(|l| l.stack.first().is_some_and(|f| f.contains("linear.py")));
+    let copied_input = d.leaks.iter().any(|l| {
+        l.stack
+            .first()
+            .is_some_and(|f| f.contains("train.py:142:wl_leak"))
+    });
+    assert!(kept_output && copied_input, "{:#?}", d.leaks);
+    for l in &d.leaks {
+        assert!(l.iterations_seen >= 25, "{l:?}");
+        assert!(l.bytes_per_iteration > 0);
+    }
+}
+
+#[test]
+fn clean_training_loops_have_no_leaks() {
+    for name in [
+        "mlp_train.pickle",
+        "mlp_train_cpp_stacks.pickle",
+        "gpt_train.pickle",
+        "gpt_train_ckpt.pickle",
+    ] {
+        let d = device0(name);
+        assert!(d.leaks.is_empty(), "{name}: {:#?}", d.leaks);
+        assert!(d.iterations.count >= 5, "{name}: {:?}", d.iterations);
+    }
+}
+
+fn check_fragmentation_oom(name: &str, expandable: bool) {
+    let d = device0(name);
+    assert!(d.oom_count >= 1, "{name}");
+    let o = d.ooms.last().expect("an oom");
+    assert_eq!(o.requested_bytes, 2 << 30, "{name}: the 2 GiB request");
+    assert!(
+        o.largest_free_block_bytes < o.requested_bytes,
+        "{name}: {o:#?}"
+    );
+    assert!(
+        o.reserved_free_bytes >= o.requested_bytes,
+        "{name}: gigabytes free but fragmented: {o:#?}"
+    );
+    assert_eq!(o.cause, "fragmentation", "{name}");
+    if !expandable {
+        assert!(
+            o.remedy.contains("expandable_segments:True"),
+            "{name}: {}",
+            o.remedy
+        );
+    }
+    assert!(!o.live_stacks.is_empty(), "{name}");
+}
+
+#[test]
+fn oom_fragmentation_is_explained() {
+    check_fragmentation_oom("oom_fragmentation.pickle", false);
+    check_fragmentation_oom("oom_fragmentation.at_oom.pickle", false);
+}
+
+#[test]
+fn expandable_oom_is_explained() {
+    check_fragmentation_oom("expandable_oom_fragmentation.pickle", true);
+    check_fragmentation_oom("expandable_oom_fragmentation.at_oom.pickle", true);
+}
+
+#[test]
+fn gzip_input_matches_plain() {
+    let gz = summarize_file(&trace("many_small.pickle.gz")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(gz.gzip);
+    let d = &gz.devices[0];
+    assert_eq!(d.event_count, 180_010, "many_small has 180k trace entries");
+    if let Some(shared) = memlens_tests::shared_traces_dir() {
+        let plain = summarize_file(&shared.join("pytorch/many_small.pickle"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!plain.gzip);
+        assert_eq!(
+            plain.devices, gz.devices,
+            "gzip and plain decode to the same summary"
+        );
+    }
+}
