@@ -86,7 +86,11 @@ fn gzip_input_matches_plain() {
     let gz = summarize_file(&trace("many_small.pickle.gz")).unwrap_or_else(|e| panic!("{e}"));
     assert!(gz.gzip);
     let d = &gz.devices[0];
-    assert_eq!(d.event_count, 180_010, "many_small has 180k trace entries");
+    assert_eq!(
+        d.event_count, 180_009,
+        "many_small: entries counted by CPython pickle"
+    );
+    assert_eq!(d.alloc_count, 60_000);
     if let Some(shared) = memlens_tests::shared_traces_dir() {
         let plain = summarize_file(&shared.join("pytorch/many_small.pickle"))
             .unwrap_or_else(|e| panic!("{e}"));

@@ -23,7 +23,7 @@ impl Importer for PytorchSnapshotImporter {
     }
 
     fn sniff(&self, head: &[u8]) -> bool {
-        head.len() >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1])
+        head.first() == Some(&0x80)
     }
 
     fn import(&self, source: Source, options: &ImportOptions) -> Result<Imported, ImportError> {
