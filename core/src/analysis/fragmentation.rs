@@ -85,7 +85,7 @@ pub fn fragmentation_over_time(
             ),
             Column::new(
                 "time".into(),
-                points.iter().map(|&p| ev.time[p]).collect::<Vec<_>>(),
+                points.iter().map(|&p| ev.time()[p]).collect::<Vec<_>>(),
             ),
             Column::new(
                 "allocated".into(),

@@ -25,8 +25,8 @@ pub fn leak_candidates(
         Some((name, starts)) if ev.has_time => (format!("annotations:{name}"), starts),
         _ => {
             let (lo, hi) = (
-                ev.time.first().copied().unwrap_or(0),
-                ev.time.last().copied().unwrap_or(0),
+                ev.time().first().copied().unwrap_or(0),
+                ev.time().last().copied().unwrap_or(0),
             );
             let span = (hi - lo).max(1);
             (
@@ -48,7 +48,7 @@ pub fn leak_candidates(
     for i in 0..lifetimes.height() {
         if let (Some(a), Some(-1)) = (alloc_idx.get(i), free_idx.get(i)) {
             if a >= 0 {
-                let t = ev.time[a as usize];
+                let t = ev.time()[a as usize];
                 rows.push(i as IdxSize);
                 bucket.push(starts.partition_point(|&s| s <= t) as u32);
             }

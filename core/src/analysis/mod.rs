@@ -59,8 +59,8 @@ pub fn devices(t: &SnapshotTables) -> PolarsResult<Vec<i64>> {
 pub struct DeviceEvents {
     pub device: i64,
     pub frame: DataFrame,
-    /// Time of each entry: `time_us`, or the entry index when the trace has no timestamps.
-    pub time: Vec<i64>,
+    /// Entry indices, kept only when the trace has no timestamps (they are its time axis).
+    order: Vec<i64>,
     pub has_time: bool,
 }
 
@@ -79,21 +79,29 @@ impl DeviceEvents {
         let frame = t.events.slice(start as i64, len);
         let times = frame.column("time_us")?.i64()?;
         let has_time = len > 0 && times.null_count() == 0;
-        let time = if has_time {
-            times.into_no_null_iter().collect()
+        let order = if has_time {
+            Vec::new()
         } else {
             (0..len as i64).collect()
         };
         Ok(DeviceEvents {
             device,
             frame,
-            time,
+            order,
             has_time,
         })
     }
 
     pub fn len(&self) -> usize {
         self.frame.height()
+    }
+    /// Time of each entry: `time_us`, or the entry index when the trace has no timestamps.
+    pub fn time(&self) -> &[i64] {
+        if self.has_time {
+            self.i64_col("time_us")
+        } else {
+            &self.order
+        }
     }
     pub fn is_empty(&self) -> bool {
         self.frame.height() == 0
@@ -134,7 +142,7 @@ impl DeviceEvents {
     }
     /// Time of entry `i`, when the trace has timestamps.
     pub fn time_us(&self, i: usize) -> Option<i64> {
-        self.has_time.then(|| self.time.get(i).copied()).flatten()
+        self.has_time.then(|| self.time().get(i).copied()).flatten()
     }
     /// Indices of entries with `action`.
     pub fn indices_of(&self, action: Action) -> Vec<usize> {

@@ -15,8 +15,8 @@ use crate::tables::{Action, SnapshotTables};
 
 /// One device's usage series and its landmarks.
 pub struct Usage {
-    /// Columns `time` (µs, or entry index without timestamps), `allocated`, `reserved`:
-    /// the values right after each entry.
+    /// Columns `allocated`, `reserved`: the values right after each entry (row `i` pairs with
+    /// entry `i` of the device's events, whose `time_us` is the time axis).
     pub frame: DataFrame,
     pub initial_allocated: i64,
     pub initial_reserved: i64,
@@ -122,7 +122,6 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
     let frame = DataFrame::new(
         n,
         vec![
-            Column::new("time".into(), &ev.time),
             Int64Chunked::from_vec("allocated".into(), allocated)
                 .into_series()
                 .into(),

@@ -1,0 +1,116 @@
+//! The `memlens analyze` command line, run as a process on real traces.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn memlens() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_memlens"))
+}
+
+fn trace(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../traces")
+        .join(name)
+}
+
+#[test]
+fn json_output_has_the_documented_fields() {
+    let out = memlens()
+        .args(["analyze", "--json"])
+        .arg(trace("oom_fragmentation.pickle"))
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let d = &v["files"][0]["devices"][0];
+    for key in [
+        "device",
+        "peak_allocated_bytes",
+        "peak_time_us",
+        "peak_reserved_bytes",
+        "alloc_count",
+        "oom_count",
+        "leaks",
+        "ooms",
+    ] {
+        assert!(d.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(d["peak_allocated_bytes"], 5152702464_i64);
+    assert_eq!(d["oom_count"], 2);
+    let oom = &d["ooms"][1];
+    for key in [
+        "time_us",
+        "requested_bytes",
+        "largest_free_block_bytes",
+        "reserved_free_bytes",
+        "remedy",
+    ] {
+        assert!(oom.get(key).is_some(), "oom missing {key}");
+    }
+    assert!(d["peak_time_us"]
+        .as_i64()
+        .is_some_and(|t| t > 1_700_000_000_000_000));
+}
+
+#[test]
+fn several_files_and_text_output() {
+    let out = memlens()
+        .arg("analyze")
+        .arg(trace("leak.pickle"))
+        .arg(trace("mlp_train.pickle"))
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("leak.pickle") && text.contains("mlp_train.pickle"),
+        "{text}"
+    );
+    assert!(text.contains("peak allocated  547.7 MiB"), "{text}");
+    assert!(text.contains("leak candidates 2"), "{text}");
+}
+
+#[test]
+fn unreadable_input_is_one_line_naming_the_file() {
+    let dir = std::env::temp_dir().join(format!("memlens-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let bad = dir.join("notes.txt");
+    std::fs::write(&bad, "not a trace\n").expect("write");
+    let cases = [
+        (bad.clone(), "unrecognised format"),
+        (dir.join("missing.pickle"), "cannot read"),
+    ];
+    for (path, problem) in cases {
+        let out = memlens().arg("analyze").arg(&path).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&path.display().to_string()) && err.contains(problem),
+            "{err}"
+        );
+    }
+    let truncated = dir.join("cut.pickle");
+    let full = std::fs::read(trace("mlp_train.pickle")).expect("read");
+    std::fs::write(&truncated, &full[..full.len() / 2]).expect("write");
+    let out = memlens()
+        .arg("analyze")
+        .arg(&truncated)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cut.pickle: pickle: input ends at byte"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,76 @@
+//! Snapshot shapes other than PyTorch 2.11's, derived from the real traces
+//! (`traces/derive_shapes.py`): 2.1-era entries without timestamps, the protocol-2 pickler,
+//! the legacy bare segment list, and several devices.
+
+use memlens::cli::summarize_file;
+use memlens_api::{FileSummary, TimeAxis};
+use memlens_tests::{oracle_value, trace};
+
+fn summary(name: &str) -> FileSummary {
+    summarize_file(&trace(name)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn pytorch_2_1_shape_falls_back_to_event_order() {
+    let s = summary("mlp_train.pt21_shape.pickle");
+    let d = &s.devices[0];
+    assert_eq!(d.time_axis, TimeAxis::EventOrder);
+    assert_eq!(d.peak_time_us, None);
+    assert!(d.peak_event_index.is_some());
+    assert!(!s.source.has_time_us);
+    assert_eq!(s.source.expandable_segments, None);
+    let oracle = trace("mlp_train.memory_stats.json");
+    assert_eq!(
+        d.peak_allocated_bytes,
+        oracle_value(&oracle, "requested_bytes.all.peak")
+    );
+    assert_eq!(
+        d.peak_reserved_bytes,
+        oracle_value(&oracle, "reserved_bytes.all.peak")
+    );
+    assert_eq!(d.iterations.source, "time_windows");
+}
+
+#[test]
+fn protocol_2_pickles_decode_like_protocol_4() {
+    let p2 = summary("mlp_train.protocol2.pickle");
+    let p4 = summary("mlp_train.pickle");
+    assert_eq!(p2.devices, p4.devices);
+}
+
+#[test]
+fn a_bare_segment_list_is_the_state_without_history() {
+    let s = summary("mlp_train.segments_only.pickle");
+    assert_eq!(s.devices.len(), 1);
+    let d = &s.devices[0];
+    assert_eq!(d.event_count, 0);
+    let oracle = trace("mlp_train.memory_stats.json");
+    assert_eq!(
+        d.peak_allocated_bytes,
+        oracle_value(&oracle, "requested_bytes.all.current")
+    );
+    assert_eq!(
+        d.peak_reserved_bytes,
+        oracle_value(&oracle, "reserved_bytes.all.current")
+    );
+    assert_eq!(d.peak_event_index, None);
+}
+
+#[test]
+fn several_devices_are_summarised_separately() {
+    let s = summary("leak.two_devices.pickle");
+    let devices: Vec<i64> = s.devices.iter().map(|d| d.device).collect();
+    assert_eq!(
+        devices,
+        vec![1],
+        "device 0 has neither a trace nor segments"
+    );
+    let d = &s.devices[0];
+    let oracle = trace("leak.memory_stats.json");
+    assert_eq!(
+        d.peak_allocated_bytes,
+        oracle_value(&oracle, "requested_bytes.all.peak")
+    );
+    assert_eq!(d.leaks.len(), 2);
+    assert_eq!(d.iterations.source, "annotations:Optimizer.step#Adam.step");
+}
