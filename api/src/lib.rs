@@ -74,6 +74,8 @@ pub struct DeviceSummary {
     pub leaks: Vec<LeakCandidate>,
     /// Iterations the leak analysis used, and where they came from.
     pub iterations: IterationInfo,
+    /// `record_function` ranges of this device, in start order.
+    pub phases: Vec<PhaseRange>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

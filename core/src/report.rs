@@ -71,6 +71,7 @@ pub fn summarize_device(
         ooms,
         leaks,
         iterations,
+        phases,
     })
 }
 

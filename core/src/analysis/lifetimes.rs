@@ -1,7 +1,8 @@
 //! Allocation lifetimes: one row per allocation, from its `alloc` to its `free_completed`.
 //!
 //! Columns: `addr` i64, `size` i64 (requested bytes), `alloc_idx` i64 (−1: allocated before
-//! recording), `free_idx` i64 (−1: live at the end), `stack` u32 (the alloc's stack, or the
+//! recording), `free_idx` i64 (−1: live at the end), `t_alloc`/`t_free` i64 (the entries'
+//! times; null outside the trace), `stack` u32 (the alloc's stack, or the
 //! free's when the alloc was not recorded, or the snapshot block's for blocks that predate the
 //! trace), `stream` i64. Addresses are reused, so allocations are matched per address in order.
 
@@ -99,6 +100,18 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
         r_stream.push(s);
     }
     let n = r_addr.len();
+    let time = ev.time();
+    let at = |idx: &[i64]| -> Column {
+        Int64Chunked::from_iter_options(
+            "".into(),
+            idx.iter()
+                .map(|&i| (i >= 0).then(|| time.get(i as usize).copied()).flatten()),
+        )
+        .into_series()
+        .into()
+    };
+    let t_alloc = at(&r_alloc).with_name("t_alloc".into());
+    let t_free = at(&r_free).with_name("t_free".into());
     DataFrame::new(
         n,
         vec![
@@ -114,6 +127,8 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
             Int64Chunked::from_vec("free_idx".into(), r_free)
                 .into_series()
                 .into(),
+            t_alloc,
+            t_free,
             UInt32Chunked::from_vec("stack".into(), r_stack)
                 .into_series()
                 .into(),

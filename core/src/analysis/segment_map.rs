@@ -421,3 +421,14 @@ pub fn segment_map_at(
     let time = idx.and_then(|i| ev.time_us(i));
     Ok(state.view(ev.device, time))
 }
+
+/// The segment map at time `time` (µs, or entry index without timestamps): the state after the
+/// last entry at or before it.
+pub fn segment_map_at_time(
+    t: &SnapshotTables,
+    ev: &DeviceEvents,
+    time: i64,
+) -> PolarsResult<SegmentMap> {
+    let n = ev.time().partition_point(|&x| x <= time);
+    segment_map_at(t, ev, n.checked_sub(1))
+}

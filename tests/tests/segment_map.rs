@@ -1,0 +1,113 @@
+//! The replayed segment map agrees with the snapshot and with the usage series on real traces.
+
+use memlens_core::analysis::segment_map::{segment_map_at, segment_map_at_time};
+use memlens_core::analysis::usage::usage_over_time;
+use memlens_core::analysis::DeviceEvents;
+use memlens_core::importers::{import_path, ImportOptions, Imported};
+use memlens_core::tables::SnapshotTables;
+use memlens_tests::{oracle_for, oracle_value, trace};
+
+fn tables(name: &str) -> Box<SnapshotTables> {
+    let f = import_path(&trace(name), ImportOptions::default())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let Imported::Snapshot(t) = f.data;
+    t
+}
+
+fn check_tiling(name: &str, map: &memlens_api::SegmentMap) {
+    for s in &map.segments {
+        let mut cursor = s.address;
+        for b in &s.blocks {
+            assert_eq!(
+                b.address, cursor,
+                "{name}: blocks tile segment {:#x}",
+                s.address
+            );
+            assert!(b.size > 0);
+            cursor += b.size;
+        }
+        assert_eq!(
+            cursor,
+            s.address + s.size,
+            "{name}: blocks cover segment {:#x}",
+            s.address
+        );
+    }
+}
+
+#[test]
+fn the_end_state_is_the_snapshot() {
+    for name in [
+        "mlp_train.pickle",
+        "gpt_train.pickle",
+        "oom_fragmentation.at_oom.pickle",
+        "expandable_oom_fragmentation.at_oom.pickle",
+    ] {
+        let t = tables(name);
+        let ev = DeviceEvents::new(&t, 0).expect("device 0");
+        let map = segment_map_at(&t, &ev, Some(ev.len() - 1)).expect("map");
+        check_tiling(name, &map);
+        let oracle = oracle_for(&trace(name));
+        if !name.contains("at_oom") {
+            assert_eq!(
+                map.reserved_bytes,
+                oracle_value(&oracle, "reserved_bytes.all.current"),
+                "{name}"
+            );
+            assert_eq!(
+                map.active_bytes,
+                oracle_value(&oracle, "active_bytes.all.current"),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            map.free_bytes + map.active_bytes,
+            map.reserved_bytes,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn replay_tracks_reserved_bytes_at_every_sampled_entry() {
+    for name in [
+        "mlp_train.pickle",
+        "gpt_train_ckpt.pickle",
+        "kv_cache_inference.pickle",
+        "expandable_oom_fragmentation.pickle",
+    ] {
+        let t = tables(name);
+        let ev = DeviceEvents::new(&t, 0).expect("device 0");
+        let usage = usage_over_time(&t, &ev).expect("usage");
+        let n = ev.len();
+        for i in (0..n).step_by((n / 40).max(1)) {
+            let map = segment_map_at(&t, &ev, Some(i)).expect("map");
+            check_tiling(name, &map);
+            assert_eq!(
+                map.reserved_bytes,
+                usage.reserved()[i],
+                "{name}: reserved after entry {i}"
+            );
+            assert!(
+                map.active_bytes >= usage.allocated()[i],
+                "{name}: blocks hold the requests after entry {i}"
+            );
+            assert_eq!(map.event_index, Some(i));
+        }
+    }
+}
+
+#[test]
+fn mlp_train_replays_back_to_an_empty_allocator() {
+    // Recording began before any allocation of this workload's process state.
+    let t = tables("mlp_train.pickle");
+    let ev = DeviceEvents::new(&t, 0).expect("device 0");
+    let usage = usage_over_time(&t, &ev).expect("usage");
+    let before = segment_map_at(&t, &ev, None).expect("map");
+    assert_eq!(before.reserved_bytes, usage.initial_reserved);
+    assert_eq!(before.event_index, None);
+    // By time: the state at the first entry's timestamp is the state after that entry.
+    let first = ev.time()[0];
+    let m = segment_map_at_time(&t, &ev, first).expect("map");
+    assert!(m.event_index.is_some_and(|i| ev.time()[i] == first));
+}
