@@ -7,12 +7,25 @@ use serde::{Deserialize, Serialize};
 
 /// What `memlens analyze --json` prints: one entry per input file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AnalyzeOutput {
     pub files: Vec<FileSummary>,
+    /// Files recognised but not analysed (a format this version cannot import yet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedFile>,
+}
+
+/// A file a report kept but could not analyse, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SkippedFile {
+    pub file: String,
+    pub reason: String,
 }
 
 /// The summary of one analysed input file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileSummary {
     /// The file name as given.
     pub file: String,
@@ -28,6 +41,7 @@ pub struct FileSummary {
 
 /// What the importer learnt about the producer of the file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SourceInfo {
     /// `true` when trace entries carry `time_us` (PyTorch ≥ 2.2); otherwise times are event indices.
     pub has_time_us: bool,
@@ -45,6 +59,7 @@ pub struct SourceInfo {
 
 /// Per-device headline numbers.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeviceSummary {
     pub device: i64,
     /// `time_us` or `event_order` (PyTorch < 2.2 snapshots have no timestamps).
@@ -79,6 +94,7 @@ pub struct DeviceSummary {
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TimeAxis {
     TimeUs,
@@ -87,6 +103,7 @@ pub enum TimeAxis {
 
 /// Allocations sharing one stack trace.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StackGroup {
     pub stack_id: Option<u32>,
     /// Frames innermost first, as `file:line:function`, interpreter internals folded.
@@ -97,6 +114,7 @@ pub struct StackGroup {
 
 /// Fragmentation of the cached segments at one instant.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FragmentationPoint {
     pub event_index: usize,
     pub time_us: Option<i64>,
@@ -112,6 +130,7 @@ pub struct FragmentationPoint {
 
 /// Why an allocation failed, in numbers, and what to do about it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OomExplanation {
     pub event_index: usize,
     pub time_us: Option<i64>,
@@ -136,6 +155,7 @@ pub struct OomExplanation {
 
 /// Allocations still live at the end that piled up over iterations.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeakCandidate {
     pub stack_id: Option<u32>,
     pub stack: Vec<String>,
@@ -150,6 +170,7 @@ pub struct LeakCandidate {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IterationInfo {
     /// `annotations:<name>` when taken from `record_function` ranges, `time_windows` otherwise.
     pub source: String,
@@ -158,6 +179,7 @@ pub struct IterationInfo {
 
 /// A `record_function` range from `external_annotations`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PhaseRange {
     pub device: i64,
     pub name: String,
@@ -168,6 +190,7 @@ pub struct PhaseRange {
 
 /// The allocator's segments at one instant (`segment_map_at`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SegmentMap {
     pub device: i64,
     /// The state right after this trace entry (`None`: before the first entry).
@@ -184,6 +207,7 @@ pub struct SegmentMap {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SegmentView {
     pub address: i64,
     pub size: i64,
@@ -194,6 +218,7 @@ pub struct SegmentView {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlockView {
     pub address: i64,
     pub size: i64,

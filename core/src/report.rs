@@ -21,12 +21,31 @@ pub const FRAGMENTATION_SAMPLES: usize = 256;
 /// How many stack groups a summary lists at the peak and at each OOM.
 pub const TOP_STACKS: usize = 10;
 
+/// Everything the analyses computed for one device: the summary plus the frames the server
+/// stores for its queries.
+pub struct DeviceAnalysis {
+    pub summary: DeviceSummary,
+    /// `time`, `allocated`, `active`, `reserved` after every entry.
+    pub usage: DataFrame,
+    pub lifetimes: DataFrame,
+    pub fragmentation: DataFrame,
+}
+
 /// Summarises one device.
 pub fn summarize_device(
     t: &SnapshotTables,
     device: i64,
     stacks: &StackResolver,
 ) -> Result<DeviceSummary, AnalysisError> {
+    Ok(analyze_device(t, device, stacks)?.summary)
+}
+
+/// Runs every analysis for one device.
+pub fn analyze_device(
+    t: &SnapshotTables,
+    device: i64,
+    stacks: &StackResolver,
+) -> Result<DeviceAnalysis, AnalysisError> {
     let ev = DeviceEvents::new(t, device)?;
     let usage = usage_over_time(t, &ev)?;
     let lifetimes = allocation_lifetimes(t, &ev)?;
@@ -44,7 +63,7 @@ pub fn summarize_device(
     let phases = phase_ranges(t, device)?;
     let (leaks, iterations) = leak_candidates(&ev, &lifetimes, iteration_starts(&phases), stacks)?;
     let peak_idx = usage.peak_allocated_idx;
-    Ok(DeviceSummary {
+    let summary = DeviceSummary {
         device,
         time_axis: if ev.has_time {
             TimeAxis::TimeUs
@@ -72,6 +91,14 @@ pub fn summarize_device(
         leaks,
         iterations,
         phases,
+    };
+    let mut usage_frame = usage.frame;
+    usage_frame.insert_column(0, Column::new("time".into(), ev.time()))?;
+    Ok(DeviceAnalysis {
+        summary,
+        usage: usage_frame,
+        lifetimes,
+        fragmentation: frag.frame,
     })
 }
 
@@ -81,22 +108,27 @@ pub fn summarize_snapshot(
     file: &str,
     gzip: bool,
 ) -> Result<FileSummary, AnalysisError> {
+    let (summary, _) = analyze_snapshot(t, file, gzip)?;
+    Ok(summary)
+}
+
+/// Analyses every device of a snapshot: the file summary and each device's frames.
+pub fn analyze_snapshot(
+    t: &SnapshotTables,
+    file: &str,
+    gzip: bool,
+) -> Result<(FileSummary, Vec<DeviceAnalysis>), AnalysisError> {
     let stacks = StackResolver::new(&t.frames, &t.stack_frames)?;
-    let devices = devices(t)?
+    let analyses = devices(t)?
         .into_iter()
-        .map(|d| summarize_device(t, d, &stacks))
+        .map(|d| analyze_device(t, d, &stacks))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(FileSummary {
+    let summary = FileSummary {
         file: file.to_owned(),
         format: crate::sniff::Format::PytorchSnapshot.name().to_owned(),
         gzip,
         source: t.source.clone(),
-        devices,
-    })
-}
-
-impl From<PolarsError> for Box<AnalysisError> {
-    fn from(e: PolarsError) -> Self {
-        Box::new(AnalysisError::Polars(e))
-    }
+        devices: analyses.iter().map(|a| a.summary.clone()).collect(),
+    };
+    Ok((summary, analyses))
 }

@@ -23,6 +23,8 @@ pub struct Cli {
 pub enum Command {
     /// Analyse trace files and print a summary.
     Analyze(AnalyzeArgs),
+    /// Serve the web app and its API.
+    Serve(crate::serve::ServeArgs),
 }
 
 #[derive(Args)]
@@ -58,7 +60,10 @@ pub fn analyze(args: AnalyzeArgs) -> ExitCode {
             }
         }
     }
-    let out = AnalyzeOutput { files };
+    let out = AnalyzeOutput {
+        files,
+        skipped: Vec::new(),
+    };
     if args.json {
         match serde_json::to_string_pretty(&out) {
             Ok(s) => println!("{s}"),

@@ -2,7 +2,7 @@
 //!
 //! `memlens analyze FILE... [--json]` imports each file, runs the analyses and prints a
 //! readable summary (or JSON). Unreadable input exits non-zero with one line naming the file
-//! and the problem.
+//! and the problem. `memlens serve` runs the web app (see `memlens serve --help`).
 
 use memlens::cli;
 
@@ -14,5 +14,6 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match args.command {
         cli::Command::Analyze(a) => cli::analyze(a),
+        cli::Command::Serve(a) => memlens::serve::serve(a),
     }
 }

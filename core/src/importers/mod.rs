@@ -72,13 +72,19 @@ const IMPORT_STACK: usize = 16 << 20;
 /// Opens and imports `path` on a dedicated thread.
 pub fn import_path(path: &Path, options: ImportOptions) -> Result<ImportedFile, ImportError> {
     let path = path.to_owned();
+    import_on_thread(move || Source::open(&path, options.source), options)
+}
+
+/// Opens a source with `open` and imports it, both on a dedicated thread with an explicit
+/// stack size; a panic there (a bug) comes back as an error.
+pub fn import_on_thread<F>(open: F, options: ImportOptions) -> Result<ImportedFile, ImportError>
+where
+    F: FnOnce() -> Result<Source, ImportError> + Send + 'static,
+{
     let handle = std::thread::Builder::new()
         .name("memlens-import".into())
         .stack_size(IMPORT_STACK)
-        .spawn(move || {
-            let source = Source::open(&path, options.source)?;
-            import_source(source, &options)
-        })
+        .spawn(move || import_source(open()?, &options))
         .map_err(|e| ImportError::Internal(format!("cannot start the import thread: {e}")))?;
     match handle.join() {
         Ok(r) => r,

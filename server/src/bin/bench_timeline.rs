@@ -1,0 +1,111 @@
+//! `memlens-bench-timeline [FILE]`: latency and payload of level-of-detail timeline queries
+//! (query + JSON encoding) on a processed report, over the full range and 100 random zoom
+//! windows. Defaults to the shared benchmark file. Run it in release mode.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use memlens::query::timeline;
+use memlens::reportdata::DeviceFrames;
+use memlens_core::importers::{import_path, ImportOptions, Imported};
+use memlens_core::report::analyze_snapshot;
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn main() {
+    let path = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/traces/bench/big_many_small.pickle.gz")
+        });
+    let imported = match import_path(&path, ImportOptions::default()) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("memlens-bench-timeline: {}: {e}", path.display());
+            std::process::exit(2);
+        }
+    };
+    let Imported::Snapshot(tables) = imported.data;
+    let (summary, analyses) = match analyze_snapshot(&tables, "bench", imported.gzip) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("memlens-bench-timeline: {e}");
+            std::process::exit(2);
+        }
+    };
+    let (Some(d), Some(a)) = (summary.devices.first(), analyses.into_iter().next()) else {
+        eprintln!("memlens-bench-timeline: no device");
+        std::process::exit(2);
+    };
+    let dev = DeviceFrames {
+        device: d.device,
+        usage: a.usage,
+        lifetimes: a.lifetimes,
+        fragmentation: a.fragmentation,
+    };
+    let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
+    let time = dev
+        .usage
+        .column("time")
+        .and_then(|c| c.i64().cloned())
+        .map(|c| c.into_no_null_iter().collect::<Vec<_>>())
+        .unwrap_or_default();
+    let (t0, t1) = (time[0], time[time.len() - 1]);
+
+    let run = |start: Option<i64>, end: Option<i64>| -> (f64, usize) {
+        let s = Instant::now();
+        let tl = timeline(&dev, true, initial, start, end, 1600).expect("timeline");
+        let json = serde_json::to_vec(&tl).expect("json");
+        (s.elapsed().as_secs_f64() * 1e3, json.len())
+    };
+    let mut full = Vec::new();
+    let mut full_bytes = 0;
+    for _ in 0..20 {
+        let (ms, b) = run(None, None);
+        full.push(ms);
+        full_bytes = b;
+    }
+    // Deterministic pseudo-random windows (xorshift), widths from 1e-5 to 1 of the range.
+    let mut x: u64 = 0x9E3779B97F4A7C15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut zoom = Vec::new();
+    let mut max_bytes = 0;
+    for _ in 0..100 {
+        let frac = 10f64.powf(-5.0 * next());
+        let span = ((t1 - t0) as f64 * frac).max(1.0) as i64;
+        let start = t0 + ((t1 - t0 - span) as f64 * next()) as i64;
+        let (ms, b) = run(Some(start), Some(start + span));
+        zoom.push(ms);
+        max_bytes = max_bytes.max(b);
+    }
+    full.sort_by(f64::total_cmp);
+    zoom.sort_by(f64::total_cmp);
+    println!(
+        "report          {} ({} entries, {} allocations)",
+        path.display(),
+        time.len(),
+        dev.lifetimes.height()
+    );
+    println!(
+        "full range      p50 {:.1} ms, p95 {:.1} ms, payload {:.0} KiB",
+        percentile(&full, 0.5),
+        percentile(&full, 0.95),
+        full_bytes as f64 / 1024.0
+    );
+    println!(
+        "100 zooms       p50 {:.1} ms, p95 {:.1} ms, max payload {:.0} KiB",
+        percentile(&zoom, 0.5),
+        percentile(&zoom, 0.95),
+        max_bytes as f64 / 1024.0
+    );
+}

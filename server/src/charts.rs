@@ -1,0 +1,236 @@
+//! Server-rendered charts (plotters): usage over time with the peak, OOMs and leaks marked,
+//! as PNG (for `og:image` unfurls and pasting into issues) and SVG. The font is embedded, so
+//! rendering needs no system font libraries.
+
+use std::path::Path;
+use std::sync::Once;
+
+use memlens_api::DeviceSummary;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::{register_font, FontStyle};
+
+use crate::query::bucket_min_max;
+use crate::reportdata::DeviceFrames;
+
+pub const WIDTH: u32 = 1200;
+pub const HEIGHT: u32 = 630;
+const POINTS: usize = 600;
+const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChartError {
+    #[error("chart: {0}")]
+    Draw(String),
+    #[error("chart data: {0}")]
+    Data(#[from] polars::error::PolarsError),
+    #[error("chart file: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn draw_err<E: std::fmt::Debug>(e: E) -> ChartError {
+    ChartError::Draw(format!("{e:?}"))
+}
+
+fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+/// Bytes → (divisor, unit) so the axis reads in GiB or MiB.
+fn unit(max: i64) -> (f64, &'static str) {
+    if max >= 1 << 30 {
+        ((1u64 << 30) as f64, "GiB")
+    } else {
+        ((1u64 << 20) as f64, "MiB")
+    }
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    dev: &DeviceFrames,
+    d: &DeviceSummary,
+) -> Result<(), ChartError>
+where
+    DB::ErrorType: 'static,
+{
+    let usage = &dev.usage;
+    let time = usage.column("time")?.i64()?.cont_slice()?;
+    let allocated = usage.column("allocated")?.i64()?.cont_slice()?;
+    let reserved = usage.column("reserved")?.i64()?.cont_slice()?;
+    let has_time = d.peak_time_us.is_some() || matches!(d.time_axis, memlens_api::TimeAxis::TimeUs);
+    let t0 = time.first().copied().unwrap_or(0);
+    let t1 = time.last().copied().unwrap_or(0).max(t0 + 1);
+    let (_, a_max) = bucket_min_max(time, allocated, d.initial_allocated_bytes, t0, t1, POINTS);
+    let (_, r_max) = bucket_min_max(time, reserved, d.initial_reserved_bytes, t0, t1, POINTS);
+    let ymax = d.peak_reserved_bytes.max(d.peak_allocated_bytes).max(1);
+    let (div, unit_name) = unit(ymax);
+    let x_of = |t: i64| {
+        if has_time {
+            (t - t0) as f64 / 1e6
+        } else {
+            t as f64
+        }
+    };
+    let x_of_bucket =
+        |b: usize| x_of(t0) + (b as f64 + 0.5) * (x_of(t1) - x_of(t0)) / POINTS as f64;
+    let x_label = if has_time {
+        "seconds since the first trace entry"
+    } else {
+        "trace entry (no timestamps)"
+    };
+
+    root.fill(&WHITE).map_err(draw_err)?;
+    let title = format!(
+        "device {} — peak {:.2} {unit_name} allocated, {:.2} {unit_name} reserved",
+        d.device,
+        d.peak_allocated_bytes as f64 / div,
+        d.peak_reserved_bytes as f64 / div
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 26))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_of(t0)..x_of(t1), 0f64..(ymax as f64 / div) * 1.12)
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(unit_name)
+        .label_style(("sans-serif", 16))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(draw_err)?;
+
+    let blue = RGBColor(52, 101, 164);
+    chart
+        .draw_series(
+            AreaSeries::new(
+                (0..POINTS).map(|b| (x_of_bucket(b), a_max[b] as f64 / div)),
+                0.0,
+                blue.mix(0.35),
+            )
+            .border_style(blue),
+        )
+        .map_err(draw_err)?
+        .label("allocated (requested)")
+        .legend(move |(x, y)| {
+            Rectangle::new([(x, y - 6), (x + 18, y + 6)], blue.mix(0.5).filled())
+        });
+    let grey = RGBColor(90, 90, 90);
+    chart
+        .draw_series(LineSeries::new(
+            (0..POINTS).map(|b| (x_of_bucket(b), r_max[b] as f64 / div)),
+            grey.stroke_width(2),
+        ))
+        .map_err(draw_err)?
+        .label("reserved")
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], grey.stroke_width(2)));
+
+    let red = RGBColor(204, 0, 0);
+    let top = (ymax as f64 / div) * 1.1;
+    for o in &d.ooms {
+        let x = match o.time_us {
+            Some(t) => x_of(t),
+            None => o.event_index as f64,
+        };
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                [(x, 0.0), (x, top)],
+                red.stroke_width(2),
+            )))
+            .map_err(draw_err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!(
+                    "OOM: {:.0} MiB requested",
+                    o.requested_bytes as f64 / (1 << 20) as f64
+                ),
+                (x, top),
+                ("sans-serif", 16).into_font().color(&red),
+            )))
+            .map_err(draw_err)?;
+    }
+    if let Some(i) = d.peak_event_index {
+        let x = d.peak_time_us.map_or(i as f64, x_of);
+        let y = d.peak_allocated_bytes as f64 / div;
+        chart
+            .draw_series(std::iter::once(Circle::new((x, y), 6, red.filled())))
+            .map_err(draw_err)?;
+        // Anchor the label away from the nearer edge so it is never clipped.
+        let right_half = x > (x_of(t0) + x_of(t1)) / 2.0;
+        let anchor = if right_half { HPos::Right } else { HPos::Left };
+        let style = ("sans-serif", 18)
+            .into_font()
+            .color(&red)
+            .pos(Pos::new(anchor, VPos::Bottom));
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("peak {y:.2} {unit_name}"),
+                (x, y * 1.02),
+                style,
+            )))
+            .map_err(draw_err)?;
+    }
+    if !d.leaks.is_empty() {
+        let per_iter: i64 = d.leaks.iter().map(|l| l.bytes_per_iteration).sum();
+        let text = format!(
+            "{} leak candidate(s): +{:.1} MiB per iteration",
+            d.leaks.len(),
+            per_iter as f64 / (1 << 20) as f64
+        );
+        chart
+            .draw_series(std::iter::once(Text::new(
+                text,
+                (x_of(t0), top * 0.97),
+                ("sans-serif", 18).into_font().color(&RGBColor(170, 80, 0)),
+            )))
+            .map_err(draw_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_err)?;
+    root.present().map_err(draw_err)?;
+    Ok(())
+}
+
+/// The chart as PNG bytes.
+pub fn render_png(dev: &DeviceFrames, d: &DeviceSummary) -> Result<Vec<u8>, ChartError> {
+    register();
+    let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)).into_drawing_area();
+        draw(root, dev, d)?;
+    }
+    let mut png = Vec::new();
+    let encoder = image::codecs::png::PngEncoder::new(&mut png);
+    image::ImageEncoder::write_image(encoder, &rgb, WIDTH, HEIGHT, image::ColorType::Rgb8)
+        .map_err(draw_err)?;
+    Ok(png)
+}
+
+/// The chart as an SVG document.
+pub fn render_svg(dev: &DeviceFrames, d: &DeviceSummary) -> Result<String, ChartError> {
+    register();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        draw(root, dev, d)?;
+    }
+    Ok(svg)
+}
+
+/// Writes `chart.png` and `chart.svg` for the report's first device.
+pub fn write_charts(dir: &Path, dev: &DeviceFrames, d: &DeviceSummary) -> Result<(), ChartError> {
+    std::fs::write(dir.join("chart.png"), render_png(dev, d)?)?;
+    std::fs::write(dir.join("chart.svg"), render_svg(dev, d)?)?;
+    Ok(())
+}

@@ -1,0 +1,293 @@
+//! Level-of-detail queries over a loaded report: the timeline (per-pixel min/max of allocated
+//! and reserved bytes, the largest allocation bands in the window and one aggregated band for
+//! the rest), allocation search, and stack frames.
+//!
+//! The timeline costs one pass over the entries inside the window plus one pass over the
+//! allocation lifetimes, and its payload is bounded by `width` and [`MAX_BANDS`]: zooming in
+//! until a window holds at most `MAX_BANDS` allocations shows every one of them as its own band.
+
+use memlens_core::stacks::{is_internal_frame, StackResolver};
+use polars::prelude::*;
+use serde::Serialize;
+
+use crate::reportdata::DeviceFrames;
+
+/// Most allocations drawn as their own band in one response.
+pub const MAX_BANDS: usize = 2_000;
+/// Widest timeline accepted.
+pub const MAX_WIDTH: usize = 8_192;
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Timeline {
+    pub device: i64,
+    /// `time_us` or `event_order`.
+    pub time_axis: String,
+    pub start: i64,
+    pub end: i64,
+    /// Bucket `i` covers `[start + i·(end−start)/width, start + (i+1)·(end−start)/width)`.
+    pub width: usize,
+    pub allocated_min: Vec<i64>,
+    pub allocated_max: Vec<i64>,
+    pub reserved_min: Vec<i64>,
+    pub reserved_max: Vec<i64>,
+    /// The largest allocations live in the window, in allocation order.
+    pub bands: Vec<Band>,
+    /// Allocations live in the window.
+    pub allocations_in_window: usize,
+    /// Per bucket: bytes held by allocations not drawn as bands (the aggregated band).
+    pub rest_max: Vec<i64>,
+    /// Data range of the whole device, for zooming out.
+    pub full_start: i64,
+    pub full_end: i64,
+}
+
+#[derive(Debug, Serialize, Clone, utoipa::ToSchema)]
+pub struct Band {
+    pub addr: i64,
+    /// Requested bytes.
+    pub size: i64,
+    /// `None`: allocated before recording began.
+    pub t_alloc: Option<i64>,
+    /// `None`: still live at the end.
+    pub t_free: Option<i64>,
+    pub stack_id: u32,
+    pub stream: i64,
+}
+
+fn i64s<'a>(df: &'a DataFrame, name: &str) -> PolarsResult<&'a [i64]> {
+    df.column(name)?.i64()?.cont_slice()
+}
+
+/// Per-bucket min/max of a step series sampled at `time` (value holds until the next entry);
+/// `before` is the value before the first entry.
+pub fn bucket_min_max(
+    time: &[i64],
+    values: &[i64],
+    before: i64,
+    start: i64,
+    end: i64,
+    width: usize,
+) -> (Vec<i64>, Vec<i64>) {
+    let width = width.max(1);
+    let span = (end - start).max(1) as i128;
+    let bucket_of = |t: i64| -> usize {
+        (((t - start) as i128 * width as i128) / span).clamp(0, width as i128 - 1) as usize
+    };
+    let first = time.partition_point(|&t| t < start);
+    let mut current = if first == 0 {
+        before
+    } else {
+        values[first - 1]
+    };
+    let mut mins = vec![i64::MAX; width];
+    let mut maxs = vec![i64::MIN; width];
+    let mut b = 0usize;
+    mins[0] = current;
+    maxs[0] = current;
+    for i in first..time.len() {
+        if time[i] > end {
+            break;
+        }
+        let nb = bucket_of(time[i]);
+        while b < nb {
+            b += 1;
+            mins[b] = current;
+            maxs[b] = current;
+        }
+        current = values[i];
+        mins[b] = mins[b].min(current);
+        maxs[b] = maxs[b].max(current);
+    }
+    while b + 1 < width {
+        b += 1;
+        mins[b] = current;
+        maxs[b] = current;
+    }
+    (mins, maxs)
+}
+
+/// The timeline of one device between `start` and `end` (defaults: the whole trace).
+pub fn timeline(
+    dev: &DeviceFrames,
+    has_time: bool,
+    initial: (i64, i64),
+    start: Option<i64>,
+    end: Option<i64>,
+    width: usize,
+) -> PolarsResult<Timeline> {
+    let time = i64s(&dev.usage, "time")?;
+    let allocated = i64s(&dev.usage, "allocated")?;
+    let reserved = i64s(&dev.usage, "reserved")?;
+    let full_start = time.first().copied().unwrap_or(0);
+    let full_end = time.last().copied().unwrap_or(0).max(full_start + 1);
+    let start = start.unwrap_or(full_start);
+    let end = end.unwrap_or(full_end).max(start + 1);
+    let width = width.clamp(1, MAX_WIDTH);
+    let (allocated_min, allocated_max) =
+        bucket_min_max(time, allocated, initial.0, start, end, width);
+    let (reserved_min, reserved_max) = bucket_min_max(time, reserved, initial.1, start, end, width);
+
+    // Allocations overlapping the window.
+    let lt = &dev.lifetimes;
+    let size = i64s(lt, "size")?;
+    let addr = i64s(lt, "addr")?;
+    let stream = i64s(lt, "stream")?;
+    let stack = lt.column("stack")?.u32()?.cont_slice()?;
+    let t_alloc = lt.column("t_alloc")?.i64()?;
+    let t_free = lt.column("t_free")?.i64()?;
+    let mut hits: Vec<usize> = Vec::new();
+    for i in 0..lt.height() {
+        let a = t_alloc.get(i).unwrap_or(i64::MIN);
+        let f = t_free.get(i).unwrap_or(i64::MAX);
+        if a <= end && f >= start {
+            hits.push(i);
+        }
+    }
+    let total = hits.len();
+    if hits.len() > MAX_BANDS {
+        hits.select_nth_unstable_by(MAX_BANDS - 1, |&x, &y| {
+            size[y].cmp(&size[x]).then(x.cmp(&y))
+        });
+        hits.truncate(MAX_BANDS);
+    }
+    hits.sort_unstable_by_key(|&i| (t_alloc.get(i).unwrap_or(i64::MIN), i));
+
+    // Bytes of the drawn bands per bucket (difference array), to derive the aggregated rest.
+    let span = (end - start).max(1) as i128;
+    let bucket_of =
+        |t: i64| -> i64 { ((t.clamp(start, end) - start) as i128 * width as i128 / span) as i64 };
+    let mut diff = vec![0i64; width + 1];
+    let bands: Vec<Band> = hits
+        .iter()
+        .map(|&i| {
+            let (a, f) = (t_alloc.get(i), t_free.get(i));
+            let b0 = bucket_of(a.unwrap_or(start)).clamp(0, width as i64 - 1) as usize;
+            let b1 = f.map_or(width, |f| (bucket_of(f) as usize).min(width));
+            if b1 > b0 {
+                diff[b0] += size[i];
+                diff[b1] -= size[i];
+            }
+            Band {
+                addr: addr[i],
+                size: size[i],
+                t_alloc: a,
+                t_free: f,
+                stack_id: stack[i],
+                stream: stream[i],
+            }
+        })
+        .collect();
+    let mut running = 0i64;
+    let rest_max: Vec<i64> = (0..width)
+        .map(|b| {
+            running += diff[b];
+            (allocated_max[b] - running).max(0)
+        })
+        .collect();
+    Ok(Timeline {
+        device: dev.device,
+        time_axis: if has_time { "time_us" } else { "event_order" }.to_owned(),
+        start,
+        end,
+        width,
+        allocated_min,
+        allocated_max,
+        reserved_min,
+        reserved_max,
+        bands,
+        allocations_in_window: total,
+        rest_max,
+        full_start,
+        full_end,
+    })
+}
+
+/// One stack frame for display.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct FrameView {
+    /// `file:line:function`.
+    pub frame: String,
+    /// Interpreter or dispatcher internals, folded by default.
+    pub internal: bool,
+}
+
+pub fn stack_frames(stacks: &StackResolver, stack: u32) -> Vec<FrameView> {
+    stacks
+        .frames(stack)
+        .into_iter()
+        .map(|frame| {
+            let mut parts = frame.rsplitn(3, ':');
+            let name = parts.next().unwrap_or("");
+            let _line = parts.next();
+            let file = parts.next().unwrap_or("");
+            FrameView {
+                internal: is_internal_frame(name, file),
+                frame,
+            }
+        })
+        .collect()
+}
+
+/// Allocation search by exact address or by a substring of any frame of the stack.
+pub fn search_allocations(
+    dev: &DeviceFrames,
+    stacks: &StackResolver,
+    addr: Option<i64>,
+    stack_substring: Option<&str>,
+    limit: usize,
+) -> PolarsResult<(usize, Vec<Band>)> {
+    let lt = &dev.lifetimes;
+    let a = i64s(lt, "addr")?;
+    let size = i64s(lt, "size")?;
+    let stream = i64s(lt, "stream")?;
+    let stack = lt.column("stack")?.u32()?.cont_slice()?;
+    let t_alloc = lt.column("t_alloc")?.i64()?;
+    let t_free = lt.column("t_free")?.i64()?;
+    let needle = stack_substring.map(str::to_lowercase);
+    let mut stack_match: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
+    let mut total = 0;
+    let mut out = Vec::new();
+    for i in 0..lt.height() {
+        if addr.is_some_and(|x| x != a[i]) {
+            continue;
+        }
+        if let Some(n) = &needle {
+            let m = *stack_match.entry(stack[i]).or_insert_with(|| {
+                stacks
+                    .frames(stack[i])
+                    .iter()
+                    .any(|f| f.to_lowercase().contains(n.as_str()))
+            });
+            if !m {
+                continue;
+            }
+        }
+        total += 1;
+        if out.len() < limit {
+            out.push(Band {
+                addr: a[i],
+                size: size[i],
+                t_alloc: t_alloc.get(i),
+                t_free: t_free.get(i),
+                stack_id: stack[i],
+                stream: stream[i],
+            });
+        }
+    }
+    Ok((total, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_carry_values_across_empty_buckets() {
+        let time = [10, 20, 30, 90];
+        let vals = [5, 7, 3, 1];
+        let (mn, mx) = bucket_min_max(&time, &vals, 0, 0, 100, 4);
+        // buckets [0,25) [25,50) [50,75) [75,100]
+        assert_eq!(mx, vec![7, 7, 3, 3]);
+        assert_eq!(mn, vec![0, 3, 3, 1]);
+    }
+}

@@ -1,0 +1,114 @@
+//! `memlens serve`: wires the store, the ingest queue and the HTTP router, recovers reports a
+//! crash left unfinished, and sweeps expired ones.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::http::{router, AppState, HttpConfig};
+use crate::ingest::Ingest;
+use crate::metrics::Metrics;
+use crate::store::{LocalStore, ReportStore};
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "MEMLENS_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    /// Where reports are stored (SQLite index + one folder per report).
+    #[arg(long, env = "MEMLENS_DATA_DIR", default_value = "memlens-data")]
+    pub data_dir: PathBuf,
+    /// Largest upload accepted, in bytes (all files of one report together).
+    #[arg(long, env = "MEMLENS_MAX_UPLOAD", default_value_t = 4 << 30)]
+    pub max_upload: u64,
+    /// Reports expire after this many days (0: never).
+    #[arg(long, env = "MEMLENS_RETENTION_DAYS", default_value_t = 0)]
+    pub retention_days: u64,
+    /// The built frontend (trunk's `dist`).
+    #[arg(long, env = "MEMLENS_STATIC_DIR", default_value = "dist")]
+    pub static_dir: PathBuf,
+    /// Reports processed at the same time.
+    #[arg(long, env = "MEMLENS_WORKERS", default_value_t = 2)]
+    pub workers: usize,
+}
+
+pub fn serve(args: ServeArgs) -> std::process::ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MEMLENS_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("memlens: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memlens: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: ServeArgs) -> Result<(), String> {
+    let store: Arc<dyn ReportStore> = Arc::new(
+        LocalStore::open(&args.data_dir)
+            .map_err(|e| format!("data directory {}: {e}", args.data_dir.display()))?,
+    );
+    let metrics = Arc::new(Metrics::default());
+    let ingest = Ingest::new(store.clone(), args.workers, metrics.clone());
+    for id in store.unfinished().map_err(|e| format!("index: {e}"))? {
+        tracing::info!(report = %id, "resuming processing left unfinished");
+        ingest.enqueue(id);
+    }
+    let config = HttpConfig {
+        max_upload: args.max_upload,
+        retention_days: args.retention_days,
+        static_dir: args.static_dir.clone(),
+    };
+    let state = AppState::new(store.clone(), ingest, metrics, config);
+    {
+        let store = store.clone();
+        tokio::spawn(async move {
+            loop {
+                let s = store.clone();
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                match tokio::task::spawn_blocking(move || s.purge_expired(now)).await {
+                    Ok(Ok(ids)) if !ids.is_empty() => {
+                        tracing::info!("purged {} expired report(s)", ids.len())
+                    }
+                    Ok(Err(e)) => tracing::error!("purging expired reports: {e}"),
+                    _ => {}
+                }
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        });
+    }
+    let listener = tokio::net::TcpListener::bind(args.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("memlens listening on http://{addr}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| format!("server: {e}"))
+}
