@@ -1,0 +1,287 @@
+//! HTTP tests against a real `memlens serve` process bound on loopback, with real traces.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn trace(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(name)
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(data: &Path, extra: &[&str]) -> Server {
+        let dist = data.join("dist");
+        std::fs::create_dir_all(&dist).expect("dist");
+        std::fs::write(dist.join("index.html"), "<html><head><title>memlens</title></head><body></body></html>").expect("index");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_memlens"))
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data.join("store"))
+            .arg("--static-dir")
+            .arg(&dist)
+            .args(extra)
+            .env("MEMLENS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("server starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("listening line");
+        let base = line.trim().rsplit(' ').next().expect("address").to_owned();
+        assert!(base.starts_with("http://127.0.0.1:"), "{line}");
+        Server { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("memlens-http-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmp");
+    d
+}
+
+fn multipart(files: &[(&str, Vec<u8>)]) -> (String, Vec<u8>) {
+    let boundary = "memlens-test-boundary-7d1e";
+    let mut body = Vec::new();
+    for (name, bytes) in files {
+        body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes());
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+fn status_code(r: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
+    match r {
+        Ok(resp) => {
+            let code = resp.status();
+            let text = resp.into_string().unwrap_or_default();
+            (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+        }
+        Err(ureq::Error::Status(code, resp)) => {
+            let text = resp.into_string().unwrap_or_default();
+            (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+        }
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+fn upload(s: &Server, files: &[(&str, Vec<u8>)]) -> (u16, Value) {
+    let (ctype, body) = multipart(files);
+    status_code(ureq::post(&s.url("/api/reports")).set("Content-Type", &ctype).send_bytes(&body))
+}
+
+fn upload_trace(s: &Server, name: &str) -> Value {
+    let (code, v) = upload(s, &[(name, std::fs::read(trace(name)).expect("trace"))]);
+    assert_eq!(code, 201, "{v}");
+    v
+}
+
+fn wait_done(s: &Server, id: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let (code, v) = status_code(ureq::get(&s.url(&format!("/api/reports/{id}/status"))).call());
+        assert_eq!(code, 200, "{v}");
+        let state = v["state"].as_str().unwrap_or("").to_owned();
+        if state == "ready" || state == "failed" {
+            return v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "still {state}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn get_json(s: &Server, path: &str) -> (u16, Value) {
+    status_code(ureq::get(&s.url(path)).call())
+}
+
+fn cli_json(name: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens")).args(["analyze", "--json"]).arg(trace(name)).output().expect("cli");
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+#[test]
+fn upload_status_summary_restart_delete() {
+    let dir = tmpdir("main");
+    let s = Server::start(&dir, &[]);
+    let created = upload_trace(&s, "leak.pickle");
+    let id = created["id"].as_str().expect("id").to_owned();
+    assert_eq!(id.len(), 32, "128-bit id");
+    assert_eq!(created["url"], format!("/r/{id}"));
+    let st = wait_done(&s, &id);
+    assert_eq!(st["state"], "ready", "{st}");
+    assert_eq!(st["bytes_read"], st["bytes_total"]);
+
+    // The summary is what `memlens analyze --json` prints.
+    let (code, summary) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!(code, 200);
+    let cli = cli_json("leak.pickle");
+    assert_eq!(summary["files"][0]["devices"], cli["files"][0]["devices"]);
+    assert_eq!(summary["files"][0]["source"], cli["files"][0]["source"]);
+
+    // Queries answer.
+    let (code, tl) = get_json(&s, &format!("/api/reports/{id}/timeline?width=200"));
+    assert_eq!(code, 200, "{tl}");
+    assert_eq!(tl["allocated_max"].as_array().map(Vec::len), Some(200));
+    let peak = cli["files"][0]["devices"][0]["peak_allocated_bytes"].as_i64().expect("peak");
+    let max = tl["allocated_max"].as_array().expect("arr").iter().filter_map(Value::as_i64).max();
+    assert_eq!(max, Some(peak), "the full-range timeline keeps the peak");
+    for q in ["segments", "fragmentation", "peak", "leaks", "ooms", "annotations", "allocations?stack=wl_leak", "stacks/1"] {
+        let (code, v) = get_json(&s, &format!("/api/reports/{id}/{q}"));
+        assert_eq!(code, 200, "{q}: {v}");
+    }
+    let (_, leaks) = get_json(&s, &format!("/api/reports/{id}/leaks"));
+    assert_eq!(leaks.as_array().map(Vec::len), Some(2));
+
+    // The share page carries a link preview; everything is no-referrer.
+    let page = ureq::get(&s.url(&format!("/r/{id}"))).call().expect("page");
+    assert_eq!(page.header("referrer-policy"), Some("no-referrer"));
+    let html = page.into_string().expect("html");
+    assert!(html.contains(&format!("/api/reports/{id}/chart.png")), "{html}");
+    let png = ureq::get(&s.url(&format!("/api/reports/{id}/chart.png"))).call().expect("png");
+    assert_eq!(png.header("content-type"), Some("image/png"));
+
+    // Restart: the report survives.
+    s.kill();
+    let s = Server::start(&dir, &[]);
+    let (code, again) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!(code, 200);
+    assert_eq!(again, summary);
+
+    // Delete needs the token.
+    let (code, _) = status_code(ureq::delete(&s.url(&format!("/api/reports/{id}"))).set("X-Delete-Token", "wrong").call());
+    assert_eq!(code, 403);
+    let token = created["delete_token"].as_str().expect("token");
+    let (code, _) = status_code(ureq::delete(&s.url(&format!("/api/reports/{id}?token={token}"))).call());
+    assert_eq!(code, 204);
+    let (code, _) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!(code, 404);
+    let (code, _) = status_code(ureq::delete(&s.url(&format!("/api/reports/{id}"))).set("X-Delete-Token", token).call());
+    assert_eq!(code, 404);
+}
+
+#[test]
+fn over_limit_uploads_get_413_and_the_server_stays_up() {
+    let dir = tmpdir("limit");
+    let s = Server::start(&dir, &["--max-upload", "100000"]);
+    let (code, v) = upload(&s, &[("leak.pickle", std::fs::read(trace("leak.pickle")).expect("trace"))]);
+    assert_eq!(code, 413, "{v}");
+    assert!(v["error"].as_str().is_some_and(|e| e.contains("100000")), "{v}");
+    // A raw body streamed without a length is cut off too.
+    let big = vec![b'x'; 300_000];
+    let (code, _) = status_code(ureq::post(&s.url("/api/reports?name=big.bin")).send(std::io::Cursor::new(big)));
+    assert_eq!(code, 413);
+    let (code, _) = get_json(&s, "/healthz");
+    assert_eq!(code, 200);
+    let metrics = ureq::get(&s.url("/metrics")).call().expect("metrics").into_string().expect("text");
+    assert!(metrics.contains("memlens_uploads_rejected_total 2"), "{metrics}");
+}
+
+#[test]
+fn a_malformed_file_fails_clearly_and_the_server_stays_healthy() {
+    let dir = tmpdir("bad");
+    let s = Server::start(&dir, &[]);
+    let full = std::fs::read(trace("mlp_train.pickle")).expect("trace");
+    let (code, v) = upload(&s, &[("cut.pickle", full[..full.len() / 3].to_vec())]);
+    assert_eq!(code, 201, "{v}");
+    let id = v["id"].as_str().expect("id").to_owned();
+    let st = wait_done(&s, &id);
+    assert_eq!(st["state"], "failed");
+    let err = st["error"].as_str().expect("error");
+    assert!(err.starts_with("cut.pickle: pickle: input ends at byte"), "{err}");
+    let (code, body) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!(code, 422);
+    assert_eq!(body["error"], err);
+    let (code, _) = get_json(&s, "/healthz");
+    assert_eq!(code, 200);
+    // Unknown content is refused by name too.
+    let (_, v) = upload(&s, &[("notes.txt", b"hello".to_vec())]);
+    let st = wait_done(&s, v["id"].as_str().expect("id"));
+    assert!(st["error"].as_str().is_some_and(|e| e.starts_with("notes.txt: unrecognised format")), "{st}");
+}
+
+#[test]
+fn concurrent_uploads_and_raw_bodies() {
+    let dir = tmpdir("concurrent");
+    let s = Server::start(&dir, &[]);
+    let base = s.base.clone();
+    let handles: Vec<_> = ["gpt_train.pickle", "oom_fragmentation.pickle"]
+        .into_iter()
+        .map(|name| {
+            let base = base.clone();
+            std::thread::spawn(move || {
+                let bytes = std::fs::read(trace(name)).expect("trace");
+                let r = ureq::post(&format!("{base}/api/reports?name={name}")).send_bytes(&bytes).expect("upload");
+                let v: Value = serde_json::from_str(&r.into_string().expect("body")).expect("json");
+                (name, v["id"].as_str().expect("id").to_owned())
+            })
+        })
+        .collect();
+    for h in handles {
+        let (name, id) = h.join().expect("thread");
+        let st = wait_done(&s, &id);
+        assert_eq!(st["state"], "ready", "{name}: {st}");
+        assert_eq!(st["files"][0], name);
+        let (_, summary) = get_json(&s, &format!("/api/reports/{id}"));
+        assert_eq!(summary["files"][0]["devices"], cli_json(name)["files"][0]["devices"], "{name}");
+    }
+}
+
+#[test]
+fn kill_9_mid_ingest_resumes_after_restart() {
+    let dir = tmpdir("kill9");
+    let s = Server::start(&dir, &["--workers", "1"]);
+    let a = upload_trace(&s, "many_small.pickle.gz");
+    let b = upload_trace(&s, "kv_cache_inference.pickle");
+    s.kill(); // SIGKILL while the first is processing and the second is queued
+    let s = Server::start(&dir, &[]);
+    for v in [a, b] {
+        let st = wait_done(&s, v["id"].as_str().expect("id"));
+        assert_eq!(st["state"], "ready", "{st}");
+    }
+}
+
+#[test]
+fn expired_reports_answer_410_and_the_api_is_documented() {
+    let dir = tmpdir("expiry");
+    let s = Server::start(&dir, &[]);
+    let bytes = std::fs::read(trace("mlp_train.pickle")).expect("trace");
+    let r = ureq::post(&s.url("/api/reports?name=mlp.pickle&expires_in_days=0")).send_bytes(&bytes).expect("upload");
+    let v: Value = serde_json::from_str(&r.into_string().expect("body")).expect("json");
+    let (code, _) = get_json(&s, &format!("/api/reports/{}", v["id"].as_str().expect("id")));
+    assert_eq!(code, 410);
+    let (code, doc) = get_json(&s, "/api/openapi.json");
+    assert_eq!(code, 200);
+    for p in ["/api/reports", "/api/reports/{id}/timeline", "/api/reports/{id}/segments", "/api/reports/{id}/chart.png"] {
+        assert!(doc["paths"].get(p).is_some(), "{p} missing from the OpenAPI document");
+    }
+    let (code, _) = get_json(&s, "/api/reports/not-an-id/status");
+    assert_eq!(code, 404);
+}
