@@ -15,5 +15,6 @@ fn main() -> ExitCode {
     match args.command {
         cli::Command::Analyze(a) => cli::analyze(a),
         cli::Command::Serve(a) => memlens::serve::serve(a),
+        cli::Command::Healthcheck(a) => cli::healthcheck(a),
     }
 }

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 fn trace(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../traces")
+        .join(name)
 }
 
 struct Server {
@@ -20,7 +22,11 @@ impl Server {
     fn start(data: &Path, extra: &[&str]) -> Server {
         let dist = data.join("dist");
         std::fs::create_dir_all(&dist).expect("dist");
-        std::fs::write(dist.join("index.html"), "<html><head><title>memlens</title></head><body></body></html>").expect("index");
+        std::fs::write(
+            dist.join("index.html"),
+            "<html><head><title>memlens</title></head><body></body></html>",
+        )
+        .expect("index");
         let mut child = Command::new(env!("CARGO_BIN_EXE_memlens"))
             .args(["serve", "--bind", "127.0.0.1:0"])
             .arg("--data-dir")
@@ -35,7 +41,9 @@ impl Server {
             .expect("server starts");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("listening line");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("listening line");
         let base = line.trim().rsplit(' ').next().expect("address").to_owned();
         assert!(base.starts_with("http://127.0.0.1:"), "{line}");
         Server { child, base }
@@ -94,7 +102,11 @@ fn status_code(r: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
 
 fn upload(s: &Server, files: &[(&str, Vec<u8>)]) -> (u16, Value) {
     let (ctype, body) = multipart(files);
-    status_code(ureq::post(&s.url("/api/reports")).set("Content-Type", &ctype).send_bytes(&body))
+    status_code(
+        ureq::post(&s.url("/api/reports"))
+            .set("Content-Type", &ctype)
+            .send_bytes(&body),
+    )
 }
 
 fn upload_trace(s: &Server, name: &str) -> Value {
@@ -122,7 +134,11 @@ fn get_json(s: &Server, path: &str) -> (u16, Value) {
 }
 
 fn cli_json(name: &str) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_memlens")).args(["analyze", "--json"]).arg(trace(name)).output().expect("cli");
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["analyze", "--json"])
+        .arg(trace(name))
+        .output()
+        .expect("cli");
     assert!(out.status.success());
     serde_json::from_slice(&out.stdout).expect("json")
 }
@@ -150,10 +166,26 @@ fn upload_status_summary_restart_delete() {
     let (code, tl) = get_json(&s, &format!("/api/reports/{id}/timeline?width=200"));
     assert_eq!(code, 200, "{tl}");
     assert_eq!(tl["allocated_max"].as_array().map(Vec::len), Some(200));
-    let peak = cli["files"][0]["devices"][0]["peak_allocated_bytes"].as_i64().expect("peak");
-    let max = tl["allocated_max"].as_array().expect("arr").iter().filter_map(Value::as_i64).max();
+    let peak = cli["files"][0]["devices"][0]["peak_allocated_bytes"]
+        .as_i64()
+        .expect("peak");
+    let max = tl["allocated_max"]
+        .as_array()
+        .expect("arr")
+        .iter()
+        .filter_map(Value::as_i64)
+        .max();
     assert_eq!(max, Some(peak), "the full-range timeline keeps the peak");
-    for q in ["segments", "fragmentation", "peak", "leaks", "ooms", "annotations", "allocations?stack=wl_leak", "stacks/1"] {
+    for q in [
+        "segments",
+        "fragmentation",
+        "peak",
+        "leaks",
+        "ooms",
+        "annotations",
+        "allocations?stack=wl_leak",
+        "stacks/1",
+    ] {
         let (code, v) = get_json(&s, &format!("/api/reports/{id}/{q}"));
         assert_eq!(code, 200, "{q}: {v}");
     }
@@ -164,8 +196,13 @@ fn upload_status_summary_restart_delete() {
     let page = ureq::get(&s.url(&format!("/r/{id}"))).call().expect("page");
     assert_eq!(page.header("referrer-policy"), Some("no-referrer"));
     let html = page.into_string().expect("html");
-    assert!(html.contains(&format!("/api/reports/{id}/chart.png")), "{html}");
-    let png = ureq::get(&s.url(&format!("/api/reports/{id}/chart.png"))).call().expect("png");
+    assert!(
+        html.contains(&format!("/api/reports/{id}/chart.png")),
+        "{html}"
+    );
+    let png = ureq::get(&s.url(&format!("/api/reports/{id}/chart.png")))
+        .call()
+        .expect("png");
     assert_eq!(png.header("content-type"), Some("image/png"));
 
     // Restart: the report survives.
@@ -176,14 +213,23 @@ fn upload_status_summary_restart_delete() {
     assert_eq!(again, summary);
 
     // Delete needs the token.
-    let (code, _) = status_code(ureq::delete(&s.url(&format!("/api/reports/{id}"))).set("X-Delete-Token", "wrong").call());
+    let (code, _) = status_code(
+        ureq::delete(&s.url(&format!("/api/reports/{id}")))
+            .set("X-Delete-Token", "wrong")
+            .call(),
+    );
     assert_eq!(code, 403);
     let token = created["delete_token"].as_str().expect("token");
-    let (code, _) = status_code(ureq::delete(&s.url(&format!("/api/reports/{id}?token={token}"))).call());
+    let (code, _) =
+        status_code(ureq::delete(&s.url(&format!("/api/reports/{id}?token={token}"))).call());
     assert_eq!(code, 204);
     let (code, _) = get_json(&s, &format!("/api/reports/{id}"));
     assert_eq!(code, 404);
-    let (code, _) = status_code(ureq::delete(&s.url(&format!("/api/reports/{id}"))).set("X-Delete-Token", token).call());
+    let (code, _) = status_code(
+        ureq::delete(&s.url(&format!("/api/reports/{id}")))
+            .set("X-Delete-Token", token)
+            .call(),
+    );
     assert_eq!(code, 404);
 }
 
@@ -191,17 +237,35 @@ fn upload_status_summary_restart_delete() {
 fn over_limit_uploads_get_413_and_the_server_stays_up() {
     let dir = tmpdir("limit");
     let s = Server::start(&dir, &["--max-upload", "100000"]);
-    let (code, v) = upload(&s, &[("leak.pickle", std::fs::read(trace("leak.pickle")).expect("trace"))]);
+    let (code, v) = upload(
+        &s,
+        &[(
+            "leak.pickle",
+            std::fs::read(trace("leak.pickle")).expect("trace"),
+        )],
+    );
     assert_eq!(code, 413, "{v}");
-    assert!(v["error"].as_str().is_some_and(|e| e.contains("100000")), "{v}");
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("100000")),
+        "{v}"
+    );
     // A raw body streamed without a length is cut off too.
     let big = vec![b'x'; 300_000];
-    let (code, _) = status_code(ureq::post(&s.url("/api/reports?name=big.bin")).send(std::io::Cursor::new(big)));
+    let (code, _) = status_code(
+        ureq::post(&s.url("/api/reports?name=big.bin")).send(std::io::Cursor::new(big)),
+    );
     assert_eq!(code, 413);
     let (code, _) = get_json(&s, "/healthz");
     assert_eq!(code, 200);
-    let metrics = ureq::get(&s.url("/metrics")).call().expect("metrics").into_string().expect("text");
-    assert!(metrics.contains("memlens_uploads_rejected_total 2"), "{metrics}");
+    let metrics = ureq::get(&s.url("/metrics"))
+        .call()
+        .expect("metrics")
+        .into_string()
+        .expect("text");
+    assert!(
+        metrics.contains("memlens_uploads_rejected_total 2"),
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -215,7 +279,10 @@ fn a_malformed_file_fails_clearly_and_the_server_stays_healthy() {
     let st = wait_done(&s, &id);
     assert_eq!(st["state"], "failed");
     let err = st["error"].as_str().expect("error");
-    assert!(err.starts_with("cut.pickle: pickle: input ends at byte"), "{err}");
+    assert!(
+        err.starts_with("cut.pickle: pickle: input ends at byte"),
+        "{err}"
+    );
     let (code, body) = get_json(&s, &format!("/api/reports/{id}"));
     assert_eq!(code, 422);
     assert_eq!(body["error"], err);
@@ -224,7 +291,12 @@ fn a_malformed_file_fails_clearly_and_the_server_stays_healthy() {
     // Unknown content is refused by name too.
     let (_, v) = upload(&s, &[("notes.txt", b"hello".to_vec())]);
     let st = wait_done(&s, v["id"].as_str().expect("id"));
-    assert!(st["error"].as_str().is_some_and(|e| e.starts_with("notes.txt: unrecognised format")), "{st}");
+    assert!(
+        st["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("notes.txt: unrecognised format")),
+        "{st}"
+    );
 }
 
 #[test]
@@ -238,7 +310,9 @@ fn concurrent_uploads_and_raw_bodies() {
             let base = base.clone();
             std::thread::spawn(move || {
                 let bytes = std::fs::read(trace(name)).expect("trace");
-                let r = ureq::post(&format!("{base}/api/reports?name={name}")).send_bytes(&bytes).expect("upload");
+                let r = ureq::post(&format!("{base}/api/reports?name={name}"))
+                    .send_bytes(&bytes)
+                    .expect("upload");
                 let v: Value = serde_json::from_str(&r.into_string().expect("body")).expect("json");
                 (name, v["id"].as_str().expect("id").to_owned())
             })
@@ -250,7 +324,11 @@ fn concurrent_uploads_and_raw_bodies() {
         assert_eq!(st["state"], "ready", "{name}: {st}");
         assert_eq!(st["files"][0], name);
         let (_, summary) = get_json(&s, &format!("/api/reports/{id}"));
-        assert_eq!(summary["files"][0]["devices"], cli_json(name)["files"][0]["devices"], "{name}");
+        assert_eq!(
+            summary["files"][0]["devices"],
+            cli_json(name)["files"][0]["devices"],
+            "{name}"
+        );
     }
 }
 
@@ -273,15 +351,41 @@ fn expired_reports_answer_410_and_the_api_is_documented() {
     let dir = tmpdir("expiry");
     let s = Server::start(&dir, &[]);
     let bytes = std::fs::read(trace("mlp_train.pickle")).expect("trace");
-    let r = ureq::post(&s.url("/api/reports?name=mlp.pickle&expires_in_days=0")).send_bytes(&bytes).expect("upload");
+    let r = ureq::post(&s.url("/api/reports?name=mlp.pickle&expires_in_days=0"))
+        .send_bytes(&bytes)
+        .expect("upload");
     let v: Value = serde_json::from_str(&r.into_string().expect("body")).expect("json");
-    let (code, _) = get_json(&s, &format!("/api/reports/{}", v["id"].as_str().expect("id")));
+    let (code, _) = get_json(
+        &s,
+        &format!("/api/reports/{}", v["id"].as_str().expect("id")),
+    );
     assert_eq!(code, 410);
     let (code, doc) = get_json(&s, "/api/openapi.json");
     assert_eq!(code, 200);
-    for p in ["/api/reports", "/api/reports/{id}/timeline", "/api/reports/{id}/segments", "/api/reports/{id}/chart.png"] {
-        assert!(doc["paths"].get(p).is_some(), "{p} missing from the OpenAPI document");
+    for p in [
+        "/api/reports",
+        "/api/reports/{id}/timeline",
+        "/api/reports/{id}/segments",
+        "/api/reports/{id}/chart.png",
+    ] {
+        assert!(
+            doc["paths"].get(p).is_some(),
+            "{p} missing from the OpenAPI document"
+        );
     }
     let (code, _) = get_json(&s, "/api/reports/not-an-id/status");
     assert_eq!(code, 404);
+    // The container health check probes the same server.
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let ok = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["healthcheck", "--bind", &addr])
+        .status()
+        .expect("probe");
+    assert!(ok.success());
+    s.kill();
+    let down = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["healthcheck", "--bind", &addr])
+        .output()
+        .expect("probe");
+    assert!(!down.status.success());
 }

@@ -1,0 +1,27 @@
+# memlens: build the web UI and the server, then run them from a slim, non-root image.
+# No network is needed at run time.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+RUN rustup target add wasm32-unknown-unknown \
+ && cargo install trunk --version 0.21.14 --locked \
+ && cargo install wasm-bindgen-cli --version =0.2.130
+COPY . .
+RUN cargo fetch --locked \
+ && trunk build --release \
+ && cargo build --release --locked -p memlens \
+ && cp target/release/memlens /usr/local/bin/memlens
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --home-dir /app memlens \
+ && mkdir -p /data /app \
+ && chown memlens /data
+COPY --from=build /usr/local/bin/memlens /usr/local/bin/memlens
+COPY --from=build /src/dist /app/dist
+ENV MEMLENS_BIND=0.0.0.0:8080 \
+    MEMLENS_DATA_DIR=/data \
+    MEMLENS_STATIC_DIR=/app/dist
+USER memlens
+VOLUME ["/data"]
+EXPOSE 8080
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s CMD ["memlens", "healthcheck"]
+ENTRYPOINT ["memlens", "serve"]
