@@ -55,10 +55,8 @@ pub fn oracle_for(snapshot: &Path) -> PathBuf {
 
 /// Reads one counter from an oracle file.
 pub fn oracle_value(oracle: &Path, key: &str) -> i64 {
-    let text =
-        std::fs::read_to_string(oracle).unwrap_or_else(|e| panic!("{}: {e}", oracle.display()));
-    let v: serde_json::Value =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", oracle.display()));
+    let text = std::fs::read_to_string(oracle).unwrap_or_else(|e| panic!("{}: {e}", oracle.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", oracle.display()));
     v.get(key)
         .and_then(|x| x.as_i64())
         .unwrap_or_else(|| panic!("{}: no integer {key}", oracle.display()))

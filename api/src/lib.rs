@@ -227,3 +227,123 @@ pub struct BlockView {
     pub state: String,
     pub stack_id: u32,
 }
+
+// ---------------------------------------------------------------------------------------------
+// Server API payloads
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Timeline {
+    pub device: i64,
+    /// `time_us` or `event_order`.
+    pub time_axis: String,
+    pub start: i64,
+    pub end: i64,
+    /// Bucket `i` covers `[start + i·(end−start)/width, start + (i+1)·(end−start)/width)`.
+    pub width: usize,
+    pub allocated_min: Vec<i64>,
+    pub allocated_max: Vec<i64>,
+    pub reserved_min: Vec<i64>,
+    pub reserved_max: Vec<i64>,
+    /// The largest allocations live in the window, in allocation order.
+    pub bands: Vec<Band>,
+    /// Allocations live in the window.
+    pub allocations_in_window: usize,
+    /// Per bucket: bytes held by allocations not drawn as bands (the aggregated band).
+    pub rest_max: Vec<i64>,
+    /// Data range of the whole device, for zooming out.
+    pub full_start: i64,
+    pub full_end: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Band {
+    pub addr: i64,
+    /// Requested bytes.
+    pub size: i64,
+    /// `None`: allocated before recording began.
+    pub t_alloc: Option<i64>,
+    /// `None`: still live at the end.
+    pub t_free: Option<i64>,
+    pub stack_id: u32,
+    pub stream: i64,
+}
+
+/// One stack frame for display.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FrameView {
+    /// `file:line:function`.
+    pub frame: String,
+    /// Interpreter or dispatcher internals, folded by default.
+    pub internal: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ErrorBody {
+    pub error: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Created {
+    pub id: String,
+    /// The share link.
+    pub url: String,
+    /// Needed to delete the report; shown once.
+    pub delete_token: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Status {
+    pub id: String,
+    /// `queued`, `processing`, `ready` or `failed`.
+    pub state: String,
+    /// What the pipeline is doing: `queued`, `importing`, `analysing`, `storing`, `ready`.
+    pub stage: String,
+    pub bytes_read: u64,
+    pub bytes_total: u64,
+    pub files: Vec<String>,
+    pub error: Option<String>,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FragmentationSeries {
+    pub device: i64,
+    pub event_index: Vec<u32>,
+    pub time: Vec<i64>,
+    pub allocated: Vec<i64>,
+    pub reserved: Vec<i64>,
+    pub active: Vec<i64>,
+    pub free: Vec<i64>,
+    pub largest_free: Vec<i64>,
+    pub fragmentation_index: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Peak {
+    pub device: i64,
+    pub peak_allocated_bytes: i64,
+    pub peak_time_us: Option<i64>,
+    pub peak_event_index: Option<usize>,
+    pub peak_reserved_bytes: i64,
+    pub peak_stacks: Vec<StackGroup>,
+    pub fragmentation_at_peak: Option<FragmentationPoint>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SearchResult {
+    pub total: usize,
+    pub allocations: Vec<Band>,
+}

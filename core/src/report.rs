@@ -71,11 +71,7 @@ pub fn analyze_device(
             TimeAxis::EventOrder
         },
         event_count: ev.len(),
-        alloc_count: ev
-            .action()
-            .iter()
-            .filter(|&&a| a == Action::Alloc as u8)
-            .count(),
+        alloc_count: ev.action().iter().filter(|&&a| a == Action::Alloc as u8).count(),
         peak_allocated_bytes: usage.peak_allocated,
         peak_time_us: peak_idx.and_then(|i| ev.time_us(i)),
         peak_event_index: peak_idx,
@@ -103,11 +99,7 @@ pub fn analyze_device(
 }
 
 /// Summarises every device of a snapshot.
-pub fn summarize_snapshot(
-    t: &SnapshotTables,
-    file: &str,
-    gzip: bool,
-) -> Result<FileSummary, AnalysisError> {
+pub fn summarize_snapshot(t: &SnapshotTables, file: &str, gzip: bool) -> Result<FileSummary, AnalysisError> {
     let (summary, _) = analyze_snapshot(t, file, gzip)?;
     Ok(summary)
 }

@@ -50,9 +50,7 @@ pub fn sniff(head: &[u8]) -> Option<Format> {
         return Some(Format::NvidiaSmiCsv);
     }
     if t.starts_with('{') || t.starts_with('[') {
-        if t.contains("\"traceEvents\"")
-            || t.contains("\"schemaVersion\"") && t.contains("\"deviceProperties\"")
-        {
+        if t.contains("\"traceEvents\"") || t.contains("\"schemaVersion\"") && t.contains("\"deviceProperties\"") {
             return Some(Format::ProfilerTrace);
         }
         if t.contains("\"memory_used\"") || t.contains("\"memory_total\"") {
@@ -80,10 +78,7 @@ mod tests {
         assert_eq!(sniff(&[0x80, 4, 0x95]), Some(Format::PytorchSnapshot));
         assert_eq!(sniff(&[0x80, 1]), None);
         assert_eq!(sniff(b"SQLite format 3\0..."), Some(Format::NsysSqlite));
-        assert_eq!(
-            sniff(b"timestamp, index, name\n"),
-            Some(Format::NvidiaSmiCsv)
-        );
+        assert_eq!(sniff(b"timestamp, index, name\n"), Some(Format::NvidiaSmiCsv));
         assert_eq!(sniff(b"hello"), None);
     }
 }

@@ -48,11 +48,7 @@ impl Source {
     }
 
     /// `len` is the raw (possibly compressed) length.
-    pub fn from_reader(
-        mut raw: Box<dyn Read + Send>,
-        len: u64,
-        limits: SourceLimits,
-    ) -> Result<Source, ImportError> {
+    pub fn from_reader(mut raw: Box<dyn Read + Send>, len: u64, limits: SourceLimits) -> Result<Source, ImportError> {
         let mut magic = [0u8; 2];
         let got = read_up_to(&mut raw, &mut magic)?;
         if got == 0 {
@@ -70,11 +66,7 @@ impl Source {
         Source::with_head(raw, len, false)
     }
 
-    fn with_head(
-        mut reader: Box<dyn Read + Send>,
-        bound: u64,
-        gzip: bool,
-    ) -> Result<Source, ImportError> {
+    fn with_head(mut reader: Box<dyn Read + Send>, bound: u64, gzip: bool) -> Result<Source, ImportError> {
         let mut head = vec![0u8; HEAD_LEN];
         let n = read_up_to(&mut reader, &mut head).map_err(map_pipe_err)?;
         head.truncate(n);
@@ -106,10 +98,7 @@ fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// Turns errors that the gzip pipe smuggles through `io::Error` back into typed errors.
 pub fn map_pipe_err(e: std::io::Error) -> ImportError {
-    match e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<PipeError>())
-    {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<PipeError>()) {
         Some(PipeError::TooLarge(limit)) => ImportError::DecompressedTooLarge { limit: *limit },
         Some(PipeError::Gzip(msg)) => ImportError::Gzip(msg.clone()),
         None => ImportError::Io(e),
@@ -139,8 +128,7 @@ impl GunzipPipe {
         let spawned = std::thread::Builder::new()
             .name("memlens-gunzip".into())
             .spawn(move || {
-                let mut dec =
-                    flate2::read::MultiGzDecoder::new(BufReader::with_capacity(256 << 10, raw));
+                let mut dec = flate2::read::MultiGzDecoder::new(BufReader::with_capacity(256 << 10, raw));
                 let mut total = 0u64;
                 loop {
                     let mut buf = vec![0u8; 1 << 20];

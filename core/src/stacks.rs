@@ -55,12 +55,7 @@ impl StackResolver {
         };
         let names = strs("name")?;
         let files = strs("filename")?;
-        let lines: Vec<i64> = frames
-            .column("line")?
-            .i64()?
-            .iter()
-            .map(|v| v.unwrap_or(0))
-            .collect();
+        let lines: Vec<i64> = frames.column("line")?.i64()?.iter().map(|v| v.unwrap_or(0)).collect();
         let stack: Vec<u32> = stack_frames
             .column("stack")?
             .u32()?
@@ -101,10 +96,7 @@ impl StackResolver {
 
     /// All frames of a stack, innermost first, as `file:line:function`.
     pub fn frames(&self, stack: u32) -> Vec<String> {
-        self.frame_ids(stack)
-            .iter()
-            .map(|&f| self.format(f))
-            .collect()
+        self.frame_ids(stack).iter().map(|&f| self.format(f)).collect()
     }
 
     /// Frames without interpreter internals, innermost first.

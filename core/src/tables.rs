@@ -143,15 +143,7 @@ impl TraceRows {
     pub fn is_empty(&self) -> bool {
         self.action.is_empty()
     }
-    pub fn push(
-        &mut self,
-        action: Action,
-        addr: i64,
-        size: i64,
-        stream: i64,
-        time_us: i64,
-        stack: u32,
-    ) {
+    pub fn push(&mut self, action: Action, addr: i64, size: i64, stream: i64, time_us: i64, stack: u32) {
         self.action.push(action as u8);
         self.addr.push(addr);
         self.size.push(size);
@@ -355,9 +347,7 @@ pub struct SnapshotTables {
 }
 
 fn col<T: PolarsNumericType>(name: &str, v: Vec<T::Native>) -> Column {
-    ChunkedArray::<T>::from_vec(name.into(), v)
-        .into_series()
-        .into()
+    ChunkedArray::<T>::from_vec(name.into(), v).into_series().into()
 }
 
 impl SnapshotColumns {
@@ -377,10 +367,7 @@ impl SnapshotColumns {
         source.stack_count = frames.stack_count();
 
         // Keep only rows that belong to a device list, in device order.
-        let covered: usize = device_ranges
-            .iter()
-            .map(|(_, (s, e))| (e - s) as usize)
-            .sum();
+        let covered: usize = device_ranges.iter().map(|(_, (s, e))| (e - s) as usize).sum();
         let contiguous = covered == trace.len() && {
             let mut sorted = device_ranges.clone();
             sorted.sort_by_key(|(_, (s, _))| *s);
@@ -427,12 +414,9 @@ impl SnapshotColumns {
             Some(m) => Some(m[r as usize]).filter(|&x| x != u32::MAX),
         };
         let time_col: Column = if time_us.contains(&NO_TIME) {
-            Int64Chunked::from_iter_options(
-                "time_us".into(),
-                time_us.iter().map(|&t| (t != NO_TIME).then_some(t)),
-            )
-            .into_series()
-            .into()
+            Int64Chunked::from_iter_options("time_us".into(), time_us.iter().map(|&t| (t != NO_TIME).then_some(t)))
+                .into_series()
+                .into()
         } else {
             col::<Int64Type>("time_us", time_us)
         };

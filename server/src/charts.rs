@@ -74,8 +74,7 @@ where
             t as f64
         }
     };
-    let x_of_bucket =
-        |b: usize| x_of(t0) + (b as f64 + 0.5) * (x_of(t1) - x_of(t0)) / POINTS as f64;
+    let x_of_bucket = |b: usize| x_of(t0) + (b as f64 + 0.5) * (x_of(t1) - x_of(t0)) / POINTS as f64;
     let x_label = if has_time {
         "seconds since the first trace entry"
     } else {
@@ -117,9 +116,7 @@ where
         )
         .map_err(draw_err)?
         .label("allocated (requested)")
-        .legend(move |(x, y)| {
-            Rectangle::new([(x, y - 6), (x + 18, y + 6)], blue.mix(0.5).filled())
-        });
+        .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], blue.mix(0.5).filled()));
     let grey = RGBColor(90, 90, 90);
     chart
         .draw_series(LineSeries::new(
@@ -145,10 +142,7 @@ where
             .map_err(draw_err)?;
         chart
             .draw_series(std::iter::once(Text::new(
-                format!(
-                    "OOM: {:.0} MiB requested",
-                    o.requested_bytes as f64 / (1 << 20) as f64
-                ),
+                format!("OOM: {:.0} MiB requested", o.requested_bytes as f64 / (1 << 20) as f64),
                 (x, top),
                 ("sans-serif", 16).into_font().color(&red),
             )))
@@ -212,8 +206,7 @@ pub fn render_png(dev: &DeviceFrames, d: &DeviceSummary) -> Result<Vec<u8>, Char
     }
     let mut png = Vec::new();
     let encoder = image::codecs::png::PngEncoder::new(&mut png);
-    image::ImageEncoder::write_image(encoder, &rgb, WIDTH, HEIGHT, image::ColorType::Rgb8)
-        .map_err(draw_err)?;
+    image::ImageEncoder::write_image(encoder, &rgb, WIDTH, HEIGHT, image::ColorType::Rgb8).map_err(draw_err)?;
     Ok(png)
 }
 

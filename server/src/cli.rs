@@ -47,10 +47,7 @@ pub fn healthcheck(args: HealthArgs) -> ExitCode {
         let timeout = std::time::Duration::from_secs(3);
         let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
         s.set_read_timeout(Some(timeout))?;
-        s.write_all(
-            format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )?;
+        s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
         let mut buf = String::new();
         s.read_to_string(&mut buf)?;
         Ok(buf.starts_with("HTTP/1.1 200"))
@@ -81,12 +78,9 @@ pub struct AnalyzeArgs {
 /// Imports and summarises one file; the error is one line naming the file and the problem.
 pub fn summarize_file(path: &PathBuf) -> Result<FileSummary, String> {
     let name = path.display().to_string();
-    let imported =
-        import_path(path, ImportOptions::default()).map_err(|e| format!("{name}: {e}"))?;
+    let imported = import_path(path, ImportOptions::default()).map_err(|e| format!("{name}: {e}"))?;
     match imported.data {
-        Imported::Snapshot(t) => {
-            summarize_snapshot(&t, &name, imported.gzip).map_err(|e| format!("{name}: {e}"))
-        }
+        Imported::Snapshot(t) => summarize_snapshot(&t, &name, imported.gzip).map_err(|e| format!("{name}: {e}")),
     }
 }
 
@@ -132,12 +126,7 @@ fn gib(b: i64) -> String {
 
 /// The human-readable summary of one file.
 pub fn render_text(f: &FileSummary) -> String {
-    let mut s = format!(
-        "{} ({}{})\n",
-        f.file,
-        f.format,
-        if f.gzip { ", gzip" } else { "" }
-    );
+    let mut s = format!("{} ({}{})\n", f.file, f.format, if f.gzip { ", gzip" } else { "" });
     for d in &f.devices {
         s += &render_device(d);
     }
@@ -154,10 +143,7 @@ fn render_device(d: &DeviceSummary) -> String {
         (None, Some(i)) => format!(" at entry {i}"),
         _ => " before the trace began".to_owned(),
     };
-    s += &format!(
-        "    peak allocated  {}{when}\n",
-        gib(d.peak_allocated_bytes)
-    );
+    s += &format!("    peak allocated  {}{when}\n", gib(d.peak_allocated_bytes));
     s += &format!("    peak reserved   {}\n", gib(d.peak_reserved_bytes));
     if let Some(fp) = &d.fragmentation_at_peak {
         s += &format!(
@@ -198,12 +184,7 @@ fn render_device(d: &DeviceSummary) -> String {
             gib(l.bytes),
             l.count,
             l.iterations_seen,
-            l.stack
-                .iter()
-                .take(3)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(" ← ")
+            l.stack.iter().take(3).cloned().collect::<Vec<_>>().join(" ← ")
         );
     }
     s

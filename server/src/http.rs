@@ -17,10 +17,12 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::StreamExt;
-use memlens_api::{AnalyzeOutput, DeviceSummary, SegmentMap};
+use memlens_api::{
+    AnalyzeOutput, Created, DeviceSummary, ErrorBody, FragmentationSeries, Peak, SearchResult, SegmentMap, Status,
+};
 use memlens_core::analysis::segment_map::{segment_map_at, segment_map_at_time};
 use memlens_core::analysis::DeviceEvents;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::set_header::SetResponseHeaderLayer;
@@ -28,9 +30,10 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use crate::ids;
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
-use crate::query::{self, Band, FrameView, Timeline};
+use crate::query;
 use crate::reportdata::{self, LoadedReport};
 use crate::store::{ReportRecord, ReportState, ReportStore, StoredFile};
+use memlens_api::{FrameView, Timeline};
 
 /// Server settings the handlers need.
 #[derive(Clone, Debug)]
@@ -95,13 +98,6 @@ pub enum ApiError {
     Internal(String),
 }
 
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    pub error: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<Status>,
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (code, error, status) = match self {
@@ -111,11 +107,7 @@ impl IntoResponse for ApiError {
                 None,
             ),
             ApiError::Gone => (StatusCode::GONE, "this report has expired".to_owned(), None),
-            ApiError::Forbidden => (
-                StatusCode::FORBIDDEN,
-                "wrong or missing delete token".to_owned(),
-                None,
-            ),
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, "wrong or missing delete token".to_owned(), None),
             ApiError::TooLarge(limit) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("upload exceeds the limit of {limit} bytes"),
@@ -129,18 +121,12 @@ impl IntoResponse for ApiError {
             ),
             ApiError::Failed(s) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
-                s.error
-                    .clone()
-                    .unwrap_or_else(|| "processing failed".into()),
+                s.error.clone().unwrap_or_else(|| "processing failed".into()),
                 Some(s),
             ),
             ApiError::Internal(cause) => {
                 tracing::error!("internal error: {cause}");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal error".to_owned(),
-                    None,
-                )
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal error".to_owned(), None)
             }
         };
         (code, Json(ErrorBody { error, status })).into_response()
@@ -165,10 +151,7 @@ pub fn router(state: Shared) -> Router {
     let static_dir = state.config.static_dir.clone();
     let index = static_dir.join("index.html");
     Router::new()
-        .route(
-            "/api/reports",
-            post(upload).layer(DefaultBodyLimit::disable()),
-        )
+        .route("/api/reports", post(upload).layer(DefaultBodyLimit::disable()))
         .route("/api/reports/{id}", get(summary).delete(delete_report))
         .route("/api/reports/{id}/status", get(status))
         .route("/api/reports/{id}/timeline", get(timeline))
@@ -204,15 +187,6 @@ pub struct UploadQuery {
     name: Option<String>,
     /// Expire this report after N days (at most the server's retention, when it has one).
     expires_in_days: Option<u64>,
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct Created {
-    pub id: String,
-    /// The share link.
-    pub url: String,
-    /// Needed to delete the report; shown once.
-    pub delete_token: String,
 }
 
 fn sanitize(name: &str) -> String {
@@ -373,13 +347,10 @@ async fn receive(
         .await
         .map_err(internal)?
         .map_err(internal)?;
+    st.metrics.uploads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     st.metrics
-        .uploads
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    st.metrics.upload_bytes.fetch_add(
-        files.iter().map(|f| f.size).sum(),
-        std::sync::atomic::Ordering::Relaxed,
-    );
+        .upload_bytes
+        .fetch_add(files.iter().map(|f| f.size).sum(), std::sync::atomic::Ordering::Relaxed);
     st.ingest.enqueue(id.to_owned());
     Ok(Created {
         id: id.to_owned(),
@@ -391,21 +362,6 @@ async fn receive(
 // ---------------------------------------------------------------------------------------------
 // Status, summary, delete
 // ---------------------------------------------------------------------------------------------
-
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct Status {
-    pub id: String,
-    /// `queued`, `processing`, `ready` or `failed`.
-    pub state: String,
-    /// What the pipeline is doing: `queued`, `importing`, `analysing`, `storing`, `ready`.
-    pub stage: String,
-    pub bytes_read: u64,
-    pub bytes_total: u64,
-    pub files: Vec<String>,
-    pub error: Option<String>,
-    pub created_at: i64,
-    pub expires_at: Option<i64>,
-}
 
 async fn record(st: &Shared, id: &str) -> Result<ReportRecord, ApiError> {
     if !ids::is_report_id(id) {
@@ -450,10 +406,7 @@ fn status_of(st: &Shared, rec: &ReportRecord) -> Status {
 
 #[utoipa::path(get, path = "/api/reports/{id}/status", tag = "reports", params(("id" = String, Path)),
     responses((status = 200, body = Status), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody)))]
-pub async fn status(
-    State(st): State<Shared>,
-    Path(id): Path<String>,
-) -> Result<Json<Status>, ApiError> {
+pub async fn status(State(st): State<Shared>, Path(id): Path<String>) -> Result<Json<Status>, ApiError> {
     let rec = record(&st, &id).await?;
     Ok(Json(status_of(&st, &rec)))
 }
@@ -493,10 +446,7 @@ async fn loaded(st: &Shared, id: &str) -> Result<Arc<LoadedReport>, ApiError> {
 #[utoipa::path(get, path = "/api/reports/{id}", tag = "reports", params(("id" = String, Path)),
     responses((status = 200, body = AnalyzeOutput, description = "the same JSON as `memlens analyze --json`"),
               (status = 202, body = ErrorBody), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn summary(
-    State(st): State<Shared>,
-    Path(id): Path<String>,
-) -> Result<Json<AnalyzeOutput>, ApiError> {
+pub async fn summary(State(st): State<Shared>, Path(id): Path<String>) -> Result<Json<AnalyzeOutput>, ApiError> {
     Ok(Json(loaded(&st, &id).await?.summary.clone()))
 }
 
@@ -586,11 +536,14 @@ pub struct TimelineQuery {
     start: Option<i64>,
     end: Option<i64>,
     width: Option<usize>,
+    /// `time` (default when the trace has timestamps) or `event` (entry order).
+    axis: Option<String>,
 }
 
 #[utoipa::path(get, path = "/api/reports/{id}/timeline", tag = "queries",
     params(("id" = String, Path), ("device" = Option<i64>, Query), ("start" = Option<i64>, Query), ("end" = Option<i64>, Query),
-           ("width" = Option<usize>, Query, description = "pixel buckets (default 1000)"), ("file" = Option<usize>, Query)),
+           ("width" = Option<usize>, Query, description = "pixel buckets (default 1000)"), ("file" = Option<usize>, Query),
+           ("axis" = Option<String>, Query, description = "`time` (µs) or `event` (entry order)")),
     responses((status = 200, body = Timeline)))]
 pub async fn timeline(
     State(st): State<Shared>,
@@ -602,19 +555,16 @@ pub async fn timeline(
     let device = d.device;
     let has_time = matches!(d.time_axis, memlens_api::TimeAxis::TimeUs);
     let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
+    let axis = match q.axis.as_deref() {
+        None | Some("time") if has_time => query::Axis::Time,
+        None | Some("event") | Some("time") => query::Axis::Event,
+        Some(other) => return Err(ApiError::BadRequest(format!("unknown axis `{other}` (time or event)"))),
+    };
     let tl = tokio::task::spawn_blocking(move || {
         let dev = r.files[fi]
             .device(device)
             .ok_or_else(|| ApiError::Internal(format!("device {device} frames missing")))?;
-        query::timeline(
-            dev,
-            has_time,
-            initial,
-            q.start,
-            q.end,
-            q.width.unwrap_or(1000),
-        )
-        .map_err(internal)
+        query::timeline_on(dev, axis, initial, q.start, q.end, q.width.unwrap_or(1000)).map_err(internal)
     })
     .await
     .map_err(internal)??;
@@ -655,19 +605,6 @@ pub async fn segments(
     .await
     .map_err(internal)??;
     Ok(Json(map))
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct FragmentationSeries {
-    pub device: i64,
-    pub event_index: Vec<u32>,
-    pub time: Vec<i64>,
-    pub allocated: Vec<i64>,
-    pub reserved: Vec<i64>,
-    pub active: Vec<i64>,
-    pub free: Vec<i64>,
-    pub largest_free: Vec<i64>,
-    pub fragmentation_index: Vec<f64>,
 }
 
 #[utoipa::path(get, path = "/api/reports/{id}/fragmentation", tag = "queries",
@@ -716,17 +653,6 @@ pub async fn fragmentation(
             .into_no_null_iter()
             .collect(),
     }))
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct Peak {
-    pub device: i64,
-    pub peak_allocated_bytes: i64,
-    pub peak_time_us: Option<i64>,
-    pub peak_event_index: Option<usize>,
-    pub peak_reserved_bytes: i64,
-    pub peak_stacks: Vec<memlens_api::StackGroup>,
-    pub fragmentation_at_peak: Option<memlens_api::FragmentationPoint>,
 }
 
 #[utoipa::path(get, path = "/api/reports/{id}/peak", tag = "queries", params(("id" = String, Path), ("device" = Option<i64>, Query), ("file" = Option<usize>, Query)), responses((status = 200, body = Peak)))]
@@ -809,12 +735,6 @@ pub struct SearchQuery {
     limit: Option<usize>,
 }
 
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct SearchResult {
-    pub total: usize,
-    pub allocations: Vec<Band>,
-}
-
 #[utoipa::path(get, path = "/api/reports/{id}/allocations", tag = "queries",
     params(("id" = String, Path), ("device" = Option<i64>, Query), ("addr" = Option<String>, Query), ("stack" = Option<String>, Query), ("limit" = Option<usize>, Query), ("file" = Option<usize>, Query)),
     responses((status = 200, body = SearchResult)))]
@@ -855,11 +775,7 @@ pub async fn allocations(
 async fn chart(st: Shared, id: String, q: DeviceQuery, svg: bool) -> Result<Response, ApiError> {
     let r = loaded(&st, &id).await?;
     let (fi, d) = pick(&r, q.file, q.device)?;
-    let first = fi == 0
-        && r.summary.files[0]
-            .devices
-            .first()
-            .is_some_and(|x| x.device == d.device);
+    let first = fi == 0 && r.summary.files[0].devices.first().is_some_and(|x| x.device == d.device);
     let (ctype, name) = if svg {
         ("image/svg+xml", "chart.svg")
     } else {
@@ -925,11 +841,7 @@ fn escape(s: &str) -> String {
 }
 
 /// `/r/{id}`: the frontend's page with link-preview tags for this report.
-pub async fn report_page(
-    State(st): State<Shared>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let index = st.config.static_dir.join("index.html");
     let html = match tokio::fs::read_to_string(&index).await {
         Ok(h) => h,
@@ -948,10 +860,7 @@ pub async fn report_page(
         .unwrap_or("localhost");
     let (title, image) = match record(&st, &id).await {
         Ok(rec) if rec.state == ReportState::Ready => {
-            let name = rec
-                .files
-                .first()
-                .map_or("report".to_owned(), |f| f.name.clone());
+            let name = rec.files.first().map_or("report".to_owned(), |f| f.name.clone());
             (
                 format!("memlens: {name}"),
                 Some(format!("http://{host}/api/reports/{id}/chart.png")),

@@ -61,9 +61,7 @@ struct CountingReader<R> {
 impl<R: Read> Read for CountingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.progress
-            .bytes_read
-            .fetch_add(n as u64, Ordering::Relaxed);
+        self.progress.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -78,11 +76,7 @@ pub struct Ingest {
 }
 
 impl Ingest {
-    pub fn new(
-        store: Arc<dyn ReportStore>,
-        concurrency: usize,
-        metrics: Arc<Metrics>,
-    ) -> Arc<Ingest> {
+    pub fn new(store: Arc<dyn ReportStore>, concurrency: usize, metrics: Arc<Metrics>) -> Arc<Ingest> {
         Arc::new(Ingest {
             store,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
@@ -113,11 +107,9 @@ impl Ingest {
             let result = tokio::task::spawn_blocking(move || job.run(&id2, &progress)).await;
             if let Err(e) = result {
                 tracing::error!(report = %id, "ingest task failed: {e}");
-                let _ = this.store.set_state(
-                    &id,
-                    ReportState::Failed,
-                    Some("internal error while processing"),
-                );
+                let _ = this
+                    .store
+                    .set_state(&id, ReportState::Failed, Some("internal error while processing"));
             }
             if let Ok(mut m) = this.progress.lock() {
                 m.remove(&id);
@@ -195,9 +187,7 @@ impl Ingest {
                     });
                     continue;
                 }
-                Err(ImportError::Internal(msg)) => {
-                    return Err(IngestError::Internal(format!("{}: {msg}", f.name)))
-                }
+                Err(ImportError::Internal(msg)) => return Err(IngestError::Internal(format!("{}: {msg}", f.name))),
                 Err(e) => {
                     first_error.get_or_insert_with(|| format!("{}: {e}", f.name));
                     continue;
@@ -205,8 +195,8 @@ impl Ingest {
             };
             progress.set_stage("analysing");
             let Imported::Snapshot(mut tables) = imported.data;
-            let (summary, analyses) = analyze_snapshot(&tables, &f.name, imported.gzip)
-                .map_err(|e| internal(&format!("{}: {e}", f.name)))?;
+            let (summary, analyses) =
+                analyze_snapshot(&tables, &f.name, imported.gzip).map_err(|e| internal(&format!("{}: {e}", f.name)))?;
             progress.set_stage("storing");
             let mut frames: Vec<DeviceFrames> = analyses
                 .into_iter()
@@ -217,8 +207,7 @@ impl Ingest {
                     fragmentation: a.fragmentation,
                 })
                 .collect();
-            reportdata::write_file(&staging, out.files.len(), &mut tables, &mut frames)
-                .map_err(|e| internal(&e))?;
+            reportdata::write_file(&staging, out.files.len(), &mut tables, &mut frames).map_err(|e| internal(&e))?;
             if out.files.is_empty() {
                 if let (Some(dev), Some(d)) = (frames.first(), summary.devices.first()) {
                     charts::write_charts(&staging, dev, d).map_err(|e| internal(&e))?;
@@ -243,9 +232,7 @@ impl Ingest {
             )));
         }
         reportdata::write_summary(&staging, &out).map_err(|e| internal(&e))?;
-        self.store
-            .commit_data(id, &staging)
-            .map_err(|e| internal(&e))?;
+        self.store.commit_data(id, &staging).map_err(|e| internal(&e))?;
         progress.set_stage("ready");
         Ok(())
     }

@@ -73,7 +73,10 @@ impl Metrics {
             "Reports whose processing failed.",
             self.ingest_failed.load(Ordering::Relaxed),
         );
-        let _ = writeln!(s, "# HELP memlens_ingest_seconds Time to process a report.\n# TYPE memlens_ingest_seconds histogram");
+        let _ = writeln!(
+            s,
+            "# HELP memlens_ingest_seconds Time to process a report.\n# TYPE memlens_ingest_seconds histogram"
+        );
         if let Ok(h) = self.ingest_seconds.lock() {
             for (i, b) in BUCKETS.iter().enumerate() {
                 let _ = writeln!(

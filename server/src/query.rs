@@ -6,9 +6,9 @@
 //! allocation lifetimes, and its payload is bounded by `width` and [`MAX_BANDS`]: zooming in
 //! until a window holds at most `MAX_BANDS` allocations shows every one of them as its own band.
 
+use memlens_api::{Band, FrameView, Timeline};
 use memlens_core::stacks::{is_internal_frame, StackResolver};
 use polars::prelude::*;
-use serde::Serialize;
 
 use crate::reportdata::DeviceFrames;
 
@@ -16,43 +16,6 @@ use crate::reportdata::DeviceFrames;
 pub const MAX_BANDS: usize = 2_000;
 /// Widest timeline accepted.
 pub const MAX_WIDTH: usize = 8_192;
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Timeline {
-    pub device: i64,
-    /// `time_us` or `event_order`.
-    pub time_axis: String,
-    pub start: i64,
-    pub end: i64,
-    /// Bucket `i` covers `[start + i·(end−start)/width, start + (i+1)·(end−start)/width)`.
-    pub width: usize,
-    pub allocated_min: Vec<i64>,
-    pub allocated_max: Vec<i64>,
-    pub reserved_min: Vec<i64>,
-    pub reserved_max: Vec<i64>,
-    /// The largest allocations live in the window, in allocation order.
-    pub bands: Vec<Band>,
-    /// Allocations live in the window.
-    pub allocations_in_window: usize,
-    /// Per bucket: bytes held by allocations not drawn as bands (the aggregated band).
-    pub rest_max: Vec<i64>,
-    /// Data range of the whole device, for zooming out.
-    pub full_start: i64,
-    pub full_end: i64,
-}
-
-#[derive(Debug, Serialize, Clone, utoipa::ToSchema)]
-pub struct Band {
-    pub addr: i64,
-    /// Requested bytes.
-    pub size: i64,
-    /// `None`: allocated before recording began.
-    pub t_alloc: Option<i64>,
-    /// `None`: still live at the end.
-    pub t_free: Option<i64>,
-    pub stack_id: u32,
-    pub stream: i64,
-}
 
 fn i64s<'a>(df: &'a DataFrame, name: &str) -> PolarsResult<&'a [i64]> {
     df.column(name)?.i64()?.cont_slice()
@@ -70,15 +33,10 @@ pub fn bucket_min_max(
 ) -> (Vec<i64>, Vec<i64>) {
     let width = width.max(1);
     let span = (end - start).max(1) as i128;
-    let bucket_of = |t: i64| -> usize {
-        (((t - start) as i128 * width as i128) / span).clamp(0, width as i128 - 1) as usize
-    };
+    let bucket_of =
+        |t: i64| -> usize { (((t - start) as i128 * width as i128) / span).clamp(0, width as i128 - 1) as usize };
     let first = time.partition_point(|&t| t < start);
-    let mut current = if first == 0 {
-        before
-    } else {
-        values[first - 1]
-    };
+    let mut current = if first == 0 { before } else { values[first - 1] };
     let mut mins = vec![i64::MAX; width];
     let mut maxs = vec![i64::MIN; width];
     let mut b = 0usize;
@@ -115,7 +73,60 @@ pub fn timeline(
     end: Option<i64>,
     width: usize,
 ) -> PolarsResult<Timeline> {
-    let time = i64s(&dev.usage, "time")?;
+    timeline_on(
+        dev,
+        if has_time { Axis::Time } else { Axis::Event },
+        initial,
+        start,
+        end,
+        width,
+    )
+}
+
+/// The x axis of a timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Axis {
+    /// `time_us` (wall clock).
+    Time,
+    /// Trace entry index (what PyTorch's viewer uses; the only axis without timestamps).
+    Event,
+}
+
+/// Lifetime endpoints on an axis: times, or entry indices (`-1` becomes `None`).
+fn endpoints(lt: &DataFrame, axis: Axis) -> PolarsResult<(Int64Chunked, Int64Chunked)> {
+    match axis {
+        Axis::Time => Ok((
+            lt.column("t_alloc")?.i64()?.clone(),
+            lt.column("t_free")?.i64()?.clone(),
+        )),
+        Axis::Event => {
+            let opt = |name: &str| -> PolarsResult<Int64Chunked> {
+                let c = lt.column(name)?.i64()?;
+                Ok(c.iter().map(|v| v.filter(|&x| x >= 0)).collect::<Int64Chunked>())
+            };
+            Ok((opt("alloc_idx")?, opt("free_idx")?))
+        }
+    }
+}
+
+/// The timeline on a chosen axis.
+pub fn timeline_on(
+    dev: &DeviceFrames,
+    axis: Axis,
+    initial: (i64, i64),
+    start: Option<i64>,
+    end: Option<i64>,
+    width: usize,
+) -> PolarsResult<Timeline> {
+    let order: Vec<i64>;
+    let time = match axis {
+        Axis::Time => i64s(&dev.usage, "time")?,
+        Axis::Event => {
+            order = (0..dev.usage.height() as i64).collect();
+            &order
+        }
+    };
+    let has_time = axis == Axis::Time;
     let allocated = i64s(&dev.usage, "allocated")?;
     let reserved = i64s(&dev.usage, "reserved")?;
     let full_start = time.first().copied().unwrap_or(0);
@@ -123,8 +134,7 @@ pub fn timeline(
     let start = start.unwrap_or(full_start);
     let end = end.unwrap_or(full_end).max(start + 1);
     let width = width.clamp(1, MAX_WIDTH);
-    let (allocated_min, allocated_max) =
-        bucket_min_max(time, allocated, initial.0, start, end, width);
+    let (allocated_min, allocated_max) = bucket_min_max(time, allocated, initial.0, start, end, width);
     let (reserved_min, reserved_max) = bucket_min_max(time, reserved, initial.1, start, end, width);
 
     // Allocations overlapping the window.
@@ -133,8 +143,7 @@ pub fn timeline(
     let addr = i64s(lt, "addr")?;
     let stream = i64s(lt, "stream")?;
     let stack = lt.column("stack")?.u32()?.cont_slice()?;
-    let t_alloc = lt.column("t_alloc")?.i64()?;
-    let t_free = lt.column("t_free")?.i64()?;
+    let (t_alloc, t_free) = endpoints(lt, axis)?;
     let mut hits: Vec<usize> = Vec::new();
     for i in 0..lt.height() {
         let a = t_alloc.get(i).unwrap_or(i64::MIN);
@@ -145,17 +154,14 @@ pub fn timeline(
     }
     let total = hits.len();
     if hits.len() > MAX_BANDS {
-        hits.select_nth_unstable_by(MAX_BANDS - 1, |&x, &y| {
-            size[y].cmp(&size[x]).then(x.cmp(&y))
-        });
+        hits.select_nth_unstable_by(MAX_BANDS - 1, |&x, &y| size[y].cmp(&size[x]).then(x.cmp(&y)));
         hits.truncate(MAX_BANDS);
     }
     hits.sort_unstable_by_key(|&i| (t_alloc.get(i).unwrap_or(i64::MIN), i));
 
     // Bytes of the drawn bands per bucket (difference array), to derive the aggregated rest.
     let span = (end - start).max(1) as i128;
-    let bucket_of =
-        |t: i64| -> i64 { ((t.clamp(start, end) - start) as i128 * width as i128 / span) as i64 };
+    let bucket_of = |t: i64| -> i64 { ((t.clamp(start, end) - start) as i128 * width as i128 / span) as i64 };
     let mut diff = vec![0i64; width + 1];
     let bands: Vec<Band> = hits
         .iter()
@@ -200,15 +206,6 @@ pub fn timeline(
         full_start,
         full_end,
     })
-}
-
-/// One stack frame for display.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct FrameView {
-    /// `file:line:function`.
-    pub frame: String,
-    /// Interpreter or dispatcher internals, folded by default.
-    pub internal: bool,
 }
 
 pub fn stack_frames(stacks: &StackResolver, stack: u32) -> Vec<FrameView> {

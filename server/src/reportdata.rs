@@ -21,10 +21,7 @@ use polars::prelude::*;
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {source}")]
     Parquet { path: PathBuf, source: PolarsError },
     #[error("summary.json: {0}")]
@@ -33,14 +30,7 @@ pub enum DataError {
     Polars(#[from] PolarsError),
 }
 
-const TABLES: [&str; 6] = [
-    "events",
-    "segments",
-    "blocks",
-    "frames",
-    "stack_frames",
-    "annotations",
-];
+const TABLES: [&str; 6] = ["events", "segments", "blocks", "frames", "stack_frames", "annotations"];
 
 fn write_parquet(path: &Path, df: &mut DataFrame) -> Result<(), DataError> {
     let io = |source| DataError::Io {
@@ -63,12 +53,10 @@ fn read_parquet(path: &Path) -> Result<DataFrame, DataError> {
         path: path.to_owned(),
         source,
     })?;
-    ParquetReader::new(f)
-        .finish()
-        .map_err(|source| DataError::Parquet {
-            path: path.to_owned(),
-            source,
-        })
+    ParquetReader::new(f).finish().map_err(|source| DataError::Parquet {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Frames derived for one device.

@@ -37,16 +37,10 @@ pub struct ServeArgs {
 
 pub fn serve(args: ServeArgs) -> std::process::ExitCode {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MEMLENS_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MEMLENS_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .try_init();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("memlens: cannot start the runtime: {e}");
@@ -64,8 +58,7 @@ pub fn serve(args: ServeArgs) -> std::process::ExitCode {
 
 async fn run(args: ServeArgs) -> Result<(), String> {
     let store: Arc<dyn ReportStore> = Arc::new(
-        LocalStore::open(&args.data_dir)
-            .map_err(|e| format!("data directory {}: {e}", args.data_dir.display()))?,
+        LocalStore::open(&args.data_dir).map_err(|e| format!("data directory {}: {e}", args.data_dir.display()))?,
     );
     let metrics = Arc::new(Metrics::default());
     let ingest = Ingest::new(store.clone(), args.workers, metrics.clone());

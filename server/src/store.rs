@@ -205,7 +205,14 @@ impl ReportStore for LocalStore {
         self.conn()?.execute(
             "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash)
              VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6)",
-            params![r.id, r.state.as_str(), r.created_at, r.expires_at, files, r.delete_token_hash],
+            params![
+                r.id,
+                r.state.as_str(),
+                r.created_at,
+                r.expires_at,
+                files,
+                r.delete_token_hash
+            ],
         )?;
         Ok(())
     }
@@ -230,8 +237,7 @@ impl ReportStore for LocalStore {
     }
 
     fn delete(&self, id: &str) -> StoreResult<()> {
-        self.conn()?
-            .execute("DELETE FROM reports WHERE id = ?1", params![id])?;
+        self.conn()?.execute("DELETE FROM reports WHERE id = ?1", params![id])?;
         let dir = self.report_dir(id);
         if dir.exists() {
             std::fs::remove_dir_all(dir)?;
@@ -241,21 +247,16 @@ impl ReportStore for LocalStore {
 
     fn unfinished(&self) -> StoreResult<Vec<String>> {
         let conn = self.conn()?;
-        let mut stmt = conn.prepare(
-            "SELECT id FROM reports WHERE state IN ('queued', 'processing') ORDER BY created_at",
-        )?;
-        let ids = stmt
-            .query_map([], |r| r.get(0))?
-            .collect::<Result<Vec<String>, _>>()?;
+        let mut stmt =
+            conn.prepare("SELECT id FROM reports WHERE state IN ('queued', 'processing') ORDER BY created_at")?;
+        let ids = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
         Ok(ids)
     }
 
     fn purge_expired(&self, now: i64) -> StoreResult<Vec<String>> {
         let ids: Vec<String> = {
             let conn = self.conn()?;
-            let mut stmt = conn.prepare(
-                "SELECT id FROM reports WHERE expires_at IS NOT NULL AND expires_at <= ?1",
-            )?;
+            let mut stmt = conn.prepare("SELECT id FROM reports WHERE expires_at IS NOT NULL AND expires_at <= ?1")?;
             let ids = stmt
                 .query_map(params![now], |r| r.get(0))?
                 .collect::<Result<Vec<String>, _>>()?;

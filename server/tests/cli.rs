@@ -8,9 +8,7 @@ fn memlens() -> Command {
 }
 
 fn trace(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../traces")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(name)
 }
 
 #[test]
@@ -20,11 +18,7 @@ fn json_output_has_the_documented_fields() {
         .arg(trace("oom_fragmentation.pickle"))
         .output()
         .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let d = &v["files"][0]["devices"][0];
     for key in [
@@ -51,9 +45,7 @@ fn json_output_has_the_documented_fields() {
     ] {
         assert!(oom.get(key).is_some(), "oom missing {key}");
     }
-    assert!(d["peak_time_us"]
-        .as_i64()
-        .is_some_and(|t| t > 1_700_000_000_000_000));
+    assert!(d["peak_time_us"].as_i64().is_some_and(|t| t > 1_700_000_000_000_000));
 }
 
 #[test]
@@ -64,11 +56,7 @@ fn several_files_and_text_output() {
         .arg(trace("mlp_train.pickle"))
         .output()
         .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("leak.pickle") && text.contains("mlp_train.pickle"),
@@ -101,16 +89,9 @@ fn unreadable_input_is_one_line_naming_the_file() {
     let truncated = dir.join("cut.pickle");
     let full = std::fs::read(trace("mlp_train.pickle")).expect("read");
     std::fs::write(&truncated, &full[..full.len() / 2]).expect("write");
-    let out = memlens()
-        .arg("analyze")
-        .arg(&truncated)
-        .output()
-        .expect("runs");
+    let out = memlens().arg("analyze").arg(&truncated).output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("cut.pickle: pickle: input ends at byte"),
-        "{err}"
-    );
+    assert!(err.contains("cut.pickle: pickle: input ends at byte"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

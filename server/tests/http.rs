@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 fn trace(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../traces")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(name)
 }
 
 struct Server {
@@ -41,9 +39,7 @@ impl Server {
             .expect("server starts");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("listening line");
+        BufReader::new(stdout).read_line(&mut line).expect("listening line");
         let base = line.trim().rsplit(' ').next().expect("address").to_owned();
         assert!(base.starts_with("http://127.0.0.1:"), "{line}");
         Server { child, base }
@@ -196,10 +192,7 @@ fn upload_status_summary_restart_delete() {
     let page = ureq::get(&s.url(&format!("/r/{id}"))).call().expect("page");
     assert_eq!(page.header("referrer-policy"), Some("no-referrer"));
     let html = page.into_string().expect("html");
-    assert!(
-        html.contains(&format!("/api/reports/{id}/chart.png")),
-        "{html}"
-    );
+    assert!(html.contains(&format!("/api/reports/{id}/chart.png")), "{html}");
     let png = ureq::get(&s.url(&format!("/api/reports/{id}/chart.png")))
         .call()
         .expect("png");
@@ -220,8 +213,7 @@ fn upload_status_summary_restart_delete() {
     );
     assert_eq!(code, 403);
     let token = created["delete_token"].as_str().expect("token");
-    let (code, _) =
-        status_code(ureq::delete(&s.url(&format!("/api/reports/{id}?token={token}"))).call());
+    let (code, _) = status_code(ureq::delete(&s.url(&format!("/api/reports/{id}?token={token}"))).call());
     assert_eq!(code, 204);
     let (code, _) = get_json(&s, &format!("/api/reports/{id}"));
     assert_eq!(code, 404);
@@ -239,21 +231,13 @@ fn over_limit_uploads_get_413_and_the_server_stays_up() {
     let s = Server::start(&dir, &["--max-upload", "100000"]);
     let (code, v) = upload(
         &s,
-        &[(
-            "leak.pickle",
-            std::fs::read(trace("leak.pickle")).expect("trace"),
-        )],
+        &[("leak.pickle", std::fs::read(trace("leak.pickle")).expect("trace"))],
     );
     assert_eq!(code, 413, "{v}");
-    assert!(
-        v["error"].as_str().is_some_and(|e| e.contains("100000")),
-        "{v}"
-    );
+    assert!(v["error"].as_str().is_some_and(|e| e.contains("100000")), "{v}");
     // A raw body streamed without a length is cut off too.
     let big = vec![b'x'; 300_000];
-    let (code, _) = status_code(
-        ureq::post(&s.url("/api/reports?name=big.bin")).send(std::io::Cursor::new(big)),
-    );
+    let (code, _) = status_code(ureq::post(&s.url("/api/reports?name=big.bin")).send(std::io::Cursor::new(big)));
     assert_eq!(code, 413);
     let (code, _) = get_json(&s, "/healthz");
     assert_eq!(code, 200);
@@ -262,10 +246,7 @@ fn over_limit_uploads_get_413_and_the_server_stays_up() {
         .expect("metrics")
         .into_string()
         .expect("text");
-    assert!(
-        metrics.contains("memlens_uploads_rejected_total 2"),
-        "{metrics}"
-    );
+    assert!(metrics.contains("memlens_uploads_rejected_total 2"), "{metrics}");
 }
 
 #[test]
@@ -279,10 +260,7 @@ fn a_malformed_file_fails_clearly_and_the_server_stays_healthy() {
     let st = wait_done(&s, &id);
     assert_eq!(st["state"], "failed");
     let err = st["error"].as_str().expect("error");
-    assert!(
-        err.starts_with("cut.pickle: pickle: input ends at byte"),
-        "{err}"
-    );
+    assert!(err.starts_with("cut.pickle: pickle: input ends at byte"), "{err}");
     let (code, body) = get_json(&s, &format!("/api/reports/{id}"));
     assert_eq!(code, 422);
     assert_eq!(body["error"], err);
@@ -355,10 +333,7 @@ fn expired_reports_answer_410_and_the_api_is_documented() {
         .send_bytes(&bytes)
         .expect("upload");
     let v: Value = serde_json::from_str(&r.into_string().expect("body")).expect("json");
-    let (code, _) = get_json(
-        &s,
-        &format!("/api/reports/{}", v["id"].as_str().expect("id")),
-    );
+    let (code, _) = get_json(&s, &format!("/api/reports/{}", v["id"].as_str().expect("id")));
     assert_eq!(code, 410);
     let (code, doc) = get_json(&s, "/api/openapi.json");
     assert_eq!(code, 200);
@@ -368,10 +343,7 @@ fn expired_reports_answer_410_and_the_api_is_documented() {
         "/api/reports/{id}/segments",
         "/api/reports/{id}/chart.png",
     ] {
-        assert!(
-            doc["paths"].get(p).is_some(),
-            "{p} missing from the OpenAPI document"
-        );
+        assert!(doc["paths"].get(p).is_some(), "{p} missing from the OpenAPI document");
     }
     let (code, _) = get_json(&s, "/api/reports/not-an-id/status");
     assert_eq!(code, 404);

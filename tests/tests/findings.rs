@@ -19,11 +19,10 @@ fn leak_finds_both_leak_sites() {
         .leaks
         .iter()
         .any(|l| l.stack.first().is_some_and(|f| f.contains("linear.py")));
-    let copied_input = d.leaks.iter().any(|l| {
-        l.stack
-            .first()
-            .is_some_and(|f| f.contains("train.py:142:wl_leak"))
-    });
+    let copied_input = d
+        .leaks
+        .iter()
+        .any(|l| l.stack.first().is_some_and(|f| f.contains("train.py:142:wl_leak")));
     assert!(kept_output && copied_input, "{:#?}", d.leaks);
     for l in &d.leaks {
         assert!(l.iterations_seen >= 25, "{l:?}");
@@ -50,21 +49,14 @@ fn check_fragmentation_oom(name: &str, expandable: bool) {
     assert!(d.oom_count >= 1, "{name}");
     let o = d.ooms.last().expect("an oom");
     assert_eq!(o.requested_bytes, 2 << 30, "{name}: the 2 GiB request");
-    assert!(
-        o.largest_free_block_bytes < o.requested_bytes,
-        "{name}: {o:#?}"
-    );
+    assert!(o.largest_free_block_bytes < o.requested_bytes, "{name}: {o:#?}");
     assert!(
         o.reserved_free_bytes >= o.requested_bytes,
         "{name}: gigabytes free but fragmented: {o:#?}"
     );
     assert_eq!(o.cause, "fragmentation", "{name}");
     if !expandable {
-        assert!(
-            o.remedy.contains("expandable_segments:True"),
-            "{name}: {}",
-            o.remedy
-        );
+        assert!(o.remedy.contains("expandable_segments:True"), "{name}: {}", o.remedy);
     }
     assert!(!o.live_stacks.is_empty(), "{name}");
 }
@@ -86,18 +78,11 @@ fn gzip_input_matches_plain() {
     let gz = summarize_file(&trace("many_small.pickle.gz")).unwrap_or_else(|e| panic!("{e}"));
     assert!(gz.gzip);
     let d = &gz.devices[0];
-    assert_eq!(
-        d.event_count, 180_009,
-        "many_small: entries counted by CPython pickle"
-    );
+    assert_eq!(d.event_count, 180_009, "many_small: entries counted by CPython pickle");
     assert_eq!(d.alloc_count, 60_000);
     if let Some(shared) = memlens_tests::shared_traces_dir() {
-        let plain = summarize_file(&shared.join("pytorch/many_small.pickle"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let plain = summarize_file(&shared.join("pytorch/many_small.pickle")).unwrap_or_else(|e| panic!("{e}"));
         assert!(!plain.gzip);
-        assert_eq!(
-            plain.devices, gz.devices,
-            "gzip and plain decode to the same summary"
-        );
+        assert_eq!(plain.devices, gz.devices, "gzip and plain decode to the same summary");
     }
 }

@@ -11,11 +11,7 @@ use memlens_tests::trace;
 
 fn import_bytes(bytes: Vec<u8>) -> Result<(), ImportError> {
     let len = bytes.len() as u64;
-    let source = Source::from_reader(
-        Box::new(std::io::Cursor::new(bytes)),
-        len,
-        SourceLimits::default(),
-    )?;
+    let source = Source::from_reader(Box::new(std::io::Cursor::new(bytes)), len, SourceLimits::default())?;
     import_source(source, &ImportOptions::default()).map(|_| ())
 }
 
@@ -27,9 +23,7 @@ fn refused(what: &str, bytes: Vec<u8>) -> String {
     let Ok(result) = result else {
         panic!("{what}: the importer panicked")
     };
-    let Err(err) = result else {
-        panic!("{what}: accepted")
-    };
+    let Err(err) = result else { panic!("{what}: accepted") };
     assert!(elapsed < Duration::from_secs(1), "{what}: took {elapsed:?}");
     err.to_string()
 }
@@ -59,10 +53,7 @@ fn every_code_executing_opcode_is_refused_by_name_and_offset() {
         // A valid prefix (an empty list pushed) so the offset is not trivially 2.
         let bytes = vec![0x80, 5, b']', op, 0, 0, 0, 0, b'.'];
         let msg = refused(name, bytes);
-        assert!(
-            msg.contains(&format!("{name} (0x{op:02x}) at byte 3")),
-            "{name}: {msg}"
-        );
+        assert!(msg.contains(&format!("{name} (0x{op:02x}) at byte 3")), "{name}: {msg}");
     }
 }
 

@@ -47,8 +47,5 @@ fn shared_traces_match_their_oracles() {
         return;
     };
     let n = check_dir(&shared.join("pytorch")) + check_dir(&shared.join("bench"));
-    assert!(
-        n >= 11,
-        "expected every shared snapshot to have been checked, got {n}"
-    );
+    assert!(n >= 11, "expected every shared snapshot to have been checked, got {n}");
 }

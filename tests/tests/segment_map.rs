@@ -8,8 +8,7 @@ use memlens_core::tables::SnapshotTables;
 use memlens_tests::{oracle_for, oracle_value, trace};
 
 fn tables(name: &str) -> Box<SnapshotTables> {
-    let f = import_path(&trace(name), ImportOptions::default())
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let f = import_path(&trace(name), ImportOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     let Imported::Snapshot(t) = f.data;
     t
 }
@@ -18,11 +17,7 @@ fn check_tiling(name: &str, map: &memlens_api::SegmentMap) {
     for s in &map.segments {
         let mut cursor = s.address;
         for b in &s.blocks {
-            assert_eq!(
-                b.address, cursor,
-                "{name}: blocks tile segment {:#x}",
-                s.address
-            );
+            assert_eq!(b.address, cursor, "{name}: blocks tile segment {:#x}", s.address);
             assert!(b.size > 0);
             cursor += b.size;
         }
@@ -60,11 +55,7 @@ fn the_end_state_is_the_snapshot() {
                 "{name}"
             );
         }
-        assert_eq!(
-            map.free_bytes + map.active_bytes,
-            map.reserved_bytes,
-            "{name}"
-        );
+        assert_eq!(map.free_bytes + map.active_bytes, map.reserved_bytes, "{name}");
     }
 }
 

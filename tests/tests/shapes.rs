@@ -24,10 +24,7 @@ fn pytorch_2_1_shape_falls_back_to_event_order() {
         d.peak_allocated_bytes,
         oracle_value(&oracle, "requested_bytes.all.peak")
     );
-    assert_eq!(
-        d.peak_reserved_bytes,
-        oracle_value(&oracle, "reserved_bytes.all.peak")
-    );
+    assert_eq!(d.peak_reserved_bytes, oracle_value(&oracle, "reserved_bytes.all.peak"));
     assert_eq!(d.iterations.source, "time_windows");
 }
 
@@ -60,11 +57,7 @@ fn a_bare_segment_list_is_the_state_without_history() {
 fn several_devices_are_summarised_separately() {
     let s = summary("leak.two_devices.pickle");
     let devices: Vec<i64> = s.devices.iter().map(|d| d.device).collect();
-    assert_eq!(
-        devices,
-        vec![1],
-        "device 0 has neither a trace nor segments"
-    );
+    assert_eq!(devices, vec![1], "device 0 has neither a trace nor segments");
     let d = &s.devices[0];
     let oracle = trace("leak.memory_stats.json");
     assert_eq!(

@@ -83,10 +83,7 @@ pub fn fragmentation_over_time(
                 "event_index".into(),
                 points.iter().map(|&p| p as u32).collect::<Vec<_>>(),
             ),
-            Column::new(
-                "time".into(),
-                points.iter().map(|&p| ev.time()[p]).collect::<Vec<_>>(),
-            ),
+            Column::new("time".into(), points.iter().map(|&p| ev.time()[p]).collect::<Vec<_>>()),
             Column::new(
                 "allocated".into(),
                 points
@@ -94,18 +91,9 @@ pub fn fragmentation_over_time(
                     .map(|&p| alloc.get(p).copied().unwrap_or(0))
                     .collect::<Vec<_>>(),
             ),
-            Column::new(
-                "reserved".into(),
-                stats.iter().map(|s| s.reserved).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "active".into(),
-                stats.iter().map(|s| s.active).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "free".into(),
-                stats.iter().map(|s| s.free).collect::<Vec<_>>(),
-            ),
+            Column::new("reserved".into(), stats.iter().map(|s| s.reserved).collect::<Vec<_>>()),
+            Column::new("active".into(), stats.iter().map(|s| s.active).collect::<Vec<_>>()),
+            Column::new("free".into(), stats.iter().map(|s| s.free).collect::<Vec<_>>()),
             Column::new(
                 "largest_free".into(),
                 stats.iter().map(|s| s.largest_free).collect::<Vec<_>>(),

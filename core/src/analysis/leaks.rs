@@ -31,9 +31,7 @@ pub fn leak_candidates(
             let span = (hi - lo).max(1);
             (
                 "time_windows".to_owned(),
-                (1..WINDOWS as i64)
-                    .map(|k| lo + span * k / WINDOWS as i64)
-                    .collect(),
+                (1..WINDOWS as i64).map(|k| lo + span * k / WINDOWS as i64).collect(),
             )
         }
     };

@@ -13,17 +13,10 @@ use super::{device_segments, DeviceEvents};
 use crate::tables::{Action, BlockState, SnapshotTables};
 
 pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
-    let (action, addr, size, stack, stream) =
-        (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
+    let (action, addr, size, stack, stream) = (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
     let mut open: FxHashMap<i64, usize> = FxHashMap::default();
-    let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) = (
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-    );
+    let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..action.len() {
         match Action::from_code(action[i]) {
             Action::Alloc => {
@@ -70,12 +63,7 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
             .map(|(i, a)| (a, i))
             .collect();
         (0..all_addr.len() as u32)
-            .filter_map(|g| {
-                all_addr
-                    .get(g as usize)
-                    .and_then(|a| dev_addr.get(&a))
-                    .map(|&r| (g, r))
-            })
+            .filter_map(|g| all_addr.get(g as usize).and_then(|a| dev_addr.get(&a)).map(|&r| (g, r)))
             .collect()
     };
     for i in 0..blocks.height() {
@@ -115,53 +103,32 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
     DataFrame::new(
         n,
         vec![
-            Int64Chunked::from_vec("addr".into(), r_addr)
-                .into_series()
-                .into(),
-            Int64Chunked::from_vec("size".into(), r_size)
-                .into_series()
-                .into(),
-            Int64Chunked::from_vec("alloc_idx".into(), r_alloc)
-                .into_series()
-                .into(),
-            Int64Chunked::from_vec("free_idx".into(), r_free)
-                .into_series()
-                .into(),
+            Int64Chunked::from_vec("addr".into(), r_addr).into_series().into(),
+            Int64Chunked::from_vec("size".into(), r_size).into_series().into(),
+            Int64Chunked::from_vec("alloc_idx".into(), r_alloc).into_series().into(),
+            Int64Chunked::from_vec("free_idx".into(), r_free).into_series().into(),
             t_alloc,
             t_free,
-            UInt32Chunked::from_vec("stack".into(), r_stack)
-                .into_series()
-                .into(),
-            Int64Chunked::from_vec("stream".into(), r_stream)
-                .into_series()
-                .into(),
+            UInt32Chunked::from_vec("stack".into(), r_stack).into_series().into(),
+            Int64Chunked::from_vec("stream".into(), r_stream).into_series().into(),
         ],
     )
 }
 
 /// Allocations live right after entry `idx` (`None`: before the first entry), grouped by
 /// stack: columns `stack`, `bytes`, `count`, largest first, at most `top` rows.
-pub fn live_by_stack(
-    lifetimes: &DataFrame,
-    idx: Option<usize>,
-    top: usize,
-) -> PolarsResult<DataFrame> {
+pub fn live_by_stack(lifetimes: &DataFrame, idx: Option<usize>, top: usize) -> PolarsResult<DataFrame> {
     let at = idx.map_or(-1, |i| i as i64);
     lifetimes
         .clone()
         .lazy()
         .filter(
-            col("alloc_idx").lt_eq(lit(at)).and(
-                col("free_idx")
-                    .eq(lit(-1i64))
-                    .or(col("free_idx").gt(lit(at))),
-            ),
+            col("alloc_idx")
+                .lt_eq(lit(at))
+                .and(col("free_idx").eq(lit(-1i64)).or(col("free_idx").gt(lit(at)))),
         )
         .group_by([col("stack")])
-        .agg([
-            col("size").sum().alias("bytes"),
-            col("size").count().alias("count"),
-        ])
+        .agg([col("size").sum().alias("bytes"), col("size").count().alias("count")])
         .sort_by_exprs(
             [col("bytes"), col("stack")],
             SortMultipleOptions::default().with_order_descending_multi([true, false]),

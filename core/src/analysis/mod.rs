@@ -68,14 +68,8 @@ impl DeviceEvents {
     pub fn new(t: &SnapshotTables, device: i64) -> PolarsResult<DeviceEvents> {
         let dev = t.events.column("device")?.i32()?;
         let dev = dev.cont_slice()?;
-        let start = dev
-            .iter()
-            .position(|&d| i64::from(d) == device)
-            .unwrap_or(dev.len());
-        let len = dev[start..]
-            .iter()
-            .take_while(|&&d| i64::from(d) == device)
-            .count();
+        let start = dev.iter().position(|&d| i64::from(d) == device).unwrap_or(dev.len());
+        let len = dev[start..].iter().take_while(|&&d| i64::from(d) == device).count();
         let frame = t.events.slice(start as i64, len);
         let times = frame.column("time_us")?.i64()?;
         let has_time = len > 0 && times.null_count() == 0;

@@ -59,9 +59,7 @@ pub fn iteration_starts(phases: &[PhaseRange]) -> Option<(String, Vec<i64>)> {
     }
     let says_iteration = |f: &str| {
         let l = f.to_ascii_lowercase();
-        ["iter", "step", "epoch", "batch"]
-            .iter()
-            .any(|k| l.contains(k))
+        ["iter", "step", "epoch", "batch"].iter().any(|k| l.contains(k))
     };
     let mut best: Option<(&str, Vec<i64>)> = None;
     for (f, starts) in fams {
@@ -71,15 +69,8 @@ pub fn iteration_starts(phases: &[PhaseRange]) -> Option<(String, Vec<i64>)> {
         let better = match &best {
             None => true,
             Some((bf, bs)) => {
-                (
-                    says_iteration(f),
-                    starts.len(),
-                    std::cmp::Reverse(starts.iter().min()),
-                ) > (
-                    says_iteration(bf),
-                    bs.len(),
-                    std::cmp::Reverse(bs.iter().min()),
-                )
+                (says_iteration(f), starts.len(), std::cmp::Reverse(starts.iter().min()))
+                    > (says_iteration(bf), bs.len(), std::cmp::Reverse(bs.iter().min()))
             }
         };
         if better {

@@ -115,18 +115,11 @@ impl SegmentState {
     /// Undoes entries until the state is the one right after entry `idx` (`None`: before all).
     pub fn rewind_to(&mut self, ev: &DeviceEvents, idx: Option<usize>) {
         let target = idx.map_or(0, |i| i + 1);
-        let (action, addr, size, stack, stream) =
-            (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
+        let (action, addr, size, stack, stream) = (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
         while self.cursor > target {
             self.cursor -= 1;
             let i = self.cursor;
-            self.undo(
-                Action::from_code(action[i]),
-                addr[i],
-                size[i],
-                stack[i],
-                stream[i],
-            );
+            self.undo(Action::from_code(action[i]), addr[i], size[i], stack[i], stream[i]);
         }
     }
 
@@ -405,18 +398,10 @@ fn carve(seg: &mut Segment, addr: i64, requested: i64, stack: u32) {
 }
 
 /// The segment map right after entry `idx` (`None`: before the first entry).
-pub fn segment_map_at(
-    t: &SnapshotTables,
-    ev: &DeviceEvents,
-    idx: Option<usize>,
-) -> PolarsResult<SegmentMap> {
+pub fn segment_map_at(t: &SnapshotTables, ev: &DeviceEvents, idx: Option<usize>) -> PolarsResult<SegmentMap> {
     let mut state = SegmentState::at_end(t, ev)?;
     let idx = idx.filter(|&i| i < ev.len());
-    let idx = if idx.is_none() && ev.is_empty() {
-        None
-    } else {
-        idx
-    };
+    let idx = if idx.is_none() && ev.is_empty() { None } else { idx };
     state.rewind_to(ev, idx);
     let time = idx.and_then(|i| ev.time_us(i));
     Ok(state.view(ev.device, time))
@@ -424,11 +409,7 @@ pub fn segment_map_at(
 
 /// The segment map at time `time` (µs, or entry index without timestamps): the state after the
 /// last entry at or before it.
-pub fn segment_map_at_time(
-    t: &SnapshotTables,
-    ev: &DeviceEvents,
-    time: i64,
-) -> PolarsResult<SegmentMap> {
+pub fn segment_map_at_time(t: &SnapshotTables, ev: &DeviceEvents, time: i64) -> PolarsResult<SegmentMap> {
     let n = ev.time().partition_point(|&x| x <= time);
     segment_map_at(t, ev, n.checked_sub(1))
 }

@@ -51,20 +51,14 @@ impl Usage {
         if i == 0 {
             self.initial_allocated
         } else {
-            self.allocated()
-                .get(i - 1)
-                .copied()
-                .unwrap_or(self.final_allocated)
+            self.allocated().get(i - 1).copied().unwrap_or(self.final_allocated)
         }
     }
     pub fn reserved_before(&self, i: usize) -> i64 {
         if i == 0 {
             self.initial_reserved
         } else {
-            self.reserved()
-                .get(i - 1)
-                .copied()
-                .unwrap_or(self.final_reserved)
+            self.reserved().get(i - 1).copied().unwrap_or(self.final_reserved)
         }
     }
 }
@@ -134,12 +128,8 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
             Int64Chunked::from_vec("allocated".into(), allocated)
                 .into_series()
                 .into(),
-            Int64Chunked::from_vec("active".into(), active)
-                .into_series()
-                .into(),
-            Int64Chunked::from_vec("reserved".into(), reserved)
-                .into_series()
-                .into(),
+            Int64Chunked::from_vec("active".into(), active).into_series().into(),
+            Int64Chunked::from_vec("reserved".into(), reserved).into_series().into(),
         ],
     )?;
     Ok(Usage {

@@ -56,9 +56,7 @@ pub fn import_source(source: Source, options: &ImportOptions) -> Result<Imported
             data: imp.import(source, options)?,
         }),
         None => match sniff(&source.head) {
-            Some(format) => Err(ImportError::NotSupported {
-                format: format.name(),
-            }),
+            Some(format) => Err(ImportError::NotSupported { format: format.name() }),
             None => Err(ImportError::UnknownFormat {
                 head: describe_head(&source.head),
             }),

@@ -28,13 +28,9 @@ fn mib(b: u64) -> f64 {
 }
 
 fn main() {
-    let path = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../shared/traces/bench/big_many_small.pickle.gz")
-        });
+    let path = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/bench/big_many_small.pickle.gz")
+    });
     let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let (_, base_rss) = rss();
     let t0 = Instant::now();
@@ -76,10 +72,7 @@ fn main() {
         mib(hwm_decode),
         mib(base_rss)
     );
-    println!(
-        "peak RSS − baseline {:.1} MiB",
-        mib(hwm.saturating_sub(base_rss))
-    );
+    println!("peak RSS − baseline {:.1} MiB", mib(hwm.saturating_sub(base_rss)));
     if let Some(d) = d {
         println!(
             "peak allocated  {} bytes, peak reserved {} bytes",

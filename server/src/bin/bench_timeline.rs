@@ -16,13 +16,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn main() {
-    let path = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../shared/traces/bench/big_many_small.pickle.gz")
-        });
+    let path = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/bench/big_many_small.pickle.gz")
+    });
     let imported = match import_path(&path, ImportOptions::default()) {
         Ok(i) => i,
         Err(e) => {

@@ -9,9 +9,7 @@
 use rustc_hash::FxHashMap;
 
 use super::pickle::{AppendHook, Heap, Kind, PResult, PickleError, Val, V};
-use crate::tables::{
-    Action, BlockRows, BlockState, FrameTable, SegmentRows, SnapshotColumns, TraceRows, NO_TIME,
-};
+use crate::tables::{Action, BlockRows, BlockState, FrameTable, SegmentRows, SnapshotColumns, TraceRows, NO_TIME};
 
 /// Interned ids of the keys the importer reads.
 struct Keys {
@@ -110,20 +108,14 @@ impl AppendHook for TraceLowering {
         let stream = int(keys.stream).unwrap_or(0);
         let time = int(keys.time_us);
         let device_free = int(keys.device_free);
-        let str_key = |k: u32| {
-            heap.dict_get(d, k)
-                .and_then(|v| heap.str_of(v).map(str::to_owned))
-        };
+        let str_key = |k: u32| heap.dict_get(d, k).and_then(|v| heap.str_of(v).map(str::to_owned));
         let compile_context = str_key(keys.compile_context).filter(|s| s != "N/A" && !s.is_empty());
         let user_metadata = str_key(keys.user_metadata).filter(|s| !s.is_empty());
-        let other_action =
-            (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
+        let other_action = (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
         let frames = heap.dict_get(d, keys.frames);
         let (name_k, file_k, line_k) = (keys.name, keys.filename, keys.line);
         let stack = match frames {
-            Some(f) => self
-                .frames
-                .stack_of(heap, f, name_k, file_k, line_k, offset)?,
+            Some(f) => self.frames.stack_of(heap, f, name_k, file_k, line_k, offset)?,
             None => self.frames.empty_stack(),
         };
 
@@ -217,10 +209,7 @@ impl FrameTable {
                     .and_then(|v| heap.str_of(v))
                     .unwrap_or("??")
                     .to_owned();
-                let line = heap
-                    .dict_get(d, line_k)
-                    .and_then(|v| heap.int_of(v))
-                    .unwrap_or(0);
+                let line = heap.dict_get(d, line_k).and_then(|v| heap.int_of(v)).unwrap_or(0);
                 let id = self.intern_frame(&name, &file, line);
                 heap.objs[d as usize].lowered = Val::frame(id);
                 Ok(id)
@@ -256,17 +245,10 @@ impl Walk {
 }
 
 /// Walks the decoded root (everything but the already-lowered trace entries) into columns.
-pub fn lower_root(
-    heap: &mut Heap,
-    root: Val,
-    mut lowering: TraceLowering,
-) -> PResult<SnapshotColumns> {
+pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PResult<SnapshotColumns> {
     let mut walk = Walk {
         visits: 0,
-        limit: heap
-            .items_created
-            .saturating_mul(4)
-            .saturating_add(1_000_000),
+        limit: heap.items_created.saturating_mul(4).saturating_add(1_000_000),
     };
     let mut out = SnapshotColumns::default();
     let mut k = |s: &str| heap.strings.intern(s);
@@ -286,9 +268,7 @@ pub fn lower_root(
             for kv in items.chunks_exact(2) {
                 if let V::Str(id) = heap.get(kv[0]) {
                     if !known.contains(&id) {
-                        out.source
-                            .ignored_keys
-                            .push(heap.strings.get(id).to_owned());
+                        out.source.ignored_keys.push(heap.strings.get(id).to_owned());
                     }
                 }
             }
@@ -299,11 +279,7 @@ pub fn lower_root(
                 heap.dict_get(r, k_annotations),
             )
         }
-        _ => {
-            return Err(malformed(
-                "the snapshot root is neither a dict nor a list of segments",
-            ))
-        }
+        _ => return Err(malformed("the snapshot root is neither a dict nor a list of segments")),
     };
 
     // Traces: every device list must hold only lowered entries.
@@ -348,8 +324,7 @@ pub fn lower_root(
             let expandable = g("expandable_segments");
             let conf = g("PYTORCH_CUDA_ALLOC_CONF");
             let max_split = g("max_split_size");
-            out.source.expandable_segments =
-                expandable.and_then(|v| heap.int_of(v)).map(|v| v != 0);
+            out.source.expandable_segments = expandable.and_then(|v| heap.int_of(v)).map(|v| v != 0);
             out.source.alloc_conf = conf.and_then(|v| heap.str_of(v)).map(str::to_owned);
             out.max_split_size = max_split.and_then(|v| heap.int_of(v));
         }
@@ -363,14 +338,8 @@ pub fn lower_root(
         for it in items {
             let V::Obj(d) = heap.get(it) else { continue };
             let get = |key| heap.dict_get(d, key);
-            let name = get(k_name)
-                .and_then(|v| heap.str_of(v))
-                .unwrap_or("")
-                .to_owned();
-            let stage = get(k_stage)
-                .and_then(|v| heap.str_of(v))
-                .unwrap_or("")
-                .to_owned();
+            let name = get(k_name).and_then(|v| heap.str_of(v)).unwrap_or("").to_owned();
+            let stage = get(k_stage).and_then(|v| heap.str_of(v)).unwrap_or("").to_owned();
             let device = get(k_device).and_then(|v| heap.int_of(v)).unwrap_or(0);
             let time = get(k_time).and_then(|v| heap.int_of(v)).unwrap_or(NO_TIME);
             out.annotations.push(device, name, stage, time);
@@ -431,10 +400,8 @@ fn lower_segments(
             return Err(malformed(&format!("segments[{si}] is not a dict")));
         };
         let int = |heap: &Heap, key| heap.dict_get(d, key).and_then(|v| heap.int_of(v));
-        let address = int(heap, k_address)
-            .ok_or_else(|| malformed(&format!("segments[{si}] has no address")))?;
-        let total = int(heap, k_total)
-            .ok_or_else(|| malformed(&format!("segments[{si}] has no total_size")))?;
+        let address = int(heap, k_address).ok_or_else(|| malformed(&format!("segments[{si}] has no address")))?;
+        let total = int(heap, k_total).ok_or_else(|| malformed(&format!("segments[{si}] has no total_size")))?;
         let device = int(heap, k_device).unwrap_or(0);
         let stream = int(heap, k_stream).unwrap_or(0);
         let expandable = int(heap, k_expandable).is_some_and(|v| v != 0);
@@ -454,9 +421,7 @@ fn lower_segments(
             _ => (0, 0),
         };
         let stack = match heap.dict_get(d, k_frames) {
-            Some(f) => lowering
-                .frames
-                .stack_of(heap, f, k_name, k_file, k_line, 0)?,
+            Some(f) => lowering.frames.stack_of(heap, f, k_name, k_file, k_line, 0)?,
             None => lowering.frames.empty_stack(),
         };
         let seg_index = seg_out.len() as u32;
@@ -469,9 +434,7 @@ fn lower_segments(
         let mut cursor = address;
         for (bi, b) in blocks.iter().enumerate() {
             let V::Obj(bd) = heap.get(*b) else {
-                return Err(malformed(&format!(
-                    "segments[{si}].blocks[{bi}] is not a dict"
-                )));
+                return Err(malformed(&format!("segments[{si}].blocks[{bi}] is not a dict")));
             };
             let size = int_of_key(heap, bd, k_size)
                 .ok_or_else(|| malformed(&format!("segments[{si}].blocks[{bi}] has no size")))?;
@@ -483,9 +446,7 @@ fn lower_segments(
                 .map(BlockState::from_name)
                 .unwrap_or(BlockState::Inactive);
             let bstack = match heap.dict_get(bd, k_frames) {
-                Some(f) => lowering
-                    .frames
-                    .stack_of(heap, f, k_name, k_file, k_line, 0)?,
+                Some(f) => lowering.frames.stack_of(heap, f, k_name, k_file, k_line, 0)?,
                 None => lowering.frames.empty_stack(),
             };
             match state {
@@ -507,8 +468,7 @@ fn lower_segments(
         let active = int(heap, k_active).unwrap_or(active);
         let requested = int(heap, k_requested).unwrap_or(requested);
         seg_out.push(
-            device, address, total, allocated, active, requested, stream, seg_type, pool,
-            expandable, stack,
+            device, address, total, allocated, active, requested, stream, seg_type, pool, expandable, stack,
         );
     }
     Ok(())

@@ -33,20 +33,16 @@ impl Importer for PytorchSnapshotImporter {
 }
 
 /// Decodes a snapshot into column builders.
-pub fn decode_snapshot(
-    source: Source,
-    options: &ImportOptions,
-) -> Result<crate::tables::SnapshotColumns, ImportError> {
+pub fn decode_snapshot(source: Source, options: &ImportOptions) -> Result<crate::tables::SnapshotColumns, ImportError> {
     let mut input = pickle::Input::new(source.reader, source.bound);
     let mut lowering = lower::TraceLowering::new();
-    let decoded =
-        pickle::decode(&mut input, options.pickle, &mut lowering).map_err(|e| match e {
-            pickle::PickleError::Input(_) => match input_error(&mut input) {
-                Some(err) => err,
-                None => ImportError::Pickle(e),
-            },
-            other => ImportError::Pickle(other),
-        })?;
+    let decoded = pickle::decode(&mut input, options.pickle, &mut lowering).map_err(|e| match e {
+        pickle::PickleError::Input(_) => match input_error(&mut input) {
+            Some(err) => err,
+            None => ImportError::Pickle(e),
+        },
+        other => ImportError::Pickle(other),
+    })?;
     let pickle::Decoded { root, mut heap } = decoded;
     Ok(lower::lower_root(&mut heap, root, lowering)?)
 }

@@ -43,18 +43,12 @@ impl Default for PickleLimits {
 /// Errors from the pickle layer. Offsets are byte positions in the (decompressed) pickle.
 #[derive(Debug, thiserror::Error)]
 pub enum PickleError {
-    #[error("forbidden pickle opcode {name} (0x{op:02x}) at byte {offset}: a memory snapshot never imports or calls code")]
-    Forbidden {
-        name: &'static str,
-        op: u8,
-        offset: u64,
-    },
+    #[error(
+        "forbidden pickle opcode {name} (0x{op:02x}) at byte {offset}: a memory snapshot never imports or calls code"
+    )]
+    Forbidden { name: &'static str, op: u8, offset: u64 },
     #[error("unsupported pickle opcode {name} (0x{op:02x}) at byte {offset}")]
-    Unsupported {
-        name: &'static str,
-        op: u8,
-        offset: u64,
-    },
+    Unsupported { name: &'static str, op: u8, offset: u64 },
     #[error("unsupported pickle protocol {protocol} at byte {offset} (expected 2 to 5)")]
     Protocol { protocol: u8, offset: u64 },
     #[error("not a pickle: first byte is 0x{first:02x}, expected the PROTO opcode 0x80")]
@@ -66,11 +60,7 @@ pub enum PickleError {
     #[error("nesting deeper than {limit} levels at byte {offset}")]
     TooDeep { offset: u64, limit: u32 },
     #[error("length prefix {len} at byte {offset} exceeds the {remaining} bytes the input can still hold")]
-    LengthTooLarge {
-        offset: u64,
-        len: u64,
-        remaining: u64,
-    },
+    LengthTooLarge { offset: u64, len: u64, remaining: u64 },
     #[error("decoder memory budget of {limit} bytes exceeded at byte {offset}")]
     MemoryBudget { offset: u64, limit: usize },
     #[error("malformed pickle at byte {offset}: {msg}")]
@@ -593,11 +583,7 @@ pub struct Decoded {
 }
 
 /// Decodes one pickle from `input`, offering every list item to `hook`.
-pub fn decode<R: Read>(
-    input: &mut Input<R>,
-    limits: PickleLimits,
-    hook: &mut dyn AppendHook,
-) -> PResult<Decoded> {
+pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dyn AppendHook) -> PResult<Decoded> {
     let mut heap = Heap::new(&limits);
     let mut stack: Vec<Val> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
@@ -824,11 +810,7 @@ pub fn decode<R: Read>(
                 if m == 0 {
                     malformed!(at, "APPENDS without a target list");
                 }
-                let want: &[Kind] = if op == b'e' {
-                    &[Kind::List]
-                } else {
-                    &[Kind::Set]
-                };
+                let want: &[Kind] = if op == b'e' { &[Kind::List] } else { &[Kind::Set] };
                 let list = container(&heap, stack[m - 1], want, at, "APPENDS")?;
                 let items: Vec<Val> = stack.drain(m..).collect();
                 for item in items {
@@ -882,11 +864,7 @@ pub fn decode<R: Read>(
                 let slot = slot as usize;
                 if slot >= memo.len() {
                     if slot - memo.len() > 1 << 16 {
-                        malformed!(
-                            at,
-                            "memo index {slot} far beyond the {} entries stored",
-                            memo.len()
-                        );
+                        malformed!(at, "memo index {slot} far beyond the {} entries stored", memo.len());
                     }
                     heap.charge((slot + 1 - memo.len()) * 8, at)?;
                     memo.resize(slot + 1, Val::NONE);
@@ -951,14 +929,7 @@ fn container(heap: &Heap, v: Val, want: &[Kind], at: u64, op: &str) -> PResult<u
     }
 }
 
-fn append(
-    heap: &mut Heap,
-    memo: &mut [Val],
-    hook: &mut dyn AppendHook,
-    list: u32,
-    item: Val,
-    at: u64,
-) -> PResult<()> {
+fn append(heap: &mut Heap, memo: &mut [Val], hook: &mut dyn AppendHook, list: u32, item: Val, at: u64) -> PResult<()> {
     if heap.objs[list as usize].kind == Kind::List && hook.on_append(heap, list, item, at)? {
         heap.decref(item, memo);
         return Ok(());
@@ -1056,9 +1027,7 @@ mod tests {
             0x80, 4, b'}', 0x94, b'(', 0x8c, 1, b'a', 0x94, b']', 0x94, b'(', b'K', 1, 0x8a, 6,
         ];
         p.extend_from_slice(&(1u64 << 40).to_le_bytes()[..6]);
-        p.extend_from_slice(&[
-            b'J', 0xff, 0xff, 0xff, 0xff, b'e', 0x8c, 1, b'b', b'h', 2, b'u', b'.',
-        ]);
+        p.extend_from_slice(&[b'J', 0xff, 0xff, 0xff, 0xff, b'e', 0x8c, 1, b'b', b'h', 2, b'u', b'.']);
         let d = run(&p).expect("decodes");
         let V::Obj(root) = d.heap.get(d.root) else {
             panic!("root is not a container")
@@ -1080,17 +1049,12 @@ mod tests {
             decode_long(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00]),
             None
         );
-        assert_eq!(
-            decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]),
-            Some(i64::MIN)
-        );
+        assert_eq!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff]), Some(i64::MIN));
     }
 
     #[test]
     fn refuses_global_with_offset() {
-        let err = run(&[0x80, 4, b'c', b'o', b's', b'\n'])
-            .err()
-            .expect("refused");
+        let err = run(&[0x80, 4, b'c', b'o', b's', b'\n']).err().expect("refused");
         assert!(err.to_string().contains("GLOBAL (0x63) at byte 2"), "{err}");
     }
 }
