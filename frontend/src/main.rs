@@ -1,21 +1,35 @@
 //! memlens web UI (leptos, client-side rendered, built with trunk).
 //!
-//! Invariant: this crate depends on `memlens-api` and leptos only — never on tokio or polars —
-//! so it builds for `wasm32-unknown-unknown`. It talks to the server's JSON API and never
-//! receives a raw trace.
+//! Two pages: `/` (upload, then follow processing; reports opened in this browser are listed
+//! from local storage) and `/r/{id}` (the shareable report: cards, the flame-style timeline,
+//! segment map, fragmentation, leaks, OOMs). The URL carries the view (device, window, axis).
+//!
+//! Invariant: this crate depends on `memlens-api`, leptos and the web-sys family only — never on
+//! tokio or polars — so it builds for `wasm32-unknown-unknown`. It never receives a raw trace.
+
+mod api;
+mod format;
+mod report;
+mod timeline;
+mod upload;
 
 use leptos::prelude::*;
 
-/// The landing page. The report views arrive with the server's API.
 #[component]
 fn App() -> impl IntoView {
+    let path = web_sys::window()
+        .and_then(|w| w.location().pathname().ok())
+        .unwrap_or_default();
+    let id = path.strip_prefix("/r/").map(|s| s.trim_end_matches('/').to_owned());
     view! {
-        <main class="landing">
-            <h1>"memlens"</h1>
-            <p>"Explains GPU memory: where the peak is and what is in it, what leaks each iteration, and why an allocation ran out of memory with gigabytes free."</p>
-            <p>"Analyse a PyTorch allocator snapshot from the command line:"</p>
-            <pre>"memlens analyze snapshot.pickle"</pre>
-        </main>
+        <header class="top">
+            <a href="/" class="brand">"memlens"</a>
+            <span class="tagline">"where your GPU memory went"</span>
+        </header>
+        {match id {
+            Some(id) if !id.is_empty() => view! { <report::ReportPage id=id /> }.into_any(),
+            _ => view! { <upload::UploadPage /> }.into_any(),
+        }}
     }
 }
 

@@ -1,0 +1,186 @@
+//! Talking to the memlens server: JSON GETs, uploads with progress, and the view state kept in
+//! the URL. The browser only ever receives summaries and level-of-detail answers.
+
+use serde::de::DeserializeOwned;
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+
+/// A failed request, with the server's own message when it sent one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FetchError {
+    /// HTTP status (0: the request never completed).
+    pub status: u16,
+    pub message: String,
+}
+
+fn js_err(e: JsValue) -> FetchError {
+    FetchError {
+        status: 0,
+        message: e.as_string().unwrap_or_else(|| format!("{e:?}")),
+    }
+}
+
+/// GETs `url` and decodes JSON; non-2xx answers become errors carrying `error` from the body.
+pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, FetchError> {
+    let window = web_sys::window().ok_or_else(|| js_err("no window".into()))?;
+    let resp: web_sys::Response = JsFuture::from(window.fetch_with_str(url))
+        .await
+        .map_err(js_err)?
+        .dyn_into()
+        .map_err(js_err)?;
+    let status = resp.status();
+    let text = JsFuture::from(resp.text().map_err(js_err)?)
+        .await
+        .map_err(js_err)?
+        .as_string()
+        .unwrap_or_default();
+    if !(200..300).contains(&status) || status == 202 {
+        let message = serde_json::from_str::<memlens_api::ErrorBody>(&text)
+            .map(|e| e.error)
+            .unwrap_or(text);
+        return Err(FetchError { status, message });
+    }
+    serde_json::from_str(&text).map_err(|e| FetchError {
+        status,
+        message: format!("unexpected answer: {e}"),
+    })
+}
+
+/// Uploads files as multipart; `on_progress(sent, total)` follows the upload.
+pub async fn upload(
+    files: Vec<web_sys::File>,
+    on_progress: impl Fn(f64, f64) + 'static,
+) -> Result<memlens_api::Created, FetchError> {
+    let form = web_sys::FormData::new().map_err(js_err)?;
+    for f in &files {
+        form.append_with_blob_and_filename("file", f, &f.name())
+            .map_err(js_err)?;
+    }
+    let xhr = web_sys::XmlHttpRequest::new().map_err(js_err)?;
+    xhr.open("POST", "/api/reports").map_err(js_err)?;
+    let progress = Closure::<dyn FnMut(web_sys::ProgressEvent)>::new(move |e: web_sys::ProgressEvent| {
+        on_progress(e.loaded(), e.total());
+    });
+    if let Ok(up) = xhr.upload() {
+        up.set_onprogress(Some(progress.as_ref().unchecked_ref()));
+    }
+    let done = js_sys::Promise::new(&mut |resolve, _reject| {
+        let r = resolve.clone();
+        let cb = Closure::<dyn FnMut()>::new(move || {
+            let _ = r.call0(&JsValue::NULL);
+        });
+        xhr.set_onloadend(Some(cb.as_ref().unchecked_ref()));
+        cb.forget();
+    });
+    xhr.send_with_opt_form_data(Some(&form)).map_err(js_err)?;
+    JsFuture::from(done).await.map_err(js_err)?;
+    drop(progress);
+    let status = xhr.status().unwrap_or(0);
+    let text = xhr.response_text().ok().flatten().unwrap_or_default();
+    if status != 201 {
+        let message = serde_json::from_str::<memlens_api::ErrorBody>(&text)
+            .map(|e| e.error)
+            .unwrap_or_else(|_| {
+                if status == 0 {
+                    "the upload did not complete".into()
+                } else {
+                    text
+                }
+            });
+        return Err(FetchError { status, message });
+    }
+    serde_json::from_str(&text).map_err(|e| FetchError {
+        status,
+        message: format!("unexpected answer: {e}"),
+    })
+}
+
+/// Sleeps `ms` milliseconds.
+pub async fn sleep(ms: i32) {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+        }
+    });
+    let _ = JsFuture::from(p).await;
+}
+
+/// A query parameter of the current URL.
+pub fn query_param(name: &str) -> Option<String> {
+    let search = web_sys::window()?.location().search().ok()?;
+    web_sys::UrlSearchParams::new_with_str(&search).ok()?.get(name)
+}
+
+/// Replaces the URL's query (no navigation), so the link always carries the current view.
+pub fn set_query(pairs: &[(&str, String)]) {
+    let Some(w) = web_sys::window() else { return };
+    let path = w.location().pathname().unwrap_or_default();
+    let q: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", js_sys::encode_uri_component(v)))
+        .collect();
+    let url = if q.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", q.join("&"))
+    };
+    if let Ok(h) = w.history() {
+        let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
+    }
+}
+
+pub fn navigate(url: &str) {
+    if let Some(w) = web_sys::window() {
+        let _ = w.location().set_href(url);
+    }
+}
+
+/// Reports opened in this browser, newest first (there is no global list).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct RecentReport {
+    pub id: String,
+    pub name: String,
+    pub opened_ms: f64,
+}
+
+const RECENT_KEY: &str = "memlens.recent";
+
+pub fn recent_reports() -> Vec<RecentReport> {
+    web_sys::window()
+        .and_then(|w| w.local_storage().ok().flatten())
+        .and_then(|s| s.get_item(RECENT_KEY).ok().flatten())
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+pub fn remember_report(id: &str, name: &str) {
+    let mut list = recent_reports();
+    list.retain(|r| r.id != id);
+    list.insert(
+        0,
+        RecentReport {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            opened_ms: js_sys::Date::now(),
+        },
+    );
+    list.truncate(50);
+    if let (Some(s), Ok(t)) = (
+        web_sys::window().and_then(|w| w.local_storage().ok().flatten()),
+        serde_json::to_string(&list),
+    ) {
+        let _ = s.set_item(RECENT_KEY, &t);
+    }
+}
+
+pub fn forget_report(id: &str) {
+    let mut list = recent_reports();
+    list.retain(|r| r.id != id);
+    if let (Some(s), Ok(t)) = (
+        web_sys::window().and_then(|w| w.local_storage().ok().flatten()),
+        serde_json::to_string(&list),
+    ) {
+        let _ = s.set_item(RECENT_KEY, &t);
+    }
+}

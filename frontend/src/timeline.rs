@@ -1,0 +1,443 @@
+//! The memory timeline canvas, flame-style: every allocation band stacked in allocation order
+//! on top of one aggregated band for the allocations not drawn individually, with reserved
+//! memory as an envelope above, phase ranges along the top, the peak, OOMs and leaks marked.
+//!
+//! Drawing is imperative over `web_sys::CanvasRenderingContext2d`. A view (start..end) can be
+//! drawn from data fetched for another window: pan and zoom redraw at once from what is loaded,
+//! and the level-of-detail answer for the new window refines it when it arrives.
+
+use std::collections::HashSet;
+
+use memlens_api::{Band, DeviceSummary, FragmentationSeries, PhaseRange, Timeline};
+use web_sys::CanvasRenderingContext2d;
+
+use crate::format::{axis_time, bytes, stack_colour};
+
+pub const LEFT: f64 = 72.0;
+pub const RIGHT: f64 = 12.0;
+pub const TOP: f64 = 26.0;
+pub const BOTTOM: f64 = 26.0;
+
+/// What the timeline shows and how.
+pub struct TimelineView {
+    pub data: Option<Timeline>,
+    pub start: i64,
+    pub end: i64,
+    pub width: f64,
+    pub height: f64,
+    pub event_axis: bool,
+    pub origin: i64,
+    pub leak_stacks: HashSet<u32>,
+    pub summary: Option<DeviceSummary>,
+    pub phases: Vec<PhaseRange>,
+    pub hovered: Option<usize>,
+    pub pinned: Option<usize>,
+    pub selection: Option<(f64, f64)>,
+    pub cursor_x: Option<f64>,
+}
+
+impl TimelineView {
+    pub fn new() -> Self {
+        TimelineView {
+            data: None,
+            start: 0,
+            end: 1,
+            width: 800.0,
+            height: 360.0,
+            event_axis: false,
+            origin: 0,
+            leak_stacks: HashSet::new(),
+            summary: None,
+            phases: Vec::new(),
+            hovered: None,
+            pinned: None,
+            selection: None,
+            cursor_x: None,
+        }
+    }
+
+    fn plot_w(&self) -> f64 {
+        (self.width - LEFT - RIGHT).max(1.0)
+    }
+    fn plot_h(&self) -> f64 {
+        (self.height - TOP - BOTTOM).max(1.0)
+    }
+
+    pub fn time_to_x(&self, t: i64) -> f64 {
+        LEFT + (t - self.start) as f64 / (self.end - self.start).max(1) as f64 * self.plot_w()
+    }
+
+    pub fn x_to_time(&self, x: f64) -> i64 {
+        self.start + (((x - LEFT) / self.plot_w()) * (self.end - self.start) as f64).round() as i64
+    }
+
+    fn y_max(&self) -> f64 {
+        let d = match &self.data {
+            Some(d) => d,
+            None => return 1.0,
+        };
+        let m = d
+            .reserved_max
+            .iter()
+            .chain(d.allocated_max.iter())
+            .copied()
+            .max()
+            .unwrap_or(1);
+        (m.max(1) as f64) * 1.08
+    }
+
+    fn y_of(&self, bytes: f64, ymax: f64) -> f64 {
+        TOP + self.plot_h() * (1.0 - bytes / ymax)
+    }
+
+    /// The x extent of data bucket `b`.
+    fn bucket_x(&self, d: &Timeline, b: usize) -> (f64, f64) {
+        let span = (d.end - d.start) as f64;
+        let t0 = d.start as f64 + span * b as f64 / d.width as f64;
+        let t1 = d.start as f64 + span * (b + 1) as f64 / d.width as f64;
+        let to_x = |t: f64| LEFT + (t - self.start as f64) / (self.end - self.start).max(1) as f64 * self.plot_w();
+        (to_x(t0), to_x(t1))
+    }
+
+    /// Bucket range `[b0, b1)` a band covers in the data's buckets.
+    fn band_buckets(d: &Timeline, band: &Band) -> (usize, usize) {
+        let span = (d.end - d.start).max(1) as f64;
+        let w = d.width as f64;
+        let b_of = |t: i64| (((t.clamp(d.start, d.end) - d.start) as f64 / span) * w).floor() as usize;
+        let b0 = band.t_alloc.map_or(0, b_of).min(d.width - 1);
+        let b1 = band.t_free.map_or(d.width, |f| b_of(f).min(d.width));
+        (b0, b1.max(b0 + 1).min(d.width))
+    }
+
+    /// Draws everything. Returns nothing; errors from the canvas are ignored (nothing to do).
+    pub fn draw(&self, ctx: &CanvasRenderingContext2d) {
+        ctx.set_fill_style_str("#ffffff");
+        ctx.fill_rect(0.0, 0.0, self.width, self.height);
+        let Some(d) = &self.data else {
+            ctx.set_fill_style_str("#667");
+            ctx.set_font("14px sans-serif");
+            let _ = ctx.fill_text("loading the timeline…", LEFT + 10.0, TOP + 30.0);
+            return;
+        };
+        if d.width == 0 {
+            return;
+        }
+        let ymax = self.y_max();
+        ctx.save();
+        ctx.begin_path();
+        ctx.rect(LEFT, TOP, self.plot_w(), self.plot_h());
+        ctx.clip();
+
+        // Aggregated band of the allocations not drawn individually.
+        let mut base = vec![0f64; d.width];
+        ctx.set_fill_style_str("rgba(140,150,165,0.55)");
+        for b in 0..d.width {
+            let (x0, x1) = self.bucket_x(d, b);
+            let rest = d.rest_max[b] as f64;
+            base[b] = rest;
+            if rest > 0.0 {
+                let y = self.y_of(rest, ymax);
+                ctx.fill_rect(x0, y, (x1 - x0).max(0.5), TOP + self.plot_h() - y);
+            }
+        }
+        // Bands stacked in allocation order; one rectangle per run of constant height.
+        for (i, band) in d.bands.iter().enumerate() {
+            let (b0, b1) = Self::band_buckets(d, band);
+            let leak = self.leak_stacks.contains(&band.stack_id);
+            let highlighted = self.hovered == Some(i) || self.pinned == Some(i);
+            let fill = if highlighted {
+                "rgba(255,200,0,0.95)".to_owned()
+            } else if leak {
+                "rgba(214,39,40,0.85)".to_owned()
+            } else {
+                stack_colour(band.stack_id, 0.8)
+            };
+            ctx.set_fill_style_str(&fill);
+            let size = band.size as f64;
+            let mut run_start = b0;
+            for b in b0..=b1 {
+                let end_run = b == b1 || (b > run_start && base[b] != base[run_start]);
+                if end_run {
+                    let (x0, _) = self.bucket_x(d, run_start);
+                    let (_, x1) = self.bucket_x(d, b - 1);
+                    let y_top = self.y_of(base[run_start] + size, ymax);
+                    let y_bot = self.y_of(base[run_start], ymax);
+                    ctx.fill_rect(x0, y_top, (x1 - x0).max(0.5), (y_bot - y_top).max(0.3));
+                    run_start = b;
+                }
+            }
+            for v in base.iter_mut().take(b1).skip(b0) {
+                *v += size;
+            }
+        }
+        // Allocated envelope (max) and reserved envelope.
+        ctx.set_line_width(1.0);
+        ctx.set_stroke_style_str("rgba(30,60,120,0.9)");
+        self.step_line(ctx, d, &d.allocated_max, ymax);
+        ctx.set_line_width(2.0);
+        ctx.set_stroke_style_str("rgba(60,60,60,0.9)");
+        self.step_line(ctx, d, &d.reserved_max, ymax);
+        ctx.restore();
+
+        self.draw_axes(ctx, ymax);
+        self.draw_phases(ctx);
+        self.draw_markers(ctx, ymax);
+        if let Some((a, b)) = self.selection {
+            ctx.set_fill_style_str("rgba(52,101,164,0.18)");
+            ctx.fill_rect(a.min(b), TOP, (a - b).abs(), self.plot_h());
+        }
+        if let Some(x) = self.cursor_x {
+            ctx.set_stroke_style_str("rgba(0,0,0,0.35)");
+            ctx.set_line_width(1.0);
+            ctx.begin_path();
+            ctx.move_to(x, TOP);
+            ctx.line_to(x, TOP + self.plot_h());
+            ctx.stroke();
+        }
+    }
+
+    fn step_line(&self, ctx: &CanvasRenderingContext2d, d: &Timeline, v: &[i64], ymax: f64) {
+        ctx.begin_path();
+        for (b, &val) in v.iter().enumerate() {
+            let (x0, x1) = self.bucket_x(d, b);
+            let y = self.y_of(val as f64, ymax);
+            if b == 0 {
+                ctx.move_to(x0, y);
+            } else {
+                ctx.line_to(x0, y);
+            }
+            ctx.line_to(x1, y);
+        }
+        ctx.stroke();
+    }
+
+    fn draw_axes(&self, ctx: &CanvasRenderingContext2d, ymax: f64) {
+        ctx.set_fill_style_str("#333");
+        ctx.set_font("11px sans-serif");
+        ctx.set_stroke_style_str("rgba(0,0,0,0.08)");
+        ctx.set_line_width(1.0);
+        for k in 0..=4 {
+            let v = ymax / 1.08 * k as f64 / 4.0;
+            let y = self.y_of(v, ymax);
+            ctx.begin_path();
+            ctx.move_to(LEFT, y);
+            ctx.line_to(LEFT + self.plot_w(), y);
+            ctx.stroke();
+            let _ = ctx.fill_text(&bytes(v as i64), 4.0, y + 4.0);
+        }
+        for k in 0..=6 {
+            let x = LEFT + self.plot_w() * k as f64 / 6.0;
+            let t = self.x_to_time(x);
+            let label = axis_time(t, self.origin, self.event_axis);
+            let _ = ctx.fill_text(&label, (x - 20.0).max(LEFT), self.height - 8.0);
+        }
+    }
+
+    fn draw_phases(&self, ctx: &CanvasRenderingContext2d) {
+        ctx.set_font("10px sans-serif");
+        for (i, p) in self.phases.iter().enumerate() {
+            if self.event_axis {
+                break; // phases are timed; they have no place on the entry axis
+            }
+            let x0 = self.time_to_x(p.start_us).max(LEFT);
+            let x1 = self.time_to_x(p.end_us.unwrap_or(self.end)).min(LEFT + self.plot_w());
+            if x1 <= LEFT || x0 >= LEFT + self.plot_w() || x1 - x0 < 0.5 {
+                continue;
+            }
+            ctx.set_fill_style_str(if i % 2 == 0 {
+                "rgba(52,101,164,0.25)"
+            } else {
+                "rgba(52,101,164,0.12)"
+            });
+            ctx.fill_rect(x0, 4.0, x1 - x0, 16.0);
+            if x1 - x0 > 50.0 {
+                ctx.set_fill_style_str("#223");
+                let _ = ctx.fill_text(&p.name, x0 + 3.0, 15.0);
+            }
+        }
+    }
+
+    fn draw_markers(&self, ctx: &CanvasRenderingContext2d, ymax: f64) {
+        let Some(s) = &self.summary else { return };
+        ctx.set_font("bold 12px sans-serif");
+        for o in &s.ooms {
+            let t = if self.event_axis {
+                Some(o.event_index as i64)
+            } else {
+                o.time_us
+            };
+            let Some(t) = t else { continue };
+            let x = self.time_to_x(t);
+            if !(LEFT..=LEFT + self.plot_w()).contains(&x) {
+                continue;
+            }
+            ctx.set_stroke_style_str("#cc0000");
+            ctx.set_line_width(2.0);
+            ctx.begin_path();
+            ctx.move_to(x, TOP);
+            ctx.line_to(x, TOP + self.plot_h());
+            ctx.stroke();
+            ctx.set_fill_style_str("#cc0000");
+            let _ = ctx.fill_text("OOM", x + 3.0, TOP + 12.0);
+        }
+        let peak_t = if self.event_axis {
+            s.peak_event_index.map(|i| i as i64)
+        } else {
+            s.peak_time_us
+        };
+        if let Some(t) = peak_t {
+            let x = self.time_to_x(t);
+            if (LEFT..=LEFT + self.plot_w()).contains(&x) {
+                let y = self.y_of(s.peak_allocated_bytes as f64, ymax);
+                ctx.set_fill_style_str("#cc0000");
+                ctx.begin_path();
+                let _ = ctx.arc(x, y, 5.0, 0.0, std::f64::consts::TAU);
+                ctx.fill();
+                let label = format!("peak {}", bytes(s.peak_allocated_bytes));
+                let w = ctx.measure_text(&label).map(|m| m.width()).unwrap_or(80.0);
+                let lx = if x + w + 10.0 > LEFT + self.plot_w() {
+                    x - w - 8.0
+                } else {
+                    x + 8.0
+                };
+                let _ = ctx.fill_text(&label, lx, (y - 6.0).max(TOP + 12.0));
+            }
+        }
+    }
+
+    /// The band under (x, y), if any.
+    pub fn band_at(&self, x: f64, y: f64) -> Option<usize> {
+        let d = self.data.as_ref()?;
+        if x < LEFT || x > LEFT + self.plot_w() || d.width == 0 {
+            return None;
+        }
+        let ymax = self.y_max();
+        let t = self.x_to_time(x);
+        let b = ((((t - d.start) as f64) / (d.end - d.start).max(1) as f64) * d.width as f64).floor();
+        if b < 0.0 || b >= d.width as f64 {
+            return None;
+        }
+        let b = b as usize;
+        let target = (1.0 - (y - TOP) / self.plot_h()) * ymax;
+        let mut base = d.rest_max[b] as f64;
+        if target < base {
+            return None;
+        }
+        for (i, band) in d.bands.iter().enumerate() {
+            let (b0, b1) = Self::band_buckets(d, band);
+            if b < b0 || b >= b1 {
+                continue;
+            }
+            let top = base + band.size as f64;
+            if target >= base && target < top {
+                return Some(i);
+            }
+            base = top;
+        }
+        None
+    }
+
+    /// The OOM marker near x, if any.
+    pub fn oom_at(&self, x: f64) -> Option<usize> {
+        let s = self.summary.as_ref()?;
+        s.ooms.iter().position(|o| {
+            let t = if self.event_axis {
+                Some(o.event_index as i64)
+            } else {
+                o.time_us
+            };
+            t.is_some_and(|t| (self.time_to_x(t) - x).abs() <= 5.0)
+        })
+    }
+
+    /// Zooms by `factor` (<1 zooms in) around x.
+    pub fn zoom_at(&mut self, x: f64, factor: f64, full: (i64, i64)) {
+        let t = self.x_to_time(x.clamp(LEFT, LEFT + self.plot_w()));
+        let span = ((self.end - self.start) as f64 * factor).max(2.0);
+        let frac = (x - LEFT) / self.plot_w();
+        let mut s = t - (span * frac) as i64;
+        let mut e = s + span as i64;
+        let (fs, fe) = full;
+        if e - s >= fe - fs {
+            s = fs;
+            e = fe;
+        }
+        self.start = s;
+        self.end = e.max(s + 2);
+    }
+
+    /// Pans by a fraction of the visible span.
+    pub fn pan(&mut self, frac: f64) {
+        let shift = ((self.end - self.start) as f64 * frac) as i64;
+        self.start += shift;
+        self.end += shift;
+    }
+}
+
+impl Default for TimelineView {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The fragmentation chart under the timeline, sharing its x mapping.
+pub fn draw_fragmentation(ctx: &CanvasRenderingContext2d, view: &TimelineView, f: &FragmentationSeries, height: f64) {
+    ctx.set_fill_style_str("#ffffff");
+    ctx.fill_rect(0.0, 0.0, view.width, height);
+    let top = 8.0;
+    let h = height - top - 20.0;
+    let xs: Vec<f64> = f
+        .time
+        .iter()
+        .zip(&f.event_index)
+        .map(|(&t, &i)| view.time_to_x(if view.event_axis { i as i64 } else { t }))
+        .collect();
+    let ymax = f.reserved.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let y = |v: f64| top + h * (1.0 - v / ymax);
+    ctx.save();
+    ctx.begin_path();
+    ctx.rect(LEFT, 0.0, view.width - LEFT - RIGHT, height);
+    ctx.clip();
+    // Reserved but free (area), largest free block (line), fragmentation index (dashed, 0..1).
+    ctx.set_fill_style_str("rgba(230,140,20,0.35)");
+    ctx.begin_path();
+    ctx.move_to(xs.first().copied().unwrap_or(LEFT), y(0.0));
+    for (i, &x) in xs.iter().enumerate() {
+        ctx.line_to(x, y(f.free[i] as f64));
+    }
+    ctx.line_to(xs.last().copied().unwrap_or(LEFT), y(0.0));
+    ctx.close_path();
+    ctx.fill();
+    ctx.set_stroke_style_str("rgba(160,80,0,0.9)");
+    ctx.set_line_width(1.5);
+    ctx.begin_path();
+    for (i, &x) in xs.iter().enumerate() {
+        if i == 0 {
+            ctx.move_to(x, y(f.largest_free[i] as f64));
+        } else {
+            ctx.line_to(x, y(f.largest_free[i] as f64));
+        }
+    }
+    ctx.stroke();
+    ctx.set_stroke_style_str("rgba(120,0,160,0.8)");
+    ctx.begin_path();
+    for (i, &x) in xs.iter().enumerate() {
+        let v = top + h * (1.0 - f.fragmentation_index[i]);
+        if i == 0 {
+            ctx.move_to(x, v);
+        } else {
+            ctx.line_to(x, v);
+        }
+    }
+    ctx.stroke();
+    ctx.restore();
+    ctx.set_fill_style_str("#333");
+    ctx.set_font("11px sans-serif");
+    let _ = ctx.fill_text(&bytes(ymax as i64), 4.0, top + 8.0);
+    let _ = ctx.fill_text("0", 4.0, top + h);
+    let _ = ctx.fill_text(
+        "orange: reserved but free · brown: largest free block · purple: fragmentation index (0–1)",
+        LEFT,
+        height - 4.0,
+    );
+}

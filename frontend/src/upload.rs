@@ -1,0 +1,146 @@
+//! The upload page: drop or pick several files, watch the upload and then the processing, land
+//! on the report. Reports opened in this browser are listed from local storage.
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use wasm_bindgen::JsCast;
+
+use crate::api;
+use crate::format::bytes;
+
+fn files_of(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
+    let Some(list) = list else { return Vec::new() };
+    (0..list.length()).filter_map(|i| list.get(i)).collect()
+}
+
+#[component]
+pub fn UploadPage() -> impl IntoView {
+    let (phase, set_phase) = signal(String::new());
+    let (progress, set_progress) = signal(0.0f64);
+    let (error, set_error) = signal(None::<String>);
+    let (dragging, set_dragging) = signal(false);
+    let busy = RwSignal::new(false);
+    let recent = api::recent_reports();
+
+    let start = move |files: Vec<web_sys::File>| {
+        if files.is_empty() || busy.get_untracked() {
+            return;
+        }
+        busy.set(true);
+        set_error.set(None);
+        let total: f64 = files.iter().map(|f| f.size()).sum();
+        let names: Vec<String> = files.iter().map(|f| f.name()).collect();
+        set_phase.set(format!("uploading {} ({})", names.join(", "), bytes(total as i64)));
+        spawn_local(async move {
+            let created = api::upload(files, move |sent, all| {
+                if all > 0.0 {
+                    set_progress.set(sent / all);
+                }
+            })
+            .await;
+            let created = match created {
+                Ok(c) => c,
+                Err(e) => {
+                    set_error.set(Some(format!("upload failed: {}", e.message)));
+                    busy.set(false);
+                    return;
+                }
+            };
+            set_progress.set(0.0);
+            loop {
+                match api::get_json::<memlens_api::Status>(&format!("/api/reports/{}/status", created.id)).await {
+                    Ok(s) => {
+                        if s.bytes_total > 0 {
+                            set_progress.set(s.bytes_read as f64 / s.bytes_total as f64);
+                        }
+                        set_phase.set(format!(
+                            "processing: {} ({} of {})",
+                            s.stage,
+                            bytes(s.bytes_read as i64),
+                            bytes(s.bytes_total as i64)
+                        ));
+                        if s.state == "ready" || s.state == "failed" {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        set_error.set(Some(e.message));
+                        busy.set(false);
+                        return;
+                    }
+                }
+                api::sleep(300).await;
+            }
+            api::navigate(&created.url);
+        });
+    };
+
+    let on_drop = move |ev: web_sys::DragEvent| {
+        ev.prevent_default();
+        set_dragging.set(false);
+        start(files_of(ev.data_transfer().and_then(|d| d.files())));
+    };
+    let on_pick = move |ev: web_sys::Event| {
+        let input = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok());
+        start(files_of(input.and_then(|i| i.files())));
+    };
+
+    view! {
+        <main class="upload">
+            <h1>"Explain your GPU memory"</h1>
+            <p class="lead">
+                "Drop what your training job left behind — a PyTorch allocator snapshot ("
+                <code>"torch.cuda.memory._dump_snapshot"</code>
+                ", plain or .gz), and the NVML log of the same run if you have one. memlens finds the peak and what is in it, what leaks each iteration, and why an allocation ran out of memory with gigabytes free."
+            </p>
+            <label
+                class="dropzone"
+                class:dragging=move || dragging.get()
+                on:dragover=move |ev: web_sys::DragEvent| {
+                    ev.prevent_default();
+                    set_dragging.set(true);
+                }
+                on:dragleave=move |_| set_dragging.set(false)
+                on:drop=on_drop
+            >
+                <input id="file-input" type="file" multiple=true on:change=on_pick />
+                <span>"Drop files here, or click to choose"</span>
+            </label>
+            <Show when=move || !phase.get().is_empty()>
+                <div class="progress">
+                    <div class="phase" id="upload-phase">{move || phase.get()}</div>
+                    <div class="bar"><div class="fill" style:width=move || format!("{:.1}%", progress.get() * 100.0)></div></div>
+                </div>
+            </Show>
+            <Show when=move || error.get().is_some()>
+                <p class="error" id="upload-error">{move || error.get().unwrap_or_default()}</p>
+            </Show>
+            <section class="recent">
+                <h2>"Reports opened in this browser"</h2>
+                {if recent.is_empty() {
+                    view! { <p class="muted">"None yet. Reports are private to their link: nothing lists them."</p> }.into_any()
+                } else {
+                    view! {
+                        <ul>
+                            {recent
+                                .into_iter()
+                                .map(|r| {
+                                    let href = format!("/r/{}", r.id);
+                                    let when = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(r.opened_ms))
+                                        .to_locale_string("en-GB", &wasm_bindgen::JsValue::UNDEFINED);
+                                    view! {
+                                        <li>
+                                            <a href=href>{r.name}</a>
+                                            <span class="muted">{format!(" — opened {}", String::from(when))}</span>
+                                        </li>
+                                    }
+                                })
+                                .collect_view()}
+                        </ul>
+                    }
+                        .into_any()
+                }}
+            </section>
+        </main>
+    }
+}
