@@ -1,0 +1,63 @@
+// Speed of the web UI on the big benchmark trace (not a test): time from the timeline data
+// arriving to the timeline drawn, and redraw time per pan/zoom step, in headless Chromium.
+import { readFileSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+
+const base = process.env.MEMLENS_URL;
+const file = process.env.MEMLENS_BENCH_FILE;
+const flags = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+const form = new FormData();
+form.append('file', new Blob([readFileSync(file)]), file.split('/').pop());
+let t = Date.now();
+const r = await fetch(`${base}/api/reports`, { method: 'POST', body: form });
+const { id, url } = await r.json();
+for (;;) {
+  const s = await (await fetch(`${base}/api/reports/${id}/status`)).json();
+  if (s.state === 'ready') break;
+  if (s.state === 'failed') throw new Error(s.error);
+  await new Promise(res => setTimeout(res, 200));
+}
+console.log(`upload + processing: ${((Date.now() - t) / 1000).toFixed(2)} s`);
+
+const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: flags, headless: true });
+const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
+t = Date.now();
+await page.goto(`${base}${url}`);
+await page.waitForSelector('#timeline[data-data-at]', { timeout: 120_000 });
+const first = await page.evaluate(() => {
+  const c = document.querySelector('#timeline');
+  return { arrived: Number(c.dataset.dataAt), drawn: Number(c.dataset.drawnAt), draw: Number(c.dataset.drawMs) };
+});
+console.log(`page open → timeline drawn: ${((Date.now() - t) / 1000).toFixed(2)} s`);
+console.log(`data arrived → drawn: ${(first.drawn - first.arrived).toFixed(1)} ms (one draw ${first.draw.toFixed(1)} ms)`);
+
+// Each wheel/keyboard step redraws synchronously from loaded data; measure frame-to-frame time
+// with requestAnimationFrame around a burst of steps.
+async function burst(kind, n) {
+  return page.evaluate(async ({ kind, n }) => {
+    const c = document.querySelector('#timeline');
+    c.focus();
+    const r = c.getBoundingClientRect();
+    const times = [];
+    for (let i = 0; i < n; i++) {
+      const t0 = performance.now();
+      if (kind === 'zoom') {
+        c.dispatchEvent(new WheelEvent('wheel', { deltaY: i % 2 ? 120 : -120, clientX: r.left + r.width * 0.6, clientY: r.top + 100, bubbles: true, cancelable: true }));
+      } else {
+        c.dispatchEvent(new KeyboardEvent('keydown', { key: i % 2 ? 'ArrowLeft' : 'ArrowRight', bubbles: true, cancelable: true }));
+      }
+      await new Promise(res => requestAnimationFrame(() => res()));
+      times.push(performance.now() - t0);
+    }
+    times.sort((a, b) => a - b);
+    const mean = times.reduce((a, b) => a + b, 0) / n;
+    return { mean, p95: times[Math.floor(n * 0.95)], fps: 1000 / mean };
+  }, { kind, n });
+}
+for (const kind of ['zoom', 'pan']) {
+  const s = await burst(kind, 120);
+  console.log(`${kind}: ${s.fps.toFixed(0)} frames/s (mean ${s.mean.toFixed(1)} ms, p95 ${s.p95.toFixed(1)} ms per step)`);
+}
+await browser.close();

@@ -1,0 +1,138 @@
+// End-to-end tests of the web UI in Debian's headless Chromium, driven by playwright-core.
+// Needs a running `memlens serve` (MEMLENS_URL) with the built frontend; scripts/e2e starts one.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const base = process.env.MEMLENS_URL;
+const traces = process.env.MEMLENS_TRACES;
+const out = process.env.MEMLENS_E2E_OUT || 'out';
+const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
+const flags = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+let browser;
+before(async () => {
+  assert.ok(base, 'MEMLENS_URL must point at a running memlens server');
+  mkdirSync(out, { recursive: true });
+  browser = await chromium.launch({ executablePath, args: flags, headless: true });
+});
+after(async () => { await browser?.close(); });
+
+/** Fraction of the timeline canvas's plot area that is not background white. */
+async function drawnFraction(page) {
+  return page.evaluate(() => {
+    const c = document.querySelector('#timeline');
+    const ctx = c.getContext('2d');
+    const { data } = ctx.getImageData(80, 30, c.width - 100, c.height - 60);
+    let painted = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      if (data[i] < 245 || data[i + 1] < 245 || data[i + 2] < 245) painted++;
+    }
+    return painted / (data.length / 4);
+  });
+}
+
+async function waitForTimeline(page) {
+  await page.waitForSelector('#timeline[data-data-at]', { timeout: 60_000 });
+}
+
+async function uploadViaApi(name, bytes) {
+  const form = new FormData();
+  form.append('file', new Blob([bytes]), name);
+  const r = await fetch(`${base}/api/reports`, { method: 'POST', body: form });
+  assert.equal(r.status, 201);
+  return r.json();
+}
+
+test('upload a real trace through the page, see the report, share it, delete it', async () => {
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}/`);
+  const created = page.waitForResponse(r => r.url().endsWith('/api/reports') && r.request().method() === 'POST');
+  await page.setInputFiles('#file-input', join(traces, 'leak.pickle'));
+  const { id, url, delete_token } = await (await created).json();
+  await page.waitForURL(`**/r/${id}**`, { timeout: 60_000 });
+
+  // The peak card shows PyTorch's own number: requested_bytes.all.peak = 574292172 B.
+  await page.waitForSelector('#peak-value', { timeout: 60_000 });
+  assert.equal(await page.textContent('#peak-value'), '547.7 MiB');
+  await waitForTimeline(page);
+  const painted = await drawnFraction(page);
+  assert.ok(painted > 0.2, `timeline mostly blank: ${painted}`);
+  await page.waitForSelector('#segment-summary', { timeout: 60_000 });
+  assert.match(await page.textContent('#leaks'), /per iteration/);
+  await page.screenshot({ path: join(out, 'report.png'), fullPage: true });
+
+  // Hover a band: its size, lifetime and stack appear.
+  const box = await page.locator('#timeline').boundingBox();
+  await page.mouse.move(box.x + box.width * 0.9, box.y + box.height * 0.85);
+  await page.waitForSelector('#band-detail', { timeout: 10_000 });
+
+  // Zooming fetches level-of-detail data and puts the view in the URL.
+  await page.mouse.wheel(0, -400);
+  await page.waitForFunction(() => location.search.includes('start='), null, { timeout: 10_000 });
+  const shared = page.url();
+
+  // The share link opens the same report and view in a fresh browser context.
+  const ctx2 = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page2 = await ctx2.newPage();
+  await page2.goto(shared);
+  await page2.waitForSelector('#peak-value', { timeout: 60_000 });
+  assert.equal(await page2.textContent('#peak-value'), '547.7 MiB');
+  assert.equal(await page2.textContent('#report-title'), 'leak.pickle');
+  await waitForTimeline(page2);
+  const start = new URL(shared).searchParams.get('start');
+  await page2.waitForFunction(s => new URL(location.href).searchParams.get('start') === s, start, { timeout: 10_000 });
+  await ctx2.close();
+
+  // After deletion the link shows a readable error page.
+  const del = await fetch(`${base}/api/reports/${id}`, { method: 'DELETE', headers: { 'X-Delete-Token': delete_token } });
+  assert.equal(del.status, 204);
+  const ctx3 = await browser.newContext();
+  const page3 = await ctx3.newPage();
+  await page3.goto(`${base}${url}`);
+  await page3.waitForSelector('#report-error', { timeout: 30_000 });
+  assert.match(await page3.textContent('#report-error'), /Report not found/);
+  await ctx3.close();
+  await ctx.close();
+});
+
+test('a failed import shows its error page', async () => {
+  const full = readFileSync(join(traces, 'mlp_train.pickle'));
+  const { url } = await uploadViaApi('cut.pickle', full.subarray(0, 20_000));
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await page.waitForSelector('#report-error', { timeout: 60_000 });
+  const text = await page.textContent('#report-error');
+  assert.match(text, /could not be processed/);
+  assert.match(text, /cut\.pickle: pickle: input ends at byte/);
+  await ctx.close();
+});
+
+test('an OOM is marked and explained on click', async () => {
+  const { url } = await uploadViaApi('oom_fragmentation.pickle', readFileSync(join(traces, 'oom_fragmentation.pickle')));
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await waitForTimeline(page);
+  // Find the OOM marker's x from the summary and click it.
+  const summary = await (await fetch(`${base}/api${url.replace('/r/', '/reports/')}`)).json();
+  const dev = summary.files[0].devices[0];
+  const oomTime = dev.ooms[1].time_us;
+  const x = await page.evaluate((t) => {
+    const c = document.querySelector('#timeline');
+    const p = new URL(location.href).searchParams;
+    const s = Number(p.get('start')), e = Number(p.get('end'));
+    return 72 + (t - s) / (e - s) * (c.width - 72 - 12);
+  }, oomTime);
+  const box = await page.locator('#timeline').boundingBox();
+  await page.mouse.click(box.x + x, box.y + 100);
+  await page.waitForSelector('#oom-detail', { timeout: 10_000 });
+  assert.match(await page.textContent('#oom-detail'), /expandable_segments:True/);
+  await page.screenshot({ path: join(out, 'oom.png'), fullPage: true });
+  await ctx.close();
+});
