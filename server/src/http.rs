@@ -411,14 +411,37 @@ pub async fn status(State(st): State<Shared>, Path(id): Path<String>) -> Result<
     Ok(Json(status_of(&st, &rec)))
 }
 
-/// The loaded data of a ready report.
-async fn loaded(st: &Shared, id: &str) -> Result<Arc<LoadedReport>, ApiError> {
+/// The index record of a report that finished processing successfully.
+async fn ready(st: &Shared, id: &str) -> Result<ReportRecord, ApiError> {
     let rec = record(st, id).await?;
     match rec.state {
-        ReportState::Ready => {}
-        ReportState::Failed => return Err(ApiError::Failed(status_of(st, &rec))),
-        _ => return Err(ApiError::NotReady(status_of(st, &rec))),
+        ReportState::Ready => Ok(rec),
+        ReportState::Failed => Err(ApiError::Failed(status_of(st, &rec))),
+        _ => Err(ApiError::NotReady(status_of(st, &rec))),
     }
+}
+
+/// The summary of a ready report (read from `summary.json`, without loading its tables).
+async fn summary_of(st: &Shared, id: &str) -> Result<AnalyzeOutput, ApiError> {
+    ready(st, id).await?;
+    if let Some(r) = st
+        .cache
+        .lock()
+        .ok()
+        .and_then(|c| c.iter().find(|(k, _)| k == id).map(|(_, r)| r.clone()))
+    {
+        return Ok(r.summary.clone());
+    }
+    let dir = st.store.data_dir(id);
+    tokio::task::spawn_blocking(move || reportdata::read_summary(&dir))
+        .await
+        .map_err(internal)?
+        .map_err(internal)
+}
+
+/// The loaded data of a ready report.
+async fn loaded(st: &Shared, id: &str) -> Result<Arc<LoadedReport>, ApiError> {
+    ready(st, id).await?;
     if let Some(r) = st
         .cache
         .lock()
@@ -447,7 +470,7 @@ async fn loaded(st: &Shared, id: &str) -> Result<Arc<LoadedReport>, ApiError> {
     responses((status = 200, body = AnalyzeOutput, description = "the same JSON as `memlens analyze --json`"),
               (status = 202, body = ErrorBody), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn summary(State(st): State<Shared>, Path(id): Path<String>) -> Result<Json<AnalyzeOutput>, ApiError> {
-    Ok(Json(loaded(&st, &id).await?.summary.clone()))
+    Ok(Json(summary_of(&st, &id).await?))
 }
 
 #[derive(Deserialize)]
@@ -505,13 +528,12 @@ pub struct DeviceQuery {
 }
 
 fn pick<'a>(
-    r: &'a LoadedReport,
+    r: &'a AnalyzeOutput,
     q_file: Option<usize>,
     q_device: Option<i64>,
 ) -> Result<(usize, &'a DeviceSummary), ApiError> {
     let fi = q_file.unwrap_or(0);
     let f = r
-        .summary
         .files
         .get(fi)
         .ok_or_else(|| ApiError::BadRequest(format!("no file {fi} in this report")))?;
@@ -551,7 +573,7 @@ pub async fn timeline(
     Query(q): Query<TimelineQuery>,
 ) -> Result<Json<Timeline>, ApiError> {
     let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r, q.file, q.device)?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
     let device = d.device;
     let has_time = matches!(d.time_axis, memlens_api::TimeAxis::TimeUs);
     let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
@@ -590,7 +612,7 @@ pub async fn segments(
     Query(q): Query<SegmentsQuery>,
 ) -> Result<Json<SegmentMap>, ApiError> {
     let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r, q.file, q.device)?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
     let device = d.device;
     let map = tokio::task::spawn_blocking(move || {
         let t = &r.files[fi].tables;
@@ -616,7 +638,7 @@ pub async fn fragmentation(
     Query(q): Query<DeviceQuery>,
 ) -> Result<Json<FragmentationSeries>, ApiError> {
     let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r, q.file, q.device)?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
     let dev = r.files[fi]
         .device(d.device)
         .ok_or_else(|| ApiError::Internal("device frames missing".into()))?;
@@ -661,7 +683,7 @@ pub async fn peak(
     Path(id): Path<String>,
     Query(q): Query<DeviceQuery>,
 ) -> Result<Json<Peak>, ApiError> {
-    let r = loaded(&st, &id).await?;
+    let r = summary_of(&st, &id).await?;
     let (_, d) = pick(&r, q.file, q.device)?;
     Ok(Json(Peak {
         device: d.device,
@@ -680,7 +702,7 @@ pub async fn leaks(
     Path(id): Path<String>,
     Query(q): Query<DeviceQuery>,
 ) -> Result<Json<Vec<memlens_api::LeakCandidate>>, ApiError> {
-    let r = loaded(&st, &id).await?;
+    let r = summary_of(&st, &id).await?;
     Ok(Json(pick(&r, q.file, q.device)?.1.leaks.clone()))
 }
 
@@ -690,7 +712,7 @@ pub async fn ooms(
     Path(id): Path<String>,
     Query(q): Query<DeviceQuery>,
 ) -> Result<Json<Vec<memlens_api::OomExplanation>>, ApiError> {
-    let r = loaded(&st, &id).await?;
+    let r = summary_of(&st, &id).await?;
     Ok(Json(pick(&r, q.file, q.device)?.1.ooms.clone()))
 }
 
@@ -700,7 +722,7 @@ pub async fn annotations(
     Path(id): Path<String>,
     Query(q): Query<DeviceQuery>,
 ) -> Result<Json<Vec<memlens_api::PhaseRange>>, ApiError> {
-    let r = loaded(&st, &id).await?;
+    let r = summary_of(&st, &id).await?;
     Ok(Json(pick(&r, q.file, q.device)?.1.phases.clone()))
 }
 
@@ -757,7 +779,7 @@ pub async fn allocations(
         return Err(ApiError::BadRequest("give `addr` or `stack`".into()));
     }
     let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r, q.file, q.device)?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
     let device = d.device;
     let limit = q.limit.unwrap_or(200).min(5_000);
     let (total, allocations) = tokio::task::spawn_blocking(move || {
@@ -774,7 +796,7 @@ pub async fn allocations(
 
 async fn chart(st: Shared, id: String, q: DeviceQuery, svg: bool) -> Result<Response, ApiError> {
     let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r, q.file, q.device)?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
     let first = fi == 0 && r.summary.files[0].devices.first().is_some_and(|x| x.device == d.device);
     let (ctype, name) = if svg {
         ("image/svg+xml", "chart.svg")
