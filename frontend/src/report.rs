@@ -22,6 +22,21 @@ const TIMELINE_H: f64 = 380.0;
 const FRAG_H: f64 = 120.0;
 const SEG_ROW: f64 = 14.0;
 
+fn context_2d(c: &web_sys::HtmlCanvasElement) -> Option<web_sys::CanvasRenderingContext2d> {
+    c.get_context("2d")
+        .ok()
+        .flatten()
+        .and_then(|x| x.dyn_into::<web_sys::CanvasRenderingContext2d>().ok())
+}
+
+/// `performance.now()`, for the timing attributes the speed bench reads.
+fn now_ms() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map(|p| p.now())
+        .unwrap_or(0.0)
+}
+
 /// Why a report cannot be shown.
 fn error_page(title: &str, detail: String) -> AnyView {
     view! {
@@ -167,32 +182,14 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
     // Draws both canvases from what is loaded.
     let redraw = move || {
         let Some(c) = canvas.get_untracked() else { return };
-        let Some(ctx) = c
-            .get_context("2d")
-            .ok()
-            .flatten()
-            .and_then(|x| x.dyn_into::<web_sys::CanvasRenderingContext2d>().ok())
-        else {
-            return;
-        };
-        let t0 = web_sys::window()
-            .and_then(|w| w.performance())
-            .map(|p| p.now())
-            .unwrap_or(0.0);
+        let Some(ctx) = context_2d(&c) else { return };
+        let t0 = now_ms();
         view_sv.with_value(|v| v.draw(&ctx));
-        let t1 = web_sys::window()
-            .and_then(|w| w.performance())
-            .map(|p| p.now())
-            .unwrap_or(0.0);
+        let t1 = now_ms();
         let _ = c.set_attribute("data-draw-ms", &format!("{:.2}", t1 - t0));
         let _ = c.set_attribute("data-drawn-at", &format!("{t1:.1}"));
         if let (Some(fc), Some(f)) = (frag_canvas.get_untracked(), frag_data.get_untracked()) {
-            if let Some(fctx) = fc
-                .get_context("2d")
-                .ok()
-                .flatten()
-                .and_then(|x| x.dyn_into::<web_sys::CanvasRenderingContext2d>().ok())
-            {
+            if let Some(fctx) = context_2d(&fc) {
                 view_sv.with_value(|v| draw_fragmentation(&fctx, v, &f, FRAG_H));
             }
         }
@@ -234,10 +231,7 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
                 return;
             }
             full_range.set_value((tl.full_start, tl.full_end));
-            let arrived = web_sys::window()
-                .and_then(|w| w.performance())
-                .map(|p| p.now())
-                .unwrap_or(0.0);
+            let arrived = now_ms();
             view_sv.update_value(|v| {
                 if initial {
                     v.start = tl.start;
@@ -738,14 +732,7 @@ fn details(s: &DeviceSummary) -> impl IntoView {
 /// coloured by state: allocated (by stack), pending free (red), free gaps (light), rounding
 /// waste (dark sliver at the block's end).
 fn draw_segments(c: &web_sys::HtmlCanvasElement, m: &SegmentMap) {
-    let Some(ctx) = c
-        .get_context("2d")
-        .ok()
-        .flatten()
-        .and_then(|x| x.dyn_into::<web_sys::CanvasRenderingContext2d>().ok())
-    else {
-        return;
-    };
+    let Some(ctx) = context_2d(c) else { return };
     let width = c.parent_element().map(|p| p.client_width()).unwrap_or(900).max(400) as f64;
     let rows = m.segments.len().min(80);
     let height = (rows as f64 * SEG_ROW + 24.0).max(40.0);
