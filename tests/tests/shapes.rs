@@ -25,7 +25,29 @@ fn pytorch_2_1_shape_falls_back_to_event_order() {
         oracle_value(&oracle, "requested_bytes.all.peak")
     );
     assert_eq!(d.peak_reserved_bytes, oracle_value(&oracle, "reserved_bytes.all.peak"));
-    assert_eq!(d.iterations.source, "time_windows");
+    // Without annotations the steps come from the allocation rhythm: 8 steps, as annotated.
+    assert_eq!(d.iterations.source, "allocation_pattern");
+    assert_eq!(
+        d.iterations.count,
+        summary("mlp_train.pickle").devices[0].iterations.count
+    );
+    assert!(d.leaks.is_empty());
+}
+
+#[test]
+fn leaks_are_found_without_timestamps_or_annotations() {
+    let d = &summary("leak.pt21_shape.pickle").devices[0];
+    assert_eq!(d.iterations.source, "allocation_pattern");
+    assert_eq!(d.iterations.count, 31, "30 steps and what came before");
+    assert_eq!(d.leaks.len(), 2, "{:#?}", d.leaks);
+    assert!(d
+        .leaks
+        .iter()
+        .any(|l| l.stack.first().is_some_and(|f| f.contains("train.py:142:wl_leak"))));
+    assert!(d
+        .leaks
+        .iter()
+        .any(|l| l.stack.first().is_some_and(|f| f.contains("linear.py"))));
 }
 
 #[test]

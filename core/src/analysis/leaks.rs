@@ -2,7 +2,8 @@
 //! stack left survivors in many iterations (memory that piles up step after step).
 //!
 //! Iterations come from repeated `record_function` ranges when the snapshot has them
-//! ([`super::phases::iteration_starts`]), otherwise from ten equal time windows. A stack is a
+//! ([`super::phases::iteration_starts`]), otherwise from the repeating allocation pattern
+//! ([`repeating_pattern`]), and failing both from ten equal time windows. A stack is a
 //! candidate when its survivors were allocated in at least 3 iterations and in at least half
 //! of the iterations seen; one-off state (parameters, optimizer state created at step 1,
 //! the last step's gradients) survives from a single iteration and is not flagged.
@@ -23,6 +24,10 @@ pub fn leak_candidates(
 ) -> PolarsResult<(Vec<LeakCandidate>, IterationInfo)> {
     let (source, starts) = match iterations {
         Some((name, starts)) if ev.has_time => (format!("annotations:{name}"), starts),
+        _ if repeating_pattern(ev).is_some() => (
+            "allocation_pattern".to_owned(),
+            repeating_pattern(ev).unwrap_or_default(),
+        ),
         _ => {
             let (lo, hi) = (
                 ev.time().first().copied().unwrap_or(0),
@@ -91,4 +96,42 @@ pub fn leak_candidates(
         });
     }
     Ok((out, info))
+}
+
+/// Iteration starts from the allocation pattern: the times of the stack that allocates most
+/// regularly (gaps within 30% of their mean) across at least half of the trace, with the fewest
+/// repetitions (at least 3) — a
+/// training loop allocates its input batch, activations and gradients once per step, so the
+/// coarsest regular rhythm is the step. `None` when nothing repeats regularly.
+pub fn repeating_pattern(ev: &DeviceEvents) -> Option<Vec<i64>> {
+    let (action, stack, time) = (ev.action(), ev.stack(), ev.time());
+    let mut by_stack: rustc_hash::FxHashMap<u32, Vec<i64>> = rustc_hash::FxHashMap::default();
+    for i in 0..action.len() {
+        if action[i] == crate::tables::Action::Alloc as u8 && stack[i] != 0 {
+            by_stack.entry(stack[i]).or_default().push(time[i]);
+        }
+    }
+    let span = (time.last().copied().unwrap_or(0) - time.first().copied().unwrap_or(0)).max(1);
+    let mut best: Option<(usize, u64, u32, Vec<i64>)> = None;
+    for (s, times) in by_stack {
+        // A rhythm, not a burst: it must cover most of the trace.
+        if times.len() < 3 || times.len() > 100_000 || (times[times.len() - 1] - times[0]) * 2 < span {
+            continue;
+        }
+        let gaps: Vec<f64> = times.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        if mean <= 0.0 {
+            continue;
+        }
+        let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+        let cv = var.sqrt() / mean;
+        if cv > 0.3 {
+            continue;
+        }
+        let key = (times.len(), (cv * 1e6) as u64, s);
+        if best.as_ref().is_none_or(|b| key < (b.0, b.1, b.2)) {
+            best = Some((key.0, key.1, key.2, times));
+        }
+    }
+    best.map(|b| b.3)
 }
