@@ -30,8 +30,8 @@ pub fn axis_time(t: i64, origin: i64, event_axis: bool) -> String {
     }
 }
 
-/// A stable colour per stack id (golden-angle hues).
+/// A stable colour per stack id (golden-angle hues), never red: red marks leaks and OOMs.
 pub fn stack_colour(stack: u32, alpha: f64) -> String {
-    let hue = (stack as f64 * 137.508) % 360.0;
+    let hue = 25.0 + (stack as f64 * 137.508) % 310.0;
     format!("hsla({hue:.0}, 55%, 55%, {alpha})")
 }
