@@ -25,7 +25,8 @@ pub const TOP_STACKS: usize = 10;
 /// stores for its queries.
 pub struct DeviceAnalysis {
     pub summary: DeviceSummary,
-    /// `time`, `allocated`, `active`, `reserved` after every entry.
+    /// `allocated`, `active`, `reserved` after every entry (row `i` is the device's entry `i`;
+    /// the time axis is the events' `time_us`, see [`DeviceEvents::time`]).
     pub usage: DataFrame,
     pub lifetimes: DataFrame,
     pub fragmentation: DataFrame,
@@ -88,11 +89,9 @@ pub fn analyze_device(
         iterations,
         phases,
     };
-    let mut usage_frame = usage.frame;
-    usage_frame.insert_column(0, Column::new("time".into(), ev.time()))?;
     Ok(DeviceAnalysis {
         summary,
-        usage: usage_frame,
+        usage: usage.frame,
         lifetimes,
         fragmentation: frag.frame,
     })

@@ -12,10 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use memlens_api::{AnalyzeOutput, SkippedFile};
+use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_on_thread, ImportOptions, Imported};
 use memlens_core::report::analyze_snapshot;
 use memlens_core::source::Source;
 use memlens_core::ImportError;
+use polars::prelude::Column;
 use tokio::sync::Semaphore;
 
 use crate::charts;
@@ -198,15 +200,21 @@ impl Ingest {
             let (summary, analyses) =
                 analyze_snapshot(&tables, &f.name, imported.gzip).map_err(|e| internal(&format!("{}: {e}", f.name)))?;
             progress.set_stage("storing");
-            let mut frames: Vec<DeviceFrames> = analyses
-                .into_iter()
-                .map(|a| DeviceFrames {
+            let mut frames = Vec::with_capacity(analyses.len());
+            for a in analyses {
+                // The stored usage series carries its time axis (µs, or entry index).
+                let mut usage = a.usage;
+                let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(&e))?;
+                usage
+                    .insert_column(0, Column::new("time".into(), ev.time()))
+                    .map_err(|e| internal(&e))?;
+                frames.push(DeviceFrames {
                     device: a.summary.device,
-                    usage: a.usage,
+                    usage,
                     lifetimes: a.lifetimes,
                     fragmentation: a.fragmentation,
-                })
-                .collect();
+                });
+            }
             reportdata::write_file(&staging, out.files.len(), &mut tables, &mut frames).map_err(|e| internal(&e))?;
             if out.files.is_empty() {
                 if let (Some(dev), Some(d)) = (frames.first(), summary.devices.first()) {

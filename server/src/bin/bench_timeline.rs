@@ -38,9 +38,17 @@ fn main() {
         eprintln!("memlens-bench-timeline: no device");
         std::process::exit(2);
     };
+    let mut usage = a.usage;
+    let time_col = memlens_core::analysis::DeviceEvents::new(&tables, d.device)
+        .map(|ev| ev.time().to_vec())
+        .unwrap_or_default();
+    if let Err(e) = usage.insert_column(0, polars::prelude::Column::new("time".into(), time_col)) {
+        eprintln!("memlens-bench-timeline: {e}");
+        std::process::exit(2);
+    }
     let dev = DeviceFrames {
         device: d.device,
-        usage: a.usage,
+        usage,
         lifetimes: a.lifetimes,
         fragmentation: a.fragmentation,
     };
