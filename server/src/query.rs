@@ -33,22 +33,24 @@ pub fn bucket_min_max(
 ) -> (Vec<i64>, Vec<i64>) {
     let width = width.max(1);
     let span = (end - start).max(1) as i128;
-    let bucket_of =
-        |t: i64| -> usize { (((t - start) as i128 * width as i128) / span).clamp(0, width as i128 - 1) as usize };
+    // First time of bucket `b + 1`: entries before it belong to bucket `b` (no division per entry).
+    let next_edge = |b: usize| -> i64 { start + ((span * (b as i128 + 1) + width as i128 - 1) / width as i128) as i64 };
     let first = time.partition_point(|&t| t < start);
     let mut current = if first == 0 { before } else { values[first - 1] };
     let mut mins = vec![i64::MAX; width];
     let mut maxs = vec![i64::MIN; width];
     let mut b = 0usize;
+    let mut edge = next_edge(0);
     mins[0] = current;
     maxs[0] = current;
     for i in first..time.len() {
-        if time[i] > end {
+        let t = time[i];
+        if t > end {
             break;
         }
-        let nb = bucket_of(time[i]);
-        while b < nb {
+        while t >= edge && b + 1 < width {
             b += 1;
+            edge = next_edge(b);
             mins[b] = current;
             maxs[b] = current;
         }
@@ -145,10 +147,8 @@ pub fn timeline_on(
     let stack = lt.column("stack")?.u32()?.cont_slice()?;
     let (t_alloc, t_free) = endpoints(lt, axis)?;
     let mut hits: Vec<usize> = Vec::new();
-    for i in 0..lt.height() {
-        let a = t_alloc.get(i).unwrap_or(i64::MIN);
-        let f = t_free.get(i).unwrap_or(i64::MAX);
-        if a <= end && f >= start {
+    for (i, (a, f)) in t_alloc.iter().zip(t_free.iter()).enumerate() {
+        if a.unwrap_or(i64::MIN) <= end && f.unwrap_or(i64::MAX) >= start {
             hits.push(i);
         }
     }
