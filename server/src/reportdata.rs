@@ -53,10 +53,13 @@ fn read_parquet(path: &Path) -> Result<DataFrame, DataError> {
         path: path.to_owned(),
         source,
     })?;
-    ParquetReader::new(f).finish().map_err(|source| DataError::Parquet {
+    let mut df = ParquetReader::new(f).finish().map_err(|source| DataError::Parquet {
         path: path.to_owned(),
         source,
-    })
+    })?;
+    // Parquet row groups come back as chunks; queries read columns as contiguous slices.
+    df.rechunk_mut_par();
+    Ok(df)
 }
 
 /// Frames derived for one device.
@@ -175,4 +178,38 @@ pub fn load(dir: &Path) -> Result<LoadedReport, DataError> {
         });
     }
     Ok(LoadedReport { summary, files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_frames_come_back_contiguous() {
+        let n = 3_000_000i64;
+        let mut df = DataFrame::new(
+            n as usize,
+            vec![
+                Column::new("a".into(), (0..n).collect::<Vec<i64>>()),
+                Column::new(
+                    "b".into(),
+                    (0..n).map(|x| (x % 7 != 0).then_some(x)).collect::<Vec<Option<i64>>>(),
+                ),
+            ],
+        )
+        .expect("frame");
+        let dir = std::env::temp_dir().join(format!("memlens-rd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = dir.join("x.parquet");
+        write_parquet(&p, &mut df).expect("write");
+        let back = read_parquet(&p).expect("read");
+        let a = back.column("a").expect("a").i64().expect("i64");
+        assert_eq!(a.chunks().len(), 1);
+        assert!(a.cont_slice().is_ok());
+        assert_eq!(
+            back.column("b").expect("b").null_count(),
+            df.column("b").expect("b").null_count()
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

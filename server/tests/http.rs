@@ -361,3 +361,41 @@ fn expired_reports_answer_410_and_the_api_is_documented() {
         .expect("probe");
     assert!(!down.status.success());
 }
+
+#[test]
+fn the_big_benchmark_report_answers_every_query() {
+    // Large tables come back from Parquet in several chunks; every query must still answer.
+    let Some(big) = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .and_then(|r| r.parent())
+        .map(|p| p.join("shared/traces/bench/big_many_small.pickle.gz"))
+        .filter(|p| p.exists())
+    else {
+        eprintln!("the shared benchmark trace is absent; nothing to check");
+        return;
+    };
+    let dir = tmpdir("big");
+    let s = Server::start(&dir, &[]);
+    let bytes = std::fs::read(&big).expect("bench trace");
+    let r = ureq::post(&s.url("/api/reports?name=big.pickle.gz"))
+        .send_bytes(&bytes)
+        .expect("upload");
+    let v: Value = serde_json::from_str(&r.into_string().expect("body")).expect("json");
+    let id = v["id"].as_str().expect("id").to_owned();
+    let st = wait_done(&s, &id);
+    assert_eq!(st["state"], "ready", "{st}");
+    for q in [
+        "timeline?width=800",
+        "timeline?width=300&axis=event",
+        "segments?event=1000000",
+        "fragmentation",
+        "allocations?addr=0x0",
+        "stacks/1",
+    ] {
+        let (code, v) = get_json(&s, &format!("/api/reports/{id}/{q}"));
+        assert_eq!(code, 200, "{q}: {v}");
+    }
+    let (_, tl) = get_json(&s, &format!("/api/reports/{id}/timeline?width=800"));
+    assert_eq!(tl["allocations_in_window"], 900_000);
+    assert_eq!(tl["bands"].as_array().map(Vec::len), Some(2_000));
+}
