@@ -178,6 +178,7 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
     let full_range = StoredValue::new((0i64, 1i64));
     let drag = StoredValue::new(None::<(f64, bool, i64, i64)>);
     let id_sv = StoredValue::new(id.clone());
+    let seg_seq = StoredValue::new(0u64);
 
     // Draws both canvases from what is loaded.
     let redraw = move || {
@@ -373,6 +374,24 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
                     v.hovered = hit;
                     v.cursor_x = Some(x);
                 });
+                // The segment map follows the cursor once it rests for a moment (unless pinned).
+                if !pinned.get_untracked() {
+                    let seq = seg_seq.get_value() + 1;
+                    seg_seq.set_value(seq);
+                    let (t, ev_axis) = view_sv.with_value(|v| (v.x_to_time(x), v.event_axis));
+                    let d = device.get_untracked();
+                    let id = id_sv.get_value();
+                    spawn_local(async move {
+                        api::sleep(300).await;
+                        if seg_seq.get_value() == seq {
+                            if ev_axis {
+                                load_segments(id, d, Some(t.max(0) as usize), None, seg_map);
+                            } else {
+                                load_segments(id, d, None, Some(t), seg_map);
+                            }
+                        }
+                    });
+                }
                 if changed && !pinned.get_untracked() {
                     let band =
                         hit.and_then(|i| view_sv.with_value(|v| v.data.as_ref().and_then(|d| d.bands.get(i).cloned())));
@@ -568,7 +587,7 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
                     };
                     view! {
                         <p class="muted" id="segment-summary">
-                            {format!("{when}: {} segments, {} reserved, {} active, {} free (largest {}), {} rounding waste, {} pending free — click the timeline to move",
+                            {format!("{when}: {} segments, {} reserved, {} active, {} free (largest {}), {} rounding waste, {} pending free — follows the cursor; click pins",
                                 m.segments.len(), bytes(m.reserved_bytes), bytes(m.active_bytes), bytes(m.free_bytes), bytes(m.largest_free_block_bytes), bytes(m.rounding_waste_bytes), bytes(m.pending_free_bytes))}
                         </p>
                     }
