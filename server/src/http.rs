@@ -677,22 +677,27 @@ pub async fn fragmentation(
     }))
 }
 
+/// The summary of one device of a ready report.
+async fn device_summary(st: &Shared, id: &str, q: &DeviceQuery) -> Result<DeviceSummary, ApiError> {
+    let r = summary_of(st, id).await?;
+    Ok(pick(&r, q.file, q.device)?.1.clone())
+}
+
 #[utoipa::path(get, path = "/api/reports/{id}/peak", tag = "queries", params(("id" = String, Path), ("device" = Option<i64>, Query), ("file" = Option<usize>, Query)), responses((status = 200, body = Peak)))]
 pub async fn peak(
     State(st): State<Shared>,
     Path(id): Path<String>,
     Query(q): Query<DeviceQuery>,
 ) -> Result<Json<Peak>, ApiError> {
-    let r = summary_of(&st, &id).await?;
-    let (_, d) = pick(&r, q.file, q.device)?;
+    let d = device_summary(&st, &id, &q).await?;
     Ok(Json(Peak {
         device: d.device,
         peak_allocated_bytes: d.peak_allocated_bytes,
         peak_time_us: d.peak_time_us,
         peak_event_index: d.peak_event_index,
         peak_reserved_bytes: d.peak_reserved_bytes,
-        peak_stacks: d.peak_stacks.clone(),
-        fragmentation_at_peak: d.fragmentation_at_peak.clone(),
+        peak_stacks: d.peak_stacks,
+        fragmentation_at_peak: d.fragmentation_at_peak,
     }))
 }
 
@@ -702,8 +707,7 @@ pub async fn leaks(
     Path(id): Path<String>,
     Query(q): Query<DeviceQuery>,
 ) -> Result<Json<Vec<memlens_api::LeakCandidate>>, ApiError> {
-    let r = summary_of(&st, &id).await?;
-    Ok(Json(pick(&r, q.file, q.device)?.1.leaks.clone()))
+    Ok(Json(device_summary(&st, &id, &q).await?.leaks))
 }
 
 #[utoipa::path(get, path = "/api/reports/{id}/ooms", tag = "queries", params(("id" = String, Path), ("device" = Option<i64>, Query), ("file" = Option<usize>, Query)), responses((status = 200, body = [memlens_api::OomExplanation])))]
@@ -712,8 +716,7 @@ pub async fn ooms(
     Path(id): Path<String>,
     Query(q): Query<DeviceQuery>,
 ) -> Result<Json<Vec<memlens_api::OomExplanation>>, ApiError> {
-    let r = summary_of(&st, &id).await?;
-    Ok(Json(pick(&r, q.file, q.device)?.1.ooms.clone()))
+    Ok(Json(device_summary(&st, &id, &q).await?.ooms))
 }
 
 #[utoipa::path(get, path = "/api/reports/{id}/annotations", tag = "queries", params(("id" = String, Path), ("device" = Option<i64>, Query), ("file" = Option<usize>, Query)), responses((status = 200, body = [memlens_api::PhaseRange])))]
@@ -722,8 +725,7 @@ pub async fn annotations(
     Path(id): Path<String>,
     Query(q): Query<DeviceQuery>,
 ) -> Result<Json<Vec<memlens_api::PhaseRange>>, ApiError> {
-    let r = summary_of(&st, &id).await?;
-    Ok(Json(pick(&r, q.file, q.device)?.1.phases.clone()))
+    Ok(Json(device_summary(&st, &id, &q).await?.phases))
 }
 
 #[derive(Deserialize)]
