@@ -132,9 +132,12 @@ pub struct TraceRows {
     pub stack: Vec<u32>,
     /// Sparse `(row, device_free)`.
     pub device_free: Vec<(u32, i64)>,
-    /// Sparse `(row, compile_context, user_metadata, unknown action name)`.
-    pub notes: Vec<(u32, Option<String>, Option<String>, Option<String>)>,
+    /// Sparse notes on rows whose strings are not the defaults.
+    pub notes: Vec<EventNote>,
 }
+
+/// `(row, compile_context, user_metadata, unknown action name)`, each `None` when default.
+pub type EventNote = (u32, Option<String>, Option<String>, Option<String>);
 
 impl TraceRows {
     pub fn len(&self) -> usize {

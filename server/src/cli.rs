@@ -76,7 +76,7 @@ pub struct AnalyzeArgs {
 }
 
 /// Imports and summarises one file; the error is one line naming the file and the problem.
-pub fn summarize_file(path: &PathBuf) -> Result<FileSummary, String> {
+pub fn summarize_file(path: &std::path::Path) -> Result<FileSummary, String> {
     let name = path.display().to_string();
     let imported = import_path(path, ImportOptions::default()).map_err(|e| format!("{name}: {e}"))?;
     match imported.data {

@@ -91,9 +91,9 @@ pub enum ApiError {
     TooLarge(u64),
     BadRequest(String),
     /// Processing has not finished; carries the status.
-    NotReady(Status),
+    NotReady(Box<Status>),
     /// Processing failed; carries the status with its error.
-    Failed(Status),
+    Failed(Box<Status>),
     /// Logged; the client sees only "internal error".
     Internal(String),
 }
@@ -129,7 +129,14 @@ impl IntoResponse for ApiError {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal error".to_owned(), None)
             }
         };
-        (code, Json(ErrorBody { error, status })).into_response()
+        (
+            code,
+            Json(ErrorBody {
+                error,
+                status: status.map(|s| *s),
+            }),
+        )
+            .into_response()
     }
 }
 
@@ -416,8 +423,8 @@ async fn ready(st: &Shared, id: &str) -> Result<ReportRecord, ApiError> {
     let rec = record(st, id).await?;
     match rec.state {
         ReportState::Ready => Ok(rec),
-        ReportState::Failed => Err(ApiError::Failed(status_of(st, &rec))),
-        _ => Err(ApiError::NotReady(status_of(st, &rec))),
+        ReportState::Failed => Err(ApiError::Failed(Box::new(status_of(st, &rec)))),
+        _ => Err(ApiError::NotReady(Box::new(status_of(st, &rec)))),
     }
 }
 
@@ -527,11 +534,7 @@ pub struct DeviceQuery {
     device: Option<i64>,
 }
 
-fn pick<'a>(
-    r: &'a AnalyzeOutput,
-    q_file: Option<usize>,
-    q_device: Option<i64>,
-) -> Result<(usize, &'a DeviceSummary), ApiError> {
+fn pick(r: &AnalyzeOutput, q_file: Option<usize>, q_device: Option<i64>) -> Result<(usize, &DeviceSummary), ApiError> {
     let fi = q_file.unwrap_or(0);
     let f = r
         .files

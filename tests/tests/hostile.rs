@@ -132,12 +132,12 @@ fn memo_fan_out_does_not_explode() {
     for _ in 0..999 {
         b.extend_from_slice(&[b'h', 5]);
     }
-    b.extend_from_slice(&[b'e', b'u']); // blocks done, S done
+    b.extend_from_slice(b"eu"); // blocks done, S done
     for _ in 0..99_999 {
         b.push(b'j');
         b.extend_from_slice(&3u32.to_le_bytes());
     }
-    b.extend_from_slice(&[b'e', b's', b'.']);
+    b.extend_from_slice(b"es.");
     let msg = refused("memo fan-out", b);
     assert!(msg.contains("through shared (memo) references"), "{msg}");
 }

@@ -774,7 +774,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                     b't' => Kind::Tuple,
                     b'l' => Kind::List,
                     b'd' => {
-                        if items.len() % 2 != 0 {
+                        if !items.len().is_multiple_of(2) {
                             malformed!(at, "DICT with an odd number of items");
                         }
                         Kind::Dict
@@ -835,7 +835,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                 if m == 0 {
                     malformed!(at, "SETITEMS without a target dict");
                 }
-                if (stack.len() - m) % 2 != 0 {
+                if !(stack.len() - m).is_multiple_of(2) {
                     malformed!(at, "SETITEMS with an odd number of values");
                 }
                 let d = container(&heap, stack[m - 1], &[Kind::Dict], at, "SETITEMS")?;
