@@ -60,4 +60,5 @@ for (const kind of ['zoom', 'pan']) {
   const s = await burst(kind, 120);
   console.log(`${kind}: ${s.fps.toFixed(0)} frames/s (mean ${s.mean.toFixed(1)} ms, p95 ${s.p95.toFixed(1)} ms per step)`);
 }
+await page.screenshot({ path: `${process.env.MEMLENS_E2E_OUT || 'out'}/bench.png`, fullPage: false });
 await browser.close();
