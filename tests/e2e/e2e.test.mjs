@@ -100,6 +100,27 @@ test('upload a real trace through the page, see the report, share it, delete it'
   await ctx.close();
 });
 
+test('dropping files on the page uploads them', async () => {
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await page.goto(`${base}/`);
+  const bytes = [...readFileSync(join(traces, 'mlp_train.pickle'))];
+  const drop = await page.evaluateHandle((data) => {
+    const dt = new DataTransfer();
+    dt.items.add(new File([new Uint8Array(data)], 'mlp_train.pickle'));
+    return dt;
+  }, bytes);
+  await page.dispatchEvent('.dropzone', 'drop', { dataTransfer: drop });
+  await page.waitForURL('**/r/**', { timeout: 60_000 });
+  await page.waitForSelector('#peak-value', { timeout: 60_000 });
+  // requested_bytes.all.peak of mlp_train = 890933376 B.
+  assert.equal(await page.textContent('#peak-value'), '849.7 MiB');
+  // The report is now listed on the upload page of this browser.
+  await page.goto(`${base}/`);
+  assert.match(await page.textContent('.recent'), /mlp_train\.pickle/);
+  await ctx.close();
+});
+
 test('a failed import shows its error page', async () => {
   const full = readFileSync(join(traces, 'mlp_train.pickle'));
   const { url } = await uploadViaApi('cut.pickle', full.subarray(0, 20_000));
