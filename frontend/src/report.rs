@@ -313,8 +313,6 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
             }
         });
         if let Some(s) = &summary {
-            let origin = view_sv.with_value(|v| v.origin);
-            let _ = origin;
             load_segments(id_sv.get_value(), d, s.event_count.checked_sub(1), None, seg_map);
         }
     });
@@ -453,8 +451,7 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
     };
     let on_key = move |ev: web_sys::KeyboardEvent| {
         let full = full_range.get_value();
-        let handled = view_sv.with_value(|v| (v.width - LEFT - RIGHT) / 2.0 + LEFT);
-        let mid = handled;
+        let mid = view_sv.with_value(|v| (v.width - LEFT - RIGHT) / 2.0 + LEFT);
         let ok = match ev.key().as_str() {
             "+" | "=" => {
                 view_sv.update_value(|v| v.zoom_at(mid, 0.7, full));
