@@ -91,7 +91,7 @@ pub fn UploadPage() -> impl IntoView {
             <p class="lead">
                 "Drop what your training job left behind — a PyTorch allocator snapshot ("
                 <code>"torch.cuda.memory._dump_snapshot"</code>
-                ", plain or .gz), and the NVML log of the same run if you have one. memlens finds the peak and what is in it, what leaks each iteration, and why an allocation ran out of memory with gigabytes free."
+                ", plain or .gz; several files at once are fine). memlens finds the peak and what is in it, what leaks each iteration, and why an allocation ran out of memory with gigabytes free. Nsight exports and NVML logs are recognised and kept, but not analysed yet."
             </p>
             <label
                 class="dropzone"
