@@ -6,12 +6,14 @@
 
 use std::path::{Path, PathBuf};
 
-/// The repository root.
+/// The repository root: from `CARGO_MANIFEST_DIR` at run time (cargo and nextest set it for the
+/// test process), since the compile-time value can be stale when a shared target directory
+/// serves several checkouts.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
 /// `traces/` in the repository.

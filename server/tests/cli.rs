@@ -8,7 +8,7 @@ fn memlens() -> Command {
 }
 
 fn trace(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(name)
+    manifest_dir().join("../traces").join(name)
 }
 
 #[test]
@@ -94,4 +94,12 @@ fn unreadable_input_is_one_line_naming_the_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cut.pickle: pickle: input ends at byte"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the
+// compile-time value can be stale when a shared target directory serves several checkouts.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

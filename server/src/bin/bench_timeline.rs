@@ -16,9 +16,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn main() {
-    let path = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/bench/big_many_small.pickle.gz")
-    });
+    let path = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"));
     let imported = match import_path(&path, ImportOptions::default()) {
         Ok(i) => i,
         Err(e) => {
@@ -112,4 +113,12 @@ fn main() {
         percentile(&zoom, 0.95),
         max_bytes as f64 / 1024.0
     );
+}
+
+// The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the
+// compile-time value can be stale when a shared target directory serves several checkouts.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
