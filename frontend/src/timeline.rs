@@ -104,8 +104,9 @@ impl TimelineView {
         let span = (d.end - d.start).max(1) as f64;
         let w = d.width as f64;
         let b_of = |t: i64| (((t.clamp(d.start, d.end) - d.start) as f64 / span) * w).floor() as usize;
+        // Both ends included, as the server counts them: freed inside a bucket still shows there.
         let b0 = band.t_alloc.map_or(0, b_of).min(d.width - 1);
-        let b1 = band.t_free.map_or(d.width, |f| b_of(f).min(d.width));
+        let b1 = band.t_free.map_or(d.width, |f| (b_of(f) + 1).min(d.width));
         (b0, b1.max(b0 + 1).min(d.width))
     }
 

@@ -167,12 +167,12 @@ pub fn timeline_on(
         .iter()
         .map(|&i| {
             let (a, f) = (t_alloc.get(i), t_free.get(i));
+            // Live in every bucket from its alloc's to its free's, both included (an allocation
+            // freed inside a bucket still counts towards that bucket's maximum).
             let b0 = bucket_of(a.unwrap_or(start)).clamp(0, width as i64 - 1) as usize;
-            let b1 = f.map_or(width, |f| (bucket_of(f) as usize).min(width));
-            if b1 > b0 {
-                diff[b0] += size[i];
-                diff[b1] -= size[i];
-            }
+            let last = f.map_or(width - 1, |f| (bucket_of(f) as usize).min(width - 1)).max(b0);
+            diff[b0] += size[i];
+            diff[last + 1] -= size[i];
             Band {
                 addr: addr[i],
                 size: size[i],

@@ -398,6 +398,27 @@ fn the_big_benchmark_report_answers_every_query() {
     let (_, tl) = get_json(&s, &format!("/api/reports/{id}/timeline?width=800"));
     assert_eq!(tl["allocations_in_window"], 900_000);
     assert_eq!(tl["bands"].as_array().map(Vec::len), Some(2_000));
+    // Zooming in reveals every allocation: a narrow window holds fewer than the band cap,
+    // and each of them comes back as its own band.
+    let (a, b) = (
+        tl["full_start"].as_i64().expect("start"),
+        tl["full_end"].as_i64().expect("end"),
+    );
+    let (s0, s1) = (a + (b - a) / 2, a + (b - a) / 2 + (b - a) / 5_000);
+    let (_, zoom) = get_json(&s, &format!("/api/reports/{id}/timeline?width=800&start={s0}&end={s1}"));
+    let n = zoom["allocations_in_window"].as_u64().expect("count");
+    assert!(n > 0 && n < 2_000, "{n}");
+    assert_eq!(zoom["bands"].as_array().map(|v| v.len() as u64), Some(n));
+    // With every allocation drawn, nothing is left for the aggregated band.
+    assert!(
+        zoom["rest_max"]
+            .as_array()
+            .expect("rest")
+            .iter()
+            .all(|v| v.as_i64() == Some(0)),
+        "{}",
+        zoom["rest_max"]
+    );
 }
 
 // The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the
