@@ -247,6 +247,10 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
                 let _ = c.set_attribute("data-data-at", &format!("{arrived:.1}"));
             }
             redraw();
+            // How long drawing took once this answer arrived (read by the speed bench).
+            if let Some(c) = canvas.get_untracked() {
+                let _ = c.set_attribute("data-data-to-drawn-ms", &format!("{:.2}", now_ms() - arrived));
+            }
             let (s, e) = view_sv.with_value(|v| (v.start, v.end));
             let mut q = vec![
                 ("device", d.to_string()),
