@@ -20,7 +20,6 @@ use futures_util::StreamExt;
 use memlens_api::{
     AnalyzeOutput, Created, DeviceSummary, ErrorBody, FragmentationSeries, Peak, SearchResult, SegmentMap, Status,
 };
-use memlens_core::analysis::segment_map::{segment_map_at, segment_map_at_time};
 use memlens_core::analysis::DeviceEvents;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
@@ -618,14 +617,15 @@ pub async fn segments(
     let (fi, d) = pick(&r.summary, q.file, q.device)?;
     let device = d.device;
     let map = tokio::task::spawn_blocking(move || {
-        let t = &r.files[fi].tables;
-        let ev = DeviceEvents::new(t, device).map_err(internal)?;
+        let f = &r.files[fi];
+        let ev = DeviceEvents::new(&f.tables, device).map_err(internal)?;
+        let cp = f.checkpoints(&ev).map_err(internal)?;
         match (q.event, q.time) {
-            (Some(e), _) => segment_map_at(t, &ev, Some(e)),
-            (None, Some(time)) => segment_map_at_time(t, &ev, time),
-            (None, None) => segment_map_at(t, &ev, ev.len().checked_sub(1)),
+            (Some(e), _) => cp.map_at(&ev, Some(e)),
+            (None, Some(time)) => cp.map_at_time(&ev, time),
+            (None, None) => cp.map_at(&ev, ev.len().checked_sub(1)),
         }
-        .map_err(internal)
+        .ok_or_else(|| ApiError::Internal("no segment checkpoint covers the entry".into()))
     })
     .await
     .map_err(internal)??;

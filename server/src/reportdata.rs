@@ -10,10 +10,14 @@
 //! data/chart.png, data/chart.svg    the first device's usage chart
 //! ```
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use memlens_api::AnalyzeOutput;
+use memlens_core::analysis::segment_map::SegmentCheckpoints;
+use memlens_core::analysis::DeviceEvents;
 use memlens_core::stacks::StackResolver;
 use memlens_core::tables::SnapshotTables;
 use polars::prelude::*;
@@ -123,9 +127,26 @@ pub struct LoadedFile {
     pub tables: SnapshotTables,
     pub stacks: StackResolver,
     pub devices: Vec<DeviceFrames>,
+    /// Segment-state checkpoints per device, built on the first segment-map query.
+    checkpoints: Mutex<HashMap<i64, Arc<SegmentCheckpoints>>>,
 }
 
+/// Checkpoints kept per device: a segment map then costs at most 1/64 of the trace in undo steps.
+const CHECKPOINTS: usize = 64;
+
 impl LoadedFile {
+    /// The segment-state checkpoints of a device (built once, then shared).
+    pub fn checkpoints(&self, ev: &DeviceEvents) -> PolarsResult<Arc<SegmentCheckpoints>> {
+        if let Some(c) = self.checkpoints.lock().ok().and_then(|m| m.get(&ev.device).cloned()) {
+            return Ok(c);
+        }
+        let built = Arc::new(SegmentCheckpoints::build(&self.tables, ev, CHECKPOINTS)?);
+        if let Ok(mut m) = self.checkpoints.lock() {
+            m.insert(ev.device, built.clone());
+        }
+        Ok(built)
+    }
+
     pub fn device(&self, device: i64) -> Option<&DeviceFrames> {
         self.devices.iter().find(|d| d.device == device)
     }
@@ -175,6 +196,7 @@ pub fn load(dir: &Path) -> Result<LoadedReport, DataError> {
             tables,
             stacks,
             devices,
+            checkpoints: Mutex::new(HashMap::new()),
         });
     }
     Ok(LoadedReport { summary, files })

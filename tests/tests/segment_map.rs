@@ -102,3 +102,29 @@ fn mlp_train_replays_back_to_an_empty_allocator() {
     let m = segment_map_at_time(&t, &ev, first).expect("map");
     assert!(m.event_index.is_some_and(|i| ev.time()[i] == first));
 }
+
+#[test]
+fn checkpoints_give_the_same_maps_as_a_full_replay() {
+    use memlens_core::analysis::segment_map::SegmentCheckpoints;
+    for name in [
+        "gpt_train_ckpt.pickle",
+        "expandable_oom_fragmentation.pickle",
+        "kv_cache_inference.pickle",
+    ] {
+        let t = tables(name);
+        let ev = DeviceEvents::new(&t, 0).expect("device 0");
+        let cp = SegmentCheckpoints::build(&t, &ev, 16).expect("checkpoints");
+        let n = ev.len();
+        let mut points: Vec<Option<usize>> = (0..n).step_by((n / 25).max(1)).map(Some).collect();
+        points.extend([None, Some(n - 1), Some(n / 16), Some(n / 16 + 1)]);
+        for p in points {
+            let full = segment_map_at(&t, &ev, p).expect("map");
+            assert_eq!(cp.map_at(&ev, p).as_ref(), Some(&full), "{name} at {p:?}");
+        }
+        let t_mid = ev.time()[n / 2];
+        assert_eq!(
+            cp.map_at_time(&ev, t_mid),
+            Some(segment_map_at_time(&t, &ev, t_mid).expect("map"))
+        );
+    }
+}

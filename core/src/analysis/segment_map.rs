@@ -46,6 +46,7 @@ pub struct StateStats {
 }
 
 /// A replayable allocator state for one device.
+#[derive(Clone)]
 pub struct SegmentState {
     segs: BTreeMap<i64, Segment>,
     /// Entries `>= cursor` have been undone: the state is the one right after entry `cursor - 1`.
@@ -412,4 +413,46 @@ pub fn segment_map_at(t: &SnapshotTables, ev: &DeviceEvents, idx: Option<usize>)
 pub fn segment_map_at_time(t: &SnapshotTables, ev: &DeviceEvents, time: i64) -> PolarsResult<SegmentMap> {
     let n = ev.time().partition_point(|&x| x <= time);
     segment_map_at(t, ev, n.checked_sub(1))
+}
+
+/// Copies of the state taken every `every` entries on one backward pass, so that the map at
+/// any entry costs at most `every` undo steps instead of a replay from the end of the trace.
+pub struct SegmentCheckpoints {
+    /// States in ascending cursor order; the last is the end state.
+    points: Vec<SegmentState>,
+}
+
+impl SegmentCheckpoints {
+    /// One backward pass over the whole trace, keeping about `count` states.
+    pub fn build(t: &SnapshotTables, ev: &DeviceEvents, count: usize) -> PolarsResult<SegmentCheckpoints> {
+        let mut state = SegmentState::at_end(t, ev)?;
+        let n = ev.len();
+        let every = (n / count.max(1)).max(1);
+        let mut points = vec![state.clone()];
+        let mut cursor = n;
+        while cursor > 0 {
+            let next = cursor.saturating_sub(every);
+            state.rewind_to(ev, next.checked_sub(1));
+            points.push(state.clone());
+            cursor = next;
+        }
+        points.reverse();
+        Ok(SegmentCheckpoints { points })
+    }
+
+    /// The segment map right after entry `idx` (`None`: before the first entry).
+    pub fn map_at(&self, ev: &DeviceEvents, idx: Option<usize>) -> Option<SegmentMap> {
+        let target = idx.map_or(0, |i| (i + 1).min(ev.len()));
+        let start = self.points.iter().find(|p| p.cursor() >= target)?;
+        let mut state = start.clone();
+        state.rewind_to(ev, target.checked_sub(1));
+        let time = target.checked_sub(1).and_then(|i| ev.time_us(i));
+        Some(state.view(ev.device, time))
+    }
+
+    /// The segment map at time `time`: after the last entry at or before it.
+    pub fn map_at_time(&self, ev: &DeviceEvents, time: i64) -> Option<SegmentMap> {
+        let n = ev.time().partition_point(|&x| x <= time);
+        self.map_at(ev, n.checked_sub(1))
+    }
 }
