@@ -32,15 +32,6 @@ pub struct DeviceAnalysis {
     pub fragmentation: DataFrame,
 }
 
-/// Summarises one device.
-pub fn summarize_device(
-    t: &SnapshotTables,
-    device: i64,
-    stacks: &StackResolver,
-) -> Result<DeviceSummary, AnalysisError> {
-    Ok(analyze_device(t, device, stacks)?.summary)
-}
-
 /// Runs every analysis for one device.
 pub fn analyze_device(
     t: &SnapshotTables,
