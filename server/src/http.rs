@@ -254,7 +254,9 @@ pub async fn upload(
     req: Request,
 ) -> Response {
     let id = ids::new_report_id();
-    let result = receive(&st, &id, &q, &headers, req).await;
+    let (parts, body) = req.into_parts();
+    let (body, pump) = pump_body(body);
+    let result = receive(&st, &id, &q, &headers, Request::from_parts(parts, body)).await;
     match result {
         Ok(created) => (StatusCode::CREATED, Json(created)).into_response(),
         Err(e) => {
@@ -264,9 +266,55 @@ pub async fn upload(
             if let Ok(dir) = st.store.incoming_dir(&id) {
                 let _ = tokio::fs::remove_dir_all(dir).await;
             }
+            // `receive` has dropped its end of the pump: let the pump discard what the client is
+            // still sending (bounded), so that the client reads this answer instead of a reset.
+            let declared = headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|len| len > DRAIN_BYTES) {
+                pump.abort(); // too much to drain: the connection is closed after the answer.
+            } else {
+                let _ = tokio::time::timeout(DRAIN_TIME, pump).await;
+            }
             e.into_response()
         }
     }
+}
+
+/// How much of a rejected upload is read and discarded before answering, at most.
+const DRAIN_BYTES: u64 = 64 << 20;
+/// How long a rejected upload is drained before answering, at most.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads the request body on its own task and hands it on through a small channel.
+///
+/// A client that streams a body writes all of it before it reads the answer; if the server
+/// answered a rejected upload (413, 400) and closed the connection at once, the client would see
+/// a broken pipe instead of the error. When the reader is dropped, the pump goes on reading and
+/// discarding up to [`DRAIN_BYTES`] (the caller bounds the time), like a lingering close.
+fn pump_body(body: Body) -> (Body, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, axum::Error>>(4);
+    let task = tokio::spawn(async move {
+        let mut stream = body.into_data_stream();
+        let mut receiver_gone = false;
+        let mut drained = 0u64;
+        while let Some(chunk) = stream.next().await {
+            if receiver_gone {
+                match chunk {
+                    Ok(c) => drained += c.len() as u64,
+                    Err(_) => return,
+                }
+                if drained > DRAIN_BYTES {
+                    return;
+                }
+            } else if tx.send(chunk).await.is_err() {
+                receiver_gone = true;
+            }
+        }
+    });
+    let rx_stream = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    (Body::from_stream(rx_stream), task)
 }
 
 async fn receive(
