@@ -299,6 +299,16 @@ pub struct Created {
     pub delete_token: String,
 }
 
+/// What this server accepts, so that a client can refuse an upload before sending it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ServerLimits {
+    /// The most bytes one upload (all its files together) may have; larger ones get 413.
+    pub max_upload_bytes: u64,
+    /// Reports expire after this many days; 0 keeps them until deleted.
+    pub retention_days: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Status {

@@ -32,6 +32,20 @@ pub fn UploadPage() -> impl IntoView {
         let names: Vec<String> = files.iter().map(|f| f.name()).collect();
         set_phase.set(format!("uploading {} ({})", names.join(", "), bytes(total as i64)));
         spawn_local(async move {
+            // Refuse what the server would refuse, before sending gigabytes for nothing.
+            if let Ok(limits) = api::get_json::<memlens_api::ServerLimits>("/api/limits").await {
+                if total > limits.max_upload_bytes as f64 {
+                    set_phase.set(String::new());
+                    set_error.set(Some(format!(
+                        "{} ({}) is over this server's upload limit of {} (memlens serve --max-upload)",
+                        names.join(", "),
+                        bytes(total as i64),
+                        bytes(limits.max_upload_bytes as i64)
+                    )));
+                    busy.set(false);
+                    return;
+                }
+            }
             let created = api::upload(files, move |sent, all| {
                 if all > 0.0 {
                     set_progress.set(sent / all);

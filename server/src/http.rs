@@ -171,6 +171,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/reports/{id}/allocations", get(allocations))
         .route("/api/reports/{id}/chart.png", get(chart_png))
         .route("/api/reports/{id}/chart.svg", get(chart_svg))
+        .route("/api/limits", get(limits))
         .route("/api/openapi.json", get(openapi))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -955,6 +956,15 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
     }
     let html = html.replacen("</head>", &format!("{tags}</head>"), 1);
     Html(html).into_response()
+}
+
+#[utoipa::path(get, path = "/api/limits", tag = "reports",
+    responses((status = 200, body = memlens_api::ServerLimits)))]
+pub async fn limits(State(st): State<Shared>) -> Json<memlens_api::ServerLimits> {
+    Json(memlens_api::ServerLimits {
+        max_upload_bytes: st.config.max_upload,
+        retention_days: st.config.retention_days,
+    })
 }
 
 pub async fn healthz() -> &'static str {

@@ -9,6 +9,7 @@ use crate::http;
     info(title = "memlens", description = "GPU memory reports: uploads, summaries and level-of-detail queries."),
     paths(
         http::upload,
+        http::limits,
         http::status,
         http::summary,
         http::delete_report,

@@ -229,6 +229,10 @@ fn upload_status_summary_restart_delete() {
 fn over_limit_uploads_get_413_and_the_server_stays_up() {
     let dir = tmpdir("limit");
     let s = Server::start(&dir, &["--max-upload", "100000"]);
+    // Clients can learn the limit before sending anything.
+    let (code, limits) = get_json(&s, "/api/limits");
+    assert_eq!(code, 200);
+    assert_eq!(limits["max_upload_bytes"], 100000, "{limits}");
     let (code, v) = upload(
         &s,
         &[("leak.pickle", std::fs::read(trace("leak.pickle")).expect("trace"))],
@@ -343,6 +347,7 @@ fn expired_reports_answer_410_and_the_api_is_documented() {
     assert_eq!(code, 200);
     for p in [
         "/api/reports",
+        "/api/limits",
         "/api/reports/{id}/timeline",
         "/api/reports/{id}/segments",
         "/api/reports/{id}/chart.png",

@@ -157,3 +157,24 @@ test('an OOM is marked and explained on click', async () => {
   await page.screenshot({ path: join(out, 'oom.png'), fullPage: true });
   await ctx.close();
 });
+
+test('an upload over the server limit is refused before it is sent', async () => {
+  // The real server's limit, then one small enough for leak.pickle (343 KiB) to exceed it.
+  const limits = await (await fetch(`${base}/api/limits`)).json();
+  assert.ok(limits.max_upload_bytes > 0);
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await page.route('**/api/limits', route => route.fulfill({
+    contentType: 'application/json',
+    body: JSON.stringify({ ...limits, max_upload_bytes: 100_000 }),
+  }));
+  let posted = false;
+  page.on('request', r => { if (r.method() === 'POST') posted = true; });
+  await page.goto(`${base}/`);
+  await page.setInputFiles('#file-input', join(traces, 'leak.pickle'));
+  await page.waitForSelector('#upload-error', { timeout: 10_000 });
+  const text = await page.textContent('#upload-error');
+  assert.match(text, /leak\.pickle \(343\.3 KiB\) is over this server's upload limit of 97\.7 KiB/);
+  assert.equal(posted, false);
+  await ctx.close();
+});
