@@ -11,6 +11,11 @@ and changes only the container shape, so the real oracles still apply where stat
 - leak.two_devices.pickle: two devices, device 0 with an empty trace, device 1 holding leak's.
 - leak.pt21_shape.pickle: leak in the 2.1 shape (no timestamps, no annotations): iterations must
   come from the allocation pattern.
+- nvidia_smi_gpu.ist.csv: nvidia_smi_gpu.csv as nvidia-smi writes it on a machine set to
+  UTC+05:30 (its zone-less local times 5 h 30 min ahead); lining it up with the snapshots
+  must undo exactly that.
+- nvidia_smi_gpu.nounits.csv: the same log as `--format=csv,nounits` writes it (no units in
+  the header or the values).
 """
 import pickle
 
@@ -39,3 +44,22 @@ for a in leak["external_annotations"]:
     a["device"] = 1
 with open("leak.two_devices.pickle", "wb") as f:
     pickle.dump(leak, f, protocol=4)
+
+import datetime
+import re
+
+with open("nvidia_smi_gpu.csv") as f:
+    lines = f.read().splitlines()
+fmt = "%Y/%m/%d %H:%M:%S.%f"
+shifted = [lines[0]]
+for line in lines[1:]:
+    stamp, rest = line.split(", ", 1)
+    t = datetime.datetime.strptime(stamp, fmt) + datetime.timedelta(hours=5, minutes=30)
+    shifted.append(t.strftime(fmt)[:-3] + ", " + rest)
+with open("nvidia_smi_gpu.ist.csv", "w") as f:
+    f.write("\n".join(shifted) + "\n")
+nounits = [re.sub(r" \[[^]]*\]", "", lines[0])]
+for line in lines[1:]:
+    nounits.append(", ".join(re.sub(r" (MiB|%|W)$", "", v) for v in line.split(", ")))
+with open("nvidia_smi_gpu.nounits.csv", "w") as f:
+    f.write("\n".join(nounits) + "\n")

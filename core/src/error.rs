@@ -9,7 +9,10 @@ pub enum ImportError {
     Io(#[from] std::io::Error),
     #[error("the file is empty")]
     Empty,
-    #[error("unrecognised format (starts with {head}); expected a PyTorch memory snapshot pickle (optionally gzip-compressed)")]
+    #[error(
+        "unrecognised format (starts with {head}); expected a PyTorch memory snapshot pickle \
+         (optionally gzip-compressed) or an NVML log (nvidia-smi --query-gpu CSV, nvidia-smi dmon, pynvml JSON lines)"
+    )]
     UnknownFormat { head: String },
     #[error("recognised as {format}, which this version of memlens cannot import yet")]
     NotSupported { format: &'static str },
@@ -19,6 +22,10 @@ pub enum ImportError {
     DecompressedTooLarge { limit: u64 },
     #[error("pickle: {0}")]
     Pickle(#[from] PickleError),
+    #[error("line {line}: {message}")]
+    Line { line: usize, message: String },
+    #[error("{0}")]
+    Log(String),
     #[error("snapshot: {0}")]
     Snapshot(String),
     #[error("internal error while importing: {0}")]

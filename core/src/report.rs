@@ -1,10 +1,12 @@
 //! Assembling a file's summary from the analyses: what `memlens analyze --json` prints and the
-//! server stores.
+//! server stores. Snapshots are summarised per device; NVML logs per GPU, after their clock is
+//! lined up with the snapshots of the same report.
 
-use memlens_api::{DeviceSummary, FileSummary, TimeAxis};
+use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
+use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
 use crate::analysis::leaks::leak_candidates;
 use crate::analysis::lifetimes::allocation_lifetimes;
 use crate::analysis::oom::explain_ooms;
@@ -13,6 +15,7 @@ use crate::analysis::phases::{iteration_starts, phase_ranges};
 use crate::analysis::usage::usage_over_time;
 use crate::analysis::{devices, DeviceEvents};
 use crate::error::AnalysisError;
+use crate::samples::{GpuSampleTables, SampleClock};
 use crate::stacks::StackResolver;
 use crate::tables::{Action, SnapshotTables};
 
@@ -113,4 +116,30 @@ pub fn analyze_snapshot(
         devices: analyses.iter().map(|a| a.summary.clone()).collect(),
     };
     Ok((summary, analyses))
+}
+
+/// The span of a snapshot's timestamps (µs), `None` without `time_us`.
+pub fn snapshot_time_range(t: &SnapshotTables) -> Result<Option<(i64, i64)>, AnalysisError> {
+    let time = t.events.column("time_us")?.i64()?;
+    Ok(time.min().zip(time.max()))
+}
+
+/// Lines an NVML log up with the snapshots of the same report and summarises it.
+///
+/// nvidia-smi writes local time without a zone; such logs are read as UTC and then shifted by
+/// the whole time-zone offset that makes them overlap `snapshot_ranges` (see
+/// [`align_local_clock`]). Logs with epoch times are left as they are.
+pub fn analyze_gpu_log(
+    t: &mut GpuSampleTables,
+    file: &str,
+    format: &str,
+    gzip: bool,
+    snapshot_ranges: &[(i64, i64)],
+) -> Result<GpuLogSummary, AnalysisError> {
+    let offset = match (t.clock, time_range(&t.samples)?) {
+        (SampleClock::LocalNoZone, Some(range)) => align_local_clock(range, snapshot_ranges),
+        _ => 0,
+    };
+    shift_clock(t, offset)?;
+    summarize_gpu_log(t, file, format, gzip, offset)
 }

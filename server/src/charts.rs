@@ -1,14 +1,17 @@
-//! Server-rendered charts (plotters): usage over time with the peak, OOMs and leaks marked,
-//! as PNG (for `og:image` unfurls and pasting into issues) and SVG. The font is embedded, so
-//! rendering needs no system font libraries.
+//! Server-rendered charts (plotters), as PNG (for `og:image` unfurls and pasting into issues)
+//! and SVG: a snapshot device's usage over time with the peak, OOMs and leaks marked, or a
+//! GPU's `used` memory from an NVML log. The font is embedded, so rendering needs no system
+//! font libraries.
 
 use std::path::Path;
 use std::sync::Once;
 
-use memlens_api::DeviceSummary;
+use memlens_api::{DeviceSummary, GpuLogSummary, GpuSeriesSummary};
+use memlens_core::analysis::gpu_samples::gpu_series;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
+use polars::prelude::DataFrame;
 
 use crate::query::bucket_min_max;
 use crate::reportdata::DeviceFrames;
@@ -196,13 +199,117 @@ where
     Ok(())
 }
 
+/// What a chart shows.
+pub enum Chart<'a> {
+    /// A snapshot device: allocated and reserved over time, peak, OOMs, leaks.
+    Device(&'a DeviceFrames, &'a DeviceSummary),
+    /// One GPU of an NVML log: `used` over time with its peak.
+    Gpu(&'a DataFrame, &'a GpuLogSummary, &'a GpuSeriesSummary),
+}
+
+fn draw_chart<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, c: &Chart) -> Result<(), ChartError>
+where
+    DB::ErrorType: 'static,
+{
+    match c {
+        Chart::Device(dev, d) => draw(root, dev, d),
+        Chart::Gpu(samples, log, g) => draw_gpu(root, samples, log, g),
+    }
+}
+
+fn draw_gpu<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    samples: &DataFrame,
+    log: &GpuLogSummary,
+    g: &GpuSeriesSummary,
+) -> Result<(), ChartError>
+where
+    DB::ErrorType: 'static,
+{
+    let (t0, t1, _, points) = gpu_series(samples, g.gpu, Some(g.start_time_us), Some(g.end_time_us), POINTS)?;
+    let t1 = t1.max(t0 + 1);
+    let peak = g.peak_used_bytes.unwrap_or(0).max(1);
+    let (div, unit_name) = unit(peak);
+    let x_of = |t: i64| (t - t0) as f64 / 1e6;
+    root.fill(&WHITE).map_err(draw_err)?;
+    let name = g.name.as_deref().map_or(String::new(), |n| format!(" ({n})"));
+    let of_total = g
+        .total_bytes
+        .map_or(String::new(), |t| format!(" of {:.1} {unit_name}", t as f64 / div));
+    let title = format!(
+        "GPU {}{name} — peak used {:.2} {unit_name}{of_total} ({})",
+        g.gpu,
+        peak as f64 / div,
+        log.format
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..x_of(t1), 0f64..(peak as f64 / div) * 1.12)
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the first sample")
+        .y_desc(unit_name)
+        .label_style(("sans-serif", 16))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(draw_err)?;
+    let purple = RGBColor(117, 80, 123);
+    chart
+        .draw_series(
+            AreaSeries::new(
+                points
+                    .iter()
+                    .map(|p| (x_of(p.time_us.max(t0)), p.used_max as f64 / div)),
+                0.0,
+                purple.mix(0.25),
+            )
+            .border_style(purple.stroke_width(2)),
+        )
+        .map_err(draw_err)?
+        .label("used (whole GPU, as the driver sees it)")
+        .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], purple.mix(0.5).filled()));
+    if let Some(t) = g.peak_time_us {
+        let red = RGBColor(204, 0, 0);
+        let (x, y) = (x_of(t), peak as f64 / div);
+        chart
+            .draw_series(std::iter::once(Circle::new((x, y), 6, red.filled())))
+            .map_err(draw_err)?;
+        let anchor = if x > x_of(t1) / 2.0 { HPos::Right } else { HPos::Left };
+        let style = ("sans-serif", 18)
+            .into_font()
+            .color(&red)
+            .pos(Pos::new(anchor, VPos::Bottom));
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("peak {y:.2} {unit_name}"),
+                (x, y * 1.02),
+                style,
+            )))
+            .map_err(draw_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_err)?;
+    root.present().map_err(draw_err)?;
+    Ok(())
+}
+
 /// The chart as PNG bytes.
-pub fn render_png(dev: &DeviceFrames, d: &DeviceSummary) -> Result<Vec<u8>, ChartError> {
+pub fn render_png(c: &Chart) -> Result<Vec<u8>, ChartError> {
     register();
     let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
     {
         let root = BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)).into_drawing_area();
-        draw(root, dev, d)?;
+        draw_chart(root, c)?;
     }
     let mut png = Vec::new();
     let encoder = image::codecs::png::PngEncoder::new(&mut png);
@@ -211,19 +318,19 @@ pub fn render_png(dev: &DeviceFrames, d: &DeviceSummary) -> Result<Vec<u8>, Char
 }
 
 /// The chart as an SVG document.
-pub fn render_svg(dev: &DeviceFrames, d: &DeviceSummary) -> Result<String, ChartError> {
+pub fn render_svg(c: &Chart) -> Result<String, ChartError> {
     register();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        draw(root, dev, d)?;
+        draw_chart(root, c)?;
     }
     Ok(svg)
 }
 
-/// Writes `chart.png` and `chart.svg` for the report's first device.
-pub fn write_charts(dir: &Path, dev: &DeviceFrames, d: &DeviceSummary) -> Result<(), ChartError> {
-    std::fs::write(dir.join("chart.png"), render_png(dev, d)?)?;
-    std::fs::write(dir.join("chart.svg"), render_svg(dev, d)?)?;
+/// Writes `chart.png` and `chart.svg`: the report's default chart.
+pub fn write_charts(dir: &Path, c: &Chart) -> Result<(), ChartError> {
+    std::fs::write(dir.join("chart.png"), render_png(c)?)?;
+    std::fs::write(dir.join("chart.svg"), render_svg(c)?)?;
     Ok(())
 }

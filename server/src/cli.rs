@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use memlens_api::{AnalyzeOutput, DeviceSummary, FileSummary};
+use memlens_api::{AnalyzeOutput, DeviceSummary, FileSummary, GpuLogSummary};
 use memlens_core::importers::{import_path, ImportOptions, Imported};
-use memlens_core::report::summarize_snapshot;
+use memlens_core::report::{analyze_gpu_log, snapshot_time_range, summarize_snapshot};
 
 #[derive(Parser)]
 #[command(
@@ -67,7 +67,8 @@ pub fn healthcheck(args: HealthArgs) -> ExitCode {
 
 #[derive(Args)]
 pub struct AnalyzeArgs {
-    /// Input files (PyTorch snapshot `.pickle`, optionally gzip-compressed).
+    /// Input files: PyTorch snapshot `.pickle` (optionally gzip-compressed), and NVML logs of the
+    /// same run (nvidia-smi --query-gpu CSV, nvidia-smi dmon, pynvml JSON lines).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Print JSON instead of text.
@@ -81,23 +82,50 @@ pub fn summarize_file(path: &std::path::Path) -> Result<FileSummary, String> {
     let imported = import_path(path, ImportOptions::default()).map_err(|e| format!("{name}: {e}"))?;
     match imported.data {
         Imported::Snapshot(t) => summarize_snapshot(&t, &name, imported.gzip).map_err(|e| format!("{name}: {e}")),
+        Imported::GpuSamples(_) => Err(format!(
+            "{name}: an NVML log ({}), not an allocator snapshot",
+            imported.format.name()
+        )),
     }
 }
 
-pub fn analyze(args: AnalyzeArgs) -> ExitCode {
-    let mut files = Vec::new();
-    for path in &args.files {
-        match summarize_file(path) {
-            Ok(s) => files.push(s),
-            Err(line) => {
-                eprintln!("memlens: {line}");
-                return ExitCode::from(2);
+/// Imports and summarises several files as one report (what the server stores for an upload):
+/// snapshots first, then NVML logs lined up with the snapshots' clock.
+pub fn analyze_paths(paths: &[PathBuf]) -> Result<AnalyzeOutput, String> {
+    let mut out = AnalyzeOutput {
+        files: Vec::new(),
+        gpu_logs: Vec::new(),
+        skipped: Vec::new(),
+    };
+    let mut logs = Vec::new();
+    let mut ranges = Vec::new();
+    for path in paths {
+        let name = path.display().to_string();
+        let imported = import_path(path, ImportOptions::default()).map_err(|e| format!("{name}: {e}"))?;
+        match imported.data {
+            Imported::Snapshot(t) => {
+                ranges.extend(snapshot_time_range(&t).map_err(|e| format!("{name}: {e}"))?);
+                out.files
+                    .push(summarize_snapshot(&t, &name, imported.gzip).map_err(|e| format!("{name}: {e}"))?);
             }
+            Imported::GpuSamples(t) => logs.push((name, imported.format, imported.gzip, t)),
         }
     }
-    let out = AnalyzeOutput {
-        files,
-        skipped: Vec::new(),
+    for (name, format, gzip, mut t) in logs {
+        let summary =
+            analyze_gpu_log(&mut t, &name, format.name(), gzip, &ranges).map_err(|e| format!("{name}: {e}"))?;
+        out.gpu_logs.push(summary);
+    }
+    Ok(out)
+}
+
+pub fn analyze(args: AnalyzeArgs) -> ExitCode {
+    let out = match analyze_paths(&args.files) {
+        Ok(out) => out,
+        Err(line) => {
+            eprintln!("memlens: {line}");
+            return ExitCode::from(2);
+        }
     };
     if args.json {
         match serde_json::to_string_pretty(&out) {
@@ -110,6 +138,9 @@ pub fn analyze(args: AnalyzeArgs) -> ExitCode {
     } else {
         for f in &out.files {
             print!("{}", render_text(f));
+        }
+        for g in &out.gpu_logs {
+            print!("{}", render_gpu_log_text(g));
         }
     }
     ExitCode::SUCCESS
@@ -129,6 +160,49 @@ pub fn render_text(f: &FileSummary) -> String {
     let mut s = format!("{} ({}{})\n", f.file, f.format, if f.gzip { ", gzip" } else { "" });
     for d in &f.devices {
         s += &render_device(d);
+    }
+    s
+}
+
+/// The human-readable summary of one NVML log.
+pub fn render_gpu_log_text(g: &GpuLogSummary) -> String {
+    let mut s = format!("{} ({}{})\n", g.file, g.format, if g.gzip { ", gzip" } else { "" });
+    if g.clock == "local_time" {
+        s += &match g.clock_offset_minutes {
+            0 => "  times are local time without a zone, read as UTC\n".to_owned(),
+            m => format!(
+                "  times are local time without a zone; shifted by {m:+} minutes to line up with the snapshots\n"
+            ),
+        };
+    }
+    for gpu in &g.gpus {
+        let name = gpu.name.as_deref().map_or(String::new(), |n| format!(" ({n})"));
+        s += &format!(
+            "  GPU {}{name}: {} samples over {:.1} s",
+            gpu.gpu,
+            gpu.sample_count,
+            (gpu.end_time_us - gpu.start_time_us) as f64 / 1e6
+        );
+        if let Some(ms) = gpu.median_interval_ms {
+            s += &format!(", every {ms:.0} ms");
+        }
+        s += "\n";
+        if let (Some(p), Some(t)) = (gpu.peak_used_bytes, gpu.peak_time_us) {
+            s += &format!("    peak used       {} (t={t} µs)\n", gib(p));
+        }
+        if let Some(m) = gpu.min_used_bytes {
+            s += &format!("    lowest used     {}\n", gib(m));
+        }
+        if let Some(t) = gpu.total_bytes {
+            s += &format!("    total           {}\n", gib(t));
+        }
+        if let Some(r) = gpu.driver_reserved_bytes {
+            s += &format!("    driver reserved {}\n", gib(r));
+        }
+    }
+    s += &format!("  note: {}\n", g.used_note);
+    for l in &g.skipped_lines {
+        s += &format!("  skipped {l}\n");
     }
     s
 }

@@ -18,8 +18,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::StreamExt;
 use memlens_api::{
-    AnalyzeOutput, Created, DeviceSummary, ErrorBody, FragmentationSeries, Peak, SearchResult, SegmentMap, Status,
+    AnalyzeOutput, Created, DeviceSummary, ErrorBody, FragmentationSeries, GpuSeriesSummary, Peak, SearchResult,
+    SegmentMap, Status,
 };
+use memlens_core::analysis::gpu_samples::gpu_series;
 use memlens_core::analysis::DeviceEvents;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
@@ -169,6 +171,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/reports/{id}/annotations", get(annotations))
         .route("/api/reports/{id}/stacks/{stack}", get(stack))
         .route("/api/reports/{id}/allocations", get(allocations))
+        .route("/api/reports/{id}/gpu_samples", get(gpu_samples))
         .route("/api/reports/{id}/chart.png", get(chart_png))
         .route("/api/reports/{id}/chart.svg", get(chart_svg))
         .route("/api/limits", get(limits))
@@ -848,34 +851,97 @@ pub async fn allocations(
     Ok(Json(SearchResult { total, allocations }))
 }
 
-async fn chart(st: Shared, id: String, q: DeviceQuery, svg: bool) -> Result<Response, ApiError> {
+#[derive(Deserialize)]
+pub struct ChartQuery {
+    /// Snapshot file and device (default: the first).
+    file: Option<usize>,
+    device: Option<i64>,
+    /// NVML log and GPU: chart that log instead of a snapshot device.
+    log: Option<usize>,
+    gpu: Option<i64>,
+}
+
+/// The GPU log `log` (default 0) and its GPU `gpu` (default: the first).
+fn pick_gpu(r: &AnalyzeOutput, log: Option<usize>, gpu: Option<i64>) -> Result<(usize, &GpuSeriesSummary), ApiError> {
+    let li = log.unwrap_or(0);
+    let l = r
+        .gpu_logs
+        .get(li)
+        .ok_or_else(|| ApiError::BadRequest(format!("no GPU log {li} in this report")))?;
+    let g = match gpu {
+        Some(g) => l
+            .gpus
+            .iter()
+            .find(|x| x.gpu == g)
+            .ok_or_else(|| ApiError::BadRequest(format!("no GPU {g} in GPU log {li}")))?,
+        None => l
+            .gpus
+            .first()
+            .ok_or_else(|| ApiError::BadRequest("this GPU log has no samples".into()))?,
+    };
+    Ok((li, g))
+}
+
+async fn chart(st: Shared, id: String, q: ChartQuery, svg: bool) -> Result<Response, ApiError> {
     let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r.summary, q.file, q.device)?;
-    let first = fi == 0 && r.summary.files[0].devices.first().is_some_and(|x| x.device == d.device);
     let (ctype, name) = if svg {
         ("image/svg+xml", "chart.svg")
     } else {
         ("image/png", "chart.png")
     };
-    let body: Vec<u8> = if first {
-        let path = st.store.data_dir(&id).join(name);
-        tokio::fs::read(path).await.map_err(internal)?
+    let default = q.file.is_none() && q.device.is_none() && q.log.is_none() && q.gpu.is_none();
+    let stored = if default {
+        tokio::fs::read(st.store.data_dir(&id).join(name)).await.ok()
     } else {
-        let d = d.clone();
-        tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
-            let dev = r.files[fi]
-                .device(d.device)
-                .ok_or_else(|| ApiError::Internal("device frames missing".into()))?;
-            if svg {
-                crate::charts::render_svg(dev, &d)
-                    .map(String::into_bytes)
-                    .map_err(internal)
+        None
+    };
+    let body: Vec<u8> = match stored {
+        Some(bytes) => bytes,
+        None => {
+            let gpu_chart = q.log.is_some() || q.gpu.is_some() || r.summary.files.is_empty();
+            let target = if gpu_chart {
+                let (li, g) = pick_gpu(&r.summary, q.log, q.gpu)?;
+                (true, li, g.gpu)
             } else {
-                crate::charts::render_png(dev, &d).map_err(internal)
-            }
-        })
-        .await
-        .map_err(internal)??
+                let (fi, d) = pick(&r.summary, q.file, q.device)?;
+                (false, fi, d.device)
+            };
+            tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
+                let (is_gpu, index, which) = target;
+                let chart = if is_gpu {
+                    let log = &r.summary.gpu_logs[index];
+                    let g = log
+                        .gpus
+                        .iter()
+                        .find(|g| g.gpu == which)
+                        .ok_or_else(|| ApiError::Internal("GPU summary missing".into()))?;
+                    let samples = r
+                        .gpu_logs
+                        .get(index)
+                        .ok_or_else(|| ApiError::Internal("GPU samples missing".into()))?;
+                    crate::charts::Chart::Gpu(samples, log, g)
+                } else {
+                    let d = r.summary.files[index]
+                        .devices
+                        .iter()
+                        .find(|d| d.device == which)
+                        .ok_or_else(|| ApiError::Internal("device summary missing".into()))?;
+                    let dev = r.files[index]
+                        .device(which)
+                        .ok_or_else(|| ApiError::Internal("device frames missing".into()))?;
+                    crate::charts::Chart::Device(dev, d)
+                };
+                if svg {
+                    crate::charts::render_svg(&chart)
+                        .map(String::into_bytes)
+                        .map_err(internal)
+                } else {
+                    crate::charts::render_png(&chart).map_err(internal)
+                }
+            })
+            .await
+            .map_err(internal)??
+        }
     };
     Ok((
         [
@@ -887,20 +953,63 @@ async fn chart(st: Shared, id: String, q: DeviceQuery, svg: bool) -> Result<Resp
         .into_response())
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/chart.png", tag = "charts", params(("id" = String, Path), ("device" = Option<i64>, Query), ("file" = Option<usize>, Query)), responses((status = 200, content_type = "image/png")))]
+#[derive(Deserialize)]
+pub struct GpuSamplesQuery {
+    log: Option<usize>,
+    gpu: Option<i64>,
+    start: Option<i64>,
+    end: Option<i64>,
+    width: Option<usize>,
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/gpu_samples", tag = "queries",
+    params(("id" = String, Path), ("log" = Option<usize>, Query, description = "index into `gpu_logs` (default 0)"),
+           ("gpu" = Option<i64>, Query), ("start" = Option<i64>, Query), ("end" = Option<i64>, Query),
+           ("width" = Option<usize>, Query, description = "pixel buckets (default 1000)")),
+    responses((status = 200, body = memlens_api::GpuSeries)))]
+pub async fn gpu_samples(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<GpuSamplesQuery>,
+) -> Result<Json<memlens_api::GpuSeries>, ApiError> {
+    let r = loaded(&st, &id).await?;
+    let (li, g) = pick_gpu(&r.summary, q.log, q.gpu)?;
+    let gpu = g.gpu;
+    let series = tokio::task::spawn_blocking(move || {
+        let samples = r
+            .gpu_logs
+            .get(li)
+            .ok_or_else(|| ApiError::Internal("GPU samples missing".into()))?;
+        let (start, end, aggregated, points) =
+            gpu_series(samples, gpu, q.start, q.end, q.width.unwrap_or(1000)).map_err(internal)?;
+        Ok::<_, ApiError>(memlens_api::GpuSeries {
+            log: li,
+            gpu,
+            start,
+            end,
+            aggregated,
+            points,
+        })
+    })
+    .await
+    .map_err(internal)??;
+    Ok(Json(series))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/chart.png", tag = "charts", params(("id" = String, Path), ("device" = Option<i64>, Query), ("file" = Option<usize>, Query), ("log" = Option<usize>, Query), ("gpu" = Option<i64>, Query)), responses((status = 200, content_type = "image/png")))]
 pub async fn chart_png(
     State(st): State<Shared>,
     Path(id): Path<String>,
-    Query(q): Query<DeviceQuery>,
+    Query(q): Query<ChartQuery>,
 ) -> Result<Response, ApiError> {
     chart(st, id, q, false).await
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/chart.svg", tag = "charts", params(("id" = String, Path), ("device" = Option<i64>, Query), ("file" = Option<usize>, Query)), responses((status = 200, content_type = "image/svg+xml")))]
+#[utoipa::path(get, path = "/api/reports/{id}/chart.svg", tag = "charts", params(("id" = String, Path), ("device" = Option<i64>, Query), ("file" = Option<usize>, Query), ("log" = Option<usize>, Query), ("gpu" = Option<i64>, Query)), responses((status = 200, content_type = "image/svg+xml")))]
 pub async fn chart_svg(
     State(st): State<Shared>,
     Path(id): Path<String>,
-    Query(q): Query<DeviceQuery>,
+    Query(q): Query<ChartQuery>,
 ) -> Result<Response, ApiError> {
     chart(st, id, q, true).await
 }

@@ -14,13 +14,13 @@ use std::time::Instant;
 use memlens_api::{AnalyzeOutput, SkippedFile};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_on_thread, ImportOptions, Imported};
-use memlens_core::report::analyze_snapshot;
+use memlens_core::report::{analyze_gpu_log, analyze_snapshot, snapshot_time_range};
 use memlens_core::source::Source;
 use memlens_core::ImportError;
 use polars::prelude::Column;
 use tokio::sync::Semaphore;
 
-use crate::charts;
+use crate::charts::{self, Chart};
 use crate::metrics::Metrics;
 use crate::reportdata::{self, DeviceFrames};
 use crate::store::{ReportState, ReportStore};
@@ -157,8 +157,12 @@ impl Ingest {
         let staging = self.store.staging_dir(id).map_err(|e| internal(&e))?;
         let mut out = AnalyzeOutput {
             files: Vec::new(),
+            gpu_logs: Vec::new(),
             skipped: Vec::new(),
         };
+        // NVML logs wait until every snapshot is read: their clocks are lined up with them.
+        let mut gpu_logs = Vec::new();
+        let mut snapshot_ranges = Vec::new();
         let mut first_error: Option<String> = None;
         for f in &record.files {
             progress.set_stage("importing");
@@ -196,7 +200,14 @@ impl Ingest {
                 }
             };
             progress.set_stage("analysing");
-            let Imported::Snapshot(mut tables) = imported.data;
+            let mut tables = match imported.data {
+                Imported::Snapshot(t) => t,
+                Imported::GpuSamples(t) => {
+                    gpu_logs.push((f.name.clone(), imported.format, imported.gzip, t));
+                    continue;
+                }
+            };
+            snapshot_ranges.extend(snapshot_time_range(&tables).map_err(|e| internal(&e))?);
             let (summary, analyses) =
                 analyze_snapshot(&tables, &f.name, imported.gzip).map_err(|e| internal(&format!("{}: {e}", f.name)))?;
             progress.set_stage("storing");
@@ -218,16 +229,27 @@ impl Ingest {
             reportdata::write_file(&staging, out.files.len(), &mut tables, &mut frames).map_err(|e| internal(&e))?;
             if out.files.is_empty() {
                 if let (Some(dev), Some(d)) = (frames.first(), summary.devices.first()) {
-                    charts::write_charts(&staging, dev, d).map_err(|e| internal(&e))?;
+                    charts::write_charts(&staging, &Chart::Device(dev, d)).map_err(|e| internal(&e))?;
                 }
             }
             out.files.push(summary);
+        }
+        for (name, format, gzip, mut t) in gpu_logs {
+            let summary = analyze_gpu_log(&mut t, &name, format.name(), gzip, &snapshot_ranges)
+                .map_err(|e| internal(&format!("{name}: {e}")))?;
+            reportdata::write_gpu_log(&staging, out.gpu_logs.len(), &mut t.samples).map_err(|e| internal(&e))?;
+            if out.files.is_empty() && out.gpu_logs.is_empty() {
+                if let Some(g) = summary.gpus.first() {
+                    charts::write_charts(&staging, &Chart::Gpu(&t.samples, &summary, g)).map_err(|e| internal(&e))?;
+                }
+            }
+            out.gpu_logs.push(summary);
         }
         if let Some(err) = first_error {
             let _ = std::fs::remove_dir_all(&staging);
             return Err(IngestError::Input(err));
         }
-        if out.files.is_empty() {
+        if out.files.is_empty() && out.gpu_logs.is_empty() {
             let _ = std::fs::remove_dir_all(&staging);
             let reasons: Vec<String> = out
                 .skipped

@@ -22,6 +22,7 @@ use crate::http;
         http::annotations,
         http::stack,
         http::allocations,
+        http::gpu_samples,
         http::chart_png,
         http::chart_svg,
     ),

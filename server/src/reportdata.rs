@@ -1,5 +1,5 @@
-//! A processed report on disk and in memory: `summary.json` plus, per analysed file, the
-//! canonical tables and each device's derived frames as Parquet.
+//! A processed report on disk and in memory: `summary.json` plus, per analysed snapshot, the
+//! canonical tables and each device's derived frames as Parquet, and per NVML log its samples.
 //!
 //! ```text
 //! data/summary.json                 AnalyzeOutput (what GET /api/reports/{id} returns)
@@ -7,7 +7,8 @@
 //! data/f<i>/d<device>/usage.parquet        time, allocated, active, reserved
 //! data/f<i>/d<device>/lifetimes.parquet
 //! data/f<i>/d<device>/fragmentation.parquet
-//! data/chart.png, data/chart.svg    the first device's usage chart
+//! data/g<j>/samples.parquet        NVML log j's device samples (times already aligned)
+//! data/chart.png, data/chart.svg    the first device's usage chart (else the first GPU log's)
 //! ```
 
 use std::collections::HashMap;
@@ -110,6 +111,16 @@ pub fn write_file(
     Ok(())
 }
 
+/// Writes one NVML log's samples under `dir/g<index>`.
+pub fn write_gpu_log(dir: &Path, index: usize, samples: &mut DataFrame) -> Result<(), DataError> {
+    let gdir = dir.join(format!("g{index}"));
+    std::fs::create_dir_all(&gdir).map_err(|source| DataError::Io {
+        path: gdir.clone(),
+        source,
+    })?;
+    write_parquet(&gdir.join("samples.parquet"), samples)
+}
+
 pub fn write_summary(dir: &Path, summary: &AnalyzeOutput) -> Result<(), DataError> {
     let path = dir.join("summary.json");
     let bytes = serde_json::to_vec(summary)?;
@@ -156,6 +167,8 @@ impl LoadedFile {
 pub struct LoadedReport {
     pub summary: AnalyzeOutput,
     pub files: Vec<LoadedFile>,
+    /// Samples of each NVML log, in `summary.gpu_logs` order.
+    pub gpu_logs: Vec<DataFrame>,
 }
 
 /// Loads a report's data folder.
@@ -199,7 +212,15 @@ pub fn load(dir: &Path) -> Result<LoadedReport, DataError> {
             checkpoints: Mutex::new(HashMap::new()),
         });
     }
-    Ok(LoadedReport { summary, files })
+    let mut gpu_logs = Vec::new();
+    for j in 0..summary.gpu_logs.len() {
+        gpu_logs.push(read_parquet(&dir.join(format!("g{j}")).join("samples.parquet"))?);
+    }
+    Ok(LoadedReport {
+        summary,
+        files,
+        gpu_logs,
+    })
 }
 
 #[cfg(test)]

@@ -437,3 +437,86 @@ fn manifest_dir() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
+
+#[test]
+fn a_snapshot_and_its_nvml_logs_make_one_report() {
+    let dir = tmpdir("nvml");
+    let s = Server::start(&dir, &[]);
+    let files: Vec<(&str, Vec<u8>)> = ["gpt_train.pickle", "nvidia_smi_gpu.ist.csv", "pynvml_log.jsonl"]
+        .iter()
+        .map(|n| (*n, std::fs::read(trace(n)).expect("trace")))
+        .collect();
+    let (code, created) = upload(&s, &files);
+    assert_eq!(code, 201, "{created}");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let st = wait_done(&s, &id);
+    assert_eq!(st["state"], "ready", "{st}");
+    let (_, summary) = get_json(&s, &format!("/api/reports/{id}"));
+    // The same as `memlens analyze --json` over the same files.
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["analyze", "--json"])
+        .args(["gpt_train.pickle", "nvidia_smi_gpu.ist.csv", "pynvml_log.jsonl"].map(trace))
+        .output()
+        .expect("cli");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let logs = summary["gpu_logs"].as_array().expect("gpu_logs");
+    assert_eq!(logs.len(), 2);
+    for (server, cli) in logs.iter().zip(cli["gpu_logs"].as_array().expect("cli logs")) {
+        assert_eq!(server["gpus"], cli["gpus"]);
+        assert_eq!(server["clock_offset_minutes"], cli["clock_offset_minutes"]);
+    }
+    assert_eq!(
+        logs[0]["clock_offset_minutes"], -330,
+        "IST log lined up with the snapshot"
+    );
+    assert_eq!(summary["files"][0]["devices"], cli["files"][0]["devices"]);
+
+    // The level-of-detail series: every sample in a narrow window, aggregates over a wide one.
+    let g = &logs[0]["gpus"][0];
+    let (t0, t1) = (
+        g["start_time_us"].as_i64().expect("t0"),
+        g["end_time_us"].as_i64().expect("t1"),
+    );
+    let (code, wide) = get_json(&s, &format!("/api/reports/{id}/gpu_samples?log=0&width=100"));
+    assert_eq!(code, 200, "{wide}");
+    assert_eq!(wide["aggregated"], true);
+    let points = wide["points"].as_array().expect("points");
+    assert!(points.len() <= 102, "{} points", points.len());
+    let max = points.iter().filter_map(|p| p["used_max"].as_i64()).max();
+    assert_eq!(max, g["peak_used_bytes"].as_i64(), "the wide view keeps the peak");
+    let (start, end) = (t0 + 10_000_000, t0 + 12_000_000);
+    let (_, narrow) = get_json(
+        &s,
+        &format!("/api/reports/{id}/gpu_samples?log=0&start={start}&end={end}&width=1000"),
+    );
+    assert_eq!(narrow["aggregated"], false);
+    let n = narrow["points"].as_array().expect("points").len();
+    assert!(
+        (18..=24).contains(&n),
+        "about 20 samples at 10 Hz in 2 s plus the edges: {n}"
+    );
+    assert!(t1 > end);
+    let (code, _) = get_json(&s, &format!("/api/reports/{id}/gpu_samples?log=5"));
+    assert_eq!(code, 400);
+    let png = ureq::get(&s.url(&format!("/api/reports/{id}/chart.png?log=1")))
+        .call()
+        .expect("png");
+    assert_eq!(png.header("content-type"), Some("image/png"));
+
+    // A report of NVML logs alone is a report too, with its chart as the link preview.
+    let csv = std::fs::read(trace("nvidia_smi_dmon.txt")).expect("dmon");
+    let (code, created) = upload(&s, &[("nvidia_smi_dmon.txt", csv)]);
+    assert_eq!(code, 201, "{created}");
+    let id = created["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let (_, summary) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!(summary["files"].as_array().map(Vec::len), Some(0));
+    assert_eq!(summary["gpu_logs"][0]["gpus"][0]["peak_used_bytes"], 9781i64 << 20);
+    let svg = ureq::get(&s.url(&format!("/api/reports/{id}/chart.svg")))
+        .call()
+        .expect("svg")
+        .into_string()
+        .expect("text");
+    assert!(svg.contains("peak used 9.55 GiB"), "{}", &svg[..svg.len().min(400)]);
+}

@@ -9,8 +9,10 @@ use memlens_tests::{oracle_for, oracle_value, trace};
 
 fn tables(name: &str) -> Box<SnapshotTables> {
     let f = import_path(&trace(name), ImportOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let Imported::Snapshot(t) = f.data;
-    t
+    match f.data {
+        Imported::Snapshot(t) => t,
+        Imported::GpuSamples(_) => panic!("{name}: not a snapshot"),
+    }
 }
 
 fn check_tiling(name: &str, map: &memlens_api::SegmentMap) {

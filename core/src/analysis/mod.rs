@@ -9,11 +9,14 @@
 //! - [`oom`]: each OutOfMemory explained, with a remedy;
 //! - [`leaks`]: allocations piling up across iterations;
 //! - [`phases`]: `record_function` ranges and iteration boundaries.
+//! - [`gpu_samples`]: whole-GPU memory from NVML logs (not per device of a snapshot), lined up
+//!   with the snapshots' clock.
 //!
 //! Invariant: analyses read tables, never raw input, and never panic on odd but well-typed
 //! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
 
 pub mod fragmentation;
+pub mod gpu_samples;
 pub mod leaks;
 pub mod lifetimes;
 pub mod oom;

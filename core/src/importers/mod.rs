@@ -7,18 +7,23 @@
 //! problem; [`import_path`] also runs each import on its own thread with an explicit stack size
 //! and turns a panic (a bug) into an error instead of taking the process down.
 
+pub mod nvml;
 pub mod pytorch_snapshot;
 
 use std::path::Path;
 
 use crate::error::ImportError;
+use crate::samples::GpuSampleTables;
 use crate::sniff::{describe_head, sniff, Format};
 use crate::source::{Source, SourceLimits};
 use crate::tables::SnapshotTables;
 
 /// What an importer produced.
 pub enum Imported {
+    /// Allocator history and state: events, segments, blocks, stacks, annotations.
     Snapshot(Box<SnapshotTables>),
+    /// Whole-GPU samples over time (NVML-based logs).
+    GpuSamples(Box<GpuSampleTables>),
 }
 
 /// Options for one import.
@@ -37,7 +42,12 @@ pub trait Importer: Sync {
 }
 
 /// The registered importers, tried in order.
-pub static REGISTRY: &[&dyn Importer] = &[&pytorch_snapshot::PytorchSnapshotImporter];
+pub static REGISTRY: &[&dyn Importer] = &[
+    &pytorch_snapshot::PytorchSnapshotImporter,
+    &nvml::smi_csv::NvidiaSmiCsvImporter,
+    &nvml::dmon::NvidiaSmiDmonImporter,
+    &nvml::jsonl::NvmlJsonLinesImporter,
+];
 
 /// The result of importing a file, with how it was read.
 pub struct ImportedFile {

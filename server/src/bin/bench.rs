@@ -44,7 +44,10 @@ fn main() {
     };
     let decode = t0.elapsed();
     let (hwm_decode, _) = rss();
-    let Imported::Snapshot(tables) = imported.data;
+    let Imported::Snapshot(tables) = imported.data else {
+        eprintln!("memlens-bench: {}: not an allocator snapshot", path.display());
+        std::process::exit(2);
+    };
     let rows = tables.events.height();
     let t1 = Instant::now();
     let summary = match summarize_snapshot(&tables, &path.display().to_string(), imported.gzip) {

@@ -27,7 +27,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let Imported::Snapshot(tables) = imported.data;
+    let Imported::Snapshot(tables) = imported.data else {
+        eprintln!("memlens-bench-timeline: {}: not an allocator snapshot", path.display());
+        std::process::exit(2);
+    };
     let (summary, analyses) = match analyze_snapshot(&tables, "bench", imported.gzip) {
         Ok(x) => x,
         Err(e) => {

@@ -1,0 +1,231 @@
+//! Analyses of whole-GPU samples from NVML-based logs ([`crate::samples`]): a per-GPU summary
+//! (peak `used` and when, totals, sampling interval), level-of-detail series for drawing, and
+//! lining up zone-less nvidia-smi times with the snapshots of the same report.
+
+use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary};
+use polars::prelude::*;
+
+use crate::error::AnalysisError;
+use crate::samples::{GpuSampleTables, SampleClock, UsedMeaning};
+
+/// Time zones are whole quarter hours within ±14 h of UTC.
+const ZONE_STEP_MINUTES: i64 = 15;
+const MAX_ZONE_MINUTES: i64 = 14 * 60;
+
+/// The shift (minutes) that makes a zone-less log span `log` overlap the snapshot spans
+/// `snapshots` (both µs, read as UTC): 0 when they overlap as they are or at no shift at all,
+/// otherwise the time-zone offset with the largest overlap (the smallest on a tie).
+pub fn align_local_clock(log: (i64, i64), snapshots: &[(i64, i64)]) -> i64 {
+    let overlap = |minutes: i64| -> i64 {
+        let off = minutes * 60_000_000;
+        snapshots
+            .iter()
+            .map(|&(s, e)| ((log.1 + off).min(e) - (log.0 + off).max(s)).max(0))
+            .sum()
+    };
+    if overlap(0) > 0 {
+        return 0;
+    }
+    let mut best = (0i64, 0i64);
+    for k in 1..=MAX_ZONE_MINUTES / ZONE_STEP_MINUTES {
+        for minutes in [k * ZONE_STEP_MINUTES, -k * ZONE_STEP_MINUTES] {
+            let o = overlap(minutes);
+            if o > best.1 {
+                best = (minutes, o);
+            }
+        }
+    }
+    best.0
+}
+
+/// Adds `minutes` to every sample time.
+pub fn shift_clock(t: &mut GpuSampleTables, minutes: i64) -> PolarsResult<()> {
+    if minutes == 0 {
+        return Ok(());
+    }
+    let shifted: Int64Chunked = t
+        .samples
+        .column("time_us")?
+        .i64()?
+        .apply_values(|v| v + minutes * 60_000_000);
+    t.samples.with_column(shifted.into_column())?;
+    Ok(())
+}
+
+/// First and last sample time over all GPUs.
+pub fn time_range(samples: &DataFrame) -> PolarsResult<Option<(i64, i64)>> {
+    let time = samples.column("time_us")?.i64()?;
+    Ok(time.min().zip(time.max()))
+}
+
+/// The rows of one GPU: (time, used) with missing `used` values dropped, in time order.
+fn used_of(samples: &DataFrame, gpu: i64) -> PolarsResult<(Vec<i64>, Vec<i64>)> {
+    let g = samples.column("gpu")?.i32()?;
+    let time = samples.column("time_us")?.i64()?;
+    let used = samples.column("used_bytes")?.i64()?;
+    let mut ts = Vec::new();
+    let mut us = Vec::new();
+    for ((g, t), u) in g.iter().zip(time.iter()).zip(used.iter()) {
+        if let (Some(g), Some(t), Some(u)) = (g, t, u) {
+            if g as i64 == gpu {
+                ts.push(t);
+                us.push(u);
+            }
+        }
+    }
+    Ok((ts, us))
+}
+
+/// Summarises each GPU of a log.
+pub fn summarize_gpu_log(
+    t: &GpuSampleTables,
+    file: &str,
+    format: &str,
+    gzip: bool,
+    clock_offset_minutes: i64,
+) -> Result<GpuLogSummary, AnalysisError> {
+    let df = &t.samples;
+    let g = df.column("gpu")?.i32()?;
+    let time = df.column("time_us")?.i64()?;
+    let used = df.column("used_bytes")?.i64()?;
+    let total = df.column("total_bytes")?.i64()?;
+    let reserved = df.column("driver_reserved_bytes")?.i64()?;
+    let util = df.column("util_gpu_pct")?.f64()?;
+    let mut gpus = Vec::new();
+    for info in &t.gpus {
+        let rows: Vec<usize> = (0..df.height()).filter(|&i| g.get(i) == Some(info.gpu)).collect();
+        let Some((&first, &last)) = rows.first().zip(rows.last()) else {
+            continue;
+        };
+        let times: Vec<i64> = rows.iter().filter_map(|&i| time.get(i)).collect();
+        let mut gaps: Vec<i64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        gaps.sort_unstable();
+        let median_interval_ms = gaps.get(gaps.len() / 2).map(|&us| us as f64 / 1000.0);
+        let mut peak: Option<(i64, i64)> = None;
+        for &i in &rows {
+            if let (Some(u), Some(t)) = (used.get(i), time.get(i)) {
+                if peak.is_none_or(|(p, _)| u > p) {
+                    peak = Some((u, t));
+                }
+            }
+        }
+        let last_known = |c: &Int64Chunked| rows.iter().rev().find_map(|&i| c.get(i));
+        gpus.push(GpuSeriesSummary {
+            gpu: info.gpu as i64,
+            name: info.name.clone(),
+            bus_id: info.bus_id.clone(),
+            sample_count: rows.len(),
+            start_time_us: time.get(first).unwrap_or(0),
+            end_time_us: time.get(last).unwrap_or(0),
+            median_interval_ms,
+            total_bytes: last_known(total),
+            driver_reserved_bytes: last_known(reserved),
+            min_used_bytes: rows.iter().filter_map(|&i| used.get(i)).min(),
+            peak_used_bytes: peak.map(|p| p.0),
+            peak_time_us: peak.map(|p| p.1),
+            peak_util_gpu_pct: rows.iter().filter_map(|&i| util.get(i)).reduce(f64::max),
+        });
+    }
+    let used_note = match t.used_meaning {
+        UsedMeaning::ExcludesDriverReserved => {
+            "used = memory of all processes' CUDA contexts (PyTorch's reserved memory, the CUDA context itself, \
+             NCCL/cuBLAS workspaces, other processes); the driver's own reservation is not included"
+        }
+        UsedMeaning::IncludesDriverReserved => {
+            "used as NVML's v1 API reports it: all processes' memory plus the driver's own reservation \
+             (several hundred MiB more than nvidia-smi's memory.used)"
+        }
+    };
+    Ok(GpuLogSummary {
+        file: file.to_owned(),
+        format: format.to_owned(),
+        gzip,
+        clock: match t.clock {
+            SampleClock::Epoch => "epoch",
+            SampleClock::LocalNoZone => "local_time",
+        }
+        .to_owned(),
+        clock_offset_minutes,
+        used_note: used_note.to_owned(),
+        skipped_lines: t.skipped_lines.clone(),
+        gpus,
+    })
+}
+
+/// A GPU's `used` memory in `[start, end]`: the samples themselves when there are at most
+/// `2 × width` of them, else per-pixel min/max (with the sample just before the window, so a
+/// line can be drawn from the left edge). Returns (start, end, aggregated, points).
+pub fn gpu_series(
+    samples: &DataFrame,
+    gpu: i64,
+    start: Option<i64>,
+    end: Option<i64>,
+    width: usize,
+) -> PolarsResult<(i64, i64, bool, Vec<GpuPoint>)> {
+    let (ts, us) = used_of(samples, gpu)?;
+    let start = start.unwrap_or_else(|| ts.first().copied().unwrap_or(0));
+    let end = end.unwrap_or_else(|| ts.last().copied().unwrap_or(0)).max(start);
+    let lo = ts.partition_point(|&t| t < start).saturating_sub(1);
+    let hi = ts.partition_point(|&t| t <= end);
+    let hi = (hi + 1).min(ts.len());
+    let (ts, us) = (&ts[lo..hi], &us[lo..hi]);
+    let width = width.clamp(1, 10_000);
+    if ts.len() <= 2 * width {
+        let points = ts
+            .iter()
+            .zip(us)
+            .map(|(&time_us, &u)| GpuPoint {
+                time_us,
+                used_min: u,
+                used_max: u,
+            })
+            .collect();
+        return Ok((start, end, false, points));
+    }
+    let span = (end - start).max(1) as i128;
+    let mut points: Vec<GpuPoint> = Vec::with_capacity(width + 2);
+    let mut current_bucket = i64::MIN;
+    for (&t, &u) in ts.iter().zip(us) {
+        let bucket = if t < start {
+            -1
+        } else if t > end {
+            width as i64
+        } else {
+            ((t - start) as i128 * width as i128 / span) as i64
+        };
+        match points.last_mut() {
+            Some(p) if bucket == current_bucket => {
+                p.used_min = p.used_min.min(u);
+                p.used_max = p.used_max.max(u);
+            }
+            _ => {
+                current_bucket = bucket;
+                points.push(GpuPoint {
+                    time_us: t,
+                    used_min: u,
+                    used_max: u,
+                });
+            }
+        }
+    }
+    Ok((start, end, true, points))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000_000;
+
+    #[test]
+    fn local_clocks_shift_by_whole_zones_only_when_needed() {
+        let snap = [(1_000 * MIN, 1_010 * MIN)];
+        assert_eq!(align_local_clock((1_000 * MIN, 1_020 * MIN), &snap), 0);
+        // The log was written at UTC+5:30: its local times are 330 minutes ahead.
+        assert_eq!(align_local_clock((1_330 * MIN, 1_340 * MIN), &snap), -330);
+        assert_eq!(align_local_clock((670 * MIN, 680 * MIN), &snap), 330);
+        // Nothing overlaps within ±14 h: leave the times alone.
+        assert_eq!(align_local_clock((5_000 * MIN, 5_010 * MIN), &snap), 0);
+        assert_eq!(align_local_clock((1_330 * MIN, 1_340 * MIN), &[]), 0);
+    }
+}

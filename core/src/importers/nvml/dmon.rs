@@ -1,0 +1,142 @@
+//! `nvidia-smi dmon [-s mu…] -o DT`: whitespace-aligned columns under `#` header lines.
+//!
+//! The first `#` line names the columns (`Date Time gpu fb bar1 … sm mem …`), the second gives
+//! units; both are printed again during a run, so every `#` line after the first is skipped.
+//! `fb` (frame buffer used, MB = MiB) becomes `used_bytes`, `sm` the utilisation. Missing
+//! metrics read `-`. Timestamps need `-o DT` (date and time; local time without zone).
+//! `nvidia-smi pmon` (per process) is recognised by its `pid` column and refused by name.
+
+use super::{line_error, parse_memory, parse_percent, LineReader};
+use crate::error::ImportError;
+use crate::importers::{ImportOptions, Imported, Importer};
+use crate::samples::{civil_to_us, GpuInfo, GpuSampleTables, Sample, SampleClock, SampleRows, UsedMeaning};
+use crate::sniff::{sniff, Format};
+use crate::source::Source;
+
+pub struct NvidiaSmiDmonImporter;
+
+impl Importer for NvidiaSmiDmonImporter {
+    fn format(&self) -> Format {
+        Format::NvidiaSmiDmon
+    }
+
+    fn sniff(&self, head: &[u8]) -> bool {
+        sniff(head) == Some(Format::NvidiaSmiDmon)
+    }
+
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
+        Ok(Imported::GpuSamples(Box::new(read_dmon(source)?)))
+    }
+}
+
+/// `20261129` + `14:20:48` → µs (read as UTC).
+fn date_time_us(date: &str, time: &str) -> Option<i64> {
+    if date.len() != 8 || time.len() != 8 {
+        return None;
+    }
+    let y: i64 = date[0..4].parse().ok()?;
+    let mo: u32 = date[4..6].parse().ok()?;
+    let d: u32 = date[6..8].parse().ok()?;
+    let mut hms = time.split(':').map(|p| p.parse::<u32>().ok());
+    let (h, mi, s) = (hms.next()??, hms.next()??, hms.next()??);
+    civil_to_us(y, mo, d, h, mi, s, 0)
+}
+
+/// Reads a whole dmon log.
+pub fn read_dmon(source: Source) -> Result<GpuSampleTables, ImportError> {
+    let mut lines = LineReader::new(source.reader);
+    let mut names: Option<Vec<String>> = None;
+    let mut rows = SampleRows::default();
+    let mut gpus: Vec<GpuInfo> = Vec::new();
+    let mut skipped_lines = Vec::new();
+    let mut cols = (0usize, 0usize, 0usize, None::<usize>, None::<usize>);
+    while let Some(line) = lines.next_line()? {
+        let number = line.number;
+        let text = line.text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if let Some(h) = text.strip_prefix('#') {
+            if names.is_none() {
+                let n: Vec<String> = h.split_whitespace().map(str::to_ascii_lowercase).collect();
+                let find = |k: &str| n.iter().position(|c| c == k);
+                if find("pid").is_some() {
+                    return Err(ImportError::NotSupported {
+                        format: "nvidia_smi_pmon (per-process dmon log)",
+                    });
+                }
+                let (Some(date), Some(time)) = (find("date"), find("time")) else {
+                    return Err(line_error(
+                        number,
+                        "no Date and Time columns: record with `nvidia-smi dmon -o DT` so samples have timestamps",
+                    ));
+                };
+                let gpu = find("gpu")
+                    .or_else(|| find("idx"))
+                    .ok_or_else(|| line_error(number, "no `gpu` column"))?;
+                let fb = find("fb");
+                if fb.is_none() {
+                    return Err(line_error(
+                        number,
+                        "no `fb` (frame buffer) column: record memory with `nvidia-smi dmon -s m -o DT`",
+                    ));
+                }
+                cols = (date, time, gpu, fb, find("sm"));
+                names = Some(n);
+            }
+            continue;
+        }
+        let Some(n) = &names else {
+            return Err(line_error(number, "data before the `#` header line"));
+        };
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        let (date, time, gpu_col, fb, sm) = cols;
+        let parsed = (|| -> Result<Sample, String> {
+            if fields.len() != n.len() {
+                return Err(format!("{} columns, but the header has {}", fields.len(), n.len()));
+            }
+            let time_us = date_time_us(fields[date], fields[time])
+                .ok_or_else(|| format!("unreadable date and time `{} {}`", fields[date], fields[time]))?;
+            let gpu = fields[gpu_col]
+                .parse::<i32>()
+                .map_err(|_| format!("unreadable GPU index `{}`", fields[gpu_col]))?;
+            Ok(Sample {
+                time_us,
+                gpu,
+                used_bytes: match fb {
+                    Some(c) => parse_memory(fields[c], (1u64 << 20) as f64)?,
+                    None => None,
+                },
+                util_gpu_pct: sm.and_then(|c| parse_percent(fields[c])),
+                ..Sample::default()
+            })
+        })();
+        match parsed {
+            Ok(s) => {
+                if !gpus.iter().any(|g| g.gpu == s.gpu) {
+                    gpus.push(GpuInfo {
+                        gpu: s.gpu,
+                        ..GpuInfo::default()
+                    });
+                }
+                rows.push(s);
+            }
+            Err(message) if !line.terminated => skipped_lines.push(format!("line {number} (cut off): {message}")),
+            Err(message) => return Err(line_error(number, message)),
+        }
+    }
+    if names.is_none() {
+        return Err(ImportError::Log("no `#` header line naming the columns".into()));
+    }
+    if rows.is_empty() {
+        return Err(ImportError::Log("the log has a header but no samples".into()));
+    }
+    gpus.sort_by_key(|g| g.gpu);
+    Ok(GpuSampleTables {
+        samples: rows.into_frame()?,
+        gpus,
+        clock: SampleClock::LocalNoZone,
+        used_meaning: UsedMeaning::ExcludesDriverReserved,
+        skipped_lines,
+    })
+}

@@ -1,0 +1,156 @@
+//! The canonical device-sample table: what NVML-based logs (`nvidia-smi --query-gpu` CSV,
+//! `nvidia-smi dmon`, pynvml JSON lines) say about whole GPUs over time.
+//!
+//! One row per (sample, GPU): `time_us` (i64, µs; see [`SampleClock`]), `gpu` (i32, the log's
+//! GPU index), then nullable `used_bytes`, `total_bytes`, `free_bytes`, `driver_reserved_bytes`
+//! (i64) and `util_gpu_pct` (f64). Rows are sorted by (`gpu`, `time_us`).
+
+use polars::prelude::*;
+
+/// How a log's timestamps relate to the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleClock {
+    /// Seconds or microseconds since the Unix epoch (pynvml loggers, ISO times with an offset).
+    Epoch,
+    /// Wall-clock date and time with no zone (nvidia-smi): read as UTC, to be aligned later.
+    LocalNoZone,
+}
+
+impl SampleClock {
+    pub fn name(self) -> &'static str {
+        match self {
+            SampleClock::Epoch => "epoch",
+            SampleClock::LocalNoZone => "local_time",
+        }
+    }
+}
+
+/// Which API produced `used_bytes`, which decides what it includes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsedMeaning {
+    /// nvidia-smi's `memory.used` / dmon `fb`: memory of active contexts, without the driver's
+    /// own reservation (driver ≥ 5xx reports that as `memory.reserved`).
+    ExcludesDriverReserved,
+    /// NVML v1 `nvmlDeviceGetMemoryInfo` (pynvml's default): includes the driver's reservation.
+    IncludesDriverReserved,
+}
+
+/// Identity of one GPU as the log names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuInfo {
+    pub gpu: i32,
+    pub name: Option<String>,
+    pub bus_id: Option<String>,
+}
+
+/// Rows being collected by an importer, one vector per column.
+#[derive(Debug, Default)]
+pub struct SampleRows {
+    pub time_us: Vec<i64>,
+    pub gpu: Vec<i32>,
+    pub used_bytes: Vec<Option<i64>>,
+    pub total_bytes: Vec<Option<i64>>,
+    pub free_bytes: Vec<Option<i64>>,
+    pub driver_reserved_bytes: Vec<Option<i64>>,
+    pub util_gpu_pct: Vec<Option<f64>>,
+}
+
+/// One sample of one GPU, as parsed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    pub time_us: i64,
+    pub gpu: i32,
+    pub used_bytes: Option<i64>,
+    pub total_bytes: Option<i64>,
+    pub free_bytes: Option<i64>,
+    pub driver_reserved_bytes: Option<i64>,
+    pub util_gpu_pct: Option<f64>,
+}
+
+impl SampleRows {
+    pub fn push(&mut self, s: Sample) {
+        self.time_us.push(s.time_us);
+        self.gpu.push(s.gpu);
+        self.used_bytes.push(s.used_bytes);
+        self.total_bytes.push(s.total_bytes);
+        self.free_bytes.push(s.free_bytes);
+        self.driver_reserved_bytes.push(s.driver_reserved_bytes);
+        self.util_gpu_pct.push(s.util_gpu_pct);
+    }
+
+    pub fn len(&self) -> usize {
+        self.time_us.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.time_us.is_empty()
+    }
+
+    /// The table, sorted by (`gpu`, `time_us`).
+    pub fn into_frame(self) -> PolarsResult<DataFrame> {
+        let n = self.len();
+        let df = DataFrame::new(
+            n,
+            vec![
+                Column::new("time_us".into(), self.time_us),
+                Column::new("gpu".into(), self.gpu),
+                Column::new("used_bytes".into(), self.used_bytes),
+                Column::new("total_bytes".into(), self.total_bytes),
+                Column::new("free_bytes".into(), self.free_bytes),
+                Column::new("driver_reserved_bytes".into(), self.driver_reserved_bytes),
+                Column::new("util_gpu_pct".into(), self.util_gpu_pct),
+            ],
+        )?;
+        df.sort(
+            ["gpu", "time_us"],
+            SortMultipleOptions::default().with_maintain_order(true),
+        )
+    }
+}
+
+/// What an NVML-log importer produced.
+#[derive(Debug, Clone)]
+pub struct GpuSampleTables {
+    pub samples: DataFrame,
+    pub gpus: Vec<GpuInfo>,
+    pub clock: SampleClock,
+    pub used_meaning: UsedMeaning,
+    /// Lines that could not be read and were skipped (a log cut off mid-line), with why.
+    pub skipped_lines: Vec<String>,
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// µs since the epoch of a date and a time of day, read as UTC. `None` when out of range.
+pub fn civil_to_us(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, frac_us: i64) -> Option<i64> {
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let days = days_from_civil(y, mo, d);
+    Some(((days * 86_400 + (h * 3600 + mi * 60 + s) as i64) * 1_000_000) + frac_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates_match_known_epochs() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        // 2026-11-29 14:21:43.449662 UTC is pynvml's 1795962103.4496624 in the shared traces.
+        assert_eq!(
+            civil_to_us(2026, 11, 29, 14, 21, 43, 449_662),
+            Some(1_795_962_103_449_662)
+        );
+    }
+}
