@@ -2,15 +2,16 @@
 //! drag-select and keys; pan by Shift-drag and arrows; each change fetches level-of-detail data),
 //! hover/pin details with the stack, OOM explanations, the segment map at the cursor's time,
 //! the fragmentation chart sharing the timeline's x axis, leaks, and a Share button whose link
-//! carries the view.
+//! carries the view. NVML logs uploaded with the snapshot add the whole GPU's `used` memory to
+//! the timeline and a section of their own; a report of NVML logs alone shows just those.
 
 use std::collections::{HashMap, HashSet};
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use memlens_api::{
-    AnalyzeOutput, Band, DeviceSummary, FileSummary, FragmentationSeries, FrameView, OomExplanation, SegmentMap,
-    Status, Timeline,
+    AnalyzeOutput, Band, DeviceSummary, FileSummary, FragmentationSeries, FrameView, GpuLogSummary, GpuSeries,
+    GpuSeriesSummary, OomExplanation, SegmentMap, Status, Timeline,
 };
 use wasm_bindgen::JsCast;
 
@@ -90,7 +91,12 @@ pub fn ReportPage(id: String) -> impl IntoView {
         }
         match api::get_json::<AnalyzeOutput>(&format!("/api/reports/{rid}")).await {
             Ok(s) => {
-                let name = s.files.first().map_or_else(|| "report".to_owned(), |f| f.file.clone());
+                let name = s
+                    .files
+                    .first()
+                    .map(|f| f.file.clone())
+                    .or_else(|| s.gpu_logs.first().map(|g| g.file.clone()))
+                    .unwrap_or_else(|| "report".to_owned());
                 api::remember_report(&rid, &name);
                 load.set(Load::Ready(s));
             }
@@ -101,7 +107,11 @@ pub fn ReportPage(id: String) -> impl IntoView {
         Load::Waiting(msg) => view! { <main class="waiting"><p id="report-waiting">{msg}</p></main> }.into_any(),
         Load::Failed(title, detail) => error_page(&title, detail),
         Load::Ready(summary) => match summary.files.first().cloned() {
-            Some(file) => view! { <ReportView id=id.clone() file=file skipped=summary.skipped.clone() /> }.into_any(),
+            Some(file) => view! {
+                <ReportView id=id.clone() file=file gpu_logs=summary.gpu_logs.clone() skipped=summary.skipped.clone() />
+            }
+            .into_any(),
+            None if !summary.gpu_logs.is_empty() => gpu_logs_page(&id, &summary),
             None => error_page("Nothing to show", "the report has no analysed file".into()),
         },
     }
@@ -144,7 +154,12 @@ fn fetch_stack(
 }
 
 #[component]
-fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFile>) -> impl IntoView {
+fn ReportView(
+    id: String,
+    file: FileSummary,
+    gpu_logs: Vec<GpuLogSummary>,
+    skipped: Vec<memlens_api::SkippedFile>,
+) -> impl IntoView {
     let devices: Vec<i64> = file.devices.iter().map(|d| d.device).collect();
     let initial_device = api::query_param("device")
         .and_then(|d| d.parse().ok())
@@ -179,6 +194,9 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
     let drag = StoredValue::new(None::<(f64, bool, i64, i64)>);
     let id_sv = StoredValue::new(id.clone());
     let seg_seq = StoredValue::new(0u64);
+    let gpu_logs_sv = StoredValue::new(gpu_logs.clone());
+    // (log, GPU, peak NVML `used` during this device's trace, PyTorch's reserved peak).
+    let in_trace = RwSignal::new(None::<(usize, i64, i64, i64)>);
 
     // Draws both canvases from what is loaded.
     let redraw = move || {
@@ -250,6 +268,29 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
             // How long drawing took once this answer arrived (read by the speed bench).
             if let Some(c) = canvas.get_untracked() {
                 let _ = c.set_attribute("data-data-to-drawn-ms", &format!("{:.2}", now_ms() - arrived));
+            }
+            // The same GPU in an NVML log of this report, over the same window (time axis only).
+            let gpu = gpu_logs_sv.with_value(|logs| gpu_of_device(logs, d));
+            if let (Some((li, label)), false) = (gpu, ev) {
+                let (s, e) = view_sv.with_value(|v| (v.start, v.end));
+                let url = format!("/api/reports/{id}/gpu_samples?log={li}&gpu={d}&start={s}&end={e}&width={width}");
+                if let Ok(g) = api::get_json::<GpuSeries>(&url).await {
+                    if initial {
+                        let (fs, fe) = full_range.get_value();
+                        let peak = g
+                            .points
+                            .iter()
+                            .filter(|p| p.time_us >= fs && p.time_us <= fe)
+                            .map(|p| p.used_max)
+                            .max();
+                        let reserved = dev_summary.get_untracked().map(|s| s.peak_reserved_bytes);
+                        in_trace.set(peak.zip(reserved).map(|(p, r)| (li, d, p, r)));
+                    }
+                    if request_seq.get_value() == seq {
+                        view_sv.update_value(|v| v.gpu = Some((g, label)));
+                        redraw();
+                    }
+                }
             }
             let (s, e) = view_sv.with_value(|v| (v.start, v.end));
             let mut q = vec![
@@ -595,9 +636,121 @@ fn ReportView(id: String, file: FileSummary, skipped: Vec<memlens_api::SkippedFi
                 })}
                 <canvas id="segments" node_ref=seg_canvas></canvas>
             </section>
+            {(!gpu_logs.is_empty()).then(|| gpu_logs_section(&id, &gpu_logs, Some(in_trace)))}
             {move || dev_summary.get().map(|s| details(&s))}
         </main>
     }
+}
+
+/// The first NVML log with a GPU of this index: (log index, label for the timeline line).
+fn gpu_of_device(logs: &[GpuLogSummary], device: i64) -> Option<(usize, String)> {
+    logs.iter().enumerate().find_map(|(i, l)| {
+        l.gpus
+            .iter()
+            .any(|g| g.gpu == device)
+            .then(|| (i, format!("- - GPU {device} used, whole device ({})", l.format)))
+    })
+}
+
+fn gpu_cards(g: &GpuSeriesSummary, beside_trace: Option<AnyView>) -> impl IntoView {
+    let of_total = g.total_bytes.map_or(String::new(), |t| format!("of {}", bytes(t)));
+    let span = format!(
+        "{} samples over {:.1} s{}",
+        g.sample_count,
+        (g.end_time_us - g.start_time_us) as f64 / 1e6,
+        g.median_interval_ms
+            .map_or(String::new(), |ms| format!(", every {ms:.0} ms"))
+    );
+    view! {
+        <div class="cards">
+            <div class="card gpu-peak"><div class="k">{format!("GPU {} peak used", g.gpu)}</div><div class="v">{g.peak_used_bytes.map_or("n/a".into(), bytes)}</div><div class="s">{of_total}</div></div>
+            <div class="card"><div class="k">"lowest used"</div><div class="v">{g.min_used_bytes.map_or("n/a".into(), bytes)}</div><div class="s">{span}</div></div>
+            {g.driver_reserved_bytes.map(|r| view! { <div class="card"><div class="k">"driver reserved"</div><div class="v">{bytes(r)}</div><div class="s">"not counted in used"</div></div> })}
+            {beside_trace}
+        </div>
+    }
+}
+
+/// One section per NVML log: per GPU its cards and chart. `in_trace` (with a snapshot) carries
+/// the NVML peak during the shown device's trace, compared with PyTorch's reserved peak.
+fn gpu_logs_section(
+    id: &str,
+    logs: &[GpuLogSummary],
+    in_trace: Option<RwSignal<Option<(usize, i64, i64, i64)>>>,
+) -> impl IntoView {
+    logs.iter()
+        .enumerate()
+        .map(|(li, l)| {
+            let clock = match (l.clock.as_str(), l.clock_offset_minutes) {
+                ("local_time", 0) => "local times without a zone, read as UTC".to_owned(),
+                ("local_time", m) => format!("local times without a zone, shifted {m:+} min to line up with the snapshot"),
+                _ => "epoch times".to_owned(),
+            };
+            let gpus = l
+                .gpus
+                .iter()
+                .map(|g| {
+                    let gpu = g.gpu;
+                    let beside = in_trace.map(|sig| {
+                        (move || {
+                            sig.get().filter(|(l, g, _, _)| *l == li && *g == gpu).map(|(_, _, used, reserved)| {
+                                view! {
+                                    <div class="card" id="gpu-in-trace">
+                                        <div class="k">"during the trace"</div>
+                                        <div class="v">{bytes(used)}</div>
+                                        <div class="s">{if used >= reserved {
+                                            format!("peak used: {} beyond PyTorch's reserved peak of {} (CUDA context, NCCL/cuBLAS workspaces, other processes)", bytes(used - reserved), bytes(reserved))
+                                        } else {
+                                            format!("peak used: below PyTorch's reserved peak of {}; the log's samples missed or lagged that moment", bytes(reserved))
+                                        }}</div>
+                                    </div>
+                                }
+                            })
+                        })
+                        .into_any()
+                    });
+                    let src = format!("/api/reports/{id}/chart.svg?log={li}&gpu={}", g.gpu);
+                    let name = g.name.clone().map_or(String::new(), |n| format!(" — {n}"));
+                    view! {
+                        <h3>{format!("GPU {}{name}", g.gpu)}</h3>
+                        {gpu_cards(g, beside)}
+                        <img class="gpu-chart" src=src alt=format!("GPU {} used memory over time", g.gpu) />
+                    }
+                })
+                .collect_view();
+            view! {
+                <section class="panel gpu-log">
+                    <h2>{format!("{} ({})", l.file, l.format)}</h2>
+                    <p class="muted">{format!("{clock}. {}", l.used_note)}</p>
+                    {gpus}
+                    {(!l.skipped_lines.is_empty()).then(|| view! { <p class="muted">{format!("skipped: {}", l.skipped_lines.join("; "))}</p> })}
+                </section>
+            }
+        })
+        .collect_view()
+}
+
+/// A report of NVML logs only.
+fn gpu_logs_page(id: &str, summary: &AnalyzeOutput) -> AnyView {
+    let title = summary
+        .gpu_logs
+        .iter()
+        .map(|l| l.file.clone())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let skipped = summary.skipped.clone();
+    view! {
+        <main class="report" id="report">
+            <div class="report-head"><h1 id="report-title">{title}</h1></div>
+            {(!skipped.is_empty()).then(|| {
+                let text = skipped.iter().map(|s| format!("{}: {}", s.file, s.reason)).collect::<Vec<_>>().join("; ");
+                view! { <p class="muted">"Kept but not analysed: " {text}</p> }
+            })}
+            <p class="muted">"GPU-level samples only: upload a PyTorch memory snapshot of the same run to see what was allocated."</p>
+            {gpu_logs_section(id, &summary.gpu_logs, None)}
+        </main>
+    }
+    .into_any()
 }
 
 fn load_segments(id: String, device: i64, event: Option<usize>, time: Option<i64>, out: RwSignal<Option<SegmentMap>>) {

@@ -1,6 +1,7 @@
 //! The memory timeline canvas, flame-style: every allocation band stacked in allocation order
 //! on top of one aggregated band for the allocations not drawn individually, with reserved
-//! memory as an envelope above, phase ranges along the top, the peak, OOMs and leaks marked.
+//! memory as an envelope above, phase ranges along the top, the peak, OOMs and leaks marked, and
+//! (when an NVML log of the same GPU was uploaded) the whole GPU's `used` memory as a line.
 //!
 //! Drawing is imperative over `web_sys::CanvasRenderingContext2d`. A view (start..end) can be
 //! drawn from data fetched for another window: pan and zoom redraw at once from what is loaded,
@@ -8,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use memlens_api::{Band, DeviceSummary, FragmentationSeries, PhaseRange, Timeline};
+use memlens_api::{Band, DeviceSummary, FragmentationSeries, GpuSeries, PhaseRange, Timeline};
 use web_sys::CanvasRenderingContext2d;
 
 use crate::format::{axis_time, bytes, stack_colour};
@@ -34,6 +35,8 @@ pub struct TimelineView {
     pub pinned: Option<usize>,
     pub selection: Option<(f64, f64)>,
     pub cursor_x: Option<f64>,
+    /// The same GPU's `used` memory from an NVML log, with its label.
+    pub gpu: Option<(GpuSeries, String)>,
 }
 
 impl TimelineView {
@@ -53,6 +56,7 @@ impl TimelineView {
             pinned: None,
             selection: None,
             cursor_x: None,
+            gpu: None,
         }
     }
 
@@ -83,7 +87,18 @@ impl TimelineView {
             .copied()
             .max()
             .unwrap_or(1);
-        (m.max(1) as f64) * 1.08
+        let gpu = self
+            .gpu
+            .as_ref()
+            .and_then(|(g, _)| {
+                g.points
+                    .iter()
+                    .filter(|p| p.time_us >= self.start && p.time_us <= self.end)
+                    .map(|p| p.used_max)
+                    .max()
+            })
+            .unwrap_or(0);
+        (m.max(gpu).max(1) as f64) * 1.08
     }
 
     fn y_of(&self, bytes: f64, ymax: f64) -> f64 {
@@ -178,6 +193,9 @@ impl TimelineView {
         ctx.set_line_width(2.0);
         ctx.set_stroke_style_str("rgba(60,60,60,0.9)");
         self.step_line(ctx, d, &d.reserved_max, ymax);
+        if !self.event_axis {
+            self.draw_gpu(ctx, ymax);
+        }
         ctx.restore();
 
         self.draw_axes(ctx, ymax);
@@ -195,6 +213,42 @@ impl TimelineView {
             ctx.line_to(x, TOP + self.plot_h());
             ctx.stroke();
         }
+    }
+
+    /// The NVML `used` line: a step from each sample to the next, min..max where aggregated.
+    fn draw_gpu(&self, ctx: &CanvasRenderingContext2d, ymax: f64) {
+        let Some((g, label)) = &self.gpu else { return };
+        if g.points.is_empty() {
+            return;
+        }
+        ctx.set_stroke_style_str("rgba(117,80,123,0.95)");
+        ctx.set_line_width(1.5);
+        let _ = ctx.set_line_dash(&js_sys::Array::of2(&6.0.into(), &3.0.into()));
+        ctx.begin_path();
+        for (i, p) in g.points.iter().enumerate() {
+            let x = self.time_to_x(p.time_us).max(LEFT - 1.0);
+            let (y_hi, y_lo) = (self.y_of(p.used_max as f64, ymax), self.y_of(p.used_min as f64, ymax));
+            if i == 0 {
+                ctx.move_to(x, y_lo);
+            } else {
+                ctx.line_to(x, y_lo);
+            }
+            if y_hi != y_lo {
+                ctx.line_to(x, y_hi);
+                ctx.line_to(x, y_lo);
+            }
+            let next_x = g
+                .points
+                .get(i + 1)
+                .map_or(LEFT + self.plot_w(), |n| self.time_to_x(n.time_us));
+            ctx.line_to(next_x, y_lo);
+        }
+        ctx.stroke();
+        let _ = ctx.set_line_dash(&js_sys::Array::new());
+        ctx.set_fill_style_str("rgba(117,80,123,1)");
+        ctx.set_font("11px sans-serif");
+        let w = ctx.measure_text(label).map(|m| m.width()).unwrap_or(120.0);
+        let _ = ctx.fill_text(label, LEFT + self.plot_w() - w - 6.0, TOP + 12.0);
     }
 
     fn step_line(&self, ctx: &CanvasRenderingContext2d, d: &Timeline, v: &[i64], ymax: f64) {

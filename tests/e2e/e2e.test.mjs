@@ -178,3 +178,66 @@ test('an upload over the server limit is refused before it is sent', async () =>
   assert.equal(posted, false);
   await ctx.close();
 });
+
+async function uploadFilesViaApi(names) {
+  const form = new FormData();
+  for (const n of names) form.append('file', new Blob([readFileSync(join(traces, n))]), n);
+  const r = await fetch(`${base}/api/reports`, { method: 'POST', body: form });
+  assert.equal(r.status, 201);
+  return r.json();
+}
+
+/** Pixels of the timeline plot in the NVML line's purple (117,80,123), antialiasing allowed. */
+async function purplePixels(page) {
+  return page.evaluate(() => {
+    const c = document.querySelector('#timeline');
+    const { data } = c.getContext('2d').getImageData(72, 26, c.width - 84, c.height - 52);
+    let n = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      const [r, g, b] = [data[i], data[i + 1], data[i + 2]];
+      if (Math.abs(r - 117) < 30 && Math.abs(g - 80) < 30 && Math.abs(b - 123) < 30 && b > g + 20) n++;
+    }
+    return n;
+  });
+}
+
+test('an NVML log uploaded with its snapshot joins the timeline and gets its own section', async () => {
+  // The IST log's zone-less times are 5 h 30 min ahead; the report lines them up.
+  const { url } = await uploadFilesViaApi(['gpt_train.pickle', 'nvidia_smi_gpu.ist.csv']);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await waitForTimeline(page);
+  await page.waitForSelector('.gpu-log .gpu-peak', { timeout: 30_000 });
+  // awk over nvidia_smi_gpu.csv: max memory.used = 9915 MiB.
+  assert.equal(await page.textContent('.gpu-log .gpu-peak .v'), '9.68 GiB');
+  assert.match(await page.textContent('.gpu-log'), /shifted -330 min to line up with the snapshot/);
+  await page.waitForSelector('#gpu-in-trace', { timeout: 30_000 });
+  await page.waitForFunction(() => {
+    const img = document.querySelector('.gpu-chart');
+    return img && img.complete && img.naturalWidth > 0;
+  }, null, { timeout: 30_000 });
+  let purple = 0;
+  for (let i = 0; i < 50 && purple < 50; i++) {
+    purple = await purplePixels(page);
+    if (purple < 50) await page.waitForTimeout(100);
+  }
+  assert.ok(purple >= 50, `NVML line not drawn: ${purple} purple pixels`);
+  await page.screenshot({ path: join(out, 'nvml.png'), fullPage: true });
+  await ctx.close();
+});
+
+test('a report of NVML logs alone shows each GPU', async () => {
+  const { url } = await uploadFilesViaApi(['nvidia_smi_dmon.txt']);
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await page.waitForSelector('.gpu-log .gpu-peak', { timeout: 30_000 });
+  // awk over the dmon log: max fb = 9781 MB.
+  assert.equal(await page.textContent('.gpu-log .gpu-peak .v'), '9.55 GiB');
+  await page.waitForFunction(() => {
+    const img = document.querySelector('.gpu-chart');
+    return img && img.complete && img.naturalWidth > 0;
+  }, null, { timeout: 30_000 });
+  await ctx.close();
+});
