@@ -126,6 +126,9 @@ pub struct SourceInfo {
     pub stack_count: usize,
     /// Top-level keys the importer did not know and ignored.
     pub ignored_keys: Vec<String>,
+    /// What the producer can and cannot see, for formats other than PyTorch snapshots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Per-device headline numbers.

@@ -26,6 +26,8 @@ pub enum ImportError {
     Line { line: usize, message: String },
     #[error("{0}")]
     Log(String),
+    #[error("Nsight Systems export: {0}")]
+    Nsys(String),
     #[error("snapshot: {0}")]
     Snapshot(String),
     #[error("internal error while importing: {0}")]

@@ -110,7 +110,7 @@ pub fn analyze_snapshot(
         .collect::<Result<Vec<_>, _>>()?;
     let summary = FileSummary {
         file: file.to_owned(),
-        format: crate::sniff::Format::PytorchSnapshot.name().to_owned(),
+        format: t.format.name().to_owned(),
         gzip,
         source: t.source.clone(),
         devices: analyses.iter().map(|a| a.summary.clone()).collect(),

@@ -1,9 +1,10 @@
 //! Format detection by content (magic bytes and leading text), separate from parsing.
 
 /// Every input format memlens knows by sight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Format {
     /// `torch.cuda.memory._dump_snapshot` pickle.
+    #[default]
     PytorchSnapshot,
     /// `nsys export --type sqlite`.
     NsysSqlite,
@@ -30,6 +31,21 @@ impl Format {
             Format::NvmlJsonLines => "nvml_jsonl",
             Format::ProfilerTrace => "pytorch_profiler_trace",
         }
+    }
+
+    /// The format with this [`Format::name`].
+    pub fn from_name(name: &str) -> Option<Format> {
+        [
+            Format::PytorchSnapshot,
+            Format::NsysSqlite,
+            Format::NsysJson,
+            Format::NvidiaSmiCsv,
+            Format::NvidiaSmiDmon,
+            Format::NvmlJsonLines,
+            Format::ProfilerTrace,
+        ]
+        .into_iter()
+        .find(|f| f.name() == name)
     }
 }
 

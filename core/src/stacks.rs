@@ -108,8 +108,14 @@ impl StackResolver {
             .collect()
     }
 
+    /// `file:line:function`; frames an importer made up (a bracketed file such as `[cuda]`,
+    /// line 0) read `name [kind]` instead.
     fn format(&self, f: u32) -> String {
         let f = f as usize;
-        format!("{}:{}:{}", self.files[f], self.lines[f], self.names[f])
+        let file = &self.files[f];
+        if self.lines[f] == 0 && file.starts_with('[') && file.ends_with(']') {
+            return format!("{} {file}", self.names[f]);
+        }
+        format!("{}:{}:{}", file, self.lines[f], self.names[f])
     }
 }

@@ -334,6 +334,8 @@ pub struct SnapshotColumns {
     pub annotations: AnnotationRows,
     pub max_split_size: Option<i64>,
     pub source: SourceInfo,
+    /// The format the tables came from (allocator snapshots, or Nsight's driver allocations).
+    pub format: crate::sniff::Format,
 }
 
 /// The canonical tables of one imported snapshot.
@@ -347,6 +349,7 @@ pub struct SnapshotTables {
     pub event_notes: DataFrame,
     pub source: SourceInfo,
     pub max_split_size: Option<i64>,
+    pub format: crate::sniff::Format,
 }
 
 fn col<T: PolarsNumericType>(name: &str, v: Vec<T::Native>) -> Column {
@@ -365,6 +368,7 @@ impl SnapshotColumns {
             annotations,
             max_split_size,
             mut source,
+            format,
         } = self;
         source.annotation_count = annotations.name.len();
         source.stack_count = frames.stack_count();
@@ -548,6 +552,7 @@ impl SnapshotColumns {
             event_notes,
             source,
             max_split_size,
+            format,
         })
     }
 }

@@ -589,6 +589,7 @@ fn ReportView(
                 let text = skipped.iter().map(|s| format!("{}: {}", s.file, s.reason)).collect::<Vec<_>>().join("; ");
                 view! { <p class="muted">"Kept but not analysed: " {text}</p> }
             })}
+            {file.source.notes.iter().map(|n| view! { <p class="muted source-note">{n.clone()}</p> }).collect_view()}
             {move || dev_summary.get().map(|s| cards(&s))}
             <section class="panel">
                 <div class="toolbar">

@@ -193,6 +193,7 @@ pub fn load(dir: &Path) -> Result<LoadedReport, DataError> {
             event_notes: DataFrame::empty(),
             source: fs.source.clone(),
             max_split_size: None,
+            format: memlens_core::sniff::Format::from_name(&fs.format).unwrap_or_default(),
         };
         let stacks = StackResolver::new(&tables.frames, &tables.stack_frames)?;
         let mut devices = Vec::new();

@@ -241,3 +241,19 @@ test('a report of NVML logs alone shows each GPU', async () => {
   }, null, { timeout: 30_000 });
   await ctx.close();
 });
+
+test('an Nsight Systems export is charted like a snapshot, its leak found', async () => {
+  const { url } = await uploadFilesViaApi(['cuda_alloc.sqlite']);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await waitForTimeline(page);
+  // Python's sqlite3 replay of CUDA_GPU_MEMORY_USAGE_EVENTS: peak 1,975,517,184 B.
+  assert.equal(await page.textContent('#peak-value'), '1.84 GiB');
+  assert.match(await page.textContent('.source-note'), /driver allocations/);
+  assert.match(await page.textContent('#leaks'), /16\.0 MiB \[size\]/);
+  const painted = await drawnFraction(page);
+  assert.ok(painted > 0.05, `timeline mostly blank: ${painted}`);
+  await page.screenshot({ path: join(out, 'nsys.png'), fullPage: true });
+  await ctx.close();
+});
