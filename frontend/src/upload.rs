@@ -105,7 +105,7 @@ pub fn UploadPage() -> impl IntoView {
             <p class="lead">
                 "Drop what your training job left behind — a PyTorch allocator snapshot ("
                 <code>"torch.cuda.memory._dump_snapshot"</code>
-                ", plain or .gz), and the NVML log of the same run if you have one (nvidia-smi CSV or dmon, pynvml JSON lines). memlens finds the peak and what is in it, what leaks each iteration, and why an allocation ran out of memory with gigabytes free; the NVML log adds what the whole GPU used. Nsight Systems SQLite exports (with --cuda-memory-usage=true) are charted at the driver level."
+                ", plain or .gz), and the NVML log of the same run if you have one (nvidia-smi CSV or dmon, pynvml JSON lines). memlens finds the peak and what is in it, what leaks each iteration, and why an allocation ran out of memory with gigabytes free; the NVML log adds what the whole GPU used. Nsight Systems exports (SQLite or JSON, captured with --cuda-memory-usage=true) are charted at the driver level."
             </p>
             <label
                 class="dropzone"

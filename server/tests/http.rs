@@ -442,10 +442,15 @@ fn manifest_dir() -> PathBuf {
 fn a_snapshot_and_its_nvml_logs_make_one_report() {
     let dir = tmpdir("nvml");
     let s = Server::start(&dir, &[]);
-    let files: Vec<(&str, Vec<u8>)> = ["gpt_train.pickle", "nvidia_smi_gpu.ist.csv", "pynvml_log.jsonl"]
-        .iter()
-        .map(|n| (*n, std::fs::read(trace(n)).expect("trace")))
-        .collect();
+    let files: Vec<(&str, Vec<u8>)> = [
+        "gpt_train.pickle",
+        "nvidia_smi_gpu.ist.csv",
+        "pynvml_log.jsonl",
+        "nvidia_smi_apps.csv",
+    ]
+    .iter()
+    .map(|n| (*n, std::fs::read(trace(n)).expect("trace")))
+    .collect();
     let (code, created) = upload(&s, &files);
     assert_eq!(code, 201, "{created}");
     let id = created["id"].as_str().expect("id").to_owned();
@@ -470,6 +475,10 @@ fn a_snapshot_and_its_nvml_logs_make_one_report() {
         logs[0]["clock_offset_minutes"], -330,
         "IST log lined up with the snapshot"
     );
+    // The per-process log is kept aside, by name and reason.
+    assert_eq!(summary["skipped"][0]["file"], "nvidia_smi_apps.csv", "{summary}");
+    let reason = summary["skipped"][0]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("nvidia_smi_apps_csv"), "{reason}");
     assert_eq!(summary["files"][0]["devices"], cli["files"][0]["devices"]);
 
     // The level-of-detail series: every sample in a narrow window, aggregates over a wide one.

@@ -1,4 +1,4 @@
-//! Nsight Systems SQLite exports: the CUDA driver's allocations from the shared traces' nsys
+//! Nsight Systems exports (SQLite and JSON): the CUDA driver's allocations from the shared traces' nsys
 //! capture (a CUDA 11.8 program allocating weights and per-step activations, leaking one 16 MiB
 //! buffer per step). Expected numbers come from replaying `CUDA_GPU_MEMORY_USAGE_EVENTS` with
 //! Python's sqlite3 (device memory, memKind 2: alloc adds `bytes`, dealloc removes the matching
@@ -91,4 +91,42 @@ fn other_sqlite_files_and_damaged_exports_are_refused_clearly() {
     let err = import_error(full[..full.len() / 2].to_vec());
     assert!(err.starts_with("Nsight Systems export: SQLite:"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_json_export_of_the_same_capture_reads_the_same() {
+    let sqlite = analyze_paths(&[trace("cuda_alloc.sqlite")]).unwrap_or_else(|e| panic!("{e}"));
+    let json = analyze_paths(&[trace("cuda_alloc.json")]).unwrap_or_else(|e| panic!("{e}"));
+    let (a, b) = (&sqlite.files[0].devices[0], &json.files[0].devices[0]);
+    assert_eq!(json.files[0].format, "nsys_json");
+    assert_eq!(
+        (
+            b.alloc_count,
+            b.peak_allocated_bytes,
+            b.final_allocated_bytes,
+            b.peak_event_index
+        ),
+        (
+            a.alloc_count,
+            a.peak_allocated_bytes,
+            a.final_allocated_bytes,
+            a.peak_event_index
+        )
+    );
+    assert_eq!(b.leaks.len(), 1);
+    assert_eq!(
+        b.leaks[0].stack, a.leaks[0].stack,
+        "runtime call names resolved through the string table"
+    );
+    assert_eq!(
+        b.peak_stacks.iter().map(|g| (&g.stack, g.bytes)).collect::<Vec<_>>(),
+        a.peak_stacks.iter().map(|g| (&g.stack, g.bytes)).collect::<Vec<_>>()
+    );
+    // Without a session start on the epoch, times count from the capture's start.
+    assert!(json.files[0]
+        .source
+        .notes
+        .iter()
+        .any(|n| n.contains("since the capture began")));
+    assert!(b.peak_time_us.is_some_and(|t| t < 10_000_000), "{:?}", b.peak_time_us);
 }

@@ -7,7 +7,7 @@
 //! problem; [`import_path`] also runs each import on its own thread with an explicit stack size
 //! and turns a panic (a bug) into an error instead of taking the process down.
 
-pub mod nsys_sqlite;
+pub mod nsys;
 pub mod nvml;
 pub mod pytorch_snapshot;
 
@@ -45,7 +45,8 @@ pub trait Importer: Sync {
 /// The registered importers, tried in order.
 pub static REGISTRY: &[&dyn Importer] = &[
     &pytorch_snapshot::PytorchSnapshotImporter,
-    &nsys_sqlite::NsysSqliteImporter,
+    &nsys::sqlite::NsysSqliteImporter,
+    &nsys::json::NsysJsonImporter,
     &nvml::smi_csv::NvidiaSmiCsvImporter,
     &nvml::dmon::NvidiaSmiDmonImporter,
     &nvml::jsonl::NvmlJsonLinesImporter,

@@ -27,6 +27,7 @@ pub struct LineReader {
     buf: Vec<u8>,
     /// Number of the line last returned (1-based).
     pub number: usize,
+    max: usize,
 }
 
 /// One line, without its line break; `terminated` is false for a last line cut off mid-write.
@@ -39,17 +40,23 @@ pub struct Line<'a> {
 
 impl LineReader {
     pub fn new(reader: Box<dyn Read + Send>) -> LineReader {
+        LineReader::with_max(reader, MAX_LINE)
+    }
+
+    /// A reader whose lines may be up to `max` bytes long.
+    pub fn with_max(reader: Box<dyn Read + Send>, max: usize) -> LineReader {
         LineReader {
             reader: BufReader::with_capacity(64 << 10, reader),
             buf: Vec::new(),
             number: 0,
+            max,
         }
     }
 
     pub fn next_line(&mut self) -> Result<Option<Line<'_>>, ImportError> {
         self.buf.clear();
         let n = (&mut self.reader)
-            .take(MAX_LINE as u64 + 1)
+            .take(self.max as u64 + 1)
             .read_until(b'\n', &mut self.buf)
             .map_err(map_pipe_err)?;
         if n == 0 {
@@ -57,8 +64,8 @@ impl LineReader {
         }
         self.number += 1;
         let terminated = self.buf.last() == Some(&b'\n');
-        if !terminated && self.buf.len() > MAX_LINE {
-            return Err(line_error(self.number, format!("longer than {MAX_LINE} bytes")));
+        if !terminated && self.buf.len() > self.max {
+            return Err(line_error(self.number, format!("longer than {} bytes", self.max)));
         }
         let mut bytes = &self.buf[..];
         while let [rest @ .., b'\n' | b'\r'] = bytes {

@@ -1,30 +1,22 @@
-//! Importer for Nsight Systems SQLite exports (`nsys export --type sqlite`) of captures made with
-//! `nsys profile --trace=cuda --cuda-memory-usage=true`.
-//!
-//! Nsight sees the CUDA driver's allocations (`cudaMalloc`, `cudaMallocAsync`, …), not the
-//! tensors a caching allocator hands out. Each device allocation in
-//! `CUDA_GPU_MEMORY_USAGE_EVENTS` becomes a segment holding one block, so the canonical tables
-//! (and every analysis over them) apply unchanged, with reserved = allocated. The stack of an
-//! allocation is the runtime call that made it (joined through `correlationId`) and its size,
-//! the only "call site" such traces carry. Times are epoch µs when the export has
-//! `TARGET_INFO_SESSION_START_TIME`, else µs since the session start.
+//! `nsys export --type sqlite`: rows of `CUDA_GPU_MEMORY_USAGE_EVENTS` joined to the runtime call
+//! that made them (`CUPTI_ACTIVITY_KIND_RUNTIME` through `correlationId`, names in `StringIds`).
+//! Times are epoch µs when the export has `TARGET_INFO_SESSION_START_TIME`.
 //!
 //! Columns are read by name (they move between schema versions); a table missing because the
-//! export was lazy means "no events". Pinned-host and managed allocations are counted in a note
-//! but not charted as device memory. SQLite needs a file: the input is copied to a temporary
+//! export was lazy means "no events". SQLite needs a file: the input is copied to a temporary
 //! file (removed on drop) and opened read-only.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use rusqlite::{Connection, OpenFlags};
 
+use super::{lower_driver_allocations, Row};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
 use crate::sniff::Format;
 use crate::source::{map_pipe_err, Source};
-use crate::tables::{Action, BlockState, SnapshotColumns};
+use crate::tables::SnapshotColumns;
 
 pub struct NsysSqliteImporter;
 
@@ -110,45 +102,6 @@ fn columns_of(conn: &Connection, table: &str) -> Result<Vec<String>, ImportError
         .collect::<Result<Vec<_>, _>>()
         .map_err(sql_err)?;
     Ok(names)
-}
-
-/// `cudaMalloc_v3020` → `cudaMalloc`.
-fn api_name(raw: &str) -> &str {
-    match raw.rfind("_v") {
-        Some(i) if raw[i + 2..].bytes().all(|b| b.is_ascii_digit()) && i + 2 < raw.len() => &raw[..i],
-        _ => raw,
-    }
-}
-
-/// `ENUM_CUDA_MEM_KIND`: 2 Device, 5 Device Static are device memory.
-fn is_device_memory(kind: i64) -> bool {
-    matches!(kind, 2 | 5)
-}
-
-fn size_label(bytes: i64) -> String {
-    let b = bytes as f64;
-    if b >= (1u64 << 30) as f64 {
-        format!("{:.2} GiB", b / (1u64 << 30) as f64)
-    } else if b >= (1u64 << 20) as f64 {
-        format!("{:.1} MiB", b / (1u64 << 20) as f64)
-    } else if b >= 1024.0 {
-        format!("{:.1} KiB", b / 1024.0)
-    } else {
-        format!("{bytes} B")
-    }
-}
-
-struct Row {
-    start_ns: i64,
-    device: i64,
-    pid: i64,
-    address: i64,
-    bytes: i64,
-    kind: i64,
-    free: bool,
-    stream: i64,
-    api: Option<String>,
-    var_name: Option<String>,
 }
 
 /// Reads the memory events of an export into canonical columns.
@@ -244,115 +197,8 @@ fn read_export(conn: &Connection) -> Result<SnapshotColumns, ImportError> {
         None
     };
 
-    let mut out = SnapshotColumns::default();
-    let mut per_device: std::collections::BTreeMap<i64, Vec<Row>> = std::collections::BTreeMap::new();
-    let (mut host, mut managed, mut other) = (0usize, 0usize, 0usize);
-    for row in rows {
-        let row = row.map_err(sql_err)?;
-        if !is_device_memory(row.kind) {
-            if row.free {
-                continue;
-            }
-            match row.kind {
-                1 | 0 => host += 1,
-                4 | 6 => managed += 1,
-                _ => other += 1,
-            }
-            continue;
-        }
-        per_device.entry(row.device).or_default().push(row);
-    }
-    let mut live_at_end: Vec<(i64, i64, i64, i64, u32)> = Vec::new(); // device, addr, size, stream, stack
-    let mut unmatched_frees = 0usize;
-    for (device, rows) in per_device {
-        let first = out.trace.len() as u32;
-        let mut live: HashMap<(i64, i64), (i64, u32, i64)> = HashMap::new();
-        for r in rows {
-            let time_us = (epoch_ns.unwrap_or(0).saturating_add(r.start_ns)).div_euclid(1000);
-            if r.free {
-                let (size, stack) = match live.remove(&(r.pid, r.address)) {
-                    Some((size, stack, _)) => (size, stack),
-                    None => {
-                        unmatched_frees += 1;
-                        (r.bytes, out.frames.empty_stack())
-                    }
-                };
-                for action in [Action::FreeRequested, Action::FreeCompleted, Action::SegmentFree] {
-                    out.trace.push(action, r.address, size, r.stream, time_us, stack);
-                }
-            } else {
-                let api = r.api.as_deref().map_or("allocation", api_name).to_owned();
-                let mut frames = vec![out.frames.intern_frame(&api, "[cuda]", 0)];
-                frames.push(out.frames.intern_frame(&size_label(r.bytes), "[size]", 0));
-                if let Some(v) = r.var_name.as_deref().filter(|v| !v.is_empty()) {
-                    frames.insert(0, out.frames.intern_frame(v, "[variable]", 0));
-                }
-                let stack = out.frames.intern_stack(&frames);
-                out.trace
-                    .push(Action::SegmentAlloc, r.address, r.bytes, r.stream, time_us, stack);
-                out.trace
-                    .push(Action::Alloc, r.address, r.bytes, r.stream, time_us, stack);
-                live.insert((r.pid, r.address), (r.bytes, stack, r.stream));
-            }
-        }
-        out.device_ranges.push((device, (first, out.trace.len() as u32)));
-        let mut rest: Vec<_> = live.into_iter().collect();
-        rest.sort_by_key(|((_, addr), _)| *addr);
-        for ((_, addr), (size, stack, stream)) in rest {
-            live_at_end.push((device, addr, size, stream, stack));
-        }
-    }
-    for (device, addr, size, stream, stack) in live_at_end {
-        let seg = out.segments.len() as u32;
-        out.segments.push(
-            device,
-            addr,
-            size,
-            size,
-            size,
-            size,
-            stream,
-            "driver".into(),
-            (0, 0),
-            false,
-            stack,
-        );
-        out.blocks
-            .push(device, seg, addr, size, size, BlockState::ActiveAllocated, stack);
-    }
-    let mut notes = vec![
-        "Nsight Systems trace: CUDA driver allocations (cudaMalloc, cudaMallocAsync, …), not individual tensors; \
-         each allocation is its own segment, so reserved equals allocated"
-            .to_owned(),
-    ];
-    if epoch_ns.is_none() {
-        notes.push("no session start time in the export: times are µs since the capture began".into());
-    }
-    if host + managed + other > 0 {
-        notes.push(format!(
-            "not counted as device memory: {host} pinned/pageable host, {managed} managed, {other} other allocations"
-        ));
-    }
-    if unmatched_frees > 0 {
-        notes.push(format!(
-            "{unmatched_frees} frees of allocations made before the capture began"
-        ));
-    }
+    let rows = rows.collect::<Result<Vec<Row>, _>>().map_err(sql_err)?;
+    let mut out = lower_driver_allocations(rows, epoch_ns);
     out.format = Format::NsysSqlite;
-    out.source.has_time_us = true;
-    out.source.notes = notes;
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn runtime_api_names_lose_their_version_suffix() {
-        assert_eq!(api_name("cudaMalloc_v3020"), "cudaMalloc");
-        assert_eq!(api_name("cudaMallocAsync_v11020"), "cudaMallocAsync");
-        assert_eq!(api_name("cudaMalloc"), "cudaMalloc");
-        assert_eq!(api_name("odd_v"), "odd_v");
-    }
 }
