@@ -1,5 +1,6 @@
 //! Hostile input: every refused opcode, absurd nesting and lengths, memo fan-out, truncation
-//! and compression bombs end in a clear error, quickly, without a panic or an abort.
+//! and compression bombs end in a clear error, quickly, without a panic or an abort; NVML logs
+//! and Nsight exports cut anywhere or mangled are answered quickly and never panic.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -199,4 +200,52 @@ fn a_corrupt_gzip_stream_is_reported_as_such() {
     }
     let msg = refused("corrupt gzip", gz);
     assert!(msg.contains("gzip") || msg.contains("pickle"), "{msg}");
+}
+
+/// Imports `bytes` and returns whether it was accepted, checking it is fast and not a panic.
+fn answered(what: &str, bytes: Vec<u8>) -> Result<(), String> {
+    let start = Instant::now();
+    let result = std::panic::catch_unwind(|| import_bytes(bytes));
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{what}: took {:?}",
+        start.elapsed()
+    );
+    match result {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => panic!("{what}: the importer panicked"),
+    }
+}
+
+#[test]
+fn logs_and_exports_cut_anywhere_or_mangled_never_panic() {
+    for name in [
+        "nvidia_smi_gpu.csv",
+        "nvidia_smi_dmon.txt",
+        "pynvml_log.jsonl",
+        "cuda_alloc.json",
+        "cuda_alloc.sqlite",
+    ] {
+        let full = std::fs::read(trace(name)).expect("trace");
+        let step = (full.len() / 150).max(1);
+        for cut in (1..full.len()).step_by(step) {
+            if let Err(msg) = answered(&format!("{name} cut at {cut}"), full[..cut].to_vec()) {
+                assert!(!msg.is_empty(), "{name} cut at {cut}: empty error");
+            }
+        }
+        // Bytes overwritten in the middle: an error naming the problem, or a (partial) read.
+        for at in (0..full.len()).step_by(step * 7) {
+            let mut mangled = full.clone();
+            for b in mangled.iter_mut().skip(at).take(64) {
+                *b = b.wrapping_mul(31).wrapping_add(7);
+            }
+            let _ = answered(&format!("{name} mangled at {at}"), mangled);
+        }
+    }
+    // One line longer than the cap is refused by line number, before it is all read.
+    let mut long = b"timestamp, index, memory.used [MiB]\n".to_vec();
+    long.extend(std::iter::repeat_n(b'9', 3 << 20));
+    long.push(b'\n');
+    let msg = answered("a 3 MiB line", long).expect_err("refused");
+    assert!(msg.starts_with("line 2: longer than"), "{msg}");
 }
