@@ -11,6 +11,9 @@ and changes only the container shape, so the real oracles still apply where stat
 - leak.two_devices.pickle: two devices, device 0 with an empty trace, device 1 holding leak's.
 - leak.pt21_shape.pickle: leak in the 2.1 shape (no timestamps, no annotations): iterations must
   come from the allocation pattern.
+- mlp_train.pt113_shape.pickle: the final state as PyTorch 1.13 wrote it with history
+  recording on: a bare segment list whose blocks have no `address`, `frames` or
+  `requested_size`, but `history: [{addr, real_size, frames}]` (the last entry is the live one).
 - nvidia_smi_gpu.ist.csv: nvidia_smi_gpu.csv as nvidia-smi writes it on a machine set to
   UTC+05:30 (its zone-less local times 5 h 30 min ahead); lining it up with the snapshots
   must undo exactly that.
@@ -63,3 +66,18 @@ for line in lines[1:]:
     nounits.append(", ".join(re.sub(r" (MiB|%|W)$", "", v) for v in line.split(", ")))
 with open("nvidia_smi_gpu.nounits.csv", "w") as f:
     f.write("\n".join(nounits) + "\n")
+
+pt113 = []
+for seg in mlp["segments"]:
+    blocks = []
+    for b in seg["blocks"]:
+        nb = {"size": b["size"], "state": b["state"]}
+        if b["state"] != "inactive":
+            nb["history"] = [{"addr": b["address"], "real_size": b["requested_size"], "frames": b["frames"]}]
+        blocks.append(nb)
+    keep = ("device", "address", "total_size", "allocated_size", "active_size", "stream", "segment_type")
+    ns = {k: seg[k] for k in keep}
+    ns["blocks"] = blocks
+    pt113.append(ns)
+with open("mlp_train.pt113_shape.pickle", "wb") as f:
+    pickle.dump(pt113, f, protocol=4)

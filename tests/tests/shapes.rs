@@ -1,6 +1,6 @@
 //! Snapshot shapes other than PyTorch 2.11's, derived from the real traces
 //! (`traces/derive_shapes.py`): 2.1-era entries without timestamps, the protocol-2 pickler,
-//! the legacy bare segment list, and several devices.
+//! the legacy bare segment list, 1.13 block histories, and several devices.
 
 use memlens::cli::summarize_file;
 use memlens_api::{FileSummary, TimeAxis};
@@ -88,4 +88,27 @@ fn several_devices_are_summarised_separately() {
     );
     assert_eq!(d.leaks.len(), 2);
     assert_eq!(d.iterations.source, "annotations:Optimizer.step#Adam.step");
+}
+
+#[test]
+fn pytorch_1_13_block_history_gives_sizes_and_stacks() {
+    let s = summary("mlp_train.pt113_shape.pickle");
+    let d = &s.devices[0];
+    // No trace: the state is the snapshot's. Requested sizes come from `history[-1].real_size`.
+    let oracle = trace("mlp_train.memory_stats.json");
+    assert_eq!(
+        d.final_allocated_bytes,
+        oracle_value(&oracle, "requested_bytes.all.current")
+    );
+    assert_eq!(
+        d.final_reserved_bytes,
+        oracle_value(&oracle, "reserved_bytes.all.current")
+    );
+    // Stacks of live blocks come from their history, as 2.11's come from `frames`.
+    let now = summary("mlp_train.segments_only.pickle");
+    let groups = |s: &[memlens_api::StackGroup]| -> Vec<(Vec<String>, i64, usize)> {
+        s.iter().map(|g| (g.stack.clone(), g.bytes, g.count)).collect()
+    };
+    assert_eq!(groups(&d.peak_stacks), groups(&now.devices[0].peak_stacks));
+    assert!(d.peak_stacks.iter().any(|g| !g.stack.is_empty()), "{:?}", d.peak_stacks);
 }

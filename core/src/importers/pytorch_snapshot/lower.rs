@@ -395,6 +395,8 @@ fn lower_segments(
     ];
     let [k_device, k_address, k_total, k_allocated, k_active, k_requested, k_stream, k_type, k_pool, k_expandable, k_frames, k_blocks, k_size, k_state] =
         keys;
+    // PyTorch 1.13/2.0 blocks: `history: [{addr, real_size, frames}]` instead of `frames`.
+    let (k_history, k_real_size) = (k("history"), k("real_size"));
     for (si, s) in segs.iter().enumerate() {
         let V::Obj(d) = heap.get(*s) else {
             return Err(malformed(&format!("segments[{si}] is not a dict")));
@@ -439,13 +441,33 @@ fn lower_segments(
             let size = int_of_key(heap, bd, k_size)
                 .ok_or_else(|| malformed(&format!("segments[{si}].blocks[{bi}] has no size")))?;
             let baddr = int_of_key(heap, bd, k_address).unwrap_or(cursor);
-            let req = int_of_key(heap, bd, k_requested).unwrap_or(size);
             let state = heap
                 .dict_get(bd, k_state)
                 .and_then(|v| heap.str_of(v))
                 .map(BlockState::from_name)
                 .unwrap_or(BlockState::Inactive);
-            let bstack = match heap.dict_get(bd, k_frames) {
+            // The latest history entry (1.13/2.0) of an active block is the allocation holding it.
+            let history = if state == BlockState::Inactive {
+                None
+            } else {
+                heap.dict_get(bd, k_history)
+            };
+            let last_history = match history.map(|h| heap.get(h)) {
+                Some(V::Obj(h)) if matches!(heap.kind(h), Kind::List | Kind::Tuple) => {
+                    heap.seq(h).last().copied().and_then(|e| match heap.get(e) {
+                        V::Obj(ed) if matches!(heap.kind(ed), Kind::Dict) => Some(ed),
+                        _ => None,
+                    })
+                }
+                _ => None,
+            };
+            let req = int_of_key(heap, bd, k_requested)
+                .or_else(|| last_history.and_then(|h| int_of_key(heap, h, k_real_size)))
+                .unwrap_or(size);
+            let frames = heap
+                .dict_get(bd, k_frames)
+                .or_else(|| last_history.and_then(|h| heap.dict_get(h, k_frames)));
+            let bstack = match frames {
                 Some(f) => lowering.frames.stack_of(heap, f, k_name, k_file, k_line, 0)?,
                 None => lowering.frames.empty_stack(),
             };

@@ -4,7 +4,8 @@
 //!
 //! Shapes handled: the 2.x dict (`segments`, `device_traces`, optional `allocator_settings` and
 //! `external_annotations`, unknown keys ignored), the legacy bare list of segments, entries
-//! without `time_us` (≤ 2.1), blocks without `address` (2.0), several devices, expandable
+//! without `time_us` (≤ 2.1), blocks without `address` (2.0) and with `history` instead of
+//! `frames`/`requested_size` (1.13/2.0), several devices, expandable
 //! segments, `oom`/`snapshot` entries, `compile_context` and `user_metadata`.
 
 pub mod lower;
