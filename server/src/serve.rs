@@ -99,9 +99,35 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     axum::serve(listener, router(state))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(shutdown_signal())
         .await
-        .map_err(|e| format!("server: {e}"))
+        .map_err(|e| format!("server: {e}"))?;
+    tracing::info!("memlens stopped");
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (`docker stop`; as PID 1 in a container nothing else would stop us).
+/// Unfinished ingests are resumed from their kept uploads at the next start.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
 }

@@ -529,3 +529,29 @@ fn a_snapshot_and_its_nvml_logs_make_one_report() {
         .expect("text");
     assert!(svg.contains("peak used 9.55 GiB"), "{}", &svg[..svg.len().min(400)]);
 }
+
+#[test]
+fn sigterm_stops_the_server_cleanly() {
+    // `docker stop` sends SIGTERM to PID 1, which has no default handler in a container.
+    let dir = tmpdir("term");
+    let mut s = Server::start(&dir, &[]);
+    let (code, _) = get_json(&s, "/healthz");
+    assert_eq!(code, 200);
+    let sent = Command::new("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let start = Instant::now();
+    loop {
+        if let Some(status) = s.child.try_wait().expect("wait") {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "still running 5 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
