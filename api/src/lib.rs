@@ -5,6 +5,22 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Bytes for people: `1.84 GiB`, `16.0 MiB`, `343.3 KiB`, `512 B` (powers of 1024), the same on
+/// the server (labels it makes up) and in the browser.
+pub fn bytes_label(b: i64) -> String {
+    let f = b as f64;
+    let a = f.abs();
+    if a >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", f / (1u64 << 30) as f64)
+    } else if a >= (1u64 << 20) as f64 {
+        format!("{:.1} MiB", f / (1u64 << 20) as f64)
+    } else if a >= 1024.0 {
+        format!("{:.1} KiB", f / 1024.0)
+    } else {
+        format!("{b} B")
+    }
+}
+
 /// What `memlens analyze --json` prints: one entry per input file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -1,18 +1,6 @@
 //! Formatting bytes and times, and stable colours for stacks.
 
-pub fn bytes(b: i64) -> String {
-    let f = b as f64;
-    let a = f.abs();
-    if a >= (1u64 << 30) as f64 {
-        format!("{:.2} GiB", f / (1u64 << 30) as f64)
-    } else if a >= (1u64 << 20) as f64 {
-        format!("{:.1} MiB", f / (1u64 << 20) as f64)
-    } else if a >= 1024.0 {
-        format!("{:.1} KiB", f / 1024.0)
-    } else {
-        format!("{b} B")
-    }
-}
+pub use memlens_api::bytes_label as bytes;
 
 /// A time on the axis, relative to the trace start: seconds (µs axis) or an entry number.
 pub fn axis_time(t: i64, origin: i64, event_axis: bool) -> String {

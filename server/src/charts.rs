@@ -154,23 +154,7 @@ where
     if let Some(i) = d.peak_event_index {
         let x = d.peak_time_us.map_or(i as f64, x_of);
         let y = d.peak_allocated_bytes as f64 / div;
-        chart
-            .draw_series(std::iter::once(Circle::new((x, y), 6, red.filled())))
-            .map_err(draw_err)?;
-        // Anchor the label away from the nearer edge so it is never clipped.
-        let right_half = x > (x_of(t0) + x_of(t1)) / 2.0;
-        let anchor = if right_half { HPos::Right } else { HPos::Left };
-        let style = ("sans-serif", 18)
-            .into_font()
-            .color(&red)
-            .pos(Pos::new(anchor, VPos::Bottom));
-        chart
-            .draw_series(std::iter::once(Text::new(
-                format!("peak {y:.2} {unit_name}"),
-                (x, y * 1.02),
-                style,
-            )))
-            .map_err(draw_err)?;
+        mark_peak(&mut chart, (x, y), unit_name, x > (x_of(t0) + x_of(t1)) / 2.0)?;
     }
     if !d.leaks.is_empty() {
         let per_iter: i64 = d.leaks.iter().map(|l| l.bytes_per_iteration).sum();
@@ -187,16 +171,7 @@ where
             )))
             .map_err(draw_err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 16))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(draw_err)?;
-    root.present().map_err(draw_err)?;
-    Ok(())
+    finish(chart, &root, SeriesLabelPosition::UpperRight)
 }
 
 /// What a chart shows.
@@ -273,27 +248,57 @@ where
         .label("used (whole GPU, as the driver sees it)")
         .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], purple.mix(0.5).filled()));
     if let Some(t) = g.peak_time_us {
-        let red = RGBColor(204, 0, 0);
         let (x, y) = (x_of(t), peak as f64 / div);
-        chart
-            .draw_series(std::iter::once(Circle::new((x, y), 6, red.filled())))
-            .map_err(draw_err)?;
-        let anchor = if x > x_of(t1) / 2.0 { HPos::Right } else { HPos::Left };
-        let style = ("sans-serif", 18)
-            .into_font()
-            .color(&red)
-            .pos(Pos::new(anchor, VPos::Bottom));
-        chart
-            .draw_series(std::iter::once(Text::new(
-                format!("peak {y:.2} {unit_name}"),
-                (x, y * 1.02),
-                style,
-            )))
-            .map_err(draw_err)?;
+        mark_peak(&mut chart, (x, y), unit_name, x > x_of(t1) / 2.0)?;
     }
+    finish(chart, &root, SeriesLabelPosition::UpperLeft)
+}
+
+type Plot<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+
+/// The peak: a dot and its value, the label anchored away from the nearer edge so it is never
+/// clipped.
+fn mark_peak<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Plot<'a, DB>,
+    (x, y): (f64, f64),
+    unit_name: &str,
+    right_half: bool,
+) -> Result<(), ChartError>
+where
+    DB::ErrorType: 'static,
+{
+    let red = RGBColor(204, 0, 0);
+    chart
+        .draw_series(std::iter::once(Circle::new((x, y), 6, red.filled())))
+        .map_err(draw_err)?;
+    let anchor = if right_half { HPos::Right } else { HPos::Left };
+    let style = ("sans-serif", 18)
+        .into_font()
+        .color(&red)
+        .pos(Pos::new(anchor, VPos::Bottom));
+    chart
+        .draw_series(std::iter::once(Text::new(
+            format!("peak {y:.2} {unit_name}"),
+            (x, y * 1.02),
+            style,
+        )))
+        .map_err(draw_err)?;
+    Ok(())
+}
+
+/// Draws the legend at `legend` and presents the drawing.
+fn finish<'a, DB: DrawingBackend + 'a>(
+    mut chart: Plot<'a, DB>,
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    legend: SeriesLabelPosition,
+) -> Result<(), ChartError>
+where
+    DB::ErrorType: 'static,
+{
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(legend)
         .label_font(("sans-serif", 16))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)

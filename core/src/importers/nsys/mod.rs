@@ -46,19 +46,6 @@ fn is_device_memory(kind: i64) -> bool {
     matches!(kind, 2 | 5)
 }
 
-fn size_label(bytes: i64) -> String {
-    let b = bytes as f64;
-    if b >= (1u64 << 30) as f64 {
-        format!("{:.2} GiB", b / (1u64 << 30) as f64)
-    } else if b >= (1u64 << 20) as f64 {
-        format!("{:.1} MiB", b / (1u64 << 20) as f64)
-    } else if b >= 1024.0 {
-        format!("{:.1} KiB", b / 1024.0)
-    } else {
-        format!("{bytes} B")
-    }
-}
-
 /// Lowers memory events (in time order) into canonical columns; `epoch_ns` is the session's
 /// start on the Unix epoch, when the export has it.
 pub fn lower_driver_allocations(rows: Vec<Row>, epoch_ns: Option<i64>) -> SnapshotColumns {
@@ -100,7 +87,7 @@ pub fn lower_driver_allocations(rows: Vec<Row>, epoch_ns: Option<i64>) -> Snapsh
             } else {
                 let api = r.api.as_deref().map_or("allocation", api_name).to_owned();
                 let mut frames = vec![out.frames.intern_frame(&api, "[cuda]", 0)];
-                frames.push(out.frames.intern_frame(&size_label(r.bytes), "[size]", 0));
+                frames.push(out.frames.intern_frame(&memlens_api::bytes_label(r.bytes), "[size]", 0));
                 if let Some(v) = r.var_name.as_deref().filter(|v| !v.is_empty()) {
                     frames.insert(0, out.frames.intern_frame(v, "[variable]", 0));
                 }
