@@ -119,6 +119,29 @@ pub struct GpuSampleTables {
     pub skipped_lines: Vec<String>,
 }
 
+impl GpuSampleTables {
+    /// The tables of a parsed log; a log without samples is an error.
+    pub fn from_rows(
+        rows: SampleRows,
+        mut gpus: Vec<GpuInfo>,
+        clock: SampleClock,
+        used_meaning: UsedMeaning,
+        skipped_lines: Vec<String>,
+    ) -> Result<GpuSampleTables, crate::ImportError> {
+        if rows.is_empty() {
+            return Err(crate::ImportError::Log("the log has a header but no samples".into()));
+        }
+        gpus.sort_by_key(|g| g.gpu);
+        Ok(GpuSampleTables {
+            samples: rows.into_frame()?,
+            gpus,
+            clock,
+            used_meaning,
+            skipped_lines,
+        })
+    }
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
 pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };

@@ -128,15 +128,11 @@ pub fn read_dmon(source: Source) -> Result<GpuSampleTables, ImportError> {
     if names.is_none() {
         return Err(ImportError::Log("no `#` header line naming the columns".into()));
     }
-    if rows.is_empty() {
-        return Err(ImportError::Log("the log has a header but no samples".into()));
-    }
-    gpus.sort_by_key(|g| g.gpu);
-    Ok(GpuSampleTables {
-        samples: rows.into_frame()?,
+    GpuSampleTables::from_rows(
+        rows,
         gpus,
-        clock: SampleClock::LocalNoZone,
-        used_meaning: UsedMeaning::ExcludesDriverReserved,
+        SampleClock::LocalNoZone,
+        UsedMeaning::ExcludesDriverReserved,
         skipped_lines,
-    })
+    )
 }

@@ -190,12 +190,11 @@ pub fn read_nvml_jsonl(source: Source) -> Result<GpuSampleTables, ImportError> {
             util_gpu_pct: s.util,
         });
     }
-    gpus.sort_by_key(|g| g.gpu);
-    Ok(GpuSampleTables {
-        samples: rows.into_frame()?,
+    GpuSampleTables::from_rows(
+        rows,
         gpus,
-        clock: clock.unwrap_or(SampleClock::Epoch),
-        used_meaning: UsedMeaning::IncludesDriverReserved,
+        clock.unwrap_or(SampleClock::Epoch),
+        UsedMeaning::IncludesDriverReserved,
         skipped_lines,
-    })
+    )
 }

@@ -161,15 +161,5 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleTables, ImportError> {
             Err(message) => return Err(line_error(number, message)),
         }
     }
-    if rows.is_empty() {
-        return Err(ImportError::Log("the log has a header but no samples".into()));
-    }
-    gpus.sort_by_key(|g| g.gpu);
-    Ok(GpuSampleTables {
-        samples: rows.into_frame()?,
-        gpus,
-        clock,
-        used_meaning: UsedMeaning::ExcludesDriverReserved,
-        skipped_lines,
-    })
+    GpuSampleTables::from_rows(rows, gpus, clock, UsedMeaning::ExcludesDriverReserved, skipped_lines)
 }
