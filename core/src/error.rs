@@ -11,7 +11,8 @@ pub enum ImportError {
     Empty,
     #[error(
         "unrecognised format (starts with {head}); expected a PyTorch memory snapshot pickle \
-         (optionally gzip-compressed) or an NVML log (nvidia-smi --query-gpu CSV, nvidia-smi dmon, pynvml JSON lines)"
+         (optionally gzip-compressed), an Nsight Systems export (SQLite or JSON) or an NVML log \
+         (nvidia-smi --query-gpu CSV, nvidia-smi dmon, pynvml JSON lines)"
     )]
     UnknownFormat { head: String },
     #[error("recognised as {format}, which this version of memlens cannot import yet")]
