@@ -78,6 +78,25 @@ pub struct GpuLogSummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_lines: Vec<String>,
     pub gpus: Vec<GpuSeriesSummary>,
+    /// Processes the log saw on the GPUs (per-process logs, pynvml process lists).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessSummary>,
+}
+
+/// One process on one GPU, over an NVML log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProcessSummary {
+    pub pid: i64,
+    pub name: Option<String>,
+    /// The GPU index: from the log, or matched by bus id with a GPU log of the same report.
+    pub gpu: Option<i64>,
+    pub bus_id: Option<String>,
+    pub sample_count: usize,
+    pub first_time_us: i64,
+    pub last_time_us: i64,
+    pub peak_used_bytes: Option<i64>,
+    pub peak_time_us: Option<i64>,
 }
 
 /// One GPU's samples in an NVML log.

@@ -136,7 +136,7 @@ pub fn analyze_gpu_log(
     gzip: bool,
     snapshot_ranges: &[(i64, i64)],
 ) -> Result<GpuLogSummary, AnalysisError> {
-    let offset = match (t.clock, time_range(&t.samples)?) {
+    let offset = match (t.clock, time_range(t)?) {
         (SampleClock::LocalNoZone, Some(range)) => align_local_clock(range, snapshot_ranges),
         _ => 0,
     };

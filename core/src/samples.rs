@@ -4,6 +4,9 @@
 //! One row per (sample, GPU): `time_us` (i64, µs; see [`SampleClock`]), `gpu` (i32, the log's
 //! GPU index), then nullable `used_bytes`, `total_bytes`, `free_bytes`, `driver_reserved_bytes`
 //! (i64) and `util_gpu_pct` (f64). Rows are sorted by (`gpu`, `time_us`).
+//!
+//! Per-process samples (`nvidia-smi --query-compute-apps`, pynvml's process lists) are kept as
+//! [`ProcessSample`]s beside it: they are few, and only summarised.
 
 use polars::prelude::*;
 
@@ -108,11 +111,25 @@ impl SampleRows {
     }
 }
 
+/// One process's memory on one GPU at one time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessSample {
+    pub time_us: i64,
+    /// The GPU index, when the log gives one (compute-apps logs name the bus id instead).
+    pub gpu: Option<i32>,
+    pub bus_id: Option<String>,
+    pub pid: i64,
+    pub name: Option<String>,
+    pub used_bytes: Option<i64>,
+}
+
 /// What an NVML-log importer produced.
 #[derive(Debug, Clone)]
 pub struct GpuSampleTables {
     pub samples: DataFrame,
     pub gpus: Vec<GpuInfo>,
+    /// Per-process samples, in log order (empty when the log has none).
+    pub processes: Vec<ProcessSample>,
     pub clock: SampleClock,
     pub used_meaning: UsedMeaning,
     /// Lines that could not be read and were skipped (a log cut off mid-line), with why.
@@ -120,21 +137,23 @@ pub struct GpuSampleTables {
 }
 
 impl GpuSampleTables {
-    /// The tables of a parsed log; a log without samples is an error.
+    /// The tables of a parsed log; a log without any sample is an error.
     pub fn from_rows(
         rows: SampleRows,
         mut gpus: Vec<GpuInfo>,
+        processes: Vec<ProcessSample>,
         clock: SampleClock,
         used_meaning: UsedMeaning,
         skipped_lines: Vec<String>,
     ) -> Result<GpuSampleTables, crate::ImportError> {
-        if rows.is_empty() {
+        if rows.is_empty() && processes.is_empty() {
             return Err(crate::ImportError::Log("the log has a header but no samples".into()));
         }
         gpus.sort_by_key(|g| g.gpu);
         Ok(GpuSampleTables {
             samples: rows.into_frame()?,
             gpus,
+            processes,
             clock,
             used_meaning,
             skipped_lines,

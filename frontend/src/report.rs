@@ -724,11 +724,39 @@ fn gpu_logs_section(
                     <h2>{format!("{} ({})", l.file, l.format)}</h2>
                     <p class="muted">{format!("{clock}. {}", l.used_note)}</p>
                     {gpus}
+                    {(!l.processes.is_empty()).then(|| processes_view(&l.processes))}
                     {(!l.skipped_lines.is_empty()).then(|| view! { <p class="muted">{format!("skipped: {}", l.skipped_lines.join("; "))}</p> })}
                 </section>
             }
         })
         .collect_view()
+}
+
+/// The processes an NVML log saw: which process held how much of which GPU.
+fn processes_view(processes: &[memlens_api::ProcessSummary]) -> impl IntoView {
+    let items = processes
+        .iter()
+        .map(|p| {
+            let gpu = match (p.gpu, &p.bus_id) {
+                (Some(g), _) => format!("GPU {g}"),
+                (None, Some(b)) => format!("bus {b}"),
+                (None, None) => "an unnamed GPU".to_owned(),
+            };
+            let text = format!(
+                "pid {} ({}) on {gpu}: peak {} — {} samples over {:.1} s",
+                p.pid,
+                p.name.as_deref().unwrap_or("name not logged"),
+                p.peak_used_bytes.map_or("n/a".into(), bytes),
+                p.sample_count,
+                (p.last_time_us - p.first_time_us) as f64 / 1e6
+            );
+            view! { <li>{text}</li> }
+        })
+        .collect_view();
+    view! {
+        <h3>"Processes"</h3>
+        <ul class="groups processes">{items}</ul>
+    }
 }
 
 /// A report of NVML logs only.

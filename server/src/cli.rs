@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use memlens_api::{AnalyzeOutput, DeviceSummary, FileSummary, GpuLogSummary};
+use memlens_core::analysis::gpu_samples::link_process_gpus;
 use memlens_core::importers::{import_path, ImportOptions, Imported};
 use memlens_core::report::{analyze_gpu_log, snapshot_time_range, summarize_snapshot};
 
@@ -116,6 +117,7 @@ pub fn analyze_paths(paths: &[PathBuf]) -> Result<AnalyzeOutput, String> {
             analyze_gpu_log(&mut t, &name, format.name(), gzip, &ranges).map_err(|e| format!("{name}: {e}"))?;
         out.gpu_logs.push(summary);
     }
+    link_process_gpus(&mut out.gpu_logs);
     Ok(out)
 }
 
@@ -199,6 +201,20 @@ pub fn render_gpu_log_text(g: &GpuLogSummary) -> String {
         if let Some(r) = gpu.driver_reserved_bytes {
             s += &format!("    driver reserved {}\n", gib(r));
         }
+    }
+    for p in &g.processes {
+        let name = p.name.as_deref().unwrap_or("?");
+        let gpu = match (p.gpu, &p.bus_id) {
+            (Some(i), _) => format!("GPU {i}"),
+            (None, Some(b)) => format!("bus {b}"),
+            (None, None) => "GPU ?".to_owned(),
+        };
+        s += &format!(
+            "  process {} ({name}) on {gpu}: peak {} over {} samples\n",
+            p.pid,
+            p.peak_used_bytes.map_or("n/a".to_owned(), gib),
+            p.sample_count
+        );
     }
     s += &format!("  note: {}\n", g.used_note);
     for l in &g.skipped_lines {

@@ -1044,7 +1044,7 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
     let (title, image) = match record(&st, &id).await {
-        Ok(rec) if rec.state == ReportState::Ready => {
+        Ok(rec) if rec.state == ReportState::Ready && st.store.data_dir(&id).join("chart.png").is_file() => {
             let name = rec.files.first().map_or("report".to_owned(), |f| f.name.clone());
             (
                 format!("memlens: {name}"),

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use memlens_api::{AnalyzeOutput, SkippedFile};
+use memlens_core::analysis::gpu_samples::link_process_gpus;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_on_thread, ImportOptions, Imported};
 use memlens_core::report::{analyze_gpu_log, analyze_snapshot, snapshot_time_range};
@@ -245,6 +246,7 @@ impl Ingest {
             }
             out.gpu_logs.push(summary);
         }
+        link_process_gpus(&mut out.gpu_logs);
         if let Some(err) = first_error {
             let _ = std::fs::remove_dir_all(&staging);
             return Err(IngestError::Input(err));

@@ -447,6 +447,7 @@ fn a_snapshot_and_its_nvml_logs_make_one_report() {
         "nvidia_smi_gpu.ist.csv",
         "pynvml_log.jsonl",
         "nvidia_smi_apps.csv",
+        "mlp_train.profiler_trace.json",
     ]
     .iter()
     .map(|n| (*n, std::fs::read(trace(n)).expect("trace")))
@@ -460,13 +461,21 @@ fn a_snapshot_and_its_nvml_logs_make_one_report() {
     // The same as `memlens analyze --json` over the same files.
     let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
         .args(["analyze", "--json"])
-        .args(["gpt_train.pickle", "nvidia_smi_gpu.ist.csv", "pynvml_log.jsonl"].map(trace))
+        .args(
+            [
+                "gpt_train.pickle",
+                "nvidia_smi_gpu.ist.csv",
+                "pynvml_log.jsonl",
+                "nvidia_smi_apps.csv",
+            ]
+            .map(trace),
+        )
         .output()
         .expect("cli");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let cli: Value = serde_json::from_slice(&out.stdout).expect("json");
     let logs = summary["gpu_logs"].as_array().expect("gpu_logs");
-    assert_eq!(logs.len(), 2);
+    assert_eq!(logs.len(), 3);
     for (server, cli) in logs.iter().zip(cli["gpu_logs"].as_array().expect("cli logs")) {
         assert_eq!(server["gpus"], cli["gpus"]);
         assert_eq!(server["clock_offset_minutes"], cli["clock_offset_minutes"]);
@@ -475,10 +484,17 @@ fn a_snapshot_and_its_nvml_logs_make_one_report() {
         logs[0]["clock_offset_minutes"], -330,
         "IST log lined up with the snapshot"
     );
-    // The per-process log is kept aside, by name and reason.
-    assert_eq!(summary["skipped"][0]["file"], "nvidia_smi_apps.csv", "{summary}");
+    // The per-process log's processes get the GPU index the GPU log gives their bus id.
+    let procs = &logs[2]["processes"];
+    assert_eq!(procs[0]["pid"], 421);
+    assert_eq!(procs[0]["gpu"], 0, "{procs}");
+    // A format memlens recognises but does not analyse is kept aside, by name and reason.
+    assert_eq!(
+        summary["skipped"][0]["file"], "mlp_train.profiler_trace.json",
+        "{summary}"
+    );
     let reason = summary["skipped"][0]["reason"].as_str().unwrap_or("");
-    assert!(reason.contains("nvidia_smi_apps_csv"), "{reason}");
+    assert!(reason.contains("pytorch_profiler_trace"), "{reason}");
     assert_eq!(summary["files"][0]["devices"], cli["files"][0]["devices"]);
 
     // The level-of-detail series: every sample in a narrow window, aggregates over a wide one.

@@ -227,14 +227,16 @@ test('an NVML log uploaded with its snapshot joins the timeline and gets its own
   await ctx.close();
 });
 
-test('a report of NVML logs alone shows each GPU', async () => {
-  const { url } = await uploadFilesViaApi(['nvidia_smi_dmon.txt']);
+test('a report of NVML logs alone shows each GPU and process', async () => {
+  const { url } = await uploadFilesViaApi(['nvidia_smi_dmon.txt', 'nvidia_smi_apps.csv']);
   const ctx = await browser.newContext();
   const page = await ctx.newPage();
   await page.goto(`${base}${url}`);
   await page.waitForSelector('.gpu-log .gpu-peak', { timeout: 30_000 });
   // awk over the dmon log: max fb = 9781 MB.
   assert.equal(await page.textContent('.gpu-log .gpu-peak .v'), '9.55 GiB');
+  // The per-process log: pid 421 peaked at 9772 MiB (dmon has no bus ids to name its GPU by).
+  assert.match(await page.textContent('.processes'), /pid 421 \(python3\) on bus 00000000:00:06\.0: peak 9\.54 GiB/);
   await page.waitForFunction(() => {
     const img = document.querySelector('.gpu-chart');
     return img && img.complete && img.naturalWidth > 0;

@@ -135,12 +135,39 @@ fn a_log_from_another_time_zone_is_lined_up_with_the_snapshot() {
 }
 
 #[test]
-fn per_process_logs_are_refused_by_name() {
-    let Err(err) = import_path(&trace("nvidia_smi_apps.csv"), ImportOptions::default()) else {
-        panic!("accepted");
-    };
-    let err = err.to_string();
-    assert!(err.contains("nvidia_smi_apps_csv"), "{err}");
+fn per_process_logs_name_each_process_and_its_gpu() {
+    // Python over nvidia_smi_apps.csv, grouped by pid: 421 peaks at 9772 MiB (366 rows, two of
+    // them named `[No data]`), 683 at 9906 MiB (51 rows); pynvml's process lists: pid 710 peaks
+    // at 564133888 B over 193 samples.
+    let out = analyze(&["nvidia_smi_apps.csv", "nvidia_smi_gpu.csv", "pynvml_log.jsonl"]);
+    let apps = &out.gpu_logs[0];
+    assert!(apps.gpus.is_empty());
+    let p: Vec<_> = apps
+        .processes
+        .iter()
+        .map(|p| (p.pid, p.name.as_deref(), p.gpu, p.sample_count, p.peak_used_bytes))
+        .collect();
+    assert_eq!(
+        p,
+        vec![
+            (421, Some("python3"), Some(0), 366, Some(9772 * MIB)),
+            (683, Some("python3"), Some(0), 51, Some(9906 * MIB)),
+        ],
+        "bus 00000000:00:06.0 is GPU 0 in nvidia_smi_gpu.csv"
+    );
+    let nvml = &out.gpu_logs[2].processes;
+    assert_eq!(nvml.len(), 1);
+    assert_eq!(
+        (nvml[0].pid, nvml[0].gpu, nvml[0].sample_count, nvml[0].peak_used_bytes),
+        (710, Some(0), 193, Some(564_133_888))
+    );
+    // Alone, the per-process log keeps the bus id and no index.
+    let alone = analyze(&["nvidia_smi_apps.csv"]);
+    assert_eq!(alone.gpu_logs[0].processes[0].gpu, None);
+    assert_eq!(
+        alone.gpu_logs[0].processes[0].bus_id.as_deref(),
+        Some("00000000:00:06.0")
+    );
 }
 
 #[test]

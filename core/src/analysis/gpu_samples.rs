@@ -2,7 +2,7 @@
 //! (peak `used` and when, totals, sampling interval), level-of-detail series for drawing, and
 //! lining up zone-less nvidia-smi times with the snapshots of the same report.
 
-use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary};
+use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary, ProcessSummary};
 use polars::prelude::*;
 
 use crate::error::AnalysisError;
@@ -38,7 +38,7 @@ pub fn align_local_clock(log: (i64, i64), snapshots: &[(i64, i64)]) -> i64 {
     best.0
 }
 
-/// Adds `minutes` to every sample time.
+/// Adds `minutes` to every sample time (GPU and process samples).
 pub fn shift_clock(t: &mut GpuSampleTables, minutes: i64) -> PolarsResult<()> {
     if minutes == 0 {
         return Ok(());
@@ -49,13 +49,79 @@ pub fn shift_clock(t: &mut GpuSampleTables, minutes: i64) -> PolarsResult<()> {
         .i64()?
         .apply_values(|v| v + minutes * 60_000_000);
     t.samples.with_column(shifted.into_column())?;
+    for p in &mut t.processes {
+        p.time_us += minutes * 60_000_000;
+    }
     Ok(())
 }
 
-/// First and last sample time over all GPUs.
-pub fn time_range(samples: &DataFrame) -> PolarsResult<Option<(i64, i64)>> {
-    let time = samples.column("time_us")?.i64()?;
-    Ok(time.min().zip(time.max()))
+/// First and last sample time over all GPUs and processes.
+pub fn time_range(t: &GpuSampleTables) -> PolarsResult<Option<(i64, i64)>> {
+    let time = t.samples.column("time_us")?.i64()?;
+    let procs = t.processes.iter().map(|p| p.time_us);
+    let lo = time.min().into_iter().chain(procs.clone()).min();
+    let hi = time.max().into_iter().chain(procs).max();
+    Ok(lo.zip(hi))
+}
+
+/// Per (process, GPU): how many samples, when, and its peak.
+fn summarize_processes(t: &GpuSampleTables) -> Vec<ProcessSummary> {
+    let mut out: Vec<ProcessSummary> = Vec::new();
+    for p in &t.processes {
+        let gpu = p.gpu.map(i64::from);
+        let i = match out
+            .iter()
+            .position(|s| s.pid == p.pid && s.gpu == gpu && s.bus_id == p.bus_id)
+        {
+            Some(i) => i,
+            None => {
+                out.push(ProcessSummary {
+                    pid: p.pid,
+                    name: None,
+                    gpu,
+                    bus_id: p.bus_id.clone(),
+                    sample_count: 0,
+                    first_time_us: p.time_us,
+                    last_time_us: p.time_us,
+                    peak_used_bytes: None,
+                    peak_time_us: None,
+                });
+                out.len() - 1
+            }
+        };
+        let s = &mut out[i];
+        s.sample_count += 1;
+        s.first_time_us = s.first_time_us.min(p.time_us);
+        s.last_time_us = s.last_time_us.max(p.time_us);
+        if s.name.is_none() {
+            s.name = p.name.clone();
+        }
+        if let Some(u) = p.used_bytes {
+            if s.peak_used_bytes.is_none_or(|peak| u > peak) {
+                s.peak_used_bytes = Some(u);
+                s.peak_time_us = Some(p.time_us);
+            }
+        }
+    }
+    out
+}
+
+/// Gives processes known only by bus id the GPU index another log of the report uses for it.
+pub fn link_process_gpus(logs: &mut [GpuLogSummary]) {
+    let by_bus: Vec<(String, i64)> = logs
+        .iter()
+        .flat_map(|l| l.gpus.iter())
+        .filter_map(|g| Some((g.bus_id.clone()?, g.gpu)))
+        .collect();
+    for p in logs.iter_mut().flat_map(|l| l.processes.iter_mut()) {
+        if p.gpu.is_none() {
+            p.gpu = p
+                .bus_id
+                .as_deref()
+                .and_then(|b| by_bus.iter().find(|(bus, _)| bus.eq_ignore_ascii_case(b)))
+                .map(|(_, g)| *g);
+        }
+    }
 }
 
 /// The rows of one GPU: (time, used) with missing `used` values dropped, in time order.
@@ -149,6 +215,7 @@ pub fn summarize_gpu_log(
         used_note: used_note.to_owned(),
         skipped_lines: t.skipped_lines.clone(),
         gpus,
+        processes: summarize_processes(t),
     })
 }
 

@@ -131,6 +131,7 @@ pub fn read_dmon(source: Source) -> Result<GpuSampleTables, ImportError> {
     GpuSampleTables::from_rows(
         rows,
         gpus,
+        Vec::new(),
         SampleClock::LocalNoZone,
         UsedMeaning::ExcludesDriverReserved,
         skipped_lines,

@@ -7,13 +7,15 @@
 //! Memory is in bytes, unless every total (or, without totals, every used value) is below
 //! 16 Mi — no GPU has less than 16 MiB — in which case the log wrote MiB.
 //! pynvml's `nvmlDeviceGetMemoryInfo` (v1) counts the driver's reservation in `used`.
+//! A `processes` list (`[{pid, used_memory}]`, as from `nvmlDeviceGetComputeRunningProcesses`)
+//! becomes process samples of that GPU.
 
 use serde_json::{Map, Value};
 
 use super::{line_error, parse_timestamp, LineReader};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
-use crate::samples::{GpuInfo, GpuSampleTables, Sample, SampleClock, SampleRows, UsedMeaning};
+use crate::samples::{GpuInfo, GpuSampleTables, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
 use crate::sniff::{sniff, Format};
 use crate::source::Source;
 
@@ -70,6 +72,8 @@ struct RawSample {
     free: Option<f64>,
     reserved: Option<f64>,
     util: Option<f64>,
+    /// (pid, used, name) of each listed process.
+    processes: Vec<(i64, Option<f64>, Option<String>)>,
 }
 
 fn read_object(o: &Map<String, Value>, clock: &mut Option<SampleClock>) -> Result<RawSample, String> {
@@ -96,6 +100,22 @@ fn read_object(o: &Map<String, Value>, clock: &mut Option<SampleClock>) -> Resul
         free: get(FREE_KEYS),
         reserved: get(RESERVED_KEYS),
         util: get(UTIL_KEYS),
+        processes: match o.get("processes") {
+            Some(Value::Array(list)) => list
+                .iter()
+                .filter_map(|p| {
+                    let p = p.as_object()?;
+                    let pid = first(p, &["pid"]).and_then(number)? as i64;
+                    let used =
+                        first(p, &["used_memory", "usedGpuMemory", "used_gpu_memory", "memory_used"]).and_then(number);
+                    let name = first(p, &["name", "process_name"])
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    Some((pid, used, name))
+                })
+                .collect(),
+            _ => Vec::new(),
+        },
     };
     if s.used.is_none() && s.total.is_none() {
         return Err("no memory values (expected `memory_used` / `memory_total`)".into());
@@ -179,7 +199,18 @@ pub fn read_nvml_jsonl(source: Source) -> Result<GpuSampleTables, ImportError> {
     };
     let bytes = |v: Option<f64>| v.map(|x| (x * scale).round() as i64);
     let mut rows = SampleRows::default();
+    let mut processes = Vec::new();
     for s in &raw {
+        for (pid, used, name) in &s.processes {
+            processes.push(ProcessSample {
+                time_us: s.time_us,
+                gpu: Some(s.gpu),
+                bus_id: None,
+                pid: *pid,
+                name: name.clone(),
+                used_bytes: bytes(*used),
+            });
+        }
         rows.push(Sample {
             time_us: s.time_us,
             gpu: s.gpu,
@@ -193,6 +224,7 @@ pub fn read_nvml_jsonl(source: Source) -> Result<GpuSampleTables, ImportError> {
     GpuSampleTables::from_rows(
         rows,
         gpus,
+        processes,
         clock.unwrap_or(SampleClock::Epoch),
         UsedMeaning::IncludesDriverReserved,
         skipped_lines,

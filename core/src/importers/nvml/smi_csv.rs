@@ -4,14 +4,16 @@
 //! Fields are separated by commas and trimmed. Values repeat their unit (`143771 MiB`) unless
 //! `nounits` was given, in which case the header's unit, else MiB, applies. A header line met
 //! again (concatenated logs) is skipped; a last line cut off mid-write is skipped and noted.
-//! Per-process logs (`--query-compute-apps`) are recognised and refused by name.
+//! Per-process logs (`--query-compute-apps=timestamp,gpu_bus_id,pid,process_name,used_memory`)
+//! become process samples; they name GPUs by bus id, which a `--query-gpu` log of the same
+//! report maps to an index.
 
 use std::collections::HashMap;
 
 use super::{line_error, parse_memory, parse_percent, parse_timestamp, LineReader};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
-use crate::samples::{GpuInfo, GpuSampleTables, Sample, SampleClock, SampleRows, UsedMeaning};
+use crate::samples::{GpuInfo, GpuSampleTables, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
 use crate::sniff::{sniff, Format};
 use crate::source::Source;
 
@@ -66,10 +68,17 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleTables, ImportError> {
     let used_col = find(&["memory.used"]);
     let total_col = find(&["memory.total"]);
     if used_col.is_none() && total_col.is_none() {
-        if find(&["pid", "used_gpu_memory", "used_memory"]).is_some() {
-            return Err(ImportError::NotSupported {
-                format: "nvidia_smi_apps_csv (per-process --query-compute-apps log)",
-            });
+        if let (Some(pid_col), Some(mem_col)) = (find(&["pid"]), find(&["used_gpu_memory", "used_memory"])) {
+            let cols = AppsColumns {
+                time: time_col,
+                pid: pid_col,
+                used: mem_col,
+                name: find(&["process_name", "name"]),
+                bus: find(&["gpu_bus_id", "pci.bus_id"]),
+                unit: header[mem_col].memory_unit.unwrap_or((1u64 << 20) as f64),
+                fields: header.len(),
+            };
+            return read_apps(lines, &header_text, cols);
         }
         return Err(line_error(
             1,
@@ -161,5 +170,77 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleTables, ImportError> {
             Err(message) => return Err(line_error(number, message)),
         }
     }
-    GpuSampleTables::from_rows(rows, gpus, clock, UsedMeaning::ExcludesDriverReserved, skipped_lines)
+    GpuSampleTables::from_rows(
+        rows,
+        gpus,
+        Vec::new(),
+        clock,
+        UsedMeaning::ExcludesDriverReserved,
+        skipped_lines,
+    )
+}
+
+/// Where a compute-apps log keeps what.
+struct AppsColumns {
+    time: usize,
+    pid: usize,
+    used: usize,
+    name: Option<usize>,
+    bus: Option<usize>,
+    unit: f64,
+    fields: usize,
+}
+
+/// Reads the rest of a `--query-compute-apps` log: one row per process per sample (a sample
+/// without processes writes no row).
+fn read_apps(mut lines: LineReader, header_text: &str, c: AppsColumns) -> Result<GpuSampleTables, ImportError> {
+    let mut processes = Vec::new();
+    let mut clock = SampleClock::LocalNoZone;
+    let mut skipped_lines = Vec::new();
+    while let Some(line) = lines.next_line()? {
+        let text = line.text.trim();
+        if text.is_empty() || text == header_text {
+            continue;
+        }
+        let fields: Vec<&str> = text.split(',').map(str::trim).collect();
+        let parsed = (|| -> Result<ProcessSample, String> {
+            if fields.len() != c.fields {
+                return Err(format!("{} fields, but the header has {}", fields.len(), c.fields));
+            }
+            let (time_us, k) =
+                parse_timestamp(fields[c.time]).ok_or_else(|| format!("unreadable timestamp `{}`", fields[c.time]))?;
+            clock = k;
+            let pid = fields[c.pid]
+                .parse::<i64>()
+                .map_err(|_| format!("unreadable pid `{}`", fields[c.pid]))?;
+            let text_of = |col: Option<usize>| {
+                col.map(|i| fields[i])
+                    .filter(|v| !super::is_missing(v))
+                    .map(str::to_owned)
+            };
+            Ok(ProcessSample {
+                time_us,
+                gpu: None,
+                bus_id: text_of(c.bus),
+                pid,
+                name: text_of(c.name),
+                used_bytes: parse_memory(fields[c.used], c.unit)?,
+            })
+        })();
+        match parsed {
+            Ok(p) => processes.push(p),
+            Err(message) if !line.terminated => {
+                skipped_lines.push(format!("line {} (cut off): {message}", line.number));
+            }
+            Err(message) => return Err(line_error(line.number, message)),
+        }
+    }
+    GpuSampleTables::from_rows(
+        SampleRows::default(),
+        Vec::new(),
+        processes,
+        clock,
+        UsedMeaning::ExcludesDriverReserved,
+        skipped_lines,
+    )
 }
