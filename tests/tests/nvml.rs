@@ -5,7 +5,7 @@
 
 use memlens::cli::analyze_paths;
 use memlens_api::{AnalyzeOutput, GpuSeriesSummary};
-use memlens_core::importers::{import_path, import_source, ImportOptions, Imported};
+use memlens_core::importers::{import_source, ImportOptions, Imported};
 use memlens_core::samples::GpuSampleTables;
 use memlens_core::source::{Source, SourceLimits};
 use memlens_core::ImportError;
