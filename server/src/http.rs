@@ -1043,8 +1043,13 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
+    // Reports of per-process logs alone have no chart to preview.
+    let has_chart = ids::is_report_id(&id)
+        && tokio::fs::try_exists(st.store.data_dir(&id).join("chart.png"))
+            .await
+            .unwrap_or(false);
     let (title, image) = match record(&st, &id).await {
-        Ok(rec) if rec.state == ReportState::Ready && st.store.data_dir(&id).join("chart.png").is_file() => {
+        Ok(rec) if rec.state == ReportState::Ready && has_chart => {
             let name = rec.files.first().map_or("report".to_owned(), |f| f.name.clone());
             (
                 format!("memlens: {name}"),
