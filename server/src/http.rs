@@ -585,24 +585,42 @@ pub struct DeviceQuery {
     device: Option<i64>,
 }
 
-fn pick(r: &AnalyzeOutput, q_file: Option<usize>, q_device: Option<i64>) -> Result<(usize, &DeviceSummary), ApiError> {
-    let fi = q_file.unwrap_or(0);
-    let f = r
-        .files
-        .get(fi)
-        .ok_or_else(|| ApiError::BadRequest(format!("no file {fi} in this report")))?;
-    let d = match q_device {
-        Some(d) => f
-            .devices
+/// The `index`-th of `outer` (default the first), then the member of its `inner` list whose
+/// `id` is `wanted` (default the first); errors name what was asked for.
+fn pick_nested<'a, O, I>(
+    outer: &'a [O],
+    index: Option<usize>,
+    inner: impl Fn(&'a O) -> &'a [I],
+    id: impl Fn(&I) -> i64,
+    wanted: Option<i64>,
+    (outer_name, inner_name): (&str, &str),
+) -> Result<(usize, &'a I), ApiError> {
+    let i = index.unwrap_or(0);
+    let o = outer
+        .get(i)
+        .ok_or_else(|| ApiError::BadRequest(format!("no {outer_name} {i} in this report")))?;
+    let members = inner(o);
+    let m = match wanted {
+        Some(w) => members
             .iter()
-            .find(|x| x.device == d)
-            .ok_or_else(|| ApiError::BadRequest(format!("no device {d} in this report")))?,
-        None => f
-            .devices
+            .find(|m| id(m) == w)
+            .ok_or_else(|| ApiError::BadRequest(format!("no {inner_name} {w} in {outer_name} {i}")))?,
+        None => members
             .first()
-            .ok_or_else(|| ApiError::BadRequest("this file has no device".into()))?,
+            .ok_or_else(|| ApiError::BadRequest(format!("{outer_name} {i} has no {inner_name}")))?,
     };
-    Ok((fi, d))
+    Ok((i, m))
+}
+
+fn pick(r: &AnalyzeOutput, q_file: Option<usize>, q_device: Option<i64>) -> Result<(usize, &DeviceSummary), ApiError> {
+    pick_nested(
+        &r.files,
+        q_file,
+        |f| &f.devices,
+        |d| d.device,
+        q_device,
+        ("file", "device"),
+    )
 }
 
 #[derive(Deserialize)]
@@ -863,23 +881,7 @@ pub struct ChartQuery {
 
 /// The GPU log `log` (default 0) and its GPU `gpu` (default: the first).
 fn pick_gpu(r: &AnalyzeOutput, log: Option<usize>, gpu: Option<i64>) -> Result<(usize, &GpuSeriesSummary), ApiError> {
-    let li = log.unwrap_or(0);
-    let l = r
-        .gpu_logs
-        .get(li)
-        .ok_or_else(|| ApiError::BadRequest(format!("no GPU log {li} in this report")))?;
-    let g = match gpu {
-        Some(g) => l
-            .gpus
-            .iter()
-            .find(|x| x.gpu == g)
-            .ok_or_else(|| ApiError::BadRequest(format!("no GPU {g} in GPU log {li}")))?,
-        None => l
-            .gpus
-            .first()
-            .ok_or_else(|| ApiError::BadRequest("this GPU log has no samples".into()))?,
-    };
-    Ok((li, g))
+    pick_nested(&r.gpu_logs, log, |l| &l.gpus, |g| g.gpu, gpu, ("GPU log", "GPU"))
 }
 
 async fn chart(st: Shared, id: String, q: ChartQuery, svg: bool) -> Result<Response, ApiError> {
