@@ -7,6 +7,7 @@
 //! problem; [`import_path`] also runs each import on its own thread with an explicit stack size
 //! and turns a panic (a bug) into an error instead of taking the process down.
 
+pub mod lines;
 pub mod nsys;
 pub mod nvml;
 pub mod pytorch_snapshot;

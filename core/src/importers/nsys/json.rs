@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{lower_driver_allocations, Row};
 use crate::error::ImportError;
-use crate::importers::nvml::{line_error, LineReader};
+use crate::importers::lines::{line_error, LineReader};
 use crate::importers::{ImportOptions, Imported, Importer};
 use crate::sniff::{sniff, Format};
 use crate::source::Source;
