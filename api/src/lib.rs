@@ -5,6 +5,17 @@
 
 use serde::{Deserialize, Serialize};
 
+mod enums;
+mod formats;
+mod params;
+
+pub use enums::{BlockState, OomCause, ReportState, SampleClock, Stage, TimelineAxis};
+pub use formats::{analysed_formats_sentence, Format, FormatInfo, FORMATS};
+pub use params::{
+    ChartParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams, SegmentsParams,
+    TimelineParams, UploadParams,
+};
+
 /// Bytes for people: `1.84 GiB`, `16.0 MiB`, `343.3 KiB`, `512 B` (powers of 1024), the same on
 /// the server (labels it makes up) and in the browser.
 pub fn bytes_label(b: i64) -> String {
@@ -50,7 +61,7 @@ pub struct FileSummary {
     /// The file name as given.
     pub file: String,
     /// The sniffed format, e.g. `pytorch_snapshot`.
-    pub format: String,
+    pub format: Format,
     /// Whether the input was gzip-compressed.
     pub gzip: bool,
     /// Facts about the snapshot's shape (PyTorch version era, settings).
@@ -64,11 +75,11 @@ pub struct FileSummary {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuLogSummary {
     pub file: String,
-    /// `nvidia_smi_csv`, `nvidia_smi_dmon` or `nvml_jsonl`.
-    pub format: String,
+    /// `nvidia_smi_csv`, `nvidia_smi_dmon`, `nvidia_smi_pmon` or `nvml_jsonl`.
+    pub format: Format,
     pub gzip: bool,
     /// `epoch`, or `local_time` (nvidia-smi writes wall-clock time without a zone).
-    pub clock: String,
+    pub clock: SampleClock,
     /// Minutes added to the log's local times so they line up with the snapshots of the same
     /// report (0: read as UTC).
     pub clock_offset_minutes: i64,
@@ -202,6 +213,7 @@ pub struct DeviceSummary {
     pub phases: Vec<PhaseRange>,
 }
 
+/// The x axis of a device's trace.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -252,8 +264,8 @@ pub struct OomExplanation {
     /// Reserved bytes sitting in free blocks of cached segments.
     pub reserved_free_bytes: i64,
     pub largest_free_block_bytes: i64,
-    /// `fragmentation`, `capacity` or `unknown`.
-    pub cause: String,
+    /// `fragmentation`, `capacity`, `limit` or `unknown`.
+    pub cause: OomCause,
     /// One or more concrete remedies, in plain words.
     pub remedy: String,
     /// What was live at the failure, grouped by stack, largest first.
@@ -333,7 +345,7 @@ pub struct BlockView {
     pub size: i64,
     pub requested_bytes: i64,
     /// `active_allocated`, `active_pending_free` or `inactive`.
-    pub state: String,
+    pub state: BlockState,
     pub stack_id: u32,
 }
 
@@ -346,7 +358,7 @@ pub struct BlockView {
 pub struct Timeline {
     pub device: i64,
     /// `time_us` or `event_order`.
-    pub time_axis: String,
+    pub time_axis: TimeAxis,
     pub start: i64,
     pub end: i64,
     /// Bucket `i` covers `[start + i·(end−start)/width, start + (i+1)·(end−start)/width)`.
@@ -423,9 +435,9 @@ pub struct ServerLimits {
 pub struct Status {
     pub id: String,
     /// `queued`, `processing`, `ready` or `failed`.
-    pub state: String,
+    pub state: ReportState,
     /// What the pipeline is doing: `queued`, `importing`, `analysing`, `storing`, `ready`.
-    pub stage: String,
+    pub stage: Stage,
     pub bytes_read: u64,
     pub bytes_total: u64,
     pub files: Vec<String>,

@@ -9,10 +9,10 @@ pub enum ImportError {
     Io(#[from] std::io::Error),
     #[error("the file is empty")]
     Empty,
+    /// The message lists every analysed format of the format table.
     #[error(
-        "unrecognised format (starts with {head}); expected a PyTorch memory snapshot pickle \
-         (optionally gzip-compressed), an Nsight Systems export (SQLite or JSON) or an NVML log \
-         (nvidia-smi --query-gpu CSV, nvidia-smi dmon, pynvml JSON lines)"
+        "unrecognised format (starts with {head}); expected {}",
+        memlens_api::analysed_formats_sentence()
     )]
     UnknownFormat { head: String },
     #[error("recognised as {format}, which this version of memlens cannot import yet")]

@@ -110,7 +110,7 @@ pub fn analyze_snapshot(
         .collect::<Result<Vec<_>, _>>()?;
     let summary = FileSummary {
         file: file.to_owned(),
-        format: t.format.name().to_owned(),
+        format: t.format,
         gzip,
         source: t.source.clone(),
         devices: analyses.iter().map(|a| a.summary.clone()).collect(),
@@ -132,7 +132,7 @@ pub fn snapshot_time_range(t: &SnapshotTables) -> Result<Option<(i64, i64)>, Ana
 pub fn analyze_gpu_log(
     t: &mut GpuSampleTables,
     file: &str,
-    format: &str,
+    format: memlens_api::Format,
     gzip: bool,
     snapshot_ranges: &[(i64, i64)],
 ) -> Result<GpuLogSummary, AnalysisError> {

@@ -10,23 +10,8 @@
 
 use polars::prelude::*;
 
-/// How a log's timestamps relate to the Unix epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SampleClock {
-    /// Seconds or microseconds since the Unix epoch (pynvml loggers, ISO times with an offset).
-    Epoch,
-    /// Wall-clock date and time with no zone (nvidia-smi): read as UTC, to be aligned later.
-    LocalNoZone,
-}
-
-impl SampleClock {
-    pub fn name(self) -> &'static str {
-        match self {
-            SampleClock::Epoch => "epoch",
-            SampleClock::LocalNoZone => "local_time",
-        }
-    }
-}
+/// How a log's timestamps relate to the Unix epoch (the wire enum of `memlens-api`).
+pub use memlens_api::SampleClock;
 
 /// Which API produced `used_bytes`, which decides what it includes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,6 +11,16 @@ use crate::error::ImportError;
 /// How many leading bytes sniffers see.
 pub const HEAD_LEN: usize = 4096;
 
+/// The start of `head` as text for sniffers of text formats: at most 2 KiB, lossy UTF-8, a
+/// byte-order mark and leading whitespace dropped.
+pub fn leading_text(head: &[u8]) -> std::borrow::Cow<'_, str> {
+    let text = String::from_utf8_lossy(&head[..head.len().min(2048)]);
+    match text {
+        std::borrow::Cow::Borrowed(t) => std::borrow::Cow::Borrowed(t.trim_start_matches('\u{feff}').trim_start()),
+        std::borrow::Cow::Owned(t) => std::borrow::Cow::Owned(t.trim_start_matches('\u{feff}').trim_start().to_owned()),
+    }
+}
+
 /// Limits applied while opening inputs.
 #[derive(Debug, Clone, Copy)]
 pub struct SourceLimits {

@@ -18,6 +18,8 @@ use rustc_hash::FxHashMap;
 
 use memlens_api::SourceInfo;
 
+use crate::columns::events as ev;
+
 /// Marker for "no `time_us`" in builders (becomes a null in `events.time_us`).
 pub const NO_TIME: i64 = i64::MIN;
 
@@ -87,39 +89,8 @@ impl Action {
     }
 }
 
-/// Block states, stored as `u8` in `blocks.state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum BlockState {
-    Inactive = 0,
-    ActiveAllocated = 1,
-    ActivePendingFree = 2,
-}
-
-impl BlockState {
-    pub fn from_name(s: &str) -> BlockState {
-        match s {
-            "active_allocated" => BlockState::ActiveAllocated,
-            // The TypedDict docstring says `active_awaiting_free`; the C++ emits `active_pending_free`.
-            "active_pending_free" | "active_awaiting_free" => BlockState::ActivePendingFree,
-            _ => BlockState::Inactive,
-        }
-    }
-    pub fn from_code(c: u8) -> BlockState {
-        match c {
-            1 => BlockState::ActiveAllocated,
-            2 => BlockState::ActivePendingFree,
-            _ => BlockState::Inactive,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            BlockState::Inactive => "inactive",
-            BlockState::ActiveAllocated => "active_allocated",
-            BlockState::ActivePendingFree => "active_pending_free",
-        }
-    }
-}
+/// Block states, stored as `u8` in `blocks.state` (the wire enum of `memlens-api`).
+pub use memlens_api::BlockState;
 
 /// Trace rows in arrival order (all devices; [`SnapshotColumns::device_ranges`] splits them).
 #[derive(Default)]
@@ -335,7 +306,27 @@ pub struct SnapshotColumns {
     pub max_split_size: Option<i64>,
     pub source: SourceInfo,
     /// The format the tables came from (allocator snapshots, or Nsight's driver allocations).
-    pub format: crate::sniff::Format,
+    pub format: memlens_api::Format,
+}
+
+/// The names of a snapshot's tables, in [`SnapshotTables::frames_mut`] order: what a stored
+/// report writes and loads back, every one of them.
+pub const TABLE_NAMES: [&str; 7] = [
+    "events",
+    "segments",
+    "blocks",
+    "frames",
+    "stack_frames",
+    "annotations",
+    "event_notes",
+];
+
+/// What a snapshot's tables carry beside their frames (stored next to them).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotMeta {
+    pub source: SourceInfo,
+    pub max_split_size: Option<i64>,
+    pub format: memlens_api::Format,
 }
 
 /// The canonical tables of one imported snapshot.
@@ -349,7 +340,47 @@ pub struct SnapshotTables {
     pub event_notes: DataFrame,
     pub source: SourceInfo,
     pub max_split_size: Option<i64>,
-    pub format: crate::sniff::Format,
+    pub format: memlens_api::Format,
+}
+
+impl SnapshotTables {
+    /// Every frame with its name, in [`TABLE_NAMES`] order.
+    pub fn frames_mut(&mut self) -> [(&'static str, &mut DataFrame); 7] {
+        [
+            (TABLE_NAMES[0], &mut self.events),
+            (TABLE_NAMES[1], &mut self.segments),
+            (TABLE_NAMES[2], &mut self.blocks),
+            (TABLE_NAMES[3], &mut self.frames),
+            (TABLE_NAMES[4], &mut self.stack_frames),
+            (TABLE_NAMES[5], &mut self.annotations),
+            (TABLE_NAMES[6], &mut self.event_notes),
+        ]
+    }
+
+    pub fn meta(&self) -> SnapshotMeta {
+        SnapshotMeta {
+            source: self.source.clone(),
+            max_split_size: self.max_split_size,
+            format: self.format,
+        }
+    }
+
+    /// The tables back from their frames (in [`TABLE_NAMES`] order) and meta.
+    pub fn from_frames(frames: [DataFrame; 7], meta: SnapshotMeta) -> SnapshotTables {
+        let [events, segments, blocks, frames, stack_frames, annotations, event_notes] = frames;
+        SnapshotTables {
+            events,
+            segments,
+            blocks,
+            frames,
+            stack_frames,
+            annotations,
+            event_notes,
+            source: meta.source,
+            max_split_size: meta.max_split_size,
+            format: meta.format,
+        }
+    }
 }
 
 fn col<T: PolarsNumericType>(name: &str, v: Vec<T::Native>) -> Column {
@@ -421,11 +452,14 @@ impl SnapshotColumns {
             Some(m) => Some(m[r as usize]).filter(|&x| x != u32::MAX),
         };
         let time_col: Column = if time_us.contains(&NO_TIME) {
-            Int64Chunked::from_iter_options("time_us".into(), time_us.iter().map(|&t| (t != NO_TIME).then_some(t)))
-                .into_series()
-                .into()
+            Int64Chunked::from_iter_options(
+                ev::TIME_US.name.into(),
+                time_us.iter().map(|&t| (t != NO_TIME).then_some(t)),
+            )
+            .into_series()
+            .into()
         } else {
-            col::<Int64Type>("time_us", time_us)
+            ev::TIME_US.build(time_us)
         };
         let mut free_col: Vec<Option<i64>> = Vec::new();
         if !device_free.is_empty() {
@@ -437,22 +471,22 @@ impl SnapshotColumns {
             }
         }
         let free_col: Column = if free_col.is_empty() {
-            Column::full_null("device_free".into(), n, &DataType::Int64)
+            Column::full_null(ev::DEVICE_FREE.name.into(), n, &DataType::Int64)
         } else {
-            Int64Chunked::from_iter_options("device_free".into(), free_col.into_iter())
+            Int64Chunked::from_iter_options(ev::DEVICE_FREE.name.into(), free_col.into_iter())
                 .into_series()
                 .into()
         };
         let events = DataFrame::new(
             n,
             vec![
-                col::<Int32Type>("device", device),
-                col::<UInt8Type>("action", action),
-                col::<Int64Type>("addr", addr),
-                col::<Int64Type>("size", size),
-                col::<Int64Type>("stream", stream),
+                ev::DEVICE.build(device),
+                ev::ACTION.build(action),
+                ev::ADDR.build(addr),
+                ev::SIZE.build(size),
+                ev::STREAM.build(stream),
                 time_col,
-                col::<UInt32Type>("stack", stack),
+                ev::STACK.build(stack),
                 free_col,
             ],
         )?;

@@ -8,6 +8,7 @@
 //! tokio or polars — so it builds for `wasm32-unknown-unknown`. It never receives a raw trace.
 
 mod api;
+mod client;
 mod format;
 mod report;
 mod timeline;

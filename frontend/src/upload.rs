@@ -5,8 +5,8 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
 
-use crate::api;
 use crate::format::bytes;
+use crate::{api, client};
 
 fn files_of(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
     let Some(list) = list else { return Vec::new() };
@@ -33,7 +33,7 @@ pub fn UploadPage() -> impl IntoView {
         set_phase.set(format!("uploading {} ({})", names.join(", "), bytes(total as i64)));
         spawn_local(async move {
             // Refuse what the server would refuse, before sending gigabytes for nothing.
-            if let Ok(limits) = api::get_json::<memlens_api::ServerLimits>("/api/limits").await {
+            if let Ok(limits) = client::limits().await {
                 if total > limits.max_upload_bytes as f64 {
                     set_phase.set(String::new());
                     set_error.set(Some(format!(
@@ -62,18 +62,18 @@ pub fn UploadPage() -> impl IntoView {
             };
             set_progress.set(0.0);
             loop {
-                match api::get_json::<memlens_api::Status>(&format!("/api/reports/{}/status", created.id)).await {
+                match client::status(&created.id).await {
                     Ok(s) => {
                         if s.bytes_total > 0 {
                             set_progress.set(s.bytes_read as f64 / s.bytes_total as f64);
                         }
                         set_phase.set(format!(
                             "processing: {} ({} of {})",
-                            s.stage,
+                            s.stage.name(),
                             bytes(s.bytes_read as i64),
                             bytes(s.bytes_total as i64)
                         ));
-                        if s.state == "ready" || s.state == "failed" {
+                        if s.state.is_final() {
                             break;
                         }
                     }
@@ -103,10 +103,9 @@ pub fn UploadPage() -> impl IntoView {
         <main class="upload">
             <h1>"Explain your GPU memory"</h1>
             <p class="lead">
-                "Drop what your training job left behind — a PyTorch allocator snapshot ("
-                <code>"torch.cuda.memory._dump_snapshot"</code>
-                ", plain or .gz), and the NVML log of the same run if you have one (nvidia-smi CSV or dmon, pynvml JSON lines). memlens finds the peak and what is in it, what leaks each iteration, and why an allocation ran out of memory with gigabytes free; the NVML log adds what the whole GPU used. Nsight Systems exports (SQLite or JSON, captured with --cuda-memory-usage=true) are charted at the driver level."
+                "Drop what your training job left behind — a PyTorch allocator snapshot, and the NVML log of the same run if you have one. memlens finds the peak and what is in it, what leaks each iteration, and why an allocation ran out of memory with gigabytes free; the NVML log adds what the whole GPU used, and Nsight Systems exports are charted at the driver level."
             </p>
+            <FormatList />
             <label
                 class="dropzone"
                 class:dragging=move || dragging.get()
@@ -139,7 +138,7 @@ pub fn UploadPage() -> impl IntoView {
                             {recent
                                 .into_iter()
                                 .map(|r| {
-                                    let href = format!("/r/{}", r.id);
+                                    let href = client::report_page(&r.id);
                                     let when = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(r.opened_ms))
                                         .to_locale_string("en-GB", &wasm_bindgen::JsValue::UNDEFINED);
                                     view! {
@@ -156,5 +155,25 @@ pub fn UploadPage() -> impl IntoView {
                 }}
             </section>
         </main>
+    }
+}
+
+/// The formats memlens reads, from the format table (the same rows the server's importers are
+/// registered from).
+#[component]
+fn FormatList() -> impl IntoView {
+    view! {
+        <details class="formats" id="formats">
+            <summary>"Formats read (recognised by content, any file name)"</summary>
+            <ul>
+                {memlens_api::FORMATS
+                    .iter()
+                    .map(|f| {
+                        let note = if f.analysed { "" } else { " — recognised, kept aside for now" };
+                        view! { <li><code>{f.name}</code>{format!(": {}{note}", f.description)}</li> }
+                    })
+                    .collect_view()}
+            </ul>
+        </details>
     }
 }

@@ -3,7 +3,6 @@
 //! GPU's `used` memory from an NVML log. The font is embedded, so rendering needs no system
 //! font libraries.
 
-use std::path::Path;
 use std::sync::Once;
 
 use memlens_api::{DeviceSummary, GpuLogSummary, GpuSeriesSummary};
@@ -13,8 +12,8 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
 use polars::prelude::DataFrame;
 
-use crate::query::bucket_min_max;
-use crate::reportdata::DeviceFrames;
+use memlens_core::pipeline::DeviceFrames;
+use memlens_core::query::bucket_min_max;
 
 pub const WIDTH: u32 = 1200;
 pub const HEIGHT: u32 = 630;
@@ -27,8 +26,6 @@ pub enum ChartError {
     Draw(String),
     #[error("chart data: {0}")]
     Data(#[from] polars::error::PolarsError),
-    #[error("chart file: {0}")]
-    Io(#[from] std::io::Error),
 }
 
 fn draw_err<E: std::fmt::Debug>(e: E) -> ChartError {
@@ -331,11 +328,4 @@ pub fn render_svg(c: &Chart) -> Result<String, ChartError> {
         draw_chart(root, c)?;
     }
     Ok(svg)
-}
-
-/// Writes `chart.png` and `chart.svg`: the report's default chart.
-pub fn write_charts(dir: &Path, c: &Chart) -> Result<(), ChartError> {
-    std::fs::write(dir.join("chart.png"), render_png(c)?)?;
-    std::fs::write(dir.join("chart.svg"), render_svg(c)?)?;
-    Ok(())
 }

@@ -1,6 +1,8 @@
-//! Report ids and delete tokens: 128 random bits or more, URL-safe (lowercase hex).
+//! Report ids and delete tokens: 128 random bits or more, URL-safe (lowercase hex). Hex comes
+//! from the `hex` crate, the token comparison from `subtle` (constant time).
 
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 /// `bytes` random bytes as lowercase hex.
 pub fn random_hex(bytes: usize) -> String {
@@ -9,11 +11,7 @@ pub fn random_hex(bytes: usize) -> String {
         // No system randomness means ids would be guessable: refuse to continue.
         panic!("the operating system's random number generator is unavailable");
     }
-    hex(&buf)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&buf)
 }
 
 /// A report id: 128 random bits.
@@ -28,17 +26,18 @@ pub fn new_delete_token() -> String {
 
 /// What the index stores instead of the token.
 pub fn token_hash(token: &str) -> String {
-    hex(&Sha256::digest(token.as_bytes()))
+    hex::encode(Sha256::digest(token.as_bytes()))
 }
 
-/// Whether `id` has the shape of a report id (so it can be used in a path safely).
+/// Whether `token` hashes to `stored_hash`, compared without an early exit so timing does not
+/// leak how much of it matched.
+pub fn token_matches(token: &str, stored_hash: &str) -> bool {
+    token_hash(token).as_bytes().ct_eq(stored_hash.as_bytes()).into()
+}
+
+/// Whether `id` has the shape of a report id (so it can be used in a key safely).
 pub fn is_report_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-/// Compares without an early exit, so timing does not leak how much of a token matched.
-pub fn constant_time_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -53,7 +52,8 @@ mod tests {
         assert_ne!(a, b);
         assert!(!is_report_id("../etc/passwd"));
         assert_eq!(new_delete_token().len(), 64);
-        assert!(constant_time_eq(&token_hash("x"), &token_hash("x")));
-        assert!(!constant_time_eq(&token_hash("x"), &token_hash("y")));
+        assert!(token_matches("x", &token_hash("x")));
+        assert!(!token_matches("y", &token_hash("x")));
+        assert!(!token_matches("x", ""));
     }
 }

@@ -1,9 +1,10 @@
-//! Background processing of uploaded reports: import every file, run the analyses, write the
-//! report's data atomically, and keep live progress for the status endpoint.
+//! Background processing of uploaded reports: run the core pipeline over the report's kept
+//! uploads, write its tables, summary and chart through one [`DataWriter`] that is committed
+//! only when everything succeeded, and keep live progress for the status endpoint.
 //!
 //! Jobs run on the blocking pool, at most `concurrency` at a time, never on the async workers.
-//! Client-facing failures ([`IngestError::Input`]) name the file and the problem; internal
-//! failures are logged and reported to clients only as "internal error".
+//! Client-facing failures (input errors) name the file and the problem; internal failures are
+//! logged and reported to clients only as "internal error".
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -11,47 +12,41 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use memlens_api::{AnalyzeOutput, SkippedFile};
-use memlens_core::analysis::gpu_samples::link_process_gpus;
-use memlens_core::analysis::DeviceEvents;
-use memlens_core::importers::{import_on_thread, ImportOptions, Imported};
-use memlens_core::report::{analyze_gpu_log, analyze_snapshot, snapshot_time_range};
-use memlens_core::source::Source;
-use memlens_core::ImportError;
-use polars::prelude::Column;
+use memlens_api::{ReportState, Stage};
+use memlens_core::importers::ImportOptions;
+use memlens_core::pipeline::{self, GpuLogOutput, Input, PipelineSink, SnapshotOutput};
 use tokio::sync::Semaphore;
 
 use crate::charts::{self, Chart};
 use crate::metrics::Metrics;
-use crate::reportdata::{self, DeviceFrames};
-use crate::store::{ReportState, ReportStore};
-
-#[derive(Debug, thiserror::Error)]
-pub enum IngestError {
-    /// The input is at fault; the message is shown to the uploader.
-    #[error("{0}")]
-    Input(String),
-    /// The server is at fault; logged, never shown.
-    #[error("{0}")]
-    Internal(String),
-}
+use crate::reportdata;
+use crate::store::{DataWriter, ReportStore};
 
 /// Live progress of one job.
-#[derive(Default)]
 pub struct Progress {
     pub bytes_read: AtomicU64,
     pub bytes_total: AtomicU64,
-    pub stage: Mutex<&'static str>,
+    stage: Mutex<Stage>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            bytes_read: AtomicU64::new(0),
+            bytes_total: AtomicU64::new(0),
+            stage: Mutex::new(Stage::Queued),
+        }
+    }
 }
 
 impl Progress {
-    fn set_stage(&self, s: &'static str) {
+    fn set_stage(&self, s: Stage) {
         if let Ok(mut g) = self.stage.lock() {
             *g = s;
         }
     }
-    pub fn stage(&self) -> &'static str {
-        self.stage.lock().map(|g| *g).unwrap_or("processing")
+    pub fn stage(&self) -> Stage {
+        self.stage.lock().map(|g| *g).unwrap_or(Stage::Processing)
     }
 }
 
@@ -66,6 +61,60 @@ impl<R: Read> Read for CountingReader<R> {
         let n = self.inner.read(buf)?;
         self.progress.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
+    }
+}
+
+/// Why a job failed.
+enum JobError {
+    /// The input is at fault; the message is shown to the uploader.
+    Input(String),
+    /// The server is at fault; logged, never shown.
+    Internal(String),
+}
+
+/// The pipeline's sink for one report: progress, and every table and chart into the data
+/// writer.
+struct StoreSink<'a> {
+    progress: &'a Progress,
+    data: &'a mut dyn DataWriter,
+    /// The default chart is made from the first snapshot device, else the first GPU log.
+    charted: bool,
+}
+
+impl PipelineSink for StoreSink<'_> {
+    fn stage(&mut self, stage: Stage, _file: Option<&str>) {
+        self.progress.set_stage(stage);
+    }
+    fn keeps_tables(&self) -> bool {
+        true
+    }
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+        reportdata::write_file(self.data, out.index, out.tables, out.devices).map_err(|e| e.to_string())?;
+        if !self.charted {
+            if let (Some(dev), Some(d)) = (out.devices.first(), out.summary.devices.first()) {
+                self.chart(&Chart::Device(dev, d))?;
+            }
+        }
+        Ok(())
+    }
+    fn gpu_log(&mut self, out: GpuLogOutput<'_>) -> Result<(), String> {
+        reportdata::write_gpu_log(self.data, out.index, &mut out.samples.samples).map_err(|e| e.to_string())?;
+        if !self.charted {
+            if let Some(g) = out.summary.gpus.first() {
+                self.chart(&Chart::Gpu(&out.samples.samples, out.summary, g))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StoreSink<'_> {
+    fn chart(&mut self, chart: &Chart<'_>) -> Result<(), String> {
+        let png = charts::render_png(chart).map_err(|e| e.to_string())?;
+        let svg = charts::render_svg(chart).map_err(|e| e.to_string())?;
+        reportdata::write_charts(self.data, &png, &svg).map_err(|e| e.to_string())?;
+        self.charted = true;
+        Ok(())
     }
 }
 
@@ -96,7 +145,6 @@ impl Ingest {
     /// Queues a report for processing.
     pub fn enqueue(self: &Arc<Self>, id: String) {
         let progress = Arc::new(Progress::default());
-        progress.set_stage("queued");
         if let Ok(mut m) = self.progress.lock() {
             m.insert(id.clone(), progress.clone());
         }
@@ -125,12 +173,12 @@ impl Ingest {
         if let Err(e) = self.store.set_state(id, ReportState::Processing, None) {
             tracing::error!(report = %id, "cannot mark processing: {e}");
         }
-        progress.set_stage("processing");
+        progress.set_stage(Stage::Processing);
         let outcome = self.process(id, progress);
         let (state, error) = match &outcome {
             Ok(()) => (ReportState::Ready, None),
-            Err(IngestError::Input(msg)) => (ReportState::Failed, Some(msg.clone())),
-            Err(IngestError::Internal(msg)) => {
+            Err(JobError::Input(msg)) => (ReportState::Failed, Some(msg.clone())),
+            Err(JobError::Internal(msg)) => {
                 tracing::error!(report = %id, "processing failed: {msg}");
                 (
                     ReportState::Failed,
@@ -145,127 +193,48 @@ impl Ingest {
             .record_ingest(started.elapsed().as_secs_f64(), outcome.is_ok());
     }
 
-    fn process(&self, id: &str, progress: &Arc<Progress>) -> Result<(), IngestError> {
-        let internal = |e: &dyn std::fmt::Display| IngestError::Internal(e.to_string());
+    fn process(&self, id: &str, progress: &Arc<Progress>) -> Result<(), JobError> {
+        let internal = |e: &dyn std::fmt::Display| JobError::Internal(e.to_string());
         let record = self
             .store
             .get(id)
             .map_err(|e| internal(&e))?
-            .ok_or_else(|| IngestError::Internal(format!("report {id} vanished from the index")))?;
+            .ok_or_else(|| JobError::Internal(format!("report {id} vanished from the index")))?;
         progress
             .bytes_total
             .store(record.files.iter().map(|f| f.size).sum(), Ordering::Relaxed);
-        let staging = self.store.staging_dir(id).map_err(|e| internal(&e))?;
-        let mut out = AnalyzeOutput {
-            files: Vec::new(),
-            gpu_logs: Vec::new(),
-            skipped: Vec::new(),
+        let inputs = record
+            .files
+            .iter()
+            .map(|f| {
+                let (store, id, key, p) = (self.store.clone(), id.to_owned(), f.key.clone(), progress.clone());
+                Input::reader(
+                    f.name.clone(),
+                    f.size,
+                    Box::new(move || {
+                        let inner = store.open_upload(&id, &key).map_err(std::io::Error::other)?;
+                        Ok(Box::new(CountingReader { inner, progress: p }) as Box<dyn Read + Send>)
+                    }),
+                )
+            })
+            .collect();
+        // Dropped without commit on any error: the report's data stays as it was.
+        let mut data = self.store.data_writer(id).map_err(|e| internal(&e))?;
+        let mut sink = StoreSink {
+            progress,
+            data: data.as_mut(),
+            charted: false,
         };
-        // NVML logs wait until every snapshot is read: their clocks are lined up with them.
-        let mut gpu_logs = Vec::new();
-        let mut snapshot_ranges = Vec::new();
-        let mut first_error: Option<String> = None;
-        for f in &record.files {
-            progress.set_stage("importing");
-            let path = self.store.upload_path(id, &f.key);
-            let p = progress.clone();
-            let limits = self.options.source;
-            let size = f.size;
-            let imported = import_on_thread(
-                move || {
-                    let file = std::fs::File::open(&path)?;
-                    Source::from_reader(
-                        Box::new(CountingReader {
-                            inner: file,
-                            progress: p,
-                        }),
-                        size,
-                        limits,
-                    )
-                },
-                self.options,
-            );
-            let imported = match imported {
-                Ok(i) => i,
-                Err(ImportError::NotSupported { format }) => {
-                    out.skipped.push(SkippedFile {
-                        file: f.name.clone(),
-                        reason: format!("{format} is not supported yet"),
-                    });
-                    continue;
-                }
-                Err(ImportError::Internal(msg)) => return Err(IngestError::Internal(format!("{}: {msg}", f.name))),
-                Err(e) => {
-                    first_error.get_or_insert_with(|| format!("{}: {e}", f.name));
-                    continue;
-                }
-            };
-            progress.set_stage("analysing");
-            let mut tables = match imported.data {
-                Imported::Snapshot(t) => t,
-                Imported::GpuSamples(t) => {
-                    gpu_logs.push((f.name.clone(), imported.format, imported.gzip, t));
-                    continue;
-                }
-            };
-            snapshot_ranges.extend(snapshot_time_range(&tables).map_err(|e| internal(&e))?);
-            let (summary, analyses) =
-                analyze_snapshot(&tables, &f.name, imported.gzip).map_err(|e| internal(&format!("{}: {e}", f.name)))?;
-            progress.set_stage("storing");
-            let mut frames = Vec::with_capacity(analyses.len());
-            for a in analyses {
-                // The stored usage series carries its time axis (µs, or entry index).
-                let mut usage = a.usage;
-                let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(&e))?;
-                usage
-                    .insert_column(0, Column::new("time".into(), ev.time()))
-                    .map_err(|e| internal(&e))?;
-                frames.push(DeviceFrames {
-                    device: a.summary.device,
-                    usage,
-                    lifetimes: a.lifetimes,
-                    fragmentation: a.fragmentation,
-                });
+        let out = pipeline::run(inputs, self.options, &mut sink).map_err(|e| {
+            if e.is_input_error() {
+                JobError::Input(e.to_string())
+            } else {
+                JobError::Internal(e.to_string())
             }
-            reportdata::write_file(&staging, out.files.len(), &mut tables, &mut frames).map_err(|e| internal(&e))?;
-            if out.files.is_empty() {
-                if let (Some(dev), Some(d)) = (frames.first(), summary.devices.first()) {
-                    charts::write_charts(&staging, &Chart::Device(dev, d)).map_err(|e| internal(&e))?;
-                }
-            }
-            out.files.push(summary);
-        }
-        for (name, format, gzip, mut t) in gpu_logs {
-            let summary = analyze_gpu_log(&mut t, &name, format.name(), gzip, &snapshot_ranges)
-                .map_err(|e| internal(&format!("{name}: {e}")))?;
-            reportdata::write_gpu_log(&staging, out.gpu_logs.len(), &mut t.samples).map_err(|e| internal(&e))?;
-            if out.files.is_empty() && out.gpu_logs.is_empty() {
-                if let Some(g) = summary.gpus.first() {
-                    charts::write_charts(&staging, &Chart::Gpu(&t.samples, &summary, g)).map_err(|e| internal(&e))?;
-                }
-            }
-            out.gpu_logs.push(summary);
-        }
-        link_process_gpus(&mut out.gpu_logs);
-        if let Some(err) = first_error {
-            let _ = std::fs::remove_dir_all(&staging);
-            return Err(IngestError::Input(err));
-        }
-        if out.files.is_empty() && out.gpu_logs.is_empty() {
-            let _ = std::fs::remove_dir_all(&staging);
-            let reasons: Vec<String> = out
-                .skipped
-                .iter()
-                .map(|s| format!("{}: {}", s.file, s.reason))
-                .collect();
-            return Err(IngestError::Input(format!(
-                "no file could be analysed ({})",
-                reasons.join("; ")
-            )));
-        }
-        reportdata::write_summary(&staging, &out).map_err(|e| internal(&e))?;
-        self.store.commit_data(id, &staging).map_err(|e| internal(&e))?;
-        progress.set_stage("ready");
+        })?;
+        reportdata::write_summary(data.as_mut(), &out).map_err(|e| internal(&e))?;
+        data.commit().map_err(|e| internal(&e))?;
+        progress.set_stage(Stage::Ready);
         Ok(())
     }
 }

@@ -1,7 +1,8 @@
-//! Library half of the `memlens` binary: the command line ([`cli`]), and the server —
-//! [`serve`] wires the [`store`] (SQLite index + report folders), the [`ingest`] queue and the
-//! [`http`] API; [`reportdata`] is a processed report on disk, [`query`] its level-of-detail
-//! queries, [`charts`] its plotters charts. The analysis itself lives in `memlens-core`.
+//! Library half of the `memlens` binary: the command line ([`cli`], one file per command), and
+//! the server — [`serve`] wires the [`store`] (rows and blobs behind one trait; SQLite index +
+//! report folders by default), the [`ingest`] queue (which runs the core pipeline) and the
+//! [`http`] API; [`reportdata`] is a processed report as store objects, [`charts`] its plotters
+//! charts. The analysis itself, and its level-of-detail queries, live in `memlens-core`.
 
 pub mod charts;
 pub mod cli;
@@ -9,8 +10,6 @@ pub mod http;
 pub mod ids;
 pub mod ingest;
 pub mod metrics;
-pub mod openapi;
-pub mod query;
 pub mod reportdata;
 pub mod serve;
 pub mod store;

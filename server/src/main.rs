@@ -13,8 +13,8 @@ use clap::Parser;
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match args.command {
-        cli::Command::Analyze(a) => cli::analyze(a),
+        cli::Command::Analyze(a) => cli::analyze::analyze(a),
         cli::Command::Serve(a) => memlens::serve::serve(a),
-        cli::Command::Healthcheck(a) => cli::healthcheck(a),
+        cli::Command::Healthcheck(a) => cli::healthcheck::healthcheck(a),
     }
 }

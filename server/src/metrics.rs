@@ -1,94 +1,106 @@
-//! Prometheus counters, rendered in the text exposition format at `GET /metrics`.
+//! Prometheus metrics (the `prometheus-client` crate), rendered in the OpenMetrics text format
+//! at `GET /metrics`.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// Upper bounds (seconds) of the ingest-duration histogram.
 const BUCKETS: [f64; 8] = [0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0];
 
-#[derive(Default)]
 pub struct Metrics {
-    pub uploads: AtomicU64,
-    pub upload_bytes: AtomicU64,
-    pub uploads_rejected: AtomicU64,
-    pub ingest_ok: AtomicU64,
-    pub ingest_failed: AtomicU64,
-    ingest_seconds: Mutex<(Vec<u64>, f64, u64)>,
+    registry: Registry,
+    uploads: Counter,
+    upload_bytes: Counter,
+    uploads_rejected: Counter,
+    ingest_ok: Counter,
+    ingest_failed: Counter,
+    ingest_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut m = Metrics {
+            registry: Registry::default(),
+            uploads: Counter::default(),
+            upload_bytes: Counter::default(),
+            uploads_rejected: Counter::default(),
+            ingest_ok: Counter::default(),
+            ingest_failed: Counter::default(),
+            ingest_seconds: Histogram::new(BUCKETS.into_iter()),
+        };
+        m.registry
+            .register("memlens_uploads", "Reports uploaded", m.uploads.clone());
+        m.registry
+            .register("memlens_upload_bytes", "Bytes uploaded", m.upload_bytes.clone());
+        m.registry.register(
+            "memlens_uploads_rejected",
+            "Uploads refused (too large or malformed requests)",
+            m.uploads_rejected.clone(),
+        );
+        m.registry.register(
+            "memlens_ingest_success",
+            "Reports processed successfully",
+            m.ingest_ok.clone(),
+        );
+        m.registry.register(
+            "memlens_ingest_failures",
+            "Reports whose processing failed",
+            m.ingest_failed.clone(),
+        );
+        m.registry.register(
+            "memlens_ingest_seconds",
+            "Time to process a report",
+            m.ingest_seconds.clone(),
+        );
+        m
+    }
 }
 
 impl Metrics {
+    pub fn upload_accepted(&self, bytes: u64) {
+        self.uploads.inc();
+        self.upload_bytes.inc_by(bytes);
+    }
+
+    pub fn upload_rejected(&self) {
+        self.uploads_rejected.inc();
+    }
+
     pub fn record_ingest(&self, seconds: f64, ok: bool) {
         if ok {
-            self.ingest_ok.fetch_add(1, Ordering::Relaxed);
+            self.ingest_ok.inc();
         } else {
-            self.ingest_failed.fetch_add(1, Ordering::Relaxed);
+            self.ingest_failed.inc();
         }
-        if let Ok(mut h) = self.ingest_seconds.lock() {
-            if h.0.is_empty() {
-                h.0 = vec![0; BUCKETS.len()];
-            }
-            for (i, b) in BUCKETS.iter().enumerate() {
-                if seconds <= *b {
-                    h.0[i] += 1;
-                }
-            }
-            h.1 += seconds;
-            h.2 += 1;
-        }
+        self.ingest_seconds.observe(seconds);
     }
 
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let counter = |s: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-        };
-        counter(
-            &mut s,
-            "memlens_uploads_total",
-            "Reports uploaded.",
-            self.uploads.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut s,
-            "memlens_upload_bytes_total",
-            "Bytes uploaded.",
-            self.upload_bytes.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut s,
-            "memlens_uploads_rejected_total",
-            "Uploads refused (too large or malformed requests).",
-            self.uploads_rejected.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut s,
-            "memlens_ingest_success_total",
-            "Reports processed successfully.",
-            self.ingest_ok.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut s,
-            "memlens_ingest_failures_total",
-            "Reports whose processing failed.",
-            self.ingest_failed.load(Ordering::Relaxed),
-        );
-        let _ = writeln!(
-            s,
-            "# HELP memlens_ingest_seconds Time to process a report.\n# TYPE memlens_ingest_seconds histogram"
-        );
-        if let Ok(h) = self.ingest_seconds.lock() {
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(
-                    s,
-                    "memlens_ingest_seconds_bucket{{le=\"{b}\"}} {}",
-                    h.0.get(i).copied().unwrap_or(0)
-                );
-            }
-            let _ = writeln!(s, "memlens_ingest_seconds_bucket{{le=\"+Inf\"}} {}", h.2);
-            let _ = writeln!(s, "memlens_ingest_seconds_sum {}", h.1);
-            let _ = writeln!(s, "memlens_ingest_seconds_count {}", h.2);
+        if let Err(e) = encode(&mut s, &self.registry) {
+            tracing::error!("encoding metrics: {e}");
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_the_histogram_are_exposed() {
+        let m = Metrics::default();
+        m.upload_accepted(10);
+        m.upload_rejected();
+        m.record_ingest(0.7, true);
+        let text = m.render();
+        assert!(text.contains("memlens_uploads_total 1"), "{text}");
+        assert!(text.contains("memlens_upload_bytes_total 10"), "{text}");
+        assert!(text.contains("memlens_uploads_rejected_total 1"), "{text}");
+        assert!(text.contains("memlens_ingest_seconds_bucket{le=\"1.0\"} 1"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

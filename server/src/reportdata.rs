@@ -1,136 +1,151 @@
-//! A processed report on disk and in memory: `summary.json` plus, per analysed snapshot, the
-//! canonical tables and each device's derived frames as Parquet, and per NVML log its samples.
+//! A processed report as store objects, and loaded back for queries: `summary.json` plus, per
+//! analysed snapshot, every canonical table and each device's derived frames as Parquet, and
+//! per NVML log its samples. Everything goes through the [`ReportStore`]'s blob interface.
 //!
 //! ```text
-//! data/summary.json                 AnalyzeOutput (what GET /api/reports/{id} returns)
-//! data/f<i>/<table>.parquet         events, segments, blocks, frames, stack_frames, annotations
-//! data/f<i>/d<device>/usage.parquet        time, allocated, active, reserved
-//! data/f<i>/d<device>/lifetimes.parquet
-//! data/f<i>/d<device>/fragmentation.parquet
-//! data/g<j>/samples.parquet        NVML log j's device samples (times already aligned)
-//! data/chart.png, data/chart.svg    the first device's usage chart (else the first GPU log's)
+//! summary.json                 AnalyzeOutput (what GET /api/reports/{id} returns)
+//! f<i>/meta.json               SnapshotMeta (source facts, max_split_size, format)
+//! f<i>/<table>.parquet         every table of TABLE_NAMES (events, …, event_notes)
+//! f<i>/d<device>/usage.parquet        time, allocated, active, reserved
+//! f<i>/d<device>/lifetimes.parquet
+//! f<i>/d<device>/fragmentation.parquet
+//! g<j>/samples.parquet        NVML log j's device samples (times already aligned)
+//! chart.png, chart.svg         the first device's usage chart (else the first GPU log's)
 //! ```
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::io::Cursor;
 use std::sync::{Arc, Mutex};
 
 use memlens_api::AnalyzeOutput;
 use memlens_core::analysis::segment_map::SegmentCheckpoints;
 use memlens_core::analysis::DeviceEvents;
+use memlens_core::pipeline::DeviceFrames;
 use memlens_core::stacks::StackResolver;
-use memlens_core::tables::SnapshotTables;
+use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
+
+use crate::store::{DataWriter, ReportStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: {source}")]
-    Parquet { path: PathBuf, source: PolarsError },
-    #[error("summary.json: {0}")]
-    Json(#[from] serde_json::Error),
+    #[error("{key}: {source}")]
+    Store { key: String, source: StoreError },
+    #[error("{key}: missing from the report's data")]
+    Missing { key: String },
+    #[error("{key}: {source}")]
+    Parquet { key: String, source: PolarsError },
+    #[error("{key}: {source}")]
+    Json { key: String, source: serde_json::Error },
     #[error("tables: {0}")]
     Polars(#[from] PolarsError),
 }
 
-const TABLES: [&str; 6] = ["events", "segments", "blocks", "frames", "stack_frames", "annotations"];
+pub const SUMMARY: &str = "summary.json";
+pub const CHART_PNG: &str = "chart.png";
+pub const CHART_SVG: &str = "chart.svg";
 
-fn write_parquet(path: &Path, df: &mut DataFrame) -> Result<(), DataError> {
-    let io = |source| DataError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let mut f = File::create(path).map_err(io)?;
-    ParquetWriter::new(&mut f)
+fn parquet_bytes(key: &str, df: &mut DataFrame) -> Result<Vec<u8>, DataError> {
+    let mut buf = Vec::new();
+    ParquetWriter::new(&mut buf)
         .finish(df)
         .map_err(|source| DataError::Parquet {
-            path: path.to_owned(),
+            key: key.to_owned(),
             source,
         })?;
-    f.sync_all().map_err(io)?;
+    Ok(buf)
+}
+
+fn put(w: &mut dyn DataWriter, key: &str, bytes: &[u8]) -> Result<(), DataError> {
+    w.put(key, bytes).map_err(|source| DataError::Store {
+        key: key.to_owned(),
+        source,
+    })
+}
+
+fn put_parquet(w: &mut dyn DataWriter, key: &str, df: &mut DataFrame) -> Result<(), DataError> {
+    let bytes = parquet_bytes(key, df)?;
+    put(w, key, &bytes)
+}
+
+fn put_json<T: serde::Serialize>(w: &mut dyn DataWriter, key: &str, value: &T) -> Result<(), DataError> {
+    let bytes = serde_json::to_vec(value).map_err(|source| DataError::Json {
+        key: key.to_owned(),
+        source,
+    })?;
+    put(w, key, &bytes)
+}
+
+/// Writes one analysed file's tables and device frames under `f<index>/`.
+pub fn write_file(
+    w: &mut dyn DataWriter,
+    index: usize,
+    t: &mut SnapshotTables,
+    devices: &mut [DeviceFrames],
+) -> Result<(), DataError> {
+    put_json(w, &format!("f{index}/meta.json"), &t.meta())?;
+    for (name, df) in t.frames_mut() {
+        put_parquet(w, &format!("f{index}/{name}.parquet"), df)?;
+    }
+    for d in devices {
+        let dir = format!("f{index}/d{}", d.device);
+        put_parquet(w, &format!("{dir}/usage.parquet"), &mut d.usage)?;
+        put_parquet(w, &format!("{dir}/lifetimes.parquet"), &mut d.lifetimes)?;
+        put_parquet(w, &format!("{dir}/fragmentation.parquet"), &mut d.fragmentation)?;
+    }
     Ok(())
 }
 
-fn read_parquet(path: &Path) -> Result<DataFrame, DataError> {
-    let f = File::open(path).map_err(|source| DataError::Io {
-        path: path.to_owned(),
+/// Writes one NVML log's samples under `g<index>/`.
+pub fn write_gpu_log(w: &mut dyn DataWriter, index: usize, samples: &mut DataFrame) -> Result<(), DataError> {
+    put_parquet(w, &format!("g{index}/samples.parquet"), samples)
+}
+
+pub fn write_summary(w: &mut dyn DataWriter, summary: &AnalyzeOutput) -> Result<(), DataError> {
+    put_json(w, SUMMARY, summary)
+}
+
+/// Writes the report's default chart (PNG and SVG).
+pub fn write_charts(w: &mut dyn DataWriter, png: &[u8], svg: &str) -> Result<(), DataError> {
+    put(w, CHART_PNG, png)?;
+    put(w, CHART_SVG, svg.as_bytes())
+}
+
+/// Reads one data object of a report; `None` when it has none by that key.
+pub fn read_object(store: &dyn ReportStore, id: &str, key: &str) -> Result<Option<Vec<u8>>, DataError> {
+    store.read_data(id, key).map_err(|source| DataError::Store {
+        key: key.to_owned(),
         source,
-    })?;
-    let mut df = ParquetReader::new(f).finish().map_err(|source| DataError::Parquet {
-        path: path.to_owned(),
+    })
+}
+
+fn read_required(store: &dyn ReportStore, id: &str, key: &str) -> Result<Vec<u8>, DataError> {
+    read_object(store, id, key)?.ok_or_else(|| DataError::Missing { key: key.to_owned() })
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(store: &dyn ReportStore, id: &str, key: &str) -> Result<T, DataError> {
+    let bytes = read_required(store, id, key)?;
+    serde_json::from_slice(&bytes).map_err(|source| DataError::Json {
+        key: key.to_owned(),
         source,
-    })?;
+    })
+}
+
+fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Result<DataFrame, DataError> {
+    let bytes = read_required(store, id, key)?;
+    let mut df = ParquetReader::new(Cursor::new(bytes))
+        .finish()
+        .map_err(|source| DataError::Parquet {
+            key: key.to_owned(),
+            source,
+        })?;
     // Parquet row groups come back as chunks; queries read columns as contiguous slices.
     df.rechunk_mut_par();
     Ok(df)
 }
 
-/// Frames derived for one device.
-pub struct DeviceFrames {
-    pub device: i64,
-    pub usage: DataFrame,
-    pub lifetimes: DataFrame,
-    pub fragmentation: DataFrame,
-}
-
-/// Writes one analysed file's tables and device frames under `dir/f<index>`.
-pub fn write_file(
-    dir: &Path,
-    index: usize,
-    t: &mut SnapshotTables,
-    devices: &mut [DeviceFrames],
-) -> Result<(), DataError> {
-    let fdir = dir.join(format!("f{index}"));
-    std::fs::create_dir_all(&fdir).map_err(|source| DataError::Io {
-        path: fdir.clone(),
-        source,
-    })?;
-    let tables: [(&str, &mut DataFrame); 6] = [
-        ("events", &mut t.events),
-        ("segments", &mut t.segments),
-        ("blocks", &mut t.blocks),
-        ("frames", &mut t.frames),
-        ("stack_frames", &mut t.stack_frames),
-        ("annotations", &mut t.annotations),
-    ];
-    for (name, df) in tables {
-        write_parquet(&fdir.join(format!("{name}.parquet")), df)?;
-    }
-    for d in devices {
-        let ddir = fdir.join(format!("d{}", d.device));
-        std::fs::create_dir_all(&ddir).map_err(|source| DataError::Io {
-            path: ddir.clone(),
-            source,
-        })?;
-        write_parquet(&ddir.join("usage.parquet"), &mut d.usage)?;
-        write_parquet(&ddir.join("lifetimes.parquet"), &mut d.lifetimes)?;
-        write_parquet(&ddir.join("fragmentation.parquet"), &mut d.fragmentation)?;
-    }
-    Ok(())
-}
-
-/// Writes one NVML log's samples under `dir/g<index>`.
-pub fn write_gpu_log(dir: &Path, index: usize, samples: &mut DataFrame) -> Result<(), DataError> {
-    let gdir = dir.join(format!("g{index}"));
-    std::fs::create_dir_all(&gdir).map_err(|source| DataError::Io {
-        path: gdir.clone(),
-        source,
-    })?;
-    write_parquet(&gdir.join("samples.parquet"), samples)
-}
-
-pub fn write_summary(dir: &Path, summary: &AnalyzeOutput) -> Result<(), DataError> {
-    let path = dir.join("summary.json");
-    let bytes = serde_json::to_vec(summary)?;
-    std::fs::write(&path, bytes).map_err(|source| DataError::Io { path, source })
-}
-
-pub fn read_summary(dir: &Path) -> Result<AnalyzeOutput, DataError> {
-    let path = dir.join("summary.json");
-    let bytes = std::fs::read(&path).map_err(|source| DataError::Io { path, source })?;
-    Ok(serde_json::from_slice(&bytes)?)
+pub fn read_summary(store: &dyn ReportStore, id: &str) -> Result<AnalyzeOutput, DataError> {
+    read_json(store, id, SUMMARY)
 }
 
 /// One analysed file, loaded for queries.
@@ -171,39 +186,26 @@ pub struct LoadedReport {
     pub gpu_logs: Vec<DataFrame>,
 }
 
-/// Loads a report's data folder.
-pub fn load(dir: &Path) -> Result<LoadedReport, DataError> {
-    let summary = read_summary(dir)?;
+/// Loads a report's published data.
+pub fn load(store: &dyn ReportStore, id: &str) -> Result<LoadedReport, DataError> {
+    let summary = read_summary(store, id)?;
     let mut files = Vec::new();
     for (i, fs) in summary.files.iter().enumerate() {
-        let fdir = dir.join(format!("f{i}"));
-        let mut t: Vec<DataFrame> = Vec::new();
-        for name in TABLES {
-            t.push(read_parquet(&fdir.join(format!("{name}.parquet")))?);
+        let meta: SnapshotMeta = read_json(store, id, &format!("f{i}/meta.json"))?;
+        let mut frames: [DataFrame; 7] = Default::default();
+        for (slot, name) in frames.iter_mut().zip(TABLE_NAMES) {
+            *slot = read_parquet(store, id, &format!("f{i}/{name}.parquet"))?;
         }
-        let mut it = t.into_iter();
-        let mut next = || it.next().unwrap_or_default();
-        let tables = SnapshotTables {
-            events: next(),
-            segments: next(),
-            blocks: next(),
-            frames: next(),
-            stack_frames: next(),
-            annotations: next(),
-            event_notes: DataFrame::empty(),
-            source: fs.source.clone(),
-            max_split_size: None,
-            format: memlens_core::sniff::Format::from_name(&fs.format).unwrap_or_default(),
-        };
+        let tables = SnapshotTables::from_frames(frames, meta);
         let stacks = StackResolver::new(&tables.frames, &tables.stack_frames)?;
         let mut devices = Vec::new();
         for d in &fs.devices {
-            let ddir = fdir.join(format!("d{}", d.device));
+            let dir = format!("f{i}/d{}", d.device);
             devices.push(DeviceFrames {
                 device: d.device,
-                usage: read_parquet(&ddir.join("usage.parquet"))?,
-                lifetimes: read_parquet(&ddir.join("lifetimes.parquet"))?,
-                fragmentation: read_parquet(&ddir.join("fragmentation.parquet"))?,
+                usage: read_parquet(store, id, &format!("{dir}/usage.parquet"))?,
+                lifetimes: read_parquet(store, id, &format!("{dir}/lifetimes.parquet"))?,
+                fragmentation: read_parquet(store, id, &format!("{dir}/fragmentation.parquet"))?,
             });
         }
         files.push(LoadedFile {
@@ -215,7 +217,7 @@ pub fn load(dir: &Path) -> Result<LoadedReport, DataError> {
     }
     let mut gpu_logs = Vec::new();
     for j in 0..summary.gpu_logs.len() {
-        gpu_logs.push(read_parquet(&dir.join(format!("g{j}")).join("samples.parquet"))?);
+        gpu_logs.push(read_parquet(store, id, &format!("g{j}/samples.parquet"))?);
     }
     Ok(LoadedReport {
         summary,
@@ -227,9 +229,31 @@ pub fn load(dir: &Path) -> Result<LoadedReport, DataError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{LocalStore, ReportRecord, ReportState};
+    use memlens_core::pipeline::{self, Input, PipelineSink, SnapshotOutput};
+
+    fn store_with_report(id: &str) -> (tempfile::TempDir, LocalStore) {
+        let root = tempfile::tempdir().expect("tmp");
+        let store = LocalStore::open(root.path()).expect("open");
+        store.upload_writer(id, "0-x").expect("w").finish().expect("finish");
+        store
+            .create(&ReportRecord {
+                id: id.to_owned(),
+                state: ReportState::Queued,
+                created_at: 0,
+                expires_at: None,
+                error: None,
+                files: Vec::new(),
+                delete_token_hash: String::new(),
+            })
+            .expect("create");
+        (root, store)
+    }
 
     #[test]
     fn large_frames_come_back_contiguous() {
+        let id = "00000000000000000000000000000001";
+        let (_root, store) = store_with_report(id);
         let n = 3_000_000i64;
         let mut df = DataFrame::new(
             n as usize,
@@ -242,11 +266,10 @@ mod tests {
             ],
         )
         .expect("frame");
-        let dir = std::env::temp_dir().join(format!("memlens-rd-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let p = dir.join("x.parquet");
-        write_parquet(&p, &mut df).expect("write");
-        let back = read_parquet(&p).expect("read");
+        let mut w = store.data_writer(id).expect("writer");
+        put_parquet(w.as_mut(), "x.parquet", &mut df).expect("write");
+        w.commit().expect("commit");
+        let back = read_parquet(&store, id, "x.parquet").expect("read");
         let a = back.column("a").expect("a").i64().expect("i64");
         assert_eq!(a.chunks().len(), 1);
         assert!(a.cont_slice().is_ok());
@@ -254,6 +277,48 @@ mod tests {
             back.column("b").expect("b").null_count(),
             df.column("b").expect("b").null_count()
         );
-        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Keeps what the pipeline hands over, as the server's ingest does.
+    struct Keep<'a>(&'a mut dyn DataWriter, Vec<(Vec<DataFrame>, SnapshotMeta)>);
+    impl PipelineSink for Keep<'_> {
+        fn keeps_tables(&self) -> bool {
+            true
+        }
+        fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+            self.1.push((
+                out.tables.frames_mut().into_iter().map(|(_, df)| df.clone()).collect(),
+                out.tables.meta(),
+            ));
+            write_file(self.0, out.index, out.tables, out.devices).map_err(|e| e.to_string())
+        }
+    }
+
+    #[test]
+    fn a_stored_report_loads_back_with_every_table_it_was_written_with() {
+        let id = "00000000000000000000000000000002";
+        let (_root, store) = store_with_report(id);
+        // A snapshot with event notes (user_metadata / compile_context) and settings.
+        let path = memlens_tests_trace("leak.pickle");
+        let mut w = store.data_writer(id).expect("writer");
+        let mut keep = Keep(w.as_mut(), Vec::new());
+        let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+        let written = std::mem::take(&mut keep.1);
+        write_summary(w.as_mut(), &out).expect("summary");
+        w.commit().expect("commit");
+        let loaded = load(&store, id).expect("load");
+        let (frames, meta) = &written[0];
+        let mut back = loaded.files.into_iter().next().expect("file").tables;
+        assert_eq!(&back.meta(), meta);
+        for ((name, got), want) in back.frames_mut().into_iter().zip(frames) {
+            assert!(got.equals_missing(want), "{name} differs after a round trip");
+        }
+    }
+
+    fn memlens_tests_trace(name: &str) -> std::path::PathBuf {
+        let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        manifest.join("..").join("traces").join(name)
     }
 }

@@ -1,7 +1,7 @@
 //! The findings users come for, on real traces: leak sites, clean loops, OOM explanations.
 
-use memlens::cli::summarize_file;
 use memlens_api::DeviceSummary;
+use memlens_core::pipeline::summarize_file;
 use memlens_tests::trace;
 
 fn device0(name: &str) -> DeviceSummary {
@@ -54,7 +54,7 @@ fn check_fragmentation_oom(name: &str, expandable: bool) {
         o.reserved_free_bytes >= o.requested_bytes,
         "{name}: gigabytes free but fragmented: {o:#?}"
     );
-    assert_eq!(o.cause, "fragmentation", "{name}");
+    assert_eq!(o.cause, memlens_api::OomCause::Fragmentation, "{name}");
     if !expandable {
         assert!(o.remedy.contains("expandable_segments:True"), "{name}: {}", o.remedy);
     }

@@ -4,8 +4,8 @@
 //! Python's sqlite3 (device memory, memKind 2: alloc adds `bytes`, dealloc removes the matching
 //! allocation): peak 1,975,517,184 B; 6 × 16 MiB still allocated at the end.
 
-use memlens::cli::analyze_paths;
 use memlens_core::importers::{import_source, ImportOptions};
+use memlens_core::pipeline::analyze_paths;
 use memlens_core::source::{Source, SourceLimits};
 use memlens_tests::trace;
 
@@ -26,7 +26,7 @@ fn import_error(bytes: Vec<u8>) -> String {
 fn driver_allocations_peak_and_the_per_step_leak() {
     let out = analyze_paths(&[trace("cuda_alloc.sqlite")]).unwrap_or_else(|e| panic!("{e}"));
     let f = &out.files[0];
-    assert_eq!(f.format, "nsys_sqlite");
+    assert_eq!(f.format, memlens_api::Format::NsysSqlite);
     assert!(
         f.source.notes.iter().any(|n| n.contains("driver allocations")),
         "{:?}",
@@ -98,7 +98,7 @@ fn the_json_export_of_the_same_capture_reads_the_same() {
     let sqlite = analyze_paths(&[trace("cuda_alloc.sqlite")]).unwrap_or_else(|e| panic!("{e}"));
     let json = analyze_paths(&[trace("cuda_alloc.json")]).unwrap_or_else(|e| panic!("{e}"));
     let (a, b) = (&sqlite.files[0].devices[0], &json.files[0].devices[0]);
-    assert_eq!(json.files[0].format, "nsys_json");
+    assert_eq!(json.files[0].format, memlens_api::Format::NsysJson);
     assert_eq!(
         (
             b.alloc_count,

@@ -3,9 +3,9 @@
 //! memlens (awk over the CSV/dmon columns, Python's json over the JSON lines); the dmon log is
 //! also checked against the CSV, which sampled the same GPU ten times as often.
 
-use memlens::cli::analyze_paths;
 use memlens_api::{AnalyzeOutput, GpuSeriesSummary};
 use memlens_core::importers::{import_source, ImportOptions, Imported};
+use memlens_core::pipeline::analyze_paths;
 use memlens_core::samples::GpuSampleTables;
 use memlens_core::source::{Source, SourceLimits};
 use memlens_core::ImportError;
@@ -43,8 +43,8 @@ fn samples_of(bytes: Vec<u8>) -> Result<GpuSampleTables, ImportError> {
 fn nvidia_smi_csv_peak_total_and_reserved() {
     let out = analyze(&["nvidia_smi_gpu.csv"]);
     let log = &out.gpu_logs[0];
-    assert_eq!(log.format, "nvidia_smi_csv");
-    assert_eq!(log.clock, "local_time");
+    assert_eq!(log.format, memlens_api::Format::NvidiaSmiCsv);
+    assert_eq!(log.clock, memlens_api::SampleClock::LocalNoZone);
     assert_eq!(log.clock_offset_minutes, 0);
     let g = only_gpu(&out);
     assert_eq!(g.name.as_deref(), Some("NVIDIA H200"));
@@ -67,7 +67,7 @@ fn nvidia_smi_csv_peak_total_and_reserved() {
 fn dmon_matches_the_csv_it_ran_beside() {
     let out = analyze(&["nvidia_smi_dmon.txt"]);
     let g = only_gpu(&out);
-    assert_eq!(out.gpu_logs[0].format, "nvidia_smi_dmon");
+    assert_eq!(out.gpu_logs[0].format, memlens_api::Format::NvidiaSmiDmon);
     assert_eq!(g.sample_count, 53);
     // awk: max of fb is 9781 MB (MiB), first at 14:21:27.
     assert_eq!(g.peak_used_bytes, Some(9781 * MIB));
@@ -105,8 +105,8 @@ fn dmon_matches_the_csv_it_ran_beside() {
 fn pynvml_json_lines_in_bytes_with_epoch_times() {
     let out = analyze(&["pynvml_log.jsonl"]);
     let log = &out.gpu_logs[0];
-    assert_eq!(log.format, "nvml_jsonl");
-    assert_eq!(log.clock, "epoch");
+    assert_eq!(log.format, memlens_api::Format::NvmlJsonl);
+    assert_eq!(log.clock, memlens_api::SampleClock::Epoch);
     let g = only_gpu(&out);
     assert_eq!(g.sample_count, 194);
     // Python: max(memory_used) = 1218314240 at 1795962103.6027398; min 648347648.

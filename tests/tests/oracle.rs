@@ -1,7 +1,7 @@
 //! Every real snapshot reproduces PyTorch's own counters exactly: the peak of requested bytes
 //! equals `requested_bytes.all.peak` and the reserved peak equals `reserved_bytes.all.peak`.
 
-use memlens::cli::summarize_file;
+use memlens_core::pipeline::summarize_file;
 use memlens_tests::{oracle_for, oracle_value, shared_traces_dir, snapshots_in, traces_dir};
 
 fn check_dir(dir: &std::path::Path) -> usize {

@@ -2,8 +2,8 @@
 //! (`traces/derive_shapes.py`): 2.1-era entries without timestamps, the protocol-2 pickler,
 //! the legacy bare segment list, 1.13 block histories, and several devices.
 
-use memlens::cli::summarize_file;
 use memlens_api::{FileSummary, TimeAxis};
+use memlens_core::pipeline::summarize_file;
 use memlens_tests::{oracle_value, trace};
 
 fn summary(name: &str) -> FileSummary {

@@ -6,7 +6,7 @@ use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary, ProcessSummary};
 use polars::prelude::*;
 
 use crate::error::AnalysisError;
-use crate::samples::{GpuSampleTables, SampleClock, UsedMeaning};
+use crate::samples::{GpuSampleTables, UsedMeaning};
 
 /// Time zones are whole quarter hours within ±14 h of UTC.
 const ZONE_STEP_MINUTES: i64 = 15;
@@ -146,7 +146,7 @@ fn used_of(samples: &DataFrame, gpu: i64) -> PolarsResult<(Vec<i64>, Vec<i64>)> 
 pub fn summarize_gpu_log(
     t: &GpuSampleTables,
     file: &str,
-    format: &str,
+    format: memlens_api::Format,
     gzip: bool,
     clock_offset_minutes: i64,
 ) -> Result<GpuLogSummary, AnalysisError> {
@@ -204,13 +204,9 @@ pub fn summarize_gpu_log(
     };
     Ok(GpuLogSummary {
         file: file.to_owned(),
-        format: format.to_owned(),
+        format,
         gzip,
-        clock: match t.clock {
-            SampleClock::Epoch => "epoch",
-            SampleClock::LocalNoZone => "local_time",
-        }
-        .to_owned(),
+        clock: t.clock,
         clock_offset_minutes,
         used_note: used_note.to_owned(),
         skipped_lines: t.skipped_lines.clone(),

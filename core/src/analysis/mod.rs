@@ -25,8 +25,12 @@ pub mod phases;
 pub mod segment_map;
 pub mod usage;
 
+#[cfg(test)]
+mod tests;
+
 use polars::prelude::*;
 
+use crate::columns::{events as ev_col, Col};
 use crate::tables::{Action, SnapshotTables};
 
 /// Smallest block the caching allocator hands out; every request rounds up to a multiple.
@@ -45,10 +49,8 @@ pub fn round_size(size: i64) -> i64 {
 
 /// The devices of a snapshot: every device with a trace list or a segment, ascending.
 pub fn devices(t: &SnapshotTables) -> PolarsResult<Vec<i64>> {
-    let mut out: Vec<i64> = t
-        .events
-        .column("device")?
-        .i32()?
+    let mut out: Vec<i64> = ev_col::DEVICE
+        .of(&t.events)?
         .into_no_null_iter()
         .map(i64::from)
         .collect();
@@ -59,6 +61,10 @@ pub fn devices(t: &SnapshotTables) -> PolarsResult<Vec<i64>> {
 }
 
 /// One device's trace entries as plain slices (zero-copy views into the `events` table).
+///
+/// Invariant: [`DeviceEvents::new`] checks that every column the accessors read exists with its
+/// type as one contiguous slice, so the accessors cannot fail; a table without them is an error
+/// there, never an empty trace.
 pub struct DeviceEvents {
     pub device: i64,
     pub frame: DataFrame,
@@ -69,13 +75,21 @@ pub struct DeviceEvents {
 
 impl DeviceEvents {
     pub fn new(t: &SnapshotTables, device: i64) -> PolarsResult<DeviceEvents> {
-        let dev = t.events.column("device")?.i32()?;
-        let dev = dev.cont_slice()?;
+        let dev = ev_col::DEVICE.slice(&t.events)?;
         let start = dev.iter().position(|&d| i64::from(d) == device).unwrap_or(dev.len());
         let len = dev[start..].iter().take_while(|&&d| i64::from(d) == device).count();
         let frame = t.events.slice(start as i64, len);
-        let times = frame.column("time_us")?.i64()?;
+        ev_col::ACTION.slice(&frame)?;
+        for c in [ev_col::ADDR, ev_col::SIZE, ev_col::STREAM] {
+            c.slice(&frame)?;
+        }
+        ev_col::STACK.slice(&frame)?;
+        ev_col::DEVICE_FREE.of(&frame)?;
+        let times = ev_col::TIME_US.of(&frame)?;
         let has_time = len > 0 && times.null_count() == 0;
+        if has_time {
+            ev_col::TIME_US.slice(&frame)?;
+        }
         let order = if has_time {
             Vec::new()
         } else {
@@ -95,7 +109,7 @@ impl DeviceEvents {
     /// Time of each entry: `time_us`, or the entry index when the trace has no timestamps.
     pub fn time(&self) -> &[i64] {
         if self.has_time {
-            self.i64_col("time_us")
+            self.col(ev_col::TIME_US)
         } else {
             &self.order
         }
@@ -104,38 +118,27 @@ impl DeviceEvents {
         self.frame.height() == 0
     }
     pub fn action(&self) -> &[u8] {
-        self.frame
-            .column("action")
-            .and_then(|c| c.u8())
-            .and_then(|c| c.cont_slice())
-            .unwrap_or(&[])
+        self.col(ev_col::ACTION)
     }
     pub fn addr(&self) -> &[i64] {
-        self.i64_col("addr")
+        self.col(ev_col::ADDR)
     }
     pub fn size(&self) -> &[i64] {
-        self.i64_col("size")
+        self.col(ev_col::SIZE)
     }
     pub fn stream(&self) -> &[i64] {
-        self.i64_col("stream")
+        self.col(ev_col::STREAM)
     }
     pub fn stack(&self) -> &[u32] {
-        self.frame
-            .column("stack")
-            .and_then(|c| c.u32())
-            .and_then(|c| c.cont_slice())
-            .unwrap_or(&[])
+        self.col(ev_col::STACK)
     }
-    fn i64_col(&self, name: &str) -> &[i64] {
-        self.frame
-            .column(name)
-            .and_then(|c| c.i64())
-            .and_then(|c| c.cont_slice())
-            .unwrap_or(&[])
+    /// A column [`DeviceEvents::new`] checked.
+    fn col<T: PolarsNumericType>(&self, c: Col<T>) -> &[T::Native] {
+        c.slice(&self.frame).expect("DeviceEvents::new checked this column")
     }
     /// `device_free` of entry `i` (only `oom` entries have one).
     pub fn device_free(&self, i: usize) -> Option<i64> {
-        self.frame.column("device_free").ok()?.i64().ok()?.get(i)
+        ev_col::DEVICE_FREE.of(&self.frame).ok()?.get(i)
     }
     /// Time of entry `i`, when the trace has timestamps.
     pub fn time_us(&self, i: usize) -> Option<i64> {

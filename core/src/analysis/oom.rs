@@ -1,7 +1,7 @@
 //! OutOfMemory explanations: at each `oom` entry, the numbers that say why the request failed
 //! and a concrete remedy.
 
-use memlens_api::OomExplanation;
+use memlens_api::{OomCause, OomExplanation};
 use polars::prelude::*;
 
 use super::fragmentation::Fragmentation;
@@ -48,7 +48,7 @@ pub fn explain_ooms(
             allocated_bytes: allocated,
             reserved_free_bytes: st.free,
             largest_free_block_bytes: st.largest_free,
-            cause: cause.to_owned(),
+            cause,
             remedy,
             live_stacks: live_groups_at(lifetimes, i.checked_sub(1), 5, stacks)?,
             stack: stacks.user_frames(ev.stack()[i]),
@@ -64,7 +64,7 @@ pub fn remedy(
     largest: i64,
     device_free: Option<i64>,
     expandable: bool,
-) -> (&'static str, String) {
+) -> (OomCause, String) {
     let (req, fr, lg) = (human(requested), human(free), human(largest));
     if requested <= free && largest < requested {
         let text = if expandable {
@@ -82,12 +82,12 @@ pub fn remedy(
                  or allocate the large tensor before the many smaller long-lived ones."
             )
         };
-        return ("fragmentation", text);
+        return (OomCause::Fragmentation, text);
     }
     if let Some(df) = device_free {
         if df >= requested {
             return (
-                "limit",
+                OomCause::Limit,
                 format!(
                     "The device still had {} free, so a per-process cap stopped the {req} request (torch.cuda.set_per_process_memory_fraction \
                      or a memory limit): raise the cap, or reduce memory as for a full device — smaller batch, activation checkpointing, bf16. \
@@ -98,7 +98,7 @@ pub fn remedy(
         }
     }
     (
-        "capacity",
+        OomCause::Capacity,
         format!(
             "Out of capacity: the {req} request exceeds the {fr} reserved-but-free memory{}. Reduce the batch size or sequence length, \
              use activation checkpointing or bf16/fp16, release tensors kept across iterations (see leak candidates), \

@@ -300,7 +300,7 @@ impl SegmentState {
                         address: ba,
                         size: b.size,
                         requested_bytes: b.requested,
-                        state: b.state.name().to_owned(),
+                        state: b.state,
                         stack_id: b.stack,
                     })
                     .collect(),

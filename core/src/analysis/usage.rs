@@ -11,6 +11,7 @@
 use polars::prelude::*;
 
 use super::{device_segments, round_size, sum_i64, DeviceEvents};
+use crate::columns::{usage as usage_col, Col};
 use crate::tables::{Action, SnapshotTables};
 
 /// One device's usage series and its landmarks.
@@ -33,18 +34,14 @@ pub struct Usage {
 
 impl Usage {
     pub fn allocated(&self) -> &[i64] {
-        self.frame
-            .column("allocated")
-            .and_then(|c| c.i64())
-            .and_then(|c| c.cont_slice())
-            .unwrap_or(&[])
+        self.column(usage_col::ALLOCATED)
     }
     pub fn reserved(&self) -> &[i64] {
-        self.frame
-            .column("reserved")
-            .and_then(|c| c.i64())
-            .and_then(|c| c.cont_slice())
-            .unwrap_or(&[])
+        self.column(usage_col::RESERVED)
+    }
+    /// A column [`usage_over_time`] built (so it exists, contiguous).
+    fn column(&self, c: Col<Int64Type>) -> &[i64] {
+        c.slice(&self.frame).expect("usage_over_time builds this column")
     }
     /// Allocated bytes just before entry `i`.
     pub fn allocated_before(&self, i: usize) -> i64 {
@@ -125,11 +122,9 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
     let frame = DataFrame::new(
         n,
         vec![
-            Int64Chunked::from_vec("allocated".into(), allocated)
-                .into_series()
-                .into(),
-            Int64Chunked::from_vec("active".into(), active).into_series().into(),
-            Int64Chunked::from_vec("reserved".into(), reserved).into_series().into(),
+            usage_col::ALLOCATED.build(allocated),
+            usage_col::ACTIVE.build(active),
+            usage_col::RESERVED.build(reserved),
         ],
     )?;
     Ok(Usage {

@@ -1,22 +1,24 @@
-//! Importers, one folder per format. Each implements [`Importer`]: a cheap `sniff` on the first
-//! bytes, separate from `import`, which turns the whole input into canonical tables.
+//! Importers, one folder per format. Each exports an `IMPORTER` implementing [`Importer`]: a
+//! cheap `sniff` on the first bytes, separate from `import`, which turns the whole input into
+//! canonical tables.
 //!
-//! Adding a format: a folder here, and one line in [`REGISTRY`].
+//! The registry is generated from the format table in `memlens-api` ([`memlens_api::for_each_format!`]):
+//! each row names its folder here, so adding a format is that folder plus one line in the table.
+//! [`sniff`] is the one guesser: the first importer in table order whose `sniff` accepts the
+//! head names the format. [`common`] holds what several importers share.
 //!
 //! Invariant: importers never panic on input. They return [`ImportError`]s that name the
 //! problem; [`import_path`] also runs each import on its own thread with an explicit stack size
 //! and turns a panic (a bug) into an error instead of taking the process down.
 
-pub mod lines;
-pub mod nsys;
-pub mod nvml;
-pub mod pytorch_snapshot;
+pub mod common;
 
 use std::path::Path;
 
+use memlens_api::Format;
+
 use crate::error::ImportError;
 use crate::samples::GpuSampleTables;
-use crate::sniff::{describe_head, sniff, Format};
 use crate::source::{Source, SourceLimits};
 use crate::tables::SnapshotTables;
 
@@ -35,23 +37,35 @@ pub struct ImportOptions {
     pub pickle: pytorch_snapshot::pickle::PickleLimits,
 }
 
-/// One input format.
+/// One input format's reader.
 pub trait Importer: Sync {
-    fn format(&self) -> Format;
-    /// Whether this importer reads content starting with `head`.
+    /// Whether this importer reads content starting with `head` (decompressed, at most
+    /// [`crate::source::HEAD_LEN`] bytes).
     fn sniff(&self, head: &[u8]) -> bool;
     fn import(&self, source: Source, options: &ImportOptions) -> Result<Imported, ImportError>;
 }
 
-/// The registered importers, tried in order.
-pub static REGISTRY: &[&dyn Importer] = &[
-    &pytorch_snapshot::PytorchSnapshotImporter,
-    &nsys::sqlite::NsysSqliteImporter,
-    &nsys::json::NsysJsonImporter,
-    &nvml::smi_csv::NvidiaSmiCsvImporter,
-    &nvml::dmon::NvidiaSmiDmonImporter,
-    &nvml::jsonl::NvmlJsonLinesImporter,
-];
+macro_rules! registry {
+    ($(($variant:ident, $module:ident, $analysed:expr, $description:expr)),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// The registered importers, in the format table's order.
+        pub static REGISTRY: &[(Format, &dyn Importer)] = &[$((Format::$variant, &$module::IMPORTER)),*];
+    };
+}
+
+memlens_api::for_each_format!(registry);
+
+/// The one format guesser: the first format in table order whose sniffer accepts `head`.
+pub fn sniff(head: &[u8]) -> Option<Format> {
+    REGISTRY.iter().find(|(_, imp)| imp.sniff(head)).map(|(f, _)| *f)
+}
+
+/// A printable description of the first bytes, for "unrecognised format" errors.
+pub fn describe_head(head: &[u8]) -> String {
+    let shown: Vec<String> = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("bytes {}", shown.join(" "))
+}
 
 /// The result of importing a file, with how it was read.
 pub struct ImportedFile {
@@ -63,18 +77,15 @@ pub struct ImportedFile {
 /// Imports an already-opened source with the first importer whose sniff accepts it.
 pub fn import_source(source: Source, options: &ImportOptions) -> Result<ImportedFile, ImportError> {
     let gzip = source.gzip;
-    match REGISTRY.iter().find(|imp| imp.sniff(&source.head)) {
-        Some(imp) => Ok(ImportedFile {
-            format: imp.format(),
+    match REGISTRY.iter().find(|(_, imp)| imp.sniff(&source.head)) {
+        Some((format, imp)) => Ok(ImportedFile {
+            format: *format,
             gzip,
             data: imp.import(source, options)?,
         }),
-        None => match sniff(&source.head) {
-            Some(format) => Err(ImportError::NotSupported { format: format.name() }),
-            None => Err(ImportError::UnknownFormat {
-                head: describe_head(&source.head),
-            }),
-        },
+        None => Err(ImportError::UnknownFormat {
+            head: describe_head(&source.head),
+        }),
     }
 }
 
@@ -108,5 +119,37 @@ where
                 .unwrap_or_else(|| "unknown panic".into());
             Err(ImportError::Internal(msg))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_of_the_format_table_has_its_importer_in_order() {
+        let table: Vec<Format> = memlens_api::FORMATS.iter().map(|f| f.format).collect();
+        let registry: Vec<Format> = REGISTRY.iter().map(|(f, _)| *f).collect();
+        assert_eq!(table, registry);
+    }
+
+    #[test]
+    fn sniffs_by_content() {
+        assert_eq!(sniff(&[0x80, 4, 0x95]), Some(Format::PytorchSnapshot));
+        // Protocol 1 is still a pickle: the decoder names the unsupported protocol.
+        assert_eq!(sniff(&[0x80, 1]), Some(Format::PytorchSnapshot));
+        assert_eq!(sniff(b"SQLite format 3\0..."), Some(Format::NsysSqlite));
+        assert_eq!(sniff(b"timestamp, index, name\n"), Some(Format::NvidiaSmiCsv));
+        assert_eq!(
+            sniff(b"#Date       Time        gpu     fb\n"),
+            Some(Format::NvidiaSmiDmon)
+        );
+        assert_eq!(
+            sniff(b"{\"timestamp\": 1, \"memory_used\": 5}\n"),
+            Some(Format::NvmlJsonl)
+        );
+        assert_eq!(sniff(b"{\"traceEvents\": []}"), Some(Format::PytorchProfilerTrace));
+        assert_eq!(sniff(b"{\"Type\": 1}\n"), Some(Format::NsysJson));
+        assert_eq!(sniff(b"hello"), None);
     }
 }

@@ -6,8 +6,24 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use memlens_core::importers::{import_path, ImportOptions, Imported};
-use memlens_core::report::summarize_snapshot;
+use memlens_api::Stage;
+use memlens_core::pipeline::{self, Input, PipelineSink};
+
+/// Notes when the pipeline's stages begin (decode+tables, then analysis).
+#[derive(Default)]
+struct Timings {
+    analysing_at: Option<Instant>,
+    hwm_after_decode: u64,
+}
+
+impl PipelineSink for Timings {
+    fn stage(&mut self, stage: Stage, _file: Option<&str>) {
+        if stage == Stage::Analysing && self.analysing_at.is_none() {
+            self.analysing_at = Some(Instant::now());
+            self.hwm_after_decode = rss().0;
+        }
+    }
+}
 
 /// `VmHWM` (peak RSS) and `VmRSS` from /proc, in bytes.
 fn rss() -> (u64, u64) {
@@ -35,36 +51,30 @@ fn main() {
     let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let (_, base_rss) = rss();
     let t0 = Instant::now();
-    let imported = match import_path(&path, ImportOptions::default()) {
-        Ok(i) => i,
+    let mut timings = Timings::default();
+    let out = match pipeline::run(vec![Input::path(&path)], Default::default(), &mut timings) {
+        Ok(out) => out,
         Err(e) => {
-            eprintln!("memlens-bench: {}: {e}", path.display());
+            eprintln!("memlens-bench: {e}");
             std::process::exit(2);
         }
     };
-    let decode = t0.elapsed();
-    let (hwm_decode, _) = rss();
-    let Imported::Snapshot(tables) = imported.data else {
+    let end = Instant::now();
+    let (hwm, _) = rss();
+    let split = timings.analysing_at.unwrap_or(end);
+    let (decode, analysis) = (split - t0, end - split);
+    let hwm_decode = timings.hwm_after_decode;
+    let Some(summary) = out.files.first() else {
         eprintln!("memlens-bench: {}: not an allocator snapshot", path.display());
         std::process::exit(2);
     };
-    let rows = tables.events.height();
-    let t1 = Instant::now();
-    let summary = match summarize_snapshot(&tables, &path.display().to_string(), imported.gzip) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("memlens-bench: {}: {e}", path.display());
-            std::process::exit(2);
-        }
-    };
-    let analysis = t1.elapsed();
-    let (hwm, _) = rss();
+    let rows = summary.devices.iter().map(|d| d.event_count).sum::<usize>();
     let d = summary.devices.first();
     println!(
         "file            {} ({:.1} MiB on disk, gzip: {})",
         path.display(),
         mib(file_len),
-        imported.gzip
+        summary.gzip
     );
     println!("trace entries   {rows}");
     println!("decode+tables   {:.3} s", decode.as_secs_f64());

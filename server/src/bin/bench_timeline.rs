@@ -5,10 +5,33 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use memlens::query::timeline;
-use memlens::reportdata::DeviceFrames;
-use memlens_core::importers::{import_path, ImportOptions, Imported};
-use memlens_core::report::analyze_snapshot;
+use memlens_core::pipeline::{self, DeviceFrames, Input, PipelineSink, SnapshotOutput};
+use memlens_core::query::timeline;
+
+/// Keeps the first device's frames and summary numbers from the pipeline.
+#[derive(Default)]
+struct FirstDevice(Option<(DeviceFrames, (i64, i64))>);
+
+impl PipelineSink for FirstDevice {
+    fn keeps_tables(&self) -> bool {
+        true
+    }
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+        if self.0.is_none() {
+            if let (Some(d), Some(frames)) = (out.summary.devices.first(), out.devices.first_mut()) {
+                let empty = || DeviceFrames {
+                    device: frames.device,
+                    usage: Default::default(),
+                    lifetimes: Default::default(),
+                    fragmentation: Default::default(),
+                };
+                let taken = std::mem::replace(frames, empty());
+                self.0 = Some((taken, (d.initial_allocated_bytes, d.initial_reserved_bytes)));
+            }
+        }
+        Ok(())
+    }
+}
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -20,43 +43,15 @@ fn main() {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"));
-    let imported = match import_path(&path, ImportOptions::default()) {
-        Ok(i) => i,
-        Err(e) => {
-            eprintln!("memlens-bench-timeline: {}: {e}", path.display());
-            std::process::exit(2);
-        }
-    };
-    let Imported::Snapshot(tables) = imported.data else {
-        eprintln!("memlens-bench-timeline: {}: not an allocator snapshot", path.display());
-        std::process::exit(2);
-    };
-    let (summary, analyses) = match analyze_snapshot(&tables, "bench", imported.gzip) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("memlens-bench-timeline: {e}");
-            std::process::exit(2);
-        }
-    };
-    let (Some(d), Some(a)) = (summary.devices.first(), analyses.into_iter().next()) else {
-        eprintln!("memlens-bench-timeline: no device");
-        std::process::exit(2);
-    };
-    let mut usage = a.usage;
-    let time_col = memlens_core::analysis::DeviceEvents::new(&tables, d.device)
-        .map(|ev| ev.time().to_vec())
-        .unwrap_or_default();
-    if let Err(e) = usage.insert_column(0, polars::prelude::Column::new("time".into(), time_col)) {
+    let mut sink = FirstDevice::default();
+    if let Err(e) = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink) {
         eprintln!("memlens-bench-timeline: {e}");
         std::process::exit(2);
     }
-    let dev = DeviceFrames {
-        device: d.device,
-        usage,
-        lifetimes: a.lifetimes,
-        fragmentation: a.fragmentation,
+    let Some((dev, initial)) = sink.0 else {
+        eprintln!("memlens-bench-timeline: {}: no snapshot device", path.display());
+        std::process::exit(2);
     };
-    let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
     let time = dev
         .usage
         .column("time")

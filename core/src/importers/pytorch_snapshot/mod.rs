@@ -13,16 +13,14 @@ pub mod pickle;
 
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
-use crate::sniff::Format;
 use crate::source::{map_pipe_err, Source};
 
 pub struct PytorchSnapshotImporter;
 
-impl Importer for PytorchSnapshotImporter {
-    fn format(&self) -> Format {
-        Format::PytorchSnapshot
-    }
+pub static IMPORTER: PytorchSnapshotImporter = PytorchSnapshotImporter;
 
+impl Importer for PytorchSnapshotImporter {
+    /// The pickle PROTO opcode; the protocol number itself is checked (and named) by the decoder.
     fn sniff(&self, head: &[u8]) -> bool {
         head.first() == Some(&0x80)
     }

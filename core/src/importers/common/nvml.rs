@@ -1,16 +1,12 @@
-//! Importers for NVML-based logs, which sample whole GPUs (driver-level memory, utilisation)
-//! rather than allocations: `nvidia-smi --query-gpu=… --format=csv` ([`smi_csv`]),
-//! `nvidia-smi dmon` ([`dmon`]) and pynvml JSON lines ([`jsonl`]). All three fill the canonical
-//! device-sample table ([`crate::samples`]).
+//! What the importers of NVML-based logs share. Those logs sample whole GPUs (driver-level
+//! memory, utilisation) rather than allocations — `nvidia-smi --query-gpu=… --format=csv`,
+//! `nvidia-smi dmon`, pynvml JSON lines — and fill the canonical device-sample table
+//! ([`crate::samples`]).
 //!
 //! Shared here: timestamp parsing (nvidia-smi's zone-less local
 //! time, ISO 8601, epoch numbers) and quantities with units (`143771 MiB`, `N/A`,
 //! `[Not Supported]`). Column sets differ between driver versions and loggers, so columns are
 //! always mapped by their header names.
-
-pub mod dmon;
-pub mod jsonl;
-pub mod smi_csv;
 
 pub use super::lines::{line_error, LineReader};
 

@@ -12,22 +12,21 @@
 
 use serde_json::{Map, Value};
 
-use super::{line_error, parse_timestamp, LineReader};
+use crate::importers::common::nvml::{line_error, parse_timestamp, LineReader};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
 use crate::samples::{GpuInfo, GpuSampleTables, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
-use crate::sniff::{sniff, Format};
-use crate::source::Source;
+use crate::source::{leading_text, Source};
 
 pub struct NvmlJsonLinesImporter;
 
-impl Importer for NvmlJsonLinesImporter {
-    fn format(&self) -> Format {
-        Format::NvmlJsonLines
-    }
+pub static IMPORTER: NvmlJsonLinesImporter = NvmlJsonLinesImporter;
 
+impl Importer for NvmlJsonLinesImporter {
+    /// JSON (lines or an array) with NVML's `memory_used` / `memory_total` keys.
     fn sniff(&self, head: &[u8]) -> bool {
-        sniff(head) == Some(Format::NvmlJsonLines)
+        let t = leading_text(head);
+        (t.starts_with('{') || t.starts_with('[')) && (t.contains("\"memory_used\"") || t.contains("\"memory_total\""))
     }
 
     fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {

@@ -6,22 +6,21 @@
 //! metrics read `-`. Timestamps need `-o DT` (date and time; local time without zone).
 //! `nvidia-smi pmon` (per process) is recognised by its `pid` column and refused by name.
 
-use super::{line_error, parse_memory, parse_percent, LineReader};
+use crate::importers::common::nvml::{line_error, parse_memory, parse_percent, LineReader};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
 use crate::samples::{civil_to_us, GpuInfo, GpuSampleTables, Sample, SampleClock, SampleRows, UsedMeaning};
-use crate::sniff::{sniff, Format};
-use crate::source::Source;
+use crate::source::{leading_text, Source};
 
 pub struct NvidiaSmiDmonImporter;
 
-impl Importer for NvidiaSmiDmonImporter {
-    fn format(&self) -> Format {
-        Format::NvidiaSmiDmon
-    }
+pub static IMPORTER: NvidiaSmiDmonImporter = NvidiaSmiDmonImporter;
 
+impl Importer for NvidiaSmiDmonImporter {
+    /// A `#` header line naming `gpu` or `Date` first.
     fn sniff(&self, head: &[u8]) -> bool {
-        sniff(head) == Some(Format::NvidiaSmiDmon)
+        let t = leading_text(head);
+        t.starts_with("# gpu") || t.starts_with("#Date") || t.starts_with("# Date")
     }
 
     fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {

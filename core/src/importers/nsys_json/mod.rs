@@ -9,22 +9,23 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::{lower_driver_allocations, Row};
+use crate::importers::common::nsys::{lower_driver_allocations, Row};
 use crate::error::ImportError;
-use crate::importers::lines::{line_error, LineReader};
+use crate::importers::common::lines::{line_error, LineReader};
 use crate::importers::{ImportOptions, Imported, Importer};
-use crate::sniff::{sniff, Format};
-use crate::source::Source;
+use memlens_api::Format;
+use crate::source::{leading_text, Source};
 
 pub struct NsysJsonImporter;
 
-impl Importer for NsysJsonImporter {
-    fn format(&self) -> Format {
-        Format::NsysJson
-    }
+pub static IMPORTER: NsysJsonImporter = NsysJsonImporter;
 
+impl Importer for NsysJsonImporter {
+    /// One JSON object per line with Nsight's `Type` or `data` keys (the profiler trace and
+    /// pynvml lines come earlier in the table).
     fn sniff(&self, head: &[u8]) -> bool {
-        sniff(head) == Some(Format::NsysJson)
+        let t = leading_text(head);
+        t.starts_with('{') && (t.contains("\"Type\"") || t.contains("\"data\""))
     }
 
     fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {

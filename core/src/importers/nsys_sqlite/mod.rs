@@ -7,32 +7,28 @@
 //! file (removed on drop) and opened read-only.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::{lower_driver_allocations, Row};
+use crate::importers::common::nsys::{lower_driver_allocations, Row};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
-use crate::sniff::Format;
 use crate::source::{map_pipe_err, Source};
 use crate::tables::SnapshotColumns;
 
 pub struct NsysSqliteImporter;
 
-impl Importer for NsysSqliteImporter {
-    fn format(&self) -> Format {
-        Format::NsysSqlite
-    }
+pub static IMPORTER: NsysSqliteImporter = NsysSqliteImporter;
 
+impl Importer for NsysSqliteImporter {
     fn sniff(&self, head: &[u8]) -> bool {
         head.starts_with(b"SQLite format 3\0")
     }
 
     fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
-        let copy = TempCopy::of(source)?;
+        let copy = temp_copy(source)?;
         let conn = Connection::open_with_flags(
-            &copy.path,
+            copy.path(),
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(sql_err)?;
@@ -45,43 +41,17 @@ fn sql_err(e: rusqlite::Error) -> ImportError {
     ImportError::Nsys(format!("SQLite: {e}"))
 }
 
-/// The input copied to a temporary file, removed when dropped.
-struct TempCopy {
-    path: PathBuf,
-}
-
-impl TempCopy {
-    fn of(source: Source) -> Result<TempCopy, ImportError> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "memlens-nsys-{}-{nanos}-{}.sqlite",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
-        let copy = TempCopy { path };
-        let mut reader = source.reader.take(source.bound);
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = reader.read(&mut buf).map_err(map_pipe_err)?;
-            if n == 0 {
-                break;
-            }
-            file.write_all(&buf[..n])?;
-        }
-        file.flush()?;
-        Ok(copy)
-    }
-}
-
-impl Drop for TempCopy {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
+/// Copies the input to a temporary file (SQLite reads files, not streams); the file is removed
+/// when the returned handle drops.
+fn temp_copy(source: Source) -> Result<tempfile::NamedTempFile, ImportError> {
+    let mut file = tempfile::Builder::new()
+        .prefix("memlens-nsys-")
+        .suffix(".sqlite")
+        .tempfile()?;
+    let mut reader = source.reader.take(source.bound);
+    std::io::copy(&mut reader, file.as_file_mut()).map_err(map_pipe_err)?;
+    file.as_file_mut().flush()?;
+    Ok(file)
 }
 
 fn has_table(conn: &Connection, name: &str) -> Result<bool, ImportError> {
@@ -199,6 +169,6 @@ fn read_export(conn: &Connection) -> Result<SnapshotColumns, ImportError> {
 
     let rows = rows.collect::<Result<Vec<Row>, _>>().map_err(sql_err)?;
     let mut out = lower_driver_allocations(rows, epoch_ns);
-    out.format = Format::NsysSqlite;
+    out.format = memlens_api::Format::NsysSqlite;
     Ok(out)
 }

@@ -6,20 +6,18 @@
 //! allocation lifetimes, and its payload is bounded by `width` and [`MAX_BANDS`]: zooming in
 //! until a window holds at most `MAX_BANDS` allocations shows every one of them as its own band.
 
-use memlens_api::{Band, FrameView, Timeline};
-use memlens_core::stacks::{is_internal_frame, StackResolver};
+pub use memlens_api::TimelineAxis as Axis;
+use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
 use polars::prelude::*;
 
-use crate::reportdata::DeviceFrames;
+use crate::columns::{lifetimes as lt_col, usage as usage_col};
+use crate::pipeline::DeviceFrames;
+use crate::stacks::{is_internal_frame, StackResolver};
 
 /// Most allocations drawn as their own band in one response.
 pub const MAX_BANDS: usize = 2_000;
 /// Widest timeline accepted.
 pub const MAX_WIDTH: usize = 8_192;
-
-fn i64s<'a>(df: &'a DataFrame, name: &str) -> PolarsResult<&'a [i64]> {
-    df.column(name)?.i64()?.cont_slice()
-}
 
 /// Per-bucket min/max of a step series sampled at `time` (value holds until the next entry);
 /// `before` is the value before the first entry.
@@ -85,28 +83,18 @@ pub fn timeline(
     )
 }
 
-/// The x axis of a timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Axis {
-    /// `time_us` (wall clock).
-    Time,
-    /// Trace entry index (what PyTorch's viewer uses; the only axis without timestamps).
-    Event,
-}
-
 /// Lifetime endpoints on an axis: times, or entry indices (`-1` becomes `None`).
 fn endpoints(lt: &DataFrame, axis: Axis) -> PolarsResult<(Int64Chunked, Int64Chunked)> {
     match axis {
-        Axis::Time => Ok((
-            lt.column("t_alloc")?.i64()?.clone(),
-            lt.column("t_free")?.i64()?.clone(),
-        )),
+        Axis::Time => Ok((lt_col::T_ALLOC.of(lt)?.clone(), lt_col::T_FREE.of(lt)?.clone())),
         Axis::Event => {
-            let opt = |name: &str| -> PolarsResult<Int64Chunked> {
-                let c = lt.column(name)?.i64()?;
-                Ok(c.iter().map(|v| v.filter(|&x| x >= 0)).collect::<Int64Chunked>())
+            let opt = |c: crate::columns::Col<Int64Type>| -> PolarsResult<Int64Chunked> {
+                Ok(c.of(lt)?
+                    .iter()
+                    .map(|v| v.filter(|&x| x >= 0))
+                    .collect::<Int64Chunked>())
             };
-            Ok((opt("alloc_idx")?, opt("free_idx")?))
+            Ok((opt(lt_col::ALLOC_IDX)?, opt(lt_col::FREE_IDX)?))
         }
     }
 }
@@ -122,15 +110,15 @@ pub fn timeline_on(
 ) -> PolarsResult<Timeline> {
     let order: Vec<i64>;
     let time = match axis {
-        Axis::Time => i64s(&dev.usage, "time")?,
+        Axis::Time => usage_col::TIME.slice(&dev.usage)?,
         Axis::Event => {
             order = (0..dev.usage.height() as i64).collect();
             &order
         }
     };
     let has_time = axis == Axis::Time;
-    let allocated = i64s(&dev.usage, "allocated")?;
-    let reserved = i64s(&dev.usage, "reserved")?;
+    let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
+    let reserved = usage_col::RESERVED.slice(&dev.usage)?;
     let full_start = time.first().copied().unwrap_or(0);
     let full_end = time.last().copied().unwrap_or(0).max(full_start + 1);
     let start = start.unwrap_or(full_start);
@@ -141,10 +129,10 @@ pub fn timeline_on(
 
     // Allocations overlapping the window.
     let lt = &dev.lifetimes;
-    let size = i64s(lt, "size")?;
-    let addr = i64s(lt, "addr")?;
-    let stream = i64s(lt, "stream")?;
-    let stack = lt.column("stack")?.u32()?.cont_slice()?;
+    let size = lt_col::SIZE.slice(lt)?;
+    let addr = lt_col::ADDR.slice(lt)?;
+    let stream = lt_col::STREAM.slice(lt)?;
+    let stack = lt_col::STACK.slice(lt)?;
     let (t_alloc, t_free) = endpoints(lt, axis)?;
     let mut hits: Vec<usize> = Vec::new();
     for (i, (a, f)) in t_alloc.iter().zip(t_free.iter()).enumerate() {
@@ -192,7 +180,11 @@ pub fn timeline_on(
         .collect();
     Ok(Timeline {
         device: dev.device,
-        time_axis: if has_time { "time_us" } else { "event_order" }.to_owned(),
+        time_axis: if has_time {
+            TimeAxis::TimeUs
+        } else {
+            TimeAxis::EventOrder
+        },
         start,
         end,
         width,
@@ -208,6 +200,24 @@ pub fn timeline_on(
     })
 }
 
+/// The stored fragmentation samples of a device, as sent to the browser.
+pub fn fragmentation_series(dev: &DeviceFrames) -> PolarsResult<FragmentationSeries> {
+    let df = &dev.fragmentation;
+    let i64s = |n: &str| -> PolarsResult<Vec<i64>> { Ok(df.column(n)?.i64()?.into_no_null_iter().collect()) };
+    Ok(FragmentationSeries {
+        device: dev.device,
+        event_index: df.column("event_index")?.u32()?.into_no_null_iter().collect(),
+        time: i64s("time")?,
+        allocated: i64s("allocated")?,
+        reserved: i64s("reserved")?,
+        active: i64s("active")?,
+        free: i64s("free")?,
+        largest_free: i64s("largest_free")?,
+        fragmentation_index: df.column("fragmentation_index")?.f64()?.into_no_null_iter().collect(),
+    })
+}
+
+/// A stack's frames for display, internals marked.
 pub fn stack_frames(stacks: &StackResolver, stack: u32) -> Vec<FrameView> {
     stacks
         .frames(stack)
@@ -234,12 +244,12 @@ pub fn search_allocations(
     limit: usize,
 ) -> PolarsResult<(usize, Vec<Band>)> {
     let lt = &dev.lifetimes;
-    let a = i64s(lt, "addr")?;
-    let size = i64s(lt, "size")?;
-    let stream = i64s(lt, "stream")?;
-    let stack = lt.column("stack")?.u32()?.cont_slice()?;
-    let t_alloc = lt.column("t_alloc")?.i64()?;
-    let t_free = lt.column("t_free")?.i64()?;
+    let a = lt_col::ADDR.slice(lt)?;
+    let size = lt_col::SIZE.slice(lt)?;
+    let stream = lt_col::STREAM.slice(lt)?;
+    let stack = lt_col::STACK.slice(lt)?;
+    let t_alloc = lt_col::T_ALLOC.of(lt)?;
+    let t_free = lt_col::T_FREE.of(lt)?;
     let needle = stack_substring.map(str::to_lowercase);
     let mut stack_match: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
     let mut total = 0;

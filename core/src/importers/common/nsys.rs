@@ -1,6 +1,5 @@
-//! Nsight Systems exports of captures made with
-//! `nsys profile --trace=cuda --cuda-memory-usage=true`: SQLite ([`sqlite`]) and JSON lines
-//! ([`json`]).
+//! What the two Nsight Systems importers share (`nsys_sqlite`, `nsys_json`): exports of captures
+//! made with `nsys profile --trace=cuda --cuda-memory-usage=true`.
 //!
 //! Nsight sees the CUDA driver's allocations (`cudaMalloc`, `cudaMallocAsync`, …), not the
 //! tensors a caching allocator hands out. Both importers read the memory events into [`Row`]s and
@@ -9,9 +8,6 @@
 //! allocated. The stack of an allocation is the runtime call that made it and its size, the only
 //! "call site" such traces carry. Pinned-host and managed allocations are counted in a note but
 //! not charted as device memory.
-
-pub mod json;
-pub mod sqlite;
 
 use std::collections::HashMap;
 

@@ -10,22 +10,23 @@
 
 use std::collections::HashMap;
 
-use super::{line_error, parse_memory, parse_percent, parse_timestamp, LineReader};
+use crate::importers::common::nvml::{
+    is_missing, line_error, memory_unit, parse_memory, parse_percent, parse_timestamp, LineReader,
+};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
 use crate::samples::{GpuInfo, GpuSampleTables, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
-use crate::sniff::{sniff, Format};
-use crate::source::Source;
+use crate::source::{leading_text, Source};
 
 pub struct NvidiaSmiCsvImporter;
 
-impl Importer for NvidiaSmiCsvImporter {
-    fn format(&self) -> Format {
-        Format::NvidiaSmiCsv
-    }
+pub static IMPORTER: NvidiaSmiCsvImporter = NvidiaSmiCsvImporter;
 
+impl Importer for NvidiaSmiCsvImporter {
+    /// A CSV header line starting with `timestamp`.
     fn sniff(&self, head: &[u8]) -> bool {
-        sniff(head) == Some(Format::NvidiaSmiCsv)
+        let t = leading_text(head);
+        t.starts_with("timestamp") && t.lines().next().is_some_and(|l| l.contains(','))
     }
 
     fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
@@ -49,7 +50,7 @@ fn parse_header(line: &str) -> Vec<HeaderColumn> {
             };
             HeaderColumn {
                 name: name.to_ascii_lowercase(),
-                memory_unit: super::memory_unit(unit),
+                memory_unit: memory_unit(unit),
             }
         })
         .collect()
@@ -116,7 +117,7 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleTables, ImportError> {
             let (time_us, c) = parse_timestamp(fields[time_col])
                 .ok_or_else(|| format!("unreadable timestamp `{}`", fields[time_col]))?;
             clock = c;
-            let bus = bus_col.map(|c| fields[c].to_owned()).filter(|b| !super::is_missing(b));
+            let bus = bus_col.map(|c| fields[c].to_owned()).filter(|b| !is_missing(b));
             let gpu = match (index_col, &bus) {
                 (Some(c), _) => fields[c]
                     .parse::<i32>()
@@ -215,7 +216,7 @@ fn read_apps(mut lines: LineReader, header_text: &str, c: AppsColumns) -> Result
                 .map_err(|_| format!("unreadable pid `{}`", fields[c.pid]))?;
             let text_of = |col: Option<usize>| {
                 col.map(|i| fields[i])
-                    .filter(|v| !super::is_missing(v))
+                    .filter(|v| !is_missing(v))
                     .map(str::to_owned)
             };
             Ok(ProcessSample {

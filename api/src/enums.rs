@@ -1,0 +1,154 @@
+//! Closed sets on the wire: each is a serde enum here, never a string compared in two crates.
+
+use serde::{Deserialize, Serialize};
+
+/// Lifecycle of a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ReportState {
+    Queued,
+    Processing,
+    Ready,
+    Failed,
+}
+
+impl ReportState {
+    pub const ALL: [ReportState; 4] = [
+        ReportState::Queued,
+        ReportState::Processing,
+        ReportState::Ready,
+        ReportState::Failed,
+    ];
+    /// The wire name (`queued`, …), also what the store's index keeps.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReportState::Queued => "queued",
+            ReportState::Processing => "processing",
+            ReportState::Ready => "ready",
+            ReportState::Failed => "failed",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<ReportState> {
+        Self::ALL.into_iter().find(|st| st.name() == s)
+    }
+    /// Whether processing has ended (ready or failed).
+    pub fn is_final(self) -> bool {
+        matches!(self, ReportState::Ready | ReportState::Failed)
+    }
+}
+
+/// What the pipeline is doing with a report right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Queued,
+    Processing,
+    Importing,
+    Analysing,
+    Storing,
+    Ready,
+    Failed,
+}
+
+impl Stage {
+    /// For people: "importing", "analysing", …
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Queued => "queued",
+            Stage::Processing => "processing",
+            Stage::Importing => "importing",
+            Stage::Analysing => "analysing",
+            Stage::Storing => "storing",
+            Stage::Ready => "ready",
+            Stage::Failed => "failed",
+        }
+    }
+}
+
+/// How a log's timestamps relate to the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SampleClock {
+    /// Seconds or microseconds since the Unix epoch (pynvml loggers, ISO times with an offset).
+    Epoch,
+    /// Wall-clock date and time with no zone (nvidia-smi): read as UTC, to be aligned later.
+    #[serde(rename = "local_time")]
+    LocalNoZone,
+}
+
+/// What stood in the way of a failed allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum OomCause {
+    /// Enough memory was free in the process's segments, but split.
+    Fragmentation,
+    /// Live tensors filled what the process may use.
+    Capacity,
+    /// The device had the memory free, but a per-process cap stopped the request.
+    Limit,
+    /// The snapshot does not say enough to tell.
+    Unknown,
+}
+
+impl std::fmt::Display for OomCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OomCause::Fragmentation => "fragmentation",
+            OomCause::Capacity => "capacity",
+            OomCause::Limit => "limit",
+            OomCause::Unknown => "unknown",
+        })
+    }
+}
+
+/// State of an allocator block; stored as `u8` in the `blocks` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum BlockState {
+    Inactive = 0,
+    ActiveAllocated = 1,
+    ActivePendingFree = 2,
+}
+
+impl BlockState {
+    /// PyTorch's name for it; unknown names are free gaps.
+    pub fn from_name(s: &str) -> BlockState {
+        match s {
+            "active_allocated" => BlockState::ActiveAllocated,
+            // The TypedDict docstring says `active_awaiting_free`; the C++ emits `active_pending_free`.
+            "active_pending_free" | "active_awaiting_free" => BlockState::ActivePendingFree,
+            _ => BlockState::Inactive,
+        }
+    }
+    pub fn from_code(c: u8) -> BlockState {
+        match c {
+            1 => BlockState::ActiveAllocated,
+            2 => BlockState::ActivePendingFree,
+            _ => BlockState::Inactive,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockState::Inactive => "inactive",
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+        }
+    }
+}
+
+/// The axis a timeline query is asked on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TimelineAxis {
+    /// Microseconds (traces with `time_us`; others fall back to entry order).
+    Time,
+    /// Entry order.
+    Event,
+}

@@ -1,0 +1,124 @@
+//! The format table: every input format memlens knows, declared once.
+//!
+//! [`for_each_format!`] holds one line per format — its [`Format`] variant, the core importer
+//! module that reads it (whose snake-case name is also the wire name), whether it is analysed or
+//! only recognised, and a description for people. This crate expands it into [`Format`] and
+//! [`FORMATS`] (shown by the upload page and the CLI help); `memlens-core` expands the same table
+//! into its importer registry and its "unrecognised format" message. Adding a format is its
+//! importer folder in `core/src/importers/` plus one line here.
+//!
+//! Order matters: the registry tries sniffers in table order.
+
+/// Calls `$callback!` with the format table:
+/// `(Variant, importer_module, analysed, "what the file is")`, one per format.
+#[macro_export]
+macro_rules! for_each_format {
+    ($callback:ident) => {
+        $callback! {
+            (PytorchSnapshot, pytorch_snapshot, true, "a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot, optionally gzip-compressed)"),
+            (NsysSqlite, nsys_sqlite, true, "an Nsight Systems SQLite export (nsys export --type sqlite)"),
+            (PytorchProfilerTrace, pytorch_profiler_trace, false, "a PyTorch profiler Chrome trace (export_chrome_trace)"),
+            (NvmlJsonl, nvml_jsonl, true, "pynvml JSON lines"),
+            (NsysJson, nsys_json, true, "an Nsight Systems JSON export (nsys export --type json)"),
+            (NvidiaSmiCsv, nvidia_smi_csv, true, "an nvidia-smi --query-gpu or --query-compute-apps CSV log"),
+            (NvidiaSmiDmon, nvidia_smi_dmon, true, "an nvidia-smi dmon log (-o DT)"),
+        }
+    };
+}
+
+macro_rules! declare_formats {
+    ($(($variant:ident, $module:ident, $analysed:expr, $description:expr)),* $(,)?) => {
+        /// Every input format memlens knows by sight (the wire name is the snake-case variant).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+        #[serde(rename_all = "snake_case")]
+        pub enum Format {
+            $(
+                #[doc = $description]
+                $variant,
+            )*
+        }
+
+        /// The format table, in sniffing order.
+        pub const FORMATS: &[FormatInfo] = &[
+            $(FormatInfo {
+                format: Format::$variant,
+                name: stringify!($module),
+                analysed: $analysed,
+                description: $description,
+            },)*
+        ];
+    };
+}
+
+for_each_format!(declare_formats);
+
+/// One row of the format table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FormatInfo {
+    pub format: Format,
+    /// The wire name, e.g. `pytorch_snapshot`.
+    pub name: &'static str,
+    /// `false`: recognised and kept aside, not analysed yet.
+    pub analysed: bool,
+    /// What the file is, for people ("a PyTorch memory snapshot pickle (…)").
+    pub description: &'static str,
+}
+
+impl Format {
+    /// This format's row of [`FORMATS`].
+    pub fn info(self) -> &'static FormatInfo {
+        // Every variant has its row: both come from one table.
+        FORMATS.iter().find(|f| f.format == self).unwrap_or(&FORMATS[0])
+    }
+    /// The wire name, e.g. `pytorch_snapshot`.
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+    /// The format with this wire name.
+    pub fn from_name(name: &str) -> Option<Format> {
+        FORMATS.iter().find(|f| f.name == name).map(|f| f.format)
+    }
+}
+
+impl Default for Format {
+    /// The first row of the table (PyTorch snapshots).
+    fn default() -> Self {
+        FORMATS[0].format
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// "a, b or c": the descriptions of every analysed format, for messages and help.
+pub fn analysed_formats_sentence() -> String {
+    let d: Vec<&str> = FORMATS.iter().filter(|f| f.analysed).map(|f| f.description).collect();
+    match d.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        Some((last, _)) => (*last).to_owned(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_are_the_serde_names_and_unique() {
+        for f in FORMATS {
+            let json = serde_json::to_string(&f.format).expect("json");
+            assert_eq!(json, format!("\"{}\"", f.name), "{:?}", f.format);
+            assert_eq!(Format::from_name(f.name), Some(f.format));
+            assert_eq!(f.format.info(), f);
+        }
+        let mut names: Vec<_> = FORMATS.iter().map(|f| f.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), FORMATS.len());
+    }
+}

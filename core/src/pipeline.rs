@@ -1,0 +1,259 @@
+//! The one pipeline: a set of inputs in, an [`AnalyzeOutput`] out. The CLI (`memlens analyze`),
+//! the server's ingest and the benches all call [`run`]; nothing else orchestrates imports.
+//!
+//! Order of work: every input is imported in turn; snapshots are analysed as they come, NVML
+//! logs wait until all snapshots are read (their zone-less clocks are lined up with the
+//! snapshots' time range), formats that are recognised but not analysed are kept aside in
+//! `skipped`. The first input that cannot be read stops the run with an error naming it.
+//!
+//! A [`PipelineSink`] sees the stages as they change and, when it asks for them, each file's
+//! tables and derived per-device frames (the server stores them for its queries).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use memlens_api::{AnalyzeOutput, FileSummary, Format, GpuLogSummary, SkippedFile, Stage};
+use polars::prelude::{Column, DataFrame};
+
+use crate::analysis::gpu_samples::link_process_gpus;
+use crate::analysis::DeviceEvents;
+use crate::error::{AnalysisError, ImportError};
+use crate::importers::{import_on_thread, ImportOptions, Imported};
+use crate::report::{analyze_gpu_log, analyze_snapshot, snapshot_time_range};
+use crate::samples::GpuSampleTables;
+use crate::source::Source;
+use crate::tables::SnapshotTables;
+
+/// Opens an input's content (the pipeline un-gzips and sniffs it).
+pub type OpenInput = Box<dyn FnOnce() -> std::io::Result<Box<dyn Read + Send>> + Send>;
+
+/// One input file: the name it is reported under, and how to read it.
+pub struct Input {
+    pub name: String,
+    /// Its size in bytes (bounds decompression and length prefixes); `None`: ask the file system.
+    size: Option<u64>,
+    open: InputOpener,
+}
+
+enum InputOpener {
+    Path(PathBuf),
+    Reader(OpenInput),
+}
+
+impl Input {
+    /// A file on disk, reported under its path as given.
+    pub fn path(path: &Path) -> Input {
+        Input {
+            name: path.display().to_string(),
+            size: None,
+            open: InputOpener::Path(path.to_owned()),
+        }
+    }
+    /// Content from a reader (an upload in a store), `size` bytes long.
+    pub fn reader(name: impl Into<String>, size: u64, open: OpenInput) -> Input {
+        Input {
+            name: name.into(),
+            size: Some(size),
+            open: InputOpener::Reader(open),
+        }
+    }
+}
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The input is at fault; the message names the file and the problem.
+    #[error("{file}: {error}")]
+    Input { file: String, error: ImportError },
+    /// No input could be analysed (all were recognised but are not analysed yet).
+    #[error("no file could be analysed ({0})")]
+    NothingAnalysed(String),
+    /// A bug or a resource failure while importing or analysing (not the input's fault).
+    #[error("{file}: {message}")]
+    Internal { file: String, message: String },
+    /// The sink could not keep what it was given.
+    #[error("{0}")]
+    Sink(String),
+}
+
+impl PipelineError {
+    /// Whether the uploader should see this message (else it is logged as an internal error).
+    pub fn is_input_error(&self) -> bool {
+        matches!(self, PipelineError::Input { .. } | PipelineError::NothingAnalysed(_))
+    }
+}
+
+/// One analysed device's derived frames, as stored for level-of-detail queries.
+pub struct DeviceFrames {
+    pub device: i64,
+    /// `time` (µs, or the entry index without timestamps), `allocated`, `active`, `reserved`
+    /// after every entry.
+    pub usage: DataFrame,
+    pub lifetimes: DataFrame,
+    pub fragmentation: DataFrame,
+}
+
+/// What a run hands its sink for each analysed snapshot.
+pub struct SnapshotOutput<'a> {
+    /// Position among the report's snapshots (`files[index]`).
+    pub index: usize,
+    pub summary: &'a FileSummary,
+    pub tables: &'a mut SnapshotTables,
+    pub devices: &'a mut [DeviceFrames],
+}
+
+/// What a run hands its sink for each NVML log.
+pub struct GpuLogOutput<'a> {
+    /// Position among the report's logs (`gpu_logs[index]`).
+    pub index: usize,
+    pub summary: &'a GpuLogSummary,
+    /// Samples with times already lined up with the snapshots.
+    pub samples: &'a mut GpuSampleTables,
+}
+
+/// Receives progress and, when [`PipelineSink::keeps_tables`], each file's tables.
+pub trait PipelineSink {
+    /// The run moved to `stage` (for the input `file`, when there is one).
+    fn stage(&mut self, _stage: Stage, _file: Option<&str>) {}
+    /// Whether [`PipelineSink::snapshot`] and [`PipelineSink::gpu_log`] are wanted (building
+    /// per-device frames costs a copy of each time axis).
+    fn keeps_tables(&self) -> bool {
+        false
+    }
+    fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), String> {
+        Ok(())
+    }
+    fn gpu_log(&mut self, _out: GpuLogOutput<'_>) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A sink that keeps nothing (the CLI).
+pub struct NoSink;
+impl PipelineSink for NoSink {}
+
+/// Runs the pipeline over `inputs`.
+pub fn run(
+    inputs: Vec<Input>,
+    options: ImportOptions,
+    sink: &mut dyn PipelineSink,
+) -> Result<AnalyzeOutput, PipelineError> {
+    let mut out = AnalyzeOutput {
+        files: Vec::new(),
+        gpu_logs: Vec::new(),
+        skipped: Vec::new(),
+    };
+    // NVML logs wait until every snapshot is read: their clocks are lined up with them.
+    let mut logs: Vec<(String, Format, bool, Box<GpuSampleTables>)> = Vec::new();
+    let mut snapshot_ranges = Vec::new();
+    for input in inputs {
+        let name = input.name.clone();
+        sink.stage(Stage::Importing, Some(&name));
+        let imported = match import_on_thread(move || open_source(input, options), options) {
+            Ok(i) => i,
+            Err(ImportError::NotSupported { format }) => {
+                out.skipped.push(SkippedFile {
+                    file: name,
+                    reason: format!("{format} is not supported yet"),
+                });
+                continue;
+            }
+            Err(ImportError::Internal(message)) => return Err(PipelineError::Internal { file: name, message }),
+            Err(error) => return Err(PipelineError::Input { file: name, error }),
+        };
+        let mut tables = match imported.data {
+            Imported::Snapshot(t) => t,
+            Imported::GpuSamples(t) => {
+                logs.push((name, imported.format, imported.gzip, t));
+                continue;
+            }
+        };
+        sink.stage(Stage::Analysing, Some(&name));
+        let internal = |e: AnalysisError| PipelineError::Internal {
+            file: name.clone(),
+            message: e.to_string(),
+        };
+        snapshot_ranges.extend(snapshot_time_range(&tables).map_err(internal)?);
+        let (summary, analyses) = analyze_snapshot(&tables, &name, imported.gzip).map_err(internal)?;
+        if sink.keeps_tables() {
+            sink.stage(Stage::Storing, Some(&name));
+            let mut devices = Vec::with_capacity(analyses.len());
+            for a in analyses {
+                let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(e.into()))?;
+                let mut usage = a.usage;
+                usage
+                    .insert_column(0, Column::new("time".into(), ev.time()))
+                    .map_err(|e| internal(e.into()))?;
+                devices.push(DeviceFrames {
+                    device: a.summary.device,
+                    usage,
+                    lifetimes: a.lifetimes,
+                    fragmentation: a.fragmentation,
+                });
+            }
+            sink.snapshot(SnapshotOutput {
+                index: out.files.len(),
+                summary: &summary,
+                tables: &mut tables,
+                devices: &mut devices,
+            })
+            .map_err(PipelineError::Sink)?;
+        }
+        out.files.push(summary);
+    }
+    for (name, format, gzip, mut samples) in logs {
+        sink.stage(Stage::Analysing, Some(&name));
+        let summary = analyze_gpu_log(&mut samples, &name, format, gzip, &snapshot_ranges).map_err(|e| {
+            PipelineError::Internal {
+                file: name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        if sink.keeps_tables() {
+            sink.stage(Stage::Storing, Some(&name));
+            sink.gpu_log(GpuLogOutput {
+                index: out.gpu_logs.len(),
+                summary: &summary,
+                samples: &mut samples,
+            })
+            .map_err(PipelineError::Sink)?;
+        }
+        out.gpu_logs.push(summary);
+    }
+    link_process_gpus(&mut out.gpu_logs);
+    if out.files.is_empty() && out.gpu_logs.is_empty() {
+        let reasons: Vec<String> = out
+            .skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.file, s.reason))
+            .collect();
+        return Err(PipelineError::NothingAnalysed(reasons.join("; ")));
+    }
+    Ok(out)
+}
+
+fn open_source(input: Input, options: ImportOptions) -> Result<Source, ImportError> {
+    match input.open {
+        InputOpener::Path(path) => Source::open(&path, options.source),
+        InputOpener::Reader(open) => Source::from_reader(open()?, input.size.unwrap_or(u64::MAX), options.source),
+    }
+}
+
+/// Analyses files on disk as one report (what `memlens analyze` prints).
+pub fn analyze_paths(paths: &[PathBuf]) -> Result<AnalyzeOutput, PipelineError> {
+    run(
+        paths.iter().map(|p| Input::path(p)).collect(),
+        ImportOptions::default(),
+        &mut NoSink,
+    )
+}
+
+/// Analyses one allocator snapshot (or Nsight export) on disk; an NVML log or a format kept
+/// aside is an error naming the file.
+pub fn summarize_file(path: &Path) -> Result<FileSummary, PipelineError> {
+    let out = analyze_paths(&[path.to_owned()])?;
+    out.files.into_iter().next().ok_or_else(|| PipelineError::Input {
+        file: path.display().to_string(),
+        error: ImportError::Log("an NVML log, not an allocator snapshot".into()),
+    })
+}

@@ -1,0 +1,65 @@
+//! Typed calls of the memlens API: one function per endpoint, query strings serialised from the
+//! parameter types of `memlens-api` (the same types the server deserialises), so no URL is
+//! assembled by hand elsewhere.
+
+use memlens_api::{
+    AnalyzeOutput, ChartParams, DeviceParams, FragmentationSeries, FrameView, GpuSamplesParams, GpuSeries, SegmentMap,
+    SegmentsParams, ServerLimits, Status, Timeline, TimelineParams,
+};
+use serde::Serialize;
+
+use crate::api::{get_json, FetchError};
+
+/// `path` with `params` as its query string (nothing when they are all unset).
+fn url<P: Serialize>(path: &str, params: &P) -> String {
+    match serde_urlencoded::to_string(params) {
+        Ok(q) if !q.is_empty() => format!("{path}?{q}"),
+        _ => path.to_owned(),
+    }
+}
+
+fn report_path(id: &str, rest: &str) -> String {
+    format!("/api/reports/{id}{rest}")
+}
+
+pub async fn limits() -> Result<ServerLimits, FetchError> {
+    get_json("/api/limits").await
+}
+
+pub async fn status(id: &str) -> Result<Status, FetchError> {
+    get_json(&report_path(id, "/status")).await
+}
+
+pub async fn summary(id: &str) -> Result<AnalyzeOutput, FetchError> {
+    get_json(&report_path(id, "")).await
+}
+
+pub async fn timeline(id: &str, params: &TimelineParams) -> Result<Timeline, FetchError> {
+    get_json(&url(&report_path(id, "/timeline"), params)).await
+}
+
+pub async fn gpu_samples(id: &str, params: &GpuSamplesParams) -> Result<GpuSeries, FetchError> {
+    get_json(&url(&report_path(id, "/gpu_samples"), params)).await
+}
+
+pub async fn fragmentation(id: &str, params: &DeviceParams) -> Result<FragmentationSeries, FetchError> {
+    get_json(&url(&report_path(id, "/fragmentation"), params)).await
+}
+
+pub async fn segments(id: &str, params: &SegmentsParams) -> Result<SegmentMap, FetchError> {
+    get_json(&url(&report_path(id, "/segments"), params)).await
+}
+
+pub async fn stack(id: &str, stack: u32) -> Result<Vec<FrameView>, FetchError> {
+    get_json(&report_path(id, &format!("/stacks/{stack}"))).await
+}
+
+/// The address of a chart image (for `<img src>`).
+pub fn chart_svg_url(id: &str, params: &ChartParams) -> String {
+    url(&report_path(id, "/chart.svg"), params)
+}
+
+/// The share page of a report.
+pub fn report_page(id: &str) -> String {
+    format!("/r/{id}")
+}

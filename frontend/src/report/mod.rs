@@ -1,0 +1,151 @@
+//! The report page `/r/{id}`: waits for processing, then shows the report. A snapshot's report
+//! ([`view`]) has summary cards, the flame-style timeline ([`timeline_panel`]: zoom by wheel,
+//! drag-select and keys; pan by Shift-drag and arrows; each change fetches level-of-detail
+//! data), hover/pin details with the stack and OOM explanations ([`panels`]), the segment map
+//! at the cursor's time ([`segments`]), the fragmentation strip sharing the timeline's x axis,
+//! the findings ([`findings`]) and a Share button whose link carries the view. NVML logs
+//! uploaded with the snapshot add the whole GPU's `used` memory to the timeline and a section
+//! of their own ([`gpu_logs`]); a report of NVML logs alone shows just those. [`state`] holds
+//! the view's state and actions.
+
+mod cards;
+mod findings;
+mod gpu_logs;
+mod panels;
+mod segments;
+mod state;
+mod timeline_panel;
+mod view;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use memlens_api::{AnalyzeOutput, ReportState as Lifecycle, SkippedFile};
+use wasm_bindgen::JsCast;
+
+use crate::api::{self, FetchError};
+use crate::client;
+use crate::format::bytes;
+
+pub(crate) fn context_2d(c: &web_sys::HtmlCanvasElement) -> Option<web_sys::CanvasRenderingContext2d> {
+    c.get_context("2d")
+        .ok()
+        .flatten()
+        .and_then(|x| x.dyn_into::<web_sys::CanvasRenderingContext2d>().ok())
+}
+
+/// `performance.now()`, for the timing attributes the speed bench reads.
+pub(crate) fn now_ms() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map(|p| p.now())
+        .unwrap_or(0.0)
+}
+
+/// Files the report kept but did not analyse, and why.
+pub(crate) fn skipped_note(skipped: &[SkippedFile]) -> Option<impl IntoView> {
+    (!skipped.is_empty()).then(|| {
+        let text = skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.file, s.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
+        view! { <p class="muted">"Kept but not analysed: " {text}</p> }
+    })
+}
+
+/// Why a report cannot be shown.
+fn error_page(title: &str, detail: String) -> AnyView {
+    view! {
+        <main class="report-error" id="report-error">
+            <h1>{title.to_owned()}</h1>
+            <p>{detail}</p>
+            <p><a href="/">"Upload a trace"</a></p>
+        </main>
+    }
+    .into_any()
+}
+
+#[derive(Clone, PartialEq)]
+enum Load {
+    Waiting(String),
+    Ready(AnalyzeOutput),
+    Failed(String, String),
+}
+
+fn not_found(e: FetchError) -> Load {
+    match e.status {
+        404 => Load::Failed(
+            "Report not found".into(),
+            "This report was deleted, or the link is wrong.".into(),
+        ),
+        410 => Load::Failed(
+            "Report expired".into(),
+            "This report reached the end of its retention period and was removed.".into(),
+        ),
+        _ => Load::Failed("Cannot load this report".into(), e.message),
+    }
+}
+
+/// Polls the status until the report is ready (or failed), then loads its summary.
+async fn wait_and_load(id: String, load: RwSignal<Load>) {
+    loop {
+        match client::status(&id).await {
+            Ok(s) if s.state == Lifecycle::Ready => break,
+            Ok(s) if s.state == Lifecycle::Failed => {
+                let name = s.files.join(", ");
+                load.set(Load::Failed(
+                    "This report could not be processed".into(),
+                    format!("{} — {name}", s.error.unwrap_or_default()),
+                ));
+                return;
+            }
+            Ok(s) => load.set(Load::Waiting(format!(
+                "processing: {} ({} of {})",
+                s.stage.name(),
+                bytes(s.bytes_read as i64),
+                bytes(s.bytes_total as i64)
+            ))),
+            Err(e) => {
+                if matches!(e.status, 404 | 410) {
+                    api::forget_report(&id);
+                }
+                load.set(not_found(e));
+                return;
+            }
+        }
+        api::sleep(400).await;
+    }
+    match client::summary(&id).await {
+        Ok(s) => {
+            let name = s
+                .files
+                .first()
+                .map(|f| f.file.clone())
+                .or_else(|| s.gpu_logs.first().map(|g| g.file.clone()))
+                .unwrap_or_else(|| "report".to_owned());
+            api::remember_report(&id, &name);
+            load.set(Load::Ready(s));
+        }
+        Err(e) => load.set(not_found(e)),
+    }
+}
+
+#[component]
+pub fn ReportPage(id: String) -> impl IntoView {
+    let load = RwSignal::new(Load::Waiting("loading…".into()));
+    spawn_local(wait_and_load(id.clone(), load));
+    move || {
+        match load.get() {
+        Load::Waiting(msg) => view! { <main class="waiting"><p id="report-waiting">{msg}</p></main> }.into_any(),
+        Load::Failed(title, detail) => error_page(&title, detail),
+        Load::Ready(summary) => match summary.files.first().cloned() {
+            Some(file) => view! {
+                <view::ReportView id=id.clone() file=file gpu_logs=summary.gpu_logs.clone() skipped=summary.skipped.clone() />
+            }
+            .into_any(),
+            None if !summary.gpu_logs.is_empty() => gpu_logs::gpu_logs_page(&id, &summary),
+            None => error_page("Nothing to show", "the report has no analysed file".into()),
+        },
+    }
+    }
+}

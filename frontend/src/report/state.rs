@@ -1,0 +1,333 @@
+//! The report view's state in one struct of signals and stored values (all `Copy`, so every
+//! component and handler takes it by value), and the actions that read and change it: drawing,
+//! fetching the level-of-detail timeline, the segment map and stacks.
+
+use std::collections::{HashMap, HashSet};
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use memlens_api::{
+    Band, DeviceParams, DeviceSummary, FileSummary, FragmentationSeries, FrameView, GpuLogSummary, GpuSamplesParams,
+    OomExplanation, SegmentMap, SegmentsParams, TimelineAxis, TimelineParams,
+};
+
+use super::gpu_logs::gpu_of_device;
+use super::{context_2d, now_ms};
+use crate::timeline::{draw_fragmentation, TimelineView, LEFT, RIGHT};
+use crate::{api, client};
+
+pub const TIMELINE_H: f64 = 380.0;
+pub const FRAG_H: f64 = 120.0;
+
+/// NVML's view of the shown device during its trace: (log, GPU, peak `used`, PyTorch's reserved peak).
+pub type InTrace = Option<(usize, i64, i64, i64)>;
+
+/// A drag on the timeline: (start x, panning, window start, window end).
+pub type Drag = Option<(f64, bool, i64, i64)>;
+
+#[derive(Clone, Copy)]
+pub struct ReportState {
+    pub id: StoredValue<String>,
+    pub gpu_logs: StoredValue<Vec<GpuLogSummary>>,
+    pub device: RwSignal<i64>,
+    pub event_axis: RwSignal<bool>,
+    pub dev_summary: Memo<Option<DeviceSummary>>,
+    pub view: StoredValue<TimelineView, LocalStorage>,
+    pub canvas: NodeRef<leptos::html::Canvas>,
+    pub frag_canvas: NodeRef<leptos::html::Canvas>,
+    pub seg_canvas: NodeRef<leptos::html::Canvas>,
+    pub frag_data: RwSignal<Option<FragmentationSeries>>,
+    pub seg_map: RwSignal<Option<SegmentMap>>,
+    pub hovered: RwSignal<Option<Band>>,
+    pub pinned: RwSignal<bool>,
+    pub stack_frames: RwSignal<Option<(u32, Vec<FrameView>)>>,
+    pub show_internal: RwSignal<bool>,
+    pub oom: RwSignal<Option<OomExplanation>>,
+    pub stack_cache: StoredValue<HashMap<u32, Vec<FrameView>>, LocalStorage>,
+    pub request_seq: StoredValue<u64>,
+    pub seg_seq: StoredValue<u64>,
+    /// The window the link asked for, used once.
+    pub first_view: StoredValue<(Option<i64>, Option<i64>)>,
+    pub full_range: StoredValue<(i64, i64)>,
+    pub drag: StoredValue<Drag>,
+    pub in_trace: RwSignal<InTrace>,
+}
+
+impl ReportState {
+    pub fn new(id: String, file: FileSummary, gpu_logs: Vec<GpuLogSummary>) -> ReportState {
+        let devices: Vec<i64> = file.devices.iter().map(|d| d.device).collect();
+        let initial_device = api::query_param("device")
+            .and_then(|d| d.parse().ok())
+            .filter(|d| devices.contains(d))
+            .or(devices.first().copied())
+            .unwrap_or(0);
+        let device = RwSignal::new(initial_device);
+        let file = StoredValue::new(file);
+        ReportState {
+            id: StoredValue::new(id),
+            gpu_logs: StoredValue::new(gpu_logs),
+            device,
+            event_axis: RwSignal::new(api::query_param("axis").as_deref() == Some("event")),
+            dev_summary: Memo::new(move |_| {
+                file.with_value(|f| f.devices.iter().find(|d| d.device == device.get()).cloned())
+            }),
+            view: StoredValue::new_local(TimelineView::new()),
+            canvas: NodeRef::new(),
+            frag_canvas: NodeRef::new(),
+            seg_canvas: NodeRef::new(),
+            frag_data: RwSignal::new(None),
+            seg_map: RwSignal::new(None),
+            hovered: RwSignal::new(None),
+            pinned: RwSignal::new(false),
+            stack_frames: RwSignal::new(None),
+            show_internal: RwSignal::new(false),
+            oom: RwSignal::new(None),
+            stack_cache: StoredValue::new_local(HashMap::new()),
+            request_seq: StoredValue::new(0),
+            seg_seq: StoredValue::new(0),
+            first_view: StoredValue::new((
+                api::query_param("start").and_then(|s| s.parse::<i64>().ok()),
+                api::query_param("end").and_then(|s| s.parse::<i64>().ok()),
+            )),
+            full_range: StoredValue::new((0, 1)),
+            drag: StoredValue::new(None),
+            in_trace: RwSignal::new(None),
+        }
+    }
+
+    /// Draws the timeline and fragmentation canvases from what is loaded.
+    pub fn redraw(self) {
+        let Some(c) = self.canvas.get_untracked() else { return };
+        let Some(ctx) = context_2d(&c) else { return };
+        let t0 = now_ms();
+        self.view.with_value(|v| v.draw(&ctx));
+        let t1 = now_ms();
+        let _ = c.set_attribute("data-draw-ms", &format!("{:.2}", t1 - t0));
+        let _ = c.set_attribute("data-drawn-at", &format!("{t1:.1}"));
+        if let (Some(fc), Some(f)) = (self.frag_canvas.get_untracked(), self.frag_data.get_untracked()) {
+            if let Some(fctx) = context_2d(&fc) {
+                self.view.with_value(|v| draw_fragmentation(&fctx, v, &f, FRAG_H));
+            }
+        }
+    }
+
+    /// Fetches level-of-detail data for the current view (the latest request wins), then the
+    /// same GPU's NVML series, and writes the view into the URL.
+    pub fn fetch_timeline(self) {
+        let seq = self.request_seq.get_value() + 1;
+        self.request_seq.set_value(seq);
+        let (start, end, width, ev) = self.view.with_value(|v| {
+            (
+                v.start,
+                v.end,
+                (v.width - LEFT - RIGHT).max(50.0) as usize,
+                v.event_axis,
+            )
+        });
+        let d = self.device.get_untracked();
+        let id = self.id.get_value();
+        let initial = start >= end;
+        spawn_local(async move {
+            if !initial {
+                api::sleep(40).await;
+                if self.request_seq.get_value() != seq {
+                    return;
+                }
+            }
+            let params = TimelineParams {
+                device: Some(d),
+                width: Some(width),
+                axis: Some(if ev { TimelineAxis::Event } else { TimelineAxis::Time }),
+                start: (!initial).then_some(start),
+                end: (!initial).then_some(end),
+                ..TimelineParams::default()
+            };
+            let Ok(tl) = client::timeline(&id, &params).await else {
+                return;
+            };
+            if self.request_seq.get_value() != seq {
+                return;
+            }
+            self.full_range.set_value((tl.full_start, tl.full_end));
+            let arrived = now_ms();
+            self.view.update_value(|v| {
+                if initial {
+                    v.start = tl.start;
+                    v.end = tl.end;
+                    v.origin = tl.full_start;
+                }
+                v.hovered = None;
+                v.pinned = None;
+                v.data = Some(tl);
+            });
+            if let Some(c) = self.canvas.get_untracked() {
+                let _ = c.set_attribute("data-data-at", &format!("{arrived:.1}"));
+            }
+            self.redraw();
+            // How long drawing took once this answer arrived (read by the speed bench).
+            if let Some(c) = self.canvas.get_untracked() {
+                let _ = c.set_attribute("data-data-to-drawn-ms", &format!("{:.2}", now_ms() - arrived));
+            }
+            self.fetch_gpu_line(seq, d, width, ev, initial).await;
+            let (s, e) = self.view.with_value(|v| (v.start, v.end));
+            let mut q = vec![
+                ("device", d.to_string()),
+                ("start", s.to_string()),
+                ("end", e.to_string()),
+            ];
+            if ev {
+                q.push(("axis", "event".into()));
+            }
+            api::set_query(&q);
+        });
+    }
+
+    /// The same GPU in an NVML log of this report, over the same window (time axis only).
+    async fn fetch_gpu_line(self, seq: u64, d: i64, width: usize, event_axis: bool, initial: bool) {
+        let gpu = self.gpu_logs.with_value(|logs| gpu_of_device(logs, d));
+        let (Some((log, label)), false) = (gpu, event_axis) else {
+            return;
+        };
+        let (start, end) = self.view.with_value(|v| (v.start, v.end));
+        let params = GpuSamplesParams {
+            log: Some(log),
+            gpu: Some(d),
+            start: Some(start),
+            end: Some(end),
+            width: Some(width),
+        };
+        let Ok(g) = client::gpu_samples(&self.id.get_value(), &params).await else {
+            return;
+        };
+        if initial {
+            let (fs, fe) = self.full_range.get_value();
+            let peak = g
+                .points
+                .iter()
+                .filter(|p| p.time_us >= fs && p.time_us <= fe)
+                .map(|p| p.used_max)
+                .max();
+            let reserved = self.dev_summary.get_untracked().map(|s| s.peak_reserved_bytes);
+            self.in_trace.set(peak.zip(reserved).map(|(p, r)| (log, d, p, r)));
+        }
+        if self.request_seq.get_value() == seq {
+            self.view.update_value(|v| v.gpu = Some((g, label)));
+            self.redraw();
+        }
+    }
+
+    /// Device or axis changed: resets the view to the link's window (once) or the whole trace,
+    /// sizes the canvases and loads everything for it.
+    pub fn reset_for_device(self, d: i64, ev: bool, summary: Option<DeviceSummary>) {
+        let width = self
+            .canvas
+            .get()
+            .map(|c| c.parent_element().map(|p| p.client_width()).unwrap_or(900))
+            .unwrap_or(900) as f64;
+        let (qs, qe) = self.first_view.get_value();
+        self.first_view.set_value((None, None));
+        self.view.update_value(|v| {
+            v.width = width.max(400.0);
+            v.height = TIMELINE_H;
+            v.event_axis = ev;
+            v.data = None;
+            v.leak_stacks = summary
+                .as_ref()
+                .map(|s| s.leaks.iter().filter_map(|l| l.stack_id).collect())
+                .unwrap_or_else(HashSet::new);
+            v.phases = summary.as_ref().map(|s| s.phases.clone()).unwrap_or_default();
+            v.summary = summary.clone();
+            match (qs, qe) {
+                (Some(s), Some(e)) if e > s => {
+                    v.start = s;
+                    v.end = e;
+                }
+                _ => {
+                    v.start = 0;
+                    v.end = 0;
+                }
+            }
+        });
+        for (c, h) in [(self.canvas.get(), TIMELINE_H), (self.frag_canvas.get(), FRAG_H)] {
+            if let Some(c) = c {
+                c.set_width(width.max(400.0) as u32);
+                c.set_height(h as u32);
+            }
+        }
+        self.redraw();
+        self.fetch_timeline();
+        let id = self.id.get_value();
+        spawn_local(async move {
+            let params = DeviceParams {
+                device: Some(d),
+                ..DeviceParams::default()
+            };
+            if let Ok(f) = client::fragmentation(&id, &params).await {
+                self.frag_data.set(Some(f));
+                self.redraw();
+            }
+        });
+        if let Some(s) = &summary {
+            self.load_segments_after(s.event_count.checked_sub(1));
+        }
+    }
+
+    /// The segment map at the timeline position `t` (an entry on the event axis, else a time).
+    pub fn load_segments_at(self, t: i64) {
+        if self.view.with_value(|v| v.event_axis) {
+            self.load_segments_after(Some(t.max(0) as usize));
+        } else {
+            self.load_segments(SegmentsParams {
+                time: Some(t),
+                ..SegmentsParams::default()
+            });
+        }
+    }
+
+    /// The segment map right after entry `event` (`None`: the default, the end).
+    pub fn load_segments_after(self, event: Option<usize>) {
+        self.load_segments(SegmentsParams {
+            event,
+            ..SegmentsParams::default()
+        });
+    }
+
+    fn load_segments(self, params: SegmentsParams) {
+        let id = self.id.get_value();
+        let params = SegmentsParams {
+            device: Some(self.device.get_untracked()),
+            ..params
+        };
+        spawn_local(async move {
+            if let Ok(m) = client::segments(&id, &params).await {
+                self.seg_map.set(Some(m));
+            }
+        });
+    }
+
+    /// Fetches the stack of `band` (cached) and shows it.
+    pub fn show_stack(self, band: &Band) {
+        let stack = band.stack_id;
+        if let Some(v) = self.stack_cache.with_value(|c| c.get(&stack).cloned()) {
+            self.stack_frames.set(Some((stack, v)));
+            return;
+        }
+        let id = self.id.get_value();
+        spawn_local(async move {
+            if let Ok(frames) = client::stack(&id, stack).await {
+                self.stack_cache.update_value(|c| {
+                    c.insert(stack, frames.clone());
+                });
+                self.stack_frames.set(Some((stack, frames)));
+            }
+        });
+    }
+
+    /// The band at index `hit` of the loaded timeline.
+    pub fn band(self, hit: Option<usize>) -> Option<Band> {
+        hit.and_then(|i| {
+            self.view
+                .with_value(|v| v.data.as_ref().and_then(|d| d.bands.get(i).cloned()))
+        })
+    }
+}

@@ -1,0 +1,62 @@
+//! `memlens analyze FILE... [--json]`: the core pipeline over files on disk, printed as text or
+//! as the JSON the server stores.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use memlens_core::pipeline::analyze_paths;
+
+use super::render::{render_gpu_log_text, render_text};
+
+#[derive(Args)]
+#[command(after_help = formats_help())]
+pub struct AnalyzeArgs {
+    /// Input files: allocator snapshots, Nsight exports and NVML logs of the same run (see the
+    /// formats below).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The format table, for `--help`.
+fn formats_help() -> String {
+    let mut s = String::from("Formats (recognised by content):\n");
+    for f in memlens_api::FORMATS {
+        let note = if f.analysed { "" } else { " [recognised, kept aside]" };
+        s += &format!("  {:<24} {}{note}\n", f.name, f.description);
+    }
+    s
+}
+
+pub fn analyze(args: AnalyzeArgs) -> ExitCode {
+    let out = match analyze_paths(&args.files) {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("memlens: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&out) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("memlens: cannot encode JSON: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        for f in &out.files {
+            print!("{}", render_text(f));
+        }
+        for g in &out.gpu_logs {
+            print!("{}", render_gpu_log_text(g));
+        }
+        for s in &out.skipped {
+            println!("{}: kept aside: {}", s.file, s.reason);
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,30 @@
+//! The command line: one file per command, each a thin layer over `memlens-core` or the server.
+//! `analyze` ([`analyze`]), `serve` ([`crate::serve`]), `healthcheck` ([`healthcheck`]);
+//! [`render`] is the text output of `analyze`.
+
+pub mod analyze;
+pub mod healthcheck;
+pub mod render;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "memlens",
+    version,
+    about = "Explains GPU memory: PyTorch allocator snapshots, Nsight exports, NVML logs"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Analyse trace files and print a summary.
+    Analyze(analyze::AnalyzeArgs),
+    /// Serve the web app and its API.
+    Serve(crate::serve::ServeArgs),
+    /// Exit 0 when the server at `--bind` answers `GET /healthz` (for container health checks).
+    Healthcheck(healthcheck::HealthArgs),
+}

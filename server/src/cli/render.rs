@@ -1,0 +1,135 @@
+//! The human-readable text of `memlens analyze` (without `--json`).
+
+use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, SampleClock};
+
+fn gib(b: i64) -> String {
+    let f = b as f64;
+    if f.abs() >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", f / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", f / (1u64 << 20) as f64)
+    }
+}
+
+/// The human-readable summary of one file.
+pub fn render_text(f: &FileSummary) -> String {
+    let mut s = format!("{} ({}{})\n", f.file, f.format, if f.gzip { ", gzip" } else { "" });
+    for d in &f.devices {
+        s += &render_device(d);
+    }
+    s
+}
+
+/// The human-readable summary of one NVML log.
+pub fn render_gpu_log_text(g: &GpuLogSummary) -> String {
+    let mut s = format!("{} ({}{})\n", g.file, g.format, if g.gzip { ", gzip" } else { "" });
+    if g.clock == SampleClock::LocalNoZone {
+        s += &match g.clock_offset_minutes {
+            0 => "  times are local time without a zone, read as UTC\n".to_owned(),
+            m => format!(
+                "  times are local time without a zone; shifted by {m:+} minutes to line up with the snapshots\n"
+            ),
+        };
+    }
+    for gpu in &g.gpus {
+        let name = gpu.name.as_deref().map_or(String::new(), |n| format!(" ({n})"));
+        s += &format!(
+            "  GPU {}{name}: {} samples over {:.1} s",
+            gpu.gpu,
+            gpu.sample_count,
+            (gpu.end_time_us - gpu.start_time_us) as f64 / 1e6
+        );
+        if let Some(ms) = gpu.median_interval_ms {
+            s += &format!(", every {ms:.0} ms");
+        }
+        s += "\n";
+        if let (Some(p), Some(t)) = (gpu.peak_used_bytes, gpu.peak_time_us) {
+            s += &format!("    peak used       {} (t={t} µs)\n", gib(p));
+        }
+        if let Some(m) = gpu.min_used_bytes {
+            s += &format!("    lowest used     {}\n", gib(m));
+        }
+        if let Some(t) = gpu.total_bytes {
+            s += &format!("    total           {}\n", gib(t));
+        }
+        if let Some(r) = gpu.driver_reserved_bytes {
+            s += &format!("    driver reserved {}\n", gib(r));
+        }
+    }
+    for p in &g.processes {
+        let name = p.name.as_deref().unwrap_or("?");
+        let gpu = match (p.gpu, &p.bus_id) {
+            (Some(i), _) => format!("GPU {i}"),
+            (None, Some(b)) => format!("bus {b}"),
+            (None, None) => "GPU ?".to_owned(),
+        };
+        s += &format!(
+            "  process {} ({name}) on {gpu}: peak {} over {} samples\n",
+            p.pid,
+            p.peak_used_bytes.map_or("n/a".to_owned(), gib),
+            p.sample_count
+        );
+    }
+    s += &format!("  note: {}\n", g.used_note);
+    for l in &g.skipped_lines {
+        s += &format!("  skipped {l}\n");
+    }
+    s
+}
+
+fn render_device(d: &DeviceSummary) -> String {
+    let mut s = format!(
+        "  device {}: {} trace entries, {} allocations\n",
+        d.device, d.event_count, d.alloc_count
+    );
+    let when = match (d.peak_time_us, d.peak_event_index) {
+        (Some(t), Some(i)) => format!(" at entry {i} (t={t} µs)"),
+        (None, Some(i)) => format!(" at entry {i}"),
+        _ => " before the trace began".to_owned(),
+    };
+    s += &format!("    peak allocated  {}{when}\n", gib(d.peak_allocated_bytes));
+    s += &format!("    peak reserved   {}\n", gib(d.peak_reserved_bytes));
+    if let Some(fp) = &d.fragmentation_at_peak {
+        s += &format!(
+            "    at the peak     {} reserved but free, largest free block {}, fragmentation {:.2}\n",
+            gib(fp.reserved_free_bytes),
+            gib(fp.largest_free_block_bytes),
+            fp.fragmentation_index
+        );
+    }
+    for g in d.peak_stacks.iter().take(3) {
+        s += &format!(
+            "      {} in {} allocation(s) from {}\n",
+            gib(g.bytes),
+            g.count,
+            g.stack.first().map_or("(no stack)", |f| f.as_str())
+        );
+    }
+    s += &format!("    OOMs            {}\n", d.oom_count);
+    for o in &d.ooms {
+        s += &format!(
+            "      requested {} with {} reserved-but-free, largest free block {} ({})\n        {}\n",
+            gib(o.requested_bytes),
+            gib(o.reserved_free_bytes),
+            gib(o.largest_free_block_bytes),
+            o.cause,
+            o.remedy
+        );
+    }
+    s += &format!(
+        "    leak candidates {} (iterations: {} from {})\n",
+        d.leaks.len(),
+        d.iterations.count,
+        d.iterations.source
+    );
+    for l in &d.leaks {
+        s += &format!(
+            "      {} in {} allocation(s) over {} iterations, from {}\n",
+            gib(l.bytes),
+            l.count,
+            l.iterations_seen,
+            l.stack.iter().take(3).cloned().collect::<Vec<_>>().join(" ← ")
+        );
+    }
+    s
+}

@@ -1,0 +1,108 @@
+//! `chart.png` / `chart.svg`: the report's stored default chart, or one drawn on request for a
+//! chosen snapshot device or NVML GPU.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use memlens_api::ChartParams;
+
+use super::error::{internal, ApiError, Q};
+use super::queries::{frames_of, pick, pick_gpu};
+use super::state::{loaded, Shared};
+use crate::charts::{render_png, render_svg, Chart};
+use crate::reportdata::{self, CHART_PNG, CHART_SVG};
+
+/// What a chart request draws.
+enum Target {
+    Device { file: usize, device: i64 },
+    Gpu { log: usize, gpu: i64 },
+}
+
+async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Response, ApiError> {
+    let r = loaded(&st, &id).await?;
+    let (ctype, key) = if svg {
+        ("image/svg+xml", CHART_SVG)
+    } else {
+        ("image/png", CHART_PNG)
+    };
+    let stored = if q.is_default() {
+        let store = st.store.clone();
+        let id = id.clone();
+        tokio::task::spawn_blocking(move || reportdata::read_object(store.as_ref(), &id, key))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?
+    } else {
+        None
+    };
+    let body: Vec<u8> = match stored {
+        Some(bytes) => bytes,
+        None => {
+            let gpu_chart = q.log.is_some() || q.gpu.is_some() || r.summary.files.is_empty();
+            let target = if gpu_chart {
+                let (log, g) = pick_gpu(&r.summary, q.log, q.gpu)?;
+                Target::Gpu { log, gpu: g.gpu }
+            } else {
+                let (file, d) = pick(&r.summary, q.file, q.device)?;
+                Target::Device { file, device: d.device }
+            };
+            tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
+                let missing = |what: &str| ApiError::Internal(format!("{what} missing"));
+                let chart = match target {
+                    Target::Gpu { log, gpu } => {
+                        let summary = &r.summary.gpu_logs[log];
+                        let g = summary
+                            .gpus
+                            .iter()
+                            .find(|g| g.gpu == gpu)
+                            .ok_or_else(|| missing("GPU summary"))?;
+                        let samples = r.gpu_logs.get(log).ok_or_else(|| missing("GPU samples"))?;
+                        Chart::Gpu(samples, summary, g)
+                    }
+                    Target::Device { file, device } => {
+                        let d = r.summary.files[file]
+                            .devices
+                            .iter()
+                            .find(|d| d.device == device)
+                            .ok_or_else(|| missing("device summary"))?;
+                        Chart::Device(frames_of(&r, file, device)?, d)
+                    }
+                };
+                if svg {
+                    render_svg(&chart).map(String::into_bytes).map_err(internal)
+                } else {
+                    render_png(&chart).map_err(internal)
+                }
+            })
+            .await
+            .map_err(internal)??
+        }
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, ctype),
+            (header::CACHE_CONTROL, "private, max-age=3600"),
+        ],
+        Body::from(body),
+    )
+        .into_response())
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/chart.png", tag = "charts", params(("id" = String, Path), ChartParams), responses((status = 200, content_type = "image/png")))]
+pub async fn chart_png(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<ChartParams>,
+) -> Result<Response, ApiError> {
+    chart(st, id, q, false).await
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/chart.svg", tag = "charts", params(("id" = String, Path), ChartParams), responses((status = 200, content_type = "image/svg+xml")))]
+pub async fn chart_svg(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<ChartParams>,
+) -> Result<Response, ApiError> {
+    chart(st, id, q, true).await
+}

@@ -1,0 +1,89 @@
+//! API errors as JSON ([`ErrorBody`]): input problems name the problem; 5xx causes are logged,
+//! never sent. [`Q`] is `Query` whose rejections answer in the same JSON shape.
+
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use memlens_api::{ErrorBody, Status};
+
+#[derive(Debug)]
+pub enum ApiError {
+    NotFound,
+    Gone,
+    Forbidden,
+    TooLarge(u64),
+    BadRequest(String),
+    /// Processing has not finished; carries the status.
+    NotReady(Box<Status>),
+    /// Processing failed; carries the status with its error.
+    Failed(Box<Status>),
+    /// Logged; the client sees only "internal error".
+    Internal(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (code, error, status) = match self {
+            ApiError::NotFound => (
+                StatusCode::NOT_FOUND,
+                "no such report (it may have been deleted)".to_owned(),
+                None,
+            ),
+            ApiError::Gone => (StatusCode::GONE, "this report has expired".to_owned(), None),
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, "wrong or missing delete token".to_owned(), None),
+            ApiError::TooLarge(limit) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("upload exceeds the limit of {limit} bytes"),
+                None,
+            ),
+            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m, None),
+            ApiError::NotReady(s) => (
+                StatusCode::ACCEPTED,
+                "the report is still being processed".to_owned(),
+                Some(s),
+            ),
+            ApiError::Failed(s) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                s.error.clone().unwrap_or_else(|| "processing failed".into()),
+                Some(s),
+            ),
+            ApiError::Internal(cause) => {
+                tracing::error!("internal error: {cause}");
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal error".to_owned(), None)
+            }
+        };
+        (
+            code,
+            Json(ErrorBody {
+                error,
+                status: status.map(|s| *s),
+            }),
+        )
+            .into_response()
+    }
+}
+
+/// An internal error from anything printable (logged, never sent).
+pub fn internal<E: std::fmt::Display>(e: E) -> ApiError {
+    ApiError::Internal(e.to_string())
+}
+
+/// Query parameters (types from `memlens-api`); a malformed query is a JSON 400.
+pub struct Q<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Q<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| Q(q))
+            .map_err(|e| ApiError::BadRequest(e.body_text()))
+    }
+}

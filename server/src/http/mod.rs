@@ -1,0 +1,88 @@
+//! The HTTP API (axum), one module per resource: [`uploads`], [`reports`] (status, summary,
+//! delete, limits), [`queries`] (level-of-detail), [`charts`], [`pages`] (share pages) and
+//! [`ops`] (health, metrics, OpenAPI). [`state`] holds what handlers share, [`error`] the JSON
+//! errors and the query extractor.
+//!
+//! The OpenAPI document is collected from the routes themselves (utoipa-axum), so a route
+//! cannot be served undocumented or documented but not served.
+//!
+//! Invariants: handlers reach storage only through [`crate::store::ReportStore`] (no filesystem
+//! access except the built frontend's static files); uploads are cut off at `--max-upload`
+//! (413) whatever the transfer encoding; CPU work runs on the blocking pool; 5xx causes are
+//! logged, clients get "internal error"; every response carries `Referrer-Policy: no-referrer`;
+//! no endpoint lists reports.
+
+pub mod charts;
+pub mod error;
+pub mod ops;
+pub mod pages;
+pub mod queries;
+pub mod reports;
+pub mod state;
+pub mod uploads;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderValue};
+use axum::routing::get;
+use axum::Router;
+pub use error::ApiError;
+pub use state::{AppState, HttpConfig, Shared};
+use tower_http::services::{ServeDir, ServeFile};
+use tower_http::set_header::SetResponseHeaderLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "memlens", description = "GPU memory reports: uploads, summaries and level-of-detail queries."),
+    tags((name = "reports"), (name = "queries"), (name = "charts"))
+)]
+struct ApiDoc;
+
+/// The documented API routes and their OpenAPI document.
+pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(uploads::upload))
+        .layer(DefaultBodyLimit::disable())
+        .routes(routes!(reports::summary, reports::delete_report))
+        .routes(routes!(reports::status))
+        .routes(routes!(reports::limits))
+        .routes(routes!(queries::timeline))
+        .routes(routes!(queries::segments))
+        .routes(routes!(queries::fragmentation))
+        .routes(routes!(queries::peak))
+        .routes(routes!(queries::leaks))
+        .routes(routes!(queries::ooms))
+        .routes(routes!(queries::annotations))
+        .routes(routes!(queries::stack))
+        .routes(routes!(queries::allocations))
+        .routes(routes!(queries::gpu_samples))
+        .routes(routes!(charts::chart_png))
+        .routes(routes!(charts::chart_svg))
+        .split_for_parts()
+}
+
+/// The OpenAPI document served at `/api/openapi.json`.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    api_routes().1
+}
+
+pub fn router(state: Shared) -> Router {
+    let static_dir = state.config.static_dir.clone();
+    let index = static_dir.join("index.html");
+    let (api, doc) = api_routes();
+    api.route("/api/openapi.json", get(ops::openapi))
+        .layer(axum::Extension(Arc::new(doc)))
+        .route("/healthz", get(ops::healthz))
+        .route("/metrics", get(ops::metrics))
+        .route("/r/{id}", get(pages::report_page))
+        .fallback_service(ServeDir::new(static_dir).fallback(ServeFile::new(index)))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ))
+        .with_state(state)
+}

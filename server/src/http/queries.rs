@@ -1,0 +1,279 @@
+//! Level-of-detail queries over a ready report: timeline, segment map, fragmentation, the
+//! summary-backed device views (peak, leaks, OOMs, annotations), stack frames, allocation search
+//! and NVML series. The answers come from `memlens_core::query`; this file picks the file,
+//! device or GPU a query names and runs CPU work on the blocking pool.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use memlens_api::{
+    AnalyzeOutput, DeviceParams, DeviceSummary, FileParams, FragmentationSeries, FrameView, GpuSamplesParams,
+    GpuSeries, GpuSeriesSummary, LeakCandidate, OomExplanation, Peak, PhaseRange, SearchParams, SearchResult,
+    SegmentMap, SegmentsParams, TimeAxis, Timeline, TimelineAxis, TimelineParams,
+};
+use memlens_core::analysis::gpu_samples::gpu_series;
+use memlens_core::analysis::DeviceEvents;
+use memlens_core::pipeline::DeviceFrames;
+use memlens_core::query;
+
+use super::error::{internal, ApiError, Q};
+use super::state::{loaded, summary_of, Shared};
+use crate::reportdata::LoadedReport;
+
+/// The `index`-th of `outer` (default the first), then the member of its `inner` list whose
+/// `id` is `wanted` (default the first); errors name what was asked for.
+fn pick_nested<'a, O, I>(
+    outer: &'a [O],
+    index: Option<usize>,
+    inner: impl Fn(&'a O) -> &'a [I],
+    id: impl Fn(&I) -> i64,
+    wanted: Option<i64>,
+    (outer_name, inner_name): (&str, &str),
+) -> Result<(usize, &'a I), ApiError> {
+    let i = index.unwrap_or(0);
+    let o = outer
+        .get(i)
+        .ok_or_else(|| ApiError::BadRequest(format!("no {outer_name} {i} in this report")))?;
+    let members = inner(o);
+    let m = match wanted {
+        Some(w) => members
+            .iter()
+            .find(|m| id(m) == w)
+            .ok_or_else(|| ApiError::BadRequest(format!("no {inner_name} {w} in {outer_name} {i}")))?,
+        None => members
+            .first()
+            .ok_or_else(|| ApiError::BadRequest(format!("{outer_name} {i} has no {inner_name}")))?,
+    };
+    Ok((i, m))
+}
+
+/// The snapshot file and device a query names.
+pub fn pick(r: &AnalyzeOutput, file: Option<usize>, device: Option<i64>) -> Result<(usize, &DeviceSummary), ApiError> {
+    pick_nested(&r.files, file, |f| &f.devices, |d| d.device, device, ("file", "device"))
+}
+
+/// The GPU log `log` (default 0) and its GPU `gpu` (default: the first).
+pub fn pick_gpu(
+    r: &AnalyzeOutput,
+    log: Option<usize>,
+    gpu: Option<i64>,
+) -> Result<(usize, &GpuSeriesSummary), ApiError> {
+    pick_nested(&r.gpu_logs, log, |l| &l.gpus, |g| g.gpu, gpu, ("GPU log", "GPU"))
+}
+
+/// A device's stored frames.
+pub fn frames_of(r: &LoadedReport, file: usize, device: i64) -> Result<&DeviceFrames, ApiError> {
+    r.files
+        .get(file)
+        .and_then(|f| f.device(device))
+        .ok_or_else(|| ApiError::Internal(format!("frames of file {file} device {device} missing")))
+}
+
+/// Runs `f` over the loaded report on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    r: Arc<LoadedReport>,
+    f: impl FnOnce(&LoadedReport) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(move || f(&r)).await.map_err(internal)?
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/timeline", tag = "queries",
+    params(("id" = String, Path), TimelineParams), responses((status = 200, body = Timeline)))]
+pub async fn timeline(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<TimelineParams>,
+) -> Result<Json<Timeline>, ApiError> {
+    let r = loaded(&st, &id).await?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
+    let device = d.device;
+    let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
+    // Traces without timestamps have only the entry-order axis.
+    let axis = match (q.axis, d.time_axis) {
+        (None | Some(TimelineAxis::Time), TimeAxis::TimeUs) => TimelineAxis::Time,
+        _ => TimelineAxis::Event,
+    };
+    let tl = blocking(r, move |r| {
+        query::timeline_on(
+            frames_of(r, fi, device)?,
+            axis,
+            initial,
+            q.start,
+            q.end,
+            q.width.unwrap_or(1000),
+        )
+        .map_err(internal)
+    })
+    .await?;
+    Ok(Json(tl))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/segments", tag = "queries",
+    params(("id" = String, Path), SegmentsParams), responses((status = 200, body = SegmentMap)))]
+pub async fn segments(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<SegmentsParams>,
+) -> Result<Json<SegmentMap>, ApiError> {
+    let r = loaded(&st, &id).await?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
+    let device = d.device;
+    let map = blocking(r, move |r| {
+        let f = &r.files[fi];
+        let ev = DeviceEvents::new(&f.tables, device).map_err(internal)?;
+        let cp = f.checkpoints(&ev).map_err(internal)?;
+        match (q.event, q.time) {
+            (Some(e), _) => cp.map_at(&ev, Some(e)),
+            (None, Some(time)) => cp.map_at_time(&ev, time),
+            (None, None) => cp.map_at(&ev, ev.len().checked_sub(1)),
+        }
+        .ok_or_else(|| ApiError::Internal("no segment checkpoint covers the entry".into()))
+    })
+    .await?;
+    Ok(Json(map))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/fragmentation", tag = "queries",
+    params(("id" = String, Path), DeviceParams), responses((status = 200, body = FragmentationSeries)))]
+pub async fn fragmentation(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<DeviceParams>,
+) -> Result<Json<FragmentationSeries>, ApiError> {
+    let r = loaded(&st, &id).await?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
+    let dev = frames_of(&r, fi, d.device)?;
+    Ok(Json(query::fragmentation_series(dev).map_err(internal)?))
+}
+
+/// The summary of one device of a ready report.
+async fn device_summary(st: &Shared, id: &str, q: &DeviceParams) -> Result<DeviceSummary, ApiError> {
+    let r = summary_of(st, id).await?;
+    Ok(pick(&r, q.file, q.device)?.1.clone())
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/peak", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = Peak)))]
+pub async fn peak(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<DeviceParams>,
+) -> Result<Json<Peak>, ApiError> {
+    let d = device_summary(&st, &id, &q).await?;
+    Ok(Json(Peak {
+        device: d.device,
+        peak_allocated_bytes: d.peak_allocated_bytes,
+        peak_time_us: d.peak_time_us,
+        peak_event_index: d.peak_event_index,
+        peak_reserved_bytes: d.peak_reserved_bytes,
+        peak_stacks: d.peak_stacks,
+        fragmentation_at_peak: d.fragmentation_at_peak,
+    }))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/leaks", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [LeakCandidate])))]
+pub async fn leaks(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<DeviceParams>,
+) -> Result<Json<Vec<LeakCandidate>>, ApiError> {
+    Ok(Json(device_summary(&st, &id, &q).await?.leaks))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/ooms", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [OomExplanation])))]
+pub async fn ooms(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<DeviceParams>,
+) -> Result<Json<Vec<OomExplanation>>, ApiError> {
+    Ok(Json(device_summary(&st, &id, &q).await?.ooms))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/annotations", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [PhaseRange])))]
+pub async fn annotations(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<DeviceParams>,
+) -> Result<Json<Vec<PhaseRange>>, ApiError> {
+    Ok(Json(device_summary(&st, &id, &q).await?.phases))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/stacks/{stack}", tag = "queries",
+    params(("id" = String, Path), ("stack" = u32, Path), FileParams), responses((status = 200, body = [FrameView])))]
+pub async fn stack(
+    State(st): State<Shared>,
+    Path((id, stack)): Path<(String, u32)>,
+    Q(q): Q<FileParams>,
+) -> Result<Json<Vec<FrameView>>, ApiError> {
+    let r = loaded(&st, &id).await?;
+    let f = r
+        .files
+        .get(q.file.unwrap_or(0))
+        .ok_or_else(|| ApiError::BadRequest("no such file in this report".into()))?;
+    Ok(Json(query::stack_frames(&f.stacks, stack)))
+}
+
+/// An address as given: decimal or `0x` hex.
+fn parse_address(a: &str) -> Result<i64, ApiError> {
+    match a.strip_prefix("0x").or_else(|| a.strip_prefix("0X")) {
+        Some(h) => i64::from_str_radix(h, 16),
+        None => a.parse::<i64>(),
+    }
+    .map_err(|_| ApiError::BadRequest(format!("`{a}` is not an address")))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/allocations", tag = "queries",
+    params(("id" = String, Path), SearchParams), responses((status = 200, body = SearchResult)))]
+pub async fn allocations(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<SearchParams>,
+) -> Result<Json<SearchResult>, ApiError> {
+    let addr = match q.addr.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(a) => Some(parse_address(a)?),
+    };
+    if addr.is_none() && q.stack.as_deref().is_none_or(str::is_empty) {
+        return Err(ApiError::BadRequest("give `addr` or `stack`".into()));
+    }
+    let r = loaded(&st, &id).await?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
+    let device = d.device;
+    let limit = q.limit.unwrap_or(200).min(5_000);
+    let (total, allocations) = blocking(r, move |r| {
+        let dev = frames_of(r, fi, device)?;
+        query::search_allocations(dev, &r.files[fi].stacks, addr, q.stack.as_deref(), limit).map_err(internal)
+    })
+    .await?;
+    Ok(Json(SearchResult { total, allocations }))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/gpu_samples", tag = "queries",
+    params(("id" = String, Path), GpuSamplesParams), responses((status = 200, body = GpuSeries)))]
+pub async fn gpu_samples(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<GpuSamplesParams>,
+) -> Result<Json<GpuSeries>, ApiError> {
+    let r = loaded(&st, &id).await?;
+    let (li, g) = pick_gpu(&r.summary, q.log, q.gpu)?;
+    let gpu = g.gpu;
+    let series = blocking(r, move |r| {
+        let samples = r
+            .gpu_logs
+            .get(li)
+            .ok_or_else(|| ApiError::Internal("GPU samples missing".into()))?;
+        let (start, end, aggregated, points) =
+            gpu_series(samples, gpu, q.start, q.end, q.width.unwrap_or(1000)).map_err(internal)?;
+        Ok(GpuSeries {
+            log: li,
+            gpu,
+            start,
+            end,
+            aggregated,
+            points,
+        })
+    })
+    .await?;
+    Ok(Json(series))
+}

@@ -1,0 +1,246 @@
+//! `POST /api/reports`: multipart or raw uploads streamed into the store's upload writers, cut
+//! off at `--max-upload` (413) whatever the transfer encoding; rejected uploads are drained
+//! (bounded) before the answer, and leave nothing in the store.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Multipart, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::StreamExt;
+use memlens_api::{Created, ErrorBody, ReportState, UploadParams};
+
+use super::error::{internal, ApiError, Q};
+use super::state::{now, Shared};
+use crate::ids;
+use crate::store::{BlobWriter, ReportRecord, StoredFile};
+
+/// How much of a rejected upload is read and discarded before answering, at most.
+const DRAIN_BYTES: u64 = 64 << 20;
+/// How long a rejected upload is drained before answering, at most.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+/// Bytes gathered before one blocking write to the store.
+const WRITE_BATCH: usize = 4 << 20;
+
+#[utoipa::path(post, path = "/api/reports", tag = "reports",
+    params(UploadParams),
+    request_body(content = String, description = "multipart/form-data with one or more `file` fields, or a raw body", content_type = "multipart/form-data"),
+    responses((status = 201, body = Created), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: HeaderMap, req: Request) -> Response {
+    let id = ids::new_report_id();
+    let (parts, body) = req.into_parts();
+    let (body, pump) = pump_body(body);
+    let result = receive(&st, &id, &q, &headers, Request::from_parts(parts, body)).await;
+    match result {
+        Ok(created) => (StatusCode::CREATED, Json(created)).into_response(),
+        Err(e) => {
+            st.metrics.upload_rejected();
+            let store = st.store.clone();
+            let id2 = id.clone();
+            let _ = tokio::task::spawn_blocking(move || store.discard_uploads(&id2)).await;
+            // `receive` has dropped its end of the pump: let the pump discard what the client is
+            // still sending (bounded), so that the client reads this answer instead of a reset.
+            if declared_length(&headers).is_some_and(|len| len > DRAIN_BYTES) {
+                pump.abort(); // too much to drain: the connection is closed after the answer.
+            } else {
+                let _ = tokio::time::timeout(DRAIN_TIME, pump).await;
+            }
+            e.into_response()
+        }
+    }
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// The client's file name reduced to a safe base name.
+pub fn sanitize(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    let s: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(120)
+        .collect();
+    let s = s.trim_start_matches('.').to_owned();
+    if s.is_empty() {
+        "upload".to_owned()
+    } else {
+        s
+    }
+}
+
+/// Reads the request body on its own task and hands it on through a small channel.
+///
+/// A client that streams a body writes all of it before it reads the answer; if the server
+/// answered a rejected upload (413, 400) and closed the connection at once, the client would see
+/// a broken pipe instead of the error. When the reader is dropped, the pump goes on reading and
+/// discarding up to [`DRAIN_BYTES`] (the caller bounds the time), like a lingering close.
+fn pump_body(body: Body) -> (Body, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, axum::Error>>(4);
+    let task = tokio::spawn(async move {
+        let mut stream = body.into_data_stream();
+        let mut receiver_gone = false;
+        let mut drained = 0u64;
+        while let Some(chunk) = stream.next().await {
+            if receiver_gone {
+                match chunk {
+                    Ok(c) => drained += c.len() as u64,
+                    Err(_) => return,
+                }
+                if drained > DRAIN_BYTES {
+                    return;
+                }
+            } else if tx.send(chunk).await.is_err() {
+                receiver_gone = true;
+            }
+        }
+    });
+    let rx_stream = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    (Body::from_stream(rx_stream), task)
+}
+
+/// Writes `batch` to the store off the async workers.
+async fn write_batch(writer: Box<dyn BlobWriter>, batch: Vec<u8>) -> Result<Box<dyn BlobWriter>, ApiError> {
+    tokio::task::spawn_blocking(move || {
+        let mut writer = writer;
+        writer.write(&batch).map(|()| writer)
+    })
+    .await
+    .map_err(internal)?
+    .map_err(internal)
+}
+
+/// Streams chunks into upload `key`, counting against `budget`; returns the bytes written.
+async fn stream_to_store<S, E>(
+    st: &Shared,
+    id: &str,
+    key: &str,
+    mut chunks: S,
+    budget: &mut u64,
+    limit: u64,
+) -> Result<u64, ApiError>
+where
+    S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let (store, id2, key2) = (st.store.clone(), id.to_owned(), key.to_owned());
+    let mut writer = tokio::task::spawn_blocking(move || store.upload_writer(&id2, &key2))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+    let mut written = 0u64;
+    let mut batch = Vec::with_capacity(WRITE_BATCH);
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
+        written += chunk.len() as u64;
+        if written > *budget {
+            return Err(ApiError::TooLarge(limit));
+        }
+        batch.extend_from_slice(&chunk);
+        if batch.len() >= WRITE_BATCH {
+            writer = write_batch(writer, std::mem::replace(&mut batch, Vec::with_capacity(WRITE_BATCH))).await?;
+        }
+    }
+    writer = write_batch(writer, batch).await?;
+    tokio::task::spawn_blocking(move || writer.finish())
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+    *budget -= written;
+    Ok(written)
+}
+
+async fn receive(
+    st: &Shared,
+    id: &str,
+    q: &UploadParams,
+    headers: &HeaderMap,
+    req: Request,
+) -> Result<Created, ApiError> {
+    let limit = st.config.max_upload;
+    if declared_length(headers).is_some_and(|len| len > limit.saturating_add(64 << 10)) {
+        return Err(ApiError::TooLarge(limit));
+    }
+    let mut budget = limit;
+    let mut files: Vec<StoredFile> = Vec::new();
+    let is_multipart = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("multipart/form-data"));
+    if is_multipart {
+        let mut mp = Multipart::from_request(req, &())
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("multipart: {e}")))?;
+        loop {
+            let field = match mp.next_field().await {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                        return Err(ApiError::TooLarge(limit));
+                    }
+                    return Err(ApiError::BadRequest(format!("multipart: {e}")));
+                }
+            };
+            let Some(fname) = field.file_name().map(str::to_owned) else {
+                continue;
+            };
+            let name = sanitize(&fname);
+            let key = format!("{}-{name}", files.len());
+            let size = stream_to_store(st, id, &key, field, &mut budget, limit).await?;
+            files.push(StoredFile { name, key, size });
+        }
+    } else {
+        let name = sanitize(q.name.as_deref().unwrap_or("upload"));
+        let key = format!("0-{name}");
+        let stream = req.into_body().into_data_stream();
+        let size = stream_to_store(st, id, &key, stream, &mut budget, limit).await?;
+        if size > 0 {
+            files.push(StoredFile { name, key, size });
+        }
+    }
+    if files.is_empty() {
+        return Err(ApiError::BadRequest(
+            "no file in the upload (send multipart `file` fields or a raw body)".into(),
+        ));
+    }
+    let token = ids::new_delete_token();
+    let created_at = now();
+    let days = match (q.expires_in_days, st.config.retention_days) {
+        (Some(d), 0) => Some(d),
+        (Some(d), r) => Some(d.min(r)),
+        (None, 0) => None,
+        (None, r) => Some(r),
+    };
+    let record = ReportRecord {
+        id: id.to_owned(),
+        state: ReportState::Queued,
+        created_at,
+        expires_at: days.map(|d| created_at + (d as i64) * 86_400),
+        error: None,
+        files: files.clone(),
+        delete_token_hash: ids::token_hash(&token),
+    };
+    let store = st.store.clone();
+    tokio::task::spawn_blocking(move || store.create(&record))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+    st.metrics.upload_accepted(files.iter().map(|f| f.size).sum());
+    st.ingest.enqueue(id.to_owned());
+    Ok(Created {
+        id: id.to_owned(),
+        url: format!("/r/{id}"),
+        delete_token: token,
+    })
+}

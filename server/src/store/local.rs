@@ -1,0 +1,367 @@
+//! [`LocalStore`]: the embedded default store — a SQLite index (`index.sqlite`, WAL) plus a
+//! folder per report under the data directory. Paths never leave this file.
+//!
+//! Writes are atomic: uploads are received under `incoming/` and renamed into the report's
+//! folder when it is created; data is written into a staging folder (a `tempfile` directory,
+//! removed if dropped) and renamed into place; index changes are single statements. A crash
+//! (even `kill -9`) mid-ingest leaves either the old state or the new one.
+//!
+//! Layout under the data directory:
+//! ```text
+//! index.sqlite
+//! incoming/<id>/            uploads being received (removed at start-up)
+//! reports/<id>/uploads/     original uploads, kept for re-analysis
+//! reports/<id>/data/        the published data (renamed in whole)
+//! reports/<id>/staging-*    a data folder being written (removed at start-up)
+//! ```
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{check_key, BlobWriter, DataWriter, ReportRecord, ReportState, ReportStore, StoreError, StoreResult};
+
+/// SQLite index + local folders.
+pub struct LocalStore {
+    root: PathBuf,
+    db: Mutex<Connection>,
+}
+
+impl LocalStore {
+    pub fn open(root: &Path) -> StoreResult<LocalStore> {
+        std::fs::create_dir_all(root.join("reports"))?;
+        // Half-received uploads of a previous run are gone for good: the client got no id.
+        let _ = std::fs::remove_dir_all(root.join("incoming"));
+        std::fs::create_dir_all(root.join("incoming"))?;
+        let db = Connection::open(root.join("index.sqlite"))?;
+        db.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=FULL;
+             CREATE TABLE IF NOT EXISTS reports (
+                 id TEXT PRIMARY KEY,
+                 state TEXT NOT NULL,
+                 created_at INTEGER NOT NULL,
+                 expires_at INTEGER,
+                 error TEXT,
+                 files TEXT NOT NULL,
+                 delete_token_hash TEXT NOT NULL
+             );",
+        )?;
+        let store = LocalStore {
+            root: root.to_owned(),
+            db: Mutex::new(db),
+        };
+        store.remove_stale_staging()?;
+        Ok(store)
+    }
+
+    fn report_dir(&self, id: &str) -> StoreResult<PathBuf> {
+        check_key(id)?;
+        Ok(self.root.join("reports").join(id))
+    }
+
+    fn incoming_dir(&self, id: &str) -> StoreResult<PathBuf> {
+        check_key(id)?;
+        Ok(self.root.join("incoming").join(id))
+    }
+
+    fn remove_stale_staging(&self) -> StoreResult<()> {
+        for entry in std::fs::read_dir(self.root.join("reports"))? {
+            let dir = entry?.path();
+            if let Ok(inner) = std::fs::read_dir(&dir) {
+                for e in inner.flatten() {
+                    let name = e.file_name();
+                    if name.to_string_lossy().starts_with("staging-") || name == "data.old" {
+                        let _ = std::fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn conn(&self) -> StoreResult<std::sync::MutexGuard<'_, Connection>> {
+        self.db.lock().map_err(|_| StoreError::Poisoned)
+    }
+}
+
+/// A row of `reports` as stored: decoded (and checked) by [`row_to_record`].
+struct Row {
+    id: String,
+    state: String,
+    created_at: i64,
+    expires_at: Option<i64>,
+    error: Option<String>,
+    files: String,
+    delete_token_hash: String,
+}
+
+fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok(Row {
+        id: row.get(0)?,
+        state: row.get(1)?,
+        created_at: row.get(2)?,
+        expires_at: row.get(3)?,
+        error: row.get(4)?,
+        files: row.get(5)?,
+        delete_token_hash: row.get(6)?,
+    })
+}
+
+fn row_to_record(r: Row) -> StoreResult<ReportRecord> {
+    let state = ReportState::from_name(&r.state)
+        .ok_or_else(|| StoreError::BadRow(r.id.clone(), format!("state `{}`", r.state)))?;
+    let files = serde_json::from_str(&r.files).map_err(|e| StoreError::BadRow(r.id.clone(), format!("files: {e}")))?;
+    Ok(ReportRecord {
+        id: r.id,
+        state,
+        created_at: r.created_at,
+        expires_at: r.expires_at,
+        error: r.error,
+        files,
+        delete_token_hash: r.delete_token_hash,
+    })
+}
+
+/// fsyncs a directory so a rename inside it is durable.
+fn sync_dir(dir: &Path) {
+    if let Ok(f) = File::open(dir) {
+        let _ = f.sync_all();
+    }
+}
+
+/// An upload being received into `incoming/<id>/<key>`.
+struct LocalBlobWriter {
+    file: File,
+    written: u64,
+}
+
+impl BlobWriter for LocalBlobWriter {
+    fn write(&mut self, bytes: &[u8]) -> StoreResult<()> {
+        self.file.write_all(bytes)?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+    fn finish(self: Box<Self>) -> StoreResult<u64> {
+        self.file.sync_all()?;
+        Ok(self.written)
+    }
+}
+
+/// A new version of a report's data, in a staging folder until committed.
+struct LocalDataWriter {
+    report_dir: PathBuf,
+    staging: tempfile::TempDir,
+}
+
+impl DataWriter for LocalDataWriter {
+    fn put(&mut self, key: &str, bytes: &[u8]) -> StoreResult<()> {
+        check_key(key)?;
+        let path = self.staging.path().join(key);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut f = File::create(&path)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        Ok(())
+    }
+
+    fn commit(self: Box<Self>) -> StoreResult<()> {
+        let data = self.report_dir.join("data");
+        let old = self.report_dir.join("data.old");
+        if data.exists() {
+            std::fs::rename(&data, &old)?;
+        }
+        let staging = self.staging.keep();
+        std::fs::rename(&staging, &data)?;
+        sync_dir(&self.report_dir);
+        if old.exists() {
+            std::fs::remove_dir_all(old)?;
+        }
+        Ok(())
+    }
+}
+
+impl ReportStore for LocalStore {
+    fn upload_writer(&self, id: &str, key: &str) -> StoreResult<Box<dyn BlobWriter>> {
+        check_key(key)?;
+        let dir = self.incoming_dir(id)?;
+        std::fs::create_dir_all(&dir)?;
+        let file = File::create(dir.join(key))?;
+        Ok(Box::new(LocalBlobWriter { file, written: 0 }))
+    }
+
+    fn discard_uploads(&self, id: &str) -> StoreResult<()> {
+        let dir = self.incoming_dir(id)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        Ok(())
+    }
+
+    fn open_upload(&self, id: &str, key: &str) -> StoreResult<Box<dyn Read + Send>> {
+        check_key(key)?;
+        Ok(Box::new(File::open(self.report_dir(id)?.join("uploads").join(key))?))
+    }
+
+    fn data_writer(&self, id: &str) -> StoreResult<Box<dyn DataWriter>> {
+        let report_dir = self.report_dir(id)?;
+        let staging = tempfile::Builder::new().prefix("staging-").tempdir_in(&report_dir)?;
+        Ok(Box::new(LocalDataWriter { report_dir, staging }))
+    }
+
+    fn read_data(&self, id: &str, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        check_key(key)?;
+        match std::fs::read(self.report_dir(id)?.join("data").join(key)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn create(&self, r: &ReportRecord) -> StoreResult<()> {
+        let dir = self.report_dir(&r.id)?;
+        std::fs::create_dir_all(&dir)?;
+        std::fs::rename(self.incoming_dir(&r.id)?, dir.join("uploads"))?;
+        sync_dir(&dir);
+        let files = serde_json::to_string(&r.files).map_err(|e| StoreError::BadRow(r.id.clone(), e.to_string()))?;
+        self.conn()?.execute(
+            "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash)
+             VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6)",
+            params![
+                r.id,
+                r.state.name(),
+                r.created_at,
+                r.expires_at,
+                files,
+                r.delete_token_hash
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn get(&self, id: &str) -> StoreResult<Option<ReportRecord>> {
+        let row = self
+            .conn()?
+            .query_row(
+                "SELECT id, state, created_at, expires_at, error, files, delete_token_hash FROM reports WHERE id = ?1",
+                params![id],
+                read_row,
+            )
+            .optional()?;
+        row.map(row_to_record).transpose()
+    }
+
+    fn set_state(&self, id: &str, state: ReportState, error: Option<&str>) -> StoreResult<()> {
+        self.conn()?.execute(
+            "UPDATE reports SET state = ?2, error = ?3 WHERE id = ?1",
+            params![id, state.name(), error],
+        )?;
+        Ok(())
+    }
+
+    fn delete(&self, id: &str) -> StoreResult<()> {
+        self.conn()?.execute("DELETE FROM reports WHERE id = ?1", params![id])?;
+        let dir = self.report_dir(id)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        Ok(())
+    }
+
+    fn unfinished(&self) -> StoreResult<Vec<String>> {
+        let conn = self.conn()?;
+        let mut stmt =
+            conn.prepare("SELECT id FROM reports WHERE state IN ('queued', 'processing') ORDER BY created_at")?;
+        let ids = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+        Ok(ids)
+    }
+
+    fn purge_expired(&self, now: i64) -> StoreResult<Vec<String>> {
+        let ids: Vec<String> = {
+            let conn = self.conn()?;
+            let mut stmt = conn.prepare("SELECT id FROM reports WHERE expires_at IS NOT NULL AND expires_at <= ?1")?;
+            let ids = stmt
+                .query_map(params![now], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            ids
+        };
+        let mut purged = Vec::new();
+        for id in ids {
+            let dir = self.report_dir(&id)?;
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+                purged.push(id);
+            }
+        }
+        Ok(purged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> ReportRecord {
+        ReportRecord {
+            id: id.to_owned(),
+            state: ReportState::Queued,
+            created_at: 1,
+            expires_at: None,
+            error: None,
+            files: vec![super::super::StoredFile {
+                name: "a.pickle".into(),
+                key: "0-a.pickle".into(),
+                size: 3,
+            }],
+            delete_token_hash: "h".into(),
+        }
+    }
+
+    #[test]
+    fn uploads_and_data_round_trip_and_uncommitted_data_is_discarded() {
+        let root = tempfile::tempdir().expect("tmp");
+        let store = LocalStore::open(root.path()).expect("open");
+        let id = "0123456789abcdef0123456789abcdef";
+        let mut w = store.upload_writer(id, "0-a.pickle").expect("writer");
+        w.write(b"abc").expect("write");
+        assert_eq!(w.finish().expect("finish"), 3);
+        store.create(&record(id)).expect("create");
+        let mut back = String::new();
+        store
+            .open_upload(id, "0-a.pickle")
+            .expect("open")
+            .read_to_string(&mut back)
+            .expect("read");
+        assert_eq!(back, "abc");
+
+        let mut d = store.data_writer(id).expect("data");
+        d.put("f0/d0/usage.parquet", b"u").expect("put");
+        d.put("summary.json", b"{}").expect("put");
+        d.commit().expect("commit");
+        assert_eq!(store.read_data(id, "summary.json").expect("read"), Some(b"{}".to_vec()));
+        assert_eq!(
+            store.read_data(id, "f0/d0/usage.parquet").expect("read"),
+            Some(b"u".to_vec())
+        );
+
+        // A second version that is dropped before commit changes nothing.
+        let mut d = store.data_writer(id).expect("data");
+        d.put("summary.json", b"{\"new\":1}").expect("put");
+        drop(d);
+        assert_eq!(store.read_data(id, "summary.json").expect("read"), Some(b"{}".to_vec()));
+        assert_eq!(store.read_data(id, "missing.json").expect("read"), None);
+        assert!(store.read_data(id, "../index.sqlite").is_err());
+        assert!(store.upload_writer("../x", "k").is_err());
+
+        store.set_state(id, ReportState::Ready, None).expect("state");
+        assert_eq!(store.get(id).expect("get").map(|r| r.state), Some(ReportState::Ready));
+        store.delete(id).expect("delete");
+        assert!(store.get(id).expect("get").is_none());
+        assert_eq!(store.read_data(id, "summary.json").expect("read"), None);
+    }
+}

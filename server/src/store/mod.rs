@@ -1,0 +1,136 @@
+//! The report store: one interface ([`ReportStore`]) of **rows** (the index of reports and
+//! their lifecycle) and **blobs** (a report's uploads and the data the pipeline wrote for it),
+//! named by report id and key — never by filesystem path, so an object store can sit behind it.
+//!
+//! Writes are all-or-nothing: uploads become part of the store only when [`ReportStore::create`]
+//! indexes the report; a report's data is written through a [`DataWriter`] and published by
+//! [`DataWriter::commit`] in one step (dropping the writer discards it). Reports left
+//! `queued`/`processing` by a crash are listed by [`ReportStore::unfinished`] and resumed from
+//! their kept uploads.
+//!
+//! [`LocalStore`] (SQLite index + a folder per report) is the embedded default.
+
+mod local;
+
+use std::io::Read;
+
+pub use local::LocalStore;
+pub use memlens_api::ReportState;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("index: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("files: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("index lock poisoned")]
+    Poisoned,
+    #[error("invalid object key `{0}`")]
+    BadKey(String),
+    #[error("index row of report {0} is damaged: {1}")]
+    BadRow(String, String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// One uploaded file of a report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StoredFile {
+    /// The client's file name (sanitised).
+    pub name: String,
+    /// The upload's key in the store.
+    pub key: String,
+    pub size: u64,
+}
+
+/// What the index knows about a report.
+#[derive(Debug, Clone)]
+pub struct ReportRecord {
+    pub id: String,
+    pub state: ReportState,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub error: Option<String>,
+    pub files: Vec<StoredFile>,
+    pub delete_token_hash: String,
+}
+
+/// Receives one upload's bytes; nothing is visible until the report is created.
+pub trait BlobWriter: Send {
+    fn write(&mut self, bytes: &[u8]) -> StoreResult<()>;
+    /// Makes the blob durable; returns its length.
+    fn finish(self: Box<Self>) -> StoreResult<u64>;
+}
+
+/// Receives a report's data objects (`summary.json`, `f0/events.parquet`, …) and publishes them
+/// together; dropped without [`DataWriter::commit`], it leaves the report's data as it was.
+pub trait DataWriter: Send {
+    fn put(&mut self, key: &str, bytes: &[u8]) -> StoreResult<()>;
+    /// Replaces the report's data with what was put, atomically.
+    fn commit(self: Box<Self>) -> StoreResult<()>;
+}
+
+/// The storage interface the server uses (see ARCHITECTURE.md, "Scaling out").
+pub trait ReportStore: Send + Sync {
+    // Blobs: uploads.
+    /// A writer for upload `key` of the report being received as `id`.
+    fn upload_writer(&self, id: &str, key: &str) -> StoreResult<Box<dyn BlobWriter>>;
+    /// Forgets the uploads of a report that was never created (a rejected upload).
+    fn discard_uploads(&self, id: &str) -> StoreResult<()>;
+    /// Reads a kept upload of a created report.
+    fn open_upload(&self, id: &str, key: &str) -> StoreResult<Box<dyn Read + Send>>;
+
+    // Blobs: report data.
+    /// A writer for a new version of the report's data.
+    fn data_writer(&self, id: &str) -> StoreResult<Box<dyn DataWriter>>;
+    /// One object of the report's published data; `None` when it has none by that key.
+    fn read_data(&self, id: &str, key: &str) -> StoreResult<Option<Vec<u8>>>;
+
+    // Rows.
+    /// Indexes the report (with its received uploads) in `record.state`.
+    fn create(&self, record: &ReportRecord) -> StoreResult<()>;
+    fn get(&self, id: &str) -> StoreResult<Option<ReportRecord>>;
+    fn set_state(&self, id: &str, state: ReportState, error: Option<&str>) -> StoreResult<()>;
+    /// Removes a report, its uploads and its data.
+    fn delete(&self, id: &str) -> StoreResult<()>;
+    /// Reports a crash left unfinished, oldest first.
+    fn unfinished(&self) -> StoreResult<Vec<String>>;
+    /// Removes the uploads and data (not the index row) of reports expired before `now`;
+    /// returns their ids.
+    fn purge_expired(&self, now: i64) -> StoreResult<Vec<String>>;
+}
+
+/// Keys are relative names of `[A-Za-z0-9._-]` segments joined by `/`, none of them `.`/`..`.
+pub fn check_key(key: &str) -> StoreResult<()> {
+    let ok = !key.is_empty()
+        && key.len() <= 256
+        && key.split('/').all(|seg| {
+            !seg.is_empty()
+                && seg != "."
+                && seg != ".."
+                && seg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::BadKey(key.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_cannot_leave_the_report() {
+        for good in ["summary.json", "f0/d1/usage.parquet", "0-leak.pickle"] {
+            assert!(check_key(good).is_ok(), "{good}");
+        }
+        for bad in ["", "../x", "a/../b", "/abs", "a//b", "a\\b", "x y", "./a"] {
+            assert!(check_key(bad).is_err(), "{bad}");
+        }
+    }
+}
