@@ -1,0 +1,239 @@
+//! The analyses on small hand-built tables, where every expected number can be worked out by
+//! hand: usage and peaks, lifetimes, the segment-map replay, fragmentation, OOM classification
+//! and leak candidates.
+
+use memlens_api::{OomCause, SourceInfo};
+
+use super::fragmentation::fragmentation_index;
+use super::leaks::leak_candidates;
+use super::lifetimes::allocation_lifetimes;
+use super::oom::remedy;
+use super::segment_map::segment_map_at;
+use super::usage::usage_over_time;
+use super::DeviceEvents;
+use crate::report::analyze_device;
+use crate::stacks::StackResolver;
+use crate::tables::{Action, BlockState, SnapshotColumns, SnapshotTables};
+
+const MIB: i64 = 1 << 20;
+const SEG: i64 = 0x7f00_0000_0000;
+
+/// A one-device trace built entry by entry, with the final segment state given as blocks.
+struct Trace {
+    c: SnapshotColumns,
+    t: i64,
+}
+
+impl Trace {
+    fn new() -> Trace {
+        Trace {
+            c: SnapshotColumns {
+                source: SourceInfo {
+                    has_time_us: true,
+                    ..SourceInfo::default()
+                },
+                ..SnapshotColumns::default()
+            },
+            t: 1_000_000,
+        }
+    }
+    fn stack(&mut self, function: &str) -> u32 {
+        let f = self.c.frames.intern_frame(function, "train.py", 10);
+        self.c.frames.intern_stack(&[f])
+    }
+    fn entry(&mut self, action: Action, addr: i64, size: i64, stack: u32) -> &mut Self {
+        self.t += 10;
+        self.c.trace.push(action, addr, size, 0, self.t, stack);
+        self
+    }
+    /// The final state: one segment at `SEG` of `total` bytes made of `blocks`
+    /// (`(size, requested, state)` in address order).
+    fn segment(&mut self, total: i64, blocks: &[(i64, i64, BlockState)]) -> &mut Self {
+        let seg = self.c.segments.len() as u32;
+        let allocated: i64 = blocks.iter().filter(|b| b.2 != BlockState::Inactive).map(|b| b.0).sum();
+        let requested: i64 = blocks.iter().filter(|b| b.2 != BlockState::Inactive).map(|b| b.1).sum();
+        self.c.segments.push(
+            0,
+            SEG,
+            total,
+            allocated,
+            allocated,
+            requested,
+            0,
+            "large".into(),
+            (0, 0),
+            false,
+            0,
+        );
+        let mut addr = SEG;
+        for &(size, req, state) in blocks {
+            self.c.blocks.push(0, seg, addr, size, req, state, 0);
+            addr += size;
+        }
+        self
+    }
+    fn tables(mut self) -> SnapshotTables {
+        let n = self.c.trace.len() as u32;
+        self.c.device_ranges = vec![(0, (0, n))];
+        self.c.into_tables().expect("tables")
+    }
+}
+
+/// segment_alloc 2 MiB; alloc A (1000 B → a 1 KiB block) and B (512 B) in it; free A.
+fn two_allocations() -> SnapshotTables {
+    let mut tr = Trace::new();
+    let s = tr.stack("forward");
+    tr.entry(Action::SegmentAlloc, SEG, 2 * MIB, s)
+        .entry(Action::Alloc, SEG, 1000, s)
+        .entry(Action::Alloc, SEG + 1024, 512, s)
+        .entry(Action::FreeRequested, SEG, 1000, s)
+        .entry(Action::FreeCompleted, SEG, 1000, s)
+        .segment(
+            2 * MIB,
+            &[
+                (1024, 0, BlockState::Inactive),
+                (512, 512, BlockState::ActiveAllocated),
+                (2 * MIB - 1536, 0, BlockState::Inactive),
+            ],
+        );
+    tr.tables()
+}
+
+#[test]
+fn usage_counts_requested_bytes_and_reserved_segments() {
+    let t = two_allocations();
+    let ev = DeviceEvents::new(&t, 0).expect("events");
+    let u = usage_over_time(&t, &ev).expect("usage");
+    assert_eq!(u.allocated(), &[0, 1000, 1512, 1512, 512]);
+    assert_eq!(u.reserved(), &[2 * MIB; 5]);
+    assert_eq!((u.peak_allocated, u.peak_allocated_idx), (1512, Some(2)));
+    assert_eq!((u.initial_allocated, u.initial_reserved), (0, 0));
+    assert_eq!((u.final_allocated, u.final_reserved), (512, 2 * MIB));
+}
+
+#[test]
+fn lifetimes_pair_allocs_with_their_completed_frees() {
+    let t = two_allocations();
+    let ev = DeviceEvents::new(&t, 0).expect("events");
+    let lt = allocation_lifetimes(&t, &ev).expect("lifetimes");
+    assert_eq!(lt.height(), 2);
+    let alloc = lt
+        .column("alloc_idx")
+        .and_then(|c| c.i64().cloned())
+        .expect("alloc_idx");
+    let free = lt.column("free_idx").and_then(|c| c.i64().cloned()).expect("free_idx");
+    let pairs: Vec<(Option<i64>, Option<i64>)> = alloc.iter().zip(free.iter()).collect();
+    assert!(pairs.contains(&(Some(1), Some(4))), "{pairs:?}");
+    assert!(pairs.contains(&(Some(2), Some(-1))), "{pairs:?}");
+}
+
+#[test]
+fn the_segment_map_replays_back_from_the_final_state() {
+    let t = two_allocations();
+    let ev = DeviceEvents::new(&t, 0).expect("events");
+    // At the end: the snapshot itself.
+    let end = segment_map_at(&t, &ev, Some(4)).expect("map");
+    assert_eq!(end.reserved_bytes, 2 * MIB);
+    assert_eq!(end.active_bytes, 512);
+    assert_eq!(end.largest_free_block_bytes, 2 * MIB - 1536);
+    // After B's alloc, A's 1 KiB block is live again and nothing is free before B.
+    let peak = segment_map_at(&t, &ev, Some(2)).expect("map");
+    assert_eq!(peak.active_bytes, 1536);
+    assert_eq!(peak.free_bytes, 2 * MIB - 1536);
+    assert_eq!(peak.rounding_waste_bytes, 24);
+    // Before the first entry the segment did not exist yet.
+    let before = segment_map_at(&t, &ev, None).expect("map");
+    assert_eq!((before.reserved_bytes, before.segments.len()), (0, 0));
+}
+
+#[test]
+fn fragmentation_at_the_peak_and_its_index() {
+    let t = two_allocations();
+    let stacks = StackResolver::new(&t.frames, &t.stack_frames).expect("stacks");
+    let a = analyze_device(&t, 0, &stacks).expect("analysis");
+    assert_eq!(a.summary.peak_allocated_bytes, 1512);
+    assert_eq!(a.summary.peak_reserved_bytes, 2 * MIB);
+    let f = a.summary.fragmentation_at_peak.expect("at the peak");
+    assert_eq!(f.reserved_free_bytes, 2 * MIB - 1536);
+    assert_eq!(f.largest_free_block_bytes, 2 * MIB - 1536);
+    assert_eq!(f.fragmentation_index, 0.0);
+    // Free memory in two equal blocks: half of it is out of reach of one request.
+    assert!((fragmentation_index(200, 100) - 0.5).abs() < 1e-12);
+    assert_eq!(fragmentation_index(0, 0), 0.0);
+}
+
+#[test]
+fn ooms_are_told_apart_by_what_stood_in_the_way() {
+    // Enough free in the segments, but no block fits: fragmentation.
+    let (cause, text) = remedy(2 * MIB, 3 * MIB, MIB, Some(0), false);
+    assert_eq!(cause, OomCause::Fragmentation);
+    assert!(text.contains("expandable_segments:True"), "{text}");
+    // The device had it free, the process was capped.
+    assert_eq!(remedy(2 * MIB, 0, 0, Some(10 * MIB), false).0, OomCause::Limit);
+    // Neither: live tensors filled it.
+    assert_eq!(remedy(2 * MIB, MIB, MIB, Some(0), false).0, OomCause::Capacity);
+}
+
+#[test]
+fn an_oom_entry_is_explained_with_the_state_at_the_failure() {
+    let mut tr = Trace::new();
+    let s = tr.stack("forward");
+    tr.entry(Action::SegmentAlloc, SEG, 4 * MIB, s);
+    // Four 1 MiB tensors, every other one freed: 2 MiB free in two 1 MiB holes.
+    for k in 0..4 {
+        tr.entry(Action::Alloc, SEG + k * MIB, MIB, s);
+    }
+    for k in [0, 2] {
+        tr.entry(Action::FreeRequested, SEG + k * MIB, MIB, s)
+            .entry(Action::FreeCompleted, SEG + k * MIB, MIB, s);
+    }
+    tr.entry(Action::Oom, 0, 2 * MIB, s);
+    tr.segment(
+        4 * MIB,
+        &[
+            (MIB, 0, BlockState::Inactive),
+            (MIB, MIB, BlockState::ActiveAllocated),
+            (MIB, 0, BlockState::Inactive),
+            (MIB, MIB, BlockState::ActiveAllocated),
+        ],
+    );
+    let t = tr.tables();
+    let stacks = StackResolver::new(&t.frames, &t.stack_frames).expect("stacks");
+    let a = analyze_device(&t, 0, &stacks).expect("analysis");
+    assert_eq!(a.summary.oom_count, 1);
+    let o = &a.summary.ooms[0];
+    assert_eq!(o.requested_bytes, 2 * MIB);
+    assert_eq!(o.reserved_free_bytes, 2 * MIB);
+    assert_eq!(o.largest_free_block_bytes, MIB);
+    assert_eq!(o.cause, OomCause::Fragmentation);
+}
+
+#[test]
+fn survivors_of_every_iteration_are_a_leak_and_one_off_state_is_not() {
+    let mut tr = Trace::new();
+    let (weights, temp, leak) = (tr.stack("init"), tr.stack("forward"), tr.stack("history.append"));
+    tr.entry(Action::Alloc, 0x10_0000, 8 * MIB, weights);
+    let mut starts = Vec::new();
+    for i in 0..6i64 {
+        starts.push(tr.t + 1);
+        let a = 0x100_0000 + i * 0x10_0000;
+        tr.entry(Action::Alloc, a, MIB, temp)
+            .entry(Action::Alloc, a + MIB, 4096, leak)
+            .entry(Action::FreeCompleted, a, MIB, temp);
+    }
+    let t = tr.tables();
+    let ev = DeviceEvents::new(&t, 0).expect("events");
+    let lt = allocation_lifetimes(&t, &ev).expect("lifetimes");
+    let stacks = StackResolver::new(&t.frames, &t.stack_frames).expect("stacks");
+    let (leaks, info) =
+        leak_candidates(&ev, &lt, Some(("iteration".into(), starts[1..].to_vec())), &stacks).expect("leaks");
+    assert_eq!(info.source, "annotations:iteration");
+    assert_eq!(info.count, 6);
+    assert_eq!(leaks.len(), 1, "{leaks:?}");
+    assert_eq!(leaks[0].stack_id, Some(leak));
+    assert_eq!(
+        (leaks[0].bytes, leaks[0].count, leaks[0].iterations_seen),
+        (6 * 4096, 6, 6)
+    );
+    assert_eq!(leaks[0].bytes_per_iteration, 4096);
+}
