@@ -48,7 +48,7 @@ pub mod events {
     use polars::prelude::{Int32Type, Int64Type, UInt32Type, UInt8Type};
 
     pub const DEVICE: Col<Int32Type> = Col::new("device");
-    /// [`crate::tables::Action`] code.
+    /// `Action` code (see `tables`).
     pub const ACTION: Col<UInt8Type> = Col::new("action");
     pub const ADDR: Col<Int64Type> = Col::new("addr");
     pub const SIZE: Col<Int64Type> = Col::new("size");

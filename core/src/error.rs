@@ -1,8 +1,6 @@
 //! Typed errors of the analysis library. Messages are written for the person who uploaded the
 //! file: they name the problem, and callers prefix the file name.
 
-use crate::importers::pytorch_snapshot::pickle::PickleError;
-
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     #[error("cannot read: {0}")]
@@ -48,4 +46,33 @@ pub enum AnalysisError {
     Polars(#[from] polars::error::PolarsError),
     #[error("no device {0} in this report")]
     NoDevice(i64),
+}
+
+/// Errors from the pickle layer. Offsets are byte positions in the (decompressed) pickle.
+#[derive(Debug, thiserror::Error)]
+pub enum PickleError {
+    #[error(
+        "forbidden pickle opcode {name} (0x{op:02x}) at byte {offset}: a memory snapshot never imports or calls code"
+    )]
+    Forbidden { name: &'static str, op: u8, offset: u64 },
+    #[error("unsupported pickle opcode {name} (0x{op:02x}) at byte {offset}")]
+    Unsupported { name: &'static str, op: u8, offset: u64 },
+    #[error("unsupported pickle protocol {protocol} at byte {offset} (expected 2 to 5)")]
+    Protocol { protocol: u8, offset: u64 },
+    #[error("not a pickle: first byte is 0x{first:02x}, expected the PROTO opcode 0x80")]
+    NotPickle { first: u8 },
+    #[error("input ends at byte {offset} inside {what} (file truncated?)")]
+    Truncated { offset: u64, what: &'static str },
+    #[error("{extra} trailing byte(s) after the STOP opcode at byte {offset}")]
+    Trailing { offset: u64, extra: u64 },
+    #[error("nesting deeper than {limit} levels at byte {offset}")]
+    TooDeep { offset: u64, limit: u32 },
+    #[error("length prefix {len} at byte {offset} exceeds the {remaining} bytes the input can still hold")]
+    LengthTooLarge { offset: u64, len: u64, remaining: u64 },
+    #[error("decoder memory budget of {limit} bytes exceeded at byte {offset}")]
+    MemoryBudget { offset: u64, limit: usize },
+    #[error("malformed pickle at byte {offset}: {msg}")]
+    Malformed { offset: u64, msg: String },
+    #[error("{0}")]
+    Input(String),
 }

@@ -146,24 +146,12 @@ impl GpuSampleTables {
     }
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let m = m as i64;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// µs since the epoch of a date and a time of day, read as UTC. `None` when out of range.
+/// µs since the epoch of a date and a time of day, read as UTC (calendar arithmetic by
+/// `chrono`). `None` for a date or time that does not exist.
 pub fn civil_to_us(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, frac_us: i64) -> Option<i64> {
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    let days = days_from_civil(y, mo, d);
-    Some(((days * 86_400 + (h * 3600 + mi * 60 + s) as i64) * 1_000_000) + frac_us)
+    let date = chrono::NaiveDate::from_ymd_opt(i32::try_from(y).ok()?, mo, d)?;
+    let time = date.and_hms_micro_opt(h, mi, s, u32::try_from(frac_us).ok()?)?;
+    Some(time.and_utc().timestamp_micros())
 }
 
 #[cfg(test)]
@@ -172,8 +160,9 @@ mod tests {
 
     #[test]
     fn civil_dates_match_known_epochs() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(civil_to_us(1970, 1, 1, 0, 0, 0, 0), Some(0));
+        assert_eq!(civil_to_us(2000, 3, 1, 0, 0, 0, 0), Some(11_017 * 86_400 * 1_000_000));
+        assert_eq!(civil_to_us(2026, 2, 30, 0, 0, 0, 0), None);
         // 2026-11-29 14:21:43.449662 UTC is pynvml's 1795962103.4496624 in the shared traces.
         assert_eq!(
             civil_to_us(2026, 11, 29, 14, 21, 43, 449_662),

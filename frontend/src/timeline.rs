@@ -147,10 +147,10 @@ impl TimelineView {
         // Aggregated band of the allocations not drawn individually.
         let mut base = vec![0f64; d.width];
         ctx.set_fill_style_str("rgba(140,150,165,0.55)");
-        for b in 0..d.width {
+        for (b, slot) in base.iter_mut().enumerate() {
             let (x0, x1) = self.bucket_x(d, b);
             let rest = d.rest_max[b] as f64;
-            base[b] = rest;
+            *slot = rest;
             if rest > 0.0 {
                 let y = self.y_of(rest, ymax);
                 ctx.fill_rect(x0, y, (x1 - x0).max(0.5), TOP + self.plot_h() - y);

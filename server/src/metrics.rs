@@ -28,7 +28,7 @@ impl Default for Metrics {
             uploads_rejected: Counter::default(),
             ingest_ok: Counter::default(),
             ingest_failed: Counter::default(),
-            ingest_seconds: Histogram::new(BUCKETS.into_iter()),
+            ingest_seconds: Histogram::new(BUCKETS),
         };
         m.registry
             .register("memlens_uploads", "Reports uploaded", m.uploads.clone());

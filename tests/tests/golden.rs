@@ -9,14 +9,15 @@ use memlens_core::importers::ImportOptions;
 use memlens_core::pipeline::{run, Input, NoSink};
 use memlens_tests::traces_dir;
 
-/// Fixture files: everything in `traces/` but oracles, notes and scripts.
+/// Fixture files: every file in `traces/` but oracles, notes and scripts (`capture/` holds how the
+/// captured ones were made).
 fn fixtures() -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(traces_dir())
         .expect("traces/")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            !(n.ends_with(".memory_stats.json") || n.ends_with(".md") || n.ends_with(".py"))
+            p.is_file() && !(n.ends_with(".memory_stats.json") || n.ends_with(".md") || n.ends_with(".py"))
         })
         .collect();
     v.sort();

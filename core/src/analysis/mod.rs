@@ -25,9 +25,6 @@ pub mod phases;
 pub mod segment_map;
 pub mod usage;
 
-#[cfg(test)]
-mod tests;
-
 use polars::prelude::*;
 
 use crate::columns::{events as ev_col, Col};

@@ -2,7 +2,7 @@
 //! component and handler takes it by value), and the actions that read and change it: drawing,
 //! fetching the level-of-detail timeline, the segment map and stacks.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -234,7 +234,7 @@ impl ReportState {
             v.leak_stacks = summary
                 .as_ref()
                 .map(|s| s.leaks.iter().filter_map(|l| l.stack_id).collect())
-                .unwrap_or_else(HashSet::new);
+                .unwrap_or_default();
             v.phases = summary.as_ref().map(|s| s.phases.clone()).unwrap_or_default();
             v.summary = summary.clone();
             match (qs, qe) {

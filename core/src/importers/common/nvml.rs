@@ -12,6 +12,19 @@ pub use super::lines::{line_error, LineReader};
 
 use crate::samples::{civil_to_us, SampleClock};
 
+/// dmon/pmon `-o DT` columns: `20261129` + `14:20:48` → µs (local time without a zone, read as UTC).
+pub fn dmon_date_time_us(date: &str, time: &str) -> Option<i64> {
+    if date.len() != 8 || time.len() != 8 {
+        return None;
+    }
+    let y: i64 = date[0..4].parse().ok()?;
+    let mo: u32 = date[4..6].parse().ok()?;
+    let d: u32 = date[6..8].parse().ok()?;
+    let mut hms = time.split(':').map(|p| p.parse::<u32>().ok());
+    let (h, mi, s) = (hms.next()??, hms.next()??, hms.next()??);
+    civil_to_us(y, mo, d, h, mi, s, 0)
+}
+
 /// Parses a timestamp: `YYYY/MM/DD HH:MM:SS[.fff]` (nvidia-smi, local time without zone),
 /// ISO 8601 `YYYY-MM-DD[T ]HH:MM:SS[.fff][Z|±HH:MM]`, or a number since the epoch (seconds,
 /// milliseconds, microseconds or nanoseconds, told apart by magnitude).

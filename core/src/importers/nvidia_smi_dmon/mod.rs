@@ -4,12 +4,11 @@
 //! units; both are printed again during a run, so every `#` line after the first is skipped.
 //! `fb` (frame buffer used, MB = MiB) becomes `used_bytes`, `sm` the utilisation. Missing
 //! metrics read `-`. Timestamps need `-o DT` (date and time; local time without zone).
-//! `nvidia-smi pmon` (per process) is recognised by its `pid` column and refused by name.
 
-use crate::importers::common::nvml::{line_error, parse_memory, parse_percent, LineReader};
+use crate::importers::common::nvml::{dmon_date_time_us, line_error, parse_memory, parse_percent, LineReader};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
-use crate::samples::{civil_to_us, GpuInfo, GpuSampleTables, Sample, SampleClock, SampleRows, UsedMeaning};
+use crate::samples::{GpuInfo, GpuSampleTables, Sample, SampleClock, SampleRows, UsedMeaning};
 use crate::source::{leading_text, Source};
 
 pub struct NvidiaSmiDmonImporter;
@@ -26,19 +25,6 @@ impl Importer for NvidiaSmiDmonImporter {
     fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
         Ok(Imported::GpuSamples(Box::new(read_dmon(source)?)))
     }
-}
-
-/// `20261129` + `14:20:48` → µs (read as UTC).
-fn date_time_us(date: &str, time: &str) -> Option<i64> {
-    if date.len() != 8 || time.len() != 8 {
-        return None;
-    }
-    let y: i64 = date[0..4].parse().ok()?;
-    let mo: u32 = date[4..6].parse().ok()?;
-    let d: u32 = date[6..8].parse().ok()?;
-    let mut hms = time.split(':').map(|p| p.parse::<u32>().ok());
-    let (h, mi, s) = (hms.next()??, hms.next()??, hms.next()??);
-    civil_to_us(y, mo, d, h, mi, s, 0)
 }
 
 /// Reads a whole dmon log.
@@ -60,9 +46,7 @@ pub fn read_dmon(source: Source) -> Result<GpuSampleTables, ImportError> {
                 let n: Vec<String> = h.split_whitespace().map(str::to_ascii_lowercase).collect();
                 let find = |k: &str| n.iter().position(|c| c == k);
                 if find("pid").is_some() {
-                    return Err(ImportError::NotSupported {
-                        format: "nvidia_smi_pmon (per-process dmon log)",
-                    });
+                    return Err(line_error(number, "a per-process `nvidia-smi pmon` log, not a dmon log"));
                 }
                 let (Some(date), Some(time)) = (find("date"), find("time")) else {
                     return Err(line_error(
@@ -94,7 +78,7 @@ pub fn read_dmon(source: Source) -> Result<GpuSampleTables, ImportError> {
             if fields.len() != n.len() {
                 return Err(format!("{} columns, but the header has {}", fields.len(), n.len()));
             }
-            let time_us = date_time_us(fields[date], fields[time])
+            let time_us = dmon_date_time_us(fields[date], fields[time])
                 .ok_or_else(|| format!("unreadable date and time `{} {}`", fields[date], fields[time]))?;
             let gpu = fields[gpu_col]
                 .parse::<i32>()

@@ -1,19 +1,19 @@
-//! The analyses on small hand-built tables, where every expected number can be worked out by
+//! memlens-core's analyses on small hand-built tables, where every expected number can be worked out by
 //! hand: usage and peaks, lifetimes, the segment-map replay, fragmentation, OOM classification
 //! and leak candidates.
 
 use memlens_api::{OomCause, SourceInfo};
 
-use super::fragmentation::fragmentation_index;
-use super::leaks::leak_candidates;
-use super::lifetimes::allocation_lifetimes;
-use super::oom::remedy;
-use super::segment_map::segment_map_at;
-use super::usage::usage_over_time;
-use super::DeviceEvents;
-use crate::report::analyze_device;
-use crate::stacks::StackResolver;
-use crate::tables::{Action, BlockState, SnapshotColumns, SnapshotTables};
+use memlens_core::analysis::fragmentation::fragmentation_index;
+use memlens_core::analysis::leaks::leak_candidates;
+use memlens_core::analysis::lifetimes::allocation_lifetimes;
+use memlens_core::analysis::oom::remedy;
+use memlens_core::analysis::segment_map::segment_map_at;
+use memlens_core::analysis::usage::usage_over_time;
+use memlens_core::analysis::DeviceEvents;
+use memlens_core::report::analyze_device;
+use memlens_core::stacks::StackResolver;
+use memlens_core::tables::{Action, BlockState, SnapshotColumns, SnapshotTables};
 
 const MIB: i64 = 1 << 20;
 const SEG: i64 = 0x7f00_0000_0000;
