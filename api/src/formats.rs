@@ -21,6 +21,7 @@ macro_rules! for_each_format {
             (NvmlJsonl, nvml_jsonl, true, "pynvml JSON lines"),
             (NsysJson, nsys_json, true, "an Nsight Systems JSON export (nsys export --type json)"),
             (NvidiaSmiCsv, nvidia_smi_csv, true, "an nvidia-smi --query-gpu or --query-compute-apps CSV log"),
+            (NvidiaSmiPmon, nvidia_smi_pmon, true, "an nvidia-smi pmon per-process log (-s m -o DT)"),
             (NvidiaSmiDmon, nvidia_smi_dmon, true, "an nvidia-smi dmon log (-o DT)"),
         }
     };

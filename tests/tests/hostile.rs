@@ -222,6 +222,7 @@ fn logs_and_exports_cut_anywhere_or_mangled_never_panic() {
     for name in [
         "nvidia_smi_gpu.csv",
         "nvidia_smi_dmon.txt",
+        "nvidia_smi_pmon.txt",
         "pynvml_log.jsonl",
         "cuda_alloc.json",
         "cuda_alloc.sqlite",

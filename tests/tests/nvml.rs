@@ -171,6 +171,50 @@ fn per_process_logs_name_each_process_and_its_gpu() {
 }
 
 #[test]
+fn nvidia_smi_pmon_logs_give_each_process_and_its_gpu() {
+    // Real `pmon -s m -o DT` (and `-s um`) on the H200 while two processes held 3 GiB and 1 GiB
+    // (traces/capture/capture.sh). Read off the files: pid 434 at 3682 MiB on 5 lines, pid 435
+    // at 1634 MiB on 4; with `-s um` 3 lines each; the idle first line (`-`) is no process.
+    for (name, lines) in [("nvidia_smi_pmon.txt", (5, 4)), ("nvidia_smi_pmon_um.txt", (3, 3))] {
+        let out = analyze(&[name]);
+        let log = &out.gpu_logs[0];
+        assert_eq!(log.format, memlens_api::Format::NvidiaSmiPmon, "{name}");
+        assert!(log.gpus.is_empty(), "{name}: no whole-GPU samples in a pmon log");
+        let p: Vec<_> = log
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.name.as_deref(), p.gpu, p.sample_count, p.peak_used_bytes))
+            .collect();
+        assert_eq!(
+            p,
+            vec![
+                (434, Some("python3"), Some(0), lines.0, Some(3682 * MIB)),
+                (435, Some("python3"), Some(0), lines.1, Some(1634 * MIB)),
+            ],
+            "{name}"
+        );
+    }
+    // A pmon log is not a dmon log, whichever importer is asked.
+    let pmon = std::fs::read(trace("nvidia_smi_pmon.txt")).expect("pmon");
+    let dmon = memlens_core::importers::nvidia_smi_dmon::read_dmon(
+        Source::from_reader(
+            Box::new(std::io::Cursor::new(pmon.clone())),
+            pmon.len() as u64,
+            SourceLimits::default(),
+        )
+        .expect("source"),
+    );
+    assert!(dmon.is_err_and(|e| e.to_string().contains("pmon")));
+    // Without `-o DT` there are no timestamps to line up: refused on the header line.
+    let no_dt = "# gpu   pid  type   fb  command
+# Idx     #   C/G   MB  name
+    0   434     C 3682  python3
+";
+    let e = samples_of(no_dt.as_bytes().to_vec()).map(|_| ()).expect_err("no date");
+    assert!(e.to_string().starts_with("line 1: no Date and Time columns"), "{e}");
+}
+
+#[test]
 fn damaged_logs_fail_on_the_line_or_skip_a_cut_off_end() {
     let csv = std::fs::read_to_string(trace("nvidia_smi_gpu.csv")).expect("csv");
     // A log killed mid-write: the cut-off last line is skipped and noted.
