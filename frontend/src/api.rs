@@ -58,7 +58,7 @@ pub async fn upload(
             .map_err(js_err)?;
     }
     let xhr = web_sys::XmlHttpRequest::new().map_err(js_err)?;
-    xhr.open("POST", "/api/reports").map_err(js_err)?;
+    xhr.open("POST", crate::client::UPLOAD_PATH).map_err(js_err)?;
     let progress = Closure::<dyn FnMut(web_sys::ProgressEvent)>::new(move |e: web_sys::ProgressEvent| {
         on_progress(e.loaded(), e.total());
     });

@@ -10,6 +10,9 @@ use serde::Serialize;
 
 use crate::api::{get_json, FetchError};
 
+/// Where uploads are posted (multipart).
+pub const UPLOAD_PATH: &str = "/api/reports";
+
 /// `path` with `params` as its query string (nothing when they are all unset).
 fn url<P: Serialize>(path: &str, params: &P) -> String {
     match serde_urlencoded::to_string(params) {
