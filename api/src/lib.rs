@@ -284,18 +284,24 @@ pub struct LeakCandidate {
     pub bytes: i64,
     /// Allocations live at the end from this stack.
     pub count: usize,
-    /// How many distinct iterations those allocations were made in.
+    /// How many distinct iterations those allocations were made in (without iterations: at how
+    /// many separate moments of the run they were made).
     pub iterations_seen: usize,
-    /// Average bytes added per iteration.
+    /// Average bytes added per iteration (or per moment of growth).
     pub bytes_per_iteration: i64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IterationInfo {
-    /// `annotations:<name>` when taken from `record_function` ranges, `time_windows` otherwise.
+    /// `annotations:<name>` when taken from `record_function` ranges, `allocation_pattern` when
+    /// taken from the repeating allocation rhythm, `none` when the run shows no iteration.
     pub source: String,
+    /// Iterations found (0 with `none`).
     pub count: usize,
+    /// With `none`: what leak detection did instead, in plain words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// A `record_function` range from `external_annotations`.

@@ -237,3 +237,65 @@ fn survivors_of_every_iteration_are_a_leak_and_one_off_state_is_not() {
     );
     assert_eq!(leaks[0].bytes_per_iteration, 4096);
 }
+
+/// A run without iterations: `bursts` of `(stack, count, pause after it in µs)`, each made at
+/// once, all kept to the end.
+fn run_without_iterations(bursts: &[(&str, usize, i64)]) -> SnapshotTables {
+    let mut tr = Trace::new();
+    let mut addr = 0x100_0000i64;
+    for &(function, count, pause) in bursts {
+        let s = tr.stack(function);
+        for _ in 0..count {
+            tr.entry(Action::Alloc, addr, 4096, s);
+            addr += 4096;
+        }
+        tr.t += pause;
+    }
+    tr.tables()
+}
+
+fn leaks_of(t: &SnapshotTables) -> (Vec<memlens_api::LeakCandidate>, memlens_api::IterationInfo) {
+    let ev = DeviceEvents::new(t, 0).expect("events");
+    let lt = allocation_lifetimes(t, &ev).expect("lifetimes");
+    let stacks = StackResolver::new(&t.frames, &t.stack_frames).expect("stacks");
+    leak_candidates(&ev, &lt, None, &stacks).expect("leaks")
+}
+
+#[test]
+fn bursts_kept_to_the_end_are_not_a_leak_and_say_why() {
+    // Three bursts from three call sites, and three from one helper: no loop, no growth.
+    for bursts in [
+        vec![
+            ("build_model", 10, 700_000),
+            ("make_buffers", 4, 1_900_000),
+            ("make_cache", 20, 0),
+        ],
+        vec![("helper", 10, 700_000), ("helper", 4, 1_900_000), ("helper", 20, 0)],
+    ] {
+        let (leaks, info) = leaks_of(&run_without_iterations(&bursts));
+        assert!(leaks.is_empty(), "{bursts:?}: {leaks:?}");
+        assert_eq!((info.source.as_str(), info.count), ("none", 0));
+        assert!(
+            info.note
+                .as_deref()
+                .is_some_and(|n| n.contains("leak detection needs a loop")),
+            "{info:?}"
+        );
+    }
+}
+
+#[test]
+fn survivors_growing_at_many_moments_are_a_leak_without_iterations() {
+    // One stack keeps a tensor at each of 6 moments spread irregularly over the run (no rhythm
+    // to take iterations from); a one-off burst before it.
+    let mut bursts = vec![("setup", 8, 300_000)];
+    for pause in [1_000_000, 3_000_000, 500_000, 2_000_000, 1_500_000, 0] {
+        bursts.push(("history.append", 1, pause));
+    }
+    let (leaks, info) = leaks_of(&run_without_iterations(&bursts));
+    assert_eq!(info.source, "none");
+    assert_eq!(leaks.len(), 1, "{leaks:?}");
+    let l = &leaks[0];
+    assert_eq!(l.stack, vec!["train.py:10:history.append".to_owned()]);
+    assert_eq!((l.count, l.bytes, l.iterations_seen), (6, 6 * 4096, 6));
+}

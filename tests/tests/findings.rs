@@ -86,3 +86,19 @@ fn gzip_input_matches_plain() {
         assert_eq!(plain.devices, gz.devices, "gzip and plain decode to the same summary");
     }
 }
+
+#[test]
+fn a_short_script_of_bursts_has_no_leak_and_says_why() {
+    // Real: three bursts of tensors kept to the end, no loop (traces/capture/bursts.py).
+    let d = device0("bursts.pickle");
+    assert!(d.leaks.is_empty(), "{:#?}", d.leaks);
+    assert_eq!((d.iterations.source.as_str(), d.iterations.count), ("none", 0));
+    assert!(
+        d.iterations
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("no repeating iteration found; leak detection needs a loop")),
+        "{:?}",
+        d.iterations
+    );
+}

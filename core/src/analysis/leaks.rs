@@ -1,20 +1,41 @@
-//! Leak candidates: allocations still live at the end, grouped by stack, flagged when the same
-//! stack left survivors in many iterations (memory that piles up step after step).
+//! Leak candidates: allocations still live at the end, grouped by stack, flagged only where
+//! the run shows growth.
 //!
-//! Iterations come from repeated `record_function` ranges when the snapshot has them
-//! ([`super::phases::iteration_starts`]), otherwise from the repeating allocation pattern
-//! ([`repeating_pattern`]), and failing both from ten equal time windows. A stack is a
-//! candidate when its survivors were allocated in at least 3 iterations and in at least half
-//! of the iterations seen; one-off state (parameters, optimizer state created at step 1,
-//! the last step's gradients) survives from a single iteration and is not flagged.
+//! With iterations — repeated `record_function` ranges ([`super::phases::iteration_starts`]) or
+//! the repeating allocation rhythm ([`repeating_pattern`]) — a stack is a candidate when its
+//! survivors were allocated in at least 3 iterations and in at least half of the iterations
+//! seen; one-off state (parameters, optimizer state created at step 1, the last step's
+//! gradients) survives from a single iteration and is not flagged.
+//!
+//! Without iterations none are invented: a stack is a candidate only when its own survivors
+//! were allocated at [`MIN_MOMENTS`] or more separate moments spread over at least half of the
+//! run (its live bytes stepping up again and again). Tensors made in a few bursts and kept —
+//! a short script, a model being built — are not growth.
 
 use memlens_api::{IterationInfo, LeakCandidate};
 use polars::prelude::*;
+use rustc_hash::FxHashMap;
 
 use super::DeviceEvents;
+use crate::columns::lifetimes as lt_col;
 use crate::stacks::StackResolver;
 
-const WINDOWS: usize = 10;
+/// Without iterations: separate moments of growth a stack needs to be a leak candidate.
+pub const MIN_MOMENTS: usize = 4;
+/// Survivors closer in time than this share of the run were made in one moment (one burst).
+const MOMENT_GAP: f64 = 0.02;
+
+/// The survivors (allocated in the trace, never freed): `(lifetimes row, alloc entry)`.
+fn survivors(lifetimes: &DataFrame) -> PolarsResult<Vec<(usize, usize)>> {
+    let alloc_idx = lt_col::ALLOC_IDX.of(lifetimes)?;
+    let free_idx = lt_col::FREE_IDX.of(lifetimes)?;
+    Ok((0..lifetimes.height())
+        .filter_map(|i| match (alloc_idx.get(i), free_idx.get(i)) {
+            (Some(a), Some(-1)) if a >= 0 => Some((i, a as usize)),
+            _ => None,
+        })
+        .collect())
+}
 
 pub fn leak_candidates(
     ev: &DeviceEvents,
@@ -24,38 +45,22 @@ pub fn leak_candidates(
 ) -> PolarsResult<(Vec<LeakCandidate>, IterationInfo)> {
     let (source, starts) = match iterations {
         Some((name, starts)) if ev.has_time => (format!("annotations:{name}"), starts),
-        _ if repeating_pattern(ev).is_some() => (
-            "allocation_pattern".to_owned(),
-            repeating_pattern(ev).unwrap_or_default(),
-        ),
-        _ => {
-            let (lo, hi) = (
-                ev.time().first().copied().unwrap_or(0),
-                ev.time().last().copied().unwrap_or(0),
-            );
-            let span = (hi - lo).max(1);
-            (
-                "time_windows".to_owned(),
-                (1..WINDOWS as i64).map(|k| lo + span * k / WINDOWS as i64).collect(),
-            )
-        }
+        _ => match repeating_pattern(ev) {
+            Some(starts) => ("allocation_pattern".to_owned(), starts),
+            None => return growth_candidates(ev, lifetimes, stacks),
+        },
     };
     let info = IterationInfo {
         source,
         count: starts.len() + 1,
+        note: None,
     };
-    let alloc_idx = lifetimes.column("alloc_idx")?.i64()?;
-    let free_idx = lifetimes.column("free_idx")?.i64()?;
     let mut rows = Vec::new();
     let mut bucket = Vec::new();
-    for i in 0..lifetimes.height() {
-        if let (Some(a), Some(-1)) = (alloc_idx.get(i), free_idx.get(i)) {
-            if a >= 0 {
-                let t = ev.time()[a as usize];
-                rows.push(i as IdxSize);
-                bucket.push(starts.partition_point(|&s| s <= t) as u32);
-            }
-        }
+    for (i, a) in survivors(lifetimes)? {
+        let t = ev.time()[a];
+        rows.push(i as IdxSize);
+        bucket.push(starts.partition_point(|&s| s <= t) as u32);
     }
     let live = lifetimes.take(&IdxCa::from_vec("idx".into(), rows))?;
     let live = live.hstack(&[Column::new("bucket".into(), bucket)])?;
@@ -86,16 +91,77 @@ pub fn leak_candidates(
         }
         let id = s.get(i).unwrap_or(0);
         let bytes = b.get(i).unwrap_or(0);
-        out.push(LeakCandidate {
-            stack_id: Some(id),
-            stack: stacks.user_frames(id),
-            bytes,
-            count: c.get(i).unwrap_or(0) as usize,
-            iterations_seen: seen,
-            bytes_per_iteration: bytes / seen.max(1) as i64,
-        });
+        out.push(candidate(stacks, id, bytes, c.get(i).unwrap_or(0) as usize, seen));
     }
     Ok((out, info))
+}
+
+fn candidate(stacks: &StackResolver, id: u32, bytes: i64, count: usize, seen: usize) -> LeakCandidate {
+    LeakCandidate {
+        stack_id: Some(id),
+        stack: stacks.user_frames(id),
+        bytes,
+        count,
+        iterations_seen: seen,
+        bytes_per_iteration: bytes / seen.max(1) as i64,
+    }
+}
+
+/// Separate moments in sorted `times`: a new one starts after a gap longer than `gap`.
+fn moments(times: &[i64], gap: i64) -> usize {
+    if times.is_empty() {
+        return 0;
+    }
+    1 + times.windows(2).filter(|w| w[1] - w[0] > gap).count()
+}
+
+/// Leak candidates of a run without iterations: stacks whose survivors grew at
+/// [`MIN_MOMENTS`] or more separate moments spread over at least half of the run.
+fn growth_candidates(
+    ev: &DeviceEvents,
+    lifetimes: &DataFrame,
+    stacks: &StackResolver,
+) -> PolarsResult<(Vec<LeakCandidate>, IterationInfo)> {
+    let time = ev.time();
+    let span = (time.last().copied().unwrap_or(0) - time.first().copied().unwrap_or(0)).max(1);
+    let gap = ((span as f64) * MOMENT_GAP) as i64;
+    let size = lt_col::SIZE.slice(lifetimes)?;
+    let stack = lt_col::STACK.slice(lifetimes)?;
+    let mut by_stack: FxHashMap<u32, (Vec<i64>, i64)> = FxHashMap::default();
+    for (i, a) in survivors(lifetimes)? {
+        let e = by_stack.entry(stack[i]).or_default();
+        e.0.push(time[a]);
+        e.1 += size[i];
+    }
+    let mut out: Vec<LeakCandidate> = by_stack
+        .into_iter()
+        .filter_map(|(id, (mut times, bytes))| {
+            times.sort_unstable();
+            let n = moments(&times, gap);
+            let spread = times.last().copied().unwrap_or(0) - times.first().copied().unwrap_or(0);
+            (n >= MIN_MOMENTS && spread * 2 >= span).then(|| candidate(stacks, id, bytes, times.len(), n))
+        })
+        .collect();
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack_id.cmp(&b.stack_id)));
+    let note = if out.is_empty() {
+        format!(
+            "no repeating iteration found; leak detection needs a loop (or a stack whose survivors were \
+             allocated at {MIN_MOMENTS} or more separate moments across the run), and none grew like that"
+        )
+    } else {
+        format!(
+            "no repeating iteration found; candidates are stacks whose survivors were allocated at \
+             {MIN_MOMENTS} or more separate moments across the run"
+        )
+    };
+    Ok((
+        out,
+        IterationInfo {
+            source: "none".to_owned(),
+            count: 0,
+            note: Some(note),
+        },
+    ))
 }
 
 /// Iteration starts from the allocation pattern: the times of the stack that allocates most

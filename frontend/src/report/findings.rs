@@ -16,9 +16,14 @@ pub fn details(s: &DeviceSummary) -> impl IntoView {
             </ul>
             <h2>"Leak candidates"</h2>
             {if s.leaks.is_empty() {
-                view! { <p class="muted">{format!("No allocation piled up across iterations ({} iterations from {}).", s.iterations.count, s.iterations.source)}</p> }.into_any()
+                let why = match &s.iterations.note {
+                    Some(note) => format!("No leak candidate: {note}."),
+                    None => format!("No allocation piled up across iterations ({} iterations from {}).", s.iterations.count, s.iterations.source),
+                };
+                view! { <p class="muted" id="no-leaks">{why}</p> }.into_any()
             } else {
                 view! {
+                    {s.iterations.note.clone().map(|n| view! { <p class="muted">{n}</p> })}
                     <ul class="groups" id="leaks">
                         {s.leaks.iter().map(|l| view! {
                             <li><b>{format!("+{} per iteration", bytes(l.bytes_per_iteration))}</b>

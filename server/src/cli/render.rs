@@ -116,12 +116,15 @@ fn render_device(d: &DeviceSummary) -> String {
             o.remedy
         );
     }
-    s += &format!(
-        "    leak candidates {} (iterations: {} from {})\n",
-        d.leaks.len(),
-        d.iterations.count,
-        d.iterations.source
-    );
+    s += &match &d.iterations.note {
+        Some(note) => format!("    leak candidates {} ({note})\n", d.leaks.len()),
+        None => format!(
+            "    leak candidates {} (iterations: {} from {})\n",
+            d.leaks.len(),
+            d.iterations.count,
+            d.iterations.source
+        ),
+    };
     for l in &d.leaks {
         s += &format!(
             "      {} in {} allocation(s) over {} iterations, from {}\n",
