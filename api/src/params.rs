@@ -1,5 +1,6 @@
 //! Query parameters of the HTTP API, defined once: the server deserialises them, the frontend
-//! serialises them into URLs.
+//! serialises them into URLs (a `None` field is left out of the query string; a missing one
+//! reads as `None`).
 
 use serde::{Deserialize, Serialize};
 
@@ -11,9 +12,7 @@ use crate::TimelineAxis;
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct DeviceParams {
     /// Index of the analysed file within the report (default 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<i64>,
 }
 
@@ -22,7 +21,6 @@ pub struct DeviceParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct FileParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<usize>,
 }
 
@@ -31,19 +29,13 @@ pub struct FileParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct TimelineParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<i64>,
     /// Pixel buckets (default 1000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub width: Option<usize>,
     /// `time` (default when the trace has timestamps) or `event` (entry order).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub axis: Option<TimelineAxis>,
 }
 
@@ -52,15 +44,11 @@ pub struct TimelineParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct SegmentsParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<i64>,
     /// State right after this trace entry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<usize>,
     /// State at this time (µs): after the last entry at or before it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<i64>,
 }
 
@@ -69,17 +57,12 @@ pub struct SegmentsParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct SearchParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<i64>,
     /// Exact address, decimal or `0x` hex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addr: Option<String>,
     /// Case-insensitive substring of any frame (`file:line:function`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
 }
 
@@ -88,14 +71,10 @@ pub struct SearchParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct ChartParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<i64>,
     /// NVML log: chart that log's GPU instead of a snapshot device.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<i64>,
 }
 
@@ -112,16 +91,11 @@ impl ChartParams {
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct GpuSamplesParams {
     /// Index into `gpu_logs` (default 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<i64>,
     /// Pixel buckets (default 1000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub width: Option<usize>,
 }
 
@@ -131,10 +105,8 @@ pub struct GpuSamplesParams {
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct UploadParams {
     /// File name of a raw (non-multipart) body.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Expire this report after N days (at most the server's retention, when it has one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_in_days: Option<u64>,
 }
 
@@ -143,6 +115,28 @@ pub struct UploadParams {
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct DeleteParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_parameters_stay_out_of_the_query_and_read_back_as_unset() {
+        let p = TimelineParams {
+            device: Some(1),
+            width: Some(800),
+            axis: Some(TimelineAxis::Event),
+            ..TimelineParams::default()
+        };
+        let q = serde_urlencoded::to_string(p).expect("encode");
+        assert_eq!(q, "device=1&width=800&axis=event");
+        assert_eq!(serde_urlencoded::from_str::<TimelineParams>(&q).expect("decode"), p);
+        assert_eq!(
+            serde_urlencoded::to_string(DeviceParams::default()).expect("encode"),
+            ""
+        );
+        assert!(serde_urlencoded::from_str::<TimelineParams>("axis=sideways").is_err());
+    }
 }

@@ -125,9 +125,14 @@ fn render_device(d: &DeviceSummary) -> String {
             d.iterations.source
         ),
     };
+    let unit = if d.iterations.count == 0 {
+        "separate moments"
+    } else {
+        "iterations"
+    };
     for l in &d.leaks {
         s += &format!(
-            "      {} in {} allocation(s) over {} iterations, from {}\n",
+            "      {} in {} allocation(s) over {} {unit}, from {}\n",
             gib(l.bytes),
             l.count,
             l.iterations_seen,
