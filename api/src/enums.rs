@@ -152,3 +152,84 @@ pub enum TimelineAxis {
     /// Entry order.
     Event,
 }
+
+/// What an allocation is, in the user's terms (what the peak is made of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Model weights and buffers: alive from before the first iteration through the last.
+    Parameter,
+    /// Made in backward and kept for the optimizer step (freed by `zero_grad` or kept).
+    Gradient,
+    /// Made by the optimizer step and kept across iterations (Adam's two moments, momentum).
+    OptimizerState,
+    /// Made in forward and freed in backward (saved for the gradient computation).
+    Activation,
+    /// Born and freed inside one phase.
+    Temporary,
+    /// The batch: made before forward and kept through it.
+    Input,
+    /// Long-lived state that is none of the above (e.g. a KV cache).
+    Cache,
+    Other,
+}
+
+impl Category {
+    pub const ALL: [Category; 8] = [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+        Category::Activation,
+        Category::Temporary,
+        Category::Input,
+        Category::Cache,
+        Category::Other,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameter",
+            Category::Gradient => "gradient",
+            Category::OptimizerState => "optimizer_state",
+            Category::Activation => "activation",
+            Category::Temporary => "temporary",
+            Category::Input => "input",
+            Category::Cache => "cache",
+            Category::Other => "other",
+        }
+    }
+}
+
+/// The rule that placed an allocation in its category, strongest evidence first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum CategoryRule {
+    /// Moved to the GPU by `Module.to()`/`.cuda()` (`torch/nn/modules/module.py` `convert`).
+    ModuleTo,
+    /// Made before the first iteration's forward (or before the trace, when no weights were
+    /// seen being moved) and alive until after the last optimizer step.
+    AliveThroughout,
+    /// Made before the recording began, on a device whose weights were seen being moved in it.
+    PredatesTheTrace,
+    /// Made inside an optimizer step and alive after it.
+    MadeByOptimizerStep,
+    /// Freed inside `Optimizer.zero_grad`.
+    FreedByZeroGrad,
+    /// Made in backward and alive after it.
+    KeptFromBackward,
+    /// Made in forward, freed in backward.
+    ForwardFreedInBackward,
+    /// Made in forward, freed after backward but within the next iteration (an output).
+    ForwardOutput,
+    /// Made and freed within one phase (forward, backward, optimizer step, between).
+    WithinOnePhase,
+    /// Made before forward in its iteration and alive into it.
+    MadeBeforeForward,
+    /// Alive for a large share of a run without training structure.
+    LongLived,
+    /// Made in one iteration and kept beyond the next (what leaks look like).
+    KeptPastItsIteration,
+    /// None of the rules applied.
+    Unplaced,
+}

@@ -9,7 +9,7 @@ mod enums;
 mod formats;
 mod params;
 
-pub use enums::{BlockState, OomCause, ReportState, SampleClock, Stage, TimelineAxis};
+pub use enums::{BlockState, Category, CategoryRule, OomCause, ReportState, SampleClock, Stage, TimelineAxis};
 pub use formats::{analysed_formats_sentence, Format, FormatInfo, FORMATS};
 pub use params::{
     ChartParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams, SegmentsParams,
@@ -211,6 +211,33 @@ pub struct DeviceSummary {
     pub iterations: IterationInfo,
     /// `record_function` ranges of this device, in start order.
     pub phases: Vec<PhaseRange>,
+    /// What the memory is made of: every category with allocations, in `Category` order.
+    #[serde(default)]
+    pub categories: Vec<CategorySummary>,
+}
+
+/// One category's share of a device's memory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CategorySummary {
+    pub category: Category,
+    /// Requested bytes of this category live at the allocated peak.
+    pub bytes_at_peak: i64,
+    /// The most requested bytes of this category live at any one time.
+    pub max_bytes: i64,
+    /// Allocations placed in this category.
+    pub count: usize,
+    /// The rules that placed them, with how many allocations and bytes each.
+    pub rules: Vec<RuleShare>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleShare {
+    pub rule: CategoryRule,
+    pub count: usize,
+    /// Σ requested bytes of those allocations (over the whole run, not at one time).
+    pub bytes: i64,
 }
 
 /// The x axis of a device's trace.

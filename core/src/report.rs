@@ -5,6 +5,7 @@
 use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
+use crate::analysis::categories::{categorize, category_budget};
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
 use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
 use crate::analysis::leaks::leak_candidates;
@@ -58,6 +59,9 @@ pub fn analyze_device(
     let phases = phase_ranges(t, device)?;
     let (leaks, iterations) = leak_candidates(&ev, &lifetimes, iteration_starts(&phases), stacks)?;
     let peak_idx = usage.peak_allocated_idx;
+    let pytorch = t.format == memlens_api::Format::PytorchSnapshot;
+    let placed = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch)?;
+    let categories = category_budget(&lifetimes, &placed, peak_idx)?;
     let summary = DeviceSummary {
         device,
         time_axis: if ev.has_time {
@@ -82,6 +86,7 @@ pub fn analyze_device(
         leaks,
         iterations,
         phases,
+        categories,
     };
     Ok(DeviceAnalysis {
         summary,

@@ -64,6 +64,9 @@ test('upload a real trace through the page, see the report, share it, delete it'
   assert.ok(painted > 0.2, `timeline mostly blank: ${painted}`);
   await page.waitForSelector('#segment-summary', { timeout: 60_000 });
   assert.match(await page.textContent('#leaks'), /per iteration/);
+  // What the peak is made of, by category (Adam's two states beside the parameters).
+  assert.match(await page.textContent('#budget'), /parameter — 48\.1 MiB at the peak/);
+  assert.match(await page.textContent('#budget'), /optimizer_state — 96\.2 MiB at the peak/);
   await page.screenshot({ path: join(out, 'report.png'), fullPage: true });
 
   // Hover a band: its size, lifetime and stack appear.

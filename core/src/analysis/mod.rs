@@ -15,6 +15,7 @@
 //! Invariant: analyses read tables, never raw input, and never panic on odd but well-typed
 //! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
 
+pub mod categories;
 pub mod fragmentation;
 pub mod gpu_samples;
 pub mod leaks;

@@ -8,6 +8,7 @@
 //! of their own ([`gpu_logs`]); a report of NVML logs alone shows just those. [`state`] holds
 //! the view's state and actions.
 
+mod budget;
 mod cards;
 mod findings;
 mod gpu_logs;

@@ -6,6 +6,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use memlens_api::{FileSummary, GpuLogSummary, SkippedFile};
 
+use super::budget::budget;
 use super::cards::cards;
 use super::findings::details;
 use super::gpu_logs::gpu_logs_section;
@@ -86,6 +87,7 @@ pub fn ReportView(
             {skipped_note(&skipped)}
             {notes.into_iter().map(|n| view! { <p class="muted source-note">{n}</p> }).collect_view()}
             {move || st.dev_summary.get().map(|s| cards(&s))}
+            {move || st.dev_summary.get().and_then(|s| budget(&s))}
             <TimelinePanel st=st />
             <SegmentPanel st=st />
             {(!gpu_logs.is_empty()).then(|| gpu_logs_section(&id, &gpu_logs, Some(st.in_trace)))}

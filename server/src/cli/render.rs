@@ -97,6 +97,15 @@ fn render_device(d: &DeviceSummary) -> String {
             fp.fragmentation_index
         );
     }
+    if !d.categories.is_empty() {
+        let parts: Vec<String> = d
+            .categories
+            .iter()
+            .filter(|c| c.bytes_at_peak > 0)
+            .map(|c| format!("{} {}", c.category.name(), gib(c.bytes_at_peak)))
+            .collect();
+        s += &format!("    made of         {}\n", parts.join(", "));
+    }
     for g in d.peak_stacks.iter().take(3) {
         s += &format!(
             "      {} in {} allocation(s) from {}\n",

@@ -1,0 +1,350 @@
+//! Memory anatomy: every allocation gets a [`Category`] (parameter, gradient, optimizer state,
+//! activation, temporary, input, cache, other) and the [`CategoryRule`] that decided it, and
+//! each category's bytes at the peak and at its own maximum.
+//!
+//! The evidence is the structure of training, read from the snapshot alone:
+//! - **optimizer steps**: PyTorch's optimizers run their `step` and `zero_grad` under
+//!   `record_function("Optimizer.step#…")` / `("Optimizer.zero_grad#…")`, which the allocator
+//!   history records; a range named like `optimizer_step` also counts;
+//! - **iterations**: the window from one step's end to the next step's start holds forward and
+//!   backward. Explicit `forward`/`backward` ranges split it; without them the split is the
+//!   moment allocated bytes peak inside the window (forward builds activations up, backward
+//!   frees them);
+//! - **lifetimes** relative to those phases, and one frame rule (`Module.to()` moving weights).
+//!
+//! Without optimizer steps (inference, non-PyTorch sources) nothing training-shaped is invented:
+//! only parameters moved by `Module.to()`, long-lived state (cache), temporaries and other.
+
+use memlens_api::{Category, CategoryRule, CategorySummary, PhaseRange, RuleShare};
+use polars::prelude::*;
+
+use super::DeviceEvents;
+use crate::columns::lifetimes as lt_col;
+use crate::stacks::StackResolver;
+
+/// A time interval `[start, end]` on the trace's axis.
+type Span = (i64, i64);
+
+/// One training iteration as the allocator saw it.
+#[derive(Debug, Clone, Copy)]
+struct Iteration {
+    /// Forward and backward: from the previous step's end (or the run's first iteration) to
+    /// this step's start.
+    forward: Span,
+    backward: Span,
+    step: Span,
+}
+
+/// The phases of a device's run.
+struct Structure {
+    iterations: Vec<Iteration>,
+    zero_grads: Vec<Span>,
+}
+
+fn lower(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+fn spans(phases: &[PhaseRange], pick: impl Fn(&str) -> bool) -> Vec<Span> {
+    let mut v: Vec<Span> = phases
+        .iter()
+        .filter(|p| pick(&lower(&p.name)))
+        .filter_map(|p| p.end_us.map(|e| (p.start_us, e)))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// When allocated bytes (after each entry) first peak inside `span`.
+fn peak_time_in(time: &[i64], allocated: &[i64], span: Span) -> Option<i64> {
+    let a = time.partition_point(|&t| t < span.0);
+    let b = time.partition_point(|&t| t <= span.1);
+    (a < b).then(|| {
+        let i = (a..b)
+            .max_by_key(|&i| (allocated[i], std::cmp::Reverse(i)))
+            .unwrap_or(a);
+        time[i]
+    })
+}
+
+fn structure(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) -> Option<Structure> {
+    let mut steps = spans(phases, |n| n.starts_with("optimizer.step"));
+    if steps.is_empty() {
+        steps = spans(phases, |n| n.contains("optimizer") && !n.contains("zero_grad"));
+    }
+    if steps.is_empty() {
+        return None;
+    }
+    let forwards = spans(phases, |n| n == "forward" || n.ends_with(".forward"));
+    let backwards = spans(phases, |n| n == "backward" || n.ends_with(".backward"));
+    let zero_grads = spans(phases, |n| n.contains("zero_grad"));
+    let first_iteration = phases
+        .iter()
+        .filter(|p| {
+            let n = lower(&p.name);
+            ["iter", "step", "epoch", "batch"].iter().any(|k| n.contains(k)) && !n.contains("optimizer")
+        })
+        .map(|p| p.start_us)
+        .min();
+    let mut prev_end = first_iteration.or(time.first().copied()).unwrap_or(steps[0].0);
+    let mut iterations = Vec::new();
+    for &step in &steps {
+        let window = (prev_end, step.0);
+        let inside = |s: &Span| s.0 >= window.0 && s.1 <= window.1;
+        let (forward, backward) = match (
+            forwards.iter().find(|s| inside(s)),
+            backwards.iter().find(|s| inside(s)),
+        ) {
+            // The gap before an explicit forward holds the batch (see `Category::Input`).
+            (Some(&f), Some(&b)) => ((f.0, f.1), (f.1, window.1.max(b.1))),
+            _ => {
+                let split = peak_time_in(time, allocated, window).unwrap_or(window.1);
+                ((window.0, split), (split, window.1))
+            }
+        };
+        iterations.push(Iteration {
+            forward,
+            backward,
+            step,
+        });
+        // zero_grad may follow the step: the next forward starts after it.
+        prev_end = zero_grads
+            .iter()
+            .filter(|z| z.0 >= step.1 && z.0 <= step.1 + (step.1 - window.0).max(0))
+            .map(|z| z.1)
+            .next()
+            .unwrap_or(step.1)
+            .max(step.1);
+    }
+    Some(Structure { iterations, zero_grads })
+}
+
+fn within(t: i64, s: Span) -> bool {
+    s.0 <= t && t <= s.1
+}
+
+/// Where an instant falls: (iteration, phase) with phase 0 forward, 1 backward, 2 step.
+fn locate(st: &Structure, t: i64) -> Option<(usize, u8)> {
+    st.iterations.iter().enumerate().find_map(|(k, it)| {
+        if within(t, it.step) {
+            Some((k, 2))
+        } else if t >= it.backward.0 && t < it.backward.1 && it.backward.1 > it.backward.0 {
+            Some((k, 1))
+        } else if t >= it.forward.0 && t < it.forward.1 {
+            Some((k, 0))
+        } else {
+            None
+        }
+    })
+}
+
+/// One allocation's lifetime on the trace's time axis (`None`: before the trace / never freed).
+#[derive(Debug, Clone, Copy)]
+struct Life {
+    alloc: Option<i64>,
+    free: Option<i64>,
+    moved_by_module_to: bool,
+}
+
+/// `weights_moved`: the device's trace shows `Module.to()` moving weights, so blocks older than
+/// the trace are something else.
+fn classify_training(st: &Structure, l: Life, weights_moved: bool) -> (Category, CategoryRule) {
+    let first = st.iterations[0];
+    let last = st.iterations[st.iterations.len() - 1];
+    let alive_after = |t: i64| l.free.is_none_or(|f| f > t);
+    if alive_after(last.step.1) {
+        match l.alloc {
+            _ if l.moved_by_module_to && l.alloc.is_none_or(|a| a < first.backward.0) => {
+                return (Category::Parameter, CategoryRule::ModuleTo)
+            }
+            Some(a) if a < first.forward.0 => return (Category::Parameter, CategoryRule::AliveThroughout),
+            None if !weights_moved => return (Category::Parameter, CategoryRule::AliveThroughout),
+            None => return (Category::Other, CategoryRule::PredatesTheTrace),
+            Some(_) => {}
+        }
+    }
+    let Some(a) = l.alloc else {
+        return (Category::Other, CategoryRule::Unplaced);
+    };
+    let at = locate(st, a);
+    if let Some((k, 2)) = at {
+        if alive_after(st.iterations[k].step.1) {
+            return (Category::OptimizerState, CategoryRule::MadeByOptimizerStep);
+        }
+    }
+    if let Some(f) = l.free {
+        if st.zero_grads.iter().any(|z| within(f, *z)) && at.is_none_or(|(_, p)| p != 2) {
+            return (Category::Gradient, CategoryRule::FreedByZeroGrad);
+        }
+    }
+    let next_end = |k: usize| st.iterations.get(k + 1).map_or(i64::MAX, |n| n.step.1);
+    match at {
+        Some((k, 1)) if alive_after(st.iterations[k].backward.1) => {
+            (Category::Gradient, CategoryRule::KeptFromBackward)
+        }
+        Some((k, 0)) => {
+            let it = st.iterations[k];
+            match l.free {
+                Some(f) if f < it.forward.1 => (Category::Temporary, CategoryRule::WithinOnePhase),
+                Some(f) if f <= it.backward.1.max(it.forward.1) => {
+                    (Category::Activation, CategoryRule::ForwardFreedInBackward)
+                }
+                Some(f) if f <= next_end(k) => (Category::Activation, CategoryRule::ForwardOutput),
+                _ => (Category::Other, CategoryRule::KeptPastItsIteration),
+            }
+        }
+        Some((_, _)) => (Category::Temporary, CategoryRule::WithinOnePhase),
+        None => {
+            // Between iterations (after a step, before the next forward): the batch, if it is
+            // kept into the next forward.
+            match st
+                .iterations
+                .iter()
+                .position(|it| it.forward.0 > a || within(a, it.forward))
+            {
+                Some(k) if alive_after(st.iterations[k].forward.0) && l.free.is_none_or(|f| f <= next_end(k)) => {
+                    (Category::Input, CategoryRule::MadeBeforeForward)
+                }
+                Some(_) if l.free.is_some() => (Category::Temporary, CategoryRule::WithinOnePhase),
+                _ => (Category::Other, CategoryRule::KeptPastItsIteration),
+            }
+        }
+    }
+}
+
+/// Without training structure: only what needs no iterations.
+fn classify_plain(l: Life, span: Span) -> (Category, CategoryRule) {
+    if l.moved_by_module_to {
+        return (Category::Parameter, CategoryRule::ModuleTo);
+    }
+    let (a, f) = (l.alloc.unwrap_or(span.0), l.free.unwrap_or(span.1));
+    if (f - a) * 4 >= (span.1 - span.0).max(1) {
+        (Category::Cache, CategoryRule::LongLived)
+    } else {
+        (Category::Temporary, CategoryRule::WithinOnePhase)
+    }
+}
+
+/// Whether a stack's innermost frames are `Module._apply`'s `convert` (weights moved by `.to()`).
+fn moved_by_module_to(stacks: &StackResolver, stack: u32) -> bool {
+    stacks
+        .frames(stack)
+        .iter()
+        .any(|f| f.contains("torch/nn/modules/module.py") && f.ends_with(":convert"))
+}
+
+/// Every lifetime row's category and rule.
+pub fn categorize(
+    ev: &DeviceEvents,
+    allocated: &[i64],
+    lifetimes: &DataFrame,
+    phases: &[PhaseRange],
+    stacks: &StackResolver,
+    pytorch: bool,
+) -> PolarsResult<Vec<(Category, CategoryRule)>> {
+    let time = ev.time();
+    let span = (time.first().copied().unwrap_or(0), time.last().copied().unwrap_or(0));
+    let st = if pytorch && ev.has_time {
+        structure(phases, time, allocated)
+    } else {
+        None
+    };
+    let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
+    let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
+    let stack = lt_col::STACK.slice(lifetimes)?;
+    let at = |i: i64| (i >= 0).then(|| time.get(i as usize).copied()).flatten();
+    let mut module_to = rustc_hash::FxHashMap::<u32, bool>::default();
+    let lives: Vec<Life> = (0..lifetimes.height())
+        .map(|r| Life {
+            alloc: at(alloc_idx[r]),
+            free: at(free_idx[r]),
+            moved_by_module_to: pytorch
+                && *module_to
+                    .entry(stack[r])
+                    .or_insert_with(|| moved_by_module_to(stacks, stack[r])),
+        })
+        .collect();
+    let weights_moved = lives.iter().any(|l| l.moved_by_module_to);
+    Ok(lives
+        .into_iter()
+        .map(|life| match (&st, pytorch) {
+            (Some(st), _) => classify_training(st, life, weights_moved),
+            (None, true) => classify_plain(life, span),
+            (None, false) => (Category::Other, CategoryRule::Unplaced),
+        })
+        .collect())
+}
+
+/// Each category's bytes at the peak (entry `peak`), its own maximum, and its rules.
+pub fn category_budget(
+    lifetimes: &DataFrame,
+    categories: &[(Category, CategoryRule)],
+    peak: Option<usize>,
+) -> PolarsResult<Vec<CategorySummary>> {
+    let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
+    let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
+    let size = lt_col::SIZE.slice(lifetimes)?;
+    let n = Category::ALL.len();
+    let slot = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(n - 1);
+    // Category deltas at each entry, swept in entry order (a free at the same entry as an
+    // alloc comes after it, like the allocator's own counter).
+    let mut deltas: Vec<(i64, u8, usize, i64)> = Vec::with_capacity(2 * size.len());
+    let mut live = vec![0i64; n];
+    let mut at_peak = vec![0i64; n];
+    let mut count = vec![0usize; n];
+    let mut rules: Vec<Vec<RuleShare>> = vec![Vec::new(); n];
+    let peak = peak.map(|p| p as i64);
+    for (r, &(c, rule)) in categories.iter().enumerate() {
+        let s = slot(c);
+        count[s] += 1;
+        match rules[s].iter_mut().find(|x| x.rule == rule) {
+            Some(x) => {
+                x.count += 1;
+                x.bytes += size[r];
+            }
+            None => rules[s].push(RuleShare {
+                rule,
+                count: 1,
+                bytes: size[r],
+            }),
+        }
+        let (a, f) = (alloc_idx[r], free_idx[r]);
+        if a < 0 {
+            live[s] += size[r];
+        } else {
+            deltas.push((a, 0, s, size[r]));
+        }
+        if f >= 0 {
+            deltas.push((f, 1, s, -size[r]));
+        }
+        let live_at_peak = match peak {
+            Some(p) => a <= p && (f < 0 || f > p),
+            None => a < 0,
+        };
+        if live_at_peak {
+            at_peak[s] += size[r];
+        }
+    }
+    deltas.sort_unstable_by_key(|d| (d.0, d.1));
+    let mut max = live.clone();
+    for (_, _, s, d) in deltas {
+        live[s] += d;
+        max[s] = max[s].max(live[s]);
+    }
+    Ok(Category::ALL
+        .iter()
+        .enumerate()
+        .filter(|(s, _)| count[*s] > 0)
+        .map(|(s, &category)| {
+            let mut r = std::mem::take(&mut rules[s]);
+            r.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.rule.cmp(&b.rule)));
+            CategorySummary {
+                category,
+                bytes_at_peak: at_peak[s],
+                max_bytes: max[s],
+                count: count[s],
+                rules: r,
+            }
+        })
+        .collect())
+}

@@ -1,0 +1,80 @@
+//! What the peak is made of: one bar split by category (bytes live at the peak), and per
+//! category its bytes at the peak, its own maximum and the rules that placed its allocations.
+
+use leptos::prelude::*;
+use memlens_api::{Category, DeviceSummary};
+
+use crate::format::bytes;
+
+/// A fixed colour per category (red stays for leaks and OOMs).
+fn colour(c: Category) -> &'static str {
+    match c {
+        Category::Parameter => "#4c72b0",
+        Category::Gradient => "#55a868",
+        Category::OptimizerState => "#8172b2",
+        Category::Activation => "#dd8452",
+        Category::Temporary => "#ccb974",
+        Category::Input => "#64b5cd",
+        Category::Cache => "#937860",
+        Category::Other => "#a0a4ab",
+    }
+}
+
+fn rule_name(r: memlens_api::CategoryRule) -> String {
+    format!("{r:?}")
+        .chars()
+        .flat_map(|c| {
+            if c.is_ascii_uppercase() {
+                vec![' ', c.to_ascii_lowercase()]
+            } else {
+                vec![c]
+            }
+        })
+        .collect::<String>()
+        .trim()
+        .to_owned()
+}
+
+pub fn budget(s: &DeviceSummary) -> Option<impl IntoView> {
+    let total: i64 = s.categories.iter().map(|c| c.bytes_at_peak).sum();
+    (!s.categories.is_empty() && total > 0).then(|| {
+        let segments = s
+            .categories
+            .iter()
+            .filter(|c| c.bytes_at_peak > 0)
+            .map(|c| {
+                let pct = c.bytes_at_peak as f64 * 100.0 / total as f64;
+                view! {
+                    <div class="budget-part" style:width=format!("{pct:.2}%") style:background=colour(c.category)
+                        title=format!("{}: {}", c.category.name(), bytes(c.bytes_at_peak))></div>
+                }
+            })
+            .collect_view();
+        let rows = s
+            .categories
+            .iter()
+            .map(|c| {
+                let rules = c
+                    .rules
+                    .iter()
+                    .map(|r| format!("{} ({})", rule_name(r.rule), r.count))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                view! {
+                    <li>
+                        <span class="swatch" style:background=colour(c.category)></span>
+                        <b>{c.category.name()}</b>
+                        {format!(" — {} at the peak, at most {}, {} allocation(s); by {rules}", bytes(c.bytes_at_peak), bytes(c.max_bytes), c.count)}
+                    </li>
+                }
+            })
+            .collect_view();
+        view! {
+            <section class="panel" id="budget">
+                <h2>"What the peak is made of"</h2>
+                <div class="budget-bar">{segments}</div>
+                <ul class="groups budget">{rows}</ul>
+            </section>
+        }
+    })
+}

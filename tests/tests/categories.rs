@@ -1,0 +1,96 @@
+//! Memory anatomy on real runs of models whose sizes are known (`../shared/traces/README.md`,
+//! "Model facts"): parameter, gradient and optimizer-state bytes against parameters × 4 bytes
+//! (fp32) and the optimizer's states per parameter; no training category on runs without
+//! training; the categories at the peak add up to the peak.
+
+use memlens_api::{Category, DeviceSummary};
+use memlens_core::pipeline::{analyze_paths, summarize_file};
+use memlens_tests::trace;
+
+fn device0(name: &str) -> DeviceSummary {
+    let s = summarize_file(&trace(name)).unwrap_or_else(|e| panic!("{e}"));
+    s.devices.into_iter().next().expect("a device")
+}
+
+fn max_bytes(d: &DeviceSummary, c: Category) -> i64 {
+    d.categories.iter().find(|x| x.category == c).map_or(0, |x| x.max_bytes)
+}
+
+/// `(snapshot, parameters, optimizer states per parameter)`.
+const MODELS: [(&str, i64, i64); 5] = [
+    ("gpt_train.pickle", 167_356_416, 2),      // AdamW: exp_avg + exp_avg_sq
+    ("gpt_train_ckpt.pickle", 167_356_416, 2), // the same model, checkpointed
+    ("mlp_train.pickle", 67_166_218, 1),       // SGD momentum
+    ("mlp_train_cpp_stacks.pickle", 67_166_218, 1),
+    ("leak.pickle", 12_609_546, 2), // Adam
+];
+
+#[test]
+fn parameters_gradients_and_optimizer_state_match_the_models() {
+    for (name, params, states) in MODELS {
+        let d = device0(name);
+        let fp32 = params * 4;
+        for (c, want) in [
+            (Category::Parameter, fp32),
+            (Category::Gradient, fp32),
+            (Category::OptimizerState, states * fp32),
+        ] {
+            let got = max_bytes(&d, c);
+            let off = (got - want).abs() as f64 / want as f64;
+            assert!(off < 0.05, "{name}: {c:?} {got} vs {want} ({:.1}% off)", off * 100.0);
+        }
+    }
+}
+
+#[test]
+fn the_categories_at_the_peak_add_up_to_the_peak() {
+    for name in [
+        "gpt_train.pickle",
+        "gpt_train_ckpt.pickle",
+        "mlp_train.pickle",
+        "leak.pickle",
+        "kv_cache_inference.pickle",
+        "oom_fragmentation.pickle",
+        "bursts.pickle",
+    ] {
+        let d = device0(name);
+        let sum: i64 = d.categories.iter().map(|c| c.bytes_at_peak).sum();
+        assert_eq!(sum, d.peak_allocated_bytes, "{name}: {:#?}", d.categories);
+    }
+}
+
+#[test]
+fn checkpointing_shrinks_the_activations_at_the_peak() {
+    let at_peak = |d: &DeviceSummary| {
+        d.categories
+            .iter()
+            .find(|c| c.category == Category::Activation)
+            .map_or(0, |c| c.bytes_at_peak)
+    };
+    let (plain, ckpt) = (device0("gpt_train.pickle"), device0("gpt_train_ckpt.pickle"));
+    assert!(
+        at_peak(&ckpt) * 2 < at_peak(&plain),
+        "{} vs {}",
+        at_peak(&ckpt),
+        at_peak(&plain)
+    );
+}
+
+#[test]
+fn no_training_category_is_invented_without_training() {
+    let training = [Category::Gradient, Category::OptimizerState, Category::Activation];
+    for name in ["kv_cache_inference.pickle", "bursts.pickle"] {
+        let d = device0(name);
+        assert!(
+            d.categories.iter().all(|c| !training.contains(&c.category)),
+            "{name}: {:#?}",
+            d.categories
+        );
+    }
+    // Inference weights moved with `.to()` are still parameters.
+    assert!(max_bytes(&device0("kv_cache_inference.pickle"), Category::Parameter) > 0);
+    // Nsight sees driver allocations only: nothing is named.
+    let out = analyze_paths(&[trace("cuda_alloc.sqlite")]).unwrap_or_else(|e| panic!("{e}"));
+    let cats: Vec<Category> = out.files[0].devices[0].categories.iter().map(|c| c.category).collect();
+    assert_eq!(cats, vec![Category::Other]);
+}
