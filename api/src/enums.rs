@@ -175,6 +175,25 @@ pub enum Category {
     Other,
 }
 
+impl CategoryRule {
+    pub const ALL: [CategoryRule; 14] = [
+        CategoryRule::ModuleTo,
+        CategoryRule::AliveThroughout,
+        CategoryRule::PredatesTheTrace,
+        CategoryRule::MadeByOptimizerStep,
+        CategoryRule::FreedByZeroGrad,
+        CategoryRule::KeptFromBackward,
+        CategoryRule::ForwardFreedInBackward,
+        CategoryRule::ForwardOutput,
+        CategoryRule::WithinOnePhase,
+        CategoryRule::WithinOptimizerStep,
+        CategoryRule::MadeBeforeForward,
+        CategoryRule::LongLived,
+        CategoryRule::KeptPastItsIteration,
+        CategoryRule::Unplaced,
+    ];
+}
+
 impl Category {
     pub const ALL: [Category; 8] = [
         Category::Parameter,
@@ -222,8 +241,10 @@ pub enum CategoryRule {
     ForwardFreedInBackward,
     /// Made in forward, freed after backward but within the next iteration (an output).
     ForwardOutput,
-    /// Made and freed within one phase (forward, backward, optimizer step, between).
+    /// Made and freed within one phase (forward, backward, between iterations).
     WithinOnePhase,
+    /// Made and freed within one optimizer step (does not grow with the batch).
+    WithinOptimizerStep,
     /// Made before forward in its iteration and alive into it.
     MadeBeforeForward,
     /// Alive for a large share of a run without training structure.
@@ -232,4 +253,41 @@ pub enum CategoryRule {
     KeptPastItsIteration,
     /// None of the rules applied.
     Unplaced,
+}
+
+/// An optimizer, by how many fp32 states it keeps per parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerKind {
+    /// Adam / AdamW: `exp_avg` and `exp_avg_sq`.
+    Adam,
+    Adamw,
+    /// SGD with momentum: one buffer.
+    SgdMomentum,
+    /// Plain SGD: none.
+    Sgd,
+    /// No optimizer state (inference, or state elsewhere).
+    None,
+}
+
+impl OptimizerKind {
+    /// fp32 states per parameter.
+    pub fn states_per_parameter(self) -> f64 {
+        match self {
+            OptimizerKind::Adam | OptimizerKind::Adamw => 2.0,
+            OptimizerKind::SgdMomentum => 1.0,
+            OptimizerKind::Sgd | OptimizerKind::None => 0.0,
+        }
+    }
+}
+
+/// The element type activations are kept in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationDtype {
+    Fp32,
+    Bf16,
+    Fp16,
 }

@@ -9,11 +9,14 @@ mod enums;
 mod formats;
 mod params;
 
-pub use enums::{BlockState, Category, CategoryRule, OomCause, ReportState, SampleClock, Stage, TimelineAxis};
+pub use enums::{
+    ActivationDtype, BlockState, Category, CategoryRule, OomCause, OptimizerKind, ReportState, SampleClock, Stage,
+    TimelineAxis,
+};
 pub use formats::{analysed_formats_sentence, Format, FormatInfo, FORMATS};
 pub use params::{
     ChartParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams, SegmentsParams,
-    TimelineParams, UploadParams,
+    TimelineParams, UploadParams, WhatIfParams,
 };
 
 /// Bytes for people: `1.84 GiB`, `16.0 MiB`, `343.3 KiB`, `512 B` (powers of 1024), the same on
@@ -510,4 +513,43 @@ pub struct Peak {
 pub struct SearchResult {
     pub total: usize,
     pub allocations: Vec<Band>,
+}
+
+/// What-if answers: per analysed file and device, the predicted allocated peak.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WhatIfOutput {
+    pub files: Vec<WhatIfFile>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WhatIfFile {
+    pub file: String,
+    pub devices: Vec<WhatIfDevice>,
+}
+
+/// One device's prediction under a scenario, with the assumptions it rests on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WhatIfDevice {
+    pub device: i64,
+    /// The run's own allocated peak (requested bytes).
+    pub peak_allocated_bytes: i64,
+    /// The predicted allocated peak under the scenario.
+    pub predicted_peak_allocated_bytes: i64,
+    /// Each category's predicted bytes at the predicted peak.
+    pub predicted_by_category: Vec<CategoryBytes>,
+    /// The largest batch whose predicted peak fits `gpu_memory_bytes` (when given, with the
+    /// run's batch size).
+    pub max_batch_size: Option<u64>,
+    /// What the prediction assumes, in plain words, one line each.
+    pub assumptions: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CategoryBytes {
+    pub category: Category,
+    pub bytes: i64,
 }

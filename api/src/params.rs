@@ -99,6 +99,39 @@ pub struct GpuSamplesParams {
     pub width: Option<usize>,
 }
 
+/// A what-if scenario (`memlens whatif --batch-size N --set key=value …` reads the same keys).
+/// Unknown keys are refused: a misspelt setting must not be ignored silently.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct WhatIfParams {
+    /// Snapshot file of the report (HTTP only; default 0).
+    pub file: Option<usize>,
+    /// One device (HTTP only; default: every device).
+    pub device: Option<i64>,
+    /// The batch size the run used (needed to scale by batch size).
+    pub run_batch_size: Option<u64>,
+    /// The batch size to predict for.
+    pub batch_size: Option<u64>,
+    /// Activation checkpointing of repeated blocks.
+    pub activation_checkpointing: Option<bool>,
+    /// Keep activations in this type (assumed fp32 in the run unless `run_activations` says).
+    pub activations: Option<crate::ActivationDtype>,
+    /// The element type of the run's activations (default fp32).
+    pub run_activations: Option<crate::ActivationDtype>,
+    /// Swap the optimizer.
+    pub optimizer: Option<crate::OptimizerKind>,
+    /// DeepSpeed ZeRO stage 1, 2 or 3 (0: none).
+    pub zero_stage: Option<u8>,
+    /// Data-parallel GPUs the state is sharded over (with `zero_stage`).
+    pub gpus: Option<u64>,
+    /// Optimizer state offloaded to CPU memory.
+    pub optimizer_offload: Option<bool>,
+    /// A GPU's memory in bytes, for the largest batch that fits.
+    pub gpu_memory_bytes: Option<i64>,
+}
+
 /// Options of an upload.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]

@@ -75,7 +75,7 @@ pub mod usage {
 /// Per-device `lifetimes` frames: one row per allocation.
 pub mod lifetimes {
     use super::Col;
-    use polars::prelude::{Int64Type, UInt32Type};
+    use polars::prelude::{Int64Type, UInt32Type, UInt8Type};
 
     pub const ADDR: Col<Int64Type> = Col::new("addr");
     pub const SIZE: Col<Int64Type> = Col::new("size");
@@ -89,6 +89,10 @@ pub mod lifetimes {
     pub const ALLOC_IDX: Col<Int64Type> = Col::new("alloc_idx");
     /// Entry index of the free, `-1` when never freed.
     pub const FREE_IDX: Col<Int64Type> = Col::new("free_idx");
+    /// Position in `Category::ALL` (added by the categories analysis).
+    pub const CATEGORY: Col<UInt8Type> = Col::new("category");
+    /// Position in `CategoryRule::ALL`.
+    pub const CATEGORY_RULE: Col<UInt8Type> = Col::new("category_rule");
 }
 
 #[cfg(test)]

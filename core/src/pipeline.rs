@@ -84,6 +84,7 @@ impl PipelineError {
 }
 
 /// One analysed device's derived frames, as stored for level-of-detail queries.
+#[derive(Default)]
 pub struct DeviceFrames {
     pub device: i64,
     /// `time` (µs, or the entry index without timestamps), `allocated`, `active`, `reserved`

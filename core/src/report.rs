@@ -5,7 +5,7 @@
 use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
-use crate::analysis::categories::{categorize, category_budget};
+use crate::analysis::categories::{add_category_columns, categorize, category_budget};
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
 use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
 use crate::analysis::leaks::leak_candidates;
@@ -44,7 +44,7 @@ pub fn analyze_device(
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let ev = DeviceEvents::new(t, device)?;
     let usage = usage_over_time(t, &ev)?;
-    let lifetimes = allocation_lifetimes(t, &ev)?;
+    let mut lifetimes = allocation_lifetimes(t, &ev)?;
     let ooms_idx = ev.indices_of(Action::Oom);
     let mut exact = ooms_idx.clone();
     exact.extend(usage.peak_allocated_idx);
@@ -62,6 +62,7 @@ pub fn analyze_device(
     let pytorch = t.format == memlens_api::Format::PytorchSnapshot;
     let placed = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch)?;
     let categories = category_budget(&lifetimes, &placed, peak_idx)?;
+    add_category_columns(&mut lifetimes, &placed)?;
     let summary = DeviceSummary {
         device,
         time_axis: if ev.has_time {

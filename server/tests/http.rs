@@ -571,3 +571,47 @@ fn sigterm_stops_the_server_cleanly() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn what_if_answers_like_the_cli_and_refuses_unknown_settings() {
+    let dir = tmpdir("whatif");
+    let s = Server::start(&dir, &[]);
+    let id = upload_trace(&s, "gpt_b8.pickle.gz")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let (code, v) = get_json(
+        &s,
+        &format!("/api/reports/{id}/whatif?run_batch_size=8&batch_size=16&activation_checkpointing=true"),
+    );
+    assert_eq!(code, 200, "{v}");
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["whatif", "--json", "--batch-size", "8", "--set", "batch_size=16"])
+        .args(["--set", "activation_checkpointing=true"])
+        .arg(trace("gpt_b8.pickle.gz"))
+        .output()
+        .expect("cli");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let dev = &v["devices"][0];
+    assert_eq!(
+        dev["predicted_peak_allocated_bytes"],
+        cli["files"][0]["devices"][0]["predicted_peak_allocated_bytes"]
+    );
+    assert!(dev["assumptions"].as_array().is_some_and(|a| a.len() >= 2), "{dev}");
+    let (code, e) = get_json(&s, &format!("/api/reports/{id}/whatif?batch_sise=16"));
+    assert_eq!(code, 400, "{e}");
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("batch_sise")), "{e}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["whatif", "--set", "zero_stage=three"])
+        .arg(trace("gpt_b8.pickle.gz"))
+        .output()
+        .expect("cli");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("zero_stage"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

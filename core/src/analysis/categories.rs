@@ -193,6 +193,7 @@ fn classify_training(st: &Structure, l: Life, weights_moved: bool) -> (Category,
                 _ => (Category::Other, CategoryRule::KeptPastItsIteration),
             }
         }
+        Some((_, 2)) => (Category::Temporary, CategoryRule::WithinOptimizerStep),
         Some((_, _)) => (Category::Temporary, CategoryRule::WithinOnePhase),
         None => {
             // Between iterations (after a step, before the next forward): the batch, if it is
@@ -347,4 +348,14 @@ pub fn category_budget(
             }
         })
         .collect())
+}
+
+/// Adds each row's category and rule to the lifetimes frame (positions in `Category::ALL` and
+/// `CategoryRule::ALL`), so stored reports can answer what-if questions.
+pub fn add_category_columns(lifetimes: &mut DataFrame, placed: &[(Category, CategoryRule)]) -> PolarsResult<()> {
+    let pos_c = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(0) as u8;
+    let pos_r = |r: CategoryRule| CategoryRule::ALL.iter().position(|&x| x == r).unwrap_or(0) as u8;
+    lifetimes.with_column(lt_col::CATEGORY.build(placed.iter().map(|p| pos_c(p.0)).collect()))?;
+    lifetimes.with_column(lt_col::CATEGORY_RULE.build(placed.iter().map(|p| pos_r(p.1)).collect()))?;
+    Ok(())
 }

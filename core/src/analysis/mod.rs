@@ -25,6 +25,7 @@ pub mod peak;
 pub mod phases;
 pub mod segment_map;
 pub mod usage;
+pub mod whatif;
 
 use polars::prelude::*;
 

@@ -19,13 +19,7 @@ impl PipelineSink for FirstDevice {
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
         if self.0.is_none() {
             if let (Some(d), Some(frames)) = (out.summary.devices.first(), out.devices.first_mut()) {
-                let empty = || DeviceFrames {
-                    device: frames.device,
-                    usage: Default::default(),
-                    lifetimes: Default::default(),
-                    fragmentation: Default::default(),
-                };
-                let taken = std::mem::replace(frames, empty());
+                let taken = std::mem::take(frames);
                 self.0 = Some((taken, (d.initial_allocated_bytes, d.initial_reserved_bytes)));
             }
         }

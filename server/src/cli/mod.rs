@@ -1,10 +1,12 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
-//! `analyze` ([`analyze`]), `serve` ([`crate::serve`]), `healthcheck` ([`healthcheck`]);
+//! `analyze` ([`analyze`]), `whatif` ([`whatif`]), `serve` ([`crate::serve`]), `healthcheck`
+//! ([`healthcheck`]);
 //! [`render`] is the text output of `analyze`.
 
 pub mod analyze;
 pub mod healthcheck;
 pub mod render;
+pub mod whatif;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Analyse trace files and print a summary.
     Analyze(analyze::AnalyzeArgs),
+    /// Predict the allocated peak under another batch size, checkpointing, optimizer or sharding.
+    Whatif(whatif::WhatIfArgs),
     /// Serve the web app and its API.
     Serve(crate::serve::ServeArgs),
     /// Exit 0 when the server at `--bind` answers `GET /healthz` (for container health checks).

@@ -2,7 +2,7 @@
 
 use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, SampleClock};
 
-fn gib(b: i64) -> String {
+pub fn gib(b: i64) -> String {
     let f = b as f64;
     if f.abs() >= (1u64 << 30) as f64 {
         format!("{:.2} GiB", f / (1u64 << 30) as f64)

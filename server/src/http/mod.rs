@@ -60,6 +60,7 @@ pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(queries::stack))
         .routes(routes!(queries::allocations))
         .routes(routes!(queries::gpu_samples))
+        .routes(routes!(queries::whatif))
         .routes(routes!(charts::chart_png))
         .routes(routes!(charts::chart_svg))
         .split_for_parts()

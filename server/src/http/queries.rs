@@ -1,6 +1,6 @@
 //! Level-of-detail queries over a ready report: timeline, segment map, fragmentation, the
 //! summary-backed device views (peak, leaks, OOMs, annotations), stack frames, allocation search
-//! and NVML series. The answers come from `memlens_core::query`; this file picks the file,
+//! NVML series and what-if predictions. The answers come from `memlens_core::query`; this file picks the file,
 //! device or GPU a query names and runs CPU work on the blocking pool.
 
 use std::sync::Arc;
@@ -10,9 +10,10 @@ use axum::Json;
 use memlens_api::{
     AnalyzeOutput, DeviceParams, DeviceSummary, FileParams, FragmentationSeries, FrameView, GpuSamplesParams,
     GpuSeries, GpuSeriesSummary, LeakCandidate, OomExplanation, Peak, PhaseRange, SearchParams, SearchResult,
-    SegmentMap, SegmentsParams, TimeAxis, Timeline, TimelineAxis, TimelineParams,
+    SegmentMap, SegmentsParams, TimeAxis, Timeline, TimelineAxis, TimelineParams, WhatIfFile, WhatIfParams,
 };
 use memlens_core::analysis::gpu_samples::gpu_series;
+use memlens_core::analysis::whatif::what_if_file;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query;
@@ -276,4 +277,26 @@ pub async fn gpu_samples(
     })
     .await?;
     Ok(Json(series))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/whatif", tag = "queries",
+    params(("id" = String, Path), WhatIfParams), responses((status = 200, body = WhatIfFile), (status = 400, body = memlens_api::ErrorBody)))]
+pub async fn whatif(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<WhatIfParams>,
+) -> Result<Json<WhatIfFile>, ApiError> {
+    let r = loaded(&st, &id).await?;
+    let fi = q.file.unwrap_or(0);
+    if r.summary.files.get(fi).is_none() {
+        return Err(ApiError::BadRequest(format!("no file {fi} in this report")));
+    }
+    if let Some(d) = q.device {
+        pick(&r.summary, Some(fi), Some(d))?;
+    }
+    let answer = blocking(r, move |r| {
+        what_if_file(&r.summary.files[fi], &r.files[fi].devices, &r.summary.gpu_logs, &q).map_err(internal)
+    })
+    .await?;
+    Ok(Json(answer))
 }
