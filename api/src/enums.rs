@@ -176,7 +176,7 @@ pub enum Category {
 }
 
 impl CategoryRule {
-    pub const ALL: [CategoryRule; 14] = [
+    pub const ALL: [CategoryRule; 15] = [
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
         CategoryRule::PredatesTheTrace,
@@ -185,6 +185,7 @@ impl CategoryRule {
         CategoryRule::KeptFromBackward,
         CategoryRule::ForwardFreedInBackward,
         CategoryRule::ForwardOutput,
+        CategoryRule::MadeInFailedForward,
         CategoryRule::WithinOnePhase,
         CategoryRule::WithinOptimizerStep,
         CategoryRule::MadeBeforeForward,
@@ -224,7 +225,7 @@ impl Category {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CategoryRule {
-    /// Moved to the GPU by `Module.to()`/`.cuda()` (`torch/nn/modules/module.py` `convert`).
+    /// Moved to the GPU by `Module.to()`/`.cuda()` (a `torch/nn/modules/module.py` `_apply` frame).
     ModuleTo,
     /// Made before the first iteration's forward (or before the trace, when no weights were
     /// seen being moved) and alive until after the last optimizer step.
@@ -241,6 +242,9 @@ pub enum CategoryRule {
     ForwardFreedInBackward,
     /// Made in forward, freed after backward but within the next iteration (an output).
     ForwardOutput,
+    /// Made in the forward of an iteration in which an allocation then failed (out of memory, in
+    /// that forward or the backward after it), live at the failure.
+    MadeInFailedForward,
     /// Made and freed within one phase (forward, backward, between iterations).
     WithinOnePhase,
     /// Made and freed within one optimizer step (does not grow with the batch).

@@ -300,6 +300,9 @@ pub struct OomExplanation {
     pub remedy: String,
     /// What was live at the failure, grouped by stack, largest first.
     pub live_stacks: Vec<StackGroup>,
+    /// What was live at the failure, by category (see `DeviceSummary::categories`).
+    #[serde(default)]
+    pub live_categories: Vec<CategoryBytes>,
     /// The stack of the failing request.
     pub stack: Vec<String>,
 }

@@ -5,12 +5,12 @@
 use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
-use crate::analysis::categories::{add_category_columns, categorize, category_budget};
+use crate::analysis::categories::{add_category_columns, categorize, category_budget, live_by_category_at};
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
 use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
 use crate::analysis::leaks::leak_candidates;
 use crate::analysis::lifetimes::allocation_lifetimes;
-use crate::analysis::oom::explain_ooms;
+use crate::analysis::oom::{explain_ooms, with_categories};
 use crate::analysis::peak::live_groups_at;
 use crate::analysis::phases::{iteration_starts, phase_ranges};
 use crate::analysis::usage::usage_over_time;
@@ -55,13 +55,19 @@ pub fn analyze_device(
             .bool()?
             .iter()
             .any(|v| v == Some(true));
-    let ooms = explain_ooms(&ev, &usage, &frag, &lifetimes, stacks, expandable)?;
+    let mut ooms = explain_ooms(&ev, &usage, &frag, &lifetimes, stacks, expandable)?;
     let phases = phase_ranges(t, device)?;
     let (leaks, iterations) = leak_candidates(&ev, &lifetimes, iteration_starts(&phases), stacks)?;
     let peak_idx = usage.peak_allocated_idx;
     let pytorch = t.format == memlens_api::Format::PytorchSnapshot;
     let placed = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch)?;
     let categories = category_budget(&lifetimes, &placed, peak_idx)?;
+    for o in &mut ooms {
+        with_categories(
+            o,
+            live_by_category_at(&lifetimes, &placed, o.event_index.checked_sub(1))?,
+        );
+    }
     add_category_columns(&mut lifetimes, &placed)?;
     let summary = DeviceSummary {
         device,

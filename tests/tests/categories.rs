@@ -94,3 +94,34 @@ fn no_training_category_is_invented_without_training() {
     let cats: Vec<Category> = out.files[0].devices[0].categories.iter().map(|c| c.category).collect();
     assert_eq!(cats, vec![Category::Other]);
 }
+
+#[test]
+fn a_real_oom_under_a_cap_names_the_cap_and_the_activations_in_the_way() {
+    // GPT at batch 16 held to 10 GiB (traces/capture/gpt_batches.py … cap=10): the first
+    // iteration's backward asks for 1.95 GiB and fails.
+    let d = device0("gpt_b16_oom.pickle.gz");
+    assert_eq!(d.oom_count, 1);
+    let o = &d.ooms[0];
+    assert_eq!(o.cause, memlens_api::OomCause::Limit);
+    assert!(o.remedy.contains("per-process cap"), "{}", o.remedy);
+    assert!(
+        o.remedy.contains("smaller batch or activation checkpointing"),
+        "{}",
+        o.remedy
+    );
+    let live = |c: Category| {
+        o.live_categories
+            .iter()
+            .find(|x| x.category == c)
+            .map_or(0, |x| x.bytes)
+    };
+    assert_eq!(live(Category::Parameter), 669_425_664);
+    assert!(
+        live(Category::Activation) > 10 * live(Category::Parameter) / 2,
+        "{:?}",
+        o.live_categories
+    );
+    // No optimizer step ever ran: none of its categories is invented.
+    assert_eq!(max_bytes(&d, Category::OptimizerState), 0);
+    assert_eq!(max_bytes(&d, Category::Gradient), 0);
+}

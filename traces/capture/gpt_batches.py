@@ -4,7 +4,9 @@ memlens' what-if predictions against real runs.
 The model is the shared traces' GPT (vocab 32000, d 1024, 16 heads, 8 layers, context 1024,
 untied head: 167,356,416 parameters), trained with AdamW under bf16 autocast for 5 steps with
 forward/backward/optimizer_step ranges, like ../shared/traces/pytorch/gpt_train.
-Run: python3 gpt_batches.py OUT_DIR BATCH [ckpt]  → OUT_DIR/gpt_b{BATCH}[_ckpt].pickle (+ .memory_stats.json)
+Run: python3 gpt_batches.py OUT_DIR BATCH [ckpt] [cap=GIB]  → OUT_DIR/gpt_b{BATCH}[_ckpt][_oom].pickle
+(+ .memory_stats.json). With cap=GIB the process is held to GIB GiB
+(`torch.cuda.set_per_process_memory_fraction`) and the snapshot is dumped when training runs out.
 """
 import json
 import sys
@@ -15,7 +17,10 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 out, batch = sys.argv[1], int(sys.argv[2])
-ckpt = len(sys.argv) > 3 and sys.argv[3] == "ckpt"
+ckpt = "ckpt" in sys.argv[3:]
+cap = next((float(a[4:]) for a in sys.argv[3:] if a.startswith("cap=")), None)
+if cap is not None:
+    torch.cuda.set_per_process_memory_fraction(cap * 2**30 / torch.cuda.get_device_properties(0).total_memory)
 V, D, H, L, T = 32000, 1024, 16, 8, 1024
 
 
@@ -54,20 +59,30 @@ assert sum(p.numel() for p in model.parameters()) == 167_356_416
 torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python")
 model = model.cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-for i in range(5):
-    with torch.profiler.record_function(f"iteration_{i}"):
-        x = torch.randint(0, V, (batch, T), device="cuda")
-        y = torch.randint(0, V, (batch, T), device="cuda")
-        with torch.profiler.record_function("forward"):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = F.cross_entropy(model(x).view(-1, V), y.view(-1))
-        with torch.profiler.record_function("backward"):
-            loss.backward()
-        with torch.profiler.record_function("optimizer_step"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+
+
+def train():
+    for i in range(5):
+        with torch.profiler.record_function(f"iteration_{i}"):
+            x = torch.randint(0, V, (batch, T), device="cuda")
+            y = torch.randint(0, V, (batch, T), device="cuda")
+            with torch.profiler.record_function("forward"):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = F.cross_entropy(model(x).view(-1, V), y.view(-1))
+            with torch.profiler.record_function("backward"):
+                loss.backward()
+            with torch.profiler.record_function("optimizer_step"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+
+oom = False
+try:
+    train()
+except torch.OutOfMemoryError:
+    oom = True
 torch.cuda.synchronize()
-name = f"{out}/gpt_b{batch}{'_ckpt' if ckpt else ''}"
+name = f"{out}/gpt_b{batch}{'_ckpt' if ckpt else ''}{'_oom' if oom else ''}"
 torch.cuda.memory._dump_snapshot(f"{name}.pickle")
 with open(f"{name}.memory_stats.json", "w") as f:
     json.dump(torch.cuda.memory_stats(), f, indent=1)

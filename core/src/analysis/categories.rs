@@ -119,6 +119,17 @@ fn structure(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) -> Option<S
     Some(Structure { iterations, zero_grads })
 }
 
+/// Ranges named exactly `name`, a range still open at the end reaching to the end of time.
+fn spans_or_open(phases: &[PhaseRange], name: &str) -> Vec<Span> {
+    let mut v: Vec<Span> = phases
+        .iter()
+        .filter(|p| lower(&p.name) == name)
+        .map(|p| (p.start_us, p.end_us.unwrap_or(i64::MAX)))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 fn within(t: i64, s: Span) -> bool {
     s.0 <= t && t <= s.1
 }
@@ -213,10 +224,18 @@ fn classify_training(st: &Structure, l: Life, weights_moved: bool) -> (Category,
     }
 }
 
-/// Without training structure: only what needs no iterations.
-fn classify_plain(l: Life, span: Span) -> (Category, CategoryRule) {
+/// Without training structure: only what needs no iterations. `failed_forwards`: each
+/// `forward` range in which an allocation failed, with the time of the failure.
+fn classify_plain(l: Life, span: Span, failed_forwards: &[(Span, i64)]) -> (Category, CategoryRule) {
     if l.moved_by_module_to {
         return (Category::Parameter, CategoryRule::ModuleTo);
+    }
+    if let Some(a) = l.alloc {
+        let live_at_failure =
+            |((start, _), oom): &(Span, i64)| a >= *start && a < *oom && l.free.is_none_or(|f| f > *oom);
+        if failed_forwards.iter().any(live_at_failure) {
+            return (Category::Activation, CategoryRule::MadeInFailedForward);
+        }
     }
     let (a, f) = (l.alloc.unwrap_or(span.0), l.free.unwrap_or(span.1));
     if (f - a) * 4 >= (span.1 - span.0).max(1) {
@@ -226,12 +245,12 @@ fn classify_plain(l: Life, span: Span) -> (Category, CategoryRule) {
     }
 }
 
-/// Whether a stack's innermost frames are `Module._apply`'s `convert` (weights moved by `.to()`).
+/// Whether a stack runs through `Module._apply` (weights moved by `.to()`, `.cuda()`, `.half()`).
 fn moved_by_module_to(stacks: &StackResolver, stack: u32) -> bool {
     stacks
         .frames(stack)
         .iter()
-        .any(|f| f.contains("torch/nn/modules/module.py") && f.ends_with(":convert"))
+        .any(|f| f.contains("torch/nn/modules/module.py") && f.ends_with(":_apply"))
 }
 
 /// Every lifetime row's category and rule.
@@ -266,11 +285,27 @@ pub fn categorize(
         })
         .collect();
     let weights_moved = lives.iter().any(|l| l.moved_by_module_to);
+    let ooms: Vec<i64> = ev
+        .indices_of(crate::tables::Action::Oom)
+        .into_iter()
+        .map(|i| time[i])
+        .collect();
+    // An OOM inside a forward, or inside the backward that follows it.
+    let forwards = spans_or_open(phases, "forward");
+    let backwards = spans_or_open(phases, "backward");
+    let failed_forwards: Vec<(Span, i64)> = ooms
+        .iter()
+        .filter_map(|&t| {
+            let f = *forwards.iter().rev().find(|f| f.0 <= t)?;
+            let in_backward = backwards.iter().any(|b| b.0 >= f.1 && within(t, *b));
+            (within(t, f) || in_backward).then_some((f, t))
+        })
+        .collect();
     Ok(lives
         .into_iter()
         .map(|life| match (&st, pytorch) {
             (Some(st), _) => classify_training(st, life, weights_moved),
-            (None, true) => classify_plain(life, span),
+            (None, true) => classify_plain(life, span, &failed_forwards),
             (None, false) => (Category::Other, CategoryRule::Unplaced),
         })
         .collect())
@@ -358,4 +393,28 @@ pub fn add_category_columns(lifetimes: &mut DataFrame, placed: &[(Category, Cate
     lifetimes.with_column(lt_col::CATEGORY.build(placed.iter().map(|p| pos_c(p.0)).collect()))?;
     lifetimes.with_column(lt_col::CATEGORY_RULE.build(placed.iter().map(|p| pos_r(p.1)).collect()))?;
     Ok(())
+}
+
+/// Requested bytes live right after entry `idx` (`None`: before the first entry), by category.
+pub fn live_by_category_at(
+    lifetimes: &DataFrame,
+    placed: &[(Category, CategoryRule)],
+    idx: Option<usize>,
+) -> PolarsResult<Vec<memlens_api::CategoryBytes>> {
+    let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
+    let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
+    let size = lt_col::SIZE.slice(lifetimes)?;
+    let at = idx.map_or(-1, |i| i as i64);
+    let mut bytes = vec![0i64; Category::ALL.len()];
+    for (r, &(c, _)) in placed.iter().enumerate() {
+        if alloc_idx[r] <= at && (free_idx[r] < 0 || free_idx[r] > at) {
+            bytes[Category::ALL.iter().position(|&x| x == c).unwrap_or(0)] += size[r];
+        }
+    }
+    Ok(Category::ALL
+        .iter()
+        .zip(bytes)
+        .filter(|(_, b)| *b > 0)
+        .map(|(&category, bytes)| memlens_api::CategoryBytes { category, bytes })
+        .collect())
 }

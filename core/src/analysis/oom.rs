@@ -51,6 +51,7 @@ pub fn explain_ooms(
             cause,
             remedy,
             live_stacks: live_groups_at(lifetimes, i.checked_sub(1), 5, stacks)?,
+            live_categories: Vec::new(),
             stack: stacks.user_frames(ev.stack()[i]),
         });
     }
@@ -106,4 +107,45 @@ pub fn remedy(
             device_free.map(|d| format!(" plus the {} the device had free", human(d))).unwrap_or_default()
         ),
     )
+}
+
+/// Names the categories live at the failure and points the remedy at them: a batch that does
+/// not fit is told about its activations, state that does not fit about sharding. When the
+/// free-but-split memory is no real share of what the process holds (under a tenth), the cause
+/// is capacity, whatever the largest free block.
+pub fn with_categories(o: &mut OomExplanation, live: Vec<memlens_api::CategoryBytes>) {
+    use memlens_api::Category as C;
+    let of = |cs: &[C]| -> i64 { live.iter().filter(|c| cs.contains(&c.category)).map(|c| c.bytes).sum() };
+    // Under a cap the device's own free memory says nothing about what the process may use;
+    // what it holds (reserved) does.
+    if o.cause == OomCause::Fragmentation && o.reserved_free_bytes * 10 < o.reserved_bytes {
+        o.cause = OomCause::Capacity;
+        o.remedy = format!(
+            "Out of capacity: live tensors hold {} of the {} reserved; the {} free in split blocks is too small a share \
+             for defragmenting to help. {}",
+            human(o.allocated_bytes),
+            human(o.reserved_bytes),
+            human(o.reserved_free_bytes),
+            o.remedy
+        );
+    }
+    if !live.is_empty() {
+        let parts: Vec<String> = live
+            .iter()
+            .filter(|c| c.bytes > 0)
+            .map(|c| format!("{} {}", c.category.name(), human(c.bytes)))
+            .collect();
+        o.remedy += &format!(" Live at the failure: {}.", parts.join(", "));
+        let per_batch = of(&[C::Activation, C::Temporary, C::Input]);
+        let state = of(&[C::Parameter, C::Gradient, C::OptimizerState]);
+        if matches!(o.cause, OomCause::Capacity | OomCause::Limit) && of(&[C::Activation]) > 0 {
+            o.remedy += &format!(
+                " A smaller batch or activation checkpointing shrinks the {} that grows with the batch; sharding \
+                 (FSDP/ZeRO) or a lighter optimizer the {} of parameters, gradients and optimizer state (try memlens whatif).",
+                human(per_batch),
+                human(state)
+            );
+        }
+    }
+    o.live_categories = live;
 }
