@@ -4,7 +4,7 @@
 
 use memlens_api::{
     AnalyzeOutput, ChartParams, DeviceParams, FragmentationSeries, FrameView, GpuSamplesParams, GpuSeries, SegmentMap,
-    SegmentsParams, ServerLimits, Status, Timeline, TimelineParams,
+    SegmentsParams, ServerLimits, Status, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
 };
 use serde::Serialize;
 
@@ -55,6 +55,10 @@ pub async fn segments(id: &str, params: &SegmentsParams) -> Result<SegmentMap, F
 
 pub async fn stack(id: &str, stack: u32) -> Result<Vec<FrameView>, FetchError> {
     get_json(&report_path(id, &format!("/stacks/{stack}"))).await
+}
+
+pub async fn whatif(id: &str, params: &WhatIfParams) -> Result<WhatIfFile, FetchError> {
+    get_json(&url(&report_path(id, "/whatif"), params)).await
 }
 
 /// The address of a chart image (for `<img src>`).

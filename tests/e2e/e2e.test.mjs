@@ -262,3 +262,27 @@ test('an Nsight Systems export is charted like a snapshot, its leak found', asyn
   await page.screenshot({ path: join(out, 'nsys.png'), fullPage: true });
   await ctx.close();
 });
+
+test('what the peak is made of, and what if the batch doubled with checkpointing', async () => {
+  // GPT (167,356,416 parameters, AdamW) at batch 8, captured on the H200.
+  const { url } = await uploadFilesViaApi(['gpt_b8.pickle.gz']);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await waitForTimeline(page);
+  // Parameters 669,425,664 B and AdamW's two states 1,338,851,328 B, live at the peak.
+  assert.match(await page.textContent('#budget'), /parameter — 638\.4 MiB at the peak/);
+  assert.match(await page.textContent('#budget'), /optimizer_state — 1\.25 GiB at the peak/);
+  await page.fill('#whatif-run-batch', '8');
+  await page.fill('#whatif-batch', '16');
+  await page.check('#whatif-ckpt');
+  await page.click('#whatif-predict');
+  await page.waitForSelector('#whatif-result', { timeout: 30_000 });
+  // The same prediction as `memlens whatif --batch-size 8 --set batch_size=16 --set
+  // activation_checkpointing=true` (8,483,132,971 B; the real checkpointed run at 16 peaked at
+  // 8,023,834,636 B).
+  assert.match(await page.textContent('#whatif-result'), /peak 6\.93 GiB → predicted 7\.90 GiB/);
+  assert.match(await page.textContent('#whatif-result'), /about 8 layers/);
+  await page.screenshot({ path: join(out, 'whatif.png'), fullPage: true });
+  await ctx.close();
+});

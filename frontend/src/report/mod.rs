@@ -17,6 +17,7 @@ mod segments;
 mod state;
 mod timeline_panel;
 mod view;
+mod whatif;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;

@@ -14,6 +14,7 @@ use super::segments::SegmentPanel;
 use super::skipped_note;
 use super::state::ReportState;
 use super::timeline_panel::TimelinePanel;
+use super::whatif::WhatIfPanel;
 use crate::api;
 
 /// The device picker, shown when the snapshot has several devices.
@@ -88,6 +89,7 @@ pub fn ReportView(
             {notes.into_iter().map(|n| view! { <p class="muted source-note">{n}</p> }).collect_view()}
             {move || st.dev_summary.get().map(|s| cards(&s))}
             {move || st.dev_summary.get().and_then(|s| budget(&s))}
+            <WhatIfPanel st=st />
             <TimelinePanel st=st />
             <SegmentPanel st=st />
             {(!gpu_logs.is_empty()).then(|| gpu_logs_section(&id, &gpu_logs, Some(st.in_trace)))}
