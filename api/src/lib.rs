@@ -556,3 +556,25 @@ pub struct CategoryBytes {
     pub category: Category,
     pub bytes: i64,
 }
+
+/// A window of a device's timeline by category: per pixel column, each category's bytes at the
+/// moment the column's total peaks (stacked, they add up to the allocated line).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CategoryTimeline {
+    pub device: i64,
+    pub time_axis: TimeAxis,
+    pub start: i64,
+    pub end: i64,
+    pub width: usize,
+    /// Categories with bytes in the window, in `Category` order.
+    pub series: Vec<CategorySeries>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CategorySeries {
+    pub category: Category,
+    /// One value per pixel column.
+    pub bytes: Vec<i64>,
+}

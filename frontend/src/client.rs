@@ -3,8 +3,8 @@
 //! assembled by hand elsewhere.
 
 use memlens_api::{
-    AnalyzeOutput, ChartParams, DeviceParams, FragmentationSeries, FrameView, GpuSamplesParams, GpuSeries, SegmentMap,
-    SegmentsParams, ServerLimits, Status, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
+    AnalyzeOutput, CategoryTimeline, ChartParams, DeviceParams, FragmentationSeries, FrameView, GpuSamplesParams,
+    GpuSeries, SegmentMap, SegmentsParams, ServerLimits, Status, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
 };
 use serde::Serialize;
 
@@ -39,6 +39,10 @@ pub async fn summary(id: &str) -> Result<AnalyzeOutput, FetchError> {
 
 pub async fn timeline(id: &str, params: &TimelineParams) -> Result<Timeline, FetchError> {
     get_json(&url(&report_path(id, "/timeline"), params)).await
+}
+
+pub async fn category_timeline(id: &str, params: &TimelineParams) -> Result<CategoryTimeline, FetchError> {
+    get_json(&url(&report_path(id, "/categories"), params)).await
 }
 
 pub async fn gpu_samples(id: &str, params: &GpuSamplesParams) -> Result<GpuSeries, FetchError> {

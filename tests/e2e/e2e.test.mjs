@@ -273,6 +273,15 @@ test('what the peak is made of, and what if the batch doubled with checkpointing
   // Parameters 669,425,664 B and AdamW's two states 1,338,851,328 B, live at the peak.
   assert.match(await page.textContent('#budget'), /parameter — 638\.4 MiB at the peak/);
   assert.match(await page.textContent('#budget'), /optimizer_state — 1\.25 GiB at the peak/);
+  // Memory by category over the timeline's window: stacked areas drawn.
+  await page.waitForFunction(() => {
+    const c = document.querySelector('#category-chart');
+    if (!c || c.width < 100) return false;
+    const { data } = c.getContext('2d').getImageData(80, 10, c.width - 100, 120);
+    let painted = 0;
+    for (let i = 0; i < data.length; i += 4) if (data[i] < 245 || data[i + 1] < 245 || data[i + 2] < 245) painted++;
+    return painted / (data.length / 4) > 0.05;
+  }, null, { timeout: 30_000 });
   await page.fill('#whatif-run-batch', '8');
   await page.fill('#whatif-batch', '16');
   await page.check('#whatif-ckpt');

@@ -7,7 +7,7 @@ use memlens_api::{Category, DeviceSummary};
 use crate::format::bytes;
 
 /// A fixed colour per category (red stays for leaks and OOMs).
-fn colour(c: Category) -> &'static str {
+pub fn colour(c: Category) -> &'static str {
     match c {
         Category::Parameter => "#4c72b0",
         Category::Gradient => "#55a868",

@@ -10,6 +10,7 @@
 
 mod budget;
 mod cards;
+mod category_chart;
 mod findings;
 mod gpu_logs;
 mod panels;

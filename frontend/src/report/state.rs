@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use memlens_api::{
-    Band, DeviceParams, DeviceSummary, FileSummary, FragmentationSeries, FrameView, GpuLogSummary, GpuSamplesParams,
-    OomExplanation, SegmentMap, SegmentsParams, TimelineAxis, TimelineParams,
+    Band, CategoryTimeline, DeviceParams, DeviceSummary, FileSummary, FragmentationSeries, FrameView, GpuLogSummary,
+    GpuSamplesParams, OomExplanation, SegmentMap, SegmentsParams, TimelineAxis, TimelineParams,
 };
 
 use super::gpu_logs::gpu_of_device;
@@ -37,6 +37,8 @@ pub struct ReportState {
     pub frag_canvas: NodeRef<leptos::html::Canvas>,
     pub seg_canvas: NodeRef<leptos::html::Canvas>,
     pub frag_data: RwSignal<Option<FragmentationSeries>>,
+    pub cat_canvas: NodeRef<leptos::html::Canvas>,
+    pub cat_data: RwSignal<Option<CategoryTimeline>>,
     pub seg_map: RwSignal<Option<SegmentMap>>,
     pub hovered: RwSignal<Option<Band>>,
     pub pinned: RwSignal<bool>,
@@ -76,6 +78,8 @@ impl ReportState {
             frag_canvas: NodeRef::new(),
             seg_canvas: NodeRef::new(),
             frag_data: RwSignal::new(None),
+            cat_canvas: NodeRef::new(),
+            cat_data: RwSignal::new(None),
             seg_map: RwSignal::new(None),
             hovered: RwSignal::new(None),
             pinned: RwSignal::new(false),
@@ -168,6 +172,7 @@ impl ReportState {
             if let Some(c) = self.canvas.get_untracked() {
                 let _ = c.set_attribute("data-data-to-drawn-ms", &format!("{:.2}", now_ms() - arrived));
             }
+            self.fetch_categories(seq, &params).await;
             self.fetch_gpu_line(seq, d, width, ev, initial).await;
             let (s, e) = self.view.with_value(|v| (v.start, v.end));
             let mut q = vec![
@@ -180,6 +185,21 @@ impl ReportState {
             }
             api::set_query(&q);
         });
+    }
+
+    /// The same window by category.
+    async fn fetch_categories(self, seq: u64, params: &TimelineParams) {
+        let (start, end) = self.view.with_value(|v| (v.start, v.end));
+        let params = TimelineParams {
+            start: Some(start),
+            end: Some(end),
+            ..*params
+        };
+        if let Ok(c) = client::category_timeline(&self.id.get_value(), &params).await {
+            if self.request_seq.get_value() == seq {
+                self.cat_data.set(Some(c));
+            }
+        }
     }
 
     /// The same GPU in an NVML log of this report, over the same window (time axis only).

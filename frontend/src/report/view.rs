@@ -8,6 +8,7 @@ use memlens_api::{FileSummary, GpuLogSummary, SkippedFile};
 
 use super::budget::budget;
 use super::cards::cards;
+use super::category_chart::CategoryChart;
 use super::findings::details;
 use super::gpu_logs::gpu_logs_section;
 use super::segments::SegmentPanel;
@@ -91,6 +92,7 @@ pub fn ReportView(
             {move || st.dev_summary.get().and_then(|s| budget(&s))}
             <WhatIfPanel st=st />
             <TimelinePanel st=st />
+            <CategoryChart st=st />
             <SegmentPanel st=st />
             {(!gpu_logs.is_empty()).then(|| gpu_logs_section(&id, &gpu_logs, Some(st.in_trace)))}
             {move || st.dev_summary.get().map(|s| details(&s))}

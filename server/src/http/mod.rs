@@ -51,6 +51,7 @@ pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(reports::status))
         .routes(routes!(reports::limits))
         .routes(routes!(queries::timeline))
+        .routes(routes!(queries::category_timeline))
         .routes(routes!(queries::segments))
         .routes(routes!(queries::fragmentation))
         .routes(routes!(queries::peak))

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::Json;
 use memlens_api::{
-    AnalyzeOutput, DeviceParams, DeviceSummary, FileParams, FragmentationSeries, FrameView, GpuSamplesParams,
-    GpuSeries, GpuSeriesSummary, LeakCandidate, OomExplanation, Peak, PhaseRange, SearchParams, SearchResult,
-    SegmentMap, SegmentsParams, TimeAxis, Timeline, TimelineAxis, TimelineParams, WhatIfFile, WhatIfParams,
+    AnalyzeOutput, CategoryTimeline, DeviceParams, DeviceSummary, FileParams, FragmentationSeries, FrameView,
+    GpuSamplesParams, GpuSeries, GpuSeriesSummary, LeakCandidate, OomExplanation, Peak, PhaseRange, SearchParams,
+    SearchResult, SegmentMap, SegmentsParams, TimeAxis, Timeline, TimelineAxis, TimelineParams, WhatIfFile,
+    WhatIfParams,
 };
 use memlens_core::analysis::gpu_samples::gpu_series;
 use memlens_core::analysis::whatif::what_if_file;
@@ -90,11 +91,7 @@ pub async fn timeline(
     let (fi, d) = pick(&r.summary, q.file, q.device)?;
     let device = d.device;
     let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
-    // Traces without timestamps have only the entry-order axis.
-    let axis = match (q.axis, d.time_axis) {
-        (None | Some(TimelineAxis::Time), TimeAxis::TimeUs) => TimelineAxis::Time,
-        _ => TimelineAxis::Event,
-    };
+    let axis = axis_of(&q, d);
     let tl = blocking(r, move |r| {
         query::timeline_on(
             frames_of(r, fi, device)?,
@@ -105,6 +102,32 @@ pub async fn timeline(
             q.width.unwrap_or(1000),
         )
         .map_err(internal)
+    })
+    .await?;
+    Ok(Json(tl))
+}
+
+/// The axis a timeline query asked for: traces without timestamps have only entry order.
+fn axis_of(q: &TimelineParams, d: &DeviceSummary) -> TimelineAxis {
+    match (q.axis, d.time_axis) {
+        (None | Some(TimelineAxis::Time), TimeAxis::TimeUs) => TimelineAxis::Time,
+        _ => TimelineAxis::Event,
+    }
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/categories", tag = "queries",
+    params(("id" = String, Path), TimelineParams), responses((status = 200, body = CategoryTimeline)))]
+pub async fn category_timeline(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<TimelineParams>,
+) -> Result<Json<CategoryTimeline>, ApiError> {
+    let r = loaded(&st, &id).await?;
+    let (fi, d) = pick(&r.summary, q.file, q.device)?;
+    let (device, axis) = (d.device, axis_of(&q, d));
+    let tl = blocking(r, move |r| {
+        query::category_timeline(frames_of(r, fi, device)?, axis, q.start, q.end, q.width.unwrap_or(1000))
+            .map_err(internal)
     })
     .await?;
     Ok(Json(tl))

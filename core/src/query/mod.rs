@@ -1,12 +1,16 @@
 //! Level-of-detail queries over a loaded report: the timeline (per-pixel min/max of allocated
 //! and reserved bytes, the largest allocation bands in the window and one aggregated band for
-//! the rest), allocation search, and stack frames.
+//! the rest), the same window by category ([`category_timeline`]), allocation search, and stack
+//! frames.
 //!
 //! The timeline costs one pass over the entries inside the window plus one pass over the
 //! allocation lifetimes, and its payload is bounded by `width` and [`MAX_BANDS`]: zooming in
 //! until a window holds at most `MAX_BANDS` allocations shows every one of them as its own band.
 
 pub use memlens_api::TimelineAxis as Axis;
+mod categories;
+
+pub use categories::category_timeline;
 use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
 use polars::prelude::*;
 

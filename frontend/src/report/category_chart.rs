@@ -1,0 +1,75 @@
+//! Memory by category over the timeline's window: stacked areas, one per category, drawn from
+//! the level-of-detail category timeline (it follows the timeline's zoom and pan).
+
+use leptos::prelude::*;
+use memlens_api::CategoryTimeline;
+
+use super::budget::colour;
+use super::context_2d;
+use super::state::ReportState;
+use crate::format::bytes;
+use crate::timeline::{LEFT, RIGHT};
+
+const HEIGHT: f64 = 160.0;
+
+fn draw(c: &web_sys::HtmlCanvasElement, tl: &CategoryTimeline) {
+    let Some(ctx) = context_2d(c) else { return };
+    let width = c.parent_element().map(|p| p.client_width()).unwrap_or(900).max(400) as f64;
+    c.set_width(width as u32);
+    c.set_height(HEIGHT as u32);
+    ctx.set_fill_style_str("#fff");
+    ctx.fill_rect(0.0, 0.0, width, HEIGHT);
+    let cols = tl.width.max(1);
+    let top = (0..cols)
+        .map(|b| tl.series.iter().map(|s| s.bytes[b]).sum::<i64>())
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let plot_w = width - LEFT - RIGHT;
+    let plot_h = HEIGHT - 30.0;
+    let col_w = plot_w / cols as f64;
+    let mut base = vec![0f64; cols];
+    for s in &tl.series {
+        ctx.set_fill_style_str(colour(s.category));
+        for (b, slot) in base.iter_mut().enumerate() {
+            let v = s.bytes[b] as f64;
+            if v <= 0.0 {
+                continue;
+            }
+            let y0 = 8.0 + plot_h * (1.0 - *slot / top);
+            let y1 = 8.0 + plot_h * (1.0 - (*slot + v) / top);
+            ctx.fill_rect(LEFT + b as f64 * col_w, y1, col_w.max(0.5) + 0.3, y0 - y1);
+            *slot += v;
+        }
+    }
+    ctx.set_fill_style_str("#333");
+    ctx.set_font("11px sans-serif");
+    let _ = ctx.fill_text(&bytes(top as i64), 4.0, 16.0);
+    let _ = ctx.fill_text("0 B", 4.0, 8.0 + plot_h);
+    let mut x = LEFT;
+    for s in &tl.series {
+        ctx.set_fill_style_str(colour(s.category));
+        ctx.fill_rect(x, HEIGHT - 14.0, 10.0, 10.0);
+        ctx.set_fill_style_str("#333");
+        let _ = ctx.fill_text(s.category.name(), x + 14.0, HEIGHT - 5.0);
+        x += 24.0 + 7.0 * s.category.name().len() as f64;
+    }
+}
+
+/// The panel; [`ReportState::fetch_timeline`] loads its data for each window.
+#[component]
+pub fn CategoryChart(st: ReportState) -> impl IntoView {
+    Effect::new(move |_| {
+        let Some(tl) = st.cat_data.get() else { return };
+        if let Some(c) = st.cat_canvas.get() {
+            draw(&c, &tl);
+        }
+    });
+    view! {
+        <section class="panel" id="by-category">
+            <h2>"Memory by category"</h2>
+            <p class="muted">"The timeline's window, stacked by category (each column at its highest moment)."</p>
+            <canvas id="category-chart" node_ref=st.cat_canvas></canvas>
+        </section>
+    }
+}
