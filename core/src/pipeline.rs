@@ -133,6 +133,22 @@ pub trait PipelineSink {
 pub struct NoSink;
 impl PipelineSink for NoSink {}
 
+/// A sink that keeps each snapshot's per-device frames, in `files` order (what-if, benches).
+#[derive(Default)]
+pub struct KeepFrames {
+    pub files: Vec<Vec<DeviceFrames>>,
+}
+
+impl PipelineSink for KeepFrames {
+    fn keeps_tables(&self) -> bool {
+        true
+    }
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+        self.files.push(out.devices.iter_mut().map(std::mem::take).collect());
+        Ok(())
+    }
+}
+
 /// Runs the pipeline over `inputs`.
 pub fn run(
     inputs: Vec<Input>,

@@ -128,24 +128,14 @@ fn a_real_oom_under_a_cap_names_the_cap_and_the_activations_in_the_way() {
 
 #[test]
 fn the_category_timeline_stacks_up_to_the_peak() {
-    use memlens_core::pipeline::{self, DeviceFrames, Input, PipelineSink, SnapshotOutput};
-    #[derive(Default)]
-    struct Keep(Vec<DeviceFrames>);
-    impl PipelineSink for Keep {
-        fn keeps_tables(&self) -> bool {
-            true
-        }
-        fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
-            self.0.extend(out.devices.iter_mut().map(std::mem::take));
-            Ok(())
-        }
-    }
+    use memlens_core::pipeline::{self, Input, KeepFrames};
     for name in ["gpt_train.pickle", "leak.pickle", "kv_cache_inference.pickle"] {
-        let mut keep = Keep::default();
+        let mut keep = KeepFrames::default();
         let out = pipeline::run(vec![Input::path(&trace(name))], Default::default(), &mut keep).expect("run");
         let d = &out.files[0].devices[0];
-        let tl = memlens_core::query::category_timeline(&keep.0[0], memlens_api::TimelineAxis::Time, None, None, 400)
-            .expect("timeline");
+        let tl =
+            memlens_core::query::category_timeline(&keep.files[0][0], memlens_api::TimelineAxis::Time, None, None, 400)
+                .expect("timeline");
         let stacked = (0..tl.width)
             .map(|b| tl.series.iter().map(|s| s.bytes[b]).sum::<i64>())
             .max()

@@ -5,26 +5,13 @@
 
 use memlens_api::{Category, WhatIfDevice, WhatIfParams};
 use memlens_core::analysis::whatif::what_if_file;
-use memlens_core::pipeline::{self, DeviceFrames, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{self, Input, KeepFrames};
 use memlens_tests::{oracle_for, oracle_value, trace};
-
-#[derive(Default)]
-struct KeepFrames(Vec<Vec<DeviceFrames>>);
-
-impl PipelineSink for KeepFrames {
-    fn keeps_tables(&self) -> bool {
-        true
-    }
-    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
-        self.0.push(out.devices.iter_mut().map(std::mem::take).collect());
-        Ok(())
-    }
-}
 
 fn predict(name: &str, s: WhatIfParams) -> WhatIfDevice {
     let mut sink = KeepFrames::default();
     let out = pipeline::run(vec![Input::path(&trace(name))], Default::default(), &mut sink).expect("run");
-    let w = what_if_file(&out.files[0], &sink.0[0], &out.gpu_logs, &s).expect("what-if");
+    let w = what_if_file(&out.files[0], &sink.files[0], &out.gpu_logs, &s).expect("what-if");
     w.devices.into_iter().next().expect("a device")
 }
 

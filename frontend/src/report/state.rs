@@ -172,8 +172,7 @@ impl ReportState {
             if let Some(c) = self.canvas.get_untracked() {
                 let _ = c.set_attribute("data-data-to-drawn-ms", &format!("{:.2}", now_ms() - arrived));
             }
-            self.fetch_categories(seq, &params).await;
-            self.fetch_gpu_line(seq, d, width, ev, initial).await;
+            // The link carries the view as soon as it is drawn.
             let (s, e) = self.view.with_value(|v| (v.start, v.end));
             let mut q = vec![
                 ("device", d.to_string()),
@@ -184,6 +183,8 @@ impl ReportState {
                 q.push(("axis", "event".into()));
             }
             api::set_query(&q);
+            self.fetch_categories(seq, &params).await;
+            self.fetch_gpu_line(seq, d, width, ev, initial).await;
         });
     }
 

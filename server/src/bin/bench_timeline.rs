@@ -5,27 +5,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use memlens_core::pipeline::{self, DeviceFrames, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{self, Input, KeepFrames};
 use memlens_core::query::timeline;
-
-/// Keeps the first device's frames and summary numbers from the pipeline.
-#[derive(Default)]
-struct FirstDevice(Option<(DeviceFrames, (i64, i64))>);
-
-impl PipelineSink for FirstDevice {
-    fn keeps_tables(&self) -> bool {
-        true
-    }
-    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
-        if self.0.is_none() {
-            if let (Some(d), Some(frames)) = (out.summary.devices.first(), out.devices.first_mut()) {
-                let taken = std::mem::take(frames);
-                self.0 = Some((taken, (d.initial_allocated_bytes, d.initial_reserved_bytes)));
-            }
-        }
-        Ok(())
-    }
-}
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -37,15 +18,22 @@ fn main() {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"));
-    let mut sink = FirstDevice::default();
-    if let Err(e) = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink) {
-        eprintln!("memlens-bench-timeline: {e}");
-        std::process::exit(2);
-    }
-    let Some((dev, initial)) = sink.0 else {
+    let mut sink = KeepFrames::default();
+    let out = match pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink) {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("memlens-bench-timeline: {e}");
+            std::process::exit(2);
+        }
+    };
+    let (Some(d), Some(dev)) = (
+        out.files.first().and_then(|f| f.devices.first()),
+        sink.files.into_iter().next().and_then(|f| f.into_iter().next()),
+    ) else {
         eprintln!("memlens-bench-timeline: {}: no snapshot device", path.display());
         std::process::exit(2);
     };
+    let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
     let time = dev
         .usage
         .column("time")

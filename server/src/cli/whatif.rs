@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use memlens_api::{WhatIfOutput, WhatIfParams};
 use memlens_core::analysis::whatif::what_if_file;
-use memlens_core::pipeline::{self, DeviceFrames, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{self, Input, KeepFrames};
 
 use super::render::gib;
 
@@ -28,20 +28,6 @@ pub struct WhatIfArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Keeps each snapshot's per-device frames (the what-if replays their lifetimes).
-#[derive(Default)]
-struct KeepFrames(Vec<Vec<DeviceFrames>>);
-
-impl PipelineSink for KeepFrames {
-    fn keeps_tables(&self) -> bool {
-        true
-    }
-    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
-        self.0.push(out.devices.iter_mut().map(std::mem::take).collect());
-        Ok(())
-    }
 }
 
 /// The scenario from `--set` pairs (the same keys and values as the HTTP query).
@@ -87,7 +73,7 @@ pub fn whatif(args: WhatIfArgs) -> ExitCode {
         }
     };
     let mut files = Vec::new();
-    for (f, frames) in out.files.iter().zip(&sink.0) {
+    for (f, frames) in out.files.iter().zip(&sink.files) {
         match what_if_file(f, frames, &out.gpu_logs, &s) {
             Ok(w) => files.push(w),
             Err(e) => {
