@@ -13,7 +13,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memlens_api::{AnalyzeOutput, FileSummary, Format, GpuLogSummary, SkippedFile, Stage};
-use polars::prelude::{Column, DataFrame};
+use polars::prelude::Column;
 
 use crate::analysis::gpu_samples::link_process_gpus;
 use crate::analysis::DeviceEvents;
@@ -83,16 +83,7 @@ impl PipelineError {
     }
 }
 
-/// One analysed device's derived frames, as stored for level-of-detail queries.
-#[derive(Default)]
-pub struct DeviceFrames {
-    pub device: i64,
-    /// `time` (µs, or the entry index without timestamps), `allocated`, `active`, `reserved`
-    /// after every entry.
-    pub usage: DataFrame,
-    pub lifetimes: DataFrame,
-    pub fragmentation: DataFrame,
-}
+pub use crate::tables::DeviceFrames;
 
 /// What a run hands its sink for each analysed snapshot.
 pub struct SnapshotOutput<'a> {

@@ -47,8 +47,9 @@ pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, FetchError> {
     })
 }
 
-/// Uploads files as multipart; `on_progress(sent, total)` follows the upload.
-pub async fn upload(
+/// Uploads files as multipart to `url`; `on_progress(sent, total)` follows the upload.
+pub async fn upload_to(
+    url: &str,
     files: Vec<web_sys::File>,
     on_progress: impl Fn(f64, f64) + 'static,
 ) -> Result<memlens_api::Created, FetchError> {
@@ -58,7 +59,7 @@ pub async fn upload(
             .map_err(js_err)?;
     }
     let xhr = web_sys::XmlHttpRequest::new().map_err(js_err)?;
-    xhr.open("POST", crate::client::UPLOAD_PATH).map_err(js_err)?;
+    xhr.open("POST", url).map_err(js_err)?;
     let progress = Closure::<dyn FnMut(web_sys::ProgressEvent)>::new(move |e: web_sys::ProgressEvent| {
         on_progress(e.loaded(), e.total());
     });

@@ -11,7 +11,15 @@ use serde::Serialize;
 use crate::api::{get_json, FetchError};
 
 /// Where uploads are posted (multipart).
-pub const UPLOAD_PATH: &str = "/api/reports";
+const UPLOAD_PATH: &str = "/api/reports";
+
+/// Uploads files into a new report; `on_progress(sent, total)` follows the upload.
+pub async fn upload(
+    files: Vec<web_sys::File>,
+    on_progress: impl Fn(f64, f64) + 'static,
+) -> Result<memlens_api::Created, FetchError> {
+    crate::api::upload_to(UPLOAD_PATH, files, on_progress).await
+}
 
 /// `path` with `params` as its query string (nothing when they are all unset).
 fn url<P: Serialize>(path: &str, params: &P) -> String {

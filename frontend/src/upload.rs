@@ -46,7 +46,7 @@ pub fn UploadPage() -> impl IntoView {
                     return;
                 }
             }
-            let created = api::upload(files, move |sent, all| {
+            let created = client::upload(files, move |sent, all| {
                 if all > 0.0 {
                     set_progress.set(sent / all);
                 }

@@ -57,7 +57,7 @@ pub fn categories_of(lifetimes: &DataFrame) -> PolarsResult<Vec<(Category, Categ
 /// stored per-device frames; NVML logs of the same report give the memory outside the allocator.
 pub fn what_if_file(
     file: &FileSummary,
-    frames: &[crate::pipeline::DeviceFrames],
+    frames: &[crate::tables::DeviceFrames],
     gpu_logs: &[GpuLogSummary],
     s: &WhatIfParams,
 ) -> PolarsResult<WhatIfFile> {
