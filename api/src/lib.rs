@@ -228,6 +228,10 @@ pub struct CategorySummary {
     pub bytes_at_peak: i64,
     /// The most requested bytes of this category live at any one time.
     pub max_bytes: i64,
+    /// The steady state: this category's most bytes within one training iteration, median over
+    /// the iterations (`None` without iterations).
+    #[serde(default)]
+    pub steady_bytes: Option<i64>,
     /// Allocations placed in this category.
     pub count: usize,
     /// The rules that placed them, with how many allocations and bytes each.

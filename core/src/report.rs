@@ -5,7 +5,9 @@
 use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
-use crate::analysis::categories::{add_category_columns, categorize, category_budget, live_by_category_at};
+use crate::analysis::categories::{
+    add_category_columns, categorize, category_budget, iteration_ends, live_by_category_at,
+};
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
 use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
 use crate::analysis::leaks::leak_candidates;
@@ -61,7 +63,8 @@ pub fn analyze_device(
     let peak_idx = usage.peak_allocated_idx;
     let pytorch = t.format == memlens_api::Format::PytorchSnapshot;
     let placed = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch)?;
-    let categories = category_budget(&lifetimes, &placed, peak_idx)?;
+    let ends = iteration_ends(&ev, usage.allocated(), &phases, pytorch);
+    let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     for o in &mut ooms {
         with_categories(
             o,

@@ -149,3 +149,19 @@ fn the_category_timeline_stacks_up_to_the_peak() {
         );
     }
 }
+
+#[test]
+fn the_steady_state_per_iteration_holds_the_training_state() {
+    let d = device0("gpt_train.pickle");
+    let steady = |c: Category| {
+        d.categories
+            .iter()
+            .find(|x| x.category == c)
+            .and_then(|x| x.steady_bytes)
+    };
+    assert_eq!(steady(Category::Parameter), Some(669_425_664));
+    assert_eq!(steady(Category::OptimizerState), Some(1_338_851_328));
+    assert_eq!(steady(Category::Gradient), Some(669_425_664));
+    let inference = device0("kv_cache_inference.pickle");
+    assert!(inference.categories.iter().all(|c| c.steady_bytes.is_none()));
+}

@@ -311,11 +311,30 @@ pub fn categorize(
         .collect())
 }
 
-/// Each category's bytes at the peak (entry `peak`), its own maximum, and its rules.
+/// The entry index at which each training iteration ends (its optimizer step's end), for the
+/// steady state; empty without training structure.
+pub fn iteration_ends(ev: &DeviceEvents, allocated: &[i64], phases: &[PhaseRange], pytorch: bool) -> Vec<usize> {
+    let time = ev.time();
+    match (pytorch && ev.has_time)
+        .then(|| structure(phases, time, allocated))
+        .flatten()
+    {
+        Some(st) => st
+            .iterations
+            .iter()
+            .map(|it| time.partition_point(|&t| t <= it.step.1))
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Each category's bytes at the peak (entry `peak`), its own maximum, its steady state per
+/// iteration (iterations ending at `iteration_ends`), and its rules.
 pub fn category_budget(
     lifetimes: &DataFrame,
     categories: &[(Category, CategoryRule)],
     peak: Option<usize>,
+    iteration_ends: &[usize],
 ) -> PolarsResult<Vec<CategorySummary>> {
     let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
@@ -363,10 +382,27 @@ pub fn category_budget(
     }
     deltas.sort_unstable_by_key(|d| (d.0, d.1));
     let mut max = live.clone();
-    for (_, _, s, d) in deltas {
+    // Per iteration, each category's most bytes (iteration k ends before entry iteration_ends[k]).
+    let mut per_iteration: Vec<Vec<i64>> = vec![live.clone(); iteration_ends.len()];
+    let mut k = 0;
+    for (entry, _, s, d) in deltas {
+        while k < iteration_ends.len() && entry as usize >= iteration_ends[k] {
+            k += 1;
+            if k < iteration_ends.len() {
+                per_iteration[k].clone_from(&live);
+            }
+        }
         live[s] += d;
         max[s] = max[s].max(live[s]);
+        if k < iteration_ends.len() {
+            per_iteration[k][s] = per_iteration[k][s].max(live[s]);
+        }
     }
+    let steady = |s: usize| -> Option<i64> {
+        let mut v: Vec<i64> = per_iteration.iter().map(|it| it[s]).collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied()
+    };
     Ok(Category::ALL
         .iter()
         .enumerate()
@@ -378,6 +414,7 @@ pub fn category_budget(
                 category,
                 bytes_at_peak: at_peak[s],
                 max_bytes: max[s],
+                steady_bytes: steady(s),
                 count: count[s],
                 rules: r,
             }
