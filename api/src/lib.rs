@@ -545,10 +545,13 @@ pub struct WhatIfDevice {
     pub peak_allocated_bytes: i64,
     /// The predicted allocated peak under the scenario.
     pub predicted_peak_allocated_bytes: i64,
+    /// What the allocator would reserve for it: the run's reserved ÷ allocated at its peak, or
+    /// with `expandable_segments` its active ÷ allocated (block rounding only).
+    pub predicted_peak_reserved_bytes: i64,
     /// Each category's predicted bytes at the predicted peak.
     pub predicted_by_category: Vec<CategoryBytes>,
-    /// The largest batch whose predicted peak fits `gpu_memory_bytes` (when given, with the
-    /// run's batch size).
+    /// The largest batch whose predicted reserved peak fits `gpu_memory_bytes` with the memory
+    /// outside the allocator (when given, with the run's batch size).
     pub max_batch_size: Option<u64>,
     /// What the prediction assumes, in plain words, one line each.
     pub assumptions: Vec<String>,

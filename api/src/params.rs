@@ -128,6 +128,9 @@ pub struct WhatIfParams {
     pub gpus: Option<u64>,
     /// Optimizer state offloaded to CPU memory.
     pub optimizer_offload: Option<bool>,
+    /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`: the cache holds what is active, not
+    /// the free-but-split blocks.
+    pub expandable_segments: Option<bool>,
     /// A GPU's memory in bytes, for the largest batch that fits.
     pub gpu_memory_bytes: Option<i64>,
 }

@@ -153,3 +153,26 @@ fn the_largest_batch_that_fits_is_the_last_one_predicted_to_fit() {
     assert!(predicted(b) * ratio <= capacity as f64);
     assert!(predicted(b + 1) * ratio > capacity as f64);
 }
+
+#[test]
+fn expandable_segments_hold_what_is_active_not_the_split_blocks() {
+    // The shared fragmentation run without and with expandable segments: the same workload.
+    let plain = predict("oom_fragmentation.pickle", WhatIfParams::default());
+    let expandable = predict(
+        "oom_fragmentation.pickle",
+        WhatIfParams {
+            expandable_segments: Some(true),
+            ..WhatIfParams::default()
+        },
+    );
+    assert_eq!(
+        plain.predicted_peak_reserved_bytes,
+        oracle_value(
+            &oracle_for(&trace("oom_fragmentation.pickle")),
+            "reserved_bytes.all.peak"
+        )
+    );
+    assert!(expandable.predicted_peak_reserved_bytes < plain.predicted_peak_reserved_bytes);
+    assert!(expandable.predicted_peak_reserved_bytes >= expandable.predicted_peak_allocated_bytes);
+    assert!(expandable.assumptions.iter().any(|a| a.contains("expandable segments")));
+}

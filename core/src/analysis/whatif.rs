@@ -83,6 +83,7 @@ pub fn what_if_file(
             device: d.device,
             peak_allocated_bytes: d.peak_allocated_bytes,
             peak_reserved_bytes: d.peak_reserved_bytes,
+            active_at_peak_bytes: d.fragmentation_at_peak.as_ref().map(|f| f.active_bytes),
             outside_allocator_bytes: outside,
         };
         devices.push(what_if(&run, s)?);
@@ -102,6 +103,8 @@ pub struct RunFacts<'a> {
     pub device: i64,
     pub peak_allocated_bytes: i64,
     pub peak_reserved_bytes: i64,
+    /// Block bytes (requested rounded up) active at the peak, when known.
+    pub active_at_peak_bytes: Option<i64>,
     /// Memory outside PyTorch's allocator (CUDA context, libraries), from an NVML log.
     pub outside_allocator_bytes: Option<i64>,
 }
@@ -306,12 +309,25 @@ pub fn what_if(run: &RunFacts, s: &WhatIfParams) -> PolarsResult<WhatIfDevice> {
     if s.batch_size.is_some() && s.run_batch_size.is_none() {
         assumptions.push("no run batch size given (--batch-size / run_batch_size): the batch is not scaled".into());
     }
+    let allocated = run.peak_allocated_bytes.max(1) as f64;
+    let reserve_ratio = match (s.expandable_segments, run.active_at_peak_bytes) {
+        (Some(true), Some(active)) => {
+            let r = (active as f64 / allocated).max(1.0);
+            assumptions.push(format!(
+                "expandable segments: the cache maps what is active (× {r:.3} of allocated, block rounding), not \
+                 the run's {} of free-but-split blocks at its peak",
+                memlens_api::bytes_label((run.peak_reserved_bytes - active).max(0))
+            ));
+            r
+        }
+        _ => run.peak_reserved_bytes as f64 / allocated,
+    };
+    let predicted_reserved = (predicted as f64 * reserve_ratio).round() as i64;
     let max_batch_size = match (s.gpu_memory_bytes, s.run_batch_size) {
         (Some(capacity), Some(run_b)) if run_b > 0 => {
             let outside = run.outside_allocator_bytes.unwrap_or(0);
-            let reserve_ratio = run.peak_reserved_bytes as f64 / run.peak_allocated_bytes.max(1) as f64;
             assumptions.push(format!(
-                "fits when predicted peak × {reserve_ratio:.3} (the run's reserved ÷ allocated peak) + {} {} ≤ {}",
+                "fits when predicted peak × {reserve_ratio:.3} (reserved ÷ allocated) + {} {} ≤ {}",
                 memlens_api::bytes_label(outside),
                 if run.outside_allocator_bytes.is_some() {
                     "outside the allocator (NVML used − reserved during the run)"
@@ -350,6 +366,7 @@ pub fn what_if(run: &RunFacts, s: &WhatIfParams) -> PolarsResult<WhatIfDevice> {
         device: run.device,
         peak_allocated_bytes: run.peak_allocated_bytes,
         predicted_peak_allocated_bytes: predicted,
+        predicted_peak_reserved_bytes: predicted_reserved,
         predicted_by_category: by_category,
         max_batch_size,
         assumptions,

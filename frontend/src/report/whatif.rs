@@ -23,6 +23,7 @@ pub fn WhatIfPanel(st: ReportState) -> impl IntoView {
     let zero = RwSignal::new(0u8);
     let gpus = RwSignal::new("8".to_owned());
     let offload = RwSignal::new(false);
+    let expandable = RwSignal::new(false);
     let answer = RwSignal::new(None::<Result<WhatIfDevice, String>>);
     let predict = move |_| {
         let params = WhatIfParams {
@@ -42,6 +43,7 @@ pub fn WhatIfPanel(st: ReportState) -> impl IntoView {
                 .filter(|&z| z > 0)
                 .and_then(|_| number(&gpus.get_untracked())),
             optimizer_offload: offload.get_untracked().then_some(true),
+            expandable_segments: expandable.get_untracked().then_some(true),
             ..WhatIfParams::default()
         };
         let id = st.id.get_value();
@@ -83,12 +85,14 @@ pub fn WhatIfPanel(st: ReportState) -> impl IntoView {
                     " over " <input type="number" min="1" size="3" prop:value=gpus on:input=move |e| gpus.set(event_target_value(&e)) /> " GPUs"
                 </label>
                 <label><input type="checkbox" on:change=move |e| offload.set(event_target_checked(&e)) />" offload optimizer"</label>
+                <label><input type="checkbox" on:change=move |e| expandable.set(event_target_checked(&e)) />" expandable segments"</label>
                 <button id="whatif-predict" on:click=predict>"Predict"</button>
             </div>
             {move || answer.get().map(|a| match a {
                 Ok(d) => view! {
                     <div id="whatif-result">
-                        <p><b>{format!("peak {} → predicted {}", bytes(d.peak_allocated_bytes), bytes(d.predicted_peak_allocated_bytes))}</b></p>
+                        <p><b>{format!("peak {} → predicted {}", bytes(d.peak_allocated_bytes), bytes(d.predicted_peak_allocated_bytes))}</b>
+                            {format!(" (reserved {})", bytes(d.predicted_peak_reserved_bytes))}</p>
                         <ul class="muted">{d.assumptions.iter().map(|a| view! { <li>{a.clone()}</li> }).collect_view()}</ul>
                     </div>
                 }.into_any(),
