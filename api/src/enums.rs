@@ -176,7 +176,8 @@ pub enum Category {
 }
 
 impl CategoryRule {
-    pub const ALL: [CategoryRule; 15] = [
+    pub const ALL: [CategoryRule; 16] = [
+        CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
         CategoryRule::PredatesTheTrace,
@@ -225,6 +226,9 @@ impl Category {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CategoryRule {
+    /// Labelled by the script: the allocation's `user_metadata` names the category
+    /// (`torch.cuda.memory._set_memory_metadata("category=input")`).
+    ExplicitLabel,
     /// Moved to the GPU by `Module.to()`/`.cuda()` (a `torch/nn/modules/module.py` `_apply` frame).
     ModuleTo,
     /// Made before the first iteration's forward (or before the trace, when no weights were

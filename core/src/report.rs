@@ -6,7 +6,7 @@ use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
 use crate::analysis::categories::{
-    add_category_columns, categorize, category_budget, iteration_ends, live_by_category_at,
+    add_category_columns, categorize, category_budget, explicit_labels, iteration_ends, live_by_category_at,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
 use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
@@ -62,7 +62,8 @@ pub fn analyze_device(
     let (leaks, iterations) = leak_candidates(&ev, &lifetimes, iteration_starts(&phases), stacks)?;
     let peak_idx = usage.peak_allocated_idx;
     let pytorch = t.format == memlens_api::Format::PytorchSnapshot;
-    let placed = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch)?;
+    let labels = explicit_labels(&t.event_notes, &ev)?;
+    let placed = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch, &labels)?;
     let ends = iteration_ends(&ev, usage.allocated(), &phases, pytorch);
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     for o in &mut ooms {

@@ -165,3 +165,31 @@ fn the_steady_state_per_iteration_holds_the_training_state() {
     let inference = device0("kv_cache_inference.pickle");
     assert!(inference.categories.iter().all(|c| c.steady_bytes.is_none()));
 }
+
+#[test]
+fn labels_the_script_gave_win_over_every_other_rule() {
+    // traces/capture/labels.py: `_set_memory_metadata("category=input")` around each batch and
+    // `"category=cache"` around a lookup table; a 1,059,850-parameter MLP trained with Adam.
+    let d = device0("labels.pickle");
+    let of = |c: Category| d.categories.iter().find(|x| x.category == c).expect("category");
+    let input = of(Category::Input);
+    assert_eq!(input.count, 4);
+    assert!(input
+        .rules
+        .iter()
+        .all(|r| r.rule == memlens_api::CategoryRule::ExplicitLabel));
+    assert_eq!(of(Category::Cache).max_bytes, 4096 * 1024 * 4);
+    assert_eq!(of(Category::Parameter).max_bytes, 1_059_850 * 4);
+    assert_eq!(of(Category::OptimizerState).max_bytes, 2 * 1_059_850 * 4);
+    use memlens_core::analysis::categories::label_category;
+    for (m, c) in [
+        ("category=activation", Some(Category::Activation)),
+        ("memlens.category=optimizer_state", Some(Category::OptimizerState)),
+        ("{\"category\": \"gradient\", \"step\": 3}", Some(Category::Gradient)),
+        ("cache", Some(Category::Cache)),
+        ("category=weights", None),
+        ("", None),
+    ] {
+        assert_eq!(label_category(m), c, "{m}");
+    }
+}

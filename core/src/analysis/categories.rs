@@ -253,7 +253,55 @@ fn moved_by_module_to(stacks: &StackResolver, stack: u32) -> bool {
         .any(|f| f.contains("torch/nn/modules/module.py") && f.ends_with(":_apply"))
 }
 
-/// Every lifetime row's category and rule.
+/// A category named by an allocation's `user_metadata`: `category=NAME`, `memlens.category=NAME`,
+/// a JSON object with a `category` key, or the bare name.
+pub fn label_category(metadata: &str) -> Option<Category> {
+    let m = metadata.trim();
+    let name = if m.starts_with('{') {
+        serde_json::from_str::<serde_json::Value>(m)
+            .ok()?
+            .get("category")?
+            .as_str()?
+            .to_owned()
+    } else {
+        m.strip_prefix("memlens.category=")
+            .or_else(|| m.strip_prefix("category="))
+            .unwrap_or(m)
+            .trim()
+            .to_owned()
+    };
+    Category::ALL.into_iter().find(|c| c.name() == name)
+}
+
+/// Labels the script gave the device's allocations: alloc entry index → category, from the
+/// `user_metadata` kept in `event_notes` (rows of the `events` table).
+pub fn explicit_labels(
+    event_notes: &DataFrame,
+    ev: &DeviceEvents,
+) -> PolarsResult<rustc_hash::FxHashMap<usize, Category>> {
+    let mut out = rustc_hash::FxHashMap::default();
+    if event_notes.height() == 0 {
+        return Ok(out);
+    }
+    let rows = event_notes.column("row")?.u32()?;
+    let meta = event_notes.column("user_metadata")?.str()?;
+    let action = ev.action();
+    for (row, m) in rows.iter().zip(meta.iter()) {
+        let (Some(row), Some(m)) = (row, m) else { continue };
+        let Some(i) = (row as usize).checked_sub(ev.offset).filter(|&i| i < ev.len()) else {
+            continue;
+        };
+        if action[i] == crate::tables::Action::Alloc as u8 {
+            if let Some(c) = label_category(m) {
+                out.insert(i, c);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every lifetime row's category and rule; `labels` (alloc entry → category) win over every
+/// other rule.
 pub fn categorize(
     ev: &DeviceEvents,
     allocated: &[i64],
@@ -261,6 +309,7 @@ pub fn categorize(
     phases: &[PhaseRange],
     stacks: &StackResolver,
     pytorch: bool,
+    labels: &rustc_hash::FxHashMap<usize, Category>,
 ) -> PolarsResult<Vec<(Category, CategoryRule)>> {
     let time = ev.time();
     let span = (time.first().copied().unwrap_or(0), time.last().copied().unwrap_or(0));
@@ -303,7 +352,9 @@ pub fn categorize(
         .collect();
     Ok(lives
         .into_iter()
-        .map(|life| match (&st, pytorch) {
+        .zip(alloc_idx)
+        .map(|(life, &a)| match (&st, pytorch) {
+            _ if a >= 0 && labels.contains_key(&(a as usize)) => (labels[&(a as usize)], CategoryRule::ExplicitLabel),
             (Some(st), _) => classify_training(st, life, weights_moved),
             (None, true) => classify_plain(life, span, &failed_forwards),
             (None, false) => (Category::Other, CategoryRule::Unplaced),

@@ -67,6 +67,8 @@ pub fn devices(t: &SnapshotTables) -> PolarsResult<Vec<i64>> {
 pub struct DeviceEvents {
     pub device: i64,
     pub frame: DataFrame,
+    /// Row of the device's first entry in the `events` table (entry `i` is row `offset + i`).
+    pub offset: usize,
     /// Entry indices, kept only when the trace has no timestamps (they are its time axis).
     order: Vec<i64>,
     pub has_time: bool,
@@ -97,6 +99,7 @@ impl DeviceEvents {
         Ok(DeviceEvents {
             device,
             frame,
+            offset: start,
             order,
             has_time,
         })
