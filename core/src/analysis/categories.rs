@@ -392,9 +392,16 @@ pub fn category_budget(
     let size = lt_col::SIZE.slice(lifetimes)?;
     let n = Category::ALL.len();
     let slot = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(n - 1);
-    // Category deltas at each entry, swept in entry order (a free at the same entry as an
-    // alloc comes after it, like the allocator's own counter).
-    let mut deltas: Vec<(i64, u8, usize, i64)> = Vec::with_capacity(2 * size.len());
+    // Each trace entry allocates or frees at most one allocation: its change, by category, is
+    // kept per entry and swept in entry order (no sort).
+    let entries = alloc_idx
+        .iter()
+        .chain(free_idx)
+        .copied()
+        .max()
+        .map_or(0, |m| (m + 1).max(0) as usize);
+    let mut entry_delta = vec![0i64; entries];
+    let mut entry_slot = vec![0u8; entries];
     let mut live = vec![0i64; n];
     let mut at_peak = vec![0i64; n];
     let mut count = vec![0usize; n];
@@ -418,10 +425,12 @@ pub fn category_budget(
         if a < 0 {
             live[s] += size[r];
         } else {
-            deltas.push((a, 0, s, size[r]));
+            entry_delta[a as usize] += size[r];
+            entry_slot[a as usize] = s as u8;
         }
         if f >= 0 {
-            deltas.push((f, 1, s, -size[r]));
+            entry_delta[f as usize] -= size[r];
+            entry_slot[f as usize] = s as u8;
         }
         let live_at_peak = match peak {
             Some(p) => a <= p && (f < 0 || f > p),
@@ -431,18 +440,21 @@ pub fn category_budget(
             at_peak[s] += size[r];
         }
     }
-    deltas.sort_unstable_by_key(|d| (d.0, d.1));
     let mut max = live.clone();
     // Per iteration, each category's most bytes (iteration k ends before entry iteration_ends[k]).
     let mut per_iteration: Vec<Vec<i64>> = vec![live.clone(); iteration_ends.len()];
     let mut k = 0;
-    for (entry, _, s, d) in deltas {
-        while k < iteration_ends.len() && entry as usize >= iteration_ends[k] {
+    for (entry, (&d, &s)) in entry_delta.iter().zip(&entry_slot).enumerate() {
+        while k < iteration_ends.len() && entry >= iteration_ends[k] {
             k += 1;
             if k < iteration_ends.len() {
                 per_iteration[k].clone_from(&live);
             }
         }
+        if d == 0 {
+            continue;
+        }
+        let s = s as usize;
         live[s] += d;
         max[s] = max[s].max(live[s]);
         if k < iteration_ends.len() {
