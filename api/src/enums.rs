@@ -176,7 +176,7 @@ pub enum Category {
 }
 
 impl CategoryRule {
-    pub const ALL: [CategoryRule; 16] = [
+    pub const ALL: [CategoryRule; 17] = [
         CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
@@ -192,6 +192,7 @@ impl CategoryRule {
         CategoryRule::MadeBeforeForward,
         CategoryRule::LongLived,
         CategoryRule::KeptPastItsIteration,
+        CategoryRule::FrameRule,
         CategoryRule::Unplaced,
     ];
 }
@@ -259,6 +260,8 @@ pub enum CategoryRule {
     LongLived,
     /// Made in one iteration and kept beyond the next (what leaks look like).
     KeptPastItsIteration,
+    /// A frame of its stack matched a user rule (`--category-rules`).
+    FrameRule,
     /// None of the rules applied.
     Unplaced,
 }

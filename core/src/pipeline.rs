@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use memlens_api::{AnalyzeOutput, FileSummary, Format, GpuLogSummary, SkippedFile, Stage};
 use polars::prelude::Column;
 
+use crate::analysis::categories::FrameRules;
 use crate::analysis::gpu_samples::link_process_gpus;
 use crate::analysis::DeviceEvents;
 use crate::error::{AnalysisError, ImportError};
@@ -146,6 +147,16 @@ pub fn run(
     options: ImportOptions,
     sink: &mut dyn PipelineSink,
 ) -> Result<AnalyzeOutput, PipelineError> {
+    run_with(inputs, options, &FrameRules::default(), sink)
+}
+
+/// Runs the pipeline over `inputs`, with user frame rules for the categories.
+pub fn run_with(
+    inputs: Vec<Input>,
+    options: ImportOptions,
+    rules: &FrameRules,
+    sink: &mut dyn PipelineSink,
+) -> Result<AnalyzeOutput, PipelineError> {
     let mut out = AnalyzeOutput {
         files: Vec::new(),
         gpu_logs: Vec::new(),
@@ -182,7 +193,7 @@ pub fn run(
             message: e.to_string(),
         };
         snapshot_ranges.extend(snapshot_time_range(&tables).map_err(internal)?);
-        let (summary, analyses) = analyze_snapshot(&tables, &name, imported.gzip).map_err(internal)?;
+        let (summary, analyses) = analyze_snapshot(&tables, &name, imported.gzip, rules).map_err(internal)?;
         if sink.keeps_tables() {
             sink.stage(Stage::Storing, Some(&name));
             let mut devices = Vec::with_capacity(analyses.len());

@@ -6,7 +6,8 @@ use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
 use crate::analysis::categories::{
-    add_category_columns, categorize, category_budget, explicit_labels, iteration_ends, live_by_category_at,
+    add_category_columns, categorize, category_budget, explicit_labels, iteration_ends, live_by_category_at, Evidence,
+    FrameRules,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
 use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
@@ -43,6 +44,7 @@ pub fn analyze_device(
     t: &SnapshotTables,
     device: i64,
     stacks: &StackResolver,
+    rules: &FrameRules,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let ev = DeviceEvents::new(t, device)?;
     let usage = usage_over_time(t, &ev)?;
@@ -63,7 +65,8 @@ pub fn analyze_device(
     let peak_idx = usage.peak_allocated_idx;
     let pytorch = t.format == memlens_api::Format::PytorchSnapshot;
     let labels = explicit_labels(&t.event_notes, &ev)?;
-    let placed = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch, &labels)?;
+    let evidence = Evidence { labels: &labels, rules };
+    let placed = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch, &evidence)?;
     let ends = iteration_ends(&ev, usage.allocated(), &phases, pytorch);
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     for o in &mut ooms {
@@ -108,21 +111,17 @@ pub fn analyze_device(
 }
 
 /// Summarises every device of a snapshot.
-pub fn summarize_snapshot(t: &SnapshotTables, file: &str, gzip: bool) -> Result<FileSummary, AnalysisError> {
-    let (summary, _) = analyze_snapshot(t, file, gzip)?;
-    Ok(summary)
-}
-
 /// Analyses every device of a snapshot: the file summary and each device's frames.
 pub fn analyze_snapshot(
     t: &SnapshotTables,
     file: &str,
     gzip: bool,
+    rules: &FrameRules,
 ) -> Result<(FileSummary, Vec<DeviceAnalysis>), AnalysisError> {
     let stacks = StackResolver::new(&t.frames, &t.stack_frames)?;
     let analyses = devices(t)?
         .into_iter()
-        .map(|d| analyze_device(t, d, &stacks))
+        .map(|d| analyze_device(t, d, &stacks, rules))
         .collect::<Result<Vec<_>, _>>()?;
     let summary = FileSummary {
         file: file.to_owned(),

@@ -4,6 +4,7 @@
 
 use memlens_api::{OomCause, SourceInfo};
 
+use memlens_core::analysis::categories::FrameRules;
 use memlens_core::analysis::fragmentation::fragmentation_index;
 use memlens_core::analysis::leaks::leak_candidates;
 use memlens_core::analysis::lifetimes::allocation_lifetimes;
@@ -150,7 +151,7 @@ fn the_segment_map_replays_back_from_the_final_state() {
 fn fragmentation_at_the_peak_and_its_index() {
     let t = two_allocations();
     let stacks = StackResolver::new(&t.frames, &t.stack_frames).expect("stacks");
-    let a = analyze_device(&t, 0, &stacks).expect("analysis");
+    let a = analyze_device(&t, 0, &stacks, &FrameRules::default()).expect("analysis");
     assert_eq!(a.summary.peak_allocated_bytes, 1512);
     assert_eq!(a.summary.peak_reserved_bytes, 2 * MIB);
     let f = a.summary.fragmentation_at_peak.expect("at the peak");
@@ -199,7 +200,7 @@ fn an_oom_entry_is_explained_with_the_state_at_the_failure() {
     );
     let t = tr.tables();
     let stacks = StackResolver::new(&t.frames, &t.stack_frames).expect("stacks");
-    let a = analyze_device(&t, 0, &stacks).expect("analysis");
+    let a = analyze_device(&t, 0, &stacks, &FrameRules::default()).expect("analysis");
     assert_eq!(a.summary.oom_count, 1);
     let o = &a.summary.ooms[0];
     assert_eq!(o.requested_bytes, 2 * MIB);

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use memlens_api::{ReportState, Stage};
+use memlens_core::analysis::categories::FrameRules;
 use memlens_core::importers::ImportOptions;
 use memlens_core::pipeline::{self, GpuLogOutput, Input, PipelineSink, SnapshotOutput};
 use tokio::sync::Semaphore;
@@ -125,16 +126,23 @@ pub struct Ingest {
     progress: Mutex<HashMap<String, Arc<Progress>>>,
     metrics: Arc<Metrics>,
     options: ImportOptions,
+    category_rules: FrameRules,
 }
 
 impl Ingest {
-    pub fn new(store: Arc<dyn ReportStore>, concurrency: usize, metrics: Arc<Metrics>) -> Arc<Ingest> {
+    pub fn new(
+        store: Arc<dyn ReportStore>,
+        concurrency: usize,
+        metrics: Arc<Metrics>,
+        category_rules: FrameRules,
+    ) -> Arc<Ingest> {
         Arc::new(Ingest {
             store,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             progress: Mutex::new(HashMap::new()),
             metrics,
             options: ImportOptions::default(),
+            category_rules,
         })
     }
 
@@ -225,7 +233,7 @@ impl Ingest {
             data: data.as_mut(),
             charted: false,
         };
-        let out = pipeline::run(inputs, self.options, &mut sink).map_err(|e| {
+        let out = pipeline::run_with(inputs, self.options, &self.category_rules, &mut sink).map_err(|e| {
             if e.is_input_error() {
                 JobError::Input(e.to_string())
             } else {

@@ -30,6 +30,9 @@ pub struct ServeArgs {
     /// The built frontend (trunk's `dist`).
     #[arg(long, env = "MEMLENS_STATIC_DIR", default_value = "dist")]
     pub static_dir: PathBuf,
+    /// Category rules for every report (`category: regex` lines, see `memlens analyze --help`).
+    #[arg(long, env = "MEMLENS_CATEGORY_RULES", value_name = "FILE")]
+    pub category_rules: Option<PathBuf>,
     /// Reports processed at the same time.
     #[arg(long, env = "MEMLENS_WORKERS", default_value_t = 2)]
     pub workers: usize,
@@ -61,7 +64,8 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         LocalStore::open(&args.data_dir).map_err(|e| format!("data directory {}: {e}", args.data_dir.display()))?,
     );
     let metrics = Arc::new(Metrics::default());
-    let ingest = Ingest::new(store.clone(), args.workers, metrics.clone());
+    let rules = crate::cli::load_category_rules(args.category_rules.as_deref())?;
+    let ingest = Ingest::new(store.clone(), args.workers, metrics.clone(), rules);
     for id in store.unfinished().map_err(|e| format!("index: {e}"))? {
         tracing::info!(report = %id, "resuming processing left unfinished");
         ingest.enqueue(id);

@@ -193,3 +193,40 @@ fn labels_the_script_gave_win_over_every_other_rule() {
         assert_eq!(label_category(m), c, "{m}");
     }
 }
+
+#[test]
+fn user_frame_rules_place_what_the_built_in_rules_leave_open() {
+    use memlens_core::analysis::categories::FrameRules;
+    use memlens_core::pipeline::{run_with, Input, NoSink};
+    // The shared leak keeps each step's output in a list (train.py:142 in wl_leak): kept past
+    // its iteration, so `other` — unless a rule says what it is.
+    let rules = FrameRules::parse("# outputs kept for logging\n\ncache: train\\.py:142:wl_leak\n").expect("rules");
+    let out = run_with(
+        vec![Input::path(&trace("leak.pickle"))],
+        Default::default(),
+        &rules,
+        &mut NoSink,
+    )
+    .expect("run");
+    let d = &out.files[0].devices[0];
+    let cache = d
+        .categories
+        .iter()
+        .find(|c| c.category == Category::Cache)
+        .expect("cache");
+    assert_eq!(cache.count, 30);
+    assert!(cache
+        .rules
+        .iter()
+        .all(|r| r.rule == memlens_api::CategoryRule::FrameRule));
+    // Rules never override what the built-in evidence placed.
+    assert_eq!(max_bytes(d, Category::Parameter), 12_609_546 * 4);
+    for (text, want) in [
+        ("weights: x", "line 1: `weights` is not a category"),
+        ("cache", "line 1: expected `category: regex`"),
+        ("\n\ncache: (", "line 3:"),
+    ] {
+        let e = FrameRules::parse(text).expect_err(text);
+        assert!(e.starts_with(want), "{text}: {e}");
+    }
+}

@@ -253,6 +253,58 @@ fn moved_by_module_to(stacks: &StackResolver, stack: u32) -> bool {
         .any(|f| f.contains("torch/nn/modules/module.py") && f.ends_with(":_apply"))
 }
 
+/// User rules for what the built-in evidence cannot place: `category: regex` lines, matched
+/// against each frame (`file:line:function`) of an allocation's stack; the first rule that
+/// matches wins. Blank lines and `#` comments are skipped.
+#[derive(Debug, Default)]
+pub struct FrameRules {
+    rules: Vec<(regex::Regex, Category)>,
+}
+
+impl FrameRules {
+    /// Parses a rules file; errors name the line.
+    pub fn parse(text: &str) -> Result<FrameRules, String> {
+        let mut rules = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (name, pattern) = line
+                .split_once(':')
+                .ok_or_else(|| format!("line {}: expected `category: regex`", i + 1))?;
+            let name = name.trim();
+            let category = Category::ALL
+                .into_iter()
+                .find(|c| c.name() == name)
+                .ok_or_else(|| format!("line {}: `{name}` is not a category", i + 1))?;
+            let re = regex::Regex::new(pattern.trim()).map_err(|e| format!("line {}: {e}", i + 1))?;
+            rules.push((re, category));
+        }
+        Ok(FrameRules { rules })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    fn category_of(&self, frames: &[String]) -> Option<Category> {
+        self.rules
+            .iter()
+            .find(|(re, _)| frames.iter().any(|f| re.is_match(f)))
+            .map(|(_, c)| *c)
+    }
+}
+
+/// What the built-in evidence leaves to user rules: nothing placed, state of a run without
+/// training structure, and what outlived its iteration.
+fn open_to_rules(placed: (Category, CategoryRule)) -> bool {
+    matches!(
+        placed.1,
+        CategoryRule::Unplaced | CategoryRule::LongLived | CategoryRule::KeptPastItsIteration
+    )
+}
+
 /// A category named by an allocation's `user_metadata`: `category=NAME`, `memlens.category=NAME`,
 /// a JSON object with a `category` key, or the bare name.
 pub fn label_category(metadata: &str) -> Option<Category> {
@@ -300,8 +352,15 @@ pub fn explicit_labels(
     Ok(out)
 }
 
-/// Every lifetime row's category and rule; `labels` (alloc entry → category) win over every
-/// other rule.
+/// The evidence `categorize` weighs beside the trace itself.
+pub struct Evidence<'a> {
+    /// Labels the script set (alloc entry → category); they win over every other rule.
+    pub labels: &'a rustc_hash::FxHashMap<usize, Category>,
+    /// User frame rules, for what the built-in rules leave open.
+    pub rules: &'a FrameRules,
+}
+
+/// Every lifetime row's category and rule.
 pub fn categorize(
     ev: &DeviceEvents,
     allocated: &[i64],
@@ -309,8 +368,9 @@ pub fn categorize(
     phases: &[PhaseRange],
     stacks: &StackResolver,
     pytorch: bool,
-    labels: &rustc_hash::FxHashMap<usize, Category>,
+    evidence: &Evidence,
 ) -> PolarsResult<Vec<(Category, CategoryRule)>> {
+    let labels = evidence.labels;
     let time = ev.time();
     let span = (time.first().copied().unwrap_or(0), time.last().copied().unwrap_or(0));
     let st = if pytorch && ev.has_time {
@@ -334,6 +394,7 @@ pub fn categorize(
         })
         .collect();
     let weights_moved = lives.iter().any(|l| l.moved_by_module_to);
+    let mut by_rule = rustc_hash::FxHashMap::<u32, Option<Category>>::default();
     let ooms: Vec<i64> = ev
         .indices_of(crate::tables::Action::Oom)
         .into_iter()
@@ -358,6 +419,16 @@ pub fn categorize(
             (Some(st), _) => classify_training(st, life, weights_moved),
             (None, true) => classify_plain(life, span, &failed_forwards),
             (None, false) => (Category::Other, CategoryRule::Unplaced),
+        })
+        .zip(stack)
+        .map(|(placed, &st)| {
+            if evidence.rules.is_empty() || !open_to_rules(placed) {
+                return placed;
+            }
+            let hit = *by_rule
+                .entry(st)
+                .or_insert_with(|| evidence.rules.category_of(&stacks.frames(st)));
+            hit.map_or(placed, |c| (c, CategoryRule::FrameRule))
         })
         .collect())
 }

@@ -64,7 +64,9 @@ pub fn WhatIfPanel(st: ReportState) -> impl IntoView {
             <h2>"What if"</h2>
             <div class="whatif-form">
                 <label>"run's batch " <input id="whatif-run-batch" type="number" min="1" size="4" prop:value=run_batch on:input=move |e| run_batch.set(event_target_value(&e)) /></label>
-                <label>"batch " <input id="whatif-batch" type="number" min="1" size="4" prop:value=batch on:input=move |e| batch.set(event_target_value(&e)) /></label>
+                <label>"batch " <input id="whatif-batch" type="number" min="1" size="4" prop:value=batch on:input=move |e| batch.set(event_target_value(&e)) />
+                    <input id="whatif-batch-slider" type="range" min="1" max="256" step="1" prop:value=batch on:input=move |e| batch.set(event_target_value(&e)) />
+                </label>
                 <label><input id="whatif-ckpt" type="checkbox" on:change=move |e| ckpt.set(event_target_checked(&e)) />" activation checkpointing"</label>
                 <label>"optimizer "
                     <select id="whatif-optimizer" on:change=move |e| optimizer.set(event_target_value(&e))>

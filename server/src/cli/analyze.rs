@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use memlens_core::pipeline::analyze_paths;
+use memlens_core::pipeline::{run_with, Input, NoSink};
 
 use super::render::{render_gpu_log_text, render_text};
 
@@ -19,6 +19,10 @@ pub struct AnalyzeArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Your own category rules for what the built-in evidence cannot place: `category: regex`
+    /// lines matched against each frame (`file:line:function`), first match wins.
+    #[arg(long, value_name = "FILE")]
+    pub category_rules: Option<PathBuf>,
 }
 
 /// The format table, for `--help`.
@@ -32,7 +36,15 @@ fn formats_help() -> String {
 }
 
 pub fn analyze(args: AnalyzeArgs) -> ExitCode {
-    let out = match analyze_paths(&args.files) {
+    let rules = match super::load_category_rules(args.category_rules.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("memlens: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let inputs = args.files.iter().map(|p| Input::path(p)).collect();
+    let out = match run_with(inputs, Default::default(), &rules, &mut NoSink) {
         Ok(out) => out,
         Err(e) => {
             eprintln!("memlens: {e}");

@@ -28,6 +28,9 @@ pub struct WhatIfArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Category rules, as for `memlens analyze`.
+    #[arg(long, value_name = "FILE")]
+    pub category_rules: Option<PathBuf>,
 }
 
 /// The scenario from `--set` pairs (the same keys and values as the HTTP query).
@@ -63,9 +66,16 @@ pub fn whatif(args: WhatIfArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let rules = match super::load_category_rules(args.category_rules.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("memlens: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut sink = KeepFrames::default();
     let inputs = args.files.iter().map(|p| Input::path(p)).collect();
-    let out = match pipeline::run(inputs, Default::default(), &mut sink) {
+    let out = match pipeline::run_with(inputs, Default::default(), &rules, &mut sink) {
         Ok(out) => out,
         Err(e) => {
             eprintln!("memlens: {e}");
