@@ -191,10 +191,25 @@ pub fn load(store: &dyn ReportStore, id: &str) -> Result<LoadedReport, DataError
     let summary = read_summary(store, id)?;
     let mut files = Vec::new();
     for (i, fs) in summary.files.iter().enumerate() {
-        let meta: SnapshotMeta = read_json(store, id, &format!("f{i}/meta.json"))?;
+        // Reports written before `meta.json` and `event_notes` were stored still load: their
+        // meta comes from the summary, their notes are empty.
+        let meta_key = format!("f{i}/meta.json");
+        let meta: SnapshotMeta = match read_object(store, id, &meta_key)? {
+            Some(_) => read_json(store, id, &meta_key)?,
+            None => SnapshotMeta {
+                source: fs.source.clone(),
+                max_split_size: None,
+                format: fs.format,
+            },
+        };
         let mut frames: [DataFrame; 7] = Default::default();
         for (slot, name) in frames.iter_mut().zip(TABLE_NAMES) {
-            *slot = read_parquet(store, id, &format!("f{i}/{name}.parquet"))?;
+            let key = format!("f{i}/{name}.parquet");
+            *slot = if name == "event_notes" && read_object(store, id, &key)?.is_none() {
+                DataFrame::empty()
+            } else {
+                read_parquet(store, id, &key)?
+            };
         }
         let tables = SnapshotTables::from_frames(frames, meta);
         let stacks = StackResolver::new(&tables.frames, &tables.stack_frames)?;
@@ -313,6 +328,61 @@ mod tests {
         for ((name, got), want) in back.frames_mut().into_iter().zip(frames) {
             assert!(got.equals_missing(want), "{name} differs after a round trip");
         }
+    }
+
+    /// Writes like the version before `meta.json`, `event_notes` and category columns.
+    struct OldLayout<'a>(&'a mut dyn DataWriter);
+    impl DataWriter for OldLayout<'_> {
+        fn put(&mut self, key: &str, bytes: &[u8]) -> crate::store::StoreResult<()> {
+            if key.ends_with("meta.json") || key.ends_with("event_notes.parquet") {
+                return Ok(());
+            }
+            self.0.put(key, bytes)
+        }
+        fn commit(self: Box<Self>) -> crate::store::StoreResult<()> {
+            Ok(())
+        }
+    }
+    struct WriteOld<'a>(OldLayout<'a>);
+    impl PipelineSink for WriteOld<'_> {
+        fn keeps_tables(&self) -> bool {
+            true
+        }
+        fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+            for d in out.devices.iter_mut() {
+                let _ = d.lifetimes.drop_in_place("category");
+                let _ = d.lifetimes.drop_in_place("category_rule");
+            }
+            write_file(&mut self.0, out.index, out.tables, out.devices).map_err(|e| e.to_string())
+        }
+    }
+
+    #[test]
+    fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
+        let id = "00000000000000000000000000000003";
+        let (_root, store) = store_with_report(id);
+        let mut w = store.data_writer(id).expect("writer");
+        let mut sink = WriteOld(OldLayout(w.as_mut()));
+        let path = memlens_tests_trace("leak.pickle");
+        let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink).expect("run");
+        write_summary(w.as_mut(), &out).expect("summary");
+        w.commit().expect("commit");
+        let loaded = load(&store, id).expect("an old report loads");
+        let f = &loaded.files[0];
+        assert_eq!(f.tables.event_notes.height(), 0);
+        assert_eq!(f.tables.format, memlens_api::Format::PytorchSnapshot);
+        // What-if on it replays the run unchanged (its allocations read as unplaced).
+        let w = memlens_core::analysis::whatif::what_if_file(
+            &loaded.summary.files[0],
+            &f.devices,
+            &[],
+            &memlens_api::WhatIfParams::default(),
+        )
+        .expect("what-if");
+        assert_eq!(
+            w.devices[0].predicted_peak_allocated_bytes,
+            loaded.summary.files[0].devices[0].peak_allocated_bytes
+        );
     }
 
     fn memlens_tests_trace(name: &str) -> std::path::PathBuf {

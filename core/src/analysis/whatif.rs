@@ -35,8 +35,12 @@ pub fn optimizer_steps(phases: &[PhaseRange]) -> usize {
         .count()
 }
 
-/// Each lifetimes row's category and rule, from the columns [`super::categories`] added.
+/// Each lifetimes row's category and rule, from the columns [`super::categories`] added
+/// (frames stored before those columns existed read as unplaced).
 pub fn categories_of(lifetimes: &DataFrame) -> PolarsResult<Vec<(Category, CategoryRule)>> {
+    if lifetimes.column(lt_col::CATEGORY.name).is_err() {
+        return Ok(vec![(Category::Other, CategoryRule::Unplaced); lifetimes.height()]);
+    }
     let c = lt_col::CATEGORY.slice(lifetimes)?;
     let r = lt_col::CATEGORY_RULE.slice(lifetimes)?;
     Ok(c.iter()
