@@ -9,6 +9,7 @@
 pub mod analysis;
 pub mod columns;
 pub mod error;
+pub mod frames;
 pub mod importers;
 pub mod pipeline;
 pub mod query;

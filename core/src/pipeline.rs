@@ -84,7 +84,7 @@ impl PipelineError {
     }
 }
 
-pub use crate::tables::DeviceFrames;
+pub use crate::frames::DeviceFrames;
 
 /// What a run hands its sink for each analysed snapshot.
 pub struct SnapshotOutput<'a> {

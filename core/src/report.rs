@@ -6,8 +6,8 @@ use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
 use crate::analysis::categories::{
-    add_category_columns, categorize, category_budget, explicit_labels, iteration_ends, live_by_category_at, Evidence,
-    FrameRules,
+    add_category_columns, categorize, category_budget, explicit_labels, live_by_category_at, Evidence, FrameRules,
+    Placement,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
 use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
@@ -66,8 +66,10 @@ pub fn analyze_device(
     let pytorch = t.format == memlens_api::Format::PytorchSnapshot;
     let labels = explicit_labels(&t.event_notes, &ev)?;
     let evidence = Evidence { labels: &labels, rules };
-    let placed = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch, &evidence)?;
-    let ends = iteration_ends(&ev, usage.allocated(), &phases, pytorch);
+    let Placement {
+        placed,
+        iteration_ends: ends,
+    } = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch, &evidence)?;
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     for o in &mut ooms {
         with_categories(

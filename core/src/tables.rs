@@ -343,17 +343,6 @@ pub struct SnapshotTables {
     pub format: memlens_api::Format,
 }
 
-/// One analysed device's derived frames, as stored for level-of-detail queries.
-#[derive(Default)]
-pub struct DeviceFrames {
-    pub device: i64,
-    /// `time` (µs, or the entry index without timestamps), `allocated`, `active`, `reserved`
-    /// after every entry.
-    pub usage: DataFrame,
-    pub lifetimes: DataFrame,
-    pub fragmentation: DataFrame,
-}
-
 impl SnapshotTables {
     /// Every frame with its name, in [`TABLE_NAMES`] order.
     pub fn frames_mut(&mut self) -> [(&'static str, &mut DataFrame); 7] {

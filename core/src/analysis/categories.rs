@@ -360,6 +360,14 @@ pub struct Evidence<'a> {
     pub rules: &'a FrameRules,
 }
 
+/// What [`categorize`] found: each lifetimes row's category and rule, and the entry index at
+/// which each training iteration ends (its optimizer step's end; empty without training
+/// structure), for the steady state.
+pub struct Placement {
+    pub placed: Vec<(Category, CategoryRule)>,
+    pub iteration_ends: Vec<usize>,
+}
+
 /// Every lifetime row's category and rule.
 pub fn categorize(
     ev: &DeviceEvents,
@@ -369,7 +377,7 @@ pub fn categorize(
     stacks: &StackResolver,
     pytorch: bool,
     evidence: &Evidence,
-) -> PolarsResult<Vec<(Category, CategoryRule)>> {
+) -> PolarsResult<Placement> {
     let labels = evidence.labels;
     let time = ev.time();
     let span = (time.first().copied().unwrap_or(0), time.last().copied().unwrap_or(0));
@@ -411,7 +419,7 @@ pub fn categorize(
             (within(t, f) || in_backward).then_some((f, t))
         })
         .collect();
-    Ok(lives
+    let placed = lives
         .into_iter()
         .zip(alloc_idx)
         .map(|(life, &a)| match (&st, pytorch) {
@@ -430,24 +438,14 @@ pub fn categorize(
                 .or_insert_with(|| evidence.rules.category_of(&stacks.frames(st)));
             hit.map_or(placed, |c| (c, CategoryRule::FrameRule))
         })
-        .collect())
-}
-
-/// The entry index at which each training iteration ends (its optimizer step's end), for the
-/// steady state; empty without training structure.
-pub fn iteration_ends(ev: &DeviceEvents, allocated: &[i64], phases: &[PhaseRange], pytorch: bool) -> Vec<usize> {
-    let time = ev.time();
-    match (pytorch && ev.has_time)
-        .then(|| structure(phases, time, allocated))
-        .flatten()
-    {
-        Some(st) => st
-            .iterations
+        .collect();
+    let iteration_ends = st.map_or_else(Vec::new, |st| {
+        st.iterations
             .iter()
             .map(|it| time.partition_point(|&t| t <= it.step.1))
-            .collect(),
-        None => Vec::new(),
-    }
+            .collect()
+    });
+    Ok(Placement { placed, iteration_ends })
 }
 
 /// Each category's bytes at the peak (entry `peak`), its own maximum, its steady state per

@@ -61,7 +61,7 @@ pub fn categories_of(lifetimes: &DataFrame) -> PolarsResult<Vec<(Category, Categ
 /// stored per-device frames; NVML logs of the same report give the memory outside the allocator.
 pub fn what_if_file(
     file: &FileSummary,
-    frames: &[crate::tables::DeviceFrames],
+    frames: &[crate::frames::DeviceFrames],
     gpu_logs: &[GpuLogSummary],
     s: &WhatIfParams,
 ) -> PolarsResult<WhatIfFile> {

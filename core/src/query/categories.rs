@@ -6,7 +6,7 @@ use polars::prelude::*;
 
 use crate::analysis::whatif::categories_of;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
-use crate::tables::DeviceFrames;
+use crate::frames::DeviceFrames;
 
 /// The category timeline of `dev` between `start` and `end` (defaults: the whole trace).
 pub fn category_timeline(

@@ -15,8 +15,8 @@ use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
 use polars::prelude::*;
 
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
+use crate::frames::DeviceFrames;
 use crate::stacks::{is_internal_frame, StackResolver};
-use crate::tables::DeviceFrames;
 
 /// Most allocations drawn as their own band in one response.
 pub const MAX_BANDS: usize = 2_000;
