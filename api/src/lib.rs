@@ -5,9 +5,15 @@
 
 use serde::{Deserialize, Serialize};
 
+mod compare;
 mod enums;
 mod formats;
 mod params;
+
+pub use compare::{
+    AlignedTimelines, CategoryDelta, CategorySteady, CompareAxis, ComparedRun, Comparison, RankPeak, RankSource,
+    RunOverview, Side, SideRef, StackDelta,
+};
 
 pub use enums::{
     ActivationDtype, BlockState, Category, CategoryRule, OomCause, OptimizerKind, ReportState, SampleClock, Stage,
@@ -15,7 +21,7 @@ pub use enums::{
 };
 pub use formats::{analysed_formats_sentence, Format, FormatInfo, FORMATS};
 pub use params::{
-    ChartParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams, SegmentsParams,
+    ChartParams, CompareParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams, SegmentsParams,
     TimelineParams, UploadParams, WhatIfParams,
 };
 
@@ -47,6 +53,9 @@ pub struct AnalyzeOutput {
     /// Files recognised but not analysed (a format this version cannot import yet).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedFile>,
+    /// With several snapshot files: the ranks of one job side by side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunOverview>,
 }
 
 /// A file a report kept but could not analyse, and why.
@@ -178,6 +187,9 @@ pub struct SourceInfo {
     /// What the producer can and cannot see, for formats other than PyTorch snapshots.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The distributed rank the script wrote into `user_metadata` (`rank=3`), when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
 }
 
 /// Per-device headline numbers.

@@ -135,6 +135,18 @@ pub struct WhatIfParams {
     pub gpu_memory_bytes: Option<i64>,
 }
 
+/// `?a=&b=`: the two sides of a comparison, each `report`, `report:file` or
+/// `report:file:device` (see [`crate::SideRef`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct CompareParams {
+    pub a: String,
+    pub b: String,
+    /// Pixel buckets of the aligned timelines (default 600).
+    pub width: Option<usize>,
+}
+
 /// Options of an upload.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]

@@ -17,12 +17,14 @@ use polars::prelude::Column;
 
 use crate::analysis::categories::FrameRules;
 use crate::analysis::gpu_samples::link_process_gpus;
+use crate::analysis::run::run_overview;
 use crate::analysis::DeviceEvents;
 use crate::error::{AnalysisError, ImportError};
 use crate::importers::{import_on_thread, ImportOptions, Imported};
 use crate::report::{analyze_gpu_log, analyze_snapshot, snapshot_time_range};
 use crate::samples::GpuSampleTables;
 use crate::source::Source;
+use crate::stacks::StackResolver;
 use crate::tables::SnapshotTables;
 
 /// Opens an input's content (the pipeline un-gzips and sniffs it).
@@ -125,10 +127,13 @@ pub trait PipelineSink {
 pub struct NoSink;
 impl PipelineSink for NoSink {}
 
-/// A sink that keeps each snapshot's per-device frames, in `files` order (what-if, benches).
+/// A sink that keeps each snapshot's per-device frames, in `files` order (what-if, benches),
+/// and with `with_stacks` each file's stack resolver too (compare).
 #[derive(Default)]
 pub struct KeepFrames {
+    pub with_stacks: bool,
     pub files: Vec<Vec<DeviceFrames>>,
+    pub stacks: Vec<StackResolver>,
 }
 
 impl PipelineSink for KeepFrames {
@@ -137,6 +142,11 @@ impl PipelineSink for KeepFrames {
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
         self.files.push(out.devices.iter_mut().map(std::mem::take).collect());
+        if self.with_stacks {
+            let t = &*out.tables;
+            self.stacks
+                .push(StackResolver::new(&t.frames, &t.stack_frames).map_err(|e| e.to_string())?);
+        }
         Ok(())
     }
 }
@@ -161,6 +171,7 @@ pub fn run_with(
         files: Vec::new(),
         gpu_logs: Vec::new(),
         skipped: Vec::new(),
+        run: None,
     };
     // NVML logs wait until every snapshot is read: their clocks are lined up with them.
     let mut logs: Vec<(String, Format, bool, Box<GpuSampleTables>)> = Vec::new();
@@ -240,6 +251,7 @@ pub fn run_with(
         out.gpu_logs.push(summary);
     }
     link_process_gpus(&mut out.gpu_logs);
+    out.run = run_overview(&out.files);
     if out.files.is_empty() && out.gpu_logs.is_empty() {
         let reasons: Vec<String> = out
             .skipped

@@ -16,6 +16,7 @@ use crate::analysis::lifetimes::allocation_lifetimes;
 use crate::analysis::oom::{explain_ooms, with_categories};
 use crate::analysis::peak::live_groups_at;
 use crate::analysis::phases::{iteration_starts, phase_ranges};
+use crate::analysis::run::metadata_rank;
 use crate::analysis::usage::usage_over_time;
 use crate::analysis::{devices, DeviceEvents};
 use crate::error::AnalysisError;
@@ -112,7 +113,6 @@ pub fn analyze_device(
     })
 }
 
-/// Summarises every device of a snapshot.
 /// Analyses every device of a snapshot: the file summary and each device's frames.
 pub fn analyze_snapshot(
     t: &SnapshotTables,
@@ -125,11 +125,13 @@ pub fn analyze_snapshot(
         .into_iter()
         .map(|d| analyze_device(t, d, &stacks, rules))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut source = t.source.clone();
+    source.rank = metadata_rank(&t.event_notes)?;
     let summary = FileSummary {
         file: file.to_owned(),
         format: t.format,
         gzip,
-        source: t.source.clone(),
+        source,
         devices: analyses.iter().map(|a| a.summary.clone()).collect(),
     };
     Ok((summary, analyses))

@@ -34,6 +34,24 @@ pub fn is_internal_frame(name: &str, file: &str) -> bool {
     HIDDEN_NAMES.iter().any(|h| name.contains(h)) || HIDDEN_FILES.iter().any(|h| file.contains(h))
 }
 
+/// A frame as it reads across machines: the file shortened to what follows `site-packages/`
+/// (or `dist-packages/`), other paths to their last two components —
+/// `/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py:134:forward` →
+/// `torch/nn/modules/linear.py:134:forward`, `/home/me/proj/train.py:39:step` →
+/// `proj/train.py:39:step`. Frames without a path are kept as they are.
+pub fn short_frame(frame: &str) -> String {
+    if let Some(i) = frame.rfind("-packages/") {
+        return frame[i + "-packages/".len()..].to_owned();
+    }
+    let path_end = frame.find(':').unwrap_or(frame.len());
+    let path = &frame[..path_end];
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.len() <= 2 {
+        return frame.to_owned();
+    }
+    format!("{}{}", parts[parts.len() - 2..].join("/"), &frame[path_end..])
+}
+
 /// Resolves stack ids against a report's `frames` and `stack_frames` tables.
 pub struct StackResolver {
     names: Vec<String>,

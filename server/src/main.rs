@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match args.command {
         cli::Command::Analyze(a) => cli::analyze::analyze(a),
+        cli::Command::Diff(a) => cli::diff::diff(a),
         cli::Command::Whatif(a) => cli::whatif::whatif(a),
         cli::Command::Serve(a) => memlens::serve::serve(a),
         cli::Command::Healthcheck(a) => cli::healthcheck::healthcheck(a),

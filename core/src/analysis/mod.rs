@@ -8,7 +8,9 @@
 //! - [`fragmentation`]: reserved-but-free memory and the largest free block over time;
 //! - [`oom`]: each OutOfMemory explained, with a remedy;
 //! - [`leaks`]: allocations piling up across iterations;
-//! - [`phases`]: `record_function` ranges and iteration boundaries.
+//! - [`phases`]: `record_function` ranges and iteration boundaries;
+//! - [`run`]: the ranks of one job side by side (from file summaries only);
+//! - [`compare`]: two devices (of two runs, or two ranks) side by side, A − B.
 //! - [`gpu_samples`]: whole-GPU memory from NVML logs (not per device of a snapshot), lined up
 //!   with the snapshots' clock.
 //!
@@ -16,6 +18,7 @@
 //! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
 
 pub mod categories;
+pub mod compare;
 pub mod fragmentation;
 pub mod gpu_samples;
 pub mod leaks;
@@ -23,6 +26,7 @@ pub mod lifetimes;
 pub mod oom;
 pub mod peak;
 pub mod phases;
+pub mod run;
 pub mod segment_map;
 pub mod usage;
 pub mod whatif;

@@ -50,6 +50,26 @@ fn family(name: &str) -> &str {
         .trim_end_matches(['_', '#', '-', ' ', '.', ':'])
 }
 
+/// The iterations [`iteration_starts`] finds, as `(start, end)` µs in order: each ends where
+/// its range ends (or where the next one starts, when its END marker is missing).
+pub fn iteration_spans(phases: &[PhaseRange]) -> Option<Vec<(i64, i64)>> {
+    let (fam, _) = iteration_starts(phases)?;
+    let mut spans: Vec<(i64, Option<i64>)> = phases
+        .iter()
+        .filter(|p| family(&p.name) == fam)
+        .map(|p| (p.start_us, p.end_us))
+        .collect();
+    spans.sort_unstable();
+    let starts: Vec<i64> = spans.iter().map(|s| s.0).collect();
+    Some(
+        spans
+            .iter()
+            .enumerate()
+            .map(|(k, &(s, e))| (s, e.or(starts.get(k + 1).copied()).unwrap_or(s).max(s)))
+            .collect(),
+    )
+}
+
 /// Iteration start times from repeated `record_function` ranges: the most repeated range
 /// family, preferring names that say iteration/step/epoch/batch. `None` without ≥ 2 repeats.
 pub fn iteration_starts(phases: &[PhaseRange]) -> Option<(String, Vec<i64>)> {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use memlens_core::pipeline::{run_with, Input, NoSink};
 
-use super::render::{render_gpu_log_text, render_text};
+use super::render::{render_gpu_log_text, render_run_text, render_text};
 
 #[derive(Args)]
 #[command(after_help = formats_help())]
@@ -68,6 +68,9 @@ pub fn analyze(args: AnalyzeArgs) -> ExitCode {
         }
         for s in &out.skipped {
             println!("{}: kept aside: {}", s.file, s.reason);
+        }
+        if let Some(r) = &out.run {
+            print!("{}", render_run_text(r));
         }
     }
     ExitCode::SUCCESS

@@ -1,9 +1,10 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
-//! `analyze` ([`analyze`]), `whatif` ([`whatif`]), `serve` ([`crate::serve`]), `healthcheck`
+//! `analyze` ([`analyze`]), `diff` ([`diff`]), `whatif` ([`whatif`]), `serve` ([`crate::serve`]), `healthcheck`
 //! ([`healthcheck`]);
 //! [`render`] is the text output of `analyze`.
 
 pub mod analyze;
+pub mod diff;
 pub mod healthcheck;
 pub mod render;
 pub mod whatif;
@@ -25,6 +26,8 @@ pub struct Cli {
 pub enum Command {
     /// Analyse trace files and print a summary.
     Analyze(analyze::AnalyzeArgs),
+    /// Compare two snapshots (or two devices of one): the peak difference by category and stack.
+    Diff(diff::DiffArgs),
     /// Predict the allocated peak under another batch size, checkpointing, optimizer or sharding.
     Whatif(whatif::WhatIfArgs),
     /// Serve the web app and its API.

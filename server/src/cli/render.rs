@@ -1,6 +1,6 @@
 //! The human-readable text of `memlens analyze` (without `--json`).
 
-use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, SampleClock};
+use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, RunOverview, SampleClock};
 
 pub fn gib(b: i64) -> String {
     let f = b as f64;
@@ -17,6 +17,35 @@ pub fn render_text(f: &FileSummary) -> String {
     for d in &f.devices {
         s += &render_device(d);
     }
+    s
+}
+
+/// The run overview of several ranks: one line per rank, then the worst one.
+pub fn render_run_text(r: &RunOverview) -> String {
+    let mut s = format!(
+        "run of {} ranks (rank numbers from {})\n",
+        r.ranks.len(),
+        r.rank_source.describe()
+    );
+    for k in &r.ranks {
+        s += &format!(
+            "  rank {:>3}  peak {:>10}  reserved {:>10}  OOMs {}  {}\n",
+            k.rank,
+            gib(k.peak_allocated_bytes),
+            gib(k.peak_reserved_bytes),
+            k.oom_count,
+            k.file
+        );
+    }
+    s += &format!(
+        "  worst rank {} peaks at {}, {:.0}% above the median {} (spread {}){}\n",
+        r.worst_rank,
+        gib(r.max_peak_bytes),
+        100.0 * r.worst_above_median,
+        gib(r.median_peak_bytes),
+        gib(r.spread_bytes),
+        if r.imbalanced { " — imbalanced" } else { "" }
+    );
     s
 }
 

@@ -1,0 +1,174 @@
+//! `memlens diff A B [--json]`: two snapshots (or two devices of one, `--device-a/--device-b`)
+//! side by side, A − B — the peak difference split by category and by stack, reserved,
+//! fragmentation and OOMs of each, and the per-iteration peaks.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use memlens_api::{Comparison, DeviceSummary, FileSummary};
+use memlens_core::analysis::compare::{compare_runs, CompareSide, COMPARE_WIDTH};
+use memlens_core::analysis::run::busiest_device;
+use memlens_core::pipeline::{self, Input, KeepFrames};
+
+use super::render::gib;
+
+#[derive(Args)]
+pub struct DiffArgs {
+    /// The first snapshot (A).
+    pub a: PathBuf,
+    /// The second snapshot (B); the same file as A compares two of its devices.
+    pub b: PathBuf,
+    /// A's device (default: its busiest).
+    #[arg(long)]
+    pub device_a: Option<i64>,
+    /// B's device (default: its busiest).
+    #[arg(long)]
+    pub device_b: Option<i64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Category rules, as for `memlens analyze`.
+    #[arg(long, value_name = "FILE")]
+    pub category_rules: Option<PathBuf>,
+}
+
+fn device_of<'a>(f: &'a FileSummary, wanted: Option<i64>) -> Result<&'a DeviceSummary, String> {
+    match wanted {
+        Some(w) => f
+            .devices
+            .iter()
+            .find(|d| d.device == w)
+            .ok_or_else(|| format!("{}: no device {w}", f.file)),
+        None => busiest_device(f).ok_or_else(|| format!("{}: no device with allocations", f.file)),
+    }
+}
+
+fn compare(args: &DiffArgs) -> Result<Comparison, String> {
+    let rules = super::load_category_rules(args.category_rules.as_deref())?;
+    let same = args.a == args.b;
+    let mut inputs = vec![Input::path(&args.a)];
+    if !same {
+        inputs.push(Input::path(&args.b));
+    }
+    let mut sink = KeepFrames {
+        with_stacks: true,
+        ..KeepFrames::default()
+    };
+    let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink).map_err(|e| e.to_string())?;
+    let n = if same { 1 } else { 2 };
+    if out.files.len() != n {
+        let not = if same { &args.a } else { &args.b };
+        return Err(format!("{}: not an allocator snapshot", not.display()));
+    }
+    let side = |fi: usize, wanted: Option<i64>| -> Result<CompareSide<'_>, String> {
+        let f = &out.files[fi];
+        let d = device_of(f, wanted)?;
+        let frames = sink.files[fi]
+            .iter()
+            .find(|fr| fr.device == d.device)
+            .ok_or_else(|| format!("{}: device {} has no frames", f.file, d.device))?;
+        Ok(CompareSide {
+            label: format!("{} · cuda:{}", f.file, d.device),
+            report: None,
+            file: f,
+            file_index: fi,
+            device: d,
+            frames,
+            stacks: &sink.stacks[fi],
+            rank: None,
+        })
+    };
+    let a = side(0, args.device_a)?;
+    let b = side(n - 1, args.device_b)?;
+    compare_runs(&a, &b, COMPARE_WIDTH).map_err(|e| e.to_string())
+}
+
+fn signed(b: i64) -> String {
+    if b >= 0 {
+        format!("+{}", gib(b))
+    } else {
+        format!("−{}", gib(-b))
+    }
+}
+
+fn print_text(c: &Comparison) {
+    for (name, r) in [("A", &c.a), ("B", &c.b)] {
+        let frag = r
+            .fragmentation_at_peak
+            .as_ref()
+            .map_or("-".to_owned(), |f| format!("{:.2}", f.fragmentation_index));
+        println!(
+            "{name}  {}: peak allocated {}, reserved {}, fragmentation at the peak {frag}, OOMs {}",
+            r.label,
+            gib(r.peak_allocated_bytes),
+            gib(r.peak_reserved_bytes),
+            r.oom_count
+        );
+    }
+    println!(
+        "A − B  allocated {} ({} B), reserved {}",
+        signed(c.peak_delta_bytes),
+        c.peak_delta_bytes,
+        signed(c.reserved_delta_bytes)
+    );
+    println!("{}", c.headline);
+    println!("by category (at each peak):");
+    for d in &c.by_category {
+        println!(
+            "  {:<16} A {:>10}  B {:>10}  Δ {}",
+            d.category.name(),
+            gib(d.bytes_a),
+            gib(d.bytes_b),
+            signed(d.delta_bytes)
+        );
+    }
+    println!("by stack (largest differences):");
+    for d in c.by_stack.iter().take(10) {
+        let only = match d.only_in {
+            Some(memlens_api::Side::A) => "  [only in A]",
+            Some(memlens_api::Side::B) => "  [only in B]",
+            None => "",
+        };
+        // The innermost frame and the first one outside torch (the code that asked).
+        let stack = match (d.stack.first(), d.stack.iter().find(|f| !f.starts_with("torch/"))) {
+            (None, _) => "(no stack)".to_owned(),
+            (Some(first), Some(user)) if user != first => format!("{first} ← … {user}"),
+            (Some(first), _) => first.clone(),
+        };
+        println!(
+            "  {:>11}  {} vs {} allocation(s)  {stack}{only}",
+            signed(d.delta_bytes),
+            d.count_a,
+            d.count_b
+        );
+    }
+    for (name, r) in [("A", &c.a), ("B", &c.b)] {
+        if !r.iteration_peaks.is_empty() {
+            let peaks: Vec<String> = r.iteration_peaks.iter().map(|&p| gib(p)).collect();
+            println!("{name} peak per iteration: {}", peaks.join(", "));
+        }
+    }
+}
+
+pub fn diff(args: DiffArgs) -> ExitCode {
+    let c = match compare(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("memlens: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&c) {
+            Ok(j) => println!("{j}"),
+            Err(e) => {
+                eprintln!("memlens: cannot encode JSON: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print_text(&c);
+    }
+    ExitCode::SUCCESS
+}
