@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::{Arc, Mutex};
 
-use memlens_api::AnalyzeOutput;
+use memlens_api::{AnalyzeOutput, FileSummary};
+use memlens_core::analysis::run::run_overview;
 use memlens_core::analysis::segment_map::SegmentCheckpoints;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
@@ -144,8 +145,13 @@ fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Result<DataFram
     Ok(df)
 }
 
+/// The stored summary; reports stored before run overviews existed get theirs from their files.
 pub fn read_summary(store: &dyn ReportStore, id: &str) -> Result<AnalyzeOutput, DataError> {
-    read_json(store, id, SUMMARY)
+    let mut summary: AnalyzeOutput = read_json(store, id, SUMMARY)?;
+    if summary.run.is_none() {
+        summary.run = run_overview(&summary.files);
+    }
+    Ok(summary)
 }
 
 /// One analysed file, loaded for queries.
@@ -186,54 +192,66 @@ pub struct LoadedReport {
     pub gpu_logs: Vec<DataFrame>,
 }
 
-/// Loads a report's published data.
-pub fn load(store: &dyn ReportStore, id: &str) -> Result<LoadedReport, DataError> {
-    let summary = read_summary(store, id)?;
-    let mut files = Vec::new();
-    for (i, fs) in summary.files.iter().enumerate() {
-        // Reports written before `meta.json` and `event_notes` were stored still load: their
-        // meta comes from the summary, their notes are empty.
-        let meta_key = format!("f{i}/meta.json");
-        let meta: SnapshotMeta = match read_object(store, id, &meta_key)? {
-            Some(_) => read_json(store, id, &meta_key)?,
-            None => SnapshotMeta {
-                source: fs.source.clone(),
-                max_split_size: None,
-                format: fs.format,
-            },
+/// Loads one analysed file of a report for queries (a report of many ranks loads only the
+/// files asked about).
+pub fn load_file(store: &dyn ReportStore, id: &str, i: usize, fs: &FileSummary) -> Result<LoadedFile, DataError> {
+    // Reports written before `meta.json` and `event_notes` were stored still load: their
+    // meta comes from the summary, their notes are empty.
+    let meta_key = format!("f{i}/meta.json");
+    let meta: SnapshotMeta = match read_object(store, id, &meta_key)? {
+        Some(_) => read_json(store, id, &meta_key)?,
+        None => SnapshotMeta {
+            source: fs.source.clone(),
+            max_split_size: None,
+            format: fs.format,
+        },
+    };
+    let mut frames: [DataFrame; 7] = Default::default();
+    for (slot, name) in frames.iter_mut().zip(TABLE_NAMES) {
+        let key = format!("f{i}/{name}.parquet");
+        *slot = if name == "event_notes" && read_object(store, id, &key)?.is_none() {
+            DataFrame::empty()
+        } else {
+            read_parquet(store, id, &key)?
         };
-        let mut frames: [DataFrame; 7] = Default::default();
-        for (slot, name) in frames.iter_mut().zip(TABLE_NAMES) {
-            let key = format!("f{i}/{name}.parquet");
-            *slot = if name == "event_notes" && read_object(store, id, &key)?.is_none() {
-                DataFrame::empty()
-            } else {
-                read_parquet(store, id, &key)?
-            };
-        }
-        let tables = SnapshotTables::from_frames(frames, meta);
-        let stacks = StackResolver::new(&tables.frames, &tables.stack_frames)?;
-        let mut devices = Vec::new();
-        for d in &fs.devices {
-            let dir = format!("f{i}/d{}", d.device);
-            devices.push(DeviceFrames {
-                device: d.device,
-                usage: read_parquet(store, id, &format!("{dir}/usage.parquet"))?,
-                lifetimes: read_parquet(store, id, &format!("{dir}/lifetimes.parquet"))?,
-                fragmentation: read_parquet(store, id, &format!("{dir}/fragmentation.parquet"))?,
-            });
-        }
-        files.push(LoadedFile {
-            tables,
-            stacks,
-            devices,
-            checkpoints: Mutex::new(HashMap::new()),
+    }
+    let tables = SnapshotTables::from_frames(frames, meta);
+    let stacks = StackResolver::new(&tables.frames, &tables.stack_frames)?;
+    let mut devices = Vec::new();
+    for d in &fs.devices {
+        let dir = format!("f{i}/d{}", d.device);
+        devices.push(DeviceFrames {
+            device: d.device,
+            usage: read_parquet(store, id, &format!("{dir}/usage.parquet"))?,
+            lifetimes: read_parquet(store, id, &format!("{dir}/lifetimes.parquet"))?,
+            fragmentation: read_parquet(store, id, &format!("{dir}/fragmentation.parquet"))?,
         });
     }
-    let mut gpu_logs = Vec::new();
-    for j in 0..summary.gpu_logs.len() {
-        gpu_logs.push(read_parquet(store, id, &format!("g{j}/samples.parquet"))?);
-    }
+    Ok(LoadedFile {
+        tables,
+        stacks,
+        devices,
+        checkpoints: Mutex::new(HashMap::new()),
+    })
+}
+
+/// The samples of each NVML log of a report, in `summary.gpu_logs` order.
+pub fn load_gpu_logs(store: &dyn ReportStore, id: &str, summary: &AnalyzeOutput) -> Result<Vec<DataFrame>, DataError> {
+    (0..summary.gpu_logs.len())
+        .map(|j| read_parquet(store, id, &format!("g{j}/samples.parquet")))
+        .collect()
+}
+
+/// Loads a report's published data, every file of it.
+pub fn load(store: &dyn ReportStore, id: &str) -> Result<LoadedReport, DataError> {
+    let summary = read_summary(store, id)?;
+    let files = summary
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, fs)| load_file(store, id, i, fs))
+        .collect::<Result<Vec<_>, _>>()?;
+    let gpu_logs = load_gpu_logs(store, id, &summary)?;
     Ok(LoadedReport {
         summary,
         files,

@@ -9,7 +9,7 @@ use memlens_api::ChartParams;
 
 use super::error::{internal, ApiError, Q};
 use super::queries::{frames_of, pick, pick_gpu};
-use super::state::{loaded, Shared};
+use super::state::{loaded_file, loaded_gpu_logs, summary_of, Shared};
 use crate::charts::{render_png, render_svg, Chart};
 use crate::reportdata::{self, CHART_PNG, CHART_SVG};
 
@@ -20,7 +20,7 @@ enum Target {
 }
 
 async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Response, ApiError> {
-    let r = loaded(&st, &id).await?;
+    let r = summary_of(&st, &id).await?;
     let (ctype, key) = if svg {
         ("image/svg+xml", CHART_SVG)
     } else {
@@ -39,34 +39,43 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
     let body: Vec<u8> = match stored {
         Some(bytes) => bytes,
         None => {
-            let gpu_chart = q.log.is_some() || q.gpu.is_some() || r.summary.files.is_empty();
+            let gpu_chart = q.log.is_some() || q.gpu.is_some() || r.files.is_empty();
             let target = if gpu_chart {
-                let (log, g) = pick_gpu(&r.summary, q.log, q.gpu)?;
+                let (log, g) = pick_gpu(&r, q.log, q.gpu)?;
                 Target::Gpu { log, gpu: g.gpu }
             } else {
-                let (file, d) = pick(&r.summary, q.file, q.device)?;
+                let (file, d) = pick(&r, q.file, q.device)?;
                 Target::Device { file, device: d.device }
+            };
+            // Only what the chart draws is loaded: the NVML samples or the one file.
+            let (logs, file_data) = match target {
+                Target::Gpu { .. } => (Some(loaded_gpu_logs(&st, &id).await?), None),
+                Target::Device { file, .. } => (None, Some(loaded_file(&st, &id, file).await?)),
             };
             tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
                 let missing = |what: &str| ApiError::Internal(format!("{what} missing"));
                 let chart = match target {
                     Target::Gpu { log, gpu } => {
-                        let summary = &r.summary.gpu_logs[log];
+                        let summary = &r.gpu_logs[log];
                         let g = summary
                             .gpus
                             .iter()
                             .find(|g| g.gpu == gpu)
                             .ok_or_else(|| missing("GPU summary"))?;
-                        let samples = r.gpu_logs.get(log).ok_or_else(|| missing("GPU samples"))?;
+                        let samples = logs
+                            .as_deref()
+                            .and_then(|l| l.get(log))
+                            .ok_or_else(|| missing("GPU samples"))?;
                         Chart::Gpu(samples, summary, g)
                     }
                     Target::Device { file, device } => {
-                        let d = r.summary.files[file]
+                        let d = r.files[file]
                             .devices
                             .iter()
                             .find(|d| d.device == device)
                             .ok_or_else(|| missing("device summary"))?;
-                        Chart::Device(frames_of(&r, file, device)?, d)
+                        let loaded = file_data.as_deref().ok_or_else(|| missing("file"))?;
+                        Chart::Device(frames_of(loaded, device)?, d)
                     }
                 };
                 if svg {

@@ -1,5 +1,5 @@
 //! The HTTP API (axum), one module per resource: [`uploads`], [`reports`] (status, summary,
-//! delete, limits), [`queries`] (level-of-detail), [`charts`], [`pages`] (share pages) and
+//! delete, limits), [`queries`] (level-of-detail), [`compare`] (two runs or ranks, A − B), [`charts`], [`pages`] (share pages) and
 //! [`ops`] (health, metrics, OpenAPI). [`state`] holds what handlers share, [`error`] the JSON
 //! errors and the query extractor.
 //!
@@ -13,6 +13,7 @@
 //! no endpoint lists reports.
 
 pub mod charts;
+pub mod compare;
 pub mod error;
 pub mod ops;
 pub mod pages;
@@ -62,6 +63,7 @@ pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(queries::allocations))
         .routes(routes!(queries::gpu_samples))
         .routes(routes!(queries::whatif))
+        .routes(routes!(compare::compare))
         .routes(routes!(charts::chart_png))
         .routes(routes!(charts::chart_svg))
         .split_for_parts()
@@ -81,6 +83,7 @@ pub fn router(state: Shared) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .route("/r/{id}", get(pages::report_page))
+        .route("/compare/{a}/{b}", get(pages::compare_page))
         .fallback_service(ServeDir::new(static_dir).fallback(ServeFile::new(index)))
         .layer(SetResponseHeaderLayer::overriding(
             header::REFERRER_POLICY,

@@ -1,12 +1,12 @@
-//! `/r/{id}`: the frontend's page with link-preview tags (`og:title`, and `og:image` when the
-//! report has a chart).
+//! `/r/{id}` and `/compare/{a}/{b}`: the frontend's page with link-preview tags (`og:title`,
+//! and for a report `og:image` when it has a chart).
 
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use memlens_api::ReportState;
+use memlens_api::{ReportState, SideRef};
 
-use super::state::{record, Shared};
+use super::state::{record, summary_of, Shared};
 use crate::ids;
 use crate::reportdata::{self, CHART_PNG};
 
@@ -31,7 +31,8 @@ async fn has_chart(st: &Shared, id: &str) -> bool {
         .is_some()
 }
 
-pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+/// The frontend's page with `tags` added to its head.
+async fn page_with(st: &Shared, tags: String) -> Response {
     let index = st.config.static_dir.join("index.html");
     let html = match tokio::fs::read_to_string(&index).await {
         Ok(h) => h,
@@ -44,6 +45,17 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
                 .into_response();
         }
     };
+    Html(html.replacen("</head>", &format!("{tags}</head>"), 1)).into_response()
+}
+
+fn title_tags(title: &str) -> String {
+    format!(
+        "<meta property=\"og:title\" content=\"{}\" />\n<meta property=\"og:type\" content=\"website\" />\n",
+        escape(title)
+    )
+}
+
+pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -58,16 +70,28 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
         }
         _ => ("memlens report".to_owned(), None),
     };
-    let mut tags = format!(
-        "<meta property=\"og:title\" content=\"{}\" />\n<meta property=\"og:type\" content=\"website\" />\n",
-        escape(&title)
-    );
+    let mut tags = title_tags(&title);
     if let Some(img) = image {
         tags += &format!(
             "<meta property=\"og:image\" content=\"{0}\" />\n<meta name=\"twitter:card\" content=\"summary_large_image\" />\n<meta name=\"twitter:image\" content=\"{0}\" />\n",
             escape(&img)
         );
     }
-    let html = html.replacen("</head>", &format!("{tags}</head>"), 1);
-    Html(html).into_response()
+    page_with(&st, tags).await
+}
+
+/// The share page of a comparison; its title names the two sides' files.
+pub async fn compare_page(State(st): State<Shared>, Path((a, b)): Path<(String, String)>) -> Response {
+    let mut names = Vec::new();
+    for side in [&a, &b] {
+        let name = match SideRef::parse(side) {
+            Some(r) => summary_of(&st, &r.report)
+                .await
+                .ok()
+                .and_then(|s| s.files.get(r.file.unwrap_or(0)).map(|f| f.file.clone())),
+            None => None,
+        };
+        names.push(name.unwrap_or_else(|| "report".to_owned()));
+    }
+    page_with(&st, title_tags(&format!("memlens: {} vs {}", names[0], names[1]))).await
 }

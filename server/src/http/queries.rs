@@ -20,8 +20,8 @@ use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query;
 
 use super::error::{internal, ApiError, Q};
-use super::state::{loaded, summary_of, Shared};
-use crate::reportdata::LoadedReport;
+use super::state::{loaded_file, loaded_gpu_logs, summary_of, Shared};
+use crate::reportdata::LoadedFile;
 
 /// The `index`-th of `outer` (default the first), then the member of its `inner` list whose
 /// `id` is `wanted` (default the first); errors name what was asked for.
@@ -65,19 +65,17 @@ pub fn pick_gpu(
 }
 
 /// A device's stored frames.
-pub fn frames_of(r: &LoadedReport, file: usize, device: i64) -> Result<&DeviceFrames, ApiError> {
-    r.files
-        .get(file)
-        .and_then(|f| f.device(device))
-        .ok_or_else(|| ApiError::Internal(format!("frames of file {file} device {device} missing")))
+pub fn frames_of(f: &LoadedFile, device: i64) -> Result<&DeviceFrames, ApiError> {
+    f.device(device)
+        .ok_or_else(|| ApiError::Internal(format!("frames of device {device} missing")))
 }
 
-/// Runs `f` over the loaded report on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    r: Arc<LoadedReport>,
-    f: impl FnOnce(&LoadedReport) -> Result<T, ApiError> + Send + 'static,
+/// Runs `f` over loaded data on the blocking pool.
+pub async fn blocking<D: Send + Sync + 'static, T: Send + 'static>(
+    data: Arc<D>,
+    f: impl FnOnce(&D) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(move || f(&r)).await.map_err(internal)?
+    tokio::task::spawn_blocking(move || f(&data)).await.map_err(internal)?
 }
 
 #[utoipa::path(get, path = "/api/reports/{id}/timeline", tag = "queries",
@@ -87,14 +85,15 @@ pub async fn timeline(
     Path(id): Path<String>,
     Q(q): Q<TimelineParams>,
 ) -> Result<Json<Timeline>, ApiError> {
-    let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r.summary, q.file, q.device)?;
+    let s = summary_of(&st, &id).await?;
+    let (fi, d) = pick(&s, q.file, q.device)?;
     let device = d.device;
     let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
     let axis = axis_of(&q, d);
-    let tl = blocking(r, move |r| {
+    let f = loaded_file(&st, &id, fi).await?;
+    let tl = blocking(f, move |f| {
         query::timeline_on(
-            frames_of(r, fi, device)?,
+            frames_of(f, device)?,
             axis,
             initial,
             q.start,
@@ -122,12 +121,12 @@ pub async fn category_timeline(
     Path(id): Path<String>,
     Q(q): Q<TimelineParams>,
 ) -> Result<Json<CategoryTimeline>, ApiError> {
-    let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r.summary, q.file, q.device)?;
+    let s = summary_of(&st, &id).await?;
+    let (fi, d) = pick(&s, q.file, q.device)?;
     let (device, axis) = (d.device, axis_of(&q, d));
-    let tl = blocking(r, move |r| {
-        query::category_timeline(frames_of(r, fi, device)?, axis, q.start, q.end, q.width.unwrap_or(1000))
-            .map_err(internal)
+    let f = loaded_file(&st, &id, fi).await?;
+    let tl = blocking(f, move |f| {
+        query::category_timeline(frames_of(f, device)?, axis, q.start, q.end, q.width.unwrap_or(1000)).map_err(internal)
     })
     .await?;
     Ok(Json(tl))
@@ -140,11 +139,11 @@ pub async fn segments(
     Path(id): Path<String>,
     Q(q): Q<SegmentsParams>,
 ) -> Result<Json<SegmentMap>, ApiError> {
-    let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r.summary, q.file, q.device)?;
+    let s = summary_of(&st, &id).await?;
+    let (fi, d) = pick(&s, q.file, q.device)?;
     let device = d.device;
-    let map = blocking(r, move |r| {
-        let f = &r.files[fi];
+    let f = loaded_file(&st, &id, fi).await?;
+    let map = blocking(f, move |f| {
         let ev = DeviceEvents::new(&f.tables, device).map_err(internal)?;
         let cp = f.checkpoints(&ev).map_err(internal)?;
         match (q.event, q.time) {
@@ -165,10 +164,13 @@ pub async fn fragmentation(
     Path(id): Path<String>,
     Q(q): Q<DeviceParams>,
 ) -> Result<Json<FragmentationSeries>, ApiError> {
-    let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r.summary, q.file, q.device)?;
-    let dev = frames_of(&r, fi, d.device)?;
-    Ok(Json(query::fragmentation_series(dev).map_err(internal)?))
+    let s = summary_of(&st, &id).await?;
+    let (fi, d) = pick(&s, q.file, q.device)?;
+    let device = d.device;
+    let f = loaded_file(&st, &id, fi).await?;
+    Ok(Json(
+        query::fragmentation_series(frames_of(&f, device)?).map_err(internal)?,
+    ))
 }
 
 /// The summary of one device of a ready report.
@@ -229,11 +231,7 @@ pub async fn stack(
     Path((id, stack)): Path<(String, u32)>,
     Q(q): Q<FileParams>,
 ) -> Result<Json<Vec<FrameView>>, ApiError> {
-    let r = loaded(&st, &id).await?;
-    let f = r
-        .files
-        .get(q.file.unwrap_or(0))
-        .ok_or_else(|| ApiError::BadRequest("no such file in this report".into()))?;
+    let f = loaded_file(&st, &id, q.file.unwrap_or(0)).await?;
     Ok(Json(query::stack_frames(&f.stacks, stack)))
 }
 
@@ -260,13 +258,14 @@ pub async fn allocations(
     if addr.is_none() && q.stack.as_deref().is_none_or(str::is_empty) {
         return Err(ApiError::BadRequest("give `addr` or `stack`".into()));
     }
-    let r = loaded(&st, &id).await?;
-    let (fi, d) = pick(&r.summary, q.file, q.device)?;
+    let s = summary_of(&st, &id).await?;
+    let (fi, d) = pick(&s, q.file, q.device)?;
     let device = d.device;
     let limit = q.limit.unwrap_or(200).min(5_000);
-    let (total, allocations) = blocking(r, move |r| {
-        let dev = frames_of(r, fi, device)?;
-        query::search_allocations(dev, &r.files[fi].stacks, addr, q.stack.as_deref(), limit).map_err(internal)
+    let f = loaded_file(&st, &id, fi).await?;
+    let (total, allocations) = blocking(f, move |f| {
+        let dev = frames_of(f, device)?;
+        query::search_allocations(dev, &f.stacks, addr, q.stack.as_deref(), limit).map_err(internal)
     })
     .await?;
     Ok(Json(SearchResult { total, allocations }))
@@ -279,12 +278,12 @@ pub async fn gpu_samples(
     Path(id): Path<String>,
     Q(q): Q<GpuSamplesParams>,
 ) -> Result<Json<GpuSeries>, ApiError> {
-    let r = loaded(&st, &id).await?;
-    let (li, g) = pick_gpu(&r.summary, q.log, q.gpu)?;
+    let s = summary_of(&st, &id).await?;
+    let (li, g) = pick_gpu(&s, q.log, q.gpu)?;
     let gpu = g.gpu;
-    let series = blocking(r, move |r| {
-        let samples = r
-            .gpu_logs
+    let logs = loaded_gpu_logs(&st, &id).await?;
+    let series = blocking(logs, move |logs| {
+        let samples = logs
             .get(li)
             .ok_or_else(|| ApiError::Internal("GPU samples missing".into()))?;
         let (start, end, aggregated, points) =
@@ -309,16 +308,17 @@ pub async fn whatif(
     Path(id): Path<String>,
     Q(q): Q<WhatIfParams>,
 ) -> Result<Json<WhatIfFile>, ApiError> {
-    let r = loaded(&st, &id).await?;
+    let s = summary_of(&st, &id).await?;
     let fi = q.file.unwrap_or(0);
-    if r.summary.files.get(fi).is_none() {
+    if s.files.get(fi).is_none() {
         return Err(ApiError::BadRequest(format!("no file {fi} in this report")));
     }
     if let Some(d) = q.device {
-        pick(&r.summary, Some(fi), Some(d))?;
+        pick(&s, Some(fi), Some(d))?;
     }
-    let answer = blocking(r, move |r| {
-        what_if_file(&r.summary.files[fi], &r.files[fi].devices, &r.summary.gpu_logs, &q).map_err(internal)
+    let f = loaded_file(&st, &id, fi).await?;
+    let answer = blocking(f, move |f| {
+        what_if_file(&s.files[fi], &f.devices, &s.gpu_logs, &q).map_err(internal)
     })
     .await?;
     Ok(Json(answer))

@@ -1,6 +1,8 @@
 //! A report as a resource: its status while processing, its summary, deleting it with its
 //! token, and the server's upload limits.
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -21,7 +23,7 @@ pub async fn status(State(st): State<Shared>, Path(id): Path<String>) -> Result<
     responses((status = 200, body = AnalyzeOutput, description = "the same JSON as `memlens analyze --json`"),
               (status = 202, body = ErrorBody), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn summary(State(st): State<Shared>, Path(id): Path<String>) -> Result<Json<AnalyzeOutput>, ApiError> {
-    Ok(Json(summary_of(&st, &id).await?))
+    Ok(Json(Arc::unwrap_or_clone(summary_of(&st, &id).await?)))
 }
 
 #[utoipa::path(delete, path = "/api/reports/{id}", tag = "reports",

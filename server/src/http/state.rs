@@ -1,18 +1,20 @@
-//! What the handlers share: the store, the ingest queue, metrics, settings and the cache of
-//! loaded reports; and the lookups every report endpoint starts with (record → ready →
-//! summary or loaded data).
+//! What the handlers share: the store, the ingest queue, metrics, settings and the caches of
+//! summaries and loaded files; and the lookups every report endpoint starts with (record →
+//! ready → summary, or one loaded file, or the NVML samples). A report of many ranks is never
+//! loaded whole: each query loads only the file it names.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use memlens_api::{AnalyzeOutput, ReportState, Stage, Status};
+use polars::prelude::DataFrame;
 
 use super::error::{internal, ApiError};
 use crate::ids;
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
-use crate::reportdata::{self, LoadedReport};
+use crate::reportdata::{self, LoadedFile};
 use crate::store::{ReportRecord, ReportStore};
 
 /// Server settings the handlers need.
@@ -23,17 +25,23 @@ pub struct HttpConfig {
     pub static_dir: PathBuf,
 }
 
-/// Loaded reports kept in memory for queries.
-const CACHE_REPORTS: usize = 3;
+/// Loaded snapshot files kept in memory for queries (a compare holds two).
+const CACHE_FILES: usize = 4;
+/// Summaries kept in memory (small: a run of 64 ranks is 64 file summaries).
+const CACHE_SUMMARIES: usize = 64;
+/// Reports whose NVML samples are kept in memory.
+const CACHE_GPU_LOGS: usize = 3;
 
 pub struct AppState {
     pub store: Arc<dyn ReportStore>,
     pub ingest: Arc<Ingest>,
     pub metrics: Arc<Metrics>,
     pub config: HttpConfig,
-    /// Loaded reports by id. `get_or_insert_with` makes concurrent requests for a report that
-    /// is not loaded wait for one load instead of each loading it.
-    cache: quick_cache::sync::Cache<String, Arc<LoadedReport>>,
+    /// Loaded files by report id and file index. `get_or_insert_with` makes concurrent
+    /// requests for a file that is not loaded wait for one load instead of each loading it.
+    files: quick_cache::sync::Cache<(String, usize), Arc<LoadedFile>>,
+    summaries: quick_cache::sync::Cache<String, Arc<AnalyzeOutput>>,
+    gpu_logs: quick_cache::sync::Cache<String, Arc<Vec<DataFrame>>>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -50,17 +58,17 @@ impl AppState {
             ingest,
             metrics,
             config,
-            cache: quick_cache::sync::Cache::new(CACHE_REPORTS),
+            files: quick_cache::sync::Cache::new(CACHE_FILES),
+            summaries: quick_cache::sync::Cache::new(CACHE_SUMMARIES),
+            gpu_logs: quick_cache::sync::Cache::new(CACHE_GPU_LOGS),
         })
     }
 
-    /// Drops a report from the cache (after it was deleted).
+    /// Drops a report from the caches (after it was deleted).
     pub fn forget(&self, id: &str) {
-        self.cache.remove(id);
-    }
-
-    fn cached(&self, id: &str) -> Option<Arc<LoadedReport>> {
-        self.cache.get(id)
+        self.summaries.remove(id);
+        self.gpu_logs.remove(id);
+        self.files.retain(|(r, _), _| r != id);
     }
 }
 
@@ -122,30 +130,58 @@ pub async fn ready(st: &Shared, id: &str) -> Result<ReportRecord, ApiError> {
 }
 
 /// The summary of a ready report (read from `summary.json`, without loading its tables).
-pub async fn summary_of(st: &Shared, id: &str) -> Result<AnalyzeOutput, ApiError> {
+pub async fn summary_of(st: &Shared, id: &str) -> Result<Arc<AnalyzeOutput>, ApiError> {
     ready(st, id).await?;
-    if let Some(r) = st.cached(id) {
-        return Ok(r.summary.clone());
-    }
-    let store = st.store.clone();
-    let id = id.to_owned();
-    tokio::task::spawn_blocking(move || reportdata::read_summary(store.as_ref(), &id))
-        .await
-        .map_err(internal)?
-        .map_err(internal)
-}
-
-/// The loaded data of a ready report (loaded once however many requests ask at the same time).
-pub async fn loaded(st: &Shared, id: &str) -> Result<Arc<LoadedReport>, ApiError> {
-    ready(st, id).await?;
-    if let Some(r) = st.cached(id) {
-        return Ok(r);
+    if let Some(s) = st.summaries.get(id) {
+        return Ok(s);
     }
     let st2 = st.clone();
     let id = id.to_owned();
     tokio::task::spawn_blocking(move || {
-        st2.cache.get_or_insert_with(&id, || {
-            reportdata::load(st2.store.as_ref(), &id)
+        st2.summaries.get_or_insert_with(&id, || {
+            reportdata::read_summary(st2.store.as_ref(), &id)
+                .map(Arc::new)
+                .map_err(internal)
+        })
+    })
+    .await
+    .map_err(internal)?
+}
+
+/// One loaded snapshot file of a ready report (loaded once however many requests ask at the
+/// same time); an index past the report's files is a 400.
+pub async fn loaded_file(st: &Shared, id: &str, file: usize) -> Result<Arc<LoadedFile>, ApiError> {
+    let summary = summary_of(st, id).await?;
+    if summary.files.get(file).is_none() {
+        return Err(ApiError::BadRequest(format!("no file {file} in this report")));
+    }
+    let key = (id.to_owned(), file);
+    if let Some(f) = st.files.get(&key) {
+        return Ok(f);
+    }
+    let st2 = st.clone();
+    tokio::task::spawn_blocking(move || {
+        st2.files.get_or_insert_with(&key, || {
+            reportdata::load_file(st2.store.as_ref(), &key.0, key.1, &summary.files[key.1])
+                .map(Arc::new)
+                .map_err(internal)
+        })
+    })
+    .await
+    .map_err(internal)?
+}
+
+/// The NVML samples of a ready report, one frame per log.
+pub async fn loaded_gpu_logs(st: &Shared, id: &str) -> Result<Arc<Vec<DataFrame>>, ApiError> {
+    let summary = summary_of(st, id).await?;
+    if let Some(g) = st.gpu_logs.get(id) {
+        return Ok(g);
+    }
+    let st2 = st.clone();
+    let id = id.to_owned();
+    tokio::task::spawn_blocking(move || {
+        st2.gpu_logs.get_or_insert_with(&id, || {
+            reportdata::load_gpu_logs(st2.store.as_ref(), &id, &summary)
                 .map(Arc::new)
                 .map_err(internal)
         })

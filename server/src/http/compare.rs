@@ -1,0 +1,99 @@
+//! `GET /api/compare?a=…&b=…`: two devices side by side, A − B. Each side is a report, a file
+//! of it or a device of that file (`id`, `id:file`, `id:file:device`), so two runs, two ranks of
+//! one run or two devices of one snapshot compare the same way. Only the two files named are
+//! loaded.
+
+use axum::extract::State;
+use axum::Json;
+use memlens_api::{AnalyzeOutput, CompareParams, Comparison, DeviceSummary, SideRef};
+use memlens_core::analysis::compare::{compare_runs, CompareSide, COMPARE_WIDTH};
+use memlens_core::analysis::run::busiest_device;
+
+use super::error::{internal, ApiError, Q};
+use super::queries::{blocking, frames_of};
+use super::state::{loaded_file, summary_of, Shared};
+use crate::reportdata::LoadedFile;
+
+/// The side `r` names, or a 400 that says what a side looks like.
+fn side_ref(name: &str, value: &str) -> Result<SideRef, ApiError> {
+    SideRef::parse(value).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "{name}={value}: expected a report id, `id:file` or `id:file:device`"
+        ))
+    })
+}
+
+/// The file index and device summary a side names.
+fn device_of<'a>(s: &'a AnalyzeOutput, r: &SideRef) -> Result<(usize, &'a DeviceSummary), ApiError> {
+    let fi = r.file.unwrap_or(0);
+    let f = s
+        .files
+        .get(fi)
+        .ok_or_else(|| ApiError::BadRequest(format!("no file {fi} in report {}", r.report)))?;
+    let d = match r.device {
+        Some(w) => f.devices.iter().find(|d| d.device == w),
+        None => busiest_device(f),
+    };
+    let d = d.ok_or_else(|| {
+        ApiError::BadRequest(match r.device {
+            Some(w) => format!("no device {w} in file {fi} of report {}", r.report),
+            None => format!("file {fi} of report {} has no device", r.report),
+        })
+    })?;
+    Ok((fi, d))
+}
+
+/// One side's data for the comparison.
+fn side<'a>(
+    s: &'a AnalyzeOutput,
+    r: &SideRef,
+    fi: usize,
+    dev: i64,
+    f: &'a LoadedFile,
+) -> Result<CompareSide<'a>, ApiError> {
+    let d = s.files[fi].devices.iter().find(|d| d.device == dev);
+    let d = d.ok_or_else(|| ApiError::Internal(format!("device {dev} missing")))?;
+    let (label, rank) = label(s, fi, dev);
+    Ok(CompareSide {
+        label,
+        report: Some(r.report.clone()),
+        file: &s.files[fi],
+        file_index: fi,
+        device: d,
+        frames: frames_of(f, dev)?,
+        stacks: &f.stacks,
+        rank,
+    })
+}
+
+/// What a side is called: its rank in a run of several, else its file and device.
+fn label(s: &AnalyzeOutput, fi: usize, device: i64) -> (String, Option<u32>) {
+    let file = &s.files[fi].file;
+    match s.run.as_ref().and_then(|r| r.ranks.iter().find(|k| k.file_index == fi)) {
+        Some(k) => (format!("rank {} · {file}", k.rank), Some(k.rank)),
+        None => (format!("{file} · cuda:{device}"), None),
+    }
+}
+
+#[utoipa::path(get, path = "/api/compare", tag = "queries", params(CompareParams),
+    responses((status = 200, body = Comparison), (status = 400, body = memlens_api::ErrorBody),
+              (status = 404, body = memlens_api::ErrorBody)))]
+pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result<Json<Comparison>, ApiError> {
+    let (ra, rb) = (side_ref("a", &q.a)?, side_ref("b", &q.b)?);
+    let (sa, sb) = (summary_of(&st, &ra.report).await?, summary_of(&st, &rb.report).await?);
+    let ((fa, da), (fb, db)) = (device_of(&sa, &ra)?, device_of(&sb, &rb)?);
+    let (dev_a, dev_b) = (da.device, db.device);
+    let (la, lb) = (
+        loaded_file(&st, &ra.report, fa).await?,
+        loaded_file(&st, &rb.report, fb).await?,
+    );
+    let width = q.width.unwrap_or(COMPARE_WIDTH);
+    let both = std::sync::Arc::new((sa, sb, la, lb));
+    let c = blocking(both, move |(sa, sb, la, lb)| {
+        let a = side(sa, &ra, fa, dev_a, la)?;
+        let b = side(sb, &rb, fb, dev_b, lb)?;
+        compare_runs(&a, &b, width).map_err(internal)
+    })
+    .await?;
+    Ok(Json(c))
+}
