@@ -3,7 +3,7 @@
 //! assembled by hand elsewhere.
 
 use memlens_api::{
-    AnalyzeOutput, CategoryTimeline, ChartParams, DeviceParams, FragmentationSeries, FrameView, GpuSamplesParams,
+    AnalyzeOutput, CategoryTimeline, ChartParams, CompareParams, Comparison, DeviceParams, FileParams, SideRef, FragmentationSeries, FrameView, GpuSamplesParams,
     GpuSeries, SegmentMap, SegmentsParams, ServerLimits, Status, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
 };
 use serde::Serialize;
@@ -65,8 +65,14 @@ pub async fn segments(id: &str, params: &SegmentsParams) -> Result<SegmentMap, F
     get_json(&url(&report_path(id, "/segments"), params)).await
 }
 
-pub async fn stack(id: &str, stack: u32) -> Result<Vec<FrameView>, FetchError> {
-    get_json(&report_path(id, &format!("/stacks/{stack}"))).await
+pub async fn stack(id: &str, file: usize, stack: u32) -> Result<Vec<FrameView>, FetchError> {
+    let params = FileParams { file: Some(file) };
+    get_json(&url(&report_path(id, &format!("/stacks/{stack}")), &params)).await
+}
+
+/// Two sides compared, A − B.
+pub async fn compare(params: &CompareParams) -> Result<Comparison, FetchError> {
+    get_json(&url("/api/compare", params)).await
 }
 
 pub async fn whatif(id: &str, params: &WhatIfParams) -> Result<WhatIfFile, FetchError> {
@@ -81,4 +87,14 @@ pub fn chart_svg_url(id: &str, params: &ChartParams) -> String {
 /// The share page of a report.
 pub fn report_page(id: &str) -> String {
     format!("/r/{id}")
+}
+
+/// The page of one snapshot file (a rank) of a report.
+pub fn report_file_page(id: &str, file: usize) -> String {
+    format!("/r/{id}?file={file}")
+}
+
+/// The share page of a comparison.
+pub fn compare_page(a: &SideRef, b: &SideRef) -> String {
+    format!("/compare/{a}/{b}")
 }

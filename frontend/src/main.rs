@@ -1,14 +1,17 @@
 //! memlens web UI (leptos, client-side rendered, built with trunk).
 //!
-//! Two pages: `/` (upload, then follow processing; reports opened in this browser are listed
-//! from local storage) and `/r/{id}` (the shareable report: cards, the flame-style timeline,
-//! segment map, fragmentation, leaks, OOMs). The URL carries the view (device, window, axis).
+//! Three pages: `/` (upload, then follow processing; reports opened in this browser are listed
+//! from local storage), `/r/{id}` (the shareable report: cards, the flame-style timeline,
+//! segment map, fragmentation, leaks, OOMs; a run of several ranks adds its overview) and
+//! `/compare/{a}/{b}` (two runs, ranks or devices side by side). The URL carries the view
+//! (file, device, window, axis).
 //!
 //! Invariant: this crate depends on `memlens-api`, leptos and the web-sys family only — never on
 //! tokio or polars — so it builds for `wasm32-unknown-unknown`. It never receives a raw trace.
 
 mod api;
 mod client;
+mod compare;
 mod format;
 mod report;
 mod timeline;
@@ -16,19 +19,32 @@ mod upload;
 
 use leptos::prelude::*;
 
+/// A path segment as written (`%3A` → `:`).
+fn decode(segment: &str) -> String {
+    js_sys::decode_uri_component(segment)
+        .ok()
+        .and_then(|s| s.as_string())
+        .unwrap_or_else(|| segment.to_owned())
+}
+
 #[component]
 fn App() -> impl IntoView {
     let path = web_sys::window()
         .and_then(|w| w.location().pathname().ok())
         .unwrap_or_default();
     let id = path.strip_prefix("/r/").map(|s| s.trim_end_matches('/').to_owned());
+    let sides = path
+        .strip_prefix("/compare/")
+        .and_then(|s| s.trim_end_matches('/').split_once('/'))
+        .map(|(a, b)| (decode(a), decode(b)));
     view! {
         <header class="top">
             <a href="/" class="brand">"memlens"</a>
             <span class="tagline">"where your GPU memory went"</span>
         </header>
-        {match id {
-            Some(id) if !id.is_empty() => view! { <report::ReportPage id=id /> }.into_any(),
+        {match (id, sides) {
+            (_, Some((a, b))) => view! { <compare::ComparePage a=a b=b /> }.into_any(),
+            (Some(id), _) if !id.is_empty() => view! { <report::ReportPage id=id /> }.into_any(),
             _ => view! { <upload::UploadPage /> }.into_any(),
         }}
     }

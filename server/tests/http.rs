@@ -615,3 +615,68 @@ fn what_if_answers_like_the_cli_and_refuses_unknown_settings() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+#[test]
+fn ranks_uploaded_together_get_a_run_overview_and_any_two_compare_like_the_cli() {
+    let dir = tmpdir("ranks");
+    let s = Server::start(&dir, &[]);
+    let names = ["ddp_rank1.pickle.gz", "ddp_rank3.pickle.gz", "ddp_rank0.pickle.gz", "ddp_rank2.pickle.gz"];
+    let files: Vec<(&str, Vec<u8>)> = names
+        .iter()
+        .map(|n| (*n, std::fs::read(trace(n)).expect("trace")))
+        .collect();
+    let (code, v) = upload(&s, &files);
+    assert_eq!(code, 201, "{v}");
+    let id = v["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let (code, report) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!(code, 200, "{report}");
+    let run = &report["run"];
+    assert_eq!(run["worst_rank"], 3, "{run}");
+    assert_eq!(run["rank_source"], "file_name");
+    assert_eq!(run["imbalanced"], true);
+    // The same overview as `memlens analyze --json` of the same files in the same order.
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["analyze", "--json"])
+        .args(names.iter().map(|n| trace(n)))
+        .output()
+        .expect("cli");
+    assert!(out.status.success());
+    let cli: Value = serde_json::from_slice(&out.stdout).expect("json");
+    for (h, c) in run["ranks"].as_array().expect("ranks").iter().zip(cli["run"]["ranks"].as_array().expect("ranks")) {
+        assert_eq!(h["rank"], c["rank"]);
+        assert_eq!(h["peak_allocated_bytes"], c["peak_allocated_bytes"]);
+        assert_eq!(h["file_index"], c["file_index"]);
+    }
+    // Rank 3 is the second file uploaded, rank 0 the third.
+    let (code, c) = get_json(&s, &format!("/api/compare?a={id}:1&b={id}:2"));
+    assert_eq!(code, 200, "{c}");
+    let diff = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["diff", "--json"])
+        .arg(trace("ddp_rank3.pickle.gz"))
+        .arg(trace("ddp_rank0.pickle.gz"))
+        .output()
+        .expect("cli");
+    assert!(diff.status.success(), "{}", String::from_utf8_lossy(&diff.stderr));
+    let diff: Value = serde_json::from_slice(&diff.stdout).expect("json");
+    assert_eq!(c["peak_delta_bytes"], diff["peak_delta_bytes"]);
+    assert_eq!(c["by_category"], diff["by_category"]);
+    assert_eq!(c["by_stack"].as_array().map(Vec::len), diff["by_stack"].as_array().map(Vec::len));
+    assert_eq!(c["a"]["rank"], 3);
+    assert_eq!(c["a"]["label"], "rank 3 · ddp_rank3.pickle.gz");
+    // A side that does not exist, or does not parse, is a 400 naming it.
+    let (code, e) = get_json(&s, &format!("/api/compare?a={id}:9&b={id}:0"));
+    assert_eq!(code, 400, "{e}");
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("no file 9")), "{e}");
+    let (code, e) = get_json(&s, &format!("/api/compare?a={id}:x&b={id}"));
+    assert_eq!(code, 400, "{e}");
+    let (code, _) = get_json(&s, &format!("/api/compare?a=0123456789abcdef0123456789abcdef&b={id}"));
+    assert_eq!(code, 404);
+    // The share page of a comparison names both files.
+    let page = ureq::get(&s.url(&format!("/compare/{id}:1/{id}:2")))
+        .call()
+        .expect("page")
+        .into_string()
+        .expect("html");
+    assert!(page.contains("ddp_rank3.pickle.gz vs ddp_rank0.pickle.gz"), "{page}");
+}

@@ -295,3 +295,107 @@ test('what the peak is made of, and what if the batch doubled with checkpointing
   await page.screenshot({ path: join(out, 'whatif.png'), fullPage: true });
   await ctx.close();
 });
+
+/** PyTorch's own `requested_bytes.all.peak` of a trace. */
+function oraclePeak(stats) {
+  return JSON.parse(readFileSync(join(traces, stats), 'utf8'))['requested_bytes.all.peak'];
+}
+
+async function waitReady(id) {
+  for (let i = 0; i < 600; i++) {
+    const s = await (await fetch(`${base}/api/reports/${id}/status`)).json();
+    if (s.state === 'ready') return;
+    assert.notEqual(s.state, 'failed', s.error);
+    await new Promise(r => setTimeout(r, 200));
+  }
+  assert.fail(`report ${id} not ready`);
+}
+
+/** Fraction of a canvas's pixels in one colour, antialiasing allowed. */
+async function colourFraction(page, selector, [r0, g0, b0]) {
+  return page.evaluate(({ selector, r0, g0, b0 }) => {
+    const c = document.querySelector(selector);
+    const { data } = c.getContext('2d').getImageData(0, 0, c.width, c.height);
+    let n = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      if (Math.abs(data[i] - r0) < 40 && Math.abs(data[i + 1] - g0) < 40 && Math.abs(data[i + 2] - b0) < 40) n++;
+    }
+    return n / (data.length / 4);
+  }, { selector, r0, g0, b0 });
+}
+
+test('two runs compared from the report page: the peak difference to the byte, mostly activations', async () => {
+  // The shared pair: GPT without and with activation checkpointing.
+  const a = await uploadFilesViaApi(['gpt_train.pickle']);
+  const b = await uploadFilesViaApi(['gpt_train_ckpt.pickle']);
+  await waitReady(a.id);
+  await waitReady(b.id);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${a.url}`);
+  await waitForTimeline(page);
+  // Paste the other report's share link and compare.
+  await page.fill('#compare-with', `${base}${b.url}`);
+  await page.click('#compare-go');
+  await page.waitForURL(`**/compare/${a.id}**/${b.id}`, { timeout: 30_000 });
+  await page.waitForSelector('#peak-delta', { timeout: 60_000 });
+  const want = oraclePeak('gpt_train.memory_stats.json') - oraclePeak('gpt_train_ckpt.memory_stats.json');
+  assert.equal(Number(await page.getAttribute('#peak-delta', 'data-bytes')), want);
+  assert.match(await page.textContent('#compare-headline'), /most of it is activation/);
+  // The activation row carries nearly all of it.
+  const act = await page.textContent('#compare-categories tr[data-category="activation"]');
+  assert.match(act, /\+2\.19 GiB/);
+  assert.match(await page.textContent('#compare-stacks'), /train\.py/);
+  assert.match(await page.textContent('#compare-iterations'), /iteration 4/);
+  // Both lines are drawn on the aligned axis, with the gap shaded in A's colour.
+  await page.waitForSelector('#compare-chart[data-drawn]');
+  assert.ok(await colourFraction(page, '#compare-chart', [192, 86, 43]) > 0.01, 'A line and gap drawn');
+  assert.ok(await colourFraction(page, '#compare-chart', [52, 101, 164]) > 0.002, 'B line drawn');
+  await page.screenshot({ path: join(out, 'compare.png'), fullPage: true });
+  // The link is the share link: a fresh context shows the same comparison.
+  const ctx2 = await browser.newContext();
+  const page2 = await ctx2.newPage();
+  await page2.goto(page.url());
+  await page2.waitForSelector('#peak-delta', { timeout: 60_000 });
+  assert.equal(Number(await page2.getAttribute('#peak-delta', 'data-bytes')), want);
+  await ctx2.close();
+  await ctx.close();
+});
+
+test('a run of four DDP ranks in one upload: overview, worst rank, each rank, two ranks compared', async () => {
+  // Four real gloo DDP ranks on the H200, rank 3 fed sequences twice as long; uploaded out of
+  // order, numbered from the file names.
+  const names = ['ddp_rank2.pickle.gz', 'ddp_rank0.pickle.gz', 'ddp_rank3.pickle.gz', 'ddp_rank1.pickle.gz'];
+  const { id, url } = await uploadFilesViaApi(names);
+  await waitReady(id);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await page.waitForSelector('#run-overview', { timeout: 60_000 });
+  assert.equal(await page.locator('#run-overview a.rank').count(), 4);
+  assert.match(await page.textContent('#run-verdict'), /Worst: rank 3 .* above the median .*Imbalanced/);
+  // The report opens on the worst rank, whose peak is its own process's counter.
+  assert.match(await page.textContent('#report-title'), /^rank 3 · ddp_rank3\.pickle\.gz$/);
+  await page.waitForSelector('#peak-value');
+  const peaks = [0, 1, 2, 3].map(r => oraclePeak(`ddp_rank${r}.memory_stats.json`));
+  const label = b => (b / 2 ** 30).toFixed(2) + ' GiB';
+  assert.equal(await page.textContent('#peak-value'), label(peaks[3]));
+  await waitForTimeline(page);
+  await page.screenshot({ path: join(out, 'run_overview.png'), fullPage: true });
+  // Each rank opens its own view.
+  await page.click('#run-overview a.rank[data-rank="0"]');
+  await page.waitForURL(/file=1/, { timeout: 30_000 });
+  await page.waitForSelector('#peak-value', { timeout: 60_000 });
+  assert.match(await page.textContent('#report-title'), /^rank 0 /);
+  assert.equal(await page.textContent('#peak-value'), label(peaks[0]));
+  await waitForTimeline(page);
+  // Any two ranks open the compare view (worst against a typical one by default).
+  await page.click('#rank-compare-go');
+  await page.waitForURL(`**/compare/${id}:2/${id}:*`, { timeout: 30_000 });
+  await page.waitForSelector('#peak-delta', { timeout: 60_000 });
+  assert.equal(Number(await page.getAttribute('#peak-delta', 'data-bytes')), peaks[3] - peaks[0]);
+  assert.match(await page.textContent('#side-a'), /rank 3/);
+  assert.match(await page.textContent('#compare-headline'), /activation/);
+  await page.screenshot({ path: join(out, 'compare_ranks.png'), fullPage: true });
+  await ctx.close();
+});

@@ -5,8 +5,10 @@
 //! at the cursor's time ([`segments`]), the fragmentation strip sharing the timeline's x axis,
 //! the findings ([`findings`]) and a Share button whose link carries the view. NVML logs
 //! uploaded with the snapshot add the whole GPU's `used` memory to the timeline and a section
-//! of their own ([`gpu_logs`]); a report of NVML logs alone shows just those. [`state`] holds
-//! the view's state and actions.
+//! of their own ([`gpu_logs`]); a report of NVML logs alone shows just those. A report of
+//! several ranks opens with the run overview ([`run_overview`]: one bar per rank, each opening
+//! its own view, any two opening the compare page) on its worst rank. [`state`] holds the
+//! view's state and actions.
 
 mod budget;
 mod cards;
@@ -14,12 +16,14 @@ mod category_chart;
 mod findings;
 mod gpu_logs;
 mod panels;
+mod run_overview;
 mod segments;
 mod state;
 mod timeline_panel;
 mod view;
 mod whatif;
 
+pub(crate) use budget::colour;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use memlens_api::{AnalyzeOutput, ReportState as Lifecycle, SkippedFile};
@@ -133,6 +137,19 @@ async fn wait_and_load(id: String, load: RwSignal<Load>) {
     }
 }
 
+/// The snapshot file the page shows: the link's `?file=`, else in a run of several ranks the
+/// worst rank's, else the first.
+fn file_to_show(summary: &AnalyzeOutput) -> usize {
+    api::query_param("file")
+        .and_then(|f| f.parse::<usize>().ok())
+        .filter(|&f| f < summary.files.len())
+        .or_else(|| {
+            let run = summary.run.as_ref()?;
+            run.ranks.iter().find(|r| r.rank == run.worst_rank).map(|r| r.file_index)
+        })
+        .unwrap_or(0)
+}
+
 #[component]
 pub fn ReportPage(id: String) -> impl IntoView {
     let load = RwSignal::new(Load::Waiting("loading…".into()));
@@ -141,9 +158,10 @@ pub fn ReportPage(id: String) -> impl IntoView {
         match load.get() {
         Load::Waiting(msg) => view! { <main class="waiting"><p id="report-waiting">{msg}</p></main> }.into_any(),
         Load::Failed(title, detail) => error_page(&title, detail),
-        Load::Ready(summary) => match summary.files.first().cloned() {
+        Load::Ready(summary) => match summary.files.get(file_to_show(&summary)).cloned() {
             Some(file) => view! {
-                <view::ReportView id=id.clone() file=file gpu_logs=summary.gpu_logs.clone() skipped=summary.skipped.clone() />
+                <view::ReportView id=id.clone() file_index=file_to_show(&summary) file=file
+                    gpu_logs=summary.gpu_logs.clone() skipped=summary.skipped.clone() run=summary.run.clone() />
             }
             .into_any(),
             None if !summary.gpu_logs.is_empty() => gpu_logs::gpu_logs_page(&id, &summary),

@@ -28,6 +28,8 @@ pub type Drag = Option<(f64, bool, i64, i64)>;
 #[derive(Clone, Copy)]
 pub struct ReportState {
     pub id: StoredValue<String>,
+    /// Which snapshot file of the report (a rank, in a run of several) this view shows.
+    pub file: StoredValue<usize>,
     pub gpu_logs: StoredValue<Vec<GpuLogSummary>>,
     pub device: RwSignal<i64>,
     pub event_axis: RwSignal<bool>,
@@ -56,7 +58,7 @@ pub struct ReportState {
 }
 
 impl ReportState {
-    pub fn new(id: String, file: FileSummary, gpu_logs: Vec<GpuLogSummary>) -> ReportState {
+    pub fn new(id: String, file_index: usize, file: FileSummary, gpu_logs: Vec<GpuLogSummary>) -> ReportState {
         let devices: Vec<i64> = file.devices.iter().map(|d| d.device).collect();
         let initial_device = api::query_param("device")
             .and_then(|d| d.parse().ok())
@@ -67,6 +69,7 @@ impl ReportState {
         let file = StoredValue::new(file);
         ReportState {
             id: StoredValue::new(id),
+            file: StoredValue::new(file_index),
             gpu_logs: StoredValue::new(gpu_logs),
             device,
             event_axis: RwSignal::new(api::query_param("axis").as_deref() == Some("event")),
@@ -139,12 +142,12 @@ impl ReportState {
                 }
             }
             let params = TimelineParams {
+                file: Some(self.file.get_value()),
                 device: Some(d),
                 width: Some(width),
                 axis: Some(if ev { TimelineAxis::Event } else { TimelineAxis::Time }),
                 start: (!initial).then_some(start),
                 end: (!initial).then_some(end),
-                ..TimelineParams::default()
             };
             let Ok(tl) = client::timeline(&id, &params).await else {
                 return;
@@ -175,6 +178,7 @@ impl ReportState {
             // The link carries the view as soon as it is drawn.
             let (s, e) = self.view.with_value(|v| (v.start, v.end));
             let mut q = vec![
+                ("file", self.file.get_value().to_string()),
                 ("device", d.to_string()),
                 ("start", s.to_string()),
                 ("end", e.to_string()),
@@ -280,8 +284,8 @@ impl ReportState {
         let id = self.id.get_value();
         spawn_local(async move {
             let params = DeviceParams {
+                file: Some(self.file.get_value()),
                 device: Some(d),
-                ..DeviceParams::default()
             };
             if let Ok(f) = client::fragmentation(&id, &params).await {
                 self.frag_data.set(Some(f));
@@ -316,6 +320,7 @@ impl ReportState {
     fn load_segments(self, params: SegmentsParams) {
         let id = self.id.get_value();
         let params = SegmentsParams {
+            file: Some(self.file.get_value()),
             device: Some(self.device.get_untracked()),
             ..params
         };
@@ -333,9 +338,9 @@ impl ReportState {
             self.stack_frames.set(Some((stack, v)));
             return;
         }
-        let id = self.id.get_value();
+        let (id, file) = (self.id.get_value(), self.file.get_value());
         spawn_local(async move {
-            if let Ok(frames) = client::stack(&id, stack).await {
+            if let Ok(frames) = client::stack(&id, file, stack).await {
                 self.stack_cache.update_value(|c| {
                     c.insert(stack, frames.clone());
                 });

@@ -4,19 +4,20 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use memlens_api::{FileSummary, GpuLogSummary, SkippedFile};
+use memlens_api::{FileSummary, GpuLogSummary, RunOverview, SideRef, SkippedFile};
 
 use super::budget::budget;
 use super::cards::cards;
 use super::category_chart::CategoryChart;
 use super::findings::details;
+use super::run_overview::RunOverviewPanel;
 use super::gpu_logs::gpu_logs_section;
 use super::segments::SegmentPanel;
 use super::skipped_note;
 use super::state::ReportState;
 use super::timeline_panel::TimelinePanel;
 use super::whatif::WhatIfPanel;
-use crate::api;
+use crate::{api, client};
 
 /// The device picker, shown when the snapshot has several devices.
 #[component]
@@ -57,17 +58,61 @@ fn ShareButton() -> impl IntoView {
     view! { <button id="share" on:click=share>{move || if copied.get() { "link copied" } else { "Share" }}</button> }
 }
 
+/// The report id in a pasted link (`…/r/{id}…`, `…/compare/{id}…`) or a bare id.
+fn report_id_in(text: &str) -> Option<String> {
+    let t = text.trim();
+    let tail = t.rsplit_once("/r/").map_or(t, |(_, rest)| rest);
+    let id: String = tail.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+    (id.len() == 32).then_some(id)
+}
+
+/// Opens the compare page of this view (its file and device) against another report.
+#[component]
+fn CompareWith(st: ReportState) -> impl IntoView {
+    let other = RwSignal::new(String::new());
+    let problem = RwSignal::new(None::<&'static str>);
+    let go = move |_| match report_id_in(&other.get_untracked()) {
+        Some(b) => {
+            let a = SideRef {
+                report: st.id.get_value(),
+                file: Some(st.file.get_value()),
+                device: Some(st.device.get_untracked()),
+            };
+            let b = SideRef {
+                report: b,
+                file: None,
+                device: None,
+            };
+            api::navigate(&client::compare_page(&a, &b));
+        }
+        None => problem.set(Some("paste a report link or its 32-character id")),
+    };
+    view! {
+        <div class="compare-with">
+            <input id="compare-with" placeholder="another report's link or id" prop:value=move || other.get()
+                on:input=move |ev| { other.set(event_target_value(&ev)); problem.set(None); } />
+            <button id="compare-go" on:click=go>"Compare"</button>
+            {move || problem.get().map(|p| view! { <span class="muted">{p}</span> })}
+        </div>
+    }
+}
+
 #[component]
 pub fn ReportView(
     id: String,
+    file_index: usize,
     file: FileSummary,
     gpu_logs: Vec<GpuLogSummary>,
     skipped: Vec<SkippedFile>,
+    run: Option<RunOverview>,
 ) -> impl IntoView {
     let devices: Vec<i64> = file.devices.iter().map(|d| d.device).collect();
-    let name = file.file.clone();
+    let name = match run.as_ref().and_then(|r| r.ranks.iter().find(|k| k.file_index == file_index)) {
+        Some(k) => format!("rank {} · {}", k.rank, file.file),
+        None => file.file.clone(),
+    };
     let notes = file.source.notes.clone();
-    let st = ReportState::new(id.clone(), file, gpu_logs.clone());
+    let st = ReportState::new(id.clone(), file_index, file, gpu_logs.clone());
 
     // Device or axis changes: reset the view and load everything for it.
     Effect::new(move |_| {
@@ -86,6 +131,8 @@ pub fn ReportView(
                     <ShareButton />
                 </div>
             </div>
+            {run.map(|r| view! { <RunOverviewPanel id=id.clone() run=r shown=file_index /> })}
+            <CompareWith st=st />
             {skipped_note(&skipped)}
             {notes.into_iter().map(|n| view! { <p class="muted source-note">{n}</p> }).collect_view()}
             {move || st.dev_summary.get().map(|s| cards(&s))}

@@ -27,6 +27,7 @@ pub fn WhatIfPanel(st: ReportState) -> impl IntoView {
     let answer = RwSignal::new(None::<Result<WhatIfDevice, String>>);
     let predict = move |_| {
         let params = WhatIfParams {
+            file: Some(st.file.get_value()),
             device: Some(st.device.get_untracked()),
             run_batch_size: number(&run_batch.get_untracked()),
             batch_size: number(&batch.get_untracked()),
