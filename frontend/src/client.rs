@@ -3,8 +3,9 @@
 //! assembled by hand elsewhere.
 
 use memlens_api::{
-    AnalyzeOutput, CategoryTimeline, ChartParams, CompareParams, Comparison, DeviceParams, FileParams, SideRef, FragmentationSeries, FrameView, GpuSamplesParams,
-    GpuSeries, SegmentMap, SegmentsParams, ServerLimits, Status, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
+    AnalyzeOutput, CategoryTimeline, ChartParams, CompareParams, Comparison, DeviceParams, FileParams,
+    FragmentationSeries, FrameView, GpuSamplesParams, GpuSeries, SegmentMap, SegmentsParams, ServerLimits, SideRef,
+    Status, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
 };
 use serde::Serialize;
 

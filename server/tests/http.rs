@@ -620,7 +620,12 @@ fn what_if_answers_like_the_cli_and_refuses_unknown_settings() {
 fn ranks_uploaded_together_get_a_run_overview_and_any_two_compare_like_the_cli() {
     let dir = tmpdir("ranks");
     let s = Server::start(&dir, &[]);
-    let names = ["ddp_rank1.pickle.gz", "ddp_rank3.pickle.gz", "ddp_rank0.pickle.gz", "ddp_rank2.pickle.gz"];
+    let names = [
+        "ddp_rank1.pickle.gz",
+        "ddp_rank3.pickle.gz",
+        "ddp_rank0.pickle.gz",
+        "ddp_rank2.pickle.gz",
+    ];
     let files: Vec<(&str, Vec<u8>)> = names
         .iter()
         .map(|n| (*n, std::fs::read(trace(n)).expect("trace")))
@@ -643,7 +648,12 @@ fn ranks_uploaded_together_get_a_run_overview_and_any_two_compare_like_the_cli()
         .expect("cli");
     assert!(out.status.success());
     let cli: Value = serde_json::from_slice(&out.stdout).expect("json");
-    for (h, c) in run["ranks"].as_array().expect("ranks").iter().zip(cli["run"]["ranks"].as_array().expect("ranks")) {
+    for (h, c) in run["ranks"]
+        .as_array()
+        .expect("ranks")
+        .iter()
+        .zip(cli["run"]["ranks"].as_array().expect("ranks"))
+    {
         assert_eq!(h["rank"], c["rank"]);
         assert_eq!(h["peak_allocated_bytes"], c["peak_allocated_bytes"]);
         assert_eq!(h["file_index"], c["file_index"]);
@@ -661,7 +671,10 @@ fn ranks_uploaded_together_get_a_run_overview_and_any_two_compare_like_the_cli()
     let diff: Value = serde_json::from_slice(&diff.stdout).expect("json");
     assert_eq!(c["peak_delta_bytes"], diff["peak_delta_bytes"]);
     assert_eq!(c["by_category"], diff["by_category"]);
-    assert_eq!(c["by_stack"].as_array().map(Vec::len), diff["by_stack"].as_array().map(Vec::len));
+    assert_eq!(
+        c["by_stack"].as_array().map(Vec::len),
+        diff["by_stack"].as_array().map(Vec::len)
+    );
     assert_eq!(c["a"]["rank"], 3);
     assert_eq!(c["a"]["label"], "rank 3 · ddp_rank3.pickle.gz");
     // A side that does not exist, or does not parse, is a 400 naming it.

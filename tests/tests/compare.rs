@@ -138,7 +138,12 @@ fn every_pair_of_committed_snapshots_adds_up() {
 #[test]
 fn four_ddp_ranks_in_one_run_each_peak_at_its_own_counter_and_the_worst_is_named() {
     // Out of order on purpose: the rank numbers come from the file names.
-    let names = ["ddp_rank2.pickle.gz", "ddp_rank0.pickle.gz", "ddp_rank3.pickle.gz", "ddp_rank1.pickle.gz"];
+    let names = [
+        "ddp_rank2.pickle.gz",
+        "ddp_rank0.pickle.gz",
+        "ddp_rank3.pickle.gz",
+        "ddp_rank1.pickle.gz",
+    ];
     let out = pipeline::run(
         names.iter().map(|n| Input::path(&trace(n))).collect(),
         Default::default(),

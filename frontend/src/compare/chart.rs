@@ -18,7 +18,12 @@ const COLOUR_B: &str = "#3465a4";
 
 fn draw(c: &web_sys::HtmlCanvasElement, t: &AlignedTimelines) {
     let Some(ctx) = context_2d(c) else { return };
-    let width = c.parent_element().map(|p| p.client_width()).unwrap_or(900).max(400) as f64;
+    // The panel's width inside its padding.
+    let width = c
+        .parent_element()
+        .map(|p| p.client_width() - 28)
+        .unwrap_or(900)
+        .max(400) as f64;
     c.set_width(width as u32);
     c.set_height(HEIGHT as u32);
     ctx.set_fill_style_str("#fff");
@@ -40,7 +45,11 @@ fn draw(c: &web_sys::HtmlCanvasElement, t: &AlignedTimelines) {
             if a == b {
                 continue;
             }
-            ctx.set_fill_style_str(if a > b { "rgba(192,86,43,0.22)" } else { "rgba(52,101,164,0.22)" });
+            ctx.set_fill_style_str(if a > b {
+                "rgba(192,86,43,0.22)"
+            } else {
+                "rgba(52,101,164,0.22)"
+            });
             let (hi, lo) = (a.max(b), a.min(b));
             ctx.fill_rect(LEFT + col * i as f64, y(hi), col + 0.3, y(lo) - y(hi));
         }
@@ -115,7 +124,11 @@ fn draw(c: &web_sys::HtmlCanvasElement, t: &AlignedTimelines) {
         let _ = ctx.fill_text(name, lx + 14.0, HEIGHT - 5.0);
         lx += 110.0;
     }
-    let _ = ctx.fill_text("dashed: reserved · shaded: the gap, in the higher side's colour", lx, HEIGHT - 5.0);
+    let _ = ctx.fill_text(
+        "dashed: reserved · shaded: the gap, in the higher side's colour",
+        lx,
+        HEIGHT - 5.0,
+    );
 }
 
 #[component]
@@ -130,7 +143,9 @@ pub fn AlignedChart(c: Comparison) -> impl IntoView {
     });
     let axis = match c.timeline.axis {
         CompareAxis::Iteration => "Aligned iteration by iteration (both runs have iteration ranges).",
-        CompareAxis::NormalizedTime => "Aligned by the fraction of each run's span (no iteration ranges on both sides).",
+        CompareAxis::NormalizedTime => {
+            "Aligned by the fraction of each run's span (no iteration ranges on both sides)."
+        }
     };
     view! {
         <section class="panel" id="compare-timeline">

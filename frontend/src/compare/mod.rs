@@ -90,7 +90,7 @@ pub fn ComparePage(a: String, b: String) -> impl IntoView {
             });
         }
         _ => answer.set(Some(Err(
-            "each side is a report id, `id:file` or `id:file:device`".to_owned(),
+            "each side is a report id, `id:file` or `id:file:device`".to_owned()
         ))),
     }
     view! {

@@ -145,7 +145,10 @@ fn file_to_show(summary: &AnalyzeOutput) -> usize {
         .filter(|&f| f < summary.files.len())
         .or_else(|| {
             let run = summary.run.as_ref()?;
-            run.ranks.iter().find(|r| r.rank == run.worst_rank).map(|r| r.file_index)
+            run.ranks
+                .iter()
+                .find(|r| r.rank == run.worst_rank)
+                .map(|r| r.file_index)
         })
         .unwrap_or(0)
 }
@@ -154,8 +157,7 @@ fn file_to_show(summary: &AnalyzeOutput) -> usize {
 pub fn ReportPage(id: String) -> impl IntoView {
     let load = RwSignal::new(Load::Waiting("loading…".into()));
     spawn_local(wait_and_load(id.clone(), load));
-    move || {
-        match load.get() {
+    move || match load.get() {
         Load::Waiting(msg) => view! { <main class="waiting"><p id="report-waiting">{msg}</p></main> }.into_any(),
         Load::Failed(title, detail) => error_page(&title, detail),
         Load::Ready(summary) => match summary.files.get(file_to_show(&summary)).cloned() {
@@ -167,6 +169,5 @@ pub fn ReportPage(id: String) -> impl IntoView {
             None if !summary.gpu_logs.is_empty() => gpu_logs::gpu_logs_page(&id, &summary),
             None => error_page("Nothing to show", "the report has no analysed file".into()),
         },
-    }
     }
 }

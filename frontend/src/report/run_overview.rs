@@ -44,7 +44,12 @@ fn RankCompare(id: String, run: RunOverview) -> impl IntoView {
             .collect_view()
     };
     let (oa, ob) = (options(a), options(b));
-    let go = move |_| api::navigate(&client::compare_page(&side(&id, a.get_untracked()), &side(&id, b.get_untracked())));
+    let go = move |_| {
+        api::navigate(&client::compare_page(
+            &side(&id, a.get_untracked()),
+            &side(&id, b.get_untracked()),
+        ))
+    };
     let pick = |sel: RwSignal<usize>| {
         move |ev| {
             if let Ok(v) = event_target_value(&ev).parse::<usize>() {
@@ -120,7 +125,7 @@ pub fn RunOverviewPanel(id: String, run: RunOverview, shown: usize) -> impl Into
                 {run.imbalanced.then(|| view! { <b>" Imbalanced."</b> })}
             </p>
             <p class="muted">{format!("Rank numbers from {}. Each bar is a rank's allocated peak (reserved behind it, lighter); click one to open it.", run.rank_source.describe())}</p>
-            <div class="ranks">
+            <div class="ranks" style:width=format!("min(100%, {}px)", 68 * run.ranks.len())>
                 <div class="rank-median" style:bottom=format!("calc(18px + (100% - 18px) * {median:.4})") title="median"></div>
                 {bars}
             </div>

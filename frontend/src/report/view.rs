@@ -10,8 +10,8 @@ use super::budget::budget;
 use super::cards::cards;
 use super::category_chart::CategoryChart;
 use super::findings::details;
-use super::run_overview::RunOverviewPanel;
 use super::gpu_logs::gpu_logs_section;
+use super::run_overview::RunOverviewPanel;
 use super::segments::SegmentPanel;
 use super::skipped_note;
 use super::state::ReportState;
@@ -89,7 +89,7 @@ fn CompareWith(st: ReportState) -> impl IntoView {
     };
     view! {
         <div class="compare-with">
-            <input id="compare-with" placeholder="another report's link or id" prop:value=move || other.get()
+            <input id="compare-with" placeholder="compare with: a report's link or id" prop:value=move || other.get()
                 on:input=move |ev| { other.set(event_target_value(&ev)); problem.set(None); } />
             <button id="compare-go" on:click=go>"Compare"</button>
             {move || problem.get().map(|p| view! { <span class="muted">{p}</span> })}
@@ -107,7 +107,10 @@ pub fn ReportView(
     run: Option<RunOverview>,
 ) -> impl IntoView {
     let devices: Vec<i64> = file.devices.iter().map(|d| d.device).collect();
-    let name = match run.as_ref().and_then(|r| r.ranks.iter().find(|k| k.file_index == file_index)) {
+    let name = match run
+        .as_ref()
+        .and_then(|r| r.ranks.iter().find(|k| k.file_index == file_index))
+    {
         Some(k) => format!("rank {} · {}", k.rank, file.file),
         None => file.file.clone(),
     };
@@ -128,11 +131,11 @@ pub fn ReportView(
                 <h1 id="report-title">{name}</h1>
                 <div class="actions">
                     <DeviceSelect st=st devices=devices />
+                    <CompareWith st=st />
                     <ShareButton />
                 </div>
             </div>
             {run.map(|r| view! { <RunOverviewPanel id=id.clone() run=r shown=file_index /> })}
-            <CompareWith st=st />
             {skipped_note(&skipped)}
             {notes.into_iter().map(|n| view! { <p class="muted source-note">{n}</p> }).collect_view()}
             {move || st.dev_summary.get().map(|s| cards(&s))}
