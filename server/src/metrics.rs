@@ -17,6 +17,7 @@ pub struct Metrics {
     ingest_ok: Counter,
     ingest_failed: Counter,
     ingest_seconds: Histogram,
+    file_loads: Counter,
 }
 
 impl Default for Metrics {
@@ -29,6 +30,7 @@ impl Default for Metrics {
             ingest_ok: Counter::default(),
             ingest_failed: Counter::default(),
             ingest_seconds: Histogram::new(BUCKETS),
+            file_loads: Counter::default(),
         };
         m.registry
             .register("memlens_uploads", "Reports uploaded", m.uploads.clone());
@@ -54,6 +56,11 @@ impl Default for Metrics {
             "Time to process a report",
             m.ingest_seconds.clone(),
         );
+        m.registry.register(
+            "memlens_file_loads",
+            "Snapshot files of reports loaded from the store for queries",
+            m.file_loads.clone(),
+        );
         m
     }
 }
@@ -75,6 +82,11 @@ impl Metrics {
             self.ingest_failed.inc();
         }
         self.ingest_seconds.observe(seconds);
+    }
+
+    /// A report's snapshot file was loaded from the store (not found in the cache).
+    pub fn file_loaded(&self) {
+        self.file_loads.inc();
     }
 
     pub fn render(&self) -> String {

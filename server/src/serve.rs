@@ -64,7 +64,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         LocalStore::open(&args.data_dir).map_err(|e| format!("data directory {}: {e}", args.data_dir.display()))?,
     );
     let metrics = Arc::new(Metrics::default());
-    let rules = crate::cli::load_category_rules(args.category_rules.as_deref())?;
+    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
     let ingest = Ingest::new(store.clone(), args.workers, metrics.clone(), rules);
     for id in store.unfinished().map_err(|e| format!("index: {e}"))? {
         tracing::info!(report = %id, "resuming processing left unfinished");

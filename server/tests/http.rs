@@ -693,3 +693,66 @@ fn ranks_uploaded_together_get_a_run_overview_and_any_two_compare_like_the_cli()
         .expect("html");
     assert!(page.contains("ddp_rank3.pickle.gz vs ddp_rank0.pickle.gz"), "{page}");
 }
+
+/// `memlens_file_loads_total` from `/metrics`.
+fn file_loads(s: &Server) -> u64 {
+    let m = ureq::get(&s.url("/metrics"))
+        .call()
+        .expect("metrics")
+        .into_string()
+        .expect("text");
+    m.lines()
+        .find_map(|l| l.strip_prefix("memlens_file_loads_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no file-load counter in {m}"))
+}
+
+#[test]
+fn a_run_of_64_ranks_answers_its_overview_without_loading_any_rank() {
+    let dir = tmpdir("ranks64");
+    let s = Server::start(&dir, &[]);
+    // 64 real rank snapshots (the four DDP captures over again); rank 41 is the long-sequence one.
+    let bytes: Vec<Vec<u8>> = (0..4)
+        .map(|r| std::fs::read(trace(&format!("ddp_rank{r}.pickle.gz"))).expect("trace"))
+        .collect();
+    let names: Vec<String> = (0..64).map(|r| format!("job_rank{r}.pickle.gz")).collect();
+    let files: Vec<(&str, Vec<u8>)> = names
+        .iter()
+        .enumerate()
+        .map(|(r, n)| (n.as_str(), bytes[if r == 41 { 3 } else { r % 3 }].clone()))
+        .collect();
+    let (code, v) = upload(&s, &files);
+    assert_eq!(code, 201, "{v}");
+    let id = v["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let (code, report) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!(code, 200);
+    let run = &report["run"];
+    assert_eq!(run["ranks"].as_array().map(Vec::len), Some(64));
+    assert_eq!(run["worst_rank"], 41);
+    assert_eq!(run["imbalanced"], true);
+    let low = oracle_value_of("ddp_rank0.pickle.gz");
+    assert_eq!(run["median_peak_bytes"], low);
+    assert_eq!(run["spread_bytes"], oracle_value_of("ddp_rank3.pickle.gz") - low);
+    // The overview (and the page) came from the stored summary: no rank was loaded.
+    let _ = ureq::get(&s.url(&format!("/r/{id}"))).call().expect("page");
+    assert_eq!(file_loads(&s), 0);
+    // Opening one rank loads that rank only, once.
+    for _ in 0..2 {
+        let (code, t) = get_json(&s, &format!("/api/reports/{id}/timeline?file=41&width=200"));
+        assert_eq!(code, 200, "{t}");
+    }
+    assert_eq!(file_loads(&s), 1);
+    // Comparing two ranks loads the one not yet loaded.
+    let (code, c) = get_json(&s, &format!("/api/compare?a={id}:41&b={id}:7"));
+    assert_eq!(code, 200, "{c}");
+    assert_eq!(c["a"]["rank"], 41);
+    assert_eq!(file_loads(&s), 2);
+}
+
+fn oracle_value_of(name: &str) -> i64 {
+    let text = std::fs::read_to_string(trace(name.trim_end_matches(".pickle.gz")).with_extension("memory_stats.json"))
+        .expect("oracle");
+    let v: Value = serde_json::from_str(&text).expect("json");
+    v["requested_bytes.all.peak"].as_i64().expect("peak")
+}

@@ -4,6 +4,8 @@
 #   nvidia_smi_pmon.txt     `nvidia-smi pmon -s m -o DT` while two processes hold 3 GiB and 1 GiB
 #   nvidia_smi_pmon_um.txt  the same with `-s um` (utilisation columns too)
 #   bursts.pickle (+ .memory_stats.json)  bursts.py: three bursts of tensors kept alive, no loop
+#   ddp_rank{0..3}.pickle (+ .memory_stats.json)  ddp_ranks.py: four gloo DDP ranks on one GPU
+#     (gzipped after: gzip -9)
 set -euo pipefail
 here=$(dirname "$0")
 python3 "$here/hold.py" 3072 14 & a=$!
@@ -23,3 +25,6 @@ for b in 4 8 16; do
   python3 "$here/gpt_batches.py" "$OUT" "$b"
   python3 "$here/gpt_batches.py" "$OUT" "$b" ckpt
 done
+# Four DDP ranks over gloo on the one GPU, rank 3 with sequences twice as long.
+python3 "$here/ddp_ranks.py" "$OUT"
+gzip -9 "$OUT"/ddp_rank*.pickle

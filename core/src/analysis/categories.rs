@@ -262,6 +262,16 @@ pub struct FrameRules {
 }
 
 impl FrameRules {
+    /// Reads the rules file a user named (`--category-rules`); no file, no rules. Errors name
+    /// the file (and the line).
+    pub fn load(path: Option<&std::path::Path>) -> Result<FrameRules, String> {
+        let Some(path) = path else {
+            return Ok(FrameRules::default());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        FrameRules::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
     /// Parses a rules file; errors name the line.
     pub fn parse(text: &str) -> Result<FrameRules, String> {
         let mut rules = Vec::new();

@@ -135,8 +135,7 @@ fn stack_deltas(a: &CompareSide, b: &CompareSide) -> PolarsResult<(Vec<StackDelt
                 g.1.push(j);
             }
         }
-        let mut matched: Vec<(&[u32], (Vec<usize>, Vec<usize>))> =
-            groups.into_iter().filter(|(_, (_, ib))| !ib.is_empty()).collect();
+        let mut matched: Vec<_> = groups.into_iter().filter(|(_, (_, ib))| !ib.is_empty()).collect();
         matched.sort_by(|x, y| x.0.cmp(y.0));
         for (key, (ia, ib)) in matched {
             ia.iter().for_each(|&i| done_a[i] = true);

@@ -36,7 +36,7 @@ fn formats_help() -> String {
 }
 
 pub fn analyze(args: AnalyzeArgs) -> ExitCode {
-    let rules = match super::load_category_rules(args.category_rules.as_deref()) {
+    let rules = match memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("memlens: {e}");

@@ -33,7 +33,7 @@ pub struct DiffArgs {
     pub category_rules: Option<PathBuf>,
 }
 
-fn device_of<'a>(f: &'a FileSummary, wanted: Option<i64>) -> Result<&'a DeviceSummary, String> {
+fn device_of(f: &FileSummary, wanted: Option<i64>) -> Result<&DeviceSummary, String> {
     match wanted {
         Some(w) => f
             .devices
@@ -45,7 +45,7 @@ fn device_of<'a>(f: &'a FileSummary, wanted: Option<i64>) -> Result<&'a DeviceSu
 }
 
 fn compare(args: &DiffArgs) -> Result<Comparison, String> {
-    let rules = super::load_category_rules(args.category_rules.as_deref())?;
+    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
     let same = args.a == args.b;
     let mut inputs = vec![Input::path(&args.a)];
     if !same {

@@ -35,14 +35,3 @@ pub enum Command {
     /// Exit 0 when the server at `--bind` answers `GET /healthz` (for container health checks).
     Healthcheck(healthcheck::HealthArgs),
 }
-
-/// Reads a `--category-rules` file (`category: regex` lines); no file, no rules.
-pub fn load_category_rules(
-    path: Option<&std::path::Path>,
-) -> Result<memlens_core::analysis::categories::FrameRules, String> {
-    let Some(path) = path else {
-        return Ok(Default::default());
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    memlens_core::analysis::categories::FrameRules::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
-}

@@ -66,7 +66,7 @@ pub fn whatif(args: WhatIfArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rules = match super::load_category_rules(args.category_rules.as_deref()) {
+    let rules = match memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("memlens: {e}");

@@ -162,6 +162,7 @@ pub async fn loaded_file(st: &Shared, id: &str, file: usize) -> Result<Arc<Loade
     let st2 = st.clone();
     tokio::task::spawn_blocking(move || {
         st2.files.get_or_insert_with(&key, || {
+            st2.metrics.file_loaded();
             reportdata::load_file(st2.store.as_ref(), &key.0, key.1, &summary.files[key.1])
                 .map(Arc::new)
                 .map_err(internal)
