@@ -154,6 +154,19 @@ pub struct StackDelta {
     pub only_in: Option<Side>,
 }
 
+impl StackDelta {
+    /// The stack in one line: its innermost frame and, when another, the first frame outside
+    /// `torch/` (the code that asked) — `torch/nn/modules/linear.py:134:forward ← … model.py:55:forward`;
+    /// `None` for an empty stack.
+    pub fn stack_line(&self) -> Option<String> {
+        let first = self.stack.first()?;
+        Some(match self.stack.iter().find(|f| !f.starts_with("torch/")) {
+            Some(user) if user != first => format!("{first} ← … {user}"),
+            _ => first.clone(),
+        })
+    }
+}
+
 /// Both allocated (and reserved) lines, bucketed on one shared x axis: bucket `i` covers
 /// `[i·x_max/width, (i+1)·x_max/width)`; a side with nothing in a bucket holds its last value.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -45,15 +45,6 @@ pub fn by_category(c: &Comparison) -> impl IntoView {
     }
 }
 
-/// The innermost frame and the first frame outside torch (the code that asked), as a line.
-fn stack_line(stack: &[String]) -> String {
-    match (stack.first(), stack.iter().find(|f| !f.starts_with("torch/"))) {
-        (None, _) => "(no stack: allocated before recording, or on a thread without Python frames)".to_owned(),
-        (Some(first), Some(user)) if user != first => format!("{first} ← … {user}"),
-        (Some(first), _) => first.clone(),
-    }
-}
-
 pub fn by_stack(c: &Comparison) -> impl IntoView {
     let rows = c
         .by_stack
@@ -69,7 +60,7 @@ pub fn by_stack(c: &Comparison) -> impl IntoView {
                 <tr>
                     <td class="num delta-cell">{signed(d.delta_bytes)}</td>
                     <td class="num">{format!("{} / {}", d.count_a, d.count_b)}</td>
-                    <td class="stack-cell" title=full><code>{stack_line(&d.stack)}</code>" "<span class="tag">{only}</span></td>
+                    <td class="stack-cell" title=full><code>{d.stack_line().unwrap_or_else(|| "(no stack: allocated before recording, or on a thread without Python frames)".to_owned())}</code>" "<span class="tag">{only}</span></td>
                 </tr>
             }
         })

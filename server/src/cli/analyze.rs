@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use memlens_core::pipeline::{run_with, Input, NoSink};
 
-use super::render::{render_gpu_log_text, render_run_text, render_text};
+use super::render::{print_json, render_gpu_log_text, render_run_text, render_text};
 
 #[derive(Args)]
 #[command(after_help = formats_help())]
@@ -52,26 +52,19 @@ pub fn analyze(args: AnalyzeArgs) -> ExitCode {
         }
     };
     if args.json {
-        match serde_json::to_string_pretty(&out) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("memlens: cannot encode JSON: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        for f in &out.files {
-            print!("{}", render_text(f));
-        }
-        for g in &out.gpu_logs {
-            print!("{}", render_gpu_log_text(g));
-        }
-        for s in &out.skipped {
-            println!("{}: kept aside: {}", s.file, s.reason);
-        }
-        if let Some(r) = &out.run {
-            print!("{}", render_run_text(r));
-        }
+        return print_json(&out);
+    }
+    for f in &out.files {
+        print!("{}", render_text(f));
+    }
+    for g in &out.gpu_logs {
+        print!("{}", render_gpu_log_text(g));
+    }
+    for s in &out.skipped {
+        println!("{}: kept aside: {}", s.file, s.reason);
+    }
+    if let Some(r) = &out.run {
+        print!("{}", render_run_text(r));
     }
     ExitCode::SUCCESS
 }

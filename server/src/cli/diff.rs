@@ -11,7 +11,7 @@ use memlens_core::analysis::compare::{compare_runs, CompareSide, COMPARE_WIDTH};
 use memlens_core::analysis::run::busiest_device;
 use memlens_core::pipeline::{self, Input, KeepFrames};
 
-use super::render::gib;
+use super::render::{gib, print_json};
 
 #[derive(Args)]
 pub struct DiffArgs {
@@ -130,12 +130,7 @@ fn print_text(c: &Comparison) {
             Some(memlens_api::Side::B) => "  [only in B]",
             None => "",
         };
-        // The innermost frame and the first one outside torch (the code that asked).
-        let stack = match (d.stack.first(), d.stack.iter().find(|f| !f.starts_with("torch/"))) {
-            (None, _) => "(no stack)".to_owned(),
-            (Some(first), Some(user)) if user != first => format!("{first} ← … {user}"),
-            (Some(first), _) => first.clone(),
-        };
+        let stack = d.stack_line().unwrap_or_else(|| "(no stack)".to_owned());
         println!(
             "  {:>11}  {} vs {} allocation(s)  {stack}{only}",
             signed(d.delta_bytes),
@@ -160,15 +155,8 @@ pub fn diff(args: DiffArgs) -> ExitCode {
         }
     };
     if args.json {
-        match serde_json::to_string_pretty(&c) {
-            Ok(j) => println!("{j}"),
-            Err(e) => {
-                eprintln!("memlens: cannot encode JSON: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        print_text(&c);
+        return print_json(&c);
     }
+    print_text(&c);
     ExitCode::SUCCESS
 }

@@ -2,6 +2,20 @@
 
 use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, RunOverview, SampleClock};
 
+/// Prints `value` as pretty JSON (what `--json` does for every command).
+pub fn print_json<T: serde::Serialize>(value: &T) -> std::process::ExitCode {
+    match serde_json::to_string_pretty(value) {
+        Ok(j) => {
+            println!("{j}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("memlens: cannot encode JSON: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 pub fn gib(b: i64) -> String {
     let f = b as f64;
     if f.abs() >= (1u64 << 30) as f64 {

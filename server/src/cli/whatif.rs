@@ -10,7 +10,7 @@ use memlens_api::{WhatIfOutput, WhatIfParams};
 use memlens_core::analysis::whatif::what_if_file;
 use memlens_core::pipeline::{self, Input, KeepFrames};
 
-use super::render::gib;
+use super::render::{gib, print_json};
 
 #[derive(Args)]
 pub struct WhatIfArgs {
@@ -94,14 +94,7 @@ pub fn whatif(args: WhatIfArgs) -> ExitCode {
     }
     let answer = WhatIfOutput { files };
     if args.json {
-        match serde_json::to_string_pretty(&answer) {
-            Ok(j) => println!("{j}"),
-            Err(e) => {
-                eprintln!("memlens: cannot encode JSON: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-        return ExitCode::SUCCESS;
+        return print_json(&answer);
     }
     for f in &answer.files {
         println!("{}", f.file);
