@@ -145,6 +145,20 @@ mod tests {
     }
 
     #[test]
+    fn the_first_rank_a_note_states_is_the_files() {
+        let notes = DataFrame::new(
+            3,
+            vec![
+                Column::new("row".into(), vec![0u32, 5, 9]),
+                Column::new("user_metadata".into(), vec!["category=input", "rank=6", "rank=7"]),
+            ],
+        )
+        .expect("frame");
+        assert_eq!(metadata_rank(&notes).expect("notes"), Some(6));
+        assert_eq!(metadata_rank(&DataFrame::empty()).expect("empty"), None);
+    }
+
+    #[test]
     fn ranks_are_read_from_user_metadata() {
         for (meta, rank) in [
             ("rank=3", Some(3)),

@@ -66,6 +66,29 @@ fn report_id_in(text: &str) -> Option<String> {
     (id.len() == 32).then_some(id)
 }
 
+/// Links comparing the shown device with each other device of the same snapshot.
+#[component]
+fn CompareDevices(st: ReportState, devices: Vec<i64>) -> impl IntoView {
+    (devices.len() > 1).then(|| {
+        let side = move |d: i64| SideRef {
+            report: st.id.get_value(),
+            file: Some(st.file.get_value()),
+            device: Some(d),
+        };
+        view! {
+            <span class="compare-devices">
+                {devices
+                    .iter()
+                    .map(|&d| {
+                        let href = move || client::compare_page(&side(st.device.get()), &side(d));
+                        view! { <a class="compare-device" href=href hidden=move || st.device.get() == d>{format!("vs cuda:{d}")}</a> }
+                    })
+                    .collect_view()}
+            </span>
+        }
+    })
+}
+
 /// Opens the compare page of this view (its file and device) against another report.
 #[component]
 fn CompareWith(st: ReportState) -> impl IntoView {
@@ -130,7 +153,8 @@ pub fn ReportView(
             <div class="report-head">
                 <h1 id="report-title">{name}</h1>
                 <div class="actions">
-                    <DeviceSelect st=st devices=devices />
+                    <DeviceSelect st=st devices=devices.clone() />
+                    <CompareDevices st=st devices=devices />
                     <CompareWith st=st />
                     <ShareButton />
                 </div>
