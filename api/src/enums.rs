@@ -302,3 +302,41 @@ pub enum ActivationDtype {
     Bf16,
     Fp16,
 }
+
+/// Why an allocation has no stack to show (memory_viz's five reasons, told apart where the
+/// trace allows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum NoStackReason {
+    /// Allocated before the trace's first entry: recording began later, the ring buffer
+    /// (`max_entries`) dropped its entry, or the block was known only from the final segments.
+    BeforeTrace,
+    /// The recording kept no frames at all (`_record_memory_history(context=None)` or
+    /// `stacks` off).
+    StacksNotRecorded,
+    /// Allocated on the autograd engine's thread during backward: Python-only stacks have no
+    /// frames there.
+    AutogradThread,
+    /// Allocated on a thread without Python frames (a communication or data-loader thread, a
+    /// C++ extension's own thread).
+    NoPythonThread,
+}
+
+impl NoStackReason {
+    /// For people: the reason and what to do about it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            NoStackReason::BeforeTrace => {
+                "allocated before the trace's first entry (recording began later, or the ring buffer dropped it)"
+            }
+            NoStackReason::StacksNotRecorded => "the recording kept no stacks (record with context=\"all\")",
+            NoStackReason::AutogradThread => {
+                "allocated on the autograd thread during backward: no Python frames (stacks=\"all\" shows C++ ones)"
+            }
+            NoStackReason::NoPythonThread => {
+                "allocated on a thread without Python frames (communication, data loading or a C++ extension)"
+            }
+        }
+    }
+}

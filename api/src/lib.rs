@@ -16,8 +16,8 @@ pub use compare::{
 };
 
 pub use enums::{
-    ActivationDtype, BlockState, Category, CategoryRule, OomCause, OptimizerKind, ReportState, SampleClock, Stage,
-    TimelineAxis,
+    ActivationDtype, BlockState, Category, CategoryRule, NoStackReason, OomCause, OptimizerKind, ReportState,
+    SampleClock, Stage, TimelineAxis,
 };
 pub use formats::{analysed_formats_sentence, Format, FormatInfo, FORMATS};
 pub use params::{
@@ -80,6 +80,10 @@ pub struct FileSummary {
     pub source: SourceInfo,
     /// One summary per device that has a trace or segments.
     pub devices: Vec<DeviceSummary>,
+    /// The device a report opens on: the one with OOMs (the most), else the one with the
+    /// largest leak, else the highest peak.
+    #[serde(default)]
+    pub focus_device: Option<i64>,
 }
 
 /// The summary of one NVML-based log: whole-GPU memory over time, as the driver sees it.
@@ -215,8 +219,11 @@ pub struct DeviceSummary {
     pub initial_reserved_bytes: i64,
     pub final_allocated_bytes: i64,
     pub final_reserved_bytes: i64,
-    /// Live allocations at the peak, grouped by stack, largest first.
+    /// Live allocations at the peak, grouped by folded stack, largest first.
     pub peak_stacks: Vec<StackGroup>,
+    /// Live allocations at the peak, grouped by the model-code frame that asked, largest first.
+    #[serde(default)]
+    pub peak_modules: Vec<ModuleGroup>,
     /// Fragmentation at the peak.
     pub fragmentation_at_peak: Option<FragmentationPoint>,
     pub oom_count: usize,
@@ -268,13 +275,78 @@ pub enum TimeAxis {
     EventOrder,
 }
 
-/// Allocations sharing one stack trace.
+/// Allocations sharing one folded stack.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StackGroup {
+    /// A stack id of the group (its largest), for the whole stack (`/stacks/{id}`).
     pub stack_id: Option<u32>,
-    /// Frames innermost first, as `file:line:function`, interpreter internals folded.
+    /// The folded stack, innermost first: Python frames as `file:line function` with short
+    /// paths, allocator, interpreter, dispatcher and call-plumbing frames folded away.
     pub stack: Vec<String>,
+    pub bytes: i64,
+    pub count: usize,
+    /// The innermost frame of model code (the user's or a model library's, not `torch/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// Why `stack` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_stack_reason: Option<NoStackReason>,
+    /// With an empty stack: the innermost `record_function` range all of the group's
+    /// allocations were made in, when they share one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+}
+
+/// A stack in one line, for lists: the model code that asked and, when the innermost shown
+/// frame is another (a `torch/` op), that frame; without a stack, why there is none.
+pub fn stack_headline(
+    module: Option<&str>,
+    stack: &[String],
+    reason: Option<NoStackReason>,
+    phase: Option<&str>,
+) -> String {
+    match (module, stack.first()) {
+        (Some(m), Some(first)) if first != m => format!("{m} (via {first})"),
+        (Some(m), _) => m.to_owned(),
+        (None, Some(first)) => first.clone(),
+        (None, None) => {
+            let why = reason.map_or("no stack recorded", NoStackReason::describe);
+            match phase {
+                Some(p) if !(p == "backward" && reason == Some(NoStackReason::AutogradThread)) => {
+                    format!("no stack — {why}; made during {p}")
+                }
+                _ => format!("no stack — {why}"),
+            }
+        }
+    }
+}
+
+impl StackGroup {
+    /// The group in one line (see [`stack_headline`]).
+    pub fn headline(&self) -> String {
+        stack_headline(
+            self.module.as_deref(),
+            &self.stack,
+            self.no_stack_reason,
+            self.phase.as_deref(),
+        )
+    }
+}
+
+impl LeakCandidate {
+    /// The candidate's stack in one line (see [`stack_headline`]).
+    pub fn headline(&self) -> String {
+        stack_headline(self.module.as_deref(), &self.stack, self.no_stack_reason, None)
+    }
+}
+
+/// Live bytes at the peak by the model-code frame that asked for them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModuleGroup {
+    /// `None`: allocations whose stack has no model-code frame.
+    pub module: Option<String>,
     pub bytes: i64,
     pub count: usize,
 }
@@ -328,7 +400,12 @@ pub struct OomExplanation {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeakCandidate {
     pub stack_id: Option<u32>,
+    /// The folded stack (see [`StackGroup::stack`]).
     pub stack: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_stack_reason: Option<NoStackReason>,
     /// Bytes (requested) live at the end from this stack.
     pub bytes: i64,
     /// Allocations live at the end from this stack.

@@ -6,15 +6,15 @@ use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
 use crate::analysis::categories::{
-    add_category_columns, categorize, category_budget, explicit_labels, live_by_category_at, Evidence, FrameRules,
-    Placement,
+    add_category_columns, autograd_windows, categorize, category_budget, explicit_labels, live_by_category_at,
+    Evidence, FrameRules, Placement,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
 use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
 use crate::analysis::leaks::leak_candidates;
 use crate::analysis::lifetimes::allocation_lifetimes;
 use crate::analysis::oom::{explain_ooms, with_categories};
-use crate::analysis::peak::live_groups_at;
+use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of, NoStackEvidence};
 use crate::analysis::phases::{iteration_starts, phase_ranges};
 use crate::analysis::run::metadata_rank;
 use crate::analysis::usage::usage_over_time;
@@ -60,9 +60,23 @@ pub fn analyze_device(
             .bool()?
             .iter()
             .any(|v| v == Some(true));
-    let mut ooms = explain_ooms(&ev, &usage, &frag, &lifetimes, stacks, expandable)?;
     let phases = phase_ranges(t, device)?;
-    let (leaks, iterations) = leak_candidates(&ev, &lifetimes, iteration_starts(&phases), stacks)?;
+    let no_stack = NoStackEvidence {
+        stacks_recorded: stacks.any_recorded(),
+        autograd: if ev.has_time {
+            autograd_windows(&phases, ev.time(), usage.allocated())
+        } else {
+            Vec::new()
+        },
+        phases: &phases,
+    };
+    let mut ooms = explain_ooms(&ev, &usage, &frag, &lifetimes, stacks, expandable, &no_stack)?;
+    let (mut leaks, iterations) = leak_candidates(&ev, &lifetimes, iteration_starts(&phases), stacks)?;
+    for l in leaks.iter_mut().filter(|l| l.stack.is_empty()) {
+        if let Some(id) = l.stack_id {
+            l.no_stack_reason = Some(no_stack_reason_of(&lifetimes, id, &no_stack)?);
+        }
+    }
     let peak_idx = usage.peak_allocated_idx;
     let pytorch = t.format == memlens_api::Format::PytorchSnapshot;
     let labels = explicit_labels(&t.event_notes, &ev)?;
@@ -96,7 +110,8 @@ pub fn analyze_device(
         initial_reserved_bytes: usage.initial_reserved,
         final_allocated_bytes: usage.final_allocated,
         final_reserved_bytes: usage.final_reserved,
-        peak_stacks: live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?,
+        peak_stacks: live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?,
+        peak_modules: live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?,
         fragmentation_at_peak: peak_idx.and_then(|i| frag.at.get(&i).map(|s| point(&ev, i, s))),
         oom_count: ooms.len(),
         ooms,
@@ -113,6 +128,23 @@ pub fn analyze_device(
     })
 }
 
+/// The device a report opens on: the one with the most OOMs, else the one whose leaks grow
+/// most per iteration, else the highest allocated peak (the lowest-numbered among equals).
+pub fn focus_device(devices: &[DeviceSummary]) -> Option<i64> {
+    let leak = |d: &DeviceSummary| d.leaks.iter().map(|l| l.bytes_per_iteration).sum::<i64>();
+    devices
+        .iter()
+        .max_by_key(|d| {
+            (
+                d.oom_count,
+                leak(d),
+                d.peak_allocated_bytes,
+                std::cmp::Reverse(d.device),
+            )
+        })
+        .map(|d| d.device)
+}
+
 /// Analyses every device of a snapshot: the file summary and each device's frames.
 pub fn analyze_snapshot(
     t: &SnapshotTables,
@@ -127,12 +159,14 @@ pub fn analyze_snapshot(
         .collect::<Result<Vec<_>, _>>()?;
     let mut source = t.source.clone();
     source.rank = metadata_rank(&t.event_notes)?;
+    let devices: Vec<DeviceSummary> = analyses.iter().map(|a| a.summary.clone()).collect();
     let summary = FileSummary {
         file: file.to_owned(),
         format: t.format,
         gzip,
         source,
-        devices: analyses.iter().map(|a| a.summary.clone()).collect(),
+        focus_device: focus_device(&devices),
+        devices,
     };
     Ok((summary, analyses))
 }

@@ -297,6 +297,6 @@ fn survivors_growing_at_many_moments_are_a_leak_without_iterations() {
     assert_eq!(info.source, "none");
     assert_eq!(leaks.len(), 1, "{leaks:?}");
     let l = &leaks[0];
-    assert_eq!(l.stack, vec!["train.py:10:history.append".to_owned()]);
+    assert_eq!(l.stack, vec!["train.py:10 history.append".to_owned()]);
     assert_eq!((l.count, l.bytes, l.iterations_seen), (6, 6 * 4096, 6));
 }

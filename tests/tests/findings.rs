@@ -22,7 +22,7 @@ fn leak_finds_both_leak_sites() {
     let copied_input = d
         .leaks
         .iter()
-        .any(|l| l.stack.first().is_some_and(|f| f.contains("train.py:142:wl_leak")));
+        .any(|l| l.stack.first().is_some_and(|f| f.contains("train.py:142 wl_leak")));
     assert!(kept_output && copied_input, "{:#?}", d.leaks);
     for l in &d.leaks {
         assert!(l.iterations_seen >= 25, "{l:?}");

@@ -43,7 +43,7 @@ fn leaks_are_found_without_timestamps_or_annotations() {
     assert!(d
         .leaks
         .iter()
-        .any(|l| l.stack.first().is_some_and(|f| f.contains("train.py:142:wl_leak"))));
+        .any(|l| l.stack.first().is_some_and(|f| f.contains("train.py:142 wl_leak"))));
     assert!(d
         .leaks
         .iter()

@@ -119,6 +119,16 @@ fn structure(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) -> Option<S
     Some(Structure { iterations, zero_grads })
 }
 
+/// Where backward may run: each training iteration's forward and backward together (from its
+/// start to its optimizer step; forward runs on the Python thread, so an allocation there
+/// without frames was made on the autograd thread), else the explicit `backward` ranges.
+pub fn autograd_windows(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) -> Vec<(i64, i64)> {
+    match structure(phases, time, allocated) {
+        Some(st) => st.iterations.iter().map(|i| (i.forward.0, i.backward.1)).collect(),
+        None => spans(phases, |n| n == "backward" || n.ends_with(".backward")),
+    }
+}
+
 /// Ranges named exactly `name`, a range still open at the end reaching to the end of time.
 fn spans_or_open(phases: &[PhaseRange], name: &str) -> Vec<Span> {
     let mut v: Vec<Span> = phases

@@ -1,8 +1,8 @@
 //! Two devices side by side, A − B: two runs of a job (a config change, a checkpointing
 //! policy, a new PyTorch) or two ranks of one. The peak difference is split by category and by
-//! stack — stacks matched on their user frames with paths shortened
-//! ([`crate::stacks::short_frame`]), never on addresses or stack ids, so runs from different
-//! machines line up — and both allocated lines are put on one x axis, iteration against
+//! stack — stacks matched on their folded user frames, whose paths are shortened
+//! ([`crate::stacks`]), never on addresses or stack ids, so runs from different machines line
+//! up — and both allocated lines are put on one x axis, iteration against
 //! iteration when both runs have iteration ranges, else as fractions of each run's span.
 //!
 //! Invariant: the category deltas and the stack deltas each add up to `peak_delta_bytes`
@@ -20,7 +20,7 @@ use super::phases::iteration_spans;
 use crate::columns::usage as usage_col;
 use crate::error::AnalysisError;
 use crate::frames::DeviceFrames;
-use crate::stacks::{short_frame, StackResolver};
+use crate::stacks::StackResolver;
 
 /// How many stacks a comparison lists (the rest are summed).
 pub const COMPARE_STACKS: usize = 50;
@@ -55,7 +55,7 @@ fn peak_by_stack(side: &CompareSide, frames: &mut FxHashMap<String, u32>) -> Pol
             .iter()
             .map(|f| {
                 let n = frames.len() as u32;
-                *frames.entry(short_frame(f)).or_insert(n)
+                *frames.entry(f.clone()).or_insert(n)
             })
             .collect();
         let e = by_key.entry(key).or_default();

@@ -100,6 +100,8 @@ fn candidate(stacks: &StackResolver, id: u32, bytes: i64, count: usize, seen: us
     LeakCandidate {
         stack_id: Some(id),
         stack: stacks.user_frames(id),
+        module: stacks.module_of(id),
+        no_stack_reason: None,
         bytes,
         count,
         iterations_seen: seen,

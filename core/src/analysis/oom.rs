@@ -5,7 +5,7 @@ use memlens_api::{OomCause, OomExplanation};
 use polars::prelude::*;
 
 use super::fragmentation::Fragmentation;
-use super::peak::live_groups_at;
+use super::peak::{live_groups_at, NoStackEvidence};
 use super::usage::Usage;
 use super::DeviceEvents;
 use crate::stacks::StackResolver;
@@ -30,6 +30,7 @@ pub fn explain_ooms(
     lifetimes: &DataFrame,
     stacks: &StackResolver,
     expandable: bool,
+    evidence: &NoStackEvidence,
 ) -> PolarsResult<Vec<OomExplanation>> {
     let mut out = Vec::new();
     for i in ev.indices_of(Action::Oom) {
@@ -50,7 +51,7 @@ pub fn explain_ooms(
             largest_free_block_bytes: st.largest_free,
             cause,
             remedy,
-            live_stacks: live_groups_at(lifetimes, i.checked_sub(1), 5, stacks)?,
+            live_stacks: live_groups_at(lifetimes, i.checked_sub(1), 5, stacks, evidence)?,
             live_categories: Vec::new(),
             stack: stacks.user_frames(ev.stack()[i]),
         });

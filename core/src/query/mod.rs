@@ -16,7 +16,7 @@ use polars::prelude::*;
 
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
-use crate::stacks::{is_internal_frame, StackResolver};
+use crate::stacks::StackResolver;
 
 /// Most allocations drawn as their own band in one response.
 pub const MAX_BANDS: usize = 2_000;
@@ -221,21 +221,12 @@ pub fn fragmentation_series(dev: &DeviceFrames) -> PolarsResult<FragmentationSer
     })
 }
 
-/// A stack's frames for display, internals marked.
+/// A stack's frames for display, each raw, marked when the folded stack leaves it out.
 pub fn stack_frames(stacks: &StackResolver, stack: u32) -> Vec<FrameView> {
     stacks
-        .frames(stack)
+        .frames_with_folding(stack)
         .into_iter()
-        .map(|frame| {
-            let mut parts = frame.rsplitn(3, ':');
-            let name = parts.next().unwrap_or("");
-            let _line = parts.next();
-            let file = parts.next().unwrap_or("");
-            FrameView {
-                internal: is_internal_frame(name, file),
-                frame,
-            }
-        })
+        .map(|(frame, internal)| FrameView { frame, internal })
         .collect()
 }
 

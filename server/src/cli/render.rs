@@ -154,7 +154,7 @@ fn render_device(d: &DeviceSummary) -> String {
             "      {} in {} allocation(s) from {}\n",
             gib(g.bytes),
             g.count,
-            g.stack.first().map_or("(no stack)", |f| f.as_str())
+            g.headline()
         );
     }
     s += &format!("    OOMs            {}\n", d.oom_count);
@@ -188,7 +188,7 @@ fn render_device(d: &DeviceSummary) -> String {
             gib(l.bytes),
             l.count,
             l.iterations_seen,
-            l.stack.iter().take(3).cloned().collect::<Vec<_>>().join(" ← ")
+            l.headline()
         );
     }
     s
