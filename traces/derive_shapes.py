@@ -19,6 +19,9 @@ and changes only the container shape, so the real oracles still apply where stat
   must undo exactly that.
 - nvidia_smi_gpu.nounits.csv: the same log as `--format=csv,nounits` writes it (no units in
   the header or the values).
+- four_gpus.pickle.gz: four devices in one snapshot, as one process driving four GPUs writes
+  it: cuda:0, cuda:2 and cuda:3 are ddp_rank0/1/2's traces and segments, cuda:1 is
+  gpt_b16_oom's (the only OOM). Each device's peaks equal its source's oracle.
 """
 import pickle
 
@@ -81,3 +84,26 @@ for seg in mlp["segments"]:
     pt113.append(ns)
 with open("mlp_train.pt113_shape.pickle", "wb") as f:
     pickle.dump(pt113, f, protocol=4)
+
+import gzip
+
+
+def load_gz(name):
+    with gzip.open(name, "rb") as f:
+        return pickle.load(f)
+
+
+sources = ["ddp_rank0.pickle.gz", "gpt_b16_oom.pickle.gz", "ddp_rank1.pickle.gz", "ddp_rank2.pickle.gz"]
+four = {"segments": [], "device_traces": [], "external_annotations": []}
+for device, name in enumerate(sources):
+    snap = load_gz(name)
+    four.setdefault("allocator_settings", snap.get("allocator_settings"))
+    for seg in snap["segments"]:
+        seg["device"] = device
+        four["segments"].append(seg)
+    four["device_traces"].append(snap["device_traces"][0])
+    for a in snap.get("external_annotations", []):
+        a["device"] = device
+        four["external_annotations"].append(a)
+with gzip.open("four_gpus.pickle.gz", "wb", compresslevel=9) as f:
+    pickle.dump(four, f, protocol=4)
