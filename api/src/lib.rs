@@ -299,7 +299,8 @@ pub struct StackGroup {
 }
 
 /// A stack in one line, for lists: the model code that asked and, when the innermost shown
-/// frame is another (a `torch/` op), that frame; without a stack, why there is none.
+/// frame is another (a `torch/` op), that frame; without model code, the two innermost frames;
+/// without a stack, why there is none.
 pub fn stack_headline(
     module: Option<&str>,
     stack: &[String],
@@ -309,7 +310,8 @@ pub fn stack_headline(
     match (module, stack.first()) {
         (Some(m), Some(first)) if first != m => format!("{m} (via {first})"),
         (Some(m), _) => m.to_owned(),
-        (None, Some(first)) => first.clone(),
+        // Native frames alone (autograd nodes, driver calls): the two innermost say more.
+        (None, Some(_)) => stack.iter().take(2).cloned().collect::<Vec<_>>().join(" ← "),
         (None, None) => {
             let why = reason.map_or("no stack recorded", NoStackReason::describe);
             match phase {
@@ -673,4 +675,32 @@ pub struct CategorySeries {
     pub category: Category,
     /// One value per pixel column.
     pub bytes: Vec<i64>,
+}
+
+/// A window's flame graph: bytes × lifetime (byte-seconds on the time axis, byte-entries on
+/// the event axis) by folded stack, laid out as an icicle. Node `i` spans
+/// `[offset, offset + value]` of the root's `[0, total]` at row `depth`; narrow nodes are left
+/// out.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FlameGraph {
+    pub device: i64,
+    pub start: i64,
+    pub end: i64,
+    pub total: f64,
+    /// The node cap was reached (more nodes exist than were sent).
+    pub truncated: bool,
+    /// The root first, then depth-first, children largest first.
+    pub nodes: Vec<FlameNode>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FlameNode {
+    /// The frame as a folded stack shows it (`all` for the root, `(no stack)` for allocations
+    /// without frames).
+    pub name: String,
+    pub depth: u32,
+    pub offset: f64,
+    pub value: f64,
 }

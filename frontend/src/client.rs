@@ -3,9 +3,9 @@
 //! assembled by hand elsewhere.
 
 use memlens_api::{
-    AnalyzeOutput, CategoryTimeline, ChartParams, CompareParams, Comparison, DeviceParams, FileParams,
-    FragmentationSeries, FrameView, GpuSamplesParams, GpuSeries, SegmentMap, SegmentsParams, ServerLimits, SideRef,
-    Status, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
+    AnalyzeOutput, CategoryTimeline, ChartParams, CompareParams, Comparison, DeviceParams, FileParams, FlameGraph,
+    FragmentationSeries, FrameView, GpuSamplesParams, GpuSeries, SearchParams, SearchResult, SegmentMap,
+    SegmentsParams, ServerLimits, SideRef, Status, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
 };
 use serde::Serialize;
 
@@ -48,6 +48,14 @@ pub async fn summary(id: &str) -> Result<AnalyzeOutput, FetchError> {
 
 pub async fn timeline(id: &str, params: &TimelineParams) -> Result<Timeline, FetchError> {
     get_json(&url(&report_path(id, "/timeline"), params)).await
+}
+
+pub async fn flame(id: &str, params: &TimelineParams) -> Result<FlameGraph, FetchError> {
+    get_json(&url(&report_path(id, "/flame"), params)).await
+}
+
+pub async fn allocations(id: &str, params: &SearchParams) -> Result<SearchResult, FetchError> {
+    get_json(&url(&report_path(id, "/allocations"), params)).await
 }
 
 pub async fn category_timeline(id: &str, params: &TimelineParams) -> Result<CategoryTimeline, FetchError> {

@@ -20,6 +20,9 @@ pub const TOP: f64 = 26.0;
 pub const BOTTOM: f64 = 26.0;
 
 /// What the timeline shows and how.
+/// Search matches' colour (magenta, as memory_viz marks its matches).
+pub const MATCH_COLOUR: &str = "rgba(200,0,160,0.95)";
+
 pub struct TimelineView {
     pub data: Option<Timeline>,
     pub start: i64,
@@ -37,6 +40,9 @@ pub struct TimelineView {
     pub cursor_x: Option<f64>,
     /// The same GPU's `used` memory from an NVML log, with its label.
     pub gpu: Option<(GpuSeries, String)>,
+    /// Search matches: drawn in magenta where they are bands, and as spans under the plot.
+    pub matches: HashSet<(i64, Option<i64>)>,
+    pub match_spans: Vec<(Option<i64>, Option<i64>)>,
 }
 
 impl TimelineView {
@@ -57,6 +63,8 @@ impl TimelineView {
             selection: None,
             cursor_x: None,
             gpu: None,
+            matches: HashSet::new(),
+            match_spans: Vec::new(),
         }
     }
 
@@ -163,6 +171,8 @@ impl TimelineView {
             let highlighted = self.hovered == Some(i) || self.pinned == Some(i);
             let fill = if highlighted {
                 "rgba(255,200,0,0.95)".to_owned()
+            } else if self.matches.contains(&(band.addr, band.t_alloc)) {
+                MATCH_COLOUR.to_owned()
             } else if leak {
                 "rgba(214,39,40,0.85)".to_owned()
             } else {
@@ -312,7 +322,31 @@ impl TimelineView {
         }
     }
 
+    /// Search matches as spans along the bottom of the plot (alloc → free), each starting with a tick.
+    fn draw_matches(&self, ctx: &CanvasRenderingContext2d) {
+        if self.match_spans.is_empty() {
+            return;
+        }
+        let (lo, hi) = (LEFT, LEFT + self.plot_w());
+        let y = TOP + self.plot_h() - 4.0;
+        ctx.set_stroke_style_str(MATCH_COLOUR);
+        ctx.set_line_width(2.0);
+        for &(a, f) in &self.match_spans {
+            let x0 = a.map_or(lo, |t| self.time_to_x(t)).max(lo);
+            let x1 = f.map_or(hi, |t| self.time_to_x(t)).min(hi);
+            if x1 < lo || x0 > hi {
+                continue;
+            }
+            ctx.begin_path();
+            ctx.move_to(x0, y - 6.0);
+            ctx.line_to(x0, y);
+            ctx.line_to(x1.max(x0 + 1.0), y);
+            ctx.stroke();
+        }
+    }
+
     fn draw_markers(&self, ctx: &CanvasRenderingContext2d, ymax: f64) {
+        self.draw_matches(ctx);
         let Some(s) = &self.summary else { return };
         ctx.set_font("bold 12px sans-serif");
         for o in &s.ooms {

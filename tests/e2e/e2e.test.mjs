@@ -400,3 +400,87 @@ test('a run of four DDP ranks in one upload: overview, worst rank, each rank, tw
   await page.screenshot({ path: join(out, 'compare_ranks.png'), fullPage: true });
   await ctx.close();
 });
+
+test('four GPUs whose only OOM is on cuda:1: the report opens there, says so, and lists every device', async () => {
+  const { id, url } = await uploadFilesViaApi(['four_gpus.pickle.gz']);
+  await waitReady(id);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await page.waitForSelector('#devices', { timeout: 60_000 });
+  assert.match(await page.textContent('#focus-note'), /Opened on cuda:1: the only device with an OOM/);
+  assert.equal(await page.inputValue('#device-select'), '1');
+  assert.equal(await page.locator('#devices tr.device-row').count(), 4);
+  const oomPeak = oraclePeak('gpt_b16_oom.memory_stats.json');
+  assert.equal(await page.textContent('#peak-value'), (oomPeak / 2 ** 30).toFixed(2) + ' GiB');
+  await waitForTimeline(page);
+  await page.screenshot({ path: join(out, 'four_gpus.png'), fullPage: true });
+  await page.locator('#devices').screenshot({ path: join(out, 'devices.png') });
+  // A row opens its device.
+  await page.click('#devices tr.device-row[data-device="2"]');
+  await page.waitForFunction(() => document.querySelector('#peak-value')?.textContent === '1.28 GiB', null, { timeout: 30_000 });
+  await ctx.close();
+});
+
+test('C++ stacks read as model code: a Hugging Face Llama, its stacks, search and flame graph', async () => {
+  const { id, url } = await uploadFilesViaApi(['hf_llama_cpp.pickle.gz']);
+  await waitReady(id);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await waitForTimeline(page);
+  // By model code: transformers' own files lead the list.
+  await page.waitForSelector('#peak-modules');
+  const first = await page.textContent('#peak-modules li:first-child .headline');
+  assert.match(first, /^transformers\//);
+  // By stack: no entry starts with the allocator, the interpreter or the dispatcher.
+  await page.check('#peak-by-stack');
+  await page.waitForSelector('#peak-stacks');
+  const heads = await page.locator('#peak-stacks .headline').allTextContents();
+  assert.ok(heads.length >= 5);
+  for (const h of heads) assert.doesNotMatch(h, /CachingAllocator|^c10::|^at::_ops|^Py|_call_impl/, h);
+  assert.ok(heads.some(h => /modeling_llama\.py:\d+ forward/.test(h)), heads.join('\n'));
+  // The full stack is one click away, the folded frames greyed.
+  await page.click('#peak-stacks li:first-child button.link');
+  await page.click('#peak-stacks li:first-child button.link >> text=full stack');
+  await page.waitForSelector('#peak-stacks li:first-child ol.stack.full li.internal');
+  assert.match(await page.textContent('#peak-stacks li:first-child ol.stack.full'), /CUDACachingAllocator/);
+  // Search by frame text, then by address: matches turn magenta on the timeline.
+  await page.fill('#search', 'sdpa_attention');
+  await page.click('#search-go');
+  await page.waitForFunction(() => /allocation\(s\) match/.test(document.querySelector('#search-result')?.textContent || ''), null, { timeout: 30_000 });
+  const magenta = () => colourFraction(page, '#timeline', [200, 0, 160]);
+  assert.ok(await magenta() > 0.0005, 'matches drawn');
+  const hit = await (await fetch(`${base}/api/reports/${id}/allocations?stack=sdpa_attention&limit=1`)).json();
+  const addr = '0x' + hit.allocations[0].addr.toString(16);
+  await page.fill('#search', addr);
+  await page.click('#search-go');
+  await page.waitForFunction(a => (document.querySelector('#search-result')?.textContent || '').includes(a), addr, { timeout: 30_000 });
+  assert.match(await page.textContent('#search-result'), /\d+ allocation\(s\) match/);
+  // The flame graph of the window: drawn, and hovering names a frame with its share.
+  await page.waitForSelector('#flame-chart[data-nodes]', { timeout: 30_000 });
+  assert.ok(Number(await page.getAttribute('#flame-chart', 'data-nodes')) > 10);
+  const fb = await page.locator('#flame-chart').boundingBox();
+  await page.mouse.move(fb.x + fb.width * 0.3, fb.y + 27);
+  await page.waitForFunction(() => /%/.test(document.querySelector('#flame-hover')?.textContent || ''), null, { timeout: 10_000 });
+  await page.screenshot({ path: join(out, 'hf_llama_cpp.png'), fullPage: true });
+  await page.locator('#flame').screenshot({ path: join(out, 'flame.png') });
+  await page.locator('.canvas-wrap').screenshot({ path: join(out, 'search.png') });
+  await page.locator('#findings').screenshot({ path: join(out, 'findings.png') });
+  await ctx.close();
+});
+
+test('an allocation without a stack says why: the autograd thread of a Python-only recording', async () => {
+  const { id, url } = await uploadFilesViaApi(['hf_llama.pickle.gz']);
+  await waitReady(id);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await waitForTimeline(page);
+  await page.check('#peak-by-stack');
+  const empty = await page.locator('#peak-stacks li.no-stack .headline').allTextContents();
+  assert.ok(empty.length >= 1);
+  for (const e of empty) assert.match(e, /^no stack — /, e);
+  assert.ok(empty.some(e => /autograd thread during backward/.test(e)), empty.join('\n'));
+  await ctx.close();
+});

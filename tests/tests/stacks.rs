@@ -159,3 +159,47 @@ fn four_gpus_whose_only_oom_is_on_cuda_1_open_there() {
     // A single-device file opens on its device.
     assert_eq!(analyze("leak.two_devices.pickle").files[0].focus_device, Some(1));
 }
+
+#[test]
+fn the_flame_graph_of_a_window_weighs_bytes_by_lifetime_and_stays_bounded() {
+    use memlens_core::pipeline::{self, Input, KeepFrames};
+    use memlens_core::query::{flame_graph, Axis};
+    let mut sink = KeepFrames {
+        with_stacks: true,
+        ..KeepFrames::default()
+    };
+    pipeline::run(
+        vec![Input::path(&trace("hf_llama_cpp.pickle.gz"))],
+        Default::default(),
+        &mut sink,
+    )
+    .expect("run");
+    let (dev, stacks) = (&sink.files[0][0], &sink.stacks[0]);
+    let g = flame_graph(dev, stacks, Axis::Time, None, None).expect("flame");
+    assert!(g.total > 0.0);
+    assert_eq!(g.nodes[0].name, "all");
+    assert_eq!(g.nodes[0].value, g.total);
+    assert!(g.nodes.len() > 10 && g.nodes.len() <= memlens_core::query::MAX_FLAME_NODES);
+    // Children lie inside their parent and never outweigh it; no frame a reader never sees.
+    for (i, n) in g.nodes.iter().enumerate().skip(1) {
+        let parent = g.nodes[..i]
+            .iter()
+            .rev()
+            .find(|p| p.depth + 1 == n.depth)
+            .expect("parent");
+        assert!(n.offset >= parent.offset - 1e-6 * g.total, "{n:?} outside {parent:?}");
+        assert!(
+            n.offset + n.value <= parent.offset + parent.value + 1e-6 * g.total,
+            "{n:?} outside {parent:?}"
+        );
+        assert!(
+            !n.name.contains("CachingAllocator") && !n.name.starts_with("Py"),
+            "{}",
+            n.name
+        );
+    }
+    // A window holds less than the whole run.
+    let (s, e) = (g.start, g.end);
+    let half = flame_graph(dev, stacks, Axis::Time, Some(s + (e - s) / 2), None).expect("flame");
+    assert!(half.total < g.total);
+}

@@ -1,7 +1,7 @@
 //! Level-of-detail queries over a loaded report: the timeline (per-pixel min/max of allocated
 //! and reserved bytes, the largest allocation bands in the window and one aggregated band for
-//! the rest), the same window by category ([`category_timeline`]), allocation search, and stack
-//! frames.
+//! the rest), the same window by category ([`category_timeline`]), its flame graph of bytes ×
+//! lifetime by stack ([`flame_graph`]), allocation search, and stack frames.
 //!
 //! The timeline costs one pass over the entries inside the window plus one pass over the
 //! allocation lifetimes, and its payload is bounded by `width` and [`MAX_BANDS`]: zooming in
@@ -9,8 +9,10 @@
 
 pub use memlens_api::TimelineAxis as Axis;
 mod categories;
+mod flame;
 
 pub use categories::category_timeline;
+pub use flame::{flame_graph, MAX_NODES as MAX_FLAME_NODES};
 use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
 use polars::prelude::*;
 

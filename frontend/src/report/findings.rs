@@ -1,19 +1,91 @@
-//! What the analyses found for a device: what is live at the peak, leak candidates, OOMs.
+//! What the analyses found for a device: what is live at the peak — by the model code that
+//! asked, or by whole folded stack, each stack one click from its frames and its full raw
+//! stack, each empty one with why — leak candidates and OOMs.
 
 use leptos::prelude::*;
-use memlens_api::DeviceSummary;
+use leptos::task::spawn_local;
+use memlens_api::{DeviceSummary, FrameView, StackGroup};
 
+use super::state::ReportState;
+use crate::client;
 use crate::format::bytes;
 
-pub fn details(s: &DeviceSummary) -> impl IntoView {
+/// One stack group: its headline, and on click its folded frames and the whole raw stack.
+#[component]
+fn GroupItem(st: ReportState, g: StackGroup) -> impl IntoView {
+    let open = RwSignal::new(false);
+    let full = RwSignal::new(None::<Vec<FrameView>>);
+    let id = g.stack_id;
+    let load_full = move |_| {
+        let Some(stack) = id else { return };
+        let (report, file) = (st.id.get_value(), st.file.get_value());
+        spawn_local(async move {
+            if let Ok(f) = client::stack(&report, file, stack).await {
+                full.set(Some(f));
+            }
+        });
+    };
+    let headline = g.headline();
+    let frames = g.stack.clone();
+    let has_frames = !frames.is_empty();
     view! {
-        <section class="panel">
+        <li class="group" class:no-stack=!has_frames>
+            <b>{bytes(g.bytes)}</b>
+            {format!(" in {} allocation(s) — ", g.count)}
+            <span class="headline">{headline}</span>
+            {has_frames.then(|| view! {
+                " "
+                <button class="link" on:click=move |_| open.update(|o| *o = !*o)>{move || if open.get() { "hide stack" } else { "stack" }}</button>
+            })}
+            {move || open.get().then(|| view! {
+                <ol class="stack">{frames.iter().map(|f| view! { <li>{f.clone()}</li> }).collect_view()}</ol>
+                {move || match full.get() {
+                    None => view! { <button class="link" on:click=load_full>"full stack (every frame, raw)"</button> }.into_any(),
+                    Some(f) => view! {
+                        <ol class="stack full">{f.iter().map(|x| view! { <li class:internal=x.internal>{x.frame.clone()}</li> }).collect_view()}</ol>
+                    }.into_any(),
+                }}
+            })}
+        </li>
+    }
+}
+
+#[component]
+fn AtThePeak(st: ReportState, s: DeviceSummary) -> impl IntoView {
+    let by_code = RwSignal::new(!s.peak_modules.is_empty());
+    let modules = s.peak_modules.clone();
+    let groups = s.peak_stacks.clone();
+    view! {
+        <div class="toolbar">
             <h2>"At the peak"</h2>
-            <ul class="groups">
-                {s.peak_stacks.iter().map(|g| view! {
-                    <li><b>{bytes(g.bytes)}</b>{format!(" in {} allocation(s) — {}", g.count, g.stack.iter().take(3).cloned().collect::<Vec<_>>().join(" ← "))}</li>
-                }).collect_view()}
-            </ul>
+            {(!modules.is_empty()).then(|| view! {
+                <label><input type="radio" name="peak-by" id="peak-by-code" prop:checked=move || by_code.get() on:change=move |_| by_code.set(true) />" by model code"</label>
+                <label><input type="radio" name="peak-by" id="peak-by-stack" prop:checked=move || !by_code.get() on:change=move |_| by_code.set(false) />" by stack"</label>
+            })}
+        </div>
+        {move || if by_code.get() {
+            view! {
+                <ul class="groups" id="peak-modules">
+                    {modules.iter().map(|m| view! {
+                        <li><b>{bytes(m.bytes)}</b>{format!(" in {} allocation(s) — ", m.count)}
+                            <span class="headline">{m.module.clone().unwrap_or_else(|| "no model-code frame (torch internals, autograd, or no stack)".to_owned())}</span></li>
+                    }).collect_view()}
+                </ul>
+            }.into_any()
+        } else {
+            view! {
+                <ul class="groups" id="peak-stacks">
+                    {groups.iter().map(|g| view! { <GroupItem st=st g=g.clone() /> }).collect_view()}
+                </ul>
+            }.into_any()
+        }}
+    }
+}
+
+pub fn details(st: ReportState, s: &DeviceSummary) -> impl IntoView {
+    view! {
+        <section class="panel" id="findings">
+            <AtThePeak st=st s=s.clone() />
             <h2>"Leak candidates"</h2>
             {if s.leaks.is_empty() {
                 let why = match &s.iterations.note {
@@ -27,7 +99,7 @@ pub fn details(s: &DeviceSummary) -> impl IntoView {
                     <ul class="groups" id="leaks">
                         {s.leaks.iter().map(|l| view! {
                             <li><b>{format!("+{} per iteration", bytes(l.bytes_per_iteration))}</b>
-                                {format!(" — {} live in {} allocation(s) over {} iterations — {}", bytes(l.bytes), l.count, l.iterations_seen, l.stack.iter().take(3).cloned().collect::<Vec<_>>().join(" ← "))}</li>
+                                {format!(" — {} live in {} allocation(s) over {} iterations — {}", bytes(l.bytes), l.count, l.iterations_seen, l.headline())}</li>
                         }).collect_view()}
                     </ul>
                 }.into_any()

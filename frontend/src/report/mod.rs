@@ -13,7 +13,9 @@
 mod budget;
 mod cards;
 mod category_chart;
+mod devices;
 mod findings;
+mod flame;
 mod gpu_logs;
 mod panels;
 mod run_overview;

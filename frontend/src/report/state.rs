@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use memlens_api::{
-    Band, CategoryTimeline, DeviceParams, DeviceSummary, FileSummary, FragmentationSeries, FrameView, GpuLogSummary,
-    GpuSamplesParams, OomExplanation, SegmentMap, SegmentsParams, TimelineAxis, TimelineParams,
+    Band, CategoryTimeline, DeviceParams, DeviceSummary, FileSummary, FlameGraph, FragmentationSeries, FrameView,
+    GpuLogSummary, GpuSamplesParams, OomExplanation, SearchParams, SegmentMap, SegmentsParams, TimelineAxis,
+    TimelineParams,
 };
 
 use super::gpu_logs::gpu_of_device;
@@ -17,6 +18,27 @@ use crate::timeline::{draw_fragmentation, TimelineView, LEFT, RIGHT};
 use crate::{api, client};
 
 pub const TIMELINE_H: f64 = 380.0;
+
+/// An address as a search box takes it: `0x7f3a…`, or hex with a letter in it, optionally with
+/// memory_viz's `_N` version suffix (the N-th allocation at that address); `None`: frame text.
+pub fn parse_search_address(text: &str) -> Option<(i64, Option<usize>)> {
+    let t = text.trim().to_ascii_lowercase();
+    let (addr, version) = match t.rsplit_once('_') {
+        Some((a, v)) if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()) => (a.to_owned(), v.parse().ok()),
+        _ => (t.clone(), None),
+    };
+    let (hex, prefixed) = match addr.strip_prefix("0x") {
+        Some(h) => (h.to_owned(), true),
+        None => (addr.clone(), false),
+    };
+    let looks_hex = !hex.is_empty()
+        && hex.chars().all(|c| c.is_ascii_hexdigit())
+        && (prefixed || version.is_some() || hex.chars().any(|c| c.is_ascii_alphabetic()));
+    looks_hex
+        .then(|| i64::from_str_radix(&hex, 16).ok())
+        .flatten()
+        .map(|a| (a, version))
+}
 pub const FRAG_H: f64 = 120.0;
 
 /// NVML's view of the shown device during its trace: (log, GPU, peak `used`, PyTorch's reserved peak).
@@ -41,6 +63,10 @@ pub struct ReportState {
     pub frag_data: RwSignal<Option<FragmentationSeries>>,
     pub cat_canvas: NodeRef<leptos::html::Canvas>,
     pub cat_data: RwSignal<Option<CategoryTimeline>>,
+    pub flame_canvas: NodeRef<leptos::html::Canvas>,
+    pub flame_data: RwSignal<Option<FlameGraph>>,
+    /// The last search and how many allocations matched it.
+    pub search: RwSignal<Option<(String, Result<usize, String>)>>,
     pub seg_map: RwSignal<Option<SegmentMap>>,
     pub hovered: RwSignal<Option<Band>>,
     pub pinned: RwSignal<bool>,
@@ -63,6 +89,7 @@ impl ReportState {
         let initial_device = api::query_param("device")
             .and_then(|d| d.parse().ok())
             .filter(|d| devices.contains(d))
+            .or(file.focus_device.filter(|d| devices.contains(d)))
             .or(devices.first().copied())
             .unwrap_or(0);
         let device = RwSignal::new(initial_device);
@@ -83,6 +110,9 @@ impl ReportState {
             frag_data: RwSignal::new(None),
             cat_canvas: NodeRef::new(),
             cat_data: RwSignal::new(None),
+            flame_canvas: NodeRef::new(),
+            flame_data: RwSignal::new(None),
+            search: RwSignal::new(None),
             seg_map: RwSignal::new(None),
             hovered: RwSignal::new(None),
             pinned: RwSignal::new(false),
@@ -188,6 +218,7 @@ impl ReportState {
             }
             api::set_query(&q);
             self.fetch_categories(seq, &params).await;
+            self.fetch_flame(seq, &params).await;
             self.fetch_gpu_line(seq, d, width, ev, initial).await;
         });
     }
@@ -205,6 +236,72 @@ impl ReportState {
                 self.cat_data.set(Some(c));
             }
         }
+    }
+
+    /// The same window's flame graph (bytes × lifetime by stack).
+    async fn fetch_flame(self, seq: u64, params: &TimelineParams) {
+        let (start, end) = self.view.with_value(|v| (v.start, v.end));
+        let params = TimelineParams {
+            start: Some(start),
+            end: Some(end),
+            ..*params
+        };
+        if let Ok(g) = client::flame(&self.id.get_value(), &params).await {
+            if self.request_seq.get_value() == seq {
+                self.flame_data.set(Some(g));
+            }
+        }
+    }
+
+    /// Searches the device's allocations by address (`0x…` or memory_viz's `addr_version`) or
+    /// frame text, and marks the matches on the timeline.
+    pub fn search(self, text: String) {
+        let text = text.trim().to_owned();
+        if text.is_empty() {
+            self.view.update_value(|v| {
+                v.matches.clear();
+                v.match_spans.clear();
+            });
+            self.search.set(None);
+            self.redraw();
+            return;
+        }
+        let address = parse_search_address(&text);
+        let params = SearchParams {
+            file: Some(self.file.get_value()),
+            device: Some(self.device.get_untracked()),
+            addr: address.map(|(a, _)| format!("0x{a:x}")),
+            stack: address.is_none().then(|| text.clone()),
+            limit: Some(5_000),
+        };
+        let id = self.id.get_value();
+        let ev = self.view.with_value(|v| v.event_axis);
+        spawn_local(async move {
+            let answer = client::allocations(&id, &params).await;
+            let found = match answer {
+                Ok(mut r) => {
+                    // `addr_N`: the N-th allocation at that address, in time order.
+                    if let Some((_, Some(version))) = address {
+                        r.allocations.sort_by_key(|b| b.t_alloc);
+                        r.allocations = r.allocations.into_iter().skip(version).take(1).collect();
+                        r.total = r.allocations.len();
+                    }
+                    self.view.update_value(|v| {
+                        v.matches = r.allocations.iter().map(|b| (b.addr, b.t_alloc)).collect();
+                        // On the event axis the spans are not drawn (their times are µs).
+                        v.match_spans = if ev {
+                            Vec::new()
+                        } else {
+                            r.allocations.iter().map(|b| (b.t_alloc, b.t_free)).collect()
+                        };
+                    });
+                    Ok(r.total)
+                }
+                Err(e) => Err(e.message),
+            };
+            self.search.set(Some((text, found)));
+            self.redraw();
+        });
     }
 
     /// The same GPU in an NVML log of this report, over the same window (time axis only).
@@ -251,7 +348,10 @@ impl ReportState {
             .unwrap_or(900) as f64;
         let (qs, qe) = self.first_view.get_value();
         self.first_view.set_value((None, None));
+        self.search.set(None);
         self.view.update_value(|v| {
+            v.matches.clear();
+            v.match_spans.clear();
             v.width = width.max(400.0);
             v.height = TIMELINE_H;
             v.event_axis = ev;

@@ -93,6 +93,26 @@ fn key(st: ReportState, key: &str) -> bool {
     true
 }
 
+/// Search by address (`0x7f3a…`, memory_viz's `7f3a…_2`) or frame text; matches turn magenta.
+#[component]
+fn SearchBox(st: ReportState) -> impl IntoView {
+    let text = RwSignal::new(String::new());
+    let go = move || st.search(text.get_untracked());
+    view! {
+        <span class="search">
+            <input id="search" placeholder="address or frame text" prop:value=move || text.get()
+                on:input=move |ev| text.set(event_target_value(&ev))
+                on:keydown=move |ev: web_sys::KeyboardEvent| if ev.key() == "Enter" { go() } />
+            <button id="search-go" on:click=move |_| go()>"Find"</button>
+            <span id="search-result" class="muted">{move || st.search.get().map(|(q, r)| match r {
+                Ok(0) => format!("nothing matches “{q}”"),
+                Ok(n) => format!("{n} allocation(s) match “{q}” (magenta)"),
+                Err(e) => e,
+            })}</span>
+        </span>
+    }
+}
+
 #[component]
 pub fn TimelinePanel(st: ReportState) -> impl IntoView {
     let on_wheel = move |ev: web_sys::WheelEvent| {
@@ -184,6 +204,7 @@ pub fn TimelinePanel(st: ReportState) -> impl IntoView {
                     " event order"
                 </label>
                 <span class="muted">"wheel or drag to zoom · Shift-drag or ←/→ to pan · +/− · 0 resets · click pins"</span>
+                <SearchBox st=st />
             </div>
             <div class="canvas-wrap">
                 <canvas

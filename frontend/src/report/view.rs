@@ -9,7 +9,9 @@ use memlens_api::{FileSummary, GpuLogSummary, RunOverview, SideRef, SkippedFile}
 use super::budget::budget;
 use super::cards::cards;
 use super::category_chart::CategoryChart;
+use super::devices::DeviceOverview;
 use super::findings::details;
+use super::flame::FlamePanel;
 use super::gpu_logs::gpu_logs_section;
 use super::run_overview::RunOverviewPanel;
 use super::segments::SegmentPanel;
@@ -138,6 +140,7 @@ pub fn ReportView(
         None => file.file.clone(),
     };
     let notes = file.source.notes.clone();
+    let file_for_overview = file.clone();
     let st = ReportState::new(id.clone(), file_index, file, gpu_logs.clone());
 
     // Device or axis changes: reset the view and load everything for it.
@@ -160,16 +163,18 @@ pub fn ReportView(
                 </div>
             </div>
             {run.map(|r| view! { <RunOverviewPanel id=id.clone() run=r shown=file_index /> })}
+            <DeviceOverview st=st file=file_for_overview />
             {skipped_note(&skipped)}
             {notes.into_iter().map(|n| view! { <p class="muted source-note">{n}</p> }).collect_view()}
             {move || st.dev_summary.get().map(|s| cards(&s))}
             {move || st.dev_summary.get().and_then(|s| budget(&s))}
             <WhatIfPanel st=st />
             <TimelinePanel st=st />
+            <FlamePanel st=st />
             <CategoryChart st=st />
             <SegmentPanel st=st />
             {(!gpu_logs.is_empty()).then(|| gpu_logs_section(&id, &gpu_logs, Some(st.in_trace)))}
-            {move || st.dev_summary.get().map(|s| details(&s))}
+            {move || st.dev_summary.get().map(|s| details(st, &s))}
         </main>
     }
 }

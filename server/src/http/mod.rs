@@ -53,6 +53,7 @@ pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(reports::limits))
         .routes(routes!(queries::timeline))
         .routes(routes!(queries::category_timeline))
+        .routes(routes!(queries::flame))
         .routes(routes!(queries::segments))
         .routes(routes!(queries::fragmentation))
         .routes(routes!(queries::peak))

@@ -1,5 +1,5 @@
 //! Level-of-detail queries over a ready report: timeline, segment map, fragmentation, the
-//! summary-backed device views (peak, leaks, OOMs, annotations), stack frames, allocation search
+//! summary-backed device views (peak, leaks, OOMs, annotations), the flame graph, stack frames, allocation search
 //! NVML series and what-if predictions. The answers come from `memlens_core::query`; this file picks the file,
 //! device or GPU a query names and runs CPU work on the blocking pool.
 
@@ -8,10 +8,10 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::Json;
 use memlens_api::{
-    AnalyzeOutput, CategoryTimeline, DeviceParams, DeviceSummary, FileParams, FragmentationSeries, FrameView,
-    GpuSamplesParams, GpuSeries, GpuSeriesSummary, LeakCandidate, OomExplanation, Peak, PhaseRange, SearchParams,
-    SearchResult, SegmentMap, SegmentsParams, TimeAxis, Timeline, TimelineAxis, TimelineParams, WhatIfFile,
-    WhatIfParams,
+    AnalyzeOutput, CategoryTimeline, DeviceParams, DeviceSummary, FileParams, FlameGraph, FragmentationSeries,
+    FrameView, GpuSamplesParams, GpuSeries, GpuSeriesSummary, LeakCandidate, OomExplanation, Peak, PhaseRange,
+    SearchParams, SearchResult, SegmentMap, SegmentsParams, TimeAxis, Timeline, TimelineAxis, TimelineParams,
+    WhatIfFile, WhatIfParams,
 };
 use memlens_core::analysis::gpu_samples::gpu_series;
 use memlens_core::analysis::whatif::what_if_file;
@@ -130,6 +130,24 @@ pub async fn category_timeline(
     })
     .await?;
     Ok(Json(tl))
+}
+
+#[utoipa::path(get, path = "/api/reports/{id}/flame", tag = "queries",
+    params(("id" = String, Path), TimelineParams), responses((status = 200, body = FlameGraph)))]
+pub async fn flame(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<TimelineParams>,
+) -> Result<Json<FlameGraph>, ApiError> {
+    let s = summary_of(&st, &id).await?;
+    let (fi, d) = pick(&s, q.file, q.device)?;
+    let (device, axis) = (d.device, axis_of(&q, d));
+    let f = loaded_file(&st, &id, fi).await?;
+    let g = blocking(f, move |f| {
+        query::flame_graph(frames_of(f, device)?, &f.stacks, axis, q.start, q.end).map_err(internal)
+    })
+    .await?;
+    Ok(Json(g))
 }
 
 #[utoipa::path(get, path = "/api/reports/{id}/segments", tag = "queries",
