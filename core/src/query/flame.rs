@@ -8,8 +8,8 @@ use memlens_api::{FlameGraph, FlameNode};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::{endpoints, Axis};
-use crate::columns::{lifetimes as lt_col, usage as usage_col};
+use super::{axis_positions, endpoints, Axis};
+use crate::columns::lifetimes as lt_col;
 use crate::frames::DeviceFrames;
 use crate::stacks::StackResolver;
 
@@ -32,14 +32,8 @@ pub fn flame_graph(
     start: Option<i64>,
     end: Option<i64>,
 ) -> PolarsResult<FlameGraph> {
-    let order: Vec<i64>;
-    let time = match axis {
-        Axis::Time => usage_col::TIME.slice(&dev.usage)?,
-        Axis::Event => {
-            order = (0..dev.usage.height() as i64).collect();
-            &order
-        }
-    };
+    let positions = axis_positions(dev, axis)?;
+    let time: &[i64] = &positions;
     let full_start = time.first().copied().unwrap_or(0);
     let full_end = time.last().copied().unwrap_or(0).max(full_start + 1);
     let start = start.unwrap_or(full_start);

@@ -105,6 +105,15 @@ fn endpoints(lt: &DataFrame, axis: Axis) -> PolarsResult<(Int64Chunked, Int64Chu
     }
 }
 
+/// A device's entry positions on `axis`: its times (µs, or entry indices without timestamps),
+/// or the entry indices themselves.
+fn axis_positions(dev: &DeviceFrames, axis: Axis) -> PolarsResult<std::borrow::Cow<'_, [i64]>> {
+    Ok(match axis {
+        Axis::Time => std::borrow::Cow::Borrowed(usage_col::TIME.slice(&dev.usage)?),
+        Axis::Event => std::borrow::Cow::Owned((0..dev.usage.height() as i64).collect()),
+    })
+}
+
 /// The timeline on a chosen axis.
 pub fn timeline_on(
     dev: &DeviceFrames,
@@ -114,14 +123,8 @@ pub fn timeline_on(
     end: Option<i64>,
     width: usize,
 ) -> PolarsResult<Timeline> {
-    let order: Vec<i64>;
-    let time = match axis {
-        Axis::Time => usage_col::TIME.slice(&dev.usage)?,
-        Axis::Event => {
-            order = (0..dev.usage.height() as i64).collect();
-            &order
-        }
-    };
+    let positions = axis_positions(dev, axis)?;
+    let time: &[i64] = &positions;
     let has_time = axis == Axis::Time;
     let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
     let reserved = usage_col::RESERVED.slice(&dev.usage)?;

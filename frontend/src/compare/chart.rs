@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use memlens_api::{AlignedTimelines, CompareAxis, Comparison};
 
 use crate::format::bytes;
-use crate::report::context_2d;
+use crate::report::panel_canvas;
 
 const HEIGHT: f64 = 300.0;
 const LEFT: f64 = 70.0;
@@ -17,17 +17,9 @@ const COLOUR_A: &str = "#c0562b";
 const COLOUR_B: &str = "#3465a4";
 
 fn draw(c: &web_sys::HtmlCanvasElement, t: &AlignedTimelines) {
-    let Some(ctx) = context_2d(c) else { return };
-    // The panel's width inside its padding.
-    let width = c
-        .parent_element()
-        .map(|p| p.client_width() - 28)
-        .unwrap_or(900)
-        .max(400) as f64;
-    c.set_width(width as u32);
-    c.set_height(HEIGHT as u32);
-    ctx.set_fill_style_str("#fff");
-    ctx.fill_rect(0.0, 0.0, width, HEIGHT);
+    let Some((ctx, width)) = panel_canvas(c, HEIGHT) else {
+        return;
+    };
     let n = t.width.max(1);
     let top = [&t.allocated_a, &t.allocated_b, &t.reserved_a, &t.reserved_b]
         .iter()

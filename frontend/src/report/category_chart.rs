@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use memlens_api::CategoryTimeline;
 
 use super::budget::colour;
-use super::context_2d;
+use super::panel_canvas;
 use super::state::ReportState;
 use crate::format::bytes;
 use crate::timeline::{LEFT, RIGHT};
@@ -13,12 +13,9 @@ use crate::timeline::{LEFT, RIGHT};
 const HEIGHT: f64 = 160.0;
 
 fn draw(c: &web_sys::HtmlCanvasElement, tl: &CategoryTimeline) {
-    let Some(ctx) = context_2d(c) else { return };
-    let width = c.parent_element().map(|p| p.client_width()).unwrap_or(900).max(400) as f64;
-    c.set_width(width as u32);
-    c.set_height(HEIGHT as u32);
-    ctx.set_fill_style_str("#fff");
-    ctx.fill_rect(0.0, 0.0, width, HEIGHT);
+    let Some((ctx, width)) = panel_canvas(c, HEIGHT) else {
+        return;
+    };
     let cols = tl.width.max(1);
     let top = (0..cols)
         .map(|b| tl.series.iter().map(|s| s.bytes[b]).sum::<i64>())

@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use memlens_api::FlameGraph;
 
-use super::context_2d;
+use super::panel_canvas;
 use super::state::ReportState;
 use crate::format::stack_colour;
 
@@ -18,18 +18,10 @@ fn hash(name: &str) -> u32 {
 }
 
 fn draw(c: &web_sys::HtmlCanvasElement, g: &FlameGraph) {
-    let Some(ctx) = context_2d(c) else { return };
-    let width = c
-        .parent_element()
-        .map(|p| p.client_width() - 28)
-        .unwrap_or(900)
-        .max(400) as f64;
     let rows = g.nodes.iter().map(|n| n.depth + 1).max().unwrap_or(1).min(MAX_ROWS);
-    let height = rows as f64 * ROW + 4.0;
-    c.set_width(width as u32);
-    c.set_height(height as u32);
-    ctx.set_fill_style_str("#fff");
-    ctx.fill_rect(0.0, 0.0, width, height);
+    let Some((ctx, width)) = panel_canvas(c, rows as f64 * ROW + 4.0) else {
+        return;
+    };
     let total = g.total.max(f64::MIN_POSITIVE);
     ctx.set_font("11px sans-serif");
     for n in g.nodes.iter().filter(|n| n.depth < MAX_ROWS) {

@@ -42,6 +42,25 @@ pub(crate) fn context_2d(c: &web_sys::HtmlCanvasElement) -> Option<web_sys::Canv
         .and_then(|x| x.dyn_into::<web_sys::CanvasRenderingContext2d>().ok())
 }
 
+/// Sizes a chart canvas to its panel's width inside the padding (at least 400 px) and
+/// `height`, clears it white, and hands back its context and width.
+pub(crate) fn panel_canvas(
+    c: &web_sys::HtmlCanvasElement,
+    height: f64,
+) -> Option<(web_sys::CanvasRenderingContext2d, f64)> {
+    let ctx = context_2d(c)?;
+    let width = c
+        .parent_element()
+        .map(|p| p.client_width() - 28)
+        .unwrap_or(900)
+        .max(400) as f64;
+    c.set_width(width as u32);
+    c.set_height(height as u32);
+    ctx.set_fill_style_str("#fff");
+    ctx.fill_rect(0.0, 0.0, width, height);
+    Some((ctx, width))
+}
+
 /// `performance.now()`, for the timing attributes the speed bench reads.
 pub(crate) fn now_ms() -> f64 {
     web_sys::window()
