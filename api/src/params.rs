@@ -156,6 +156,30 @@ pub struct UploadParams {
     pub name: Option<String>,
     /// Expire this report after N days (at most the server's retention, when it has one).
     pub expires_in_days: Option<u64>,
+    /// What the report says about itself (see `ReportMeta`); `tags` comma-separated.
+    pub title: Option<String>,
+    pub notes: Option<String>,
+    pub tags: Option<String>,
+    pub job: Option<String>,
+    pub host: Option<String>,
+}
+
+impl UploadParams {
+    /// The metadata the upload sets.
+    pub fn meta(&self) -> crate::ReportMeta {
+        crate::ReportMeta {
+            title: self.title.clone(),
+            notes: self.notes.clone(),
+            tags: self
+                .tags
+                .as_deref()
+                .map(|t| t.split(',').map(str::to_owned).collect())
+                .unwrap_or_default(),
+            job: self.job.clone(),
+            host: self.host.clone(),
+        }
+        .bounded()
+    }
 }
 
 /// The delete token, when not sent as the `X-Delete-Token` header.

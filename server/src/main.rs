@@ -16,6 +16,7 @@ fn main() -> ExitCode {
         cli::Command::Analyze(a) => cli::analyze::analyze(a),
         cli::Command::Diff(a) => cli::diff::diff(a),
         cli::Command::Whatif(a) => cli::whatif::whatif(a),
+        cli::Command::Upload(a) => cli::upload::upload(a),
         cli::Command::Serve(a) => memlens::serve::serve(a),
         cli::Command::Healthcheck(a) => cli::healthcheck::healthcheck(a),
     }

@@ -278,6 +278,7 @@ mod tests {
                 error: None,
                 files: Vec::new(),
                 delete_token_hash: String::new(),
+                meta: Default::default(),
             })
             .expect("create");
         (root, store)

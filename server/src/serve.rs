@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::http::auth::{UploadAuth, UploadLimit};
 use crate::http::{router, AppState, HttpConfig};
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
@@ -36,6 +37,22 @@ pub struct ServeArgs {
     /// Reports processed at the same time.
     #[arg(long, env = "MEMLENS_WORKERS", default_value_t = 2)]
     pub workers: usize,
+    /// A token uploads must carry (`Authorization: Bearer TOKEN`); repeat, or comma-separate in
+    /// the variable, for several. None (and no tokens file): anyone may upload.
+    #[arg(
+        long = "upload-token",
+        env = "MEMLENS_UPLOAD_TOKENS",
+        value_delimiter = ',',
+        value_name = "TOKEN"
+    )]
+    pub upload_tokens: Vec<String>,
+    /// A file of upload tokens, one per line, re-read whenever it changes (rotation without a
+    /// restart).
+    #[arg(long, env = "MEMLENS_UPLOAD_TOKENS_FILE", value_name = "FILE")]
+    pub upload_tokens_file: Option<PathBuf>,
+    /// Uploads each client address may make per minute (0: no limit); more get 429.
+    #[arg(long, env = "MEMLENS_UPLOADS_PER_MINUTE", default_value_t = 60)]
+    pub uploads_per_minute: u32,
 }
 
 pub fn serve(args: ServeArgs) -> std::process::ExitCode {
@@ -75,7 +92,12 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         retention_days: args.retention_days,
         static_dir: args.static_dir.clone(),
     };
-    let state = AppState::new(store.clone(), ingest, metrics, config);
+    let auth = UploadAuth::new(args.upload_tokens.clone(), args.upload_tokens_file.clone())?;
+    if auth.required() {
+        tracing::info!("uploads need a token");
+    }
+    let gate = (auth, UploadLimit::new(args.uploads_per_minute));
+    let state = AppState::new(store.clone(), ingest, metrics, config, gate);
     {
         let store = store.clone();
         tokio::spawn(async move {
@@ -102,10 +124,13 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     println!("memlens listening on http://{addr}");
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| format!("server: {e}"))?;
+    axum::serve(
+        listener,
+        router(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .map_err(|e| format!("server: {e}"))?;
     tracing::info!("memlens stopped");
     Ok(())
 }

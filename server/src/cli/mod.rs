@@ -1,5 +1,5 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
-//! `analyze` ([`analyze`]), `diff` ([`diff`]), `whatif` ([`whatif`]), `serve` ([`crate::serve`]), `healthcheck`
+//! `analyze` ([`analyze`]), `diff` ([`diff`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `healthcheck`
 //! ([`healthcheck`]);
 //! [`render`] is the text output of `analyze`.
 
@@ -7,6 +7,7 @@ pub mod analyze;
 pub mod diff;
 pub mod healthcheck;
 pub mod render;
+pub mod upload;
 pub mod whatif;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,8 @@ pub enum Command {
     Diff(diff::DiffArgs),
     /// Predict the allocated peak under another batch size, checkpointing, optimizer or sharding.
     Whatif(whatif::WhatIfArgs),
+    /// Upload files to a memlens server as one report and print its share link.
+    Upload(upload::UploadArgs),
     /// Serve the web app and its API.
     Serve(crate::serve::ServeArgs),
     /// Exit 0 when the server at `--bind` answers `GET /healthz` (for container health checks).

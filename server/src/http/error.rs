@@ -3,7 +3,7 @@
 
 use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use memlens_api::{ErrorBody, Status};
@@ -13,6 +13,10 @@ pub enum ApiError {
     NotFound,
     Gone,
     Forbidden,
+    /// An upload without a token in force.
+    Unauthorized,
+    /// Too many uploads from this client; retry after this many seconds.
+    TooMany(u64),
     TooLarge(u64),
     BadRequest(String),
     /// Processing has not finished; carries the status.
@@ -32,7 +36,26 @@ impl IntoResponse for ApiError {
                 None,
             ),
             ApiError::Gone => (StatusCode::GONE, "this report has expired".to_owned(), None),
-            ApiError::Forbidden => (StatusCode::FORBIDDEN, "wrong or missing delete token".to_owned(), None),
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, "wrong or missing owner token".to_owned(), None),
+            ApiError::Unauthorized => {
+                let body = Json(ErrorBody {
+                    error: "this server needs an upload token (Authorization: Bearer TOKEN)".to_owned(),
+                    status: None,
+                });
+                return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response();
+            }
+            ApiError::TooMany(wait) => {
+                let body = Json(ErrorBody {
+                    error: format!("too many uploads from this client; retry in {wait} s"),
+                    status: None,
+                });
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(header::RETRY_AFTER, wait.to_string())],
+                    body,
+                )
+                    .into_response();
+            }
             ApiError::TooLarge(limit) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("upload exceeds the limit of {limit} bytes"),

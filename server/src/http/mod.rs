@@ -1,4 +1,4 @@
-//! The HTTP API (axum), one module per resource: [`uploads`], [`reports`] (status, summary,
+//! The HTTP API (axum), one module per resource: [`uploads`] (who may upload: [`auth`]), [`reports`] (status, summary,
 //! delete, limits), [`queries`] (level-of-detail), [`compare`] (two runs or ranks, A − B), [`charts`], [`pages`] (share pages) and
 //! [`ops`] (health, metrics, OpenAPI). [`state`] holds what handlers share, [`error`] the JSON
 //! errors and the query extractor.
@@ -12,6 +12,7 @@
 //! logged, clients get "internal error"; every response carries `Referrer-Policy: no-referrer`;
 //! no endpoint lists reports.
 
+pub mod auth;
 pub mod charts;
 pub mod compare;
 pub mod error;
@@ -48,7 +49,7 @@ pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(uploads::upload))
         .layer(DefaultBodyLimit::disable())
-        .routes(routes!(reports::summary, reports::delete_report))
+        .routes(routes!(reports::summary, reports::delete_report, reports::edit_meta))
         .routes(routes!(reports::status))
         .routes(routes!(reports::limits))
         .routes(routes!(queries::timeline))

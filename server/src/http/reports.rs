@@ -1,16 +1,17 @@
-//! A report as a resource: its status while processing, its summary, deleting it with its
-//! token, and the server's upload limits.
+//! A report as a resource: its status while processing, its summary, editing its metadata and
+//! deleting it with its owner token, and the server's upload limits.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use memlens_api::{AnalyzeOutput, DeleteParams, ErrorBody, ServerLimits, Status};
+use memlens_api::{AnalyzeOutput, DeleteParams, ErrorBody, MetaPatch, ServerLimits, Status};
 
 use super::error::{internal, ApiError, Q};
-use super::state::{record, status_of, summary_of, Shared};
+use super::state::{now, record, status_of, summary_of, Shared};
 use crate::ids;
+use crate::store::ReportRecord;
 
 #[utoipa::path(get, path = "/api/reports/{id}/status", tag = "reports", params(("id" = String, Path)),
     responses((status = 200, body = Status), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody)))]
@@ -26,20 +27,14 @@ pub async fn summary(State(st): State<Shared>, Path(id): Path<String>) -> Result
     Ok(Json(Arc::unwrap_or_clone(summary_of(&st, &id).await?)))
 }
 
-#[utoipa::path(delete, path = "/api/reports/{id}", tag = "reports",
-    params(("id" = String, Path), DeleteParams),
-    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn delete_report(
-    State(st): State<Shared>,
-    Path(id): Path<String>,
-    Q(q): Q<DeleteParams>,
-    headers: HeaderMap,
-) -> Result<StatusCode, ApiError> {
-    if !ids::is_report_id(&id) {
+/// The report's record when the request carries its owner token (`X-Delete-Token` or
+/// `?token=`): 404 for no such report, 403 for a wrong or missing token.
+async fn owned(st: &Shared, id: &str, q: DeleteParams, headers: &HeaderMap) -> Result<ReportRecord, ApiError> {
+    if !ids::is_report_id(id) {
         return Err(ApiError::NotFound);
     }
     let store = st.store.clone();
-    let id2 = id.clone();
+    let id2 = id.to_owned();
     let rec = tokio::task::spawn_blocking(move || store.get(&id2))
         .await
         .map_err(internal)?
@@ -54,6 +49,63 @@ pub async fn delete_report(
     if !ids::token_matches(&token, &rec.delete_token_hash) {
         return Err(ApiError::Forbidden);
     }
+    Ok(rec)
+}
+
+/// Edits what the report says about itself (title, notes, tags, job, host) and its expiry;
+/// needs the owner token the upload answered with.
+#[utoipa::path(patch, path = "/api/reports/{id}", tag = "reports",
+    params(("id" = String, Path), DeleteParams), request_body = MetaPatch,
+    responses((status = 200, body = Status), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn edit_meta(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<DeleteParams>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Status>, ApiError> {
+    let patch: MetaPatch = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("metadata: {e}")))?;
+    let mut rec = owned(&st, &id, q, &headers).await?;
+    let m = &mut rec.meta;
+    for (field, value) in [
+        (&mut m.title, patch.title),
+        (&mut m.notes, patch.notes),
+        (&mut m.job, patch.job),
+        (&mut m.host, patch.host),
+    ] {
+        if value.is_some() {
+            *field = value;
+        }
+    }
+    if let Some(tags) = patch.tags {
+        m.tags = tags;
+    }
+    rec.meta = std::mem::take(&mut rec.meta).bounded();
+    if let Some(days) = patch.expires_in_days {
+        rec.expires_at = match (days, st.config.retention_days) {
+            (0, 0) => None,
+            (0, r) | (r, 0) => Some(now() + r as i64 * 86_400),
+            (d, r) => Some(now() + d.min(r) as i64 * 86_400),
+        };
+    }
+    let (store, id2, meta, expires) = (st.store.clone(), id.clone(), rec.meta.clone(), rec.expires_at);
+    tokio::task::spawn_blocking(move || store.set_meta(&id2, &meta, expires))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+    Ok(Json(status_of(&st, &rec)))
+}
+
+#[utoipa::path(delete, path = "/api/reports/{id}", tag = "reports",
+    params(("id" = String, Path), DeleteParams),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn delete_report(
+    State(st): State<Shared>,
+    Path(id): Path<String>,
+    Q(q): Q<DeleteParams>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    owned(&st, &id, q, &headers).await?;
     let store = st.store.clone();
     let id2 = id.clone();
     tokio::task::spawn_blocking(move || store.delete(&id2))

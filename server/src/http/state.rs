@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use memlens_api::{AnalyzeOutput, ReportState, Stage, Status};
 use polars::prelude::DataFrame;
 
+use super::auth::{UploadAuth, UploadLimit};
 use super::error::{internal, ApiError};
 use crate::ids;
 use crate::ingest::Ingest;
@@ -34,6 +35,9 @@ const CACHE_GPU_LOGS: usize = 3;
 
 pub struct AppState {
     pub store: Arc<dyn ReportStore>,
+    /// Who may upload, and how often.
+    pub upload_auth: UploadAuth,
+    pub upload_limit: UploadLimit,
     pub ingest: Arc<Ingest>,
     pub metrics: Arc<Metrics>,
     pub config: HttpConfig,
@@ -52,9 +56,12 @@ impl AppState {
         ingest: Arc<Ingest>,
         metrics: Arc<Metrics>,
         config: HttpConfig,
+        (upload_auth, upload_limit): (UploadAuth, UploadLimit),
     ) -> Arc<AppState> {
         Arc::new(AppState {
             store,
+            upload_auth,
+            upload_limit,
             ingest,
             metrics,
             config,
@@ -116,6 +123,7 @@ pub fn status_of(st: &Shared, rec: &ReportRecord) -> Status {
         error: rec.error.clone(),
         created_at: rec.created_at,
         expires_at: rec.expires_at,
+        meta: rec.meta.clone(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! `POST /api/reports`: multipart or raw uploads streamed into the store's upload writers, cut
-//! off at `--max-upload` (413) whatever the transfer encoding; rejected uploads are drained
-//! (bounded) before the answer, and leave nothing in the store.
+//! off at `--max-upload` (413) whatever the transfer encoding; without an upload token in force
+//! 401, over the client's rate 429 ([`super::auth`]); rejected uploads are drained (bounded)
+//! before the answer, and leave nothing in the store. Query parameters set the report's
+//! metadata and expiry.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Multipart, Request, State};
@@ -10,6 +12,7 @@ use axum::Json;
 use futures_util::StreamExt;
 use memlens_api::{Created, ErrorBody, ReportState, UploadParams};
 
+use super::auth::{admit, Refusal};
 use super::error::{internal, ApiError, Q};
 use super::state::{now, Shared};
 use crate::ids;
@@ -25,12 +28,22 @@ const WRITE_BATCH: usize = 4 << 20;
 #[utoipa::path(post, path = "/api/reports", tag = "reports",
     params(UploadParams),
     request_body(content = String, description = "multipart/form-data with one or more `file` fields, or a raw body", content_type = "multipart/form-data"),
-    responses((status = 201, body = Created), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 201, body = Created), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 413, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: HeaderMap, req: Request) -> Response {
     let id = ids::new_report_id();
+    // The peer's address (absent only when the router is served without connect info).
+    let client = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
     let (parts, body) = req.into_parts();
     let (body, pump) = pump_body(body);
-    let result = receive(&st, &id, &q, &headers, Request::from_parts(parts, body)).await;
+    let result = match admit(&st.upload_auth, &st.upload_limit, &headers, client) {
+        Ok(()) => receive(&st, &id, &q, &headers, Request::from_parts(parts, body)).await,
+        Err(Refusal::Unauthorized) => Err(ApiError::Unauthorized),
+        Err(Refusal::RateLimited(wait)) => Err(ApiError::TooMany(wait)),
+    };
     match result {
         Ok(created) => (StatusCode::CREATED, Json(created)).into_response(),
         Err(e) => {
@@ -230,6 +243,7 @@ async fn receive(
         error: None,
         files: files.clone(),
         delete_token_hash: ids::token_hash(&token),
+        meta: q.meta(),
     };
     let store = st.store.clone();
     tokio::task::spawn_blocking(move || store.create(&record))

@@ -50,6 +50,13 @@ impl LocalStore {
                  delete_token_hash TEXT NOT NULL
              );",
         )?;
+        // Indexes made before report metadata existed gain its column.
+        let has_meta = db
+            .prepare("SELECT 1 FROM pragma_table_info('reports') WHERE name = 'meta'")?
+            .exists([])?;
+        if !has_meta {
+            db.execute_batch("ALTER TABLE reports ADD COLUMN meta TEXT;")?;
+        }
         let store = LocalStore {
             root: root.to_owned(),
             db: Mutex::new(db),
@@ -97,7 +104,11 @@ struct Row {
     error: Option<String>,
     files: String,
     delete_token_hash: String,
+    meta: Option<String>,
 }
+
+/// The columns [`read_row`] reads, in its order.
+const ROW_COLUMNS: &str = "id, state, created_at, expires_at, error, files, delete_token_hash, meta";
 
 fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok(Row {
@@ -108,6 +119,7 @@ fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         error: row.get(4)?,
         files: row.get(5)?,
         delete_token_hash: row.get(6)?,
+        meta: row.get(7)?,
     })
 }
 
@@ -115,6 +127,10 @@ fn row_to_record(r: Row) -> StoreResult<ReportRecord> {
     let state = ReportState::from_name(&r.state)
         .ok_or_else(|| StoreError::BadRow(r.id.clone(), format!("state `{}`", r.state)))?;
     let files = serde_json::from_str(&r.files).map_err(|e| StoreError::BadRow(r.id.clone(), format!("files: {e}")))?;
+    let meta = match &r.meta {
+        Some(m) => serde_json::from_str(m).map_err(|e| StoreError::BadRow(r.id.clone(), format!("meta: {e}")))?,
+        None => memlens_api::ReportMeta::default(),
+    };
     Ok(ReportRecord {
         id: r.id,
         state,
@@ -123,6 +139,7 @@ fn row_to_record(r: Row) -> StoreResult<ReportRecord> {
         error: r.error,
         files,
         delete_token_hash: r.delete_token_hash,
+        meta,
     })
 }
 
@@ -229,16 +246,18 @@ impl ReportStore for LocalStore {
         std::fs::rename(self.incoming_dir(&r.id)?, dir.join("uploads"))?;
         sync_dir(&dir);
         let files = serde_json::to_string(&r.files).map_err(|e| StoreError::BadRow(r.id.clone(), e.to_string()))?;
+        let meta = serde_json::to_string(&r.meta).map_err(|e| StoreError::BadRow(r.id.clone(), e.to_string()))?;
         self.conn()?.execute(
-            "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash)
-             VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6)",
+            "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash, meta)
+             VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, ?7)",
             params![
                 r.id,
                 r.state.name(),
                 r.created_at,
                 r.expires_at,
                 files,
-                r.delete_token_hash
+                r.delete_token_hash,
+                meta
             ],
         )?;
         Ok(())
@@ -248,7 +267,7 @@ impl ReportStore for LocalStore {
         let row = self
             .conn()?
             .query_row(
-                "SELECT id, state, created_at, expires_at, error, files, delete_token_hash FROM reports WHERE id = ?1",
+                &format!("SELECT {ROW_COLUMNS} FROM reports WHERE id = ?1"),
                 params![id],
                 read_row,
             )
@@ -260,6 +279,15 @@ impl ReportStore for LocalStore {
         self.conn()?.execute(
             "UPDATE reports SET state = ?2, error = ?3 WHERE id = ?1",
             params![id, state.name(), error],
+        )?;
+        Ok(())
+    }
+
+    fn set_meta(&self, id: &str, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()> {
+        let m = serde_json::to_string(meta).map_err(|e| StoreError::BadRow(id.to_owned(), e.to_string()))?;
+        self.conn()?.execute(
+            "UPDATE reports SET meta = ?2, expires_at = ?3 WHERE id = ?1",
+            params![id, m, expires_at],
         )?;
         Ok(())
     }
@@ -319,6 +347,7 @@ mod tests {
                 size: 3,
             }],
             delete_token_hash: "h".into(),
+            meta: Default::default(),
         }
     }
 

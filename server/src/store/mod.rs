@@ -53,7 +53,10 @@ pub struct ReportRecord {
     pub expires_at: Option<i64>,
     pub error: Option<String>,
     pub files: Vec<StoredFile>,
+    /// Hash of the owner token (deletes the report, edits its metadata).
     pub delete_token_hash: String,
+    /// What the report says about itself.
+    pub meta: memlens_api::ReportMeta,
 }
 
 /// Receives one upload's bytes; nothing is visible until the report is created.
@@ -92,6 +95,8 @@ pub trait ReportStore: Send + Sync {
     fn create(&self, record: &ReportRecord) -> StoreResult<()>;
     fn get(&self, id: &str) -> StoreResult<Option<ReportRecord>>;
     fn set_state(&self, id: &str, state: ReportState, error: Option<&str>) -> StoreResult<()>;
+    /// Replaces the report's metadata and expiry.
+    fn set_meta(&self, id: &str, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()>;
     /// Removes a report, its uploads and its data.
     fn delete(&self, id: &str) -> StoreResult<()>;
     /// Reports a crash left unfinished, oldest first.

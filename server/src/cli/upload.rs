@@ -1,0 +1,167 @@
+//! `memlens upload FILE… --server URL [--token T]`: sends snapshots (and NVML logs) to a memlens
+//! server as one report and prints its share link. Files are streamed, never read whole into
+//! memory; transport failures, 5xx and 429 answers are retried with backoff (429 after its
+//! `Retry-After`); a refusal (401 without a valid token, 413, 400) is one clear line.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use memlens_api::Created;
+
+#[derive(Args)]
+pub struct UploadArgs {
+    /// Files of one report (several ranks of one job become one run).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// The memlens server, e.g. `http://memlens.internal:8080`.
+    #[arg(long, env = "MEMLENS_SERVER")]
+    pub server: String,
+    /// Upload token, sent as `Authorization: Bearer`.
+    #[arg(long, env = "MEMLENS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// What the report says about itself.
+    #[arg(long)]
+    pub title: Option<String>,
+    #[arg(long)]
+    pub notes: Option<String>,
+    /// Comma-separated tags.
+    #[arg(long)]
+    pub tags: Option<String>,
+    /// The job (launcher run id, Slurm job, …).
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Expire the report after this many days.
+    #[arg(long)]
+    pub expires_in_days: Option<u64>,
+    /// Tries before giving up on an unreachable or overloaded server.
+    #[arg(long, default_value_t = 4)]
+    pub attempts: u32,
+}
+
+const BOUNDARY: &str = "memlens-upload-5b1f3c9e";
+
+/// The multipart body over the files, as one reader that opens each file when it gets there.
+fn multipart(files: &[PathBuf]) -> Result<Box<dyn Read + Send>, String> {
+    let mut body: Box<dyn Read + Send> = Box::new(std::io::empty());
+    for path in files {
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("upload")
+            .replace('"', "_");
+        let head = format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        );
+        body = Box::new(
+            body.chain(std::io::Cursor::new(head.into_bytes()))
+                .chain(file)
+                .chain(&b"\r\n"[..]),
+        );
+    }
+    Ok(Box::new(body.chain(std::io::Cursor::new(
+        format!("--{BOUNDARY}--\r\n").into_bytes(),
+    ))))
+}
+
+/// What went wrong with one attempt: worth another try, or final.
+enum Failure {
+    Retry(String, Option<Duration>),
+    Final(String),
+}
+
+fn attempt(args: &UploadArgs, url: &str) -> Result<Created, Failure> {
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(10))
+        .build();
+    let mut req = agent
+        .post(url)
+        .set("Content-Type", &format!("multipart/form-data; boundary={BOUNDARY}"));
+    if let Some(t) = &args.token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    let body = multipart(&args.files).map_err(Failure::Final)?;
+    match req.send(body) {
+        Ok(resp) => {
+            let text = resp
+                .into_string()
+                .map_err(|e| Failure::Retry(format!("reading the answer of {url}: {e}"), None))?;
+            serde_json::from_str::<Created>(&text)
+                .map_err(|e| Failure::Final(format!("unexpected answer from {url}: {e}")))
+        }
+        Err(ureq::Error::Status(code, resp)) => {
+            let retry_after = resp
+                .header("Retry-After")
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_secs);
+            let text = resp.into_string().unwrap_or_default();
+            let why = serde_json::from_str::<memlens_api::ErrorBody>(&text)
+                .map(|e| e.error)
+                .unwrap_or(text);
+            let msg = format!("{url} answered {code}: {why}");
+            if code == 429 || code >= 500 {
+                Err(Failure::Retry(msg, retry_after))
+            } else {
+                Err(Failure::Final(msg))
+            }
+        }
+        Err(e) => Err(Failure::Retry(format!("cannot reach {url}: {e}"), None)),
+    }
+}
+
+/// Uploads and returns the share link and the owner token.
+pub fn send(args: &UploadArgs) -> Result<(String, String), String> {
+    let server = args.server.trim_end_matches('/');
+    let mut query: Vec<(&str, String)> = Vec::new();
+    for (k, v) in [
+        ("title", &args.title),
+        ("notes", &args.notes),
+        ("tags", &args.tags),
+        ("job", &args.job),
+    ] {
+        if let Some(v) = v {
+            query.push((k, v.clone()));
+        }
+    }
+    if let Some(d) = args.expires_in_days {
+        query.push(("expires_in_days", d.to_string()));
+    }
+    let qs = serde_urlencoded::to_string(&query).map_err(|e| e.to_string())?;
+    let url = if qs.is_empty() {
+        format!("{server}/api/reports")
+    } else {
+        format!("{server}/api/reports?{qs}")
+    };
+    let mut wait = Duration::from_millis(500);
+    for n in 1..=args.attempts.max(1) {
+        match attempt(args, &url) {
+            Ok(c) => return Ok((format!("{server}{}", c.url), c.delete_token)),
+            Err(Failure::Final(m)) => return Err(m),
+            Err(Failure::Retry(m, after)) if n < args.attempts => {
+                let pause = after.unwrap_or(wait).min(Duration::from_secs(60));
+                eprintln!("memlens: {m}; retrying in {} s", pause.as_secs_f64());
+                std::thread::sleep(pause);
+                wait *= 2;
+            }
+            Err(Failure::Retry(m, _)) => return Err(m),
+        }
+    }
+    Err("no attempt made".into())
+}
+
+pub fn upload(args: UploadArgs) -> ExitCode {
+    match send(&args) {
+        Ok((link, token)) => {
+            println!("{link}");
+            eprintln!("owner token (edits or deletes the report; shown once): {token}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("memlens: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
