@@ -162,6 +162,12 @@ pub struct UploadParams {
     pub tags: Option<String>,
     pub job: Option<String>,
     pub host: Option<String>,
+    /// The job's run id: uploads with the same one (one per rank) make one report, created when
+    /// `world_size` of them have arrived (or when none came for a while).
+    pub run: Option<String>,
+    /// This upload's rank in the run (its files are named by it when they are not already).
+    pub rank: Option<u32>,
+    pub world_size: Option<u32>,
 }
 
 impl UploadParams {

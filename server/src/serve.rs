@@ -98,6 +98,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let gate = (auth, UploadLimit::new(args.uploads_per_minute));
     let state = AppState::new(store.clone(), ingest, metrics, config, gate);
+    tokio::spawn(crate::http::runs::close_quiet_runs(state.clone()));
     {
         let store = store.clone();
         tokio::spawn(async move {

@@ -756,3 +756,149 @@ fn oracle_value_of(name: &str) -> i64 {
     let v: Value = serde_json::from_str(&text).expect("json");
     v["requested_bytes.all.peak"].as_i64().expect("peak")
 }
+
+fn upload_with(s: &Server, query: &str, token: Option<&str>, name: &str) -> (u16, Value) {
+    let (ctype, body) = multipart(&[(name, std::fs::read(trace(name)).expect("trace"))]);
+    let mut req = ureq::post(&s.url(&format!("/api/reports{query}"))).set("Content-Type", &ctype);
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    status_code(req.send_bytes(&body))
+}
+
+#[test]
+fn upload_tokens_gate_uploads_and_rotate_through_their_file() {
+    let dir = tmpdir("tokens");
+    let file = dir.join("tokens.txt");
+    std::fs::write(&file, "from-file\n").expect("tokens");
+    let s = Server::start(
+        &dir,
+        &[
+            "--upload-token",
+            "s3cret",
+            "--upload-tokens-file",
+            file.to_str().expect("path"),
+        ],
+    );
+    // No token, a wrong one: 401 (with the scheme named), nothing stored.
+    let (code, e) = upload_with(&s, "", None, "mlp_train.pickle");
+    assert_eq!(code, 401, "{e}");
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("upload token")), "{e}");
+    assert_eq!(upload_with(&s, "", Some("wrong"), "mlp_train.pickle").0, 401);
+    // The right one: 201, and the report carries PyTorch's own peak.
+    let (code, v) = upload_with(&s, "?title=baseline&tags=mlp,h200", Some("s3cret"), "mlp_train.pickle");
+    assert_eq!(code, 201, "{v}");
+    let id = v["id"].as_str().expect("id").to_owned();
+    let status = wait_done(&s, &id);
+    assert_eq!(status["meta"]["title"], "baseline");
+    assert_eq!(status["meta"]["tags"], serde_json::json!(["mlp", "h200"]));
+    let (_, report) = get_json(&s, &format!("/api/reports/{id}"));
+    let oracle = oracle_value_of("mlp_train.pickle");
+    assert_eq!(report["files"][0]["devices"][0]["peak_allocated_bytes"], oracle);
+    // Reading stays by link: no token needed.
+    assert_eq!(get_json(&s, &format!("/api/reports/{id}/peak")).0, 200);
+    // Rotation: the file's new token works, its old one no longer, without a restart.
+    assert_eq!(upload_with(&s, "", Some("from-file"), "mlp_train.pickle").0, 201);
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(&file, "rotated\n").expect("tokens");
+    let f = std::fs::File::options().write(true).open(&file).expect("open");
+    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(2))
+        .expect("mtime");
+    assert_eq!(upload_with(&s, "", Some("from-file"), "mlp_train.pickle").0, 401);
+    assert_eq!(upload_with(&s, "", Some("rotated"), "mlp_train.pickle").0, 201);
+    // The owner token edits the metadata; another token cannot.
+    let token = v["delete_token"].as_str().expect("token");
+    let patch = |t: &str, body: &str| {
+        status_code(
+            ureq::request("PATCH", &s.url(&format!("/api/reports/{id}")))
+                .set("X-Delete-Token", t)
+                .send_string(body),
+        )
+    };
+    let (code, st) = patch(token, r#"{"notes":"before the fix","job":"run-17"}"#);
+    assert_eq!(code, 200, "{st}");
+    assert_eq!(st["meta"]["title"], "baseline");
+    assert_eq!(st["meta"]["notes"], "before the fix");
+    assert_eq!(st["meta"]["job"], "run-17");
+    assert_eq!(patch("nope", r#"{"title":"x"}"#).0, 403);
+    assert_eq!(patch(token, r#"{"titel":"x"}"#).0, 400);
+    // The share page's preview carries the title.
+    let page = ureq::get(&s.url(&format!("/r/{id}")))
+        .call()
+        .expect("page")
+        .into_string()
+        .expect("html");
+    assert!(page.contains("memlens: baseline"), "{page}");
+}
+
+#[test]
+fn uploads_over_a_clients_rate_get_429_with_retry_after() {
+    let dir = tmpdir("rate");
+    let s = Server::start(&dir, &["--uploads-per-minute", "2"]);
+    assert_eq!(upload_with(&s, "", None, "mlp_train.pickle").0, 201);
+    assert_eq!(upload_with(&s, "", None, "mlp_train.pickle").0, 201);
+    let (ctype, body) = multipart(&[(
+        "mlp_train.pickle",
+        std::fs::read(trace("mlp_train.pickle")).expect("trace"),
+    )]);
+    match ureq::post(&s.url("/api/reports"))
+        .set("Content-Type", &ctype)
+        .send_bytes(&body)
+    {
+        Err(ureq::Error::Status(429, resp)) => {
+            let wait: u64 = resp
+                .header("Retry-After")
+                .and_then(|v| v.parse().ok())
+                .expect("Retry-After");
+            assert!((1..=60).contains(&wait), "{wait}");
+        }
+        other => panic!("expected 429, got {other:?}"),
+    }
+    // The CLI says so in one line and exits 2 when it runs out of attempts.
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["upload", "--attempts", "1", "--server", &s.base])
+        .arg(trace("mlp_train.pickle"))
+        .output()
+        .expect("cli");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("429"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn memlens_upload_prints_a_link_whose_report_has_the_oracle_numbers() {
+    let dir = tmpdir("cli-upload");
+    let s = Server::start(&dir, &["--upload-token", "t0k"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["upload", "--server", &s.base, "--title", "two ranks"])
+        .env("MEMLENS_TOKEN", "t0k")
+        .arg(trace("ddp_rank0.pickle.gz"))
+        .arg(trace("ddp_rank3.pickle.gz"))
+        .output()
+        .expect("cli");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let link = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let id = link.rsplit('/').next().expect("id").to_owned();
+    assert_eq!(link, s.url(&format!("/r/{id}")));
+    assert_eq!(wait_done(&s, &id)["meta"]["title"], "two ranks");
+    let (_, report) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!(report["run"]["worst_rank"], 3);
+    for (i, name) in ["ddp_rank0.pickle.gz", "ddp_rank3.pickle.gz"].iter().enumerate() {
+        assert_eq!(
+            report["files"][i]["devices"][0]["peak_allocated_bytes"],
+            oracle_value_of(name)
+        );
+    }
+    // Without the token: one clear line, exit 2.
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["upload", "--server", &s.base])
+        .env_remove("MEMLENS_TOKEN")
+        .arg(trace("mlp_train.pickle"))
+        .output()
+        .expect("cli");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+}

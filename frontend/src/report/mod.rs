@@ -28,7 +28,7 @@ mod whatif;
 pub(crate) use budget::colour;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use memlens_api::{AnalyzeOutput, ReportState as Lifecycle, SkippedFile};
+use memlens_api::{AnalyzeOutput, ReportMeta, ReportState as Lifecycle, SkippedFile};
 use wasm_bindgen::JsCast;
 
 use crate::api::{self, FetchError};
@@ -96,7 +96,7 @@ fn error_page(title: &str, detail: String) -> AnyView {
 #[derive(Clone, PartialEq)]
 enum Load {
     Waiting(String),
-    Ready(AnalyzeOutput),
+    Ready(AnalyzeOutput, ReportMeta),
     Failed(String, String),
 }
 
@@ -116,9 +116,13 @@ fn not_found(e: FetchError) -> Load {
 
 /// Polls the status until the report is ready (or failed), then loads its summary.
 async fn wait_and_load(id: String, load: RwSignal<Load>) {
+    let meta;
     loop {
         match client::status(&id).await {
-            Ok(s) if s.state == Lifecycle::Ready => break,
+            Ok(s) if s.state == Lifecycle::Ready => {
+                meta = s.meta;
+                break;
+            }
             Ok(s) if s.state == Lifecycle::Failed => {
                 let name = s.files.join(", ");
                 load.set(Load::Failed(
@@ -152,7 +156,7 @@ async fn wait_and_load(id: String, load: RwSignal<Load>) {
                 .or_else(|| s.gpu_logs.first().map(|g| g.file.clone()))
                 .unwrap_or_else(|| "report".to_owned());
             api::remember_report(&id, &name);
-            load.set(Load::Ready(s));
+            load.set(Load::Ready(s, meta));
         }
         Err(e) => load.set(not_found(e)),
     }
@@ -181,9 +185,9 @@ pub fn ReportPage(id: String) -> impl IntoView {
     move || match load.get() {
         Load::Waiting(msg) => view! { <main class="waiting"><p id="report-waiting">{msg}</p></main> }.into_any(),
         Load::Failed(title, detail) => error_page(&title, detail),
-        Load::Ready(summary) => match summary.files.get(file_to_show(&summary)).cloned() {
+        Load::Ready(summary, meta) => match summary.files.get(file_to_show(&summary)).cloned() {
             Some(file) => view! {
-                <view::ReportView id=id.clone() file_index=file_to_show(&summary) file=file
+                <view::ReportView id=id.clone() file_index=file_to_show(&summary) file=file meta=meta
                     gpu_logs=summary.gpu_logs.clone() skipped=summary.skipped.clone() run=summary.run.clone() />
             }
             .into_any(),

@@ -4,7 +4,7 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use memlens_api::{FileSummary, GpuLogSummary, RunOverview, SideRef, SkippedFile};
+use memlens_api::{FileSummary, GpuLogSummary, ReportMeta, RunOverview, SideRef, SkippedFile};
 
 use super::budget::budget;
 use super::cards::cards;
@@ -58,6 +58,27 @@ fn ShareButton() -> impl IntoView {
         });
     };
     view! { <button id="share" on:click=share>{move || if copied.get() { "link copied" } else { "Share" }}</button> }
+}
+
+/// What the report says about itself, under its title: tags, job, host, notes.
+fn meta_line(meta: &ReportMeta) -> Option<impl IntoView> {
+    let mut facts: Vec<String> = Vec::new();
+    if let Some(j) = &meta.job {
+        facts.push(format!("job {j}"));
+    }
+    if let Some(h) = &meta.host {
+        facts.push(format!("on {h}"));
+    }
+    let any = !facts.is_empty() || !meta.tags.is_empty() || meta.notes.is_some();
+    any.then(|| {
+        view! {
+            <div class="report-meta" id="report-meta">
+                {meta.tags.iter().map(|t| view! { <span class="tag-chip">{t.clone()}</span> }).collect_view()}
+                <span class="muted">{facts.join(" · ")}</span>
+                {meta.notes.clone().map(|n| view! { <p class="notes">{n}</p> })}
+            </div>
+        }
+    })
 }
 
 /// The report id in a pasted link (`…/r/{id}…`, `…/compare/{id}…`) or a bare id.
@@ -130,6 +151,7 @@ pub fn ReportView(
     gpu_logs: Vec<GpuLogSummary>,
     skipped: Vec<SkippedFile>,
     run: Option<RunOverview>,
+    meta: ReportMeta,
 ) -> impl IntoView {
     let devices: Vec<i64> = file.devices.iter().map(|d| d.device).collect();
     let name = match run
@@ -138,6 +160,10 @@ pub fn ReportView(
     {
         Some(k) => format!("rank {} · {}", k.rank, file.file),
         None => file.file.clone(),
+    };
+    let name = match &meta.title {
+        Some(t) => format!("{t} — {name}"),
+        None => name,
     };
     let notes = file.source.notes.clone();
     let file_for_overview = file.clone();
@@ -164,6 +190,7 @@ pub fn ReportView(
             </div>
             {run.map(|r| view! { <RunOverviewPanel id=id.clone() run=r shown=file_index /> })}
             <DeviceOverview st=st file=file_for_overview />
+            {meta_line(&meta)}
             {skipped_note(&skipped)}
             {notes.into_iter().map(|n| view! { <p class="muted source-note">{n}</p> }).collect_view()}
             {move || st.dev_summary.get().map(|s| cards(&s))}

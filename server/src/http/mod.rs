@@ -1,4 +1,5 @@
-//! The HTTP API (axum), one module per resource: [`uploads`] (who may upload: [`auth`]), [`reports`] (status, summary,
+//! The HTTP API (axum), one module per resource: [`uploads`] (who may upload: [`auth`]; ranks
+//! of one job gathering into one report: [`runs`]), [`reports`] (status, summary,
 //! delete, limits), [`queries`] (level-of-detail), [`compare`] (two runs or ranks, A − B), [`charts`], [`pages`] (share pages) and
 //! [`ops`] (health, metrics, OpenAPI). [`state`] holds what handlers share, [`error`] the JSON
 //! errors and the query extractor.
@@ -20,6 +21,7 @@ pub mod ops;
 pub mod pages;
 pub mod queries;
 pub mod reports;
+pub mod runs;
 pub mod state;
 pub mod uploads;
 

@@ -60,17 +60,25 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
-    let (title, image) = match record(&st, &id).await {
-        Ok(rec) if rec.state == ReportState::Ready && has_chart(&st, &id).await => {
-            let name = rec.files.first().map_or("report".to_owned(), |f| f.name.clone());
-            (
-                format!("memlens: {name}"),
-                Some(format!("http://{host}/api/reports/{id}/chart.png")),
-            )
+    let rec = record(&st, &id).await.ok();
+    let name = rec.as_ref().map(|r| {
+        r.meta
+            .title
+            .clone()
+            .or_else(|| r.files.first().map(|f| f.name.clone()))
+            .unwrap_or_else(|| "report".to_owned())
+    });
+    let image = match &rec {
+        Some(r) if r.state == ReportState::Ready && has_chart(&st, &id).await => {
+            Some(format!("http://{host}/api/reports/{id}/chart.png"))
         }
-        _ => ("memlens report".to_owned(), None),
+        _ => None,
     };
+    let title = name.map_or_else(|| "memlens report".to_owned(), |n| format!("memlens: {n}"));
     let mut tags = title_tags(&title);
+    if let Some(notes) = rec.as_ref().and_then(|r| r.meta.notes.as_ref()) {
+        tags += &format!("<meta property=\"og:description\" content=\"{}\" />\n", escape(notes));
+    }
     if let Some(img) = image {
         tags += &format!(
             "<meta property=\"og:image\" content=\"{0}\" />\n<meta name=\"twitter:card\" content=\"summary_large_image\" />\n<meta name=\"twitter:image\" content=\"{0}\" />\n",

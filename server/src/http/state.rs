@@ -12,6 +12,7 @@ use polars::prelude::DataFrame;
 
 use super::auth::{UploadAuth, UploadLimit};
 use super::error::{internal, ApiError};
+use super::runs::Runs;
 use crate::ids;
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
@@ -38,6 +39,8 @@ pub struct AppState {
     /// Who may upload, and how often.
     pub upload_auth: UploadAuth,
     pub upload_limit: UploadLimit,
+    /// Runs gathering their ranks' uploads into one report.
+    pub runs: Runs,
     pub ingest: Arc<Ingest>,
     pub metrics: Arc<Metrics>,
     pub config: HttpConfig,
@@ -62,6 +65,7 @@ impl AppState {
             store,
             upload_auth,
             upload_limit,
+            runs: Runs::default(),
             ingest,
             metrics,
             config,
@@ -96,7 +100,8 @@ pub async fn record(st: &Shared, id: &str) -> Result<ReportRecord, ApiError> {
         .await
         .map_err(internal)?
         .map_err(internal)?;
-    let rec = rec.ok_or(ApiError::NotFound)?;
+    // A run still gathering its ranks is a queued report with the files so far.
+    let rec = rec.or_else(|| st.runs.pending(id)).ok_or(ApiError::NotFound)?;
     if rec.expires_at.is_some_and(|e| e <= now()) {
         return Err(ApiError::Gone);
     }

@@ -14,14 +14,18 @@ use memlens_api::{Created, ErrorBody, ReportState, UploadParams};
 
 use super::auth::{admit, Refusal};
 use super::error::{internal, ApiError, Q};
+use super::runs::open_run;
 use super::state::{now, Shared};
 use crate::ids;
 use crate::store::{BlobWriter, ReportRecord, StoredFile};
+use memlens_core::analysis::run::rank_from_file_name;
 
 /// How much of a rejected upload is read and discarded before answering, at most.
 const DRAIN_BYTES: u64 = 64 << 20;
 /// How long a rejected upload is drained before answering, at most.
 const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+/// Upload keys reserved for each rank's upload into a run.
+const KEYS_PER_UPLOAD: usize = 1000;
 /// Bytes gathered before one blocking write to the store.
 const WRITE_BATCH: usize = 4 << 20;
 
@@ -186,6 +190,28 @@ async fn receive(
     }
     let mut budget = limit;
     let mut files: Vec<StoredFile> = Vec::new();
+    let created_at = now();
+    let days = match (q.expires_in_days, st.config.retention_days) {
+        (Some(d), 0) => Some(d),
+        (Some(d), r) => Some(d.min(r)),
+        (None, 0) => None,
+        (None, r) => Some(r),
+    };
+    let expires_at = days.map(|d| created_at + (d as i64) * 86_400);
+    // A rank of a run writes into the run's report, with upload keys of its own.
+    let run = q.run.as_deref().map(str::trim).filter(|r| !r.is_empty());
+    let slot = run.map(|key| {
+        st.runs
+            .join(key, KEYS_PER_UPLOAD, || open_run(q.meta(), created_at, expires_at))
+    });
+    let id_owned = slot.as_ref().map_or_else(|| id.to_owned(), |s| s.id.clone());
+    let id = id_owned.as_str();
+    let first_key = slot.as_ref().map_or(0, |s| s.first_key);
+    // A rank's files are named by their rank unless their names already say it.
+    let named = |name: String| match q.rank {
+        Some(r) if rank_from_file_name(&name).is_none() => format!("rank{r}-{name}"),
+        _ => name,
+    };
     let is_multipart = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -208,14 +234,14 @@ async fn receive(
             let Some(fname) = field.file_name().map(str::to_owned) else {
                 continue;
             };
-            let name = sanitize(&fname);
-            let key = format!("{}-{name}", files.len());
+            let name = named(sanitize(&fname));
+            let key = format!("{}-{name}", first_key + files.len());
             let size = stream_to_store(st, id, &key, field, &mut budget, limit).await?;
             files.push(StoredFile { name, key, size });
         }
     } else {
-        let name = sanitize(q.name.as_deref().unwrap_or("upload"));
-        let key = format!("0-{name}");
+        let name = named(sanitize(q.name.as_deref().unwrap_or("upload")));
+        let key = format!("{first_key}-{name}");
         let stream = req.into_body().into_data_stream();
         let size = stream_to_store(st, id, &key, stream, &mut budget, limit).await?;
         if size > 0 {
@@ -227,31 +253,36 @@ async fn receive(
             "no file in the upload (send multipart `file` fields or a raw body)".into(),
         ));
     }
-    let token = ids::new_delete_token();
-    let created_at = now();
-    let days = match (q.expires_in_days, st.config.retention_days) {
-        (Some(d), 0) => Some(d),
-        (Some(d), r) => Some(d.min(r)),
-        (None, 0) => None,
-        (None, r) => Some(r),
-    };
-    let record = ReportRecord {
-        id: id.to_owned(),
-        state: ReportState::Queued,
-        created_at,
-        expires_at: days.map(|d| created_at + (d as i64) * 86_400),
-        error: None,
-        files: files.clone(),
-        delete_token_hash: ids::token_hash(&token),
-        meta: q.meta(),
-    };
-    let store = st.store.clone();
-    tokio::task::spawn_blocking(move || store.create(&record))
-        .await
-        .map_err(internal)?
-        .map_err(internal)?;
     st.metrics.upload_accepted(files.iter().map(|f| f.size).sum());
-    st.ingest.enqueue(id.to_owned());
+    let (record, token) = match slot {
+        // The run's report is created once its last rank is in (or it goes quiet).
+        Some(slot) => match st.runs.arrived(id, files, q.world_size) {
+            Some(run) => (Some(run.record()), slot.token),
+            None => (None, slot.token),
+        },
+        None => {
+            let token = ids::new_delete_token();
+            let record = ReportRecord {
+                id: id.to_owned(),
+                state: ReportState::Queued,
+                created_at,
+                expires_at,
+                error: None,
+                files,
+                delete_token_hash: ids::token_hash(&token),
+                meta: q.meta(),
+            };
+            (Some(record), token)
+        }
+    };
+    if let Some(record) = record {
+        let store = st.store.clone();
+        tokio::task::spawn_blocking(move || store.create(&record))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        st.ingest.enqueue(id.to_owned());
+    }
     Ok(Created {
         id: id.to_owned(),
         url: format!("/r/{id}"),
