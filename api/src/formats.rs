@@ -17,7 +17,7 @@ macro_rules! for_each_format {
         $callback! {
             (PytorchSnapshot, pytorch_snapshot, true, "a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot, optionally gzip-compressed)"),
             (NsysSqlite, nsys_sqlite, true, "an Nsight Systems SQLite export (nsys export --type sqlite)"),
-            (PytorchProfilerTrace, pytorch_profiler_trace, false, "a PyTorch profiler Chrome trace (export_chrome_trace)"),
+            (PytorchProfilerTrace, pytorch_profiler_trace, true, "a PyTorch profiler Chrome trace with memory (profile_memory=True, export_chrome_trace)"),
             (NvmlJsonl, nvml_jsonl, true, "pynvml JSON lines"),
             (NsysJson, nsys_json, true, "an Nsight Systems JSON export (nsys export --type json)"),
             (NvidiaSmiCsv, nvidia_smi_csv, true, "an nvidia-smi --query-gpu or --query-compute-apps CSV log"),

@@ -15,6 +15,9 @@ pub enum ImportError {
     UnknownFormat { head: String },
     #[error("recognised as {format}, which this version of memlens cannot import yet")]
     NotSupported { format: &'static str },
+    /// Recognised, but nothing in it to analyse (kept aside with this reason).
+    #[error("{0}")]
+    KeptAside(String),
     #[error("gzip: {0}")]
     Gzip(String),
     #[error("gzip: decompressed data exceeds the limit of {limit} bytes (a compression bomb, or raise the limit)")]

@@ -188,6 +188,10 @@ pub fn run_with(
                 });
                 continue;
             }
+            Err(ImportError::KeptAside(reason)) => {
+                out.skipped.push(SkippedFile { file: name, reason });
+                continue;
+            }
             Err(ImportError::Internal(message)) => return Err(PipelineError::Internal { file: name, message }),
             Err(error) => return Err(PipelineError::Input { file: name, error }),
         };

@@ -488,13 +488,13 @@ fn a_snapshot_and_its_nvml_logs_make_one_report() {
     let procs = &logs[2]["processes"];
     assert_eq!(procs[0]["pid"], 421);
     assert_eq!(procs[0]["gpu"], 0, "{procs}");
-    // A format memlens recognises but does not analyse is kept aside, by name and reason.
+    // The profiler trace of the same run is read too (its own file, not another rank).
     assert_eq!(
-        summary["skipped"][0]["file"], "mlp_train.profiler_trace.json",
+        summary["files"][1]["file"], "mlp_train.profiler_trace.json",
         "{summary}"
     );
-    let reason = summary["skipped"][0]["reason"].as_str().unwrap_or("");
-    assert!(reason.contains("pytorch_profiler_trace"), "{reason}");
+    assert_eq!(summary["files"][1]["format"], "pytorch_profiler_trace");
+    assert!(summary["run"].is_null(), "{}", summary["run"]);
     assert_eq!(summary["files"][0]["devices"], cli["files"][0]["devices"]);
 
     // The level-of-detail series: every sample in a narrow window, aggregates over a wide one.

@@ -68,17 +68,24 @@ pub fn assign_ranks(files: &[FileSummary]) -> (Vec<u32>, RankSource) {
     ((0..files.len() as u32).collect(), RankSource::UploadOrder)
 }
 
-/// The overview of a report of several snapshot files; `None` with fewer than two.
+/// The overview of a report of several allocator snapshots (the ranks; an Nsight export or a
+/// profiler trace beside them is another view of a run, not a rank); `None` with fewer than two.
 pub fn run_overview(files: &[FileSummary]) -> Option<RunOverview> {
-    if files.len() < 2 {
+    let (indices, snapshots): (Vec<usize>, Vec<FileSummary>) = files
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.format == memlens_api::Format::PytorchSnapshot)
+        .map(|(i, f)| (i, f.clone()))
+        .unzip();
+    if snapshots.len() < 2 {
         return None;
     }
-    let (numbers, rank_source) = assign_ranks(files);
-    let mut ranks: Vec<RankPeak> = files
+    let (numbers, rank_source) = assign_ranks(&snapshots);
+    let mut ranks: Vec<RankPeak> = snapshots
         .iter()
         .zip(numbers)
-        .enumerate()
-        .map(|(file_index, (f, rank))| {
+        .zip(indices)
+        .map(|((f, rank), file_index)| {
             let busiest = busiest_device(f);
             RankPeak {
                 rank,

@@ -27,7 +27,15 @@ pub struct Row {
     /// The runtime call, e.g. `cudaMalloc_v3020`.
     pub api: Option<String>,
     pub var_name: Option<String>,
+    /// What made the allocation, innermost first (profiled ops); when given, the stack instead
+    /// of the runtime call.
+    pub ops: Vec<String>,
 }
+
+/// What the Nsight traces' allocations are (their first source note).
+pub const NSYS_NOTE: &str =
+    "Nsight Systems trace: CUDA driver allocations (cudaMalloc, cudaMallocAsync, …), not individual tensors; \
+     each allocation is its own segment, so reserved equals allocated";
 
 /// `cudaMalloc_v3020` → `cudaMalloc`.
 fn api_name(raw: &str) -> &str {
@@ -43,8 +51,9 @@ fn is_device_memory(kind: i64) -> bool {
 }
 
 /// Lowers memory events (in time order) into canonical columns; `epoch_ns` is the session's
-/// start on the Unix epoch, when the export has it.
-pub fn lower_driver_allocations(rows: Vec<Row>, epoch_ns: Option<i64>) -> SnapshotColumns {
+/// start on the Unix epoch, when the export has it; `what` is the first source note (what the
+/// trace's allocations are).
+pub fn lower_driver_allocations(rows: Vec<Row>, epoch_ns: Option<i64>, what: &str) -> SnapshotColumns {
     let mut out = SnapshotColumns::default();
     let mut per_device: std::collections::BTreeMap<i64, Vec<Row>> = std::collections::BTreeMap::new();
     let (mut host, mut managed, mut other) = (0usize, 0usize, 0usize);
@@ -81,8 +90,12 @@ pub fn lower_driver_allocations(rows: Vec<Row>, epoch_ns: Option<i64>) -> Snapsh
                     out.trace.push(action, r.address, size, r.stream, time_us, stack);
                 }
             } else {
-                let api = r.api.as_deref().map_or("allocation", api_name).to_owned();
-                let mut frames = vec![out.frames.intern_frame(&api, "[cuda]", 0)];
+                let mut frames: Vec<u32> = if r.ops.is_empty() {
+                    let api = r.api.as_deref().map_or("allocation", api_name).to_owned();
+                    vec![out.frames.intern_frame(&api, "[cuda]", 0)]
+                } else {
+                    r.ops.iter().map(|o| out.frames.intern_frame(o, "[op]", 0)).collect()
+                };
                 frames.push(out.frames.intern_frame(&memlens_api::bytes_label(r.bytes), "[size]", 0));
                 if let Some(v) = r.var_name.as_deref().filter(|v| !v.is_empty()) {
                     frames.insert(0, out.frames.intern_frame(v, "[variable]", 0));
@@ -120,11 +133,7 @@ pub fn lower_driver_allocations(rows: Vec<Row>, epoch_ns: Option<i64>) -> Snapsh
         out.blocks
             .push(device, seg, addr, size, size, BlockState::ActiveAllocated, stack);
     }
-    let mut notes = vec![
-        "Nsight Systems trace: CUDA driver allocations (cudaMalloc, cudaMallocAsync, …), not individual tensors; \
-         each allocation is its own segment, so reserved equals allocated"
-            .to_owned(),
-    ];
+    let mut notes = vec![what.to_owned()];
     if epoch_ns.is_none() {
         notes.push("no session start time in the export: times are µs since the capture began".into());
     }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::importers::common::nsys::{lower_driver_allocations, Row};
+use crate::importers::common::nsys::{lower_driver_allocations, Row, NSYS_NOTE};
 use crate::error::ImportError;
 use crate::importers::common::lines::{line_error, LineReader};
 use crate::importers::{ImportOptions, Imported, Importer};
@@ -91,6 +91,7 @@ fn memory_row(e: &Map<String, Value>) -> Result<(Row, Option<i64>), String> {
             stream: int(e.get("streamId")).unwrap_or(0),
             api: None,
             var_name: e.get("name").and_then(Value::as_str).map(str::to_owned),
+            ops: Vec::new(),
         },
         int(e.get("correlationId")),
     ))
@@ -160,7 +161,7 @@ pub fn read_nsys_json(source: Source) -> Result<crate::tables::SnapshotColumns, 
         })
         .collect();
     rows.sort_by_key(|r| r.start_ns);
-    let mut out = lower_driver_allocations(rows, None);
+    let mut out = lower_driver_allocations(rows, None, NSYS_NOTE);
     if skipped > 0 {
         out.source
             .notes

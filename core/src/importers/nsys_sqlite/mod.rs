@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 
 use rusqlite::{Connection, OpenFlags};
 
-use crate::importers::common::nsys::{lower_driver_allocations, Row};
+use crate::importers::common::nsys::{lower_driver_allocations, Row, NSYS_NOTE};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Imported, Importer};
 use crate::source::{map_pipe_err, Source};
@@ -153,6 +153,7 @@ fn read_export(conn: &Connection) -> Result<SnapshotColumns, ImportError> {
                 stream: r.get::<_, Option<i64>>(7)?.unwrap_or(0),
                 api: r.get::<_, Option<String>>(8)?,
                 var_name: r.get::<_, Option<String>>(9)?,
+                ops: Vec::new(),
             })
         })
         .map_err(sql_err)?;
@@ -168,7 +169,7 @@ fn read_export(conn: &Connection) -> Result<SnapshotColumns, ImportError> {
     };
 
     let rows = rows.collect::<Result<Vec<Row>, _>>().map_err(sql_err)?;
-    let mut out = lower_driver_allocations(rows, epoch_ns);
+    let mut out = lower_driver_allocations(rows, epoch_ns, NSYS_NOTE);
     out.format = memlens_api::Format::NsysSqlite;
     Ok(out)
 }
