@@ -16,6 +16,7 @@ macro_rules! for_each_format {
     ($callback:ident) => {
         $callback! {
             (PytorchSnapshot, pytorch_snapshot, true, "a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot, optionally gzip-compressed)"),
+            (PytorchSnapshotJson, pytorch_snapshot_json, true, "a PyTorch memory snapshot saved as JSON (json.dump(torch.cuda.memory._snapshot()), optionally gzip-compressed)"),
             (NsysSqlite, nsys_sqlite, true, "an Nsight Systems SQLite export (nsys export --type sqlite)"),
             (PytorchProfilerTrace, pytorch_profiler_trace, true, "a PyTorch profiler Chrome trace with memory (profile_memory=True, export_chrome_trace)"),
             (NvmlJsonl, nvml_jsonl, true, "pynvml JSON lines"),
@@ -121,5 +122,12 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), FORMATS.len());
+    }
+}
+
+impl Format {
+    /// A PyTorch caching-allocator snapshot, whichever way it was saved.
+    pub fn is_pytorch_snapshot(self) -> bool {
+        matches!(self, Format::PytorchSnapshot | Format::PytorchSnapshotJson)
     }
 }

@@ -78,7 +78,7 @@ pub fn analyze_device(
         }
     }
     let peak_idx = usage.peak_allocated_idx;
-    let pytorch = t.format == memlens_api::Format::PytorchSnapshot;
+    let pytorch = t.format.is_pytorch_snapshot();
     let labels = explicit_labels(&t.event_notes, &ev)?;
     let evidence = Evidence { labels: &labels, rules };
     let Placement {

@@ -74,7 +74,7 @@ pub fn run_overview(files: &[FileSummary]) -> Option<RunOverview> {
     let (indices, snapshots): (Vec<usize>, Vec<FileSummary>) = files
         .iter()
         .enumerate()
-        .filter(|(_, f)| f.format == memlens_api::Format::PytorchSnapshot)
+        .filter(|(_, f)| f.format.is_pytorch_snapshot())
         .map(|(i, f)| (i, f.clone()))
         .unzip();
     if snapshots.len() < 2 {

@@ -1,0 +1,42 @@
+//! Snapshots saved as JSON (`json.dump(torch.cuda.memory._snapshot())`): the real capture
+//! traces/json_run (an MLP trained on the H200, the same snapshot dumped both ways) gives the
+//! pickle's whole summary — every table-derived number — and PyTorch's own counters; broken
+//! JSON is an error naming where.
+
+use memlens_api::Format;
+use memlens_core::pipeline::analyze_paths;
+use memlens_tests::{oracle_value, trace};
+
+#[test]
+fn a_json_snapshot_reads_exactly_as_its_pickle() {
+    let json = analyze_paths(&[trace("json_run.json.gz")]).expect("json");
+    let pickle = analyze_paths(&[trace("json_run.pickle.gz")]).expect("pickle");
+    let (mut j, p) = (json.files[0].clone(), pickle.files[0].clone());
+    assert_eq!(j.format, Format::PytorchSnapshotJson);
+    let oracle = trace("json_run.memory_stats.json");
+    assert_eq!(j.devices[0].peak_allocated_bytes, oracle_value(&oracle, "requested_bytes.all.peak"));
+    assert_eq!(j.devices[0].peak_reserved_bytes, oracle_value(&oracle, "reserved_bytes.all.peak"));
+    j.format = p.format;
+    j.file = p.file.clone();
+    assert_eq!(j, p, "the JSON snapshot's summary differs from its pickle's");
+}
+
+#[test]
+fn broken_json_is_an_error_naming_where() {
+    let dir = std::env::temp_dir().join(format!("memlens-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let text = String::from_utf8(
+        flate2::read::GzDecoder::new(std::fs::File::open(trace("json_run.json.gz")).expect("open"))
+            .bytes()
+            .collect::<Result<Vec<u8>, _>>()
+            .expect("gunzip"),
+    )
+    .expect("utf-8");
+    let cut = dir.join("cut.json");
+    std::fs::write(&cut, &text[..text.len() / 2]).expect("write");
+    let e = analyze_paths(&[cut]).expect_err("cut short");
+    assert!(e.to_string().contains("JSON: EOF while parsing"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+use std::io::Read;
