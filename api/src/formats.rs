@@ -106,6 +106,13 @@ pub fn analysed_formats_sentence() -> String {
     }
 }
 
+impl Format {
+    /// A PyTorch caching-allocator snapshot, whichever way it was saved.
+    pub fn is_pytorch_snapshot(self) -> bool {
+        matches!(self, Format::PytorchSnapshot | Format::PytorchSnapshotJson)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,12 +129,5 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), FORMATS.len());
-    }
-}
-
-impl Format {
-    /// A PyTorch caching-allocator snapshot, whichever way it was saved.
-    pub fn is_pytorch_snapshot(self) -> bool {
-        matches!(self, Format::PytorchSnapshot | Format::PytorchSnapshotJson)
     }
 }

@@ -148,6 +148,13 @@ pub struct GpuSeriesSummary {
     /// When `used` first reached its peak.
     pub peak_time_us: Option<i64>,
     pub peak_util_gpu_pct: Option<f64>,
+    /// Memory outside PyTorch's allocator at its highest while a snapshot of the same report
+    /// ran on this GPU: `used` − PyTorch's reserved at the same instant (the CUDA context,
+    /// NCCL, cuBLAS/cuDNN workspaces, other libraries such as CuPy, other processes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub non_pytorch_peak_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub non_pytorch_peak_time_us: Option<i64>,
 }
 
 /// A GPU's `used` memory over a window, at most about one point per pixel.
@@ -236,6 +243,21 @@ pub struct DeviceSummary {
     /// What the memory is made of: every category with allocations, in `Category` order.
     #[serde(default)]
     pub categories: Vec<CategorySummary>,
+    /// The trace does not reach back to the start of the run: it frees memory it never saw
+    /// allocated (the ring buffer, `max_entries`, dropped its start, or recording began late).
+    /// What predates it is counted from the final state.
+    #[serde(default)]
+    pub trace_truncated: bool,
+    /// With a truncated trace: when its history is complete from (its first entry, µs; `None`
+    /// without timestamps), and how many of its frees are of memory from before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complete_from_us: Option<i64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub frees_before_trace: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One category's share of a device's memory.

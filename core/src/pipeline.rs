@@ -16,7 +16,7 @@ use memlens_api::{AnalyzeOutput, FileSummary, Format, GpuLogSummary, SkippedFile
 use polars::prelude::Column;
 
 use crate::analysis::categories::FrameRules;
-use crate::analysis::gpu_samples::link_process_gpus;
+use crate::analysis::gpu_samples::{link_process_gpus, ReservedSteps};
 use crate::analysis::run::run_overview;
 use crate::analysis::DeviceEvents;
 use crate::error::{AnalysisError, ImportError};
@@ -176,6 +176,7 @@ pub fn run_with(
     // NVML logs wait until every snapshot is read: their clocks are lined up with them.
     let mut logs: Vec<(String, Format, bool, Box<GpuSampleTables>)> = Vec::new();
     let mut snapshot_ranges = Vec::new();
+    let mut reserved_steps: Vec<ReservedSteps> = Vec::new();
     for input in inputs {
         let name = input.name.clone();
         sink.stage(Stage::Importing, Some(&name));
@@ -209,6 +210,21 @@ pub fn run_with(
         };
         snapshot_ranges.extend(snapshot_time_range(&tables).map_err(internal)?);
         let (summary, analyses) = analyze_snapshot(&tables, &name, imported.gzip, rules).map_err(internal)?;
+        // PyTorch's reserved over time, for the memory outside it an NVML log of the run shows.
+        for a in &analyses {
+            let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(e.into()))?;
+            if ev.has_time {
+                let reserved = crate::columns::usage::RESERVED
+                    .slice(&a.usage)
+                    .map_err(|e| internal(e.into()))?;
+                reserved_steps.push(ReservedSteps::from_series(
+                    a.summary.device,
+                    ev.time(),
+                    reserved,
+                    a.summary.initial_reserved_bytes,
+                ));
+            }
+        }
         if sink.keeps_tables() {
             sink.stage(Stage::Storing, Some(&name));
             let mut devices = Vec::with_capacity(analyses.len());
@@ -237,12 +253,13 @@ pub fn run_with(
     }
     for (name, format, gzip, mut samples) in logs {
         sink.stage(Stage::Analysing, Some(&name));
-        let summary = analyze_gpu_log(&mut samples, &name, format, gzip, &snapshot_ranges).map_err(|e| {
-            PipelineError::Internal {
-                file: name.clone(),
-                message: e.to_string(),
-            }
-        })?;
+        let summary =
+            analyze_gpu_log(&mut samples, &name, format, gzip, &snapshot_ranges, &reserved_steps).map_err(|e| {
+                PipelineError::Internal {
+                    file: name.clone(),
+                    message: e.to_string(),
+                }
+            })?;
         if sink.keeps_tables() {
             sink.stage(Stage::Storing, Some(&name));
             sink.gpu_log(GpuLogOutput {

@@ -10,7 +10,9 @@ use crate::analysis::categories::{
     Evidence, FrameRules, Placement,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
-use crate::analysis::gpu_samples::{align_local_clock, shift_clock, summarize_gpu_log, time_range};
+use crate::analysis::gpu_samples::{
+    add_non_pytorch_memory, align_local_clock, shift_clock, summarize_gpu_log, time_range, ReservedSteps,
+};
 use crate::analysis::leaks::leak_candidates;
 use crate::analysis::lifetimes::allocation_lifetimes;
 use crate::analysis::oom::{explain_ooms, with_categories};
@@ -92,6 +94,7 @@ pub fn analyze_device(
             live_by_category_at(&lifetimes, &placed, o.event_index.checked_sub(1))?,
         );
     }
+    let frees_before_trace = frees_of_earlier_memory(&lifetimes)?;
     add_category_columns(&mut lifetimes, &placed)?;
     let summary = DeviceSummary {
         device,
@@ -119,6 +122,9 @@ pub fn analyze_device(
         iterations,
         phases,
         categories,
+        trace_truncated: frees_before_trace > 0,
+        complete_from_us: (frees_before_trace > 0).then(|| ev.time_us(0)).flatten(),
+        frees_before_trace,
     };
     Ok(DeviceAnalysis {
         summary,
@@ -126,6 +132,14 @@ pub fn analyze_device(
         lifetimes,
         fragmentation: frag.frame,
     })
+}
+
+/// Frees in the trace of allocations made before its first entry: the sign that the trace
+/// starts mid-run.
+fn frees_of_earlier_memory(lifetimes: &DataFrame) -> PolarsResult<usize> {
+    let alloc = crate::columns::lifetimes::ALLOC_IDX.slice(lifetimes)?;
+    let free = crate::columns::lifetimes::FREE_IDX.slice(lifetimes)?;
+    Ok(alloc.iter().zip(free).filter(|(&a, &f)| a < 0 && f >= 0).count())
 }
 
 /// The device a report opens on: the one with the most OOMs, else the one whose leaks grow
@@ -188,11 +202,14 @@ pub fn analyze_gpu_log(
     format: memlens_api::Format,
     gzip: bool,
     snapshot_ranges: &[(i64, i64)],
+    reserved: &[ReservedSteps],
 ) -> Result<GpuLogSummary, AnalysisError> {
     let offset = match (t.clock, time_range(t)?) {
         (SampleClock::LocalNoZone, Some(range)) => align_local_clock(range, snapshot_ranges),
         _ => 0,
     };
     shift_clock(t, offset)?;
-    summarize_gpu_log(t, file, format, gzip, offset)
+    let mut summary = summarize_gpu_log(t, file, format, gzip, offset)?;
+    add_non_pytorch_memory(&mut summary, t, reserved)?;
+    Ok(summary)
 }

@@ -14,8 +14,14 @@ fn a_json_snapshot_reads_exactly_as_its_pickle() {
     let (mut j, p) = (json.files[0].clone(), pickle.files[0].clone());
     assert_eq!(j.format, Format::PytorchSnapshotJson);
     let oracle = trace("json_run.memory_stats.json");
-    assert_eq!(j.devices[0].peak_allocated_bytes, oracle_value(&oracle, "requested_bytes.all.peak"));
-    assert_eq!(j.devices[0].peak_reserved_bytes, oracle_value(&oracle, "reserved_bytes.all.peak"));
+    assert_eq!(
+        j.devices[0].peak_allocated_bytes,
+        oracle_value(&oracle, "requested_bytes.all.peak")
+    );
+    assert_eq!(
+        j.devices[0].peak_reserved_bytes,
+        oracle_value(&oracle, "reserved_bytes.all.peak")
+    );
     j.format = p.format;
     j.file = p.file.clone();
     assert_eq!(j, p, "the JSON snapshot's summary differs from its pickle's");
@@ -40,3 +46,48 @@ fn broken_json_is_an_error_naming_where() {
 }
 
 use std::io::Read;
+
+#[test]
+fn memory_held_by_another_library_shows_as_outside_pytorch() {
+    // CuPy held 3 GiB on the H200 while PyTorch trained beside it (traces/capture/round2.py),
+    // nvidia-smi sampling the GPU every 100 ms.
+    let out = analyze_paths(&[trace("cupy_outside.pickle.gz"), trace("cupy_outside.nvidia_smi.csv")]).expect("analyze");
+    let g = &out.gpu_logs[0].gpus[0];
+    let outside = g.non_pytorch_peak_bytes.expect("memory outside PyTorch");
+    assert!(outside >= 3 << 30, "{outside}");
+    // The rest is the CUDA context and library workspaces: well under a GiB more.
+    assert!(outside < (3 << 30) + (1 << 30), "{outside}");
+    // The snapshot's own peaks are PyTorch's counters.
+    let oracle = trace("cupy_outside.memory_stats.json");
+    assert_eq!(
+        out.files[0].devices[0].peak_reserved_bytes,
+        oracle_value(&oracle, "reserved_bytes.all.peak")
+    );
+    // Without a snapshot of the same run there is nothing to subtract.
+    let alone = analyze_paths(&[trace("cupy_outside.nvidia_smi.csv")]).expect("analyze");
+    assert_eq!(alone.gpu_logs[0].gpus[0].non_pytorch_peak_bytes, None);
+}
+
+#[test]
+fn a_trace_whose_ring_buffer_dropped_the_start_is_flagged() {
+    // max_entries=300 on an 8-step run: the first entries free what the trace never saw made.
+    let d = &analyze_paths(&[trace("ring_truncated.pickle.gz")])
+        .expect("analyze")
+        .files[0]
+        .devices[0];
+    assert!(d.trace_truncated);
+    assert!(d.frees_before_trace > 0);
+    assert!(d.complete_from_us.is_some());
+    // The numbers stay PyTorch's.
+    let oracle = trace("ring_truncated.memory_stats.json");
+    assert_eq!(
+        d.peak_allocated_bytes,
+        oracle_value(&oracle, "requested_bytes.all.peak")
+    );
+    assert_eq!(d.peak_reserved_bytes, oracle_value(&oracle, "reserved_bytes.all.peak"));
+    // A run recorded from its start is not flagged.
+    for name in ["mlp_train.pickle", "gpt_train.pickle", "json_run.pickle.gz"] {
+        let d = &analyze_paths(&[trace(name)]).expect("analyze").files[0].devices[0];
+        assert!(!d.trace_truncated, "{name}");
+    }
+}

@@ -190,6 +190,8 @@ pub fn summarize_gpu_log(
             peak_used_bytes: peak.map(|p| p.0),
             peak_time_us: peak.map(|p| p.1),
             peak_util_gpu_pct: rows.iter().filter_map(|&i| util.get(i)).reduce(f64::max),
+            non_pytorch_peak_bytes: None,
+            non_pytorch_peak_time_us: None,
         });
     }
     let used_note = match t.used_meaning {
@@ -291,4 +293,77 @@ mod tests {
         assert_eq!(align_local_clock((5_000 * MIN, 5_010 * MIN), &snap), 0);
         assert_eq!(align_local_clock((1_330 * MIN, 1_340 * MIN), &[]), 0);
     }
+}
+
+/// PyTorch's reserved bytes on one device over a snapshot's trace, as `(time µs, reserved)` at
+/// each change (the value holds until the next).
+pub struct ReservedSteps {
+    pub device: i64,
+    pub steps: Vec<(i64, i64)>,
+}
+
+impl ReservedSteps {
+    /// The change points of `reserved` (after each entry at `time`), starting from `initial`.
+    pub fn from_series(device: i64, time: &[i64], reserved: &[i64], initial: i64) -> ReservedSteps {
+        let mut steps = Vec::new();
+        if let Some(&t0) = time.first() {
+            steps.push((t0, initial));
+        }
+        for (&t, &r) in time.iter().zip(reserved) {
+            if steps.last().is_none_or(|&(_, last)| last != r) {
+                steps.push((t, r));
+            }
+        }
+        if let (Some(&t_end), Some(&(_, r))) = (time.last(), steps.last()) {
+            steps.push((t_end, r));
+        }
+        ReservedSteps { device, steps }
+    }
+
+    fn span(&self) -> Option<(i64, i64)> {
+        Some((self.steps.first()?.0, self.steps.last()?.0))
+    }
+
+    fn at(&self, t: i64) -> i64 {
+        let i = self.steps.partition_point(|&(s, _)| s <= t);
+        self.steps[i.saturating_sub(1)].1
+    }
+}
+
+/// Memory outside PyTorch on each GPU of a log while a snapshot ran there: its peak of
+/// `used − reserved` over the samples inside the snapshot's span (the GPU index taken as the
+/// CUDA device's).
+pub fn add_non_pytorch_memory(
+    summary: &mut GpuLogSummary,
+    t: &GpuSampleTables,
+    reserved: &[ReservedSteps],
+) -> PolarsResult<()> {
+    let df = &t.samples;
+    let gpu = df.column("gpu")?.i32()?;
+    let time = df.column("time_us")?.i64()?;
+    let used = df.column("used_bytes")?.i64()?;
+    for g in &mut summary.gpus {
+        let Some(r) = reserved.iter().find(|r| r.device == g.gpu) else {
+            continue;
+        };
+        let Some((lo, hi)) = r.span() else { continue };
+        let mut best: Option<(i64, i64)> = None;
+        for i in 0..df.height() {
+            let (Some(gi), Some(ti), Some(ui)) = (gpu.get(i), time.get(i), used.get(i)) else {
+                continue;
+            };
+            if i64::from(gi) != g.gpu || ti < lo || ti > hi {
+                continue;
+            }
+            let outside = ui - r.at(ti);
+            if best.is_none_or(|(b, _)| outside > b) {
+                best = Some((outside, ti));
+            }
+        }
+        if let Some((bytes, at)) = best {
+            g.non_pytorch_peak_bytes = Some(bytes.max(0));
+            g.non_pytorch_peak_time_us = Some(at);
+        }
+    }
+    Ok(())
 }

@@ -33,6 +33,7 @@ fn gpu_cards(g: &GpuSeriesSummary, beside_trace: Option<AnyView>) -> impl IntoVi
             <div class="card gpu-peak"><div class="k">{format!("GPU {} peak used", g.gpu)}</div><div class="v">{g.peak_used_bytes.map_or("n/a".into(), bytes)}</div><div class="s">{of_total}</div></div>
             <div class="card"><div class="k">"lowest used"</div><div class="v">{g.min_used_bytes.map_or("n/a".into(), bytes)}</div><div class="s">{span}</div></div>
             {g.driver_reserved_bytes.map(|r| view! { <div class="card"><div class="k">"driver reserved"</div><div class="v">{bytes(r)}</div><div class="s">"not counted in used"</div></div> })}
+            {g.non_pytorch_peak_bytes.map(|o| view! { <div class="card" id="non-pytorch"><div class="k">"outside PyTorch"</div><div class="v">{bytes(o)}</div><div class="s">"at most, while the snapshot ran: used − PyTorch's reserved (CUDA context, NCCL, cuBLAS, other libraries)"</div></div> })}
             {beside_trace}
         </div>
     }

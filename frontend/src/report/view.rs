@@ -193,6 +193,12 @@ pub fn ReportView(
             {meta_line(&meta)}
             {skipped_note(&skipped)}
             {notes.into_iter().map(|n| view! { <p class="muted source-note">{n}</p> }).collect_view()}
+            {move || st.dev_summary.get().filter(|s| s.trace_truncated).map(|s| view! {
+                <p class="alert-text" id="truncated-note">{format!(
+                    "History incomplete: this trace frees {} allocation(s) it never saw made — the ring buffer (max_entries) dropped the start of the run, or recording began late. Memory from before its first entry is counted from the final state; what happened to it earlier is not in the trace.",
+                    s.frees_before_trace
+                )}</p>
+            })}
             {move || st.dev_summary.get().map(|s| cards(&s))}
             {move || st.dev_summary.get().and_then(|s| budget(&s))}
             <WhatIfPanel st=st />

@@ -92,6 +92,12 @@ pub fn render_gpu_log_text(g: &GpuLogSummary) -> String {
         if let Some(m) = gpu.min_used_bytes {
             s += &format!("    lowest used     {}\n", gib(m));
         }
+        if let Some(o) = gpu.non_pytorch_peak_bytes {
+            s += &format!(
+                "    outside PyTorch {} at most while the snapshot ran (used − PyTorch's reserved: CUDA context, NCCL, cuBLAS, other libraries and processes)\n",
+                gib(o)
+            );
+        }
         if let Some(t) = gpu.total_bytes {
             s += &format!("    total           {}\n", gib(t));
         }
@@ -155,6 +161,12 @@ fn render_device(d: &DeviceSummary) -> String {
             gib(g.bytes),
             g.count,
             g.headline()
+        );
+    }
+    if d.trace_truncated {
+        s += &format!(
+            "    history         incomplete: the trace frees {} allocation(s) made before its first entry (max_entries dropped the start, or recording began late); earlier memory is counted from the final state\n",
+            d.frees_before_trace
         );
     }
     s += &format!("    OOMs            {}\n", d.oom_count);
