@@ -276,25 +276,6 @@ pub fn gpu_series(
     Ok((start, end, true, points))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIN: i64 = 60_000_000;
-
-    #[test]
-    fn local_clocks_shift_by_whole_zones_only_when_needed() {
-        let snap = [(1_000 * MIN, 1_010 * MIN)];
-        assert_eq!(align_local_clock((1_000 * MIN, 1_020 * MIN), &snap), 0);
-        // The log was written at UTC+5:30: its local times are 330 minutes ahead.
-        assert_eq!(align_local_clock((1_330 * MIN, 1_340 * MIN), &snap), -330);
-        assert_eq!(align_local_clock((670 * MIN, 680 * MIN), &snap), 330);
-        // Nothing overlaps within ±14 h: leave the times alone.
-        assert_eq!(align_local_clock((5_000 * MIN, 5_010 * MIN), &snap), 0);
-        assert_eq!(align_local_clock((1_330 * MIN, 1_340 * MIN), &[]), 0);
-    }
-}
-
 /// PyTorch's reserved bytes on one device over a snapshot's trace, as `(time µs, reserved)` at
 /// each change (the value holds until the next).
 pub struct ReservedSteps {
@@ -366,4 +347,23 @@ pub fn add_non_pytorch_memory(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000_000;
+
+    #[test]
+    fn local_clocks_shift_by_whole_zones_only_when_needed() {
+        let snap = [(1_000 * MIN, 1_010 * MIN)];
+        assert_eq!(align_local_clock((1_000 * MIN, 1_020 * MIN), &snap), 0);
+        // The log was written at UTC+5:30: its local times are 330 minutes ahead.
+        assert_eq!(align_local_clock((1_330 * MIN, 1_340 * MIN), &snap), -330);
+        assert_eq!(align_local_clock((670 * MIN, 680 * MIN), &snap), 330);
+        // Nothing overlaps within ±14 h: leave the times alone.
+        assert_eq!(align_local_clock((5_000 * MIN, 5_010 * MIN), &snap), 0);
+        assert_eq!(align_local_clock((1_330 * MIN, 1_340 * MIN), &[]), 0);
+    }
 }
