@@ -340,3 +340,16 @@ impl NoStackReason {
         }
     }
 }
+
+/// What kind of memory pool of the caching allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PoolKind {
+    /// The allocator's own pool (id `(0, 0)`).
+    Default,
+    /// A `torch.cuda.MemPool` (id `(0, n)`).
+    MemPool,
+    /// A CUDA graph's private pool (id `(n, 0)`), as `torch.cuda.graph` and compile make.
+    GraphPool,
+}

@@ -16,7 +16,7 @@ pub use compare::{
 };
 
 pub use enums::{
-    ActivationDtype, BlockState, Category, CategoryRule, NoStackReason, OomCause, OptimizerKind, ReportState,
+    ActivationDtype, BlockState, Category, CategoryRule, NoStackReason, OomCause, OptimizerKind, PoolKind, ReportState,
     SampleClock, Stage, TimelineAxis,
 };
 pub use formats::{analysed_formats_sentence, Format, FormatInfo, FORMATS};
@@ -254,6 +254,26 @@ pub struct DeviceSummary {
     pub complete_from_us: Option<i64>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub frees_before_trace: usize,
+    /// The allocator's pools on this device, the default one first.
+    #[serde(default)]
+    pub pools: Vec<PoolSummary>,
+}
+
+/// One memory pool of a device.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PoolSummary {
+    /// `segment_pool_id`: `[0, 0]` the default pool, `[0, n]` a MemPool, `[n, 0]` a CUDA graph's.
+    pub pool_id: [i64; 2],
+    pub kind: PoolKind,
+    /// The pool's name, when the snapshot says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The most the pool reserved at once (segments freed before the end count in the default pool).
+    pub peak_reserved_bytes: i64,
+    pub final_reserved_bytes: i64,
+    pub final_allocated_bytes: i64,
+    pub segments_at_end: usize,
 }
 
 fn is_zero(n: &usize) -> bool {

@@ -18,6 +18,7 @@ use crate::analysis::lifetimes::allocation_lifetimes;
 use crate::analysis::oom::{explain_ooms, with_categories};
 use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of, NoStackEvidence};
 use crate::analysis::phases::{iteration_starts, phase_ranges};
+use crate::analysis::pools::memory_pools;
 use crate::analysis::run::metadata_rank;
 use crate::analysis::usage::usage_over_time;
 use crate::analysis::{devices, DeviceEvents};
@@ -125,6 +126,7 @@ pub fn analyze_device(
         trace_truncated: frees_before_trace > 0,
         complete_from_us: (frees_before_trace > 0).then(|| ev.time_us(0)).flatten(),
         frees_before_trace,
+        pools: memory_pools(t, &ev)?,
     };
     Ok(DeviceAnalysis {
         summary,

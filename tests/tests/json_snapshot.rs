@@ -88,3 +88,23 @@ fn a_trace_whose_ring_buffer_dropped_the_start_is_flagged() {
         assert!(!d.trace_truncated, "{name}");
     }
 }
+
+#[test]
+fn a_mempool_run_shows_its_pool_beside_the_default_one() {
+    // Activations of one forward made inside a torch.cuda.MemPool (traces/capture/round2.py).
+    let d = &analyze_paths(&[trace("mempool.pickle.gz")]).expect("analyze").files[0].devices[0];
+    assert_eq!(d.pools.len(), 2, "{:?}", d.pools);
+    assert_eq!(d.pools[0].kind, memlens_api::PoolKind::Default);
+    let pool = &d.pools[1];
+    assert_eq!((pool.kind, pool.pool_id), (memlens_api::PoolKind::MemPool, [0, 1]));
+    assert!(pool.final_allocated_bytes > 0 && pool.peak_reserved_bytes >= pool.final_reserved_bytes);
+    // The pools add up to the device: at the end, and (here, where both peak at the end) at the peak.
+    let end: i64 = d.pools.iter().map(|p| p.final_reserved_bytes).sum();
+    assert_eq!(end, d.final_reserved_bytes);
+    let oracle = trace("mempool.memory_stats.json");
+    assert_eq!(d.peak_reserved_bytes, oracle_value(&oracle, "reserved_bytes.all.peak"));
+    // A run without private pools has the default one only.
+    let plain = &analyze_paths(&[trace("json_run.pickle.gz")]).expect("analyze").files[0].devices[0];
+    assert_eq!(plain.pools.len(), 1);
+    assert_eq!(plain.pools[0].peak_reserved_bytes, plain.peak_reserved_bytes);
+}

@@ -9,6 +9,7 @@
 //! - [`oom`]: each OutOfMemory explained, with a remedy;
 //! - [`leaks`]: allocations piling up across iterations;
 //! - [`phases`]: `record_function` ranges and iteration boundaries;
+//! - [`pools`]: the allocator's default and private pools (MemPool, CUDA graph);
 //! - [`run`]: the ranks of one job side by side (from file summaries only);
 //! - [`compare`]: two devices (of two runs, or two ranks) side by side, A − B.
 //! - [`gpu_samples`]: whole-GPU memory from NVML logs (not per device of a snapshot), lined up
@@ -26,6 +27,7 @@ pub mod lifetimes;
 pub mod oom;
 pub mod peak;
 pub mod phases;
+pub mod pools;
 pub mod run;
 pub mod segment_map;
 pub mod usage;

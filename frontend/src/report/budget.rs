@@ -69,11 +69,35 @@ pub fn budget(s: &DeviceSummary) -> Option<impl IntoView> {
                 }
             })
             .collect_view();
+        let pools = (s.pools.len() > 1).then(|| {
+            let items = s
+                .pools
+                .iter()
+                .map(|p| {
+                    let kind = match p.kind {
+                        memlens_api::PoolKind::Default => "default pool",
+                        memlens_api::PoolKind::MemPool => "MemPool",
+                        memlens_api::PoolKind::GraphPool => "CUDA graph pool",
+                    };
+                    format!(
+                        "{kind} ({}, {}): reserved at most {}, {} at the end in {} segment(s)",
+                        p.pool_id[0],
+                        p.pool_id[1],
+                        bytes(p.peak_reserved_bytes),
+                        bytes(p.final_reserved_bytes),
+                        p.segments_at_end
+                    )
+                })
+                .map(|t| view! { <li>{t}</li> })
+                .collect_view();
+            view! { <h2>"Memory pools"</h2><ul class="groups" id="pools">{items}</ul> }
+        });
         view! {
             <section class="panel" id="budget">
                 <h2>"What the peak is made of"</h2>
                 <div class="budget-bar">{segments}</div>
                 <ul class="groups budget">{rows}</ul>
+                {pools}
             </section>
         }
     })

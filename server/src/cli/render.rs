@@ -163,6 +163,14 @@ fn render_device(d: &DeviceSummary) -> String {
             g.headline()
         );
     }
+    if d.pools.len() > 1 {
+        let parts: Vec<String> = d
+            .pools
+            .iter()
+            .map(|p| format!("{:?} {:?} peak {}", p.kind, p.pool_id, gib(p.peak_reserved_bytes)))
+            .collect();
+        s += &format!("    pools           {}\n", parts.join(", "));
+    }
     if d.trace_truncated {
         s += &format!(
             "    history         incomplete: the trace frees {} allocation(s) made before its first entry (max_entries dropped the start, or recording began late); earlier memory is counted from the final state\n",
