@@ -21,6 +21,7 @@ macro_rules! for_each_format {
             (PytorchProfilerTrace, pytorch_profiler_trace, true, "a PyTorch profiler Chrome trace with memory (profile_memory=True, export_chrome_trace)"),
             (NvmlJsonl, nvml_jsonl, true, "pynvml JSON lines"),
             (NsysJson, nsys_json, true, "an Nsight Systems JSON export (nsys export --type json)"),
+            (DcgmExporter, dcgm_exporter, true, "DCGM exporter metrics (Prometheus text: DCGM_FI_DEV_FB_USED/FREE/RESERVED)"),
             (NvidiaSmiCsv, nvidia_smi_csv, true, "an nvidia-smi --query-gpu or --query-compute-apps CSV log"),
             (NvidiaSmiPmon, nvidia_smi_pmon, true, "an nvidia-smi pmon per-process log (-s m -o DT)"),
             (NvidiaSmiDmon, nvidia_smi_dmon, true, "an nvidia-smi dmon log (-o DT)"),

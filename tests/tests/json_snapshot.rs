@@ -108,3 +108,67 @@ fn a_mempool_run_shows_its_pool_beside_the_default_one() {
     assert_eq!(plain.pools.len(), 1);
     assert_eq!(plain.pools[0].peak_reserved_bytes, plain.peak_reserved_bytes);
 }
+
+/// The DCGM capture's text (traces/capture/dcgm.py: dcgm-exporter's format written from the
+/// nvidia-smi readings of a real run, kept beside it as CSV).
+fn dcgm_text() -> String {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(trace("dcgm_run.prom.gz")).expect("open"))
+        .read_to_string(&mut text)
+        .expect("gunzip");
+    text
+}
+
+#[test]
+fn dcgm_exporter_metrics_read_as_the_readings_they_were_written_from() {
+    let out = analyze_paths(&[trace("dcgm_run.prom.gz"), trace("dcgm_run.nvidia_smi.csv")]).expect("analyze");
+    let (dcgm, smi) = (&out.gpu_logs[0], &out.gpu_logs[1]);
+    assert_eq!(dcgm.format, Format::DcgmExporter);
+    let (d, s) = (&dcgm.gpus[0], &smi.gpus[0]);
+    assert_eq!(d.sample_count, s.sample_count);
+    assert_eq!(d.peak_used_bytes, s.peak_used_bytes);
+    assert_eq!(d.driver_reserved_bytes, s.driver_reserved_bytes);
+    assert_eq!(d.name.as_deref(), Some("NVIDIA H200"));
+    assert_eq!(d.bus_id, s.bus_id);
+    // Beside the run's snapshot, the memory outside PyTorch is stated.
+    let with = analyze_paths(&[trace("dcgm_run.pickle.gz"), trace("dcgm_run.prom.gz")]).expect("analyze");
+    assert!(with.gpu_logs[0].gpus[0].non_pytorch_peak_bytes.is_some_and(|b| b > 0));
+}
+
+#[test]
+fn dcgm_scrapes_without_timestamps_or_with_a_gpu_twice_at_once() {
+    let dir = std::env::temp_dir().join(format!("memlens-dcgm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let text = dcgm_text();
+    // Without timestamps: one sample per scrape, numbered.
+    let bare: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("DCGM_") {
+                l.rsplitn(2, ' ').nth(1).unwrap_or(l)
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let p = dir.join("bare.prom");
+    std::fs::write(&p, bare).expect("write");
+    let g = &analyze_paths(&[p]).expect("analyze").gpu_logs[0];
+    let with_times = &analyze_paths(&[trace("dcgm_run.prom.gz")]).expect("analyze").gpu_logs[0];
+    assert_eq!(g.gpus[0].sample_count, with_times.gpus[0].sample_count);
+    assert!(g.skipped_lines.iter().any(|l| l.contains("no timestamps")));
+    // The same GPU twice at one instant names the lines.
+    let first_used = text
+        .lines()
+        .find(|l| l.starts_with("DCGM_FI_DEV_FB_USED"))
+        .expect("a sample");
+    let p = dir.join("twice.prom");
+    std::fs::write(&p, format!("{first_used}\n{first_used}\n")).expect("write");
+    let e = analyze_paths(&[p]).expect_err("twice");
+    assert!(
+        e.to_string().contains("line 2") && e.to_string().contains("twice at one instant"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
