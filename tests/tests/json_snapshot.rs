@@ -145,7 +145,7 @@ fn dcgm_scrapes_without_timestamps_or_with_a_gpu_twice_at_once() {
         .lines()
         .map(|l| {
             if l.starts_with("DCGM_") {
-                l.rsplitn(2, ' ').nth(1).unwrap_or(l)
+                l.rsplit_once(' ').map_or(l, |x| x.0)
             } else {
                 l
             }
