@@ -257,6 +257,35 @@ pub struct DeviceSummary {
     /// The allocator's pools on this device, the default one first.
     #[serde(default)]
     pub pools: Vec<PoolSummary>,
+    /// Frees that waited on another stream (`record_stream`) for a millisecond or more, by the
+    /// stack that allocated the block, most bytes × wait first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_free_stalls: Vec<FreeStall>,
+    /// The most bytes those stalled frees held at once (freed, not yet reusable).
+    #[serde(default, skip_serializing_if = "is_zero_bytes")]
+    pub pending_free_peak_bytes: i64,
+}
+
+fn is_zero_bytes(n: &i64) -> bool {
+    *n == 0
+}
+
+/// Blocks of one stack whose frees waited on another stream.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FreeStall {
+    /// The folded stack that allocated the blocks.
+    pub stack: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// Frees that waited.
+    pub count: usize,
+    pub largest_block_bytes: i64,
+    /// From `free_requested` to `free_completed`, µs.
+    pub longest_wait_us: i64,
+    pub mean_wait_us: i64,
+    /// Σ bytes × wait: memory held with nothing able to reuse it.
+    pub held_byte_seconds: f64,
 }
 
 /// One memory pool of a device.

@@ -20,6 +20,7 @@ use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of,
 use crate::analysis::phases::{iteration_starts, phase_ranges};
 use crate::analysis::pools::memory_pools;
 use crate::analysis::run::metadata_rank;
+use crate::analysis::stalls::pending_free_stalls;
 use crate::analysis::usage::usage_over_time;
 use crate::analysis::{devices, DeviceEvents};
 use crate::error::AnalysisError;
@@ -96,6 +97,7 @@ pub fn analyze_device(
         );
     }
     let frees_before_trace = frees_of_earlier_memory(&lifetimes)?;
+    let (stalls, pending_peak) = pending_free_stalls(&ev, stacks);
     add_category_columns(&mut lifetimes, &placed)?;
     let summary = DeviceSummary {
         device,
@@ -127,6 +129,8 @@ pub fn analyze_device(
         complete_from_us: (frees_before_trace > 0).then(|| ev.time_us(0)).flatten(),
         frees_before_trace,
         pools: memory_pools(t, &ev)?,
+        pending_free_stalls: stalls,
+        pending_free_peak_bytes: pending_peak,
     };
     Ok(DeviceAnalysis {
         summary,

@@ -172,3 +172,31 @@ fn dcgm_scrapes_without_timestamps_or_with_a_gpu_twice_at_once() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn frees_waiting_on_another_stream_are_flagged_with_what_they_held() {
+    // Each step hands a 256 MiB tensor to a side stream (record_stream) and drops it; the side
+    // stream's matmuls keep it for about 0.6 s (traces/capture/stalled_frees.py, on the H200).
+    let d = &analyze_paths(&[trace("stalled_frees.pickle.gz")])
+        .expect("analyze")
+        .files[0]
+        .devices[0];
+    assert_eq!(d.pending_free_stalls.len(), 1, "{:?}", d.pending_free_stalls);
+    let s = &d.pending_free_stalls[0];
+    assert_eq!((s.count, s.largest_block_bytes), (5, 256 << 20));
+    assert!(s.longest_wait_us > 100_000 && s.mean_wait_us > 100_000, "{s:?}");
+    assert!(
+        s.stack.first().is_some_and(|f| f.starts_with("stalled_frees.py:18 ")),
+        "{s:?}"
+    );
+    // One block at a time waits (the default stream's small frees do not stall).
+    assert_eq!(d.pending_free_peak_bytes, 256 << 20);
+    let oracle = trace("stalled_frees.memory_stats.json");
+    assert_eq!(
+        d.peak_allocated_bytes,
+        oracle_value(&oracle, "requested_bytes.all.peak")
+    );
+    // Training without side streams has none.
+    let plain = &analyze_paths(&[trace("gpt_train.pickle")]).expect("analyze").files[0].devices[0];
+    assert!(plain.pending_free_stalls.is_empty());
+}

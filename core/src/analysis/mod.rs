@@ -10,6 +10,7 @@
 //! - [`leaks`]: allocations piling up across iterations;
 //! - [`phases`]: `record_function` ranges and iteration boundaries;
 //! - [`pools`]: the allocator's default and private pools (MemPool, CUDA graph);
+//! - [`stalls`]: frees that waited on another stream (`record_stream`);
 //! - [`run`]: the ranks of one job side by side (from file summaries only);
 //! - [`compare`]: two devices (of two runs, or two ranks) side by side, A − B.
 //! - [`gpu_samples`]: whole-GPU memory from NVML logs (not per device of a snapshot), lined up
@@ -30,6 +31,7 @@ pub mod phases;
 pub mod pools;
 pub mod run;
 pub mod segment_map;
+pub mod stalls;
 pub mod usage;
 pub mod whatif;
 

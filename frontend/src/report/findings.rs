@@ -104,6 +104,17 @@ pub fn details(st: ReportState, s: &DeviceSummary) -> impl IntoView {
                     </ul>
                 }.into_any()
             }}
+            {(!s.pending_free_stalls.is_empty()).then(|| view! {
+                <h2>"Frees stalled on another stream"</h2>
+                <p class="muted">{format!("Freed while another stream still used them (record_stream): up to {} at once could not be reused.", bytes(s.pending_free_peak_bytes))}</p>
+                <ul class="groups" id="stalls">
+                    {s.pending_free_stalls.iter().map(|st| view! {
+                        <li><b>{format!("{} × up to {}", st.count, bytes(st.largest_block_bytes))}</b>
+                            {format!(" waited up to {:.1} ms (mean {:.1} ms) — ", st.longest_wait_us as f64 / 1000.0, st.mean_wait_us as f64 / 1000.0)}
+                            <span class="headline">{memlens_api::stack_headline(st.module.as_deref(), &st.stack, None, None)}</span></li>
+                    }).collect_view()}
+                </ul>
+            })}
             <h2>"OOMs"</h2>
             {if s.ooms.is_empty() {
                 view! { <p class="muted">"No allocation failed."</p> }.into_any()

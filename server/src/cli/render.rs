@@ -171,6 +171,15 @@ fn render_device(d: &DeviceSummary) -> String {
             .collect();
         s += &format!("    pools           {}\n", parts.join(", "));
     }
+    for st in d.pending_free_stalls.iter().take(3) {
+        s += &format!(
+            "    stalled frees   {} block(s) of up to {} waited on another stream for up to {:.1} ms, from {}\n",
+            st.count,
+            gib(st.largest_block_bytes),
+            st.longest_wait_us as f64 / 1000.0,
+            memlens_api::stack_headline(st.module.as_deref(), &st.stack, None, None)
+        );
+    }
     if d.trace_truncated {
         s += &format!(
             "    history         incomplete: the trace frees {} allocation(s) made before its first entry (max_entries dropped the start, or recording began late); earlier memory is counted from the final state\n",
