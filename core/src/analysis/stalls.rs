@@ -20,6 +20,19 @@ const MIN_HELD_BYTE_SECONDS: f64 = (1u64 << 20) as f64 * 1e-3;
 /// Most stall groups listed.
 const TOP: usize = 10;
 
+/// The stalled frees of one folded stack, as they add up.
+#[derive(Default)]
+struct Waits {
+    count: usize,
+    largest: i64,
+    longest: i64,
+    total: i64,
+    /// Σ bytes × wait, in byte-seconds.
+    held: f64,
+    /// A stack id of the group, for its model-code frame.
+    stack_id: u32,
+}
+
 /// The device's stalled frees, largest bytes × wait first, and the most bytes pending at once.
 pub fn pending_free_stalls(ev: &DeviceEvents, stacks: &StackResolver) -> (Vec<FreeStall>, i64) {
     if !ev.has_time {
@@ -30,8 +43,7 @@ pub fn pending_free_stalls(ev: &DeviceEvents, stacks: &StackResolver) -> (Vec<Fr
     let mut requested: FxHashMap<i64, (i64, i64)> = FxHashMap::default(); // addr → (time, size)
                                                                           // Each stalled wait as (time, ±bytes), for the most held at once.
     let mut held: Vec<(i64, i64)> = Vec::new();
-    // Folded stack → (count, largest block, longest wait, total wait, byte-seconds, a stack id).
-    let mut groups: FxHashMap<Vec<String>, (usize, i64, i64, i64, f64, u32)> = FxHashMap::default();
+    let mut groups: FxHashMap<Vec<String>, Waits> = FxHashMap::default();
     for i in 0..action.len() {
         match Action::from_code(action[i]) {
             Action::Alloc => {
@@ -51,12 +63,15 @@ pub fn pending_free_stalls(ev: &DeviceEvents, stacks: &StackResolver) -> (Vec<Fr
                 held.push((t0, bytes));
                 held.push((time[i], -bytes));
                 let id = alloc_stack.get(&addr[i]).copied().unwrap_or(stack[i]);
-                let g = groups.entry(stacks.user_frames(id)).or_insert((0, 0, 0, 0, 0.0, id));
-                g.0 += 1;
-                g.1 = g.1.max(bytes);
-                g.2 = g.2.max(wait);
-                g.3 += wait;
-                g.4 += bytes as f64 * wait as f64 * 1e-6;
+                let g = groups.entry(stacks.user_frames(id)).or_insert(Waits {
+                    stack_id: id,
+                    ..Waits::default()
+                });
+                g.count += 1;
+                g.largest = g.largest.max(bytes);
+                g.longest = g.longest.max(wait);
+                g.total += wait;
+                g.held += bytes as f64 * wait as f64 * 1e-6;
             }
             _ => {}
         }
@@ -70,14 +85,14 @@ pub fn pending_free_stalls(ev: &DeviceEvents, stacks: &StackResolver) -> (Vec<Fr
     }
     let mut out: Vec<FreeStall> = groups
         .into_iter()
-        .map(|(stack, (count, largest, longest, total, held, id))| FreeStall {
-            module: stacks.module_of(id),
+        .map(|(stack, w)| FreeStall {
+            module: stacks.module_of(w.stack_id),
             stack,
-            count,
-            largest_block_bytes: largest,
-            longest_wait_us: longest,
-            mean_wait_us: total / count.max(1) as i64,
-            held_byte_seconds: held,
+            count: w.count,
+            largest_block_bytes: w.largest,
+            longest_wait_us: w.longest,
+            mean_wait_us: w.total / w.count.max(1) as i64,
+            held_byte_seconds: w.held,
         })
         .collect();
     out.retain(|g| g.held_byte_seconds >= MIN_HELD_BYTE_SECONDS);
