@@ -125,6 +125,14 @@ fn wait_done(s: &Server, id: &str) -> Value {
     }
 }
 
+/// Runs the CLI and checks it refused with exit status 2 and a message naming `needle`.
+fn assert_cli_refuses(cmd: &mut Command, needle: &str) {
+    let out = cmd.output().expect("cli");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(needle), "{err}");
+}
+
 fn get_json(s: &Server, path: &str) -> (u16, Value) {
     status_code(ureq::get(&s.url(path)).call())
 }
@@ -603,16 +611,11 @@ fn what_if_answers_like_the_cli_and_refuses_unknown_settings() {
     let (code, e) = get_json(&s, &format!("/api/reports/{id}/whatif?batch_sise=16"));
     assert_eq!(code, 400, "{e}");
     assert!(e["error"].as_str().is_some_and(|m| m.contains("batch_sise")), "{e}");
-    let bad = Command::new(env!("CARGO_BIN_EXE_memlens"))
-        .args(["whatif", "--set", "zero_stage=three"])
-        .arg(trace("gpt_b8.pickle.gz"))
-        .output()
-        .expect("cli");
-    assert_eq!(bad.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("zero_stage"),
-        "{}",
-        String::from_utf8_lossy(&bad.stderr)
+    assert_cli_refuses(
+        Command::new(env!("CARGO_BIN_EXE_memlens"))
+            .args(["whatif", "--set", "zero_stage=three"])
+            .arg(trace("gpt_b8.pickle.gz")),
+        "zero_stage",
     );
 }
 
@@ -855,16 +858,11 @@ fn uploads_over_a_clients_rate_get_429_with_retry_after() {
         other => panic!("expected 429, got {other:?}"),
     }
     // The CLI says so in one line and exits 2 when it runs out of attempts.
-    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
-        .args(["upload", "--attempts", "1", "--server", &s.base])
-        .arg(trace("mlp_train.pickle"))
-        .output()
-        .expect("cli");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("429"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    assert_cli_refuses(
+        Command::new(env!("CARGO_BIN_EXE_memlens"))
+            .args(["upload", "--attempts", "1", "--server", &s.base])
+            .arg(trace("mlp_train.pickle")),
+        "429",
     );
 }
 
@@ -893,12 +891,11 @@ fn memlens_upload_prints_a_link_whose_report_has_the_oracle_numbers() {
         );
     }
     // Without the token: one clear line, exit 2.
-    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
-        .args(["upload", "--server", &s.base])
-        .env_remove("MEMLENS_TOKEN")
-        .arg(trace("mlp_train.pickle"))
-        .output()
-        .expect("cli");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+    assert_cli_refuses(
+        Command::new(env!("CARGO_BIN_EXE_memlens"))
+            .args(["upload", "--server", &s.base])
+            .env_remove("MEMLENS_TOKEN")
+            .arg(trace("mlp_train.pickle")),
+        "401",
+    );
 }
