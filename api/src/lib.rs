@@ -8,7 +8,12 @@ use serde::{Deserialize, Serialize};
 mod compare;
 mod enums;
 mod formats;
+mod meta;
 mod params;
+mod stacks;
+
+pub use meta::{MetaPatch, ReportMeta};
+pub use stacks::{stack_headline, FlameGraph, FlameNode, FreeStall, ModuleGroup, StackGroup};
 
 pub use compare::{
     AlignedTimelines, CategoryDelta, CategorySteady, CompareAxis, ComparedRun, Comparison, RankPeak, RankSource,
@@ -270,24 +275,6 @@ fn is_zero_bytes(n: &i64) -> bool {
     *n == 0
 }
 
-/// Blocks of one stack whose frees waited on another stream.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct FreeStall {
-    /// The folded stack that allocated the blocks.
-    pub stack: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub module: Option<String>,
-    /// Frees that waited.
-    pub count: usize,
-    pub largest_block_bytes: i64,
-    /// From `free_requested` to `free_completed`, µs.
-    pub longest_wait_us: i64,
-    pub mean_wait_us: i64,
-    /// Σ bytes × wait: memory held with nothing able to reuse it.
-    pub held_byte_seconds: f64,
-}
-
 /// One memory pool of a device.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -344,84 +331,6 @@ pub struct RuleShare {
 pub enum TimeAxis {
     TimeUs,
     EventOrder,
-}
-
-/// Allocations sharing one folded stack.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct StackGroup {
-    /// A stack id of the group (its largest), for the whole stack (`/stacks/{id}`).
-    pub stack_id: Option<u32>,
-    /// The folded stack, innermost first: Python frames as `file:line function` with short
-    /// paths, allocator, interpreter, dispatcher and call-plumbing frames folded away.
-    pub stack: Vec<String>,
-    pub bytes: i64,
-    pub count: usize,
-    /// The innermost frame of model code (the user's or a model library's, not `torch/`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub module: Option<String>,
-    /// Why `stack` is empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub no_stack_reason: Option<NoStackReason>,
-    /// With an empty stack: the innermost `record_function` range all of the group's
-    /// allocations were made in, when they share one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
-}
-
-/// A stack in one line, for lists: the model code that asked and, when the innermost shown
-/// frame is another (a `torch/` op), that frame; without model code, the two innermost frames;
-/// without a stack, why there is none.
-pub fn stack_headline(
-    module: Option<&str>,
-    stack: &[String],
-    reason: Option<NoStackReason>,
-    phase: Option<&str>,
-) -> String {
-    match (module, stack.first()) {
-        (Some(m), Some(first)) if first != m => format!("{m} (via {first})"),
-        (Some(m), _) => m.to_owned(),
-        // Native frames alone (autograd nodes, driver calls): the two innermost say more.
-        (None, Some(_)) => stack.iter().take(2).cloned().collect::<Vec<_>>().join(" ← "),
-        (None, None) => {
-            let why = reason.map_or("no stack recorded", NoStackReason::describe);
-            match phase {
-                Some(p) if !(p == "backward" && reason == Some(NoStackReason::AutogradThread)) => {
-                    format!("no stack — {why}; made during {p}")
-                }
-                _ => format!("no stack — {why}"),
-            }
-        }
-    }
-}
-
-impl StackGroup {
-    /// The group in one line (see [`stack_headline`]).
-    pub fn headline(&self) -> String {
-        stack_headline(
-            self.module.as_deref(),
-            &self.stack,
-            self.no_stack_reason,
-            self.phase.as_deref(),
-        )
-    }
-}
-
-impl LeakCandidate {
-    /// The candidate's stack in one line (see [`stack_headline`]).
-    pub fn headline(&self) -> String {
-        stack_headline(self.module.as_deref(), &self.stack, self.no_stack_reason, None)
-    }
-}
-
-/// Live bytes at the peak by the model-code frame that asked for them.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ModuleGroup {
-    /// `None`: allocations whose stack has no model-code frame.
-    pub module: Option<String>,
-    pub bytes: i64,
-    pub count: usize,
 }
 
 /// Fragmentation of the cached segments at one instant.
@@ -635,70 +544,6 @@ pub struct ServerLimits {
     pub retention_days: u64,
 }
 
-/// What a report says about itself: set at upload (`?title=&notes=&tags=&job=&host=`) or later
-/// by the holder of its owner token (`PATCH /api/reports/{id}`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ReportMeta {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub notes: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tags: Vec<String>,
-    /// The training job (a launcher's run id, a Slurm job, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-}
-
-impl ReportMeta {
-    /// Longest title, job or host kept, in characters.
-    pub const MAX_LINE: usize = 200;
-    /// Longest notes kept, in characters.
-    pub const MAX_NOTES: usize = 4000;
-    /// Most tags kept.
-    pub const MAX_TAGS: usize = 20;
-
-    /// The same metadata within the limits: lines trimmed and cut, empty ones dropped, tags
-    /// deduplicated.
-    pub fn bounded(self) -> ReportMeta {
-        let line = |s: Option<String>, max: usize| {
-            s.map(|s| s.trim().chars().take(max).collect::<String>())
-                .filter(|s| !s.is_empty())
-        };
-        let mut tags: Vec<String> = Vec::new();
-        for t in self.tags {
-            let t: String = t.trim().chars().take(40).collect();
-            if !t.is_empty() && !tags.contains(&t) && tags.len() < Self::MAX_TAGS {
-                tags.push(t);
-            }
-        }
-        ReportMeta {
-            title: line(self.title, Self::MAX_LINE),
-            notes: line(self.notes, Self::MAX_NOTES),
-            tags,
-            job: line(self.job, Self::MAX_LINE),
-            host: line(self.host, Self::MAX_LINE),
-        }
-    }
-}
-
-/// `PATCH /api/reports/{id}`: the fields given replace the report's; `tags` replaces them all.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct MetaPatch {
-    pub title: Option<String>,
-    pub notes: Option<String>,
-    pub tags: Option<Vec<String>>,
-    pub job: Option<String>,
-    pub host: Option<String>,
-    /// Expire the report this many days from now (within the server's retention); 0 keeps it.
-    pub expires_in_days: Option<u64>,
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Status {
@@ -812,32 +657,4 @@ pub struct CategorySeries {
     pub category: Category,
     /// One value per pixel column.
     pub bytes: Vec<i64>,
-}
-
-/// A window's flame graph: bytes × lifetime (byte-seconds on the time axis, byte-entries on
-/// the event axis) by folded stack, laid out as an icicle. Node `i` spans
-/// `[offset, offset + value]` of the root's `[0, total]` at row `depth`; narrow nodes are left
-/// out.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct FlameGraph {
-    pub device: i64,
-    pub start: i64,
-    pub end: i64,
-    pub total: f64,
-    /// The node cap was reached (more nodes exist than were sent).
-    pub truncated: bool,
-    /// The root first, then depth-first, children largest first.
-    pub nodes: Vec<FlameNode>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct FlameNode {
-    /// The frame as a folded stack shows it (`all` for the root, `(no stack)` for allocations
-    /// without frames).
-    pub name: String,
-    pub depth: u32,
-    pub offset: f64,
-    pub value: f64,
 }

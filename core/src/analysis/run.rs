@@ -43,7 +43,7 @@ pub fn metadata_rank(event_notes: &DataFrame) -> PolarsResult<Option<u32>> {
     Ok(meta.iter().flatten().find_map(rank_in_metadata))
 }
 
-/// The ranks of `files` when every file has a distinct one.
+/// The ranks when every file has a distinct one.
 fn distinct(ranks: Vec<Option<u32>>) -> Option<Vec<u32>> {
     let ranks: Vec<u32> = ranks.into_iter().collect::<Option<_>>()?;
     let mut sorted = ranks.clone();
@@ -58,7 +58,7 @@ pub fn busiest_device(f: &FileSummary) -> Option<&DeviceSummary> {
 }
 
 /// The rank of each file and where the numbers came from.
-pub fn assign_ranks(files: &[FileSummary]) -> (Vec<u32>, RankSource) {
+pub fn assign_ranks(files: &[&FileSummary]) -> (Vec<u32>, RankSource) {
     if let Some(r) = distinct(files.iter().map(|f| rank_from_file_name(&f.file)).collect()) {
         return (r, RankSource::FileName);
     }
@@ -71,11 +71,10 @@ pub fn assign_ranks(files: &[FileSummary]) -> (Vec<u32>, RankSource) {
 /// The overview of a report of several allocator snapshots (the ranks; an Nsight export or a
 /// profiler trace beside them is another view of a run, not a rank); `None` with fewer than two.
 pub fn run_overview(files: &[FileSummary]) -> Option<RunOverview> {
-    let (indices, snapshots): (Vec<usize>, Vec<FileSummary>) = files
+    let (indices, snapshots): (Vec<usize>, Vec<&FileSummary>) = files
         .iter()
         .enumerate()
         .filter(|(_, f)| f.format.is_pytorch_snapshot())
-        .map(|(i, f)| (i, f.clone()))
         .unzip();
     if snapshots.len() < 2 {
         return None;
