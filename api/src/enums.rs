@@ -176,7 +176,8 @@ pub enum Category {
 }
 
 impl CategoryRule {
-    pub const ALL: [CategoryRule; 17] = [
+    /// Every rule; stored reports keep positions in this list, so new rules go at the end.
+    pub const ALL: [CategoryRule; 19] = [
         CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
@@ -194,6 +195,8 @@ impl CategoryRule {
         CategoryRule::KeptPastItsIteration,
         CategoryRule::FrameRule,
         CategoryRule::Unplaced,
+        CategoryRule::ProfilerCategory,
+        CategoryRule::LibraryWorkspace,
     ];
 }
 
@@ -264,6 +267,14 @@ pub enum CategoryRule {
     FrameRule,
     /// None of the rules applied.
     Unplaced,
+    /// Named by PyTorch's own memory profiler: the `category` of a profiler-derived snapshot's
+    /// entry (`torch.cuda._memory_viz._profile_to_snapshot`; its `autograd_detail` counts as
+    /// temporary).
+    ProfilerCategory,
+    /// A workspace a math library keeps for as long as its handle lives (cuBLAS's
+    /// `setWorkspaceForHandle`, cuBLASLt's `getCUDABlasLtWorkspace` in a C++ stack): state,
+    /// not a gradient or an activation, whichever phase first needed it.
+    LibraryWorkspace,
 }
 
 /// An optimizer, by how many fp32 states it keeps per parameter.

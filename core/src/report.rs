@@ -17,7 +17,7 @@ use crate::analysis::leaks::leak_candidates;
 use crate::analysis::lifetimes::allocation_lifetimes;
 use crate::analysis::oom::{explain_ooms, with_categories};
 use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of, NoStackEvidence};
-use crate::analysis::phases::{iteration_starts, phase_ranges};
+use crate::analysis::phases::{iteration_starts, phase_ranges, with_inferred_optimizer_steps};
 use crate::analysis::pools::memory_pools;
 use crate::analysis::run::metadata_rank;
 use crate::analysis::stalls::pending_free_stalls;
@@ -65,10 +65,12 @@ pub fn analyze_device(
             .iter()
             .any(|v| v == Some(true));
     let phases = phase_ranges(t, device)?;
+    // The category analysis also reads optimizer steps inferred from frames.
+    let structure = with_inferred_optimizer_steps(&phases, &ev, stacks);
     let no_stack = NoStackEvidence {
         stacks_recorded: stacks.any_recorded(),
         autograd: if ev.has_time {
-            autograd_windows(&phases, ev.time(), usage.allocated())
+            autograd_windows(&structure, ev.time(), usage.allocated())
         } else {
             Vec::new()
         },
@@ -88,7 +90,7 @@ pub fn analyze_device(
     let Placement {
         placed,
         iteration_ends: ends,
-    } = categorize(&ev, usage.allocated(), &lifetimes, &phases, stacks, pytorch, &evidence)?;
+    } = categorize(&ev, usage.allocated(), &lifetimes, &structure, stacks, pytorch, &evidence)?;
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     for o in &mut ooms {
         with_categories(

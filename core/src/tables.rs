@@ -11,7 +11,7 @@
 //! | `frames` | `frame` u32, `name` str, `filename` str, `line` i64 |
 //! | `stack_frames` | `stack` u32, `depth` u32 (0 = innermost), `frame` u32 |
 //! | `annotations` | `device` i64, `name` str, `stage` str, `time_us` i64 |
-//! | `event_notes` | `row` u32 (row in `events`), `compile_context`, `user_metadata`, `action_name` str (null when default) |
+//! | `event_notes` | `row` u32 (row in `events`), `compile_context`, `user_metadata`, `action_name`, `category` str (null when default) |
 
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
@@ -107,8 +107,30 @@ pub struct TraceRows {
     pub notes: Vec<EventNote>,
 }
 
-/// `(row, compile_context, user_metadata, unknown action name)`, each `None` when default.
-pub type EventNote = (u32, Option<String>, Option<String>, Option<String>);
+/// The strings a trace entry carries beyond its numbers, each `None` when default.
+#[derive(Debug, Clone, Default)]
+pub struct EventNote {
+    /// Row in the trace.
+    pub row: u32,
+    pub compile_context: Option<String>,
+    /// What the script set with `_set_memory_metadata`.
+    pub user_metadata: Option<String>,
+    /// The action's name, when it is not one memlens knows.
+    pub action_name: Option<String>,
+    /// PyTorch's memory-profiler category, on the entries of a profiler-derived snapshot
+    /// (`torch.cuda._memory_viz._profile_to_snapshot`): `parameter`, `activation`, ….
+    pub category: Option<String>,
+}
+
+impl EventNote {
+    /// Whether the entry carries anything beyond its numbers.
+    pub fn is_empty(&self) -> bool {
+        self.compile_context.is_none()
+            && self.user_metadata.is_none()
+            && self.action_name.is_none()
+            && self.category.is_none()
+    }
+}
 
 impl TraceRows {
     pub fn len(&self) -> usize {
@@ -492,13 +514,14 @@ impl SnapshotColumns {
         )?;
 
         let mut note_rows = Vec::new();
-        let (mut cc, mut um, mut an) = (Vec::new(), Vec::new(), Vec::new());
-        for (r, c, u, a) in notes {
-            if let Some(r) = remap(r) {
+        let (mut cc, mut um, mut an, mut cat) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for note in notes {
+            if let Some(r) = remap(note.row) {
                 note_rows.push(r);
-                cc.push(c);
-                um.push(u);
-                an.push(a);
+                cc.push(note.compile_context);
+                um.push(note.user_metadata);
+                an.push(note.action_name);
+                cat.push(note.category);
             }
         }
         let event_notes = DataFrame::new(
@@ -508,6 +531,7 @@ impl SnapshotColumns {
                 Column::new("compile_context".into(), cc),
                 Column::new("user_metadata".into(), um),
                 Column::new("action_name".into(), an),
+                Column::new("category".into(), cat),
             ],
         )?;
 

@@ -3,7 +3,7 @@
 //! (fp32) and the optimizer's states per parameter; no training category on runs without
 //! training; the categories at the peak add up to the peak.
 
-use memlens_api::{Category, DeviceSummary};
+use memlens_api::{Category, CategoryRule, DeviceSummary};
 use memlens_core::pipeline::{analyze_paths, summarize_file};
 use memlens_tests::trace;
 
@@ -229,4 +229,75 @@ fn user_frame_rules_place_what_the_built_in_rules_leave_open() {
         let e = FrameRules::parse(text).expect_err(text);
         assert!(e.starts_with(want), "{text}: {e}");
     }
+}
+
+/// Every device summary of a snapshot whose `record_function` ranges were dropped, as in a
+/// history from before PyTorch recorded them or of an optimizer outside its profiling hook.
+fn without_annotations(name: &str) -> Vec<DeviceSummary> {
+    use memlens_core::importers::{import_path, Imported};
+    let file = import_path(&trace(name), Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let Imported::Snapshot(mut t) = file.data else {
+        panic!("{name}: not a snapshot")
+    };
+    t.annotations = t.annotations.clear();
+    let rules = memlens_core::analysis::categories::FrameRules::default();
+    let (summary, _) = memlens_core::report::analyze_snapshot(&t, name, file.gzip, &rules).expect("analysis");
+    summary.devices
+}
+
+#[test]
+fn optimizer_steps_are_found_from_torch_optim_frames_when_no_range_names_them() {
+    let mut models = MODELS.to_vec();
+    // traces/capture/profiler_categories.py: a 25,214,986-parameter MLP trained with AdamW.
+    models.push(("profiled.pickle.gz", 25_214_986, 2));
+    for (name, params, states) in models {
+        let d = without_annotations(name).remove(0);
+        assert!(d.phases.is_empty(), "{name}");
+        let fp32 = params * 4;
+        for (c, want) in [
+            (Category::Parameter, fp32),
+            (Category::Gradient, fp32),
+            (Category::OptimizerState, states * fp32),
+        ] {
+            let got = max_bytes(&d, c);
+            
+            let off = (got - want).abs() as f64 / want as f64;
+            assert!(off < 0.05, "{name}: {c:?} {got} vs {want} ({:.1}% off)", off * 100.0);
+        }
+    }
+    // Inference has no optimizer frames: still nothing training-shaped.
+    let d = without_annotations("kv_cache_inference.pickle").remove(0);
+    assert!(d
+        .categories
+        .iter()
+        .all(|c| !matches!(c.category, Category::Gradient | Category::OptimizerState | Category::Activation)));
+}
+
+#[test]
+fn pytorch_s_own_memory_profiler_agrees_with_the_categories_memlens_infers() {
+    // The same AdamW run, recorded twice at once (traces/capture/profiler_categories.py): the
+    // allocator history, which memlens categorises from its structure, and the profiler's
+    // derived snapshot (`_profile_to_snapshot`), whose entries carry PyTorch's categories.
+    let ours = device0("profiled.pickle.gz");
+    let pytorch = device0("profiled.from_profiler.pickle.gz");
+    let fp32 = 25_214_986 * 4;
+    for (c, truth) in [
+        (Category::Parameter, fp32),
+        (Category::Gradient, fp32),
+        (Category::OptimizerState, 2 * fp32),
+    ] {
+        // memlens counts requested bytes, the profiler its blocks (rounded up to 512 B).
+        assert_eq!(max_bytes(&ours, c), truth, "{c:?}");
+        let theirs = max_bytes(&pytorch, c);
+        assert!(theirs >= truth && theirs - truth < 512 * 12, "{c:?}: {theirs}");
+        let rules = &pytorch.categories.iter().find(|x| x.category == c).expect("category").rules;
+        assert!(rules.iter().all(|r| r.rule == CategoryRule::ProfilerCategory), "{c:?}: {rules:?}");
+    }
+    // The cuBLAS/cuBLASLt workspaces (C++ frames) are state, not gradients.
+    let cache = ours.categories.iter().find(|c| c.category == Category::Cache).expect("cache");
+    assert!(cache.rules.iter().any(|r| r.rule == CategoryRule::LibraryWorkspace), "{cache:?}");
+    // The derived snapshot's last device holds the CPU's tensors: left out, and said so.
+    let s = summarize_file(&trace("profiled.from_profiler.pickle.gz")).expect("summary");
+    assert_eq!(s.devices.len(), 1);
+    assert!(s.source.notes.iter().any(|n| n.contains("_profile_to_snapshot")), "{:?}", s.source.notes);
 }

@@ -263,6 +263,15 @@ fn moved_by_module_to(stacks: &StackResolver, stack: u32) -> bool {
         .any(|f| f.contains("torch/nn/modules/module.py") && f.ends_with(":_apply"))
 }
 
+/// Whether a C++ stack shows a math library's workspace being made (cuBLAS's per-handle
+/// workspace, cuBLASLt's): PyTorch keeps it while the handle lives.
+fn library_workspace(stacks: &StackResolver, stack: u32) -> bool {
+    stacks
+        .frames(stack)
+        .iter()
+        .any(|f| f.contains("at::cuda::setWorkspaceForHandle") || f.contains("at::cuda::getCUDABlasLtWorkspace"))
+}
+
 /// User rules for what the built-in evidence cannot place: `category: regex` lines, matched
 /// against each frame (`file:line:function`) of an allocation's stack; the first rule that
 /// matches wins. Blank lines and `#` comments are skipped.
@@ -345,37 +354,67 @@ pub fn label_category(metadata: &str) -> Option<Category> {
     Category::ALL.into_iter().find(|c| c.name() == name)
 }
 
-/// Labels the script gave the device's allocations: alloc entry index → category, from the
-/// `user_metadata` kept in `event_notes` (rows of the `events` table).
-pub fn explicit_labels(
-    event_notes: &DataFrame,
-    ev: &DeviceEvents,
-) -> PolarsResult<rustc_hash::FxHashMap<usize, Category>> {
-    let mut out = rustc_hash::FxHashMap::default();
+/// The category PyTorch's memory profiler gave an entry (`category` in a profiler-derived
+/// snapshot; `_memory_profiler.Category` names in lower case). Its `autograd_detail` (tensors
+/// autograd makes and drops inside backward) is a temporary; `unknown` places nothing.
+pub fn profiler_category(name: &str) -> Option<Category> {
+    Some(match name {
+        "parameter" => Category::Parameter,
+        "optimizer_state" => Category::OptimizerState,
+        "input" => Category::Input,
+        "temporary" | "autograd_detail" => Category::Temporary,
+        "activation" => Category::Activation,
+        "gradient" => Category::Gradient,
+        _ => return None,
+    })
+}
+
+/// Labels the device's allocations carry: alloc entry index → category and rule, from the
+/// `user_metadata` the script set ([`CategoryRule::ExplicitLabel`]) or the `category` of a
+/// profiler-derived snapshot ([`CategoryRule::ProfilerCategory`]), both kept in `event_notes`
+/// (rows of the `events` table). The script's label wins.
+pub fn explicit_labels(event_notes: &DataFrame, ev: &DeviceEvents) -> PolarsResult<Labels> {
+    let mut out = Labels::default();
     if event_notes.height() == 0 {
         return Ok(out);
     }
     let rows = event_notes.column("row")?.u32()?;
     let meta = event_notes.column("user_metadata")?.str()?;
+    // Reports stored before the column existed have none.
+    let profiler = event_notes.column("category").ok().map(|c| c.str()).transpose()?;
     let action = ev.action();
-    for (row, m) in rows.iter().zip(meta.iter()) {
-        let (Some(row), Some(m)) = (row, m) else { continue };
+    for (k, row) in rows.iter().enumerate() {
+        let Some(row) = row else { continue };
         let Some(i) = (row as usize).checked_sub(ev.offset).filter(|&i| i < ev.len()) else {
             continue;
         };
-        if action[i] == crate::tables::Action::Alloc as u8 {
-            if let Some(c) = label_category(m) {
-                out.insert(i, c);
-            }
+        if action[i] != crate::tables::Action::Alloc as u8 {
+            continue;
+        }
+        let label = meta
+            .get(k)
+            .and_then(label_category)
+            .map(|c| (c, CategoryRule::ExplicitLabel))
+            .or_else(|| {
+                profiler
+                    .and_then(|p| p.get(k))
+                    .and_then(profiler_category)
+                    .map(|c| (c, CategoryRule::ProfilerCategory))
+            });
+        if let Some(l) = label {
+            out.insert(i, l);
         }
     }
     Ok(out)
 }
 
+/// Alloc entry index → the category a label gave it, and which kind of label.
+pub type Labels = rustc_hash::FxHashMap<usize, (Category, CategoryRule)>;
+
 /// The evidence `categorize` weighs beside the trace itself.
 pub struct Evidence<'a> {
-    /// Labels the script set (alloc entry → category); they win over every other rule.
-    pub labels: &'a rustc_hash::FxHashMap<usize, Category>,
+    /// Labels the entries carry (alloc entry → category); they win over every other rule.
+    pub labels: &'a Labels,
     /// User frame rules, for what the built-in rules leave open.
     pub rules: &'a FrameRules,
 }
@@ -411,6 +450,8 @@ pub fn categorize(
     let stack = lt_col::STACK.slice(lifetimes)?;
     let at = |i: i64| (i >= 0).then(|| time.get(i as usize).copied()).flatten();
     let mut module_to = rustc_hash::FxHashMap::<u32, bool>::default();
+    let mut workspace = rustc_hash::FxHashMap::<u32, bool>::default();
+    let mut is_workspace = |s: u32| *workspace.entry(s).or_insert_with(|| library_workspace(stacks, s));
     let lives: Vec<Life> = (0..lifetimes.height())
         .map(|r| Life {
             alloc: at(alloc_idx[r]),
@@ -442,8 +483,10 @@ pub fn categorize(
     let placed = lives
         .into_iter()
         .zip(alloc_idx)
-        .map(|(life, &a)| match (&st, pytorch) {
-            _ if a >= 0 && labels.contains_key(&(a as usize)) => (labels[&(a as usize)], CategoryRule::ExplicitLabel),
+        .zip(stack)
+        .map(|((life, &a), &s)| match (&st, pytorch) {
+            _ if a >= 0 && labels.contains_key(&(a as usize)) => labels[&(a as usize)],
+            _ if pytorch && is_workspace(s) => (Category::Cache, CategoryRule::LibraryWorkspace),
             (Some(st), _) => classify_training(st, life, weights_moved),
             (None, true) => classify_plain(life, span, &failed_forwards),
             (None, false) => (Category::Other, CategoryRule::Unplaced),

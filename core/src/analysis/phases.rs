@@ -1,10 +1,13 @@
-//! Phase annotations (`record_function` ranges from `external_annotations`) and the iteration
-//! boundaries the leak analysis counts in.
+//! Phase annotations (`record_function` ranges from `external_annotations`), the optimizer
+//! steps inferred from `torch/optim/` frames when a history has no such ranges, and the
+//! iteration boundaries the leak analysis counts in.
 
 use memlens_api::PhaseRange;
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
+use super::DeviceEvents;
+use crate::stacks::StackResolver;
 use crate::tables::SnapshotTables;
 
 /// START/END markers of one device paired by name, innermost first, in start order.
@@ -101,4 +104,81 @@ pub fn iteration_starts(phases: &[PhaseRange]) -> Option<(String, Vec<i64>)> {
         s.sort_unstable();
         (f.to_owned(), s)
     })
+}
+
+/// What a stack says about the optimizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OptimizerFrames {
+    None,
+    /// A frame in `torch/optim/` (the LR schedulers aside).
+    Step,
+    /// `Optimizer.zero_grad` (`torch/optim/optimizer.py`), freeing gradients.
+    ZeroGrad,
+}
+
+fn optimizer_frames(stacks: &StackResolver, stack: u32) -> OptimizerFrames {
+    let frames = stacks.frames(stack);
+    let mut optim = frames
+        .iter()
+        .filter(|f| f.contains("torch/optim/") && !f.contains("lr_scheduler"))
+        .peekable();
+    if optim.peek().is_none() {
+        return OptimizerFrames::None;
+    }
+    if optim.any(|f| f.ends_with(":zero_grad")) {
+        OptimizerFrames::ZeroGrad
+    } else {
+        OptimizerFrames::Step
+    }
+}
+
+/// Entries without optimizer frames that may sit inside one inferred step (a free the
+/// autograd thread or a hook made meanwhile) before the step counts as over.
+const STEP_GAP_ENTRIES: usize = 8;
+
+/// The phases the category analysis reads: `phases` plus, when the history names no optimizer
+/// step (PyTorch before annotations were recorded, an optimizer that bypasses the profiling
+/// hook), `Optimizer.step#…` / `Optimizer.zero_grad#…` ranges inferred from the runs of
+/// entries whose stacks pass through `torch/optim/`. Without timestamps or stacks nothing is
+/// added.
+pub fn with_inferred_optimizer_steps(
+    phases: &[PhaseRange],
+    ev: &DeviceEvents,
+    stacks: &StackResolver,
+) -> Vec<PhaseRange> {
+    let mut out = phases.to_vec();
+    let names_a_step = phases.iter().any(|p| {
+        let n = p.name.to_ascii_lowercase();
+        n.contains("optimizer") && !n.contains("zero_grad")
+    });
+    if names_a_step || !ev.has_time || !stacks.any_recorded() {
+        return out;
+    }
+    let (time, stack) = (ev.time(), ev.stack());
+    let mut kinds = FxHashMap::<u32, OptimizerFrames>::default();
+    // (kind, first entry, last entry) of each run.
+    let mut runs: Vec<(OptimizerFrames, usize, usize)> = Vec::new();
+    for (i, &s) in stack.iter().enumerate() {
+        let k = *kinds.entry(s).or_insert_with(|| optimizer_frames(stacks, s));
+        if k == OptimizerFrames::None {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(r) if r.0 == k && i - r.2 <= STEP_GAP_ENTRIES + 1 => r.2 = i,
+            _ => runs.push((k, i, i)),
+        }
+    }
+    for (k, first, last) in runs {
+        let name = match k {
+            OptimizerFrames::ZeroGrad => "Optimizer.zero_grad#inferred from torch/optim frames",
+            _ => "Optimizer.step#inferred from torch/optim frames",
+        };
+        out.push(PhaseRange {
+            device: ev.device,
+            name: name.to_owned(),
+            start_us: time[first],
+            end_us: Some(time[last]),
+        });
+    }
+    out
 }

@@ -9,7 +9,9 @@
 use rustc_hash::FxHashMap;
 
 use super::pickle::{AppendHook, Heap, Kind, PResult, PickleError, Val, V};
-use crate::tables::{Action, BlockRows, BlockState, FrameTable, SegmentRows, SnapshotColumns, TraceRows, NO_TIME};
+use crate::tables::{
+    Action, BlockRows, BlockState, EventNote, FrameTable, SegmentRows, SnapshotColumns, TraceRows, NO_TIME,
+};
 
 /// Interned ids of the keys the importer reads.
 struct Keys {
@@ -22,6 +24,7 @@ struct Keys {
     device_free: u32,
     compile_context: u32,
     user_metadata: u32,
+    category: u32,
     name: u32,
     filename: u32,
     line: u32,
@@ -61,6 +64,7 @@ impl TraceLowering {
                 device_free: k("device_free"),
                 compile_context: k("compile_context"),
                 user_metadata: k("user_metadata"),
+                category: k("category"),
                 name: k("name"),
                 filename: k("filename"),
                 line: k("line"),
@@ -111,7 +115,8 @@ impl AppendHook for TraceLowering {
         let str_key = |k: u32| heap.dict_get(d, k).and_then(|v| heap.str_of(v).map(str::to_owned));
         let compile_context = str_key(keys.compile_context).filter(|s| s != "N/A" && !s.is_empty());
         let user_metadata = str_key(keys.user_metadata).filter(|s| !s.is_empty());
-        let other_action = (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
+        let action_name = (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
+        let category = str_key(keys.category).filter(|s| !s.is_empty());
         let frames = heap.dict_get(d, keys.frames);
         let (name_k, file_k, line_k) = (keys.name, keys.filename, keys.line);
         let stack = match frames {
@@ -126,10 +131,15 @@ impl AppendHook for TraceLowering {
         if let Some(v) = device_free {
             self.trace.device_free.push((row, v));
         }
-        if compile_context.is_some() || user_metadata.is_some() || other_action.is_some() {
-            self.trace
-                .notes
-                .push((row, compile_context, user_metadata, other_action));
+        let note = EventNote {
+            row,
+            compile_context,
+            user_metadata,
+            action_name,
+            category,
+        };
+        if !note.is_empty() {
+            self.trace.notes.push(note);
         }
 
         let l = &mut heap.objs[list as usize];
@@ -282,11 +292,29 @@ pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PR
         _ => return Err(malformed("the snapshot root is neither a dict nor a list of segments")),
     };
 
+    // A profiler-derived snapshot (`torch.cuda._memory_viz._profile_to_snapshot`) labels its
+    // entries with the memory profiler's categories and keeps the CPU's tensors as one more
+    // device after the GPUs: that one is left out.
+    let profiler_derived = lowering.trace.notes.iter().any(|n| n.category.is_some());
+    let mut cpu_device = None;
     // Traces: every device list must hold only lowered entries.
     if let Some(dt) = device_traces {
         let lists = list_items(heap, dt, "device_traces")?;
         walk.visit(lists.len())?;
+        if profiler_derived && lists.len() > 1 {
+            cpu_device = Some(lists.len() as i64 - 1);
+            out.source.notes.push(format!(
+                "derived from a profiler run (torch.cuda._memory_viz._profile_to_snapshot): entries carry \
+                 PyTorch's memory-profiler categories, have no timestamps, and the one segment per device \
+                 spans the tensors' addresses rather than the allocator's segments; device {} (the CPU's \
+                 tensors) is left out",
+                lists.len() - 1
+            ));
+        }
         for (device, l) in lists.iter().enumerate() {
+            if Some(device as i64) == cpu_device {
+                continue;
+            }
             let V::Obj(li) = heap.get(*l) else {
                 return Err(malformed(&format!("device_traces[{device}] is not a list")));
             };
@@ -312,6 +340,7 @@ pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PR
             &mut out.blocks,
             &mut walk,
             (k_name, k_filename, k_line),
+            cpu_device,
         )?;
     }
 
@@ -375,6 +404,7 @@ fn lower_segments(
     blk_out: &mut BlockRows,
     walk: &mut Walk,
     (k_name, k_file, k_line): (u32, u32, u32),
+    skip_device: Option<i64>,
 ) -> PResult<()> {
     let mut k = |s: &str| heap.strings.intern(s);
     let keys = [
@@ -405,6 +435,9 @@ fn lower_segments(
         let address = int(heap, k_address).ok_or_else(|| malformed(&format!("segments[{si}] has no address")))?;
         let total = int(heap, k_total).ok_or_else(|| malformed(&format!("segments[{si}] has no total_size")))?;
         let device = int(heap, k_device).unwrap_or(0);
+        if Some(device) == skip_device {
+            continue;
+        }
         let stream = int(heap, k_stream).unwrap_or(0);
         let expandable = int(heap, k_expandable).is_some_and(|v| v != 0);
         let seg_type = heap

@@ -6,7 +6,9 @@
 //! `external_annotations`, unknown keys ignored), the legacy bare list of segments, entries
 //! without `time_us` (≤ 2.1), blocks without `address` (2.0) and with `history` instead of
 //! `frames`/`requested_size` (1.13/2.0), several devices, expandable
-//! segments, `oom`/`snapshot` entries, `compile_context` and `user_metadata`.
+//! segments, `oom`/`snapshot` entries, `compile_context` and `user_metadata`, and the
+//! profiler-derived snapshot of `torch.cuda._memory_viz._profile_to_snapshot` (entries with a
+//! `category`, the CPU's tensors as an extra last device, which is left out).
 
 pub mod lower;
 pub mod pickle;
