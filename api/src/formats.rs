@@ -19,6 +19,7 @@ macro_rules! for_each_format {
             (PytorchSnapshotJson, pytorch_snapshot_json, true, "a PyTorch memory snapshot saved as JSON (json.dump(torch.cuda.memory._snapshot()), optionally gzip-compressed)"),
             (NsysSqlite, nsys_sqlite, true, "an Nsight Systems SQLite export (nsys export --type sqlite)"),
             (PytorchProfilerTrace, pytorch_profiler_trace, true, "a PyTorch profiler Chrome trace with memory (profile_memory=True, export_chrome_trace)"),
+            (PytorchMemoryTimeline, pytorch_memory_timeline, true, "a PyTorch profiler memory timeline (export_memory_timeline to .json or .raw.json, optionally gzip-compressed)"),
             (NvmlJsonl, nvml_jsonl, true, "pynvml JSON lines"),
             (NsysJson, nsys_json, true, "an Nsight Systems JSON export (nsys export --type json)"),
             (DcgmExporter, dcgm_exporter, true, "DCGM exporter metrics (Prometheus text: DCGM_FI_DEV_FB_USED/FREE/RESERVED)"),

@@ -90,7 +90,15 @@ pub fn analyze_device(
     let Placement {
         placed,
         iteration_ends: ends,
-    } = categorize(&ev, usage.allocated(), &lifetimes, &structure, stacks, pytorch, &evidence)?;
+    } = categorize(
+        &ev,
+        usage.allocated(),
+        &lifetimes,
+        &structure,
+        stacks,
+        pytorch,
+        &evidence,
+    )?;
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     for o in &mut ooms {
         with_categories(

@@ -260,17 +260,17 @@ fn optimizer_steps_are_found_from_torch_optim_frames_when_no_range_names_them() 
             (Category::OptimizerState, states * fp32),
         ] {
             let got = max_bytes(&d, c);
-            
+
             let off = (got - want).abs() as f64 / want as f64;
             assert!(off < 0.05, "{name}: {c:?} {got} vs {want} ({:.1}% off)", off * 100.0);
         }
     }
     // Inference has no optimizer frames: still nothing training-shaped.
     let d = without_annotations("kv_cache_inference.pickle").remove(0);
-    assert!(d
-        .categories
-        .iter()
-        .all(|c| !matches!(c.category, Category::Gradient | Category::OptimizerState | Category::Activation)));
+    assert!(d.categories.iter().all(|c| !matches!(
+        c.category,
+        Category::Gradient | Category::OptimizerState | Category::Activation
+    )));
 }
 
 #[test]
@@ -290,14 +290,33 @@ fn pytorch_s_own_memory_profiler_agrees_with_the_categories_memlens_infers() {
         assert_eq!(max_bytes(&ours, c), truth, "{c:?}");
         let theirs = max_bytes(&pytorch, c);
         assert!(theirs >= truth && theirs - truth < 512 * 12, "{c:?}: {theirs}");
-        let rules = &pytorch.categories.iter().find(|x| x.category == c).expect("category").rules;
-        assert!(rules.iter().all(|r| r.rule == CategoryRule::ProfilerCategory), "{c:?}: {rules:?}");
+        let rules = &pytorch
+            .categories
+            .iter()
+            .find(|x| x.category == c)
+            .expect("category")
+            .rules;
+        assert!(
+            rules.iter().all(|r| r.rule == CategoryRule::ProfilerCategory),
+            "{c:?}: {rules:?}"
+        );
     }
     // The cuBLAS/cuBLASLt workspaces (C++ frames) are state, not gradients.
-    let cache = ours.categories.iter().find(|c| c.category == Category::Cache).expect("cache");
-    assert!(cache.rules.iter().any(|r| r.rule == CategoryRule::LibraryWorkspace), "{cache:?}");
+    let cache = ours
+        .categories
+        .iter()
+        .find(|c| c.category == Category::Cache)
+        .expect("cache");
+    assert!(
+        cache.rules.iter().any(|r| r.rule == CategoryRule::LibraryWorkspace),
+        "{cache:?}"
+    );
     // The derived snapshot's last device holds the CPU's tensors: left out, and said so.
     let s = summarize_file(&trace("profiled.from_profiler.pickle.gz")).expect("summary");
     assert_eq!(s.devices.len(), 1);
-    assert!(s.source.notes.iter().any(|n| n.contains("_profile_to_snapshot")), "{:?}", s.source.notes);
+    assert!(
+        s.source.notes.iter().any(|n| n.contains("_profile_to_snapshot")),
+        "{:?}",
+        s.source.notes
+    );
 }

@@ -150,6 +150,12 @@ mod tests {
         );
         assert_eq!(sniff(b"{\"traceEvents\": []}"), Some(Format::PytorchProfilerTrace));
         assert_eq!(sniff(b"{\"Type\": 1}\n"), Some(Format::NsysJson));
+        assert_eq!(
+            sniff(b"[[1796131335644375, 17961313"),
+            Some(Format::PytorchMemoryTimeline)
+        );
+        assert_eq!(sniff(b" [ [-1, 1, 33554432, 0], "), Some(Format::PytorchMemoryTimeline));
+        assert_eq!(sniff(b"[[\"a\"]]"), None);
         assert_eq!(sniff(b"hello"), None);
     }
 }

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::tables::{Action, BlockState, SnapshotColumns};
+use crate::tables::{Action, BlockState, EventNote, SnapshotColumns};
 
 /// One memory event, whatever the export.
 pub struct Row {
@@ -30,6 +30,9 @@ pub struct Row {
     /// What made the allocation, innermost first (profiled ops); when given, the stack instead
     /// of the runtime call.
     pub ops: Vec<String>,
+    /// The category the producer gave the allocation (PyTorch's memory profiler), kept as the
+    /// entry's `category` note.
+    pub category: Option<String>,
 }
 
 /// What the Nsight traces' allocations are (their first source note).
@@ -103,6 +106,13 @@ pub fn lower_driver_allocations(rows: Vec<Row>, epoch_ns: Option<i64>, what: &st
                 let stack = out.frames.intern_stack(&frames);
                 out.trace
                     .push(Action::SegmentAlloc, r.address, r.bytes, r.stream, time_us, stack);
+                if let Some(category) = r.category {
+                    out.trace.notes.push(EventNote {
+                        row: out.trace.len() as u32,
+                        category: Some(category),
+                        ..EventNote::default()
+                    });
+                }
                 out.trace
                     .push(Action::Alloc, r.address, r.bytes, r.stream, time_us, stack);
                 live.insert((r.pid, r.address), (r.bytes, stack, r.stream));

@@ -92,6 +92,7 @@ fn memory_row(e: &Map<String, Value>) -> Result<(Row, Option<i64>), String> {
             api: None,
             var_name: e.get("name").and_then(Value::as_str).map(str::to_owned),
             ops: Vec::new(),
+            category: None,
         },
         int(e.get("correlationId")),
     ))

@@ -154,6 +154,7 @@ fn read_export(conn: &Connection) -> Result<SnapshotColumns, ImportError> {
                 api: r.get::<_, Option<String>>(8)?,
                 var_name: r.get::<_, Option<String>>(9)?,
                 ops: Vec::new(),
+                category: None,
             })
         })
         .map_err(sql_err)?;

@@ -193,6 +193,7 @@ impl Importer for ProfilerTraceImporter {
                 api: None,
                 var_name: None,
                 ops: m.ops.clone(),
+                category: None,
             });
         }
         let first_ns = rows.first().map_or(0, |r| r.start_ns);
@@ -211,6 +212,7 @@ impl Importer for ProfilerTraceImporter {
                 api: None,
                 var_name: None,
                 ops: vec!["allocated before profiling began".to_owned()],
+                category: None,
             });
         }
         let pre_note = (!pre.is_empty()).then(|| {
