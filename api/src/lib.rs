@@ -109,6 +109,10 @@ pub struct GpuLogSummary {
     /// Lines skipped because the log was cut off mid-line.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_lines: Vec<String>,
+    /// What the reader noticed: the column that told GPUs apart when it was not `index`, one
+    /// GPU sampled twice at one instant (naming the lines).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     pub gpus: Vec<GpuSeriesSummary>,
     /// Processes the log saw on the GPUs (per-process logs, pynvml process lists).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -119,6 +119,9 @@ pub struct GpuSampleTables {
     pub used_meaning: UsedMeaning,
     /// Lines that could not be read and were skipped (a log cut off mid-line), with why.
     pub skipped_lines: Vec<String>,
+    /// What the reader noticed and the report should say (which column told GPUs apart, one
+    /// GPU sampled twice at one instant).
+    pub notes: Vec<String>,
 }
 
 impl GpuSampleTables {
@@ -142,6 +145,7 @@ impl GpuSampleTables {
             clock,
             used_meaning,
             skipped_lines,
+            notes: Vec::new(),
         })
     }
 }

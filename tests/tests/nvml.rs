@@ -270,3 +270,91 @@ fn damaged_logs_fail_on_the_line_or_skip_a_cut_off_end() {
         .to_string();
     assert!(err.starts_with("line 4: not JSON"), "{err}");
 }
+
+/// One GPU of a log: (gpu, bus id, samples, peak used bytes).
+type SeriesFacts = (i64, Option<String>, usize, i64);
+
+/// A log given as bytes through the pipeline: its summary, each GPU as (gpu, bus id, samples,
+/// peak used), and its notes.
+fn series(bytes: Vec<u8>) -> (Vec<SeriesFacts>, Vec<String>) {
+    use memlens_core::pipeline::{run, Input, NoSink};
+    let size = bytes.len() as u64;
+    let input = Input::reader(
+        "poller.csv",
+        size,
+        Box::new(move || Ok(Box::new(std::io::Cursor::new(bytes.clone())) as Box<dyn std::io::Read + Send>)),
+    );
+    let out = run(vec![input], ImportOptions::default(), &mut NoSink).unwrap_or_else(|e| panic!("{e}"));
+    let log = &out.gpu_logs[0];
+    let gpus = log
+        .gpus
+        .iter()
+        .map(|g| (g.gpu, g.bus_id.clone(), g.sample_count, g.peak_used_bytes.unwrap_or(0)))
+        .collect();
+    (gpus, log.notes.clone())
+}
+
+#[test]
+fn hand_made_logs_tell_gpus_apart_by_the_column_that_does() {
+    // A poller that writes a constant `index` and the GPU's identity in `gpu_uuid`: two GPUs.
+    let uuid = b"timestamp, index, gpu_uuid, memory.used [MiB], memory.total [MiB]\n\
+        2026/11/29 10:00:00.000, 0, GPU-aaaa, 100 MiB, 1000 MiB\n\
+        2026/11/29 10:00:00.000, 0, GPU-bbbb, 700 MiB, 1000 MiB\n\
+        2026/11/29 10:00:01.000, 0, GPU-aaaa, 300 MiB, 1000 MiB\n\
+        2026/11/29 10:00:01.000, 0, GPU-bbbb, 500 MiB, 1000 MiB\n"
+        .to_vec();
+    let (gpus, notes) = series(uuid);
+    assert_eq!(
+        gpus,
+        vec![(0, None, 2, 300 * MIB), (1, None, 2, 700 * MIB)],
+        "never one merged series"
+    );
+    assert!(notes.iter().any(|n| n.contains("`gpu_uuid`")), "{notes:?}");
+    // `gpu` numbers the GPUs itself; a bus id column without an index numbers them in order.
+    let gpu = b"timestamp,gpu,memory.used\n2026/11/29 10:00:00,3,10\n2026/11/29 10:00:00,5,20\n".to_vec();
+    assert_eq!(series(gpu).0, vec![(3, None, 1, 10 * MIB), (5, None, 1, 20 * MIB)]);
+    let bus = b"timestamp, pci.bus_id, memory.used [MiB]\n\
+        2026/11/29 10:00:00.000, 00000000:19:00.0, 10 MiB\n\
+        2026/11/29 10:00:00.000, 00000000:3B:00.0, 20 MiB\n"
+        .to_vec();
+    assert_eq!(
+        series(bus).0,
+        vec![
+            (0, Some("00000000:19:00.0".into()), 1, 10 * MIB),
+            (1, Some("00000000:3B:00.0".into()), 1, 20 * MIB)
+        ]
+    );
+    // A constant index and nothing else, two rows at every timestamp: two GPUs, in order.
+    let looped = b"timestamp, index, memory.used [MiB]\n\
+        2026/11/29 10:00:00.000, 0, 10 MiB\n\
+        2026/11/29 10:00:00.000, 0, 50 MiB\n\
+        2026/11/29 10:00:01.000, 0, 20 MiB\n\
+        2026/11/29 10:00:01.000, 0, 40 MiB\n"
+        .to_vec();
+    let (gpus, notes) = series(looped);
+    assert_eq!(gpus, vec![(0, None, 2, 20 * MIB), (1, None, 2, 50 * MIB)]);
+    assert!(notes.iter().any(|n| n.contains("order within it")), "{notes:?}");
+    // One GPU with a constant index: the index, and nothing to say.
+    let one = b"timestamp, index, pci.bus_id, memory.used [MiB]\n\
+        2026/11/29 10:00:00.000, 0, 00000000:19:00.0, 10 MiB\n\
+        2026/11/29 10:00:01.000, 0, 00000000:19:00.0, 30 MiB\n"
+        .to_vec();
+    let (gpus, notes) = series(one);
+    assert_eq!(gpus, vec![(0, Some("00000000:19:00.0".into()), 2, 30 * MIB)]);
+    assert!(notes.is_empty(), "{notes:?}");
+    // The same GPU twice at one instant (a poller with second resolution): kept, and the
+    // lines named.
+    let twice = b"timestamp, index, memory.used [MiB]\n\
+        2026/11/29 10:00:00, 0, 10 MiB\n\
+        2026/11/29 10:00:00, 0, 12 MiB\n\
+        2026/11/29 10:00:01, 0, 30 MiB\n"
+        .to_vec();
+    let (gpus, notes) = series(twice);
+    assert_eq!(gpus, vec![(0, None, 3, 30 * MIB)]);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("lines 2 and 3 (GPU 0 at 2026/11/29 10:00:00)")),
+        "{notes:?}"
+    );
+}

@@ -212,6 +212,7 @@ pub fn summarize_gpu_log(
         clock_offset_minutes,
         used_note: used_note.to_owned(),
         skipped_lines: t.skipped_lines.clone(),
+        notes: t.notes.clone(),
         gpus,
         processes: summarize_processes(t),
     })

@@ -95,6 +95,7 @@ pub fn gpu_logs_section(id: &str, logs: &[GpuLogSummary], in_trace: Option<RwSig
                     <p class="muted">{format!("{clock}. {}", l.used_note)}</p>
                     {gpus}
                     {(!l.processes.is_empty()).then(|| processes_view(&l.processes))}
+                    {(!l.notes.is_empty()).then(|| view! { <p class="muted">{l.notes.join("; ")}</p> })}
                     {(!l.skipped_lines.is_empty()).then(|| view! { <p class="muted">{format!("skipped: {}", l.skipped_lines.join("; "))}</p> })}
                 </section>
             }

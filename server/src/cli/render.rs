@@ -123,6 +123,9 @@ pub fn render_gpu_log_text(g: &GpuLogSummary) -> String {
     for l in &g.skipped_lines {
         s += &format!("  skipped {l}\n");
     }
+    for n in &g.notes {
+        s += &format!("  note: {n}\n");
+    }
     s
 }
 

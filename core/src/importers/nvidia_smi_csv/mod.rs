@@ -7,6 +7,12 @@
 //! Per-process logs (`--query-compute-apps=timestamp,gpu_bus_id,pid,process_name,used_memory`)
 //! become process samples; they name GPUs by bus id, which a `--query-gpu` log of the same
 //! report maps to an index.
+//!
+//! Hand-made logs from people's own pollers name the GPU in other columns (`gpu`, `gpu_id`,
+//! `uuid`, `pci.bus_id`, …) or write a constant `index`: the column that tells rows apart is
+//! chosen by content ([`identity_column`]), a constant identity repeated by every timestamp's
+//! rows falls back to their order, and one GPU sampled twice at one instant is kept and noted
+//! with its line numbers. Several GPUs are never merged into one series.
 
 use std::collections::HashMap;
 
@@ -87,50 +93,79 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleTables, ImportError> {
              --query-gpu=timestamp,index,memory.used,memory.total --format=csv",
         ));
     }
-    let index_col = find(&["index"]);
     let name_col = find(&["name", "gpu_name"]);
-    let bus_col = find(&["pci.bus_id", "gpu_bus_id"]);
+    let bus_col = find(&["pci.bus_id", "gpu_bus_id", "bus_id"]);
     let free_col = find(&["memory.free"]);
     let reserved_col = find(&["memory.reserved"]);
     let util_col = find(&["utilization.gpu"]);
     let mib = (1u64 << 20) as f64;
     let unit_of = |c: usize| header[c].memory_unit.unwrap_or(mib);
 
-    let mut rows = SampleRows::default();
-    let mut gpus: Vec<GpuInfo> = Vec::new();
-    let mut bus_index: HashMap<String, i32> = HashMap::new();
-    let mut clock = SampleClock::LocalNoZone;
+    // First pass: the lines as fields, so the column that tells GPUs apart can be chosen.
     let mut skipped_lines = Vec::new();
-    // Without an index or bus column, GPUs are told apart by their order within one timestamp.
-    let (mut last_time, mut position) = (String::new(), 0i32);
+    let mut records: Vec<Record> = Vec::new();
     while let Some(line) = lines.next_line()? {
-        let number = line.number;
         let text = line.text.trim();
         if text.is_empty() || text == header_text {
             continue;
         }
-        let fields: Vec<&str> = text.split(',').map(str::trim).collect();
-        let parsed = (|| -> Result<(Sample, GpuInfo), String> {
-            if fields.len() != header.len() {
-                return Err(format!("{} fields, but the header has {}", fields.len(), header.len()));
+        let fields: Vec<String> = text.split(',').map(|f| f.trim().to_owned()).collect();
+        if fields.len() != header.len() {
+            let message = format!("{} fields, but the header has {}", fields.len(), header.len());
+            if line.terminated {
+                return Err(line_error(line.number, message));
             }
-            let (time_us, c) = parse_timestamp(fields[time_col])
+            skipped_lines.push(format!("line {} (cut off): {message}", line.number));
+            continue;
+        }
+        records.push(Record {
+            number: line.number,
+            fields,
+            terminated: line.terminated,
+        });
+    }
+    let mut identity = identity_column(&header, &records, time_col);
+    let mut notes = Vec::new();
+    if let Some(c) = identity.filter(|&c| by_order_within_each_time(&records, time_col, c)) {
+        notes.push(format!(
+            "`{}` repeats within every timestamp: GPUs told apart by their order within it",
+            header[c].name
+        ));
+        identity = None;
+    }
+
+    let mut rows = SampleRows::default();
+    let mut gpus: Vec<GpuInfo> = Vec::new();
+    let mut clock = SampleClock::LocalNoZone;
+    let numeric = identity.is_some_and(|c| records.iter().all(|r| r.fields[c].parse::<i32>().is_ok()));
+    let mut numbered: HashMap<String, i32> = HashMap::new();
+    // GPU at each timestamp → the line that sampled it, to catch one GPU sampled twice at once.
+    let mut seen: HashMap<(String, i32), usize> = HashMap::new();
+    let mut twice: Vec<String> = Vec::new();
+    // Without an identity column, GPUs are told apart by their order within one timestamp.
+    let (mut last_time, mut position) = (String::new(), 0i32);
+    for Record {
+        number,
+        fields,
+        terminated,
+    } in &records
+    {
+        let parsed = (|| -> Result<(Sample, GpuInfo), String> {
+            let (time_us, c) = parse_timestamp(&fields[time_col])
                 .ok_or_else(|| format!("unreadable timestamp `{}`", fields[time_col]))?;
             clock = c;
-            let bus = bus_col.map(|c| fields[c].to_owned()).filter(|b| !is_missing(b));
-            let gpu = match (index_col, &bus) {
-                (Some(c), _) => fields[c]
-                    .parse::<i32>()
-                    .map_err(|_| format!("unreadable GPU index `{}`", fields[c]))?,
-                (None, Some(b)) => {
-                    let next = bus_index.len() as i32;
-                    *bus_index.entry(b.clone()).or_insert(next)
+            let bus = bus_col.map(|c| fields[c].clone()).filter(|b| !is_missing(b));
+            let gpu = match identity {
+                Some(c) if numeric => fields[c].parse::<i32>().unwrap_or(0),
+                Some(c) => {
+                    let next = numbered.len() as i32;
+                    *numbered.entry(fields[c].clone()).or_insert(next)
                 }
-                (None, None) => {
+                None => {
                     if fields[time_col] == last_time {
                         position += 1;
                     } else {
-                        last_time = fields[time_col].to_owned();
+                        last_time = fields[time_col].clone();
                         position = 0;
                     }
                     position
@@ -138,7 +173,7 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleTables, ImportError> {
             };
             let mem = |c: Option<usize>| -> Result<Option<i64>, String> {
                 match c {
-                    Some(c) => parse_memory(fields[c], unit_of(c)),
+                    Some(c) => parse_memory(&fields[c], unit_of(c)),
                     None => Ok(None),
                 }
             };
@@ -149,36 +184,120 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleTables, ImportError> {
                 total_bytes: mem(total_col)?,
                 free_bytes: mem(free_col)?,
                 driver_reserved_bytes: mem(reserved_col)?,
-                util_gpu_pct: util_col.and_then(|c| parse_percent(fields[c])),
+                util_gpu_pct: util_col.and_then(|c| parse_percent(&fields[c])),
             };
             let info = GpuInfo {
                 gpu,
-                name: name_col.map(|c| fields[c].to_owned()),
+                name: name_col.map(|c| fields[c].clone()),
                 bus_id: bus,
             };
             Ok((sample, info))
         })();
         match parsed {
             Ok((sample, info)) => {
+                if let Some(first) = seen.insert((fields[time_col].clone(), info.gpu), *number) {
+                    twice.push(format!("lines {first} and {number} (GPU {} at {})", info.gpu, fields[time_col]));
+                }
                 if !gpus.iter().any(|g| g.gpu == info.gpu) {
                     gpus.push(info);
                 }
                 rows.push(sample);
             }
-            Err(message) if !line.terminated => {
+            Err(message) if !terminated => {
                 skipped_lines.push(format!("line {number} (cut off): {message}"));
             }
-            Err(message) => return Err(line_error(number, message)),
+            Err(message) => return Err(line_error(*number, message)),
         }
     }
-    GpuSampleTables::from_rows(
+    let mut tables = GpuSampleTables::from_rows(
         rows,
         gpus,
         Vec::new(),
         clock,
         UsedMeaning::ExcludesDriverReserved,
         skipped_lines,
-    )
+    )?;
+    tables.notes = notes;
+    if let Some(c) = identity.filter(|&c| header[c].name != "index") {
+        tables
+            .notes
+            .push(format!("GPUs told apart by the `{}` column", header[c].name));
+    }
+    if !twice.is_empty() {
+        let shown: Vec<&str> = twice.iter().take(3).map(String::as_str).collect();
+        tables.notes.push(format!(
+            "{} sample(s) of a GPU already sampled at the same time, kept as that GPU's: {}{}",
+            twice.len(),
+            shown.join("; "),
+            if twice.len() > 3 { "; …" } else { "" }
+        ));
+    }
+    Ok(tables)
+}
+
+/// Whether the best identity column still repeats, and every timestamp has the same number
+/// (> 1) of rows: a poller that loops over its GPUs but writes one constant identity, so each
+/// timestamp's rows are its GPUs in order rather than one GPU sampled again.
+fn by_order_within_each_time(records: &[Record], time_col: usize, identity: usize) -> bool {
+    let mut per_time: HashMap<&str, (usize, std::collections::HashSet<&str>)> = HashMap::new();
+    for r in records {
+        let e = per_time.entry(r.fields[time_col].as_str()).or_default();
+        e.0 += 1;
+        e.1.insert(r.fields[identity].as_str());
+    }
+    let mut counts = per_time.values().map(|(n, _)| *n);
+    let first = counts.next().unwrap_or(0);
+    first > 1 && counts.all(|n| n == first) && per_time.values().any(|(n, ids)| ids.len() < *n)
+}
+
+/// One data line of a `--query-gpu` log, split into fields.
+struct Record {
+    number: usize,
+    fields: Vec<String>,
+    /// `false` for a last line cut off mid-write.
+    terminated: bool,
+}
+
+/// Columns that may name the GPU a row samples, preferred in this order among equals.
+const IDENTITY_COLUMNS: &[&str] = &[
+    "index",
+    "gpu_index",
+    "gpu",
+    "gpu_id",
+    "device",
+    "device_id",
+    "pci.bus_id",
+    "gpu_bus_id",
+    "bus_id",
+    "uuid",
+    "gpu_uuid",
+];
+
+/// The column that tells a log's GPUs apart: of the identity columns present, the one whose
+/// value repeats least at one timestamp (a constant `index` beside a changing bus id repeats at
+/// every timestamp of a multi-GPU log), then the one with the most distinct values, then the
+/// order of [`IDENTITY_COLUMNS`]. `None` without any.
+fn identity_column(header: &[HeaderColumn], records: &[Record], time_col: usize) -> Option<usize> {
+    let candidates = IDENTITY_COLUMNS
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, name)| header.iter().position(|h| h.name == *name).map(|c| (rank, c)));
+    candidates
+        .map(|(rank, c)| {
+            let mut at_time = std::collections::HashSet::new();
+            let mut distinct = std::collections::HashSet::new();
+            let mut repeats = 0usize;
+            for r in records {
+                let f = &r.fields;
+                if !at_time.insert((f[time_col].as_str(), f[c].as_str())) {
+                    repeats += 1;
+                }
+                distinct.insert(f[c].as_str());
+            }
+            (repeats, std::cmp::Reverse(distinct.len()), rank, c)
+        })
+        .min()
+        .map(|(_, _, _, c)| c)
 }
 
 /// Where a compute-apps log keeps what.
