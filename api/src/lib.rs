@@ -286,7 +286,8 @@ pub struct PoolSummary {
     /// `segment_pool_id`: `[0, 0]` the default pool, `[0, n]` a MemPool, `[n, 0]` a CUDA graph's.
     pub pool_id: [i64; 2],
     pub kind: PoolKind,
-    /// The pool's name, when the snapshot says it.
+    /// The pool's name, when the snapshot says it: `pool=NAME` (or `pool_name`, `mempool`) in
+    /// the `user_metadata` of what was allocated in it (`_set_memory_metadata("pool=kv_cache")`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The most the pool reserved at once (segments freed before the end count in the default pool).
@@ -294,6 +295,23 @@ pub struct PoolSummary {
     pub final_reserved_bytes: i64,
     pub final_allocated_bytes: i64,
     pub segments_at_end: usize,
+    /// A private pool's reserved bytes over the trace, for drawing its envelope: one point per
+    /// change, or the most of each of at most [`POOL_SERIES_POINTS`] runs of changes. `x` is on
+    /// the device's time axis (µs, or the entry index without timestamps). Empty for the
+    /// default pool, which is the device's reserved less the private ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_series: Vec<AxisPoint>,
+}
+
+/// How many points a pool's `reserved_series` has at most.
+pub const POOL_SERIES_POINTS: usize = 256;
+
+/// A value at one place on a device's time axis.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AxisPoint {
+    pub x: i64,
+    pub bytes: i64,
 }
 
 fn is_zero(n: &usize) -> bool {

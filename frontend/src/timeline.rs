@@ -203,7 +203,9 @@ impl TimelineView {
         ctx.set_line_width(2.0);
         ctx.set_stroke_style_str("rgba(60,60,60,0.9)");
         self.step_line(ctx, d, &d.reserved_max, ymax);
+        self.draw_pools(ctx, ymax);
         if !self.event_axis {
+            self.draw_outside_pytorch(ctx, d, ymax);
             self.draw_gpu(ctx, ymax);
         }
         ctx.restore();
@@ -222,6 +224,71 @@ impl TimelineView {
             ctx.move_to(x, TOP);
             ctx.line_to(x, TOP + self.plot_h());
             ctx.stroke();
+        }
+    }
+
+    /// Each private pool's reserved bytes (MemPool, CUDA graph pool) as its own envelope, named
+    /// at its highest point.
+    fn draw_pools(&self, ctx: &CanvasRenderingContext2d, ymax: f64) {
+        let Some(s) = &self.summary else { return };
+        const COLOURS: [&str; 4] = [
+            "rgba(0,128,128,0.95)",
+            "rgba(214,120,0,0.95)",
+            "rgba(120,40,160,0.95)",
+            "rgba(40,140,40,0.95)",
+        ];
+        let private = s.pools.iter().filter(|p| !p.reserved_series.is_empty());
+        for (k, p) in private.enumerate() {
+            let colour = COLOURS[k % COLOURS.len()];
+            ctx.set_stroke_style_str(colour);
+            ctx.set_line_width(1.5);
+            ctx.begin_path();
+            for (i, pt) in p.reserved_series.iter().enumerate() {
+                let x = self.time_to_x(pt.x).max(LEFT - 1.0);
+                let y = self.y_of(pt.bytes as f64, ymax);
+                if i == 0 {
+                    ctx.move_to(x, y);
+                } else {
+                    ctx.line_to(x, y);
+                }
+                let next = p
+                    .reserved_series
+                    .get(i + 1)
+                    .map_or(LEFT + self.plot_w(), |n| self.time_to_x(n.x));
+                ctx.line_to(next, y);
+            }
+            ctx.stroke();
+            let label = match &p.name {
+                Some(n) => format!("pool {n}"),
+                None => format!("pool ({}, {})", p.pool_id[0], p.pool_id[1]),
+            };
+            ctx.set_fill_style_str(colour);
+            ctx.set_font("11px sans-serif");
+            let y = self.y_of(p.peak_reserved_bytes as f64, ymax);
+            let _ = ctx.fill_text(&label, LEFT + 6.0, (y - 3.0).max(TOP + 10.0));
+        }
+    }
+
+    /// Memory outside PyTorch's allocator over time: where the NVML log's `used` (the lowest of
+    /// the samples in effect) is above PyTorch's reserved, the gap is shaded.
+    fn draw_outside_pytorch(&self, ctx: &CanvasRenderingContext2d, d: &Timeline, ymax: f64) {
+        let Some((g, _)) = &self.gpu else { return };
+        if g.points.is_empty() {
+            return;
+        }
+        ctx.set_fill_style_str("rgba(117,80,123,0.16)");
+        let mut k = 0;
+        for (b, &reserved) in d.reserved_max.iter().enumerate() {
+            let (x0, x1) = self.bucket_x(d, b);
+            while k + 1 < g.points.len() && self.time_to_x(g.points[k + 1].time_us) <= x0 {
+                k += 1;
+            }
+            let p = &g.points[k];
+            if self.time_to_x(p.time_us) > x1 || p.used_min <= reserved {
+                continue;
+            }
+            let (y_used, y_reserved) = (self.y_of(p.used_min as f64, ymax), self.y_of(reserved as f64, ymax));
+            ctx.fill_rect(x0, y_used, (x1 - x0).max(0.5), y_reserved - y_used);
         }
     }
 

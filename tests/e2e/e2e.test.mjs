@@ -230,6 +230,63 @@ test('an NVML log uploaded with its snapshot joins the timeline and gets its own
   await ctx.close();
 });
 
+/** Pixels of the timeline plot within 4 of an RGB colour. */
+async function pixelsNear(page, [r0, g0, b0]) {
+  return page.evaluate(([r0, g0, b0]) => {
+    const c = document.querySelector('#timeline');
+    const { data } = c.getContext('2d').getImageData(72, 26, c.width - 84, c.height - 52);
+    let n = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      if (Math.abs(data[i] - r0) <= 4 && Math.abs(data[i + 1] - g0) <= 4 && Math.abs(data[i + 2] - b0) <= 4) n++;
+    }
+    return n;
+  }, [r0, g0, b0]);
+}
+
+test('memory outside PyTorch is shaded over time: CuPy holding 3 GiB beside the allocator', async () => {
+  const { url } = await uploadFilesViaApi(['cupy_outside.pickle.gz', 'cupy_outside.nvidia_smi.csv']);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await waitForTimeline(page);
+  await page.waitForSelector('#non-pytorch', { timeout: 30_000 });
+  // The shading: the NVML purple at 16 % over white, between reserved and `used`.
+  let shaded = 0;
+  for (let i = 0; i < 50 && shaded < 2000; i++) {
+    shaded = await pixelsNear(page, [233, 227, 234]);
+    if (shaded < 2000) await page.waitForTimeout(100);
+  }
+  assert.ok(shaded >= 2000, `outside-PyTorch memory not shaded: ${shaded} pixels`);
+  await page.screenshot({ path: join(out, 'outside_pytorch.png'), fullPage: true });
+  await ctx.close();
+});
+
+test('named MemPools are listed by name and drawn as their own envelopes', async () => {
+  const { url } = await uploadFilesViaApi(['named_pools.pickle.gz']);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await waitForTimeline(page);
+  await page.waitForSelector('#pools', { timeout: 30_000 });
+  const pools = await page.textContent('#pools');
+  assert.match(pools, /MemPool “kv_cache” \(0, 1\): reserved at most 512\.0 MiB/);
+  assert.match(pools, /MemPool “scratch” \(0, 2\)/);
+  await page.screenshot({ path: join(out, 'named_pools.png'), fullPage: true });
+  // The first private pool's envelope is teal (0,128,128), antialiased.
+  const teal = await page.evaluate(() => {
+    const c = document.querySelector('#timeline');
+    const { data } = c.getContext('2d').getImageData(72, 26, c.width - 84, c.height - 52);
+    let n = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      const [r, g, b] = [data[i], data[i + 1], data[i + 2]];
+      if (r + 60 < g && Math.abs(g - b) < 20) n++;
+    }
+    return n;
+  });
+  assert.ok(teal >= 100, `kv_cache envelope not drawn: ${teal} teal pixels`);
+  await ctx.close();
+});
+
 test('a report of NVML logs alone shows each GPU and process', async () => {
   const { url } = await uploadFilesViaApi(['nvidia_smi_dmon.txt', 'nvidia_smi_apps.csv']);
   const ctx = await browser.newContext();

@@ -109,6 +109,43 @@ fn a_mempool_run_shows_its_pool_beside_the_default_one() {
     assert_eq!(plain.pools[0].peak_reserved_bytes, plain.peak_reserved_bytes);
 }
 
+#[test]
+fn pools_are_named_by_the_metadata_of_what_they_hold_and_drawn_over_time() {
+    // Two MemPools named through `_set_memory_metadata("pool=…")`; kv_cache grows by two
+    // 64 MiB tensors each of 4 steps (traces/capture/named_pools.py).
+    let d = &analyze_paths(&[trace("named_pools.pickle.gz")]).expect("analyze").files[0].devices[0];
+    let names: Vec<(Option<&str>, [i64; 2])> = d.pools.iter().map(|p| (p.name.as_deref(), p.pool_id)).collect();
+    assert_eq!(
+        names,
+        vec![(None, [0, 0]), (Some("kv_cache"), [0, 1]), (Some("scratch"), [0, 2])]
+    );
+    let kv = &d.pools[1];
+    assert_eq!(kv.peak_reserved_bytes, 8 * (64 << 20));
+    // Its envelope: from nothing, one step per 64 MiB segment, ending at its final reserve.
+    let s = &kv.reserved_series;
+    assert_eq!(s.first().map(|p| p.bytes), Some(0));
+    assert_eq!(s.last().map(|p| p.bytes), Some(kv.final_reserved_bytes));
+    assert_eq!(s.len(), 9, "{s:?}");
+    assert!(s
+        .windows(2)
+        .all(|w| w[0].x <= w[1].x && w[1].bytes - w[0].bytes == 64 << 20));
+    assert!(d.pools[0].reserved_series.is_empty(), "the default pool is the rest");
+    assert_eq!(
+        d.peak_reserved_bytes,
+        oracle_value(&trace("named_pools.memory_stats.json"), "reserved_bytes.all.peak")
+    );
+    use memlens_core::analysis::pools::pool_in_metadata;
+    for (m, want) in [
+        ("pool=kv_cache", Some("kv_cache")),
+        ("rank=3, pool_name: draft", Some("draft")),
+        ("{\"mempool\": \"graphs\"}", Some("graphs")),
+        ("spool=x", None),
+        ("category=input", None),
+    ] {
+        assert_eq!(pool_in_metadata(m), want, "{m}");
+    }
+}
+
 /// The DCGM capture's text (traces/capture/dcgm.py: dcgm-exporter's format written from the
 /// nvidia-smi readings of a real run, kept beside it as CSV).
 fn dcgm_text() -> String {

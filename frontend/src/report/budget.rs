@@ -79,8 +79,10 @@ pub fn budget(s: &DeviceSummary) -> Option<impl IntoView> {
                         memlens_api::PoolKind::MemPool => "MemPool",
                         memlens_api::PoolKind::GraphPool => "CUDA graph pool",
                     };
+                    let name = p.name.as_deref().map_or(String::new(), |n| format!(" “{n}”"));
+                    let drawn = if p.reserved_series.is_empty() { "" } else { " — drawn on the timeline" };
                     format!(
-                        "{kind} ({}, {}): reserved at most {}, {} at the end in {} segment(s)",
+                        "{kind}{name} ({}, {}): reserved at most {}, {} at the end in {} segment(s){drawn}",
                         p.pool_id[0],
                         p.pool_id[1],
                         bytes(p.peak_reserved_bytes),
