@@ -526,6 +526,9 @@ pub struct Band {
     pub t_free: Option<i64>,
     pub stack_id: u32,
     pub stream: i64,
+    /// What the script set with `_set_memory_metadata` when it was allocated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_metadata: Option<String>,
 }
 
 /// One stack frame for display.

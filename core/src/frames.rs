@@ -2,7 +2,11 @@
 //! (with its category), fragmentation samples — as the server stores them and the
 //! level-of-detail queries and what-if read them.
 
-use polars::prelude::DataFrame;
+use polars::prelude::*;
+use rustc_hash::FxHashMap;
+
+use crate::analysis::DeviceEvents;
+use crate::tables::{Action, SnapshotTables};
 
 /// One analysed device's derived frames, as stored for level-of-detail queries.
 #[derive(Default)]
@@ -13,4 +17,29 @@ pub struct DeviceFrames {
     pub usage: DataFrame,
     pub lifetimes: DataFrame,
     pub fragmentation: DataFrame,
+    /// The `user_metadata` of the device's allocations that carry one, by the alloc's entry
+    /// index (lifetimes' `alloc_idx`), from the snapshot's `event_notes`.
+    pub user_metadata: FxHashMap<i64, String>,
+}
+
+/// The `user_metadata` of a device's alloc entries, by entry index on the device.
+pub fn alloc_metadata(t: &SnapshotTables, device: i64) -> PolarsResult<FxHashMap<i64, String>> {
+    let mut out = FxHashMap::default();
+    if t.event_notes.height() == 0 {
+        return Ok(out);
+    }
+    let ev = DeviceEvents::new(t, device)?;
+    let rows = t.event_notes.column("row")?.u32()?;
+    let meta = t.event_notes.column("user_metadata")?.str()?;
+    let action = ev.action();
+    for (row, m) in rows.iter().zip(meta.iter()) {
+        let (Some(row), Some(m)) = (row, m) else { continue };
+        let Some(i) = (row as usize).checked_sub(ev.offset).filter(|&i| i < ev.len()) else {
+            continue;
+        };
+        if action[i] == Action::Alloc as u8 {
+            out.insert(i as i64, m.to_owned());
+        }
+    }
+    Ok(out)
 }

@@ -86,6 +86,7 @@ impl PipelineError {
     }
 }
 
+use crate::frames::alloc_metadata;
 pub use crate::frames::DeviceFrames;
 
 /// What a run hands its sink for each analysed snapshot.
@@ -239,6 +240,7 @@ pub fn run_with(
                     usage,
                     lifetimes: a.lifetimes,
                     fragmentation: a.fragmentation,
+                    user_metadata: alloc_metadata(&tables, a.summary.device).map_err(|e| internal(e.into()))?,
                 });
             }
             sink.snapshot(SnapshotOutput {

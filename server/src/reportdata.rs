@@ -225,6 +225,7 @@ pub fn load_file(store: &dyn ReportStore, id: &str, i: usize, fs: &FileSummary) 
             usage: read_parquet(store, id, &format!("{dir}/usage.parquet"))?,
             lifetimes: read_parquet(store, id, &format!("{dir}/lifetimes.parquet"))?,
             fragmentation: read_parquet(store, id, &format!("{dir}/fragmentation.parquet"))?,
+            user_metadata: memlens_core::frames::alloc_metadata(&tables, d.device)?,
         });
     }
     Ok(LoadedFile {

@@ -899,3 +899,33 @@ fn memlens_upload_prints_a_link_whose_report_has_the_oracle_numbers() {
         "401",
     );
 }
+
+#[test]
+fn user_metadata_rides_on_the_bands_it_labelled_before_and_after_a_restart() {
+    // traces/capture/labels.py: each batch allocated under `_set_memory_metadata("category=input")`.
+    let dir = tmpdir("metadata");
+    let s = Server::start(&dir, &[]);
+    let id = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let labelled = |s: &Server, q: &str| -> Vec<String> {
+        let (code, v) = get_json(s, &format!("/api/reports/{id}/{q}"));
+        assert_eq!(code, 200, "{v}");
+        let bands = v["bands"]
+            .as_array()
+            .or(v["allocations"].as_array())
+            .cloned()
+            .unwrap_or_default();
+        bands
+            .iter()
+            .filter_map(|b| b["user_metadata"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let first = labelled(&s, "timeline?width=400");
+    assert!(first.iter().any(|m| m == "category=input"), "{first:?}");
+    assert!(labelled(&s, "allocations?stack=labels")
+        .iter()
+        .any(|m| m == "category=input"));
+    s.kill();
+    let s = Server::start(&dir, &[]);
+    assert_eq!(labelled(&s, "timeline?width=400"), first);
+}

@@ -142,6 +142,7 @@ pub fn timeline_on(
     let addr = lt_col::ADDR.slice(lt)?;
     let stream = lt_col::STREAM.slice(lt)?;
     let stack = lt_col::STACK.slice(lt)?;
+    let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
     let (t_alloc, t_free) = endpoints(lt, axis)?;
     let mut hits: Vec<usize> = Vec::new();
     for (i, (a, f)) in t_alloc.iter().zip(t_free.iter()).enumerate() {
@@ -177,6 +178,7 @@ pub fn timeline_on(
                 t_free: f,
                 stack_id: stack[i],
                 stream: stream[i],
+                user_metadata: dev.user_metadata.get(&alloc_idx[i]).cloned(),
             }
         })
         .collect();
@@ -250,6 +252,7 @@ pub fn search_allocations(
     let stack = lt_col::STACK.slice(lt)?;
     let t_alloc = lt_col::T_ALLOC.of(lt)?;
     let t_free = lt_col::T_FREE.of(lt)?;
+    let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
     let needle = stack_substring.map(str::to_lowercase);
     let mut stack_match: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
     let mut total = 0;
@@ -278,6 +281,7 @@ pub fn search_allocations(
                 t_free: t_free.get(i),
                 stack_id: stack[i],
                 stream: stream[i],
+                user_metadata: dev.user_metadata.get(&alloc_idx[i]).cloned(),
             });
         }
     }

@@ -44,6 +44,7 @@ pub fn band_panel(
             <div class="swatch" style:background=stack_colour(b.stack_id, 0.9)></div>
             <b>{bytes(b.size)}</b>
             {format!(" at 0x{:x} · {life} · stream {} · stack #{}", b.addr, b.stream, b.stack_id)}
+            {b.user_metadata.clone().map(|m| view! { <p class="user-metadata">{format!("user metadata: {m}")}</p> })}
             {match frames {
                 Some(f) if f.is_empty() => view! { <p class="muted">"no stack recorded (allocated before recording, or recorded without context)"</p> }.into_any(),
                 Some(f) => frames_view(f, show_internal).into_any(),
