@@ -203,3 +203,62 @@ fn the_flame_graph_of_a_window_weighs_bytes_by_lifetime_and_stays_bounded() {
     let half = flame_graph(dev, stacks, Axis::Time, Some(s + (e - s) / 2), None).expect("flame");
     assert!(half.total < g.total);
 }
+
+#[test]
+fn frames_of_fx_generated_code_carry_their_node_and_the_model_code_that_made_it() {
+    // traces/capture/fx_frames.py: torch.compile(backend="aot_eager") runs FX-generated forward
+    // code; the snapshot was taken with augment_with_fx_traces=True.
+    use memlens_core::importers::{import_path, import_source, Imported};
+    use memlens_core::stacks::StackResolver;
+    let file = import_path(&trace("fx_frames.pickle.gz"), Default::default()).expect("import");
+    let Imported::Snapshot(t) = file.data else {
+        panic!("snapshot")
+    };
+    let stacks = StackResolver::new(&t.frames, &t.stack_frames).expect("stacks");
+    let all: Vec<String> = (0..t.source.stack_count as u32)
+        .flat_map(|s| stacks.frames(s))
+        .collect();
+    assert!(
+        all.iter()
+            .any(|f| f.starts_with("fx_generated__") && f.ends_with(":forward [fx addmm: aten.addmm.default]")),
+        "{all:?}"
+    );
+    // Generated code is not the model's: the peak names the script that ran it.
+    let d = device0("fx_frames.pickle.gz");
+    assert!(
+        d.peak_modules
+            .iter()
+            .all(|m| !m.module.as_deref().unwrap_or("").contains("fx_generated")),
+        "{:?}",
+        d.peak_modules
+    );
+    // An FX frame's original source trace (PyTorch writes it when the graph kept its nodes'
+    // stack traces) becomes the frames that called it, innermost first.
+    let json = br#"{"segments": [], "device_traces": [[{"action": "alloc", "addr": 1024, "size": 512,
+        "stream": 0, "time_us": 1, "frames": [{"name": "forward", "filename": "fx_generated__abc.py",
+        "line": 17, "fx_node_op": "call_function", "fx_node_name": "addmm",
+        "fx_node_target": "aten.addmm.default", "fx_original_trace":
+        "  File \"/src/model.py\", line 40, in forward\n    return self.block(x)\n  File \"/src/model.py\", line 12, in block\n    y = self.fc(x)\n"}]}]]}"#;
+    let source = memlens_core::source::Source::from_reader(
+        Box::new(std::io::Cursor::new(json.to_vec())),
+        json.len() as u64,
+        Default::default(),
+    )
+    .expect("source");
+    let Imported::Snapshot(t) = import_source(source, &Default::default()).expect("json snapshot").data else {
+        panic!("snapshot")
+    };
+    let stacks = StackResolver::new(&t.frames, &t.stack_frames).expect("stacks");
+    let frames = (0..t.source.stack_count as u32)
+        .map(|s| stacks.frames(s))
+        .find(|f| !f.is_empty())
+        .expect("a stack");
+    assert_eq!(
+        frames,
+        vec![
+            "fx_generated__abc.py:17:forward [fx addmm: aten.addmm.default]",
+            "/src/model.py:12:block",
+            "/src/model.py:40:forward"
+        ]
+    );
+}

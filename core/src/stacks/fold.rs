@@ -179,7 +179,11 @@ pub fn classify(name: &str, file: &str) -> FrameKind {
             return FrameKind::Plumbing;
         }
         let lib = path.rfind("-packages/").map_or(path.as_str(), |i| &path[i + 10..]);
-        return if lib.starts_with("torch/") {
+        // Code FX generated for a graph (torch.compile's eager backends, symbolic tracing): the
+        // model's source is the original trace beside it, not this file.
+        let base = path.rsplit('/').next().unwrap_or(&path);
+        let fx_generated = base.starts_with("fx_generated_");
+        return if lib.starts_with("torch/") || fx_generated {
             FrameKind::Torch
         } else {
             FrameKind::Model

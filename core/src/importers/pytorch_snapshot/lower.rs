@@ -25,10 +25,39 @@ struct Keys {
     compile_context: u32,
     user_metadata: u32,
     category: u32,
+    frame: FrameKeys,
+}
+
+/// Interned ids of a frame dict's keys: `name`, `filename`, `line`, and the FX debug fields
+/// `augment_with_fx_traces=True` adds to frames of FX-generated code.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameKeys {
     name: u32,
     filename: u32,
     line: u32,
+    fx_node_name: u32,
+    fx_node_target: u32,
+    fx_original_trace: u32,
 }
+
+impl FrameKeys {
+    pub(crate) fn intern(heap: &mut Heap) -> FrameKeys {
+        let mut k = |s: &str| heap.strings.intern(s);
+        FrameKeys {
+            name: k("name"),
+            filename: k("filename"),
+            line: k("line"),
+            fx_node_name: k("fx_node_name"),
+            fx_node_target: k("fx_node_target"),
+            fx_original_trace: k("fx_original_trace"),
+        }
+    }
+}
+
+/// `File "model.py", line 12, in forward` lines of an FX node's original source trace.
+static TRACE_LINE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r#"File "([^"]+)", line (\d+), in (\S+)"#).expect("static regex")
+});
 
 /// The append hook: trace entries → rows, frame lists → stack ids.
 pub struct TraceLowering {
@@ -53,6 +82,7 @@ impl TraceLowering {
 
     fn keys(&mut self, heap: &mut Heap) -> &Keys {
         self.keys.get_or_insert_with(|| {
+            let frame = FrameKeys::intern(heap);
             let mut k = |s: &str| heap.strings.intern(s);
             Keys {
                 action: k("action"),
@@ -65,9 +95,7 @@ impl TraceLowering {
                 compile_context: k("compile_context"),
                 user_metadata: k("user_metadata"),
                 category: k("category"),
-                name: k("name"),
-                filename: k("filename"),
-                line: k("line"),
+                frame,
             }
         })
     }
@@ -118,9 +146,9 @@ impl AppendHook for TraceLowering {
         let action_name = (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
         let category = str_key(keys.category).filter(|s| !s.is_empty());
         let frames = heap.dict_get(d, keys.frames);
-        let (name_k, file_k, line_k) = (keys.name, keys.filename, keys.line);
+        let frame_keys = keys.frame;
         let stack = match frames {
-            Some(f) => self.frames.stack_of(heap, f, name_k, file_k, line_k, offset)?,
+            Some(f) => self.frames.stack_of(heap, f, &frame_keys, offset)?,
             None => self.frames.empty_stack(),
         };
 
@@ -161,15 +189,7 @@ impl AppendHook for TraceLowering {
 impl FrameTable {
     /// The stack id of a frame list value (a list of frame dicts, already-interned frames, or a
     /// list already lowered to a stack id).
-    pub(crate) fn stack_of(
-        &mut self,
-        heap: &mut Heap,
-        v: Val,
-        name_k: u32,
-        file_k: u32,
-        line_k: u32,
-        offset: u64,
-    ) -> PResult<u32> {
+    pub(crate) fn stack_of(&mut self, heap: &mut Heap, v: Val, keys: &FrameKeys, offset: u64) -> PResult<u32> {
         match heap.get(v) {
             V::Stack(id) => Ok(id),
             V::Obj(l) if matches!(heap.kind(l), Kind::List | Kind::Tuple) => {
@@ -180,7 +200,7 @@ impl FrameTable {
                 let mut ids = Vec::with_capacity(n);
                 for i in 0..n {
                     let f = heap.seq(l)[i];
-                    ids.push(self.frame_of(heap, f, name_k, file_k, line_k, offset)?);
+                    self.frames_of(heap, f, keys, offset, &mut ids)?;
                 }
                 let id = self.intern_stack(&ids);
                 heap.objs[l as usize].lowered = Val::stack(id);
@@ -194,41 +214,54 @@ impl FrameTable {
         }
     }
 
-    fn frame_of(
-        &mut self,
-        heap: &mut Heap,
-        v: Val,
-        name_k: u32,
-        file_k: u32,
-        line_k: u32,
-        offset: u64,
-    ) -> PResult<u32> {
+    /// The frame(s) one frame value stands for, appended to `out`: the frame itself, and for a
+    /// frame of FX-generated code with an original source trace, that trace's frames
+    /// (innermost first) as its callers. A frame with an FX node names it:
+    /// `forward [fx addmm: aten.addmm.default]`.
+    fn frames_of(&mut self, heap: &mut Heap, v: Val, k: &FrameKeys, offset: u64, out: &mut Vec<u32>) -> PResult<()> {
         match heap.get(v) {
-            V::Frame(id) => Ok(id),
+            V::Frame(id) => out.push(id),
             V::Obj(d) if heap.kind(d) == Kind::Dict => {
                 if let V::Frame(id) = heap.get(heap.objs[d as usize].lowered) {
-                    return Ok(id);
+                    out.push(id);
+                    return Ok(());
                 }
-                let name = heap
-                    .dict_get(d, name_k)
-                    .and_then(|v| heap.str_of(v))
-                    .unwrap_or("??")
-                    .to_owned();
-                let file = heap
-                    .dict_get(d, file_k)
-                    .and_then(|v| heap.str_of(v))
-                    .unwrap_or("??")
-                    .to_owned();
-                let line = heap.dict_get(d, line_k).and_then(|v| heap.int_of(v)).unwrap_or(0);
+                let text = |key: u32| heap.dict_get(d, key).and_then(|v| heap.str_of(v));
+                let mut name = text(k.name).unwrap_or("??").to_owned();
+                let file = text(k.filename).unwrap_or("??").to_owned();
+                let line = heap.dict_get(d, k.line).and_then(|v| heap.int_of(v)).unwrap_or(0);
+                if let Some(node) = text(k.fx_node_name) {
+                    name = match text(k.fx_node_target) {
+                        Some(t) => format!("{name} [fx {node}: {t}]"),
+                        None => format!("{name} [fx {node}]"),
+                    };
+                }
+                let original: Vec<(String, String, i64)> = text(k.fx_original_trace)
+                    .map(|t| {
+                        TRACE_LINE
+                            .captures_iter(t)
+                            .filter_map(|c| Some((c[3].to_owned(), c[1].to_owned(), c[2].parse().ok()?)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 let id = self.intern_frame(&name, &file, line);
-                heap.objs[d as usize].lowered = Val::frame(id);
-                Ok(id)
+                out.push(id);
+                if original.is_empty() {
+                    heap.objs[d as usize].lowered = Val::frame(id);
+                }
+                // A Python traceback lists the outermost call first.
+                for (n, f, l) in original.iter().rev() {
+                    out.push(self.intern_frame(n, f, *l));
+                }
             }
-            _ => Err(PickleError::Malformed {
-                offset,
-                msg: "a frame is not a dict".into(),
-            }),
+            _ => {
+                return Err(PickleError::Malformed {
+                    offset,
+                    msg: "a frame is not a dict".into(),
+                })
+            }
         }
+        Ok(())
     }
 }
 
@@ -268,7 +301,8 @@ pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PR
         k("allocator_settings"),
         k("external_annotations"),
     );
-    let (k_name, k_filename, k_line) = (k("name"), k("filename"), k("line"));
+    let frame_keys = FrameKeys::intern(heap);
+    let k_name = frame_keys.name;
 
     let (segments, device_traces, settings, annotations) = match heap.get(root) {
         V::Obj(r) if heap.kind(r) == Kind::List => (Some(root), None, None, None),
@@ -338,7 +372,7 @@ pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PR
             &mut lowering,
             (&mut out.segments, &mut out.blocks),
             &mut walk,
-            (k_name, k_filename, k_line),
+            &frame_keys,
             cpu_device,
         )?;
     }
@@ -401,7 +435,7 @@ fn lower_segments(
     lowering: &mut TraceLowering,
     (seg_out, blk_out): (&mut SegmentRows, &mut BlockRows),
     walk: &mut Walk,
-    (k_name, k_file, k_line): (u32, u32, u32),
+    frame_keys: &FrameKeys,
     skip_device: Option<i64>,
 ) -> PResult<()> {
     let mut k = |s: &str| heap.strings.intern(s);
@@ -454,7 +488,7 @@ fn lower_segments(
             _ => (0, 0),
         };
         let stack = match heap.dict_get(d, k_frames) {
-            Some(f) => lowering.frames.stack_of(heap, f, k_name, k_file, k_line, 0)?,
+            Some(f) => lowering.frames.stack_of(heap, f, frame_keys, 0)?,
             None => lowering.frames.empty_stack(),
         };
         let seg_index = seg_out.len() as u32;
@@ -499,7 +533,7 @@ fn lower_segments(
                 .dict_get(bd, k_frames)
                 .or_else(|| last_history.and_then(|h| heap.dict_get(h, k_frames)));
             let bstack = match frames {
-                Some(f) => lowering.frames.stack_of(heap, f, k_name, k_file, k_line, 0)?,
+                Some(f) => lowering.frames.stack_of(heap, f, frame_keys, 0)?,
                 None => lowering.frames.empty_stack(),
             };
             match state {
