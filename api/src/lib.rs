@@ -30,6 +30,18 @@ pub use params::{
     TimelineParams, UploadParams, WhatIfParams,
 };
 
+/// The device number pinned host memory (`host_segments`, `host_traces`) is shown under.
+pub const HOST_DEVICE: i64 = -1;
+
+/// A device as people name it: `cuda:0`, or `host (pinned)` for [`HOST_DEVICE`].
+pub fn device_label(device: i64) -> String {
+    if device == HOST_DEVICE {
+        "host (pinned)".to_owned()
+    } else {
+        format!("cuda:{device}")
+    }
+}
+
 /// Bytes for people: `1.84 GiB`, `16.0 MiB`, `343.3 KiB`, `512 B` (powers of 1024), the same on
 /// the server (labels it makes up) and in the browser.
 pub fn bytes_label(b: i64) -> String {

@@ -158,14 +158,17 @@ fn frees_of_earlier_memory(lifetimes: &DataFrame) -> PolarsResult<usize> {
     Ok(alloc.iter().zip(free).filter(|(&a, &f)| a < 0 && f >= 0).count())
 }
 
-/// The device a report opens on: the one with the most OOMs, else the one whose leaks grow
-/// most per iteration, else the highest allocated peak (the lowest-numbered among equals).
+/// The device a report opens on: a GPU before pinned host memory; the one with the most OOMs,
+/// else the one whose leaks grow most per iteration, else the highest allocated peak (the
+/// lowest-numbered among equals).
 pub fn focus_device(devices: &[DeviceSummary]) -> Option<i64> {
     let leak = |d: &DeviceSummary| d.leaks.iter().map(|l| l.bytes_per_iteration).sum::<i64>();
     devices
         .iter()
         .max_by_key(|d| {
             (
+                // Pinned host memory is never where a report opens while a GPU is there.
+                d.device != memlens_api::HOST_DEVICE,
                 d.oom_count,
                 leak(d),
                 d.peak_allocated_bytes,

@@ -237,3 +237,52 @@ fn frees_waiting_on_another_stream_are_flagged_with_what_they_held() {
     let plain = &analyze_paths(&[trace("gpt_train.pickle")]).expect("analyze").files[0].devices[0];
     assert!(plain.pending_free_stalls.is_empty());
 }
+
+#[test]
+fn pinned_host_memory_is_its_own_device_and_never_where_a_report_opens() {
+    // `host_segments`/`host_traces` (PyTorch after 2.11, `record_pinned_host_memory=True`; the
+    // H200's PyTorch 2.11 cannot record them, so this file is written by hand in the shape of
+    // the pinned host allocator, which mirrors the device allocator's segments and entries).
+    let host = 1i64 << 40;
+    let json = serde_json::json!({
+        "segments": [{"device": 0, "address": 4096, "total_size": 2097152, "stream": 0,
+            "segment_type": "small", "allocated_size": 512, "active_size": 512, "requested_size": 500,
+            "blocks": [{"address": 4096, "size": 512, "requested_size": 500, "state": "active_allocated", "frames": []},
+                       {"address": 4608, "size": 2096640, "requested_size": 0, "state": "inactive", "frames": []}]}],
+        "device_traces": [[
+            {"action": "segment_alloc", "addr": 4096, "size": 2097152, "stream": 0, "time_us": 1, "frames": []},
+            {"action": "alloc", "addr": 4096, "size": 500, "stream": 0, "time_us": 2, "frames": []}]],
+        "host_segments": [{"device": 0, "address": host, "total_size": 4194304, "stream": 0,
+            "segment_type": "large", "allocated_size": 1048576, "active_size": 1048576, "requested_size": 1048576,
+            "blocks": [{"address": host, "size": 1048576, "requested_size": 1048576, "state": "active_allocated", "frames": []},
+                       {"address": host + 1048576, "size": 3145728, "requested_size": 0, "state": "inactive", "frames": []}]}],
+        "host_traces": [
+            {"action": "segment_alloc", "addr": host, "size": 4194304, "stream": 0, "time_us": 3, "frames": []},
+            {"action": "alloc", "addr": host, "size": 1048576, "stream": 0, "time_us": 4, "frames": []},
+            {"action": "alloc", "addr": host + 1048576, "size": 2097152, "stream": 0, "time_us": 5, "frames": []},
+            {"action": "free_requested", "addr": host + 1048576, "size": 2097152, "stream": 0, "time_us": 6, "frames": []},
+            {"action": "free_completed", "addr": host + 1048576, "size": 2097152, "stream": 0, "time_us": 6, "frames": []}]
+    });
+    let dir = std::env::temp_dir().join(format!("memlens-host-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let path = dir.join("host.json");
+    std::fs::write(&path, serde_json::to_vec(&json).expect("json")).expect("write");
+    let out = analyze_paths(&[path]).expect("analyze");
+    let _ = std::fs::remove_dir_all(&dir);
+    let f = &out.files[0];
+    let devices: Vec<i64> = f.devices.iter().map(|d| d.device).collect();
+    assert_eq!(devices, vec![memlens_api::HOST_DEVICE, 0]);
+    assert_eq!(f.focus_device, Some(0), "a report opens on the GPU");
+    let (h, g) = (&f.devices[0], &f.devices[1]);
+    assert_eq!(
+        (h.peak_allocated_bytes, h.final_allocated_bytes, h.peak_reserved_bytes),
+        (3 << 20, 1 << 20, 4 << 20)
+    );
+    assert_eq!((g.peak_allocated_bytes, g.peak_reserved_bytes), (500, 2 << 20));
+    assert!(
+        f.source.notes.iter().any(|n| n.contains("host (pinned)")),
+        "{:?}",
+        f.source.notes
+    );
+    assert!(f.source.ignored_keys.is_empty(), "{:?}", f.source.ignored_keys);
+}

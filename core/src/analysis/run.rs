@@ -52,9 +52,12 @@ fn distinct(ranks: Vec<Option<u32>>) -> Option<Vec<u32>> {
     (sorted.len() == ranks.len()).then_some(ranks)
 }
 
-/// The device of a file with the highest allocated peak (the lowest-numbered among equals).
+/// The device of a file with the highest allocated peak (the lowest-numbered among equals; a GPU
+/// before pinned host memory).
 pub fn busiest_device(f: &FileSummary) -> Option<&DeviceSummary> {
-    f.devices.iter().max_by_key(|d| (d.peak_allocated_bytes, -d.device))
+    f.devices
+        .iter()
+        .max_by_key(|d| (d.device != memlens_api::HOST_DEVICE, d.peak_allocated_bytes, -d.device))
 }
 
 /// The rank of each file and where the numbers came from.

@@ -47,7 +47,7 @@ pub fn DeviceOverview(st: ReportState, file: FileSummary) -> impl IntoView {
                 view! {
                     <tr class="device-row" class:shown=move || st.device.get() == device class:alert=has_oom
                         data-device=device.to_string() on:click=move |_| st.device.set(device)>
-                        <td>{format!("cuda:{device}")}</td>
+                        <td>{memlens_api::device_label(device)}</td>
                         <td class="num">{bytes(d.peak_allocated_bytes)}</td>
                         <td class="num">{bytes(d.peak_reserved_bytes)}</td>
                         <td class="num">{d.oom_count.to_string()}</td>

@@ -35,7 +35,7 @@ fn DeviceSelect(st: ReportState, devices: Vec<i64>) -> impl IntoView {
                 }>
                     {devices
                         .iter()
-                        .map(|&d| view! { <option value=d.to_string() selected=move || st.device.get() == d>{format!("cuda:{d}")}</option> })
+                        .map(|&d| view! { <option value=d.to_string() selected=move || st.device.get() == d>{memlens_api::device_label(d)}</option> })
                         .collect_view()}
                 </select>
             </label>
@@ -104,7 +104,7 @@ fn CompareDevices(st: ReportState, devices: Vec<i64>) -> impl IntoView {
                     .iter()
                     .map(|&d| {
                         let href = move || client::compare_page(&side(st.device.get()), &side(d));
-                        view! { <a class="compare-device" href=href hidden=move || st.device.get() == d>{format!("vs cuda:{d}")}</a> }
+                        view! { <a class="compare-device" href=href hidden=move || st.device.get() == d>{format!("vs {}", memlens_api::device_label(d))}</a> }
                     })
                     .collect_view()}
             </span>

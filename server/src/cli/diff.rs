@@ -69,7 +69,7 @@ fn compare(args: &DiffArgs) -> Result<Comparison, String> {
             .find(|fr| fr.device == d.device)
             .ok_or_else(|| format!("{}: device {} has no frames", f.file, d.device))?;
         Ok(CompareSide {
-            label: format!("{} · cuda:{}", f.file, d.device),
+            label: format!("{} · {}", f.file, memlens_api::device_label(d.device)),
             report: None,
             file: f,
             file_index: fi,

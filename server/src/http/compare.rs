@@ -71,7 +71,7 @@ fn label(s: &AnalyzeOutput, fi: usize, device: i64) -> (String, Option<u32>) {
     let file = &s.files[fi].file;
     match s.run.as_ref().and_then(|r| r.ranks.iter().find(|k| k.file_index == fi)) {
         Some(k) => (format!("rank {} · {file}", k.rank), Some(k.rank)),
-        None => (format!("{file} · cuda:{device}"), None),
+        None => (format!("{file} · {}", memlens_api::device_label(device)), None),
     }
 }
 

@@ -301,14 +301,24 @@ pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PR
         k("allocator_settings"),
         k("external_annotations"),
     );
+    let (k_host_segments, k_host_traces) = (k("host_segments"), k("host_traces"));
     let frame_keys = FrameKeys::intern(heap);
     let k_name = frame_keys.name;
 
+    let mut host = (None, None);
     let (segments, device_traces, settings, annotations) = match heap.get(root) {
         V::Obj(r) if heap.kind(r) == Kind::List => (Some(root), None, None, None),
         V::Obj(r) if heap.kind(r) == Kind::Dict => {
             let items = heap.objs[r as usize].items.clone();
-            let known = [k_segments, k_device_traces, k_settings, k_annotations];
+            let known = [
+                k_segments,
+                k_device_traces,
+                k_settings,
+                k_annotations,
+                k_host_segments,
+                k_host_traces,
+            ];
+            host = (heap.dict_get(r, k_host_segments), heap.dict_get(r, k_host_traces));
             for kv in items.chunks_exact(2) {
                 if let V::Str(id) = heap.get(kv[0]) {
                     if !known.contains(&id) {
@@ -376,6 +386,9 @@ pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PR
             cpu_device,
         )?;
     }
+    if host.0.is_some() || host.1.is_some() {
+        lower_host_memory(heap, host, &mut lowering, &mut out, &mut walk, &frame_keys)?;
+    }
 
     if let Some(s) = settings {
         if let V::Obj(d) = heap.get(s) {
@@ -412,6 +425,61 @@ pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PR
     out.trace = std::mem::take(&mut lowering.trace);
     out.frames = lowering.frames;
     Ok(out)
+}
+
+/// Pinned host memory (`host_segments`, `host_traces`: PyTorch after 2.11, recorded with
+/// `record_pinned_host_memory=True`). The pinned host allocator keeps segments and trace
+/// entries of the same shape as a device's, so they become one more device,
+/// [`memlens_api::HOST_DEVICE`]. `host_traces` may be one list of entries or a list of them.
+fn lower_host_memory(
+    heap: &mut Heap,
+    (segments, traces): (Option<Val>, Option<Val>),
+    lowering: &mut TraceLowering,
+    out: &mut SnapshotColumns,
+    walk: &mut Walk,
+    frame_keys: &FrameKeys,
+) -> PResult<()> {
+    let host = memlens_api::HOST_DEVICE;
+    if let Some(segs) = segments {
+        let segs = list_items(heap, segs, "host_segments")?;
+        walk.visit(segs.len())?;
+        let (s0, b0) = (out.segments.len(), out.blocks.device.len());
+        lower_segments(
+            heap,
+            &segs,
+            lowering,
+            (&mut out.segments, &mut out.blocks),
+            walk,
+            frame_keys,
+            None,
+        )?;
+        out.segments.device[s0..].fill(host);
+        out.blocks.device[b0..].fill(host);
+    }
+    if let Some(V::Obj(l)) = traces.map(|t| heap.get(t)) {
+        let o = &heap.objs[l as usize];
+        // The entries' rows, either of this list or of the one list inside it that has any.
+        let rows = o.rows.or_else(|| {
+            let mut inner = o.items.iter().filter_map(|&v| match heap.get(v) {
+                V::Obj(i) => heap.objs[i as usize].rows,
+                _ => None,
+            });
+            let first = inner.next();
+            first.filter(|_| inner.next().is_none())
+        });
+        match rows {
+            Some(r) => out.device_ranges.push((host, r)),
+            None if !o.items.is_empty() => {
+                return Err(malformed("`host_traces` holds items that are not trace entries"));
+            }
+            None => {}
+        }
+    }
+    out.source.notes.push(format!(
+        "pinned host memory (host_segments, host_traces) is shown as device {host}, {}",
+        memlens_api::device_label(host)
+    ));
+    Ok(())
 }
 
 fn malformed(msg: &str) -> PickleError {
