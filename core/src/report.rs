@@ -53,11 +53,30 @@ pub fn analyze_device(
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let ev = DeviceEvents::new(t, device)?;
     let usage = usage_over_time(t, &ev)?;
-    let mut lifetimes = allocation_lifetimes(t, &ev)?;
-    let ooms_idx = ev.indices_of(Action::Oom);
-    let mut exact = ooms_idx.clone();
+    let mut exact = ev.indices_of(Action::Oom);
     exact.extend(usage.peak_allocated_idx);
-    let frag = fragmentation_over_time(t, &ev, &usage, FRAGMENTATION_SAMPLES, &exact)?;
+    // The fragmentation replay is the longest analysis and needs only the usage: it runs on a
+    // second thread while the lifetimes, leaks and categories are found.
+    std::thread::scope(|scope| {
+        let replay = scope.spawn(|| fragmentation_over_time(t, &ev, &usage, FRAGMENTATION_SAMPLES, &exact));
+        analyze_device_with(t, &ev, &usage, stacks, rules, || match replay.join() {
+            Ok(frag) => frag,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+    })
+}
+
+/// [`analyze_device`] once the usage is known; `fragmentation` waits for the replay.
+fn analyze_device_with(
+    t: &SnapshotTables,
+    ev: &DeviceEvents,
+    usage: &crate::analysis::usage::Usage,
+    stacks: &StackResolver,
+    rules: &FrameRules,
+    fragmentation: impl FnOnce() -> PolarsResult<crate::analysis::fragmentation::Fragmentation>,
+) -> Result<DeviceAnalysis, AnalysisError> {
+    let device = ev.device;
+    let mut lifetimes = allocation_lifetimes(t, ev)?;
     let expandable = t.source.expandable_segments == Some(true)
         || t.segments
             .column("is_expandable")?
@@ -66,7 +85,7 @@ pub fn analyze_device(
             .any(|v| v == Some(true));
     let phases = phase_ranges(t, device)?;
     // The category analysis also reads optimizer steps inferred from frames.
-    let structure = with_inferred_optimizer_steps(&phases, &ev, stacks);
+    let structure = with_inferred_optimizer_steps(&phases, ev, stacks);
     let no_stack = NoStackEvidence {
         stacks_recorded: stacks.any_recorded(),
         autograd: if ev.has_time {
@@ -76,8 +95,7 @@ pub fn analyze_device(
         },
         phases: &phases,
     };
-    let mut ooms = explain_ooms(&ev, &usage, &frag, &lifetimes, stacks, expandable, &no_stack)?;
-    let (mut leaks, iterations) = leak_candidates(&ev, &lifetimes, iteration_starts(&phases), stacks)?;
+    let (mut leaks, iterations) = leak_candidates(ev, &lifetimes, iteration_starts(&phases), stacks)?;
     for l in leaks.iter_mut().filter(|l| l.stack.is_empty()) {
         if let Some(id) = l.stack_id {
             l.no_stack_reason = Some(no_stack_reason_of(&lifetimes, id, &no_stack)?);
@@ -85,13 +103,13 @@ pub fn analyze_device(
     }
     let peak_idx = usage.peak_allocated_idx;
     let pytorch = t.format.is_pytorch_snapshot();
-    let labels = explicit_labels(&t.event_notes, &ev)?;
+    let labels = explicit_labels(&t.event_notes, ev)?;
     let evidence = Evidence { labels: &labels, rules };
     let Placement {
         placed,
         iteration_ends: ends,
     } = categorize(
-        &ev,
+        ev,
         usage.allocated(),
         &lifetimes,
         &structure,
@@ -100,14 +118,18 @@ pub fn analyze_device(
         &evidence,
     )?;
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
+    let frees_before_trace = frees_of_earlier_memory(&lifetimes)?;
+    let (stalls, pending_peak) = pending_free_stalls(ev, stacks);
+    let peak_stacks = live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?;
+    let peak_modules = live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?;
+    let frag = fragmentation()?;
+    let mut ooms = explain_ooms(ev, usage, &frag, &lifetimes, stacks, expandable, &no_stack)?;
     for o in &mut ooms {
         with_categories(
             o,
             live_by_category_at(&lifetimes, &placed, o.event_index.checked_sub(1))?,
         );
     }
-    let frees_before_trace = frees_of_earlier_memory(&lifetimes)?;
-    let (stalls, pending_peak) = pending_free_stalls(&ev, stacks);
     add_category_columns(&mut lifetimes, &placed)?;
     let summary = DeviceSummary {
         device,
@@ -126,9 +148,9 @@ pub fn analyze_device(
         initial_reserved_bytes: usage.initial_reserved,
         final_allocated_bytes: usage.final_allocated,
         final_reserved_bytes: usage.final_reserved,
-        peak_stacks: live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?,
-        peak_modules: live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?,
-        fragmentation_at_peak: peak_idx.and_then(|i| frag.at.get(&i).map(|s| point(&ev, i, s))),
+        peak_stacks,
+        peak_modules,
+        fragmentation_at_peak: peak_idx.and_then(|i| frag.at.get(&i).map(|s| point(ev, i, s))),
         oom_count: ooms.len(),
         ooms,
         leaks,
@@ -138,13 +160,14 @@ pub fn analyze_device(
         trace_truncated: frees_before_trace > 0,
         complete_from_us: (frees_before_trace > 0).then(|| ev.time_us(0)).flatten(),
         frees_before_trace,
-        pools: memory_pools(t, &ev)?,
+        pools: memory_pools(t, ev)?,
         pending_free_stalls: stalls,
         pending_free_peak_bytes: pending_peak,
     };
     Ok(DeviceAnalysis {
         summary,
-        usage: usage.frame,
+        // A shallow copy: polars columns are shared, not copied.
+        usage: usage.frame.clone(),
         lifetimes,
         fragmentation: frag.frame,
     })
