@@ -199,6 +199,12 @@ fn upload_status_summary_restart_delete() {
     // The share page carries a link preview; everything is no-referrer.
     let page = ureq::get(&s.url(&format!("/r/{id}"))).call().expect("page");
     assert_eq!(page.header("referrer-policy"), Some("no-referrer"));
+    assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
+    let csp = page.header("content-security-policy").unwrap_or_default().to_owned();
+    assert!(
+        csp.contains("frame-ancestors 'none'") && csp.contains("object-src 'none'"),
+        "{csp}"
+    );
     let html = page.into_string().expect("html");
     assert!(html.contains(&format!("/api/reports/{id}/chart.png")), "{html}");
     let png = ureq::get(&s.url(&format!("/api/reports/{id}/chart.png")))

@@ -103,6 +103,35 @@ test('upload a real trace through the page, see the report, share it, delete it'
   await ctx.close();
 });
 
+test('the UI works under its Content-Security-Policy, with no violation on the way', async () => {
+  const { url } = await uploadFilesViaApi(['labels.pickle']);
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await page.addInitScript(() => {
+    window.__cspViolations = [];
+    document.addEventListener('securitypolicyviolation', (e) => {
+      window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`);
+    });
+  });
+  const errors = [];
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  const res = await page.goto(`${base}${url}`);
+  const csp = res.headers()['content-security-policy'] || '';
+  assert.match(csp, /frame-ancestors 'none'/);
+  assert.match(csp, /script-src 'self' 'wasm-unsafe-eval' 'sha256-/);
+  assert.equal(res.headers()['x-content-type-options'], 'nosniff');
+  await waitForTimeline(page);
+  await page.waitForSelector('#budget', { timeout: 30_000 });
+  // Hover a band: its stack and user metadata load through the API.
+  const box = await page.locator('#timeline').boundingBox();
+  await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.8);
+  await page.waitForTimeout(500);
+  const violations = await page.evaluate(() => window.__cspViolations);
+  assert.deepEqual(violations, [], `CSP violations: ${violations.join('; ')}`);
+  assert.deepEqual(errors.filter((e) => /Content Security Policy/i.test(e)), []);
+  await ctx.close();
+});
+
 test('dropping files on the page uploads them', async () => {
   const ctx = await browser.newContext();
   const page = await ctx.newPage();

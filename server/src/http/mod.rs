@@ -22,13 +22,13 @@ pub mod pages;
 pub mod queries;
 pub mod reports;
 pub mod runs;
+pub mod security;
 pub mod state;
 pub mod uploads;
 
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::{header, HeaderValue};
 use axum::routing::get;
 use axum::Router;
 pub use error::ApiError;
@@ -82,16 +82,19 @@ pub fn router(state: Shared) -> Router {
     let static_dir = state.config.static_dir.clone();
     let index = static_dir.join("index.html");
     let (api, doc) = api_routes();
-    api.route("/api/openapi.json", get(ops::openapi))
+    let router = api
+        .route("/api/openapi.json", get(ops::openapi))
         .layer(axum::Extension(Arc::new(doc)))
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .route("/r/{id}", get(pages::report_page))
         .route("/compare/{a}/{b}", get(pages::compare_page))
-        .fallback_service(ServeDir::new(static_dir).fallback(ServeFile::new(index)))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
-        ))
-        .with_state(state)
+        .fallback_service(ServeDir::new(static_dir).fallback(ServeFile::new(&index)));
+    // Without a built UI (API-only runs) the policy still holds; it pins no inline script.
+    let index_html = std::fs::read_to_string(&index).unwrap_or_default();
+    let mut router = router;
+    for (name, value) in security::headers(&index_html) {
+        router = router.layer(SetResponseHeaderLayer::overriding(name, value));
+    }
+    router.with_state(state)
 }
