@@ -28,6 +28,10 @@ pub struct ServeArgs {
     /// Reports expire after this many days (0: never).
     #[arg(long, env = "MEMLENS_RETENTION_DAYS", default_value_t = 0)]
     pub retention_days: u64,
+    /// Seconds a client may take to send a request's headers before the connection is closed
+    /// (slow and "slowloris" clients).
+    #[arg(long, env = "MEMLENS_HEADER_TIMEOUT", default_value_t = 15)]
+    pub header_timeout: u64,
     /// The built frontend (trunk's `dist`).
     #[arg(long, env = "MEMLENS_STATIC_DIR", default_value = "dist")]
     pub static_dir: PathBuf,
@@ -125,15 +129,57 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     println!("memlens listening on http://{addr}");
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    axum::serve(
-        listener,
-        router(state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .map_err(|e| format!("server: {e}"))?;
+    let header_timeout = Duration::from_secs(args.header_timeout.max(1));
+    serve_connections(listener, router(state), header_timeout).await;
     tracing::info!("memlens stopped");
     Ok(())
+}
+
+/// Accepts connections until shutdown and serves each over HTTP/1 or HTTP/2 with a header
+/// read timeout (`axum::serve` has none: a slow or "slowloris" client that trickles its
+/// headers is cut off instead of holding a connection for ever), the peer address as
+/// `ConnectInfo`, and a graceful stop that lets requests in flight finish.
+async fn serve_connections(listener: tokio::net::TcpListener, app: axum::Router, header_timeout: Duration) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use tower::ServiceExt;
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+            app.clone().oneshot(req.map(axum::body::Body::new))
+        });
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("connection from {peer}: {e}");
+            }
+        });
+    }
+    graceful.shutdown().await;
 }
 
 /// Ctrl-C, or SIGTERM (`docker stop`; as PID 1 in a container nothing else would stop us).

@@ -935,3 +935,35 @@ fn user_metadata_rides_on_the_bands_it_labelled_before_and_after_a_restart() {
     let s = Server::start(&dir, &[]);
     assert_eq!(labelled(&s, "timeline?width=400"), first);
 }
+
+#[test]
+fn a_client_that_trickles_its_headers_is_cut_off_and_others_are_served_meanwhile() {
+    use std::io::{Read, Write};
+    let dir = tmpdir("slowloris");
+    let s = Server::start(&dir, &["--header-timeout", "2"]);
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    // Twenty connections that never finish their headers.
+    let mut slow: Vec<std::net::TcpStream> = (0..20)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(&addr).expect("connect");
+            c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .expect("write");
+            c
+        })
+        .collect();
+    let (code, _) = status_code(ureq::get(&s.url("/healthz")).call());
+    assert_eq!(code, 200, "served while the slow clients wait");
+    let start = std::time::Instant::now();
+    for c in &mut slow {
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("timeout");
+        let mut buf = Vec::new();
+        // Closed by the server (EOF, possibly after a 408), not by our 10 s read timeout.
+        let _ = c.read_to_end(&mut buf);
+    }
+    let waited = start.elapsed();
+    assert!(
+        waited < std::time::Duration::from_secs(8),
+        "slow clients held for {waited:?}"
+    );
+}
