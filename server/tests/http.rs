@@ -967,3 +967,85 @@ fn a_client_that_trickles_its_headers_is_cut_off_and_others_are_served_meanwhile
         "slow clients held for {waited:?}"
     );
 }
+
+/// A small tmpfs, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// `None` when this process may not mount (not root): the caller says so and skips.
+    fn mount(path: &Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(path).expect("mount point");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let root = std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+        assert!(ok || !root, "root could not mount a tmpfs at {}", path.display());
+        ok.then(|| Tmpfs(path.to_owned()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Bytes of every file under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        total += if p.is_dir() {
+            bytes_under(&p)
+        } else {
+            e.metadata().map_or(0, |m| m.len())
+        };
+    }
+    total
+}
+
+#[test]
+fn a_full_disk_answers_507_keeps_every_stored_report_and_goes_on_serving() {
+    let dir = tmpdir("diskfull");
+    let data = dir.join("small");
+    let Some(_fs) = Tmpfs::mount(&data, "3m") else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let s = Server::start(&data, &[]);
+    let first = upload_trace(&s, "leak.pickle");
+    let id = first["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let (_, summary) = get_json(&s, &format!("/api/reports/{id}"));
+    let before = bytes_under(&data.join("store"));
+    // 3 MB more than the disk has left.
+    let big: Vec<(&str, Vec<u8>)> = ["kv_cache_inference.pickle", "gpt_train_ckpt.pickle", "gpt_train.pickle"]
+        .iter()
+        .map(|n| (*n, std::fs::read(trace(n)).expect("trace")))
+        .collect();
+    let (code, body) = upload(&s, &big);
+    assert_eq!(code, 507, "{body}");
+    assert!(body["error"].as_str().unwrap_or("").contains("disk is full"), "{body}");
+    // Nothing of it stays; the stored report and the server are as before.
+    let after = bytes_under(&data.join("store"));
+    assert!(
+        after <= before + (64 << 10),
+        "{before} B before, {after} B after the refused upload"
+    );
+    let (code, again) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!((code, &again), (200, &summary));
+    let (code, _) = get_json(&s, &format!("/api/reports/{id}/timeline?width=100"));
+    assert_eq!(code, 200);
+    let (code, _) = status_code(ureq::get(&s.url("/healthz")).call());
+    assert_eq!(code, 200);
+    // A small upload still fits.
+    let small = upload_trace(&s, "mlp_train.pickle");
+    let id2 = small["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id2)["state"], "ready");
+}

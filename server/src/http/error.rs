@@ -23,6 +23,8 @@ pub enum ApiError {
     NotReady(Box<Status>),
     /// Processing failed; carries the status with its error.
     Failed(Box<Status>),
+    /// The store's disk is full: nothing of the request was kept.
+    StorageFull,
     /// Logged; the client sees only "internal error".
     Internal(String),
 }
@@ -72,6 +74,13 @@ impl IntoResponse for ApiError {
                 s.error.clone().unwrap_or_else(|| "processing failed".into()),
                 Some(s),
             ),
+            ApiError::StorageFull => (
+                StatusCode::INSUFFICIENT_STORAGE,
+                "the server's disk is full: this upload was not stored (stored reports are unaffected); \
+                 retry when space has been freed"
+                    .to_owned(),
+                None,
+            ),
             ApiError::Internal(cause) => {
                 tracing::error!("internal error: {cause}");
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal error".to_owned(), None)
@@ -91,6 +100,15 @@ impl IntoResponse for ApiError {
 /// An internal error from anything printable (logged, never sent).
 pub fn internal<E: std::fmt::Display>(e: E) -> ApiError {
     ApiError::Internal(e.to_string())
+}
+
+/// A store error: 507 when the disk is full, else internal.
+pub fn store_error(e: crate::store::StoreError) -> ApiError {
+    if e.is_disk_full() {
+        ApiError::StorageFull
+    } else {
+        internal(e)
+    }
 }
 
 /// Query parameters (types from `memlens-api`); a malformed query is a JSON 400.

@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use memlens_api::{Created, ErrorBody, ReportState, UploadParams};
 
 use super::auth::{admit, Refusal};
-use super::error::{internal, ApiError, Q};
+use super::error::{internal, store_error, ApiError, Q};
 use super::runs::open_run;
 use super::state::{now, Shared};
 use crate::ids;
@@ -134,7 +134,7 @@ async fn write_batch(writer: Box<dyn BlobWriter>, batch: Vec<u8>) -> Result<Box<
     })
     .await
     .map_err(internal)?
-    .map_err(internal)
+    .map_err(store_error)
 }
 
 /// Streams chunks into upload `key`, counting against `budget`; returns the bytes written.
@@ -154,7 +154,7 @@ where
     let mut writer = tokio::task::spawn_blocking(move || store.upload_writer(&id2, &key2))
         .await
         .map_err(internal)?
-        .map_err(internal)?;
+        .map_err(store_error)?;
     let mut written = 0u64;
     let mut batch = Vec::with_capacity(WRITE_BATCH);
     while let Some(chunk) = chunks.next().await {
@@ -172,7 +172,7 @@ where
     tokio::task::spawn_blocking(move || writer.finish())
         .await
         .map_err(internal)?
-        .map_err(internal)?;
+        .map_err(store_error)?;
     *budget -= written;
     Ok(written)
 }
@@ -280,7 +280,7 @@ async fn receive(
         tokio::task::spawn_blocking(move || store.create(&record))
             .await
             .map_err(internal)?
-            .map_err(internal)?;
+            .map_err(store_error)?;
         st.ingest.enqueue(id.to_owned());
     }
     Ok(Created {

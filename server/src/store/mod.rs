@@ -34,6 +34,18 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+impl StoreError {
+    /// Whether the disk (or the database) ran out of space: ENOSPC from a file write, or
+    /// SQLite's `SQLITE_FULL`.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::Io(e) => e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28),
+            StoreError::Sql(rusqlite::Error::SqliteFailure(f, _)) => f.code == rusqlite::ErrorCode::DiskFull,
+            _ => false,
+        }
+    }
+}
+
 /// One uploaded file of a report.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StoredFile {
