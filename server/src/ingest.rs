@@ -182,7 +182,20 @@ impl Ingest {
             tracing::error!(report = %id, "cannot mark processing: {e}");
         }
         progress.set_stage(Stage::Processing);
-        let outcome = self.process(id, progress);
+        let outcome = std::thread::scope(|scope| {
+            let job = std::thread::Builder::new()
+                .name("memlens-ingest".into())
+                .spawn_scoped(scope, || {
+                    crate::priority::lower_to(crate::priority::INGEST);
+                    self.process(id, progress)
+                });
+            match job {
+                Ok(j) => j
+                    .join()
+                    .unwrap_or_else(|_| Err(JobError::Internal("the ingest thread panicked".into()))),
+                Err(e) => Err(JobError::Internal(format!("cannot start the ingest thread: {e}"))),
+            }
+        });
         let (state, error) = match &outcome {
             Ok(()) => (ReportState::Ready, None),
             Err(JobError::Input(msg)) => (ReportState::Failed, Some(msg.clone())),

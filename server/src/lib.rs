@@ -10,6 +10,7 @@ pub mod http;
 pub mod ids;
 pub mod ingest;
 pub mod metrics;
+pub mod priority;
 pub mod reportdata;
 pub mod serve;
 pub mod store;

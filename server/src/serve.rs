@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// (slow and "slowloris" clients).
     #[arg(long, env = "MEMLENS_HEADER_TIMEOUT", default_value_t = 15)]
     pub header_timeout: u64,
+    /// API requests served at once; beyond it the server answers 503 with `Retry-After`
+    /// instead of queueing without bound (`/healthz`, `/metrics` and pages are not counted).
+    #[arg(long, env = "MEMLENS_MAX_IN_FLIGHT", default_value_t = 512)]
+    pub max_in_flight: usize,
     /// The built frontend (trunk's `dist`).
     #[arg(long, env = "MEMLENS_STATIC_DIR", default_value = "dist")]
     pub static_dir: PathBuf,
@@ -95,6 +99,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         max_upload: args.max_upload,
         retention_days: args.retention_days,
         static_dir: args.static_dir.clone(),
+        max_in_flight: args.max_in_flight.max(1),
     };
     let auth = UploadAuth::new(args.upload_tokens.clone(), args.upload_tokens_file.clone())?;
     if auth.required() {

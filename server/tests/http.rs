@@ -1049,3 +1049,146 @@ fn a_full_disk_answers_507_keeps_every_stored_report_and_goes_on_serving() {
     let id2 = small["id"].as_str().expect("id").to_owned();
     assert_eq!(wait_done(&s, &id2)["state"], "ready");
 }
+
+/// Percentile `p` (0–100) of `v` (sorted here), in ms.
+fn percentile_ms(v: &mut [std::time::Duration], p: f64) -> f64 {
+    v.sort_unstable();
+    v.get(((v.len() as f64 * p / 100.0) as usize).min(v.len().saturating_sub(1)))
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
+/// The server process's peak RSS (`VmHWM`), MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|k| k.parse::<f64>().ok()))
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[test]
+fn two_hundred_readers_while_ten_uploads_ingest_and_healthz_stays_fast() {
+    use std::time::{Duration, Instant};
+    let dir = tmpdir("load");
+    let s = Server::start(&dir, &[]);
+    let id = upload_trace(&s, "gpt_train.pickle")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let base = s.base.clone();
+    let until = Instant::now() + Duration::from_secs(5);
+    let uploads: Vec<_> = (0..10)
+        .map(|_| {
+            let url = format!("{base}/api/reports");
+            std::thread::spawn(move || {
+                let (ct, body) = multipart(&[(
+                    "many_small.pickle.gz",
+                    std::fs::read(trace("many_small.pickle.gz")).expect("trace"),
+                )]);
+                status_code(ureq::post(&url).set("Content-Type", &ct).send_bytes(&body))
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..200)
+        .map(|k| {
+            let (base, id) = (base.clone(), id.clone());
+            std::thread::spawn(move || {
+                let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build();
+                let mut out: Vec<(u16, Duration)> = Vec::new();
+                let paths = [
+                    format!("/api/reports/{id}/timeline?width=800"),
+                    format!("/api/reports/{id}"),
+                ];
+                while Instant::now() < until {
+                    let t = Instant::now();
+                    let code = match agent.get(&format!("{base}{}", paths[(k + out.len()) % 2])).call() {
+                        Ok(r) => {
+                            let _ = r.into_string();
+                            200
+                        }
+                        Err(ureq::Error::Status(c, _)) => c,
+                        Err(_) => 0,
+                    };
+                    out.push((code, t.elapsed()));
+                }
+                out
+            })
+        })
+        .collect();
+    let health = {
+        let base = base.clone();
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            while Instant::now() < until {
+                let t = Instant::now();
+                let ok = ureq::get(&format!("{base}/healthz")).call().is_ok();
+                v.push((ok, t.elapsed()));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            v
+        })
+    };
+    let results: Vec<(u16, Duration)> = readers.into_iter().flat_map(|h| h.join().expect("reader")).collect();
+    let health = health.join().expect("health");
+    let uploaded: Vec<(u16, Value)> = uploads.into_iter().map(|h| h.join().expect("upload")).collect();
+    let bad: Vec<u16> = results.iter().map(|r| r.0).filter(|&c| c != 200).collect();
+    assert!(
+        bad.is_empty(),
+        "{} of {} reads failed: {:?}",
+        bad.len(),
+        results.len(),
+        &bad[..bad.len().min(10)]
+    );
+    assert!(health.iter().all(|h| h.0), "healthz failed under load");
+    for (code, body) in &uploaded {
+        assert_eq!(*code, 201, "{body}");
+        assert_eq!(wait_done(&s, body["id"].as_str().expect("id"))["state"], "ready");
+    }
+    let mut reads: Vec<Duration> = results.iter().map(|r| r.1).collect();
+    let mut hz: Vec<Duration> = health.iter().map(|h| h.1).collect();
+    let (n, hz_n) = (reads.len(), hz.len());
+    let (p50, p99) = (percentile_ms(&mut reads, 50.0), percentile_ms(&mut reads, 99.0));
+    let (hz50, hz99) = (percentile_ms(&mut hz, 50.0), percentile_ms(&mut hz, 99.0));
+    let rss = peak_rss_mib(s.child.id());
+    println!(
+        "load: {n} reads by 200 clients in 5 s ({:.0}/s) while 10 uploads ingested: p50 {p50:.1} ms, p99 {p99:.1} ms; \
+         /healthz ({hz_n} probes) p50 {hz50:.1} ms, p99 {hz99:.1} ms; server peak RSS {rss:.0} MiB",
+        n as f64 / 5.0
+    );
+    assert!(hz99 < 1000.0, "/healthz p99 {hz99:.0} ms under load");
+}
+
+#[test]
+fn beyond_its_in_flight_limit_the_server_answers_503_with_retry_after_never_a_hang() {
+    use std::time::{Duration, Instant};
+    let dir = tmpdir("overload");
+    let s = Server::start(&dir, &["--max-in-flight", "2"]);
+    let id = upload_trace(&s, "gpt_train.pickle")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let start = Instant::now();
+    let answers: Vec<(u16, Option<String>)> = (0..64)
+        .map(|_| {
+            let url = s.url(&format!("/api/reports/{id}/timeline?width=4000"));
+            std::thread::spawn(move || match ureq::get(&url).timeout(Duration::from_secs(30)).call() {
+                Ok(_) => (200, None),
+                Err(ureq::Error::Status(c, r)) => (c, r.header("retry-after").map(str::to_owned)),
+                Err(e) => panic!("no answer: {e}"),
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().expect("client"))
+        .collect();
+    assert!(start.elapsed() < Duration::from_secs(20), "took {:?}", start.elapsed());
+    let shed: Vec<&(u16, Option<String>)> = answers.iter().filter(|a| a.0 == 503).collect();
+    assert!(!shed.is_empty(), "nothing shed: {answers:?}");
+    assert!(shed.iter().all(|a| a.1.as_deref() == Some("1")), "{shed:?}");
+    assert!(answers.iter().all(|a| a.0 == 200 || a.0 == 503), "{answers:?}");
+    let (code, _) = status_code(ureq::get(&s.url("/healthz")).call());
+    assert_eq!(code, 200);
+}

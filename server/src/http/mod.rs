@@ -78,10 +78,32 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
     api_routes().1
 }
 
+/// The answer to a request shed under load: 503, retry in a second.
+async fn overloaded(_: tower::BoxError) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let body = axum::Json(memlens_api::ErrorBody {
+        error: "the server is busy; retry in a moment".to_owned(),
+        status: None,
+    });
+    (
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        [(axum::http::header::RETRY_AFTER, "1")],
+        body,
+    )
+        .into_response()
+}
+
 pub fn router(state: Shared) -> Router {
     let static_dir = state.config.static_dir.clone();
     let index = static_dir.join("index.html");
     let (api, doc) = api_routes();
+    // Load shedding: beyond `max_in_flight` API requests at once, answer 503 at once.
+    let api = api.layer(
+        tower::ServiceBuilder::new()
+            .layer(axum::error_handling::HandleErrorLayer::new(overloaded))
+            .load_shed()
+            .concurrency_limit(state.config.max_in_flight),
+    );
     let router = api
         .route("/api/openapi.json", get(ops::openapi))
         .layer(axum::Extension(Arc::new(doc)))

@@ -25,6 +25,8 @@ pub struct HttpConfig {
     pub max_upload: u64,
     pub retention_days: u64,
     pub static_dir: PathBuf,
+    /// API requests served at once; more are answered 503 with `Retry-After` at once.
+    pub max_in_flight: usize,
 }
 
 /// Loaded snapshot files kept in memory for queries (a compare holds two).
