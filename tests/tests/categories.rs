@@ -25,20 +25,25 @@ const MODELS: [(&str, i64, i64); 5] = [
     ("leak.pickle", 12_609_546, 2), // Adam
 ];
 
+/// Parameter, gradient and optimizer-state bytes of `d` each within 5 % of the truth for a
+/// model of `params` fp32 parameters and `states` optimizer states per parameter.
+fn assert_training_state(name: &str, d: &DeviceSummary, params: i64, states: i64) {
+    let fp32 = params * 4;
+    for (c, want) in [
+        (Category::Parameter, fp32),
+        (Category::Gradient, fp32),
+        (Category::OptimizerState, states * fp32),
+    ] {
+        let got = max_bytes(d, c);
+        let off = (got - want).abs() as f64 / want as f64;
+        assert!(off < 0.05, "{name}: {c:?} {got} vs {want} ({:.1}% off)", off * 100.0);
+    }
+}
+
 #[test]
 fn parameters_gradients_and_optimizer_state_match_the_models() {
     for (name, params, states) in MODELS {
-        let d = device0(name);
-        let fp32 = params * 4;
-        for (c, want) in [
-            (Category::Parameter, fp32),
-            (Category::Gradient, fp32),
-            (Category::OptimizerState, states * fp32),
-        ] {
-            let got = max_bytes(&d, c);
-            let off = (got - want).abs() as f64 / want as f64;
-            assert!(off < 0.05, "{name}: {c:?} {got} vs {want} ({:.1}% off)", off * 100.0);
-        }
+        assert_training_state(name, &device0(name), params, states);
     }
 }
 
@@ -253,17 +258,7 @@ fn optimizer_steps_are_found_from_torch_optim_frames_when_no_range_names_them() 
     for (name, params, states) in models {
         let d = without_annotations(name).remove(0);
         assert!(d.phases.is_empty(), "{name}");
-        let fp32 = params * 4;
-        for (c, want) in [
-            (Category::Parameter, fp32),
-            (Category::Gradient, fp32),
-            (Category::OptimizerState, states * fp32),
-        ] {
-            let got = max_bytes(&d, c);
-
-            let off = (got - want).abs() as f64 / want as f64;
-            assert!(off < 0.05, "{name}: {c:?} {got} vs {want} ({:.1}% off)", off * 100.0);
-        }
+        assert_training_state(name, &d, params, states);
     }
     // Inference has no optimizer frames: still nothing training-shaped.
     let d = without_annotations("kv_cache_inference.pickle").remove(0);
