@@ -177,7 +177,7 @@ pub enum Category {
 
 impl CategoryRule {
     /// Every rule; stored reports keep positions in this list, so new rules go at the end.
-    pub const ALL: [CategoryRule; 19] = [
+    pub const ALL: [CategoryRule; 20] = [
         CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
@@ -197,6 +197,7 @@ impl CategoryRule {
         CategoryRule::Unplaced,
         CategoryRule::ProfilerCategory,
         CategoryRule::LibraryWorkspace,
+        CategoryRule::KeptFromBackwardUnlikeAnyParameter,
     ];
 }
 
@@ -275,6 +276,10 @@ pub enum CategoryRule {
     /// `setWorkspaceForHandle`, cuBLASLt's `getCUDABlasLtWorkspace` in a C++ stack): state,
     /// not a gradient or an activation, whichever phase first needed it.
     LibraryWorkspace,
+    /// Made in backward and kept, but of a size no parameter has, so no parameter's gradient:
+    /// state a library or wrapper keeps (a cuBLAS workspace seen without C++ frames, DDP's
+    /// gradient buckets).
+    KeptFromBackwardUnlikeAnyParameter,
 }
 
 /// An optimizer, by how many fp32 states it keeps per parameter.

@@ -17,12 +17,18 @@ fn max_bytes(d: &DeviceSummary, c: Category) -> i64 {
 }
 
 /// `(snapshot, parameters, optimizer states per parameter)`.
-const MODELS: [(&str, i64, i64); 5] = [
+const MODELS: [(&str, i64, i64); 8] = [
     ("gpt_train.pickle", 167_356_416, 2),      // AdamW: exp_avg + exp_avg_sq
     ("gpt_train_ckpt.pickle", 167_356_416, 2), // the same model, checkpointed
     ("mlp_train.pickle", 67_166_218, 1),       // SGD momentum
     ("mlp_train_cpp_stacks.pickle", 67_166_218, 1),
     ("leak.pickle", 12_609_546, 2), // Adam
+    // traces/capture/hf_llama.py: a Hugging Face Llama, AdamW, no record_function ranges of
+    // its own; with C++ stacks and Python-only (its cuBLAS workspace then has no frames).
+    ("hf_llama_cpp.pickle.gz", 19_796_480, 2),
+    ("hf_llama.pickle.gz", 19_796_480, 2),
+    // traces/capture/profiler_categories.py: an MLP with AdamW.
+    ("profiled.pickle.gz", 25_214_986, 2),
 ];
 
 /// Parameter, gradient and optimizer-state bytes of `d` each within 5 % of the truth for a
@@ -252,10 +258,7 @@ fn without_annotations(name: &str) -> Vec<DeviceSummary> {
 
 #[test]
 fn optimizer_steps_are_found_from_torch_optim_frames_when_no_range_names_them() {
-    let mut models = MODELS.to_vec();
-    // traces/capture/profiler_categories.py: a 25,214,986-parameter MLP trained with AdamW.
-    models.push(("profiled.pickle.gz", 25_214_986, 2));
-    for (name, params, states) in models {
+    for (name, params, states) in MODELS {
         let d = without_annotations(name).remove(0);
         assert!(d.phases.is_empty(), "{name}");
         assert_training_state(name, &d, params, states);

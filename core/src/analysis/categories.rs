@@ -502,6 +502,7 @@ pub fn categorize(
             hit.map_or(placed, |c| (c, CategoryRule::FrameRule))
         })
         .collect();
+    let placed = not_gradients_unlike_any_parameter(placed, lt_col::SIZE.slice(lifetimes)?);
     let iteration_ends = st.map_or_else(Vec::new, |st| {
         st.iterations
             .iter()
@@ -509,6 +510,31 @@ pub fn categorize(
             .collect()
     });
     Ok(Placement { placed, iteration_ends })
+}
+
+/// A gradient has its parameter's size: what backward made and kept at a size no parameter
+/// has is state of its own (a cuBLAS workspace recorded without C++ frames, DDP's buckets),
+/// placed as `cache`. Only the weakest gradient rule (kept from backward) is second-guessed,
+/// and only when parameters were seen.
+fn not_gradients_unlike_any_parameter(
+    mut placed: Vec<(Category, CategoryRule)>,
+    size: &[i64],
+) -> Vec<(Category, CategoryRule)> {
+    let parameter_sizes: rustc_hash::FxHashSet<i64> = placed
+        .iter()
+        .zip(size)
+        .filter(|(p, _)| p.0 == Category::Parameter)
+        .map(|(_, &s)| s)
+        .collect();
+    if parameter_sizes.is_empty() {
+        return placed;
+    }
+    for (p, s) in placed.iter_mut().zip(size) {
+        if p.1 == CategoryRule::KeptFromBackward && !parameter_sizes.contains(s) {
+            *p = (Category::Cache, CategoryRule::KeptFromBackwardUnlikeAnyParameter);
+        }
+    }
+    placed
 }
 
 /// Each category's bytes at the peak (entry `peak`), its own maximum, its steady state per
