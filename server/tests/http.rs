@@ -1194,3 +1194,70 @@ fn beyond_its_in_flight_limit_the_server_answers_503_with_retry_after_never_a_ha
     let (code, _) = status_code(ureq::get(&s.url("/healthz")).call());
     assert_eq!(code, 200);
 }
+
+#[test]
+fn two_hundred_kill_9s_during_uploads_and_ingests_leave_every_report_whole_or_absent() {
+    use std::time::{Duration, Instant};
+    let dir = tmpdir("kills");
+    let names = ["mlp_train.pickle", "leak.pickle", "many_small.pickle.gz"];
+    let bodies: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(trace(n)).expect("trace")).collect();
+    // Reports whose upload was answered 201 before the kill: they must survive.
+    let mut answered: Vec<String> = Vec::new();
+    let started = Instant::now();
+    let mut kills = 0;
+    for i in 0..200usize {
+        if started.elapsed() > Duration::from_secs(240) {
+            break; // bounded in time on a slow machine; the count is reported
+        }
+        let s = Server::start(&dir, &["--workers", "1"]);
+        let (ct, body) = multipart(&[(names[i % 3], bodies[i % 3].clone())]);
+        let url = s.url("/api/reports");
+        let upload = std::thread::spawn(move || {
+            let r = ureq::post(&url).set("Content-Type", &ct).send_bytes(&body).ok()?;
+            let v: Value = serde_json::from_str(&r.into_string().ok()?).ok()?;
+            v["id"].as_str().map(str::to_owned)
+        });
+        // Somewhere in the upload, the ingest, or between them (a spread of moments).
+        std::thread::sleep(Duration::from_millis((i * 37 % 160) as u64));
+        s.kill();
+        kills += 1;
+        if let Ok(Some(id)) = upload.join() {
+            answered.push(id);
+        }
+    }
+    let s = Server::start(&dir, &[]);
+    let db = rusqlite::Connection::open(dir.join("store/index.sqlite")).expect("index");
+    let check: String = db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("check");
+    assert_eq!(check, "ok");
+    let ids: Vec<String> = db
+        .prepare("SELECT id FROM reports")
+        .expect("query")
+        .query_map([], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("ids");
+    for id in &answered {
+        assert!(ids.contains(id), "report {id} was answered 201 and then lost");
+    }
+    // Every report in the index finishes (resumed after the restart) with its file's oracle peak.
+    for id in &ids {
+        let st = wait_done(&s, id);
+        assert_eq!(st["state"], "ready", "{id}: {st}");
+        let (_, summary) = get_json(&s, &format!("/api/reports/{id}"));
+        let file = summary["files"][0]["file"].as_str().expect("file").to_owned();
+        assert_eq!(
+            summary["files"][0]["devices"][0]["peak_allocated_bytes"].as_i64(),
+            Some(oracle_value_of(&file)),
+            "{id} ({file})"
+        );
+    }
+    // Nothing half-received is kept.
+    let incoming = std::fs::read_dir(dir.join("store/incoming")).map_or(0, |d| d.count());
+    assert_eq!(incoming, 0, "uploads cut off by a kill are removed at start-up");
+    println!(
+        "kill -9: {kills} kills in {:.0} s; {} uploads answered before their kill, {} reports in the index, all ready with their oracle peaks",
+        started.elapsed().as_secs_f64(),
+        answered.len(),
+        ids.len()
+    );
+}
