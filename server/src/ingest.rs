@@ -196,6 +196,14 @@ impl Ingest {
                 Err(e) => Err(JobError::Internal(format!("cannot start the ingest thread: {e}"))),
             }
         });
+        let outcome = outcome.map_err(|e| match e {
+            JobError::Internal(msg) if says_disk_full(&msg) => JobError::Input(
+                "the server's disk filled up while writing this report, so nothing of it was kept; \
+                 free space (or delete reports) and upload it again"
+                    .to_owned(),
+            ),
+            e => e,
+        });
         let (state, error) = match &outcome {
             Ok(()) => (ReportState::Ready, None),
             Err(JobError::Input(msg)) => (ReportState::Failed, Some(msg.clone())),
@@ -258,4 +266,11 @@ impl Ingest {
         progress.set_stage(Stage::Ready);
         Ok(())
     }
+}
+
+/// Whether an error's text is the disk running out of space: ENOSPC as Rust's `io::Error` shows
+/// it (`os error 28`), or SQLite's `SQLITE_FULL`. The report-data writers report their errors
+/// as text, so the text is what is left to read.
+fn says_disk_full(msg: &str) -> bool {
+    msg.contains("(os error 28)") || msg.contains("database or disk is full")
 }

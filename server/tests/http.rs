@@ -1261,3 +1261,27 @@ fn two_hundred_kill_9s_during_uploads_and_ingests_leave_every_report_whole_or_ab
         ids.len()
     );
 }
+
+#[test]
+fn a_disk_that_fills_up_during_an_ingest_fails_that_report_clearly_and_keeps_the_others() {
+    let dir = tmpdir("diskfull-ingest");
+    let data = dir.join("small");
+    let Some(_fs) = Tmpfs::mount(&data, "2m") else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let s = Server::start(&data, &[]);
+    let first = upload_trace(&s, "mlp_train.pickle");
+    let id = first["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    // 1.3 MB of gzip fits as an upload; the tables it decodes into do not.
+    let big = upload_trace(&s, "many_small.pickle.gz");
+    let big_id = big["id"].as_str().expect("id").to_owned();
+    let st = wait_done(&s, &big_id);
+    assert_eq!(st["state"], "failed", "{st}");
+    assert!(st["error"].as_str().unwrap_or("").contains("disk filled up"), "{st}");
+    let (code, _) = get_json(&s, &format!("/api/reports/{id}/timeline?width=100"));
+    assert_eq!(code, 200, "the stored report still answers");
+    let (code, _) = status_code(ureq::get(&s.url("/healthz")).call());
+    assert_eq!(code, 200);
+}
