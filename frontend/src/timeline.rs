@@ -371,6 +371,16 @@ impl TimelineView {
             if self.event_axis {
                 break; // phases are timed; they have no place on the entry axis
             }
+            if p.end_us == Some(p.start_us) {
+                // An instant (an `annotate` entry): a tick and its name.
+                let x = self.time_to_x(p.start_us);
+                if x >= LEFT && x <= LEFT + self.plot_w() {
+                    ctx.set_fill_style_str("rgba(150,60,20,0.9)");
+                    ctx.fill_rect(x - 0.5, 4.0, 1.5, 16.0);
+                    let _ = ctx.fill_text(&p.name, x + 3.0, 15.0);
+                }
+                continue;
+            }
             let x0 = self.time_to_x(p.start_us).max(LEFT);
             let x1 = self.time_to_x(p.end_us.unwrap_or(self.end)).min(LEFT + self.plot_w());
             if x1 <= LEFT || x0 >= LEFT + self.plot_w() || x1 - x0 < 0.5 {

@@ -286,3 +286,46 @@ fn pinned_host_memory_is_its_own_device_and_never_where_a_report_opens() {
     );
     assert!(f.source.ignored_keys.is_empty(), "{:?}", f.source.ignored_keys);
 }
+
+#[test]
+fn annotate_entries_become_named_instants_and_change_no_number() {
+    // `annotate` entries (`torch.cuda.memory._annotate_memory`, PyTorch after 2.11; 2.11 on
+    // the H200 cannot write them, so this file is written by hand in the documented shape:
+    // an entry whose action is `annotate`, carrying `user_metadata`).
+    let entry = |action: &str, addr: i64, size: i64, t: i64, meta: Option<&str>| {
+        let mut e =
+            serde_json::json!({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": []});
+        if let Some(m) = meta {
+            e["user_metadata"] = serde_json::json!(m);
+        }
+        e
+    };
+    let json = serde_json::json!({
+        "segments": [],
+        "device_traces": [[
+            entry("segment_alloc", 4096, 2097152, 1, None),
+            entry("annotate", 0, 0, 2, Some("step=1")),
+            entry("alloc", 4096, 1024, 3, None),
+            entry("free_requested", 4096, 1024, 4, None),
+            entry("free_completed", 4096, 1024, 4, None),
+            entry("annotate", 0, 0, 5, Some("step=2")),
+            entry("segment_free", 4096, 2097152, 6, None)]]
+    });
+    let dir = std::env::temp_dir().join(format!("memlens-annotate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let path = dir.join("annotated.json");
+    std::fs::write(&path, serde_json::to_vec(&json).expect("json")).expect("write");
+    let out = analyze_paths(&[path]).expect("analyze");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = &out.files[0].devices[0];
+    let marks: Vec<(&str, i64, Option<i64>)> = d
+        .phases
+        .iter()
+        .map(|p| (p.name.as_str(), p.start_us, p.end_us))
+        .collect();
+    assert_eq!(marks, vec![("step=1", 2, Some(2)), ("step=2", 5, Some(5))]);
+    assert_eq!(
+        (d.peak_allocated_bytes, d.peak_reserved_bytes, d.alloc_count),
+        (1024, 2097152, 1)
+    );
+}

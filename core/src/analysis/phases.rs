@@ -10,8 +10,58 @@ use super::DeviceEvents;
 use crate::stacks::StackResolver;
 use crate::tables::SnapshotTables;
 
-/// START/END markers of one device paired by name, innermost first, in start order.
+/// The device's `annotate` trace entries (`torch.cuda.memory._annotate_memory`, PyTorch after
+/// 2.11) as instants — ranges that end where they start — named by the `user_metadata` they
+/// carry, in entry order.
+fn annotate_marks(t: &SnapshotTables, device: i64) -> PolarsResult<Vec<PhaseRange>> {
+    let ev = DeviceEvents::new(t, device)?;
+    if !ev.has_time {
+        return Ok(Vec::new());
+    }
+    let marks = ev.indices_of(crate::tables::Action::Annotate);
+    if marks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut names: FxHashMap<usize, String> = FxHashMap::default();
+    if t.event_notes.height() > 0 {
+        let rows = t.event_notes.column("row")?.u32()?;
+        let meta = t.event_notes.column("user_metadata")?.str()?;
+        for (row, m) in rows.iter().zip(meta.iter()) {
+            if let (Some(r), Some(m)) = (row, m) {
+                if let Some(i) = (r as usize).checked_sub(ev.offset).filter(|&i| i < ev.len()) {
+                    names.insert(i, m.to_owned());
+                }
+            }
+        }
+    }
+    Ok(marks
+        .into_iter()
+        .map(|i| {
+            let at = ev.time()[i];
+            PhaseRange {
+                device,
+                name: names.remove(&i).unwrap_or_else(|| "annotate".to_owned()),
+                start_us: at,
+                end_us: Some(at),
+            }
+        })
+        .collect())
+}
+
+/// START/END markers of one device paired by name, innermost first, in start order, and its
+/// `annotate` entries as instants.
 pub fn phase_ranges(t: &SnapshotTables, device: i64) -> PolarsResult<Vec<PhaseRange>> {
+    let mut out = record_function_ranges(t, device)?;
+    let marks = annotate_marks(t, device)?;
+    if !marks.is_empty() {
+        out.extend(marks);
+        out.sort_by_key(|p| p.start_us);
+    }
+    Ok(out)
+}
+
+/// START/END markers of one device paired by name, innermost first, in start order.
+fn record_function_ranges(t: &SnapshotTables, device: i64) -> PolarsResult<Vec<PhaseRange>> {
     let a = &t.annotations;
     let dev = a.column("device")?.i64()?;
     let name = a.column("name")?.str()?;
