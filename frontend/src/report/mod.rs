@@ -114,8 +114,17 @@ fn not_found(e: FetchError) -> Load {
     }
 }
 
-/// Polls the status until the report is ready (or failed), then loads its summary.
+/// Polls the status until the report is ready (or failed), then loads its summary. A report
+/// already ready (every shared link after the first minute) is opened in one round trip: the
+/// status and the summary are asked for together.
 async fn wait_and_load(id: String, load: RwSignal<Load>) {
+    let (status, summary) = futures_util::future::join(client::status(&id), client::summary(&id)).await;
+    if let (Ok(s), Ok(summary)) = (status, summary) {
+        if s.state == Lifecycle::Ready {
+            show_summary(&id, summary, s.meta, load);
+            return;
+        }
+    }
     let meta;
     loop {
         match client::status(&id).await {
@@ -148,18 +157,21 @@ async fn wait_and_load(id: String, load: RwSignal<Load>) {
         api::sleep(400).await;
     }
     match client::summary(&id).await {
-        Ok(s) => {
-            let name = s
-                .files
-                .first()
-                .map(|f| f.file.clone())
-                .or_else(|| s.gpu_logs.first().map(|g| g.file.clone()))
-                .unwrap_or_else(|| "report".to_owned());
-            api::remember_report(&id, &name);
-            load.set(Load::Ready(s, meta));
-        }
+        Ok(s) => show_summary(&id, s, meta, load),
         Err(e) => load.set(not_found(e)),
     }
+}
+
+/// The report is ready: remember it among the recent ones and show it.
+fn show_summary(id: &str, s: AnalyzeOutput, meta: ReportMeta, load: RwSignal<Load>) {
+    let name = s
+        .files
+        .first()
+        .map(|f| f.file.clone())
+        .or_else(|| s.gpu_logs.first().map(|g| g.file.clone()))
+        .unwrap_or_else(|| "report".to_owned());
+    api::remember_report(id, &name);
+    load.set(Load::Ready(s, meta));
 }
 
 /// The snapshot file the page shows: the link's `?file=`, else in a run of several ranks the
