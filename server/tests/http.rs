@@ -1285,3 +1285,39 @@ fn a_disk_that_fills_up_during_an_ingest_fails_that_report_clearly_and_keeps_the
     let (code, _) = status_code(ureq::get(&s.url("/healthz")).call());
     assert_eq!(code, 200);
 }
+
+#[test]
+fn hostile_upload_names_are_reduced_to_safe_base_names_and_never_escape_the_store() {
+    let dir = tmpdir("names");
+    let s = Server::start(&dir, &[]);
+    let bytes = std::fs::read(trace("mlp_train.pickle")).expect("trace");
+    // A control byte in the part's headers is not HTTP: refused, naming the multipart.
+    let (code, refused) = upload(&s, &[("a\u{7}b.pickle", bytes.clone())]);
+    assert_eq!(code, 400, "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap_or("").starts_with("multipart"),
+        "{refused}"
+    );
+    let hostile = "../../escaped/<script>alert(1)</script>\u{202e}x.pickle";
+    let (code, created) = upload(&s, &[(hostile, bytes)]);
+    assert_eq!(code, 201, "{created}");
+    let id = created["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let (_, summary) = get_json(&s, &format!("/api/reports/{id}"));
+    let name = summary["files"][0]["file"].as_str().expect("name").to_owned();
+    assert!(
+        name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)),
+        "{name}"
+    );
+    assert!(name.ends_with("x.pickle") && !name.starts_with('.'), "{name}");
+    assert!(!dir.join("escaped").exists() && !dir.parent().expect("parent").join("escaped").exists());
+    let page = ureq::get(&s.url(&format!("/r/{id}")))
+        .call()
+        .expect("page")
+        .into_string()
+        .expect("html");
+    assert!(
+        !page.contains("<script>alert"),
+        "the share page carries the name unescaped"
+    );
+}
