@@ -992,7 +992,8 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
+        // Lazily: the server may still hold files there for a moment.
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
 
@@ -1010,18 +1011,26 @@ fn bytes_under(dir: &Path) -> u64 {
     total
 }
 
-#[test]
-fn a_full_disk_answers_507_keeps_every_stored_report_and_goes_on_serving() {
-    let dir = tmpdir("diskfull");
-    let data = dir.join("small");
-    let Some(_fs) = Tmpfs::mount(&data, "3m") else {
+/// A server whose data directory is a tmpfs of `size`, holding one ready report of `first`:
+/// the mount (kept while it lives), the server, the data directory and the report's id.
+/// `None` (said on stderr) where this process may not mount.
+fn server_on_small_disk(tag: &str, size: &str, first: &str) -> Option<(Tmpfs, Server, PathBuf, String)> {
+    let data = tmpdir(tag).join("small");
+    let Some(fs) = Tmpfs::mount(&data, size) else {
         eprintln!("skipped: mounting a tmpfs needs root");
-        return;
+        return None;
     };
     let s = Server::start(&data, &[]);
-    let first = upload_trace(&s, "leak.pickle");
-    let id = first["id"].as_str().expect("id").to_owned();
+    let id = upload_trace(&s, first)["id"].as_str().expect("id").to_owned();
     assert_eq!(wait_done(&s, &id)["state"], "ready");
+    Some((fs, s, data, id))
+}
+
+#[test]
+fn a_full_disk_answers_507_keeps_every_stored_report_and_goes_on_serving() {
+    let Some((_fs, s, data, id)) = server_on_small_disk("diskfull", "3m", "leak.pickle") else {
+        return;
+    };
     let (_, summary) = get_json(&s, &format!("/api/reports/{id}"));
     let before = bytes_under(&data.join("store"));
     // 3 MB more than the disk has left.
@@ -1264,16 +1273,9 @@ fn two_hundred_kill_9s_during_uploads_and_ingests_leave_every_report_whole_or_ab
 
 #[test]
 fn a_disk_that_fills_up_during_an_ingest_fails_that_report_clearly_and_keeps_the_others() {
-    let dir = tmpdir("diskfull-ingest");
-    let data = dir.join("small");
-    let Some(_fs) = Tmpfs::mount(&data, "2m") else {
-        eprintln!("skipped: mounting a tmpfs needs root");
+    let Some((_fs, s, _data, id)) = server_on_small_disk("diskfull-ingest", "2m", "mlp_train.pickle") else {
         return;
     };
-    let s = Server::start(&data, &[]);
-    let first = upload_trace(&s, "mlp_train.pickle");
-    let id = first["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
     // 1.3 MB of gzip fits as an upload; the tables it decodes into do not.
     let big = upload_trace(&s, "many_small.pickle.gz");
     let big_id = big["id"].as_str().expect("id").to_owned();
