@@ -5,7 +5,7 @@
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::analysis::DeviceEvents;
+use crate::analysis::{device_notes, DeviceEvents};
 use crate::tables::{Action, SnapshotTables};
 
 /// One analysed device's derived frames, as stored for level-of-detail queries.
@@ -24,22 +24,14 @@ pub struct DeviceFrames {
 
 /// The `user_metadata` of a device's alloc entries, by entry index on the device.
 pub fn alloc_metadata(t: &SnapshotTables, device: i64) -> PolarsResult<FxHashMap<i64, String>> {
-    let mut out = FxHashMap::default();
     if t.event_notes.height() == 0 {
-        return Ok(out);
+        return Ok(FxHashMap::default());
     }
     let ev = DeviceEvents::new(t, device)?;
-    let rows = t.event_notes.column("row")?.u32()?;
-    let meta = t.event_notes.column("user_metadata")?.str()?;
     let action = ev.action();
-    for (row, m) in rows.iter().zip(meta.iter()) {
-        let (Some(row), Some(m)) = (row, m) else { continue };
-        let Some(i) = (row as usize).checked_sub(ev.offset).filter(|&i| i < ev.len()) else {
-            continue;
-        };
-        if action[i] == Action::Alloc as u8 {
-            out.insert(i as i64, m.to_owned());
-        }
-    }
-    Ok(out)
+    Ok(device_notes(&t.event_notes, &ev, "user_metadata")?
+        .into_iter()
+        .filter(|&(i, _)| action[i] == Action::Alloc as u8)
+        .map(|(i, m)| (i as i64, m.to_owned()))
+        .collect())
 }

@@ -81,6 +81,14 @@ fn multipart(files: &[(&str, Vec<u8>)]) -> (String, Vec<u8>) {
     (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
+/// A server in a fresh data directory `tag` holding one ready report of `name`, and its id.
+fn server_with_report(tag: &str, extra: &[&str], name: &str) -> (Server, String) {
+    let s = Server::start(&tmpdir(tag), extra);
+    let id = upload_trace(&s, name)["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    (s, id)
+}
+
 fn status_code(r: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
     match r {
         Ok(resp) => {
@@ -588,13 +596,7 @@ fn sigterm_stops_the_server_cleanly() {
 
 #[test]
 fn what_if_answers_like_the_cli_and_refuses_unknown_settings() {
-    let dir = tmpdir("whatif");
-    let s = Server::start(&dir, &[]);
-    let id = upload_trace(&s, "gpt_b8.pickle.gz")["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let (s, id) = server_with_report("whatif", &[], "gpt_b8.pickle.gz");
     let (code, v) = get_json(
         &s,
         &format!("/api/reports/{id}/whatif?run_batch_size=8&batch_size=16&activation_checkpointing=true"),
@@ -1079,13 +1081,7 @@ fn peak_rss_mib(pid: u32) -> f64 {
 #[test]
 fn two_hundred_readers_while_ten_uploads_ingest_and_healthz_stays_fast() {
     use std::time::{Duration, Instant};
-    let dir = tmpdir("load");
-    let s = Server::start(&dir, &[]);
-    let id = upload_trace(&s, "gpt_train.pickle")["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let (s, id) = server_with_report("load", &[], "gpt_train.pickle");
     let base = s.base.clone();
     let until = Instant::now() + Duration::from_secs(5);
     let uploads: Vec<_> = (0..10)
@@ -1174,13 +1170,7 @@ fn two_hundred_readers_while_ten_uploads_ingest_and_healthz_stays_fast() {
 #[test]
 fn beyond_its_in_flight_limit_the_server_answers_503_with_retry_after_never_a_hang() {
     use std::time::{Duration, Instant};
-    let dir = tmpdir("overload");
-    let s = Server::start(&dir, &["--max-in-flight", "2"]);
-    let id = upload_trace(&s, "gpt_train.pickle")["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let (s, id) = server_with_report("overload", &["--max-in-flight", "2"], "gpt_train.pickle");
     let start = Instant::now();
     let answers: Vec<(u16, Option<String>)> = (0..64)
         .map(|_| {

@@ -238,6 +238,17 @@ fn frees_waiting_on_another_stream_are_flagged_with_what_they_held() {
     assert!(plain.pending_free_stalls.is_empty());
 }
 
+/// A JSON snapshot written by hand, analysed through a file named `name`.
+fn analyze_written(name: &str, json: &serde_json::Value) -> memlens_api::AnalyzeOutput {
+    let dir = std::env::temp_dir().join(format!("memlens-written-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_vec(json).expect("json")).expect("write");
+    let out = analyze_paths(&[path]).expect("analyze");
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
 #[test]
 fn pinned_host_memory_is_its_own_device_and_never_where_a_report_opens() {
     // `host_segments`/`host_traces` (PyTorch after 2.11, `record_pinned_host_memory=True`; the
@@ -263,12 +274,7 @@ fn pinned_host_memory_is_its_own_device_and_never_where_a_report_opens() {
             {"action": "free_requested", "addr": host + 1048576, "size": 2097152, "stream": 0, "time_us": 6, "frames": []},
             {"action": "free_completed", "addr": host + 1048576, "size": 2097152, "stream": 0, "time_us": 6, "frames": []}]
     });
-    let dir = std::env::temp_dir().join(format!("memlens-host-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
-    let path = dir.join("host.json");
-    std::fs::write(&path, serde_json::to_vec(&json).expect("json")).expect("write");
-    let out = analyze_paths(&[path]).expect("analyze");
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = analyze_written("host.json", &json);
     let f = &out.files[0];
     let devices: Vec<i64> = f.devices.iter().map(|d| d.device).collect();
     assert_eq!(devices, vec![memlens_api::HOST_DEVICE, 0]);
@@ -311,12 +317,7 @@ fn annotate_entries_become_named_instants_and_change_no_number() {
             entry("annotate", 0, 0, 5, Some("step=2")),
             entry("segment_free", 4096, 2097152, 6, None)]]
     });
-    let dir = std::env::temp_dir().join(format!("memlens-annotate-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
-    let path = dir.join("annotated.json");
-    std::fs::write(&path, serde_json::to_vec(&json).expect("json")).expect("write");
-    let out = analyze_paths(&[path]).expect("analyze");
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = analyze_written("annotated.json", &json);
     let d = &out.files[0].devices[0];
     let marks: Vec<(&str, i64, Option<i64>)> = d
         .phases

@@ -2,15 +2,19 @@
 //! activation, temporary, input, cache, other) and the [`CategoryRule`] that decided it, and
 //! each category's bytes at the peak and at its own maximum.
 //!
-//! The evidence is the structure of training, read from the snapshot alone:
+//! Labels the entries carry win ([`super::labels`]); then math-library workspaces seen in C++
+//! stacks are cache; then the evidence is the structure of training, read from the snapshot
+//! alone:
 //! - **optimizer steps**: PyTorch's optimizers run their `step` and `zero_grad` under
 //!   `record_function("Optimizer.step#…")` / `("Optimizer.zero_grad#…")`, which the allocator
-//!   history records; a range named like `optimizer_step` also counts;
+//!   history records; a range named like `optimizer_step` also counts; without either they are
+//!   inferred from `torch/optim/` frames ([`super::phases::with_inferred_optimizer_steps`]);
 //! - **iterations**: the window from one step's end to the next step's start holds forward and
 //!   backward. Explicit `forward`/`backward` ranges split it; without them the split is the
 //!   moment allocated bytes peak inside the window (forward builds activations up, backward
 //!   frees them);
-//! - **lifetimes** relative to those phases, and one frame rule (`Module.to()` moving weights).
+//! - **lifetimes** relative to those phases, and one frame rule (`Module.to()` moving weights);
+//!   what backward keeps at a size no parameter has is not a gradient.
 //!
 //! Without optimizer steps (inference, non-PyTorch sources) nothing training-shaped is invented:
 //! only parameters moved by `Module.to()`, long-lived state (cache), temporaries and other.
@@ -18,6 +22,7 @@
 use memlens_api::{Category, CategoryRule, CategorySummary, PhaseRange, RuleShare};
 use polars::prelude::*;
 
+pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, Labels};
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
 use crate::stacks::StackResolver;
@@ -272,59 +277,6 @@ fn library_workspace(stacks: &StackResolver, stack: u32) -> bool {
         .any(|f| f.contains("at::cuda::setWorkspaceForHandle") || f.contains("at::cuda::getCUDABlasLtWorkspace"))
 }
 
-/// User rules for what the built-in evidence cannot place: `category: regex` lines, matched
-/// against each frame (`file:line:function`) of an allocation's stack; the first rule that
-/// matches wins. Blank lines and `#` comments are skipped.
-#[derive(Debug, Default)]
-pub struct FrameRules {
-    rules: Vec<(regex::Regex, Category)>,
-}
-
-impl FrameRules {
-    /// Reads the rules file a user named (`--category-rules`); no file, no rules. Errors name
-    /// the file (and the line).
-    pub fn load(path: Option<&std::path::Path>) -> Result<FrameRules, String> {
-        let Some(path) = path else {
-            return Ok(FrameRules::default());
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        FrameRules::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
-    }
-
-    /// Parses a rules file; errors name the line.
-    pub fn parse(text: &str) -> Result<FrameRules, String> {
-        let mut rules = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (name, pattern) = line
-                .split_once(':')
-                .ok_or_else(|| format!("line {}: expected `category: regex`", i + 1))?;
-            let name = name.trim();
-            let category = Category::ALL
-                .into_iter()
-                .find(|c| c.name() == name)
-                .ok_or_else(|| format!("line {}: `{name}` is not a category", i + 1))?;
-            let re = regex::Regex::new(pattern.trim()).map_err(|e| format!("line {}: {e}", i + 1))?;
-            rules.push((re, category));
-        }
-        Ok(FrameRules { rules })
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
-    }
-
-    fn category_of(&self, frames: &[String]) -> Option<Category> {
-        self.rules
-            .iter()
-            .find(|(re, _)| frames.iter().any(|f| re.is_match(f)))
-            .map(|(_, c)| *c)
-    }
-}
-
 /// What the built-in evidence leaves to user rules: nothing placed, state of a run without
 /// training structure, and what outlived its iteration.
 fn open_to_rules(placed: (Category, CategoryRule)) -> bool {
@@ -333,83 +285,6 @@ fn open_to_rules(placed: (Category, CategoryRule)) -> bool {
         CategoryRule::Unplaced | CategoryRule::LongLived | CategoryRule::KeptPastItsIteration
     )
 }
-
-/// A category named by an allocation's `user_metadata`: `category=NAME`, `memlens.category=NAME`,
-/// a JSON object with a `category` key, or the bare name.
-pub fn label_category(metadata: &str) -> Option<Category> {
-    let m = metadata.trim();
-    let name = if m.starts_with('{') {
-        serde_json::from_str::<serde_json::Value>(m)
-            .ok()?
-            .get("category")?
-            .as_str()?
-            .to_owned()
-    } else {
-        m.strip_prefix("memlens.category=")
-            .or_else(|| m.strip_prefix("category="))
-            .unwrap_or(m)
-            .trim()
-            .to_owned()
-    };
-    Category::ALL.into_iter().find(|c| c.name() == name)
-}
-
-/// The category PyTorch's memory profiler gave an entry (`category` in a profiler-derived
-/// snapshot; `_memory_profiler.Category` names in lower case). Its `autograd_detail` (tensors
-/// autograd makes and drops inside backward) is a temporary; `unknown` places nothing.
-pub fn profiler_category(name: &str) -> Option<Category> {
-    Some(match name {
-        "parameter" => Category::Parameter,
-        "optimizer_state" => Category::OptimizerState,
-        "input" => Category::Input,
-        "temporary" | "autograd_detail" => Category::Temporary,
-        "activation" => Category::Activation,
-        "gradient" => Category::Gradient,
-        _ => return None,
-    })
-}
-
-/// Labels the device's allocations carry: alloc entry index → category and rule, from the
-/// `user_metadata` the script set ([`CategoryRule::ExplicitLabel`]) or the `category` of a
-/// profiler-derived snapshot ([`CategoryRule::ProfilerCategory`]), both kept in `event_notes`
-/// (rows of the `events` table). The script's label wins.
-pub fn explicit_labels(event_notes: &DataFrame, ev: &DeviceEvents) -> PolarsResult<Labels> {
-    let mut out = Labels::default();
-    if event_notes.height() == 0 {
-        return Ok(out);
-    }
-    let rows = event_notes.column("row")?.u32()?;
-    let meta = event_notes.column("user_metadata")?.str()?;
-    // Reports stored before the column existed have none.
-    let profiler = event_notes.column("category").ok().map(|c| c.str()).transpose()?;
-    let action = ev.action();
-    for (k, row) in rows.iter().enumerate() {
-        let Some(row) = row else { continue };
-        let Some(i) = (row as usize).checked_sub(ev.offset).filter(|&i| i < ev.len()) else {
-            continue;
-        };
-        if action[i] != crate::tables::Action::Alloc as u8 {
-            continue;
-        }
-        let label = meta
-            .get(k)
-            .and_then(label_category)
-            .map(|c| (c, CategoryRule::ExplicitLabel))
-            .or_else(|| {
-                profiler
-                    .and_then(|p| p.get(k))
-                    .and_then(profiler_category)
-                    .map(|c| (c, CategoryRule::ProfilerCategory))
-            });
-        if let Some(l) = label {
-            out.insert(i, l);
-        }
-    }
-    Ok(out)
-}
-
-/// Alloc entry index → the category a label gave it, and which kind of label.
-pub type Labels = rustc_hash::FxHashMap<usize, (Category, CategoryRule)>;
 
 /// The evidence `categorize` weighs beside the trace itself.
 pub struct Evidence<'a> {

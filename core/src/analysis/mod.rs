@@ -23,6 +23,7 @@ pub mod categories;
 pub mod compare;
 pub mod fragmentation;
 pub mod gpu_samples;
+pub mod labels;
 pub mod leaks;
 pub mod lifetimes;
 pub mod oom;
@@ -164,6 +165,28 @@ impl DeviceEvents {
             .map(|(i, _)| i)
             .collect()
     }
+}
+
+/// The device's entries whose `event_notes` row has a string in `column` (`user_metadata`,
+/// `category`, …): `(entry index on the device, the string)`, in note order. A column that a
+/// stored report predates reads as empty.
+pub fn device_notes<'a>(
+    event_notes: &'a DataFrame,
+    ev: &DeviceEvents,
+    column: &str,
+) -> PolarsResult<Vec<(usize, &'a str)>> {
+    let (Ok(rows), Ok(values)) = (event_notes.column("row"), event_notes.column(column)) else {
+        return Ok(Vec::new());
+    };
+    let (rows, values) = (rows.u32()?, values.str()?);
+    Ok(rows
+        .iter()
+        .zip(values.iter())
+        .filter_map(|(row, v)| {
+            let i = (row? as usize).checked_sub(ev.offset).filter(|&i| i < ev.len())?;
+            Some((i, v?))
+        })
+        .collect())
 }
 
 /// The segments and blocks of one device from the snapshot (the state at the end of the trace).

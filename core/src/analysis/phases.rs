@@ -22,25 +22,16 @@ fn annotate_marks(t: &SnapshotTables, device: i64) -> PolarsResult<Vec<PhaseRang
     if marks.is_empty() {
         return Ok(Vec::new());
     }
-    let mut names: FxHashMap<usize, String> = FxHashMap::default();
-    if t.event_notes.height() > 0 {
-        let rows = t.event_notes.column("row")?.u32()?;
-        let meta = t.event_notes.column("user_metadata")?.str()?;
-        for (row, m) in rows.iter().zip(meta.iter()) {
-            if let (Some(r), Some(m)) = (row, m) {
-                if let Some(i) = (r as usize).checked_sub(ev.offset).filter(|&i| i < ev.len()) {
-                    names.insert(i, m.to_owned());
-                }
-            }
-        }
-    }
+    let mut names: FxHashMap<usize, &str> = super::device_notes(&t.event_notes, &ev, "user_metadata")?
+        .into_iter()
+        .collect();
     Ok(marks
         .into_iter()
         .map(|i| {
             let at = ev.time()[i];
             PhaseRange {
                 device,
-                name: names.remove(&i).unwrap_or_else(|| "annotate".to_owned()),
+                name: names.remove(&i).unwrap_or("annotate").to_owned(),
                 start_us: at,
                 end_us: Some(at),
             }

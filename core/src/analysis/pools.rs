@@ -40,24 +40,16 @@ fn pool_names(
     pool_at: &dyn Fn(i64) -> (i64, i64),
 ) -> PolarsResult<FxHashMap<(i64, i64), String>> {
     let mut votes: FxHashMap<((i64, i64), &str), usize> = FxHashMap::default();
-    if t.event_notes.height() > 0 {
-        let rows = t.event_notes.column("row")?.u32()?;
-        let meta = t.event_notes.column("user_metadata")?.str()?;
-        let (action, addr) = (ev.action(), ev.addr());
-        for (row, m) in rows.iter().zip(meta.iter()) {
-            let (Some(row), Some(m)) = (row, m) else { continue };
-            let Some(i) = (row as usize).checked_sub(ev.offset).filter(|&i| i < ev.len()) else {
-                continue;
-            };
-            if !matches!(Action::from_code(action[i]), Action::Alloc | Action::SegmentAlloc) {
-                continue;
-            }
-            let (Some(name), id) = (pool_in_metadata(m), pool_at(addr[i])) else {
-                continue;
-            };
-            if id != (0, 0) {
-                *votes.entry((id, name)).or_default() += 1;
-            }
+    let (action, addr) = (ev.action(), ev.addr());
+    for (i, m) in super::device_notes(&t.event_notes, ev, "user_metadata")? {
+        if !matches!(Action::from_code(action[i]), Action::Alloc | Action::SegmentAlloc) {
+            continue;
+        }
+        let (Some(name), id) = (pool_in_metadata(m), pool_at(addr[i])) else {
+            continue;
+        };
+        if id != (0, 0) {
+            *votes.entry((id, name)).or_default() += 1;
         }
     }
     let mut best: FxHashMap<(i64, i64), (usize, &str)> = FxHashMap::default();
