@@ -11,9 +11,11 @@ mod formats;
 mod meta;
 mod params;
 mod stacks;
+mod text;
 
 pub use meta::{MetaPatch, ReportMeta};
 pub use stacks::{stack_headline, FlameGraph, FlameNode, FreeStall, ModuleGroup, StackGroup};
+pub use text::{bytes_label, device_label, HOST_DEVICE};
 
 pub use compare::{
     AlignedTimelines, CategoryDelta, CategorySteady, CompareAxis, ComparedRun, Comparison, RankPeak, RankSource,
@@ -29,34 +31,6 @@ pub use params::{
     ChartParams, CompareParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams, SegmentsParams,
     TimelineParams, UploadParams, WhatIfParams,
 };
-
-/// The device number pinned host memory (`host_segments`, `host_traces`) is shown under.
-pub const HOST_DEVICE: i64 = -1;
-
-/// A device as people name it: `cuda:0`, or `host (pinned)` for [`HOST_DEVICE`].
-pub fn device_label(device: i64) -> String {
-    if device == HOST_DEVICE {
-        "host (pinned)".to_owned()
-    } else {
-        format!("cuda:{device}")
-    }
-}
-
-/// Bytes for people: `1.84 GiB`, `16.0 MiB`, `343.3 KiB`, `512 B` (powers of 1024), the same on
-/// the server (labels it makes up) and in the browser.
-pub fn bytes_label(b: i64) -> String {
-    let f = b as f64;
-    let a = f.abs();
-    if a >= (1u64 << 30) as f64 {
-        format!("{:.2} GiB", f / (1u64 << 30) as f64)
-    } else if a >= (1u64 << 20) as f64 {
-        format!("{:.1} MiB", f / (1u64 << 20) as f64)
-    } else if a >= 1024.0 {
-        format!("{:.1} KiB", f / 1024.0)
-    } else {
-        format!("{b} B")
-    }
-}
 
 /// What `memlens analyze --json` prints: one entry per input file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
