@@ -36,6 +36,7 @@ pub enum ImportError {
     Internal(String),
 }
 
+#[cfg(feature = "analysis")]
 impl From<polars::error::PolarsError> for ImportError {
     fn from(e: polars::error::PolarsError) -> Self {
         ImportError::Internal(format!("table construction failed: {e}"))
@@ -43,6 +44,7 @@ impl From<polars::error::PolarsError> for ImportError {
 }
 
 /// Errors from analyses over imported tables.
+#[cfg(feature = "analysis")]
 #[derive(Debug, thiserror::Error)]
 pub enum AnalysisError {
     #[error("analysis failed: {0}")]

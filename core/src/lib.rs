@@ -6,17 +6,32 @@
 //! [`report`] assembles the summary the CLI and the server return. [`query`] answers
 //! level-of-detail questions over the stored frames.
 
+//!
+//! Feature `analysis` (on by default) is everything from the polars frames on. Without it the
+//! crate is the format readers alone — [`source`], [`importers`] producing column builders,
+//! [`samples`]' and [`tables`]' builder types — which is what `core/fuzz/` builds.
+
+#[cfg(feature = "analysis")]
 pub mod analysis;
+#[cfg(feature = "analysis")]
 pub mod columns;
 pub mod error;
+#[cfg(feature = "analysis")]
 pub mod frames;
 pub mod importers;
+pub mod names;
+#[cfg(feature = "analysis")]
 pub mod pipeline;
+#[cfg(feature = "analysis")]
 pub mod query;
+#[cfg(feature = "analysis")]
 pub mod report;
 pub mod samples;
 pub mod source;
+#[cfg(feature = "analysis")]
 pub mod stacks;
 pub mod tables;
 
-pub use error::{AnalysisError, ImportError};
+#[cfg(feature = "analysis")]
+pub use error::AnalysisError;
+pub use error::ImportError;

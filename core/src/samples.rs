@@ -8,6 +8,7 @@
 //! Per-process samples (`nvidia-smi --query-compute-apps`, pynvml's process lists) are kept as
 //! [`ProcessSample`]s beside it: they are few, and only summarised.
 
+#[cfg(feature = "analysis")]
 use polars::prelude::*;
 
 /// How a log's timestamps relate to the Unix epoch (the wire enum of `memlens-api`).
@@ -75,6 +76,7 @@ impl SampleRows {
     }
 
     /// The table, sorted by (`gpu`, `time_us`).
+    #[cfg(feature = "analysis")]
     pub fn into_frame(self) -> PolarsResult<DataFrame> {
         let n = self.len();
         let df = DataFrame::new(
@@ -108,10 +110,11 @@ pub struct ProcessSample {
     pub used_bytes: Option<i64>,
 }
 
-/// What an NVML-log importer produced.
+/// What an NVML-log importer produced: the samples `S` (the importer's [`SampleRows`], then a
+/// polars frame in [`GpuSampleTables`]) and what the log says beside them.
 #[derive(Debug, Clone)]
-pub struct GpuSampleTables {
-    pub samples: DataFrame,
+pub struct GpuSamples<S> {
+    pub samples: S,
     pub gpus: Vec<GpuInfo>,
     /// Per-process samples, in log order (empty when the log has none).
     pub processes: Vec<ProcessSample>,
@@ -124,8 +127,15 @@ pub struct GpuSampleTables {
     pub notes: Vec<String>,
 }
 
-impl GpuSampleTables {
-    /// The tables of a parsed log; a log without any sample is an error.
+/// A parsed log, as its importer built it (no polars needed).
+pub type GpuSampleLog = GpuSamples<SampleRows>;
+
+/// A log's samples as the canonical frame, sorted by (`gpu`, `time_us`).
+#[cfg(feature = "analysis")]
+pub type GpuSampleTables = GpuSamples<DataFrame>;
+
+impl GpuSampleLog {
+    /// The log's samples as the importer read them; a log without any sample is an error.
     pub fn from_rows(
         rows: SampleRows,
         mut gpus: Vec<GpuInfo>,
@@ -133,19 +143,42 @@ impl GpuSampleTables {
         clock: SampleClock,
         used_meaning: UsedMeaning,
         skipped_lines: Vec<String>,
-    ) -> Result<GpuSampleTables, crate::ImportError> {
+    ) -> Result<GpuSampleLog, crate::ImportError> {
         if rows.is_empty() && processes.is_empty() {
             return Err(crate::ImportError::Log("the log has a header but no samples".into()));
         }
         gpus.sort_by_key(|g| g.gpu);
-        Ok(GpuSampleTables {
-            samples: rows.into_frame()?,
+        Ok(GpuSamples {
+            samples: rows,
             gpus,
             processes,
             clock,
             used_meaning,
             skipped_lines,
             notes: Vec::new(),
+        })
+    }
+
+    /// The samples moved into the canonical frame.
+    #[cfg(feature = "analysis")]
+    pub fn into_tables(self) -> PolarsResult<GpuSampleTables> {
+        let GpuSamples {
+            samples,
+            gpus,
+            processes,
+            clock,
+            used_meaning,
+            skipped_lines,
+            notes,
+        } = self;
+        Ok(GpuSamples {
+            samples: samples.into_frame()?,
+            gpus,
+            processes,
+            clock,
+            used_meaning,
+            skipped_lines,
+            notes,
         })
     }
 }

@@ -61,6 +61,9 @@ pub struct ServeArgs {
     /// Uploads each client address may make per minute (0: no limit); more get 429.
     #[arg(long, env = "MEMLENS_UPLOADS_PER_MINUTE", default_value_t = 60)]
     pub uploads_per_minute: u32,
+    /// Uploads one client address may have in progress at once (0: no limit); more get 429.
+    #[arg(long, env = "MEMLENS_UPLOADS_AT_ONCE", default_value_t = 4)]
+    pub uploads_at_once: usize,
 }
 
 pub fn serve(args: ServeArgs) -> std::process::ExitCode {
@@ -105,7 +108,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     if auth.required() {
         tracing::info!("uploads need a token");
     }
-    let gate = (auth, UploadLimit::new(args.uploads_per_minute));
+    let gate = (auth, UploadLimit::new(args.uploads_per_minute, args.uploads_at_once));
     let state = AppState::new(store.clone(), ingest, metrics, config, gate);
     tokio::spawn(crate::http::runs::close_quiet_runs(state.clone()));
     {

@@ -875,6 +875,51 @@ fn uploads_over_a_clients_rate_get_429_with_retry_after() {
 }
 
 #[test]
+fn a_clients_uploads_in_progress_are_capped_with_429_and_the_slot_comes_back() {
+    use std::io::{Read, Write};
+    let dir = tmpdir("at-once");
+    let s = Server::start(&dir, &["--uploads-at-once", "1"]);
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    // An upload whose body is still arriving holds this client's one slot.
+    let mut slow = std::net::TcpStream::connect(&addr).expect("connect");
+    slow.write_all(
+        b"POST /api/reports?name=slow.pickle HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+    )
+    .expect("write");
+    let pickle = std::fs::read(trace("mlp_train.pickle")).expect("trace");
+    write!(slow, "{:x}\r\n", 1024).expect("chunk");
+    slow.write_all(&pickle[..1024]).expect("chunk");
+    slow.write_all(b"\r\n").expect("chunk");
+    slow.flush().expect("flush");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (ctype, body) = multipart(&[("mlp_train.pickle", pickle.clone())]);
+    match ureq::post(&s.url("/api/reports"))
+        .set("Content-Type", &ctype)
+        .send_bytes(&body)
+    {
+        Err(ureq::Error::Status(429, resp)) => {
+            assert_eq!(resp.header("Retry-After"), Some("1"));
+            let text = resp.into_string().expect("body");
+            assert!(text.contains("1 uploads in progress"), "{text}");
+        }
+        other => panic!("expected 429 while the slow upload holds the slot, got {other:?}"),
+    }
+    // Reads are not uploads: they go on.
+    assert_eq!(status_code(ureq::get(&s.url("/healthz")).call()).0, 200);
+    // The slow upload finishes; its slot comes back and the next upload is taken.
+    let rest = &pickle[1024..];
+    write!(slow, "{:x}\r\n", rest.len()).expect("chunk");
+    slow.write_all(rest).expect("chunk");
+    slow.write_all(b"\r\n0\r\n\r\n").expect("end");
+    let mut answer = [0u8; 12];
+    slow.read_exact(&mut answer).expect("answer");
+    assert_eq!(&answer, b"HTTP/1.1 201", "{}", String::from_utf8_lossy(&answer));
+    drop(slow);
+    let (code, created) = upload(&s, &[("mlp_train.pickle", pickle)]);
+    assert_eq!(code, 201, "{created}");
+}
+
+#[test]
 fn memlens_upload_prints_a_link_whose_report_has_the_oracle_numbers() {
     let dir = tmpdir("cli-upload");
     let s = Server::start(&dir, &["--upload-token", "t0k"]);
@@ -1081,7 +1126,9 @@ fn peak_rss_mib(pid: u32) -> f64 {
 #[test]
 fn two_hundred_readers_while_ten_uploads_ingest_and_healthz_stays_fast() {
     use std::time::{Duration, Instant};
-    let (s, id) = server_with_report("load", &[], "gpt_train.pickle");
+    // The ten uploaders all come from loopback: one client address, so its cap on uploads in
+    // progress is raised to ten.
+    let (s, id) = server_with_report("load", &["--uploads-at-once", "10"], "gpt_train.pickle");
     let base = s.base.clone();
     let until = Instant::now() + Duration::from_secs(5);
     let uploads: Vec<_> = (0..10)

@@ -3,36 +3,15 @@
 //! by upload order), with its peak, and the spread across ranks. Built from file summaries
 //! only, so a report of many large ranks never loads their tables for it.
 
-use std::sync::LazyLock;
-
 use memlens_api::{DeviceSummary, FileSummary, RankPeak, RankSource, RunOverview};
 use polars::prelude::*;
-use regex::Regex;
 
 /// The worst rank is flagged when it is this fraction above the median …
 const IMBALANCE_FRACTION: f64 = 0.10;
 /// … and by at least this many bytes (small runs jitter by a few blocks).
 const IMBALANCE_MIN_BYTES: i64 = 64 << 20;
 
-/// `rank3`, `rank_3`, `rank-3`, `RANK.3` anywhere in a file's base name not preceded by a
-/// letter (so `cranky3` is not a rank).
-static RANK_IN_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?i)(?:^|[^a-z])rank[_\-. ]?(\d{1,6})(?:\D|$)").expect("static regex"));
-
-/// `rank=3`, `rank: 3`, `"rank": 3`, `global_rank=3` in a `user_metadata` string.
-static RANK_IN_METADATA: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r#"(?i)(?:^|[^a-z_])(?:global_)?rank"?\s*[=:]\s*"?(\d{1,6})"#).expect("static regex"));
-
-/// The rank a file's name gives, if any.
-pub fn rank_from_file_name(file: &str) -> Option<u32> {
-    let base = file.rsplit(['/', '\\']).next().unwrap_or(file);
-    RANK_IN_NAME.captures(base)?.get(1)?.as_str().parse().ok()
-}
-
-/// The rank a `user_metadata` string states, if any.
-pub fn rank_in_metadata(meta: &str) -> Option<u32> {
-    RANK_IN_METADATA.captures(meta)?.get(1)?.as_str().parse().ok()
-}
+use crate::names::{rank_from_file_name, rank_in_metadata};
 
 /// The first rank any entry's `user_metadata` states (the `event_notes` table).
 pub fn metadata_rank(event_notes: &DataFrame) -> PolarsResult<Option<u32>> {

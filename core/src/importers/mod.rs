@@ -7,27 +7,56 @@
 //! [`sniff`] is the one guesser: the first importer in table order whose `sniff` accepts the
 //! head names the format. [`common`] holds what several importers share.
 //!
+//! Importers produce plain column builders ([`Parsed`]) and need no polars: with the crate's
+//! default features off, this module is the whole library, and that is what the fuzz targets
+//! (`core/fuzz/`) build. [`import_source`] (feature `analysis`) turns them into polars frames.
+//!
 //! Invariant: importers never panic on input. They return [`ImportError`]s that name the
 //! problem; [`import_path`] also runs each import on its own thread with an explicit stack size
 //! and turns a panic (a bug) into an error instead of taking the process down.
 
 pub mod common;
 
+#[cfg(feature = "analysis")]
 use std::path::Path;
 
 use memlens_api::Format;
 
 use crate::error::ImportError;
+use crate::samples::GpuSampleLog;
+#[cfg(feature = "analysis")]
 use crate::samples::GpuSampleTables;
 use crate::source::{Source, SourceLimits};
+use crate::tables::SnapshotColumns;
+#[cfg(feature = "analysis")]
 use crate::tables::SnapshotTables;
 
-/// What an importer produced.
+/// What an importer read, as column builders.
+pub enum Parsed {
+    /// Allocator history and state: events, segments, blocks, stacks, annotations.
+    Snapshot(Box<SnapshotColumns>),
+    /// Whole-GPU samples over time (NVML-based logs).
+    GpuSamples(Box<GpuSampleLog>),
+}
+
+/// What an import produced: the canonical polars tables.
+#[cfg(feature = "analysis")]
 pub enum Imported {
     /// Allocator history and state: events, segments, blocks, stacks, annotations.
     Snapshot(Box<SnapshotTables>),
     /// Whole-GPU samples over time (NVML-based logs).
     GpuSamples(Box<GpuSampleTables>),
+}
+
+#[cfg(feature = "analysis")]
+impl Parsed {
+    /// Moves the builders into polars frames.
+    pub fn into_tables(self) -> Result<Imported, ImportError> {
+        Ok(match self {
+            Parsed::Snapshot(c) => Imported::Snapshot(Box::new(c.into_tables()?)),
+            Parsed::GpuSamples(l) => Imported::GpuSamples(Box::new(l.into_tables()?)),
+        })
+    }
 }
 
 /// Options for one import.
@@ -42,7 +71,7 @@ pub trait Importer: Sync {
     /// Whether this importer reads content starting with `head` (decompressed, at most
     /// [`crate::source::HEAD_LEN`] bytes).
     fn sniff(&self, head: &[u8]) -> bool;
-    fn import(&self, source: Source, options: &ImportOptions) -> Result<Imported, ImportError>;
+    fn import(&self, source: Source, options: &ImportOptions) -> Result<Parsed, ImportError>;
 }
 
 macro_rules! registry {
@@ -67,18 +96,18 @@ pub fn describe_head(head: &[u8]) -> String {
     format!("bytes {}", shown.join(" "))
 }
 
-/// The result of importing a file, with how it was read.
-pub struct ImportedFile {
+/// A file read by its importer, with how it was read.
+pub struct ParsedFile {
     pub format: Format,
     pub gzip: bool,
-    pub data: Imported,
+    pub data: Parsed,
 }
 
-/// Imports an already-opened source with the first importer whose sniff accepts it.
-pub fn import_source(source: Source, options: &ImportOptions) -> Result<ImportedFile, ImportError> {
+/// Reads an already-opened source with the first importer whose sniff accepts it.
+pub fn parse_source(source: Source, options: &ImportOptions) -> Result<ParsedFile, ImportError> {
     let gzip = source.gzip;
     match REGISTRY.iter().find(|(_, imp)| imp.sniff(&source.head)) {
-        Some((format, imp)) => Ok(ImportedFile {
+        Some((format, imp)) => Ok(ParsedFile {
             format: *format,
             gzip,
             data: imp.import(source, options)?,
@@ -89,10 +118,31 @@ pub fn import_source(source: Source, options: &ImportOptions) -> Result<Imported
     }
 }
 
+/// The result of importing a file, with how it was read.
+#[cfg(feature = "analysis")]
+pub struct ImportedFile {
+    pub format: Format,
+    pub gzip: bool,
+    pub data: Imported,
+}
+
+/// Imports an already-opened source with the first importer whose sniff accepts it.
+#[cfg(feature = "analysis")]
+pub fn import_source(source: Source, options: &ImportOptions) -> Result<ImportedFile, ImportError> {
+    let ParsedFile { format, gzip, data } = parse_source(source, options)?;
+    Ok(ImportedFile {
+        format,
+        gzip,
+        data: data.into_tables()?,
+    })
+}
+
 /// Stack size of import threads: the decoder is iterative, this is headroom, not a requirement.
+#[cfg(feature = "analysis")]
 const IMPORT_STACK: usize = 16 << 20;
 
 /// Opens and imports `path` on a dedicated thread.
+#[cfg(feature = "analysis")]
 pub fn import_path(path: &Path, options: ImportOptions) -> Result<ImportedFile, ImportError> {
     let path = path.to_owned();
     import_on_thread(move || Source::open(&path, options.source), options)
@@ -100,6 +150,7 @@ pub fn import_path(path: &Path, options: ImportOptions) -> Result<ImportedFile, 
 
 /// Opens a source with `open` and imports it, both on a dedicated thread with an explicit
 /// stack size; a panic there (a bug) comes back as an error.
+#[cfg(feature = "analysis")]
 pub fn import_on_thread<F>(open: F, options: ImportOptions) -> Result<ImportedFile, ImportError>
 where
     F: FnOnce() -> Result<Source, ImportError> + Send + 'static,

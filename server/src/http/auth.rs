@@ -1,13 +1,15 @@
 //! Who may upload: upload tokens (from `--upload-token`/`MEMLENS_UPLOAD_TOKENS`, and a tokens
 //! file re-read whenever it changes, so tokens rotate without a restart), sent as
 //! `Authorization: Bearer …` and compared in constant time; and a per-client rate limit on
-//! uploads (`governor`, keyed by the peer address) answered with 429 and `Retry-After`.
+//! uploads (`governor`, keyed by the peer address) and a cap on one client's uploads in
+//! progress at once, both answered with 429 and `Retry-After`.
 //! Reading a report stays by its capability link.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use axum::http::HeaderMap;
@@ -30,6 +32,8 @@ pub enum Refusal {
     Unauthorized,
     /// Too many uploads from this client; retry after this many seconds.
     RateLimited(u64),
+    /// This client already has this many uploads in progress.
+    TooManyAtOnce(usize),
 }
 
 fn parse_tokens(text: &str) -> Vec<String> {
@@ -104,17 +108,57 @@ impl UploadAuth {
     }
 }
 
-/// Uploads allowed per client and minute, with bursts of as many.
+/// Uploads allowed per client and minute (with bursts of as many), and at once.
 pub struct UploadLimit {
     limiter: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    at_once: usize,
+    /// Uploads in progress, per client address (entries at zero are removed).
+    in_progress: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// One admitted upload in progress; its client's count goes down when it is dropped.
+#[derive(Debug)]
+pub struct UploadSlot {
+    client: IpAddr,
+    in_progress: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for UploadSlot {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.in_progress.lock() {
+            if let Some(n) = m.get_mut(&self.client) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&self.client);
+                }
+            }
+        }
+    }
 }
 
 impl UploadLimit {
-    /// `per_minute` uploads per client address; 0 turns the limit off.
-    pub fn new(per_minute: u32) -> UploadLimit {
+    /// `per_minute` uploads per client address, `at_once` of them in progress; 0 turns either
+    /// limit off.
+    pub fn new(per_minute: u32, at_once: usize) -> UploadLimit {
         UploadLimit {
             limiter: NonZeroU32::new(per_minute).map(|n| RateLimiter::keyed(Quota::per_minute(n))),
+            at_once,
+            in_progress: Arc::default(),
         }
+    }
+
+    /// A slot for one more upload of `client`, unless it already has `at_once` in progress.
+    fn slot(&self, client: IpAddr) -> Result<UploadSlot, Refusal> {
+        let mut m = self.in_progress.lock().map_err(|_| Refusal::TooManyAtOnce(0))?;
+        let n = m.entry(client).or_insert(0);
+        if self.at_once > 0 && *n >= self.at_once {
+            return Err(Refusal::TooManyAtOnce(*n));
+        }
+        *n += 1;
+        Ok(UploadSlot {
+            client,
+            in_progress: self.in_progress.clone(),
+        })
     }
 
     /// `Ok` when `client` may upload now, else how many seconds to wait.
@@ -131,12 +175,20 @@ impl UploadLimit {
     }
 }
 
-/// Checks an upload's token, then its client's rate.
-pub fn admit(auth: &UploadAuth, limit: &UploadLimit, headers: &HeaderMap, client: IpAddr) -> Result<(), Refusal> {
+/// Checks an upload's token, then its client's uploads in progress, then its rate; the slot
+/// is held for as long as the upload is being received.
+pub fn admit(
+    auth: &UploadAuth,
+    limit: &UploadLimit,
+    headers: &HeaderMap,
+    client: IpAddr,
+) -> Result<UploadSlot, Refusal> {
     if !auth.allows(headers) {
         return Err(Refusal::Unauthorized);
     }
-    limit.check(client).map_err(Refusal::RateLimited)
+    let slot = limit.slot(client)?;
+    limit.check(client).map_err(Refusal::RateLimited)?;
+    Ok(slot)
 }
 
 #[cfg(test)]
@@ -174,18 +226,32 @@ mod tests {
     fn without_tokens_uploads_are_open_and_the_rate_limit_answers_with_a_wait() {
         let auth = UploadAuth::new(Vec::new(), None).expect("auth");
         assert!(auth.allows(&HeaderMap::new()));
-        let limit = UploadLimit::new(2);
+        let limit = UploadLimit::new(2, 0);
         let ip: IpAddr = "10.0.0.1".parse().expect("ip");
-        assert_eq!(admit(&auth, &limit, &HeaderMap::new(), ip), Ok(()));
-        assert_eq!(admit(&auth, &limit, &HeaderMap::new(), ip), Ok(()));
+        assert!(admit(&auth, &limit, &HeaderMap::new(), ip).is_ok());
+        assert!(admit(&auth, &limit, &HeaderMap::new(), ip).is_ok());
         match admit(&auth, &limit, &HeaderMap::new(), ip) {
             Err(Refusal::RateLimited(s)) => assert!((1..=60).contains(&s), "{s}"),
             other => panic!("{other:?}"),
         }
         // Another client has its own budget.
+        assert!(admit(&auth, &limit, &HeaderMap::new(), "10.0.0.2".parse().expect("ip")).is_ok());
+    }
+
+    #[test]
+    fn a_client_has_at_most_its_cap_of_uploads_in_progress_and_gets_a_slot_back_when_one_ends() {
+        let auth = UploadAuth::new(Vec::new(), None).expect("auth");
+        let limit = UploadLimit::new(0, 2);
+        let ip: IpAddr = "10.0.0.1".parse().expect("ip");
+        let first = admit(&auth, &limit, &HeaderMap::new(), ip).expect("first");
+        let _second = admit(&auth, &limit, &HeaderMap::new(), ip).expect("second");
         assert_eq!(
-            admit(&auth, &limit, &HeaderMap::new(), "10.0.0.2".parse().expect("ip")),
-            Ok(())
+            admit(&auth, &limit, &HeaderMap::new(), ip).map(|_| ()),
+            Err(Refusal::TooManyAtOnce(2))
         );
+        // Others are not held up by this client.
+        assert!(admit(&auth, &limit, &HeaderMap::new(), "10.0.0.2".parse().expect("ip")).is_ok());
+        drop(first);
+        assert!(admit(&auth, &limit, &HeaderMap::new(), ip).is_ok());
     }
 }

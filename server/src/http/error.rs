@@ -17,6 +17,8 @@ pub enum ApiError {
     Unauthorized,
     /// Too many uploads from this client; retry after this many seconds.
     TooMany(u64),
+    /// The client already has this many uploads in progress.
+    TooManyAtOnce(usize),
     TooLarge(u64),
     BadRequest(String),
     /// Processing has not finished; carries the status.
@@ -47,16 +49,13 @@ impl IntoResponse for ApiError {
                 return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response();
             }
             ApiError::TooMany(wait) => {
-                let body = Json(ErrorBody {
-                    error: format!("too many uploads from this client; retry in {wait} s"),
-                    status: None,
-                });
-                return (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    [(header::RETRY_AFTER, wait.to_string())],
-                    body,
-                )
-                    .into_response();
+                return too_many(format!("too many uploads from this client; retry in {wait} s"), wait);
+            }
+            ApiError::TooManyAtOnce(n) => {
+                return too_many(
+                    format!("this client already has {n} uploads in progress; retry when one has finished"),
+                    1,
+                );
             }
             ApiError::TooLarge(limit) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -127,4 +126,15 @@ where
             .map(|Query(q)| Q(q))
             .map_err(|e| ApiError::BadRequest(e.body_text()))
     }
+}
+
+/// 429 with `Retry-After: wait`.
+fn too_many(error: String, wait: u64) -> Response {
+    let body = Json(ErrorBody { error, status: None });
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, wait.to_string())],
+        body,
+    )
+        .into_response()
 }

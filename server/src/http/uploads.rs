@@ -18,7 +18,7 @@ use super::runs::open_run;
 use super::state::{now, Shared};
 use crate::ids;
 use crate::store::{BlobWriter, ReportRecord, StoredFile};
-use memlens_core::analysis::run::rank_from_file_name;
+use memlens_core::names::upload_name;
 
 /// How much of a rejected upload is read and discarded before answering, at most.
 const DRAIN_BYTES: u64 = 64 << 20;
@@ -44,9 +44,10 @@ pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: He
     let (parts, body) = req.into_parts();
     let (body, pump) = pump_body(body);
     let result = match admit(&st.upload_auth, &st.upload_limit, &headers, client) {
-        Ok(()) => receive(&st, &id, &q, &headers, Request::from_parts(parts, body)).await,
+        Ok(_slot) => receive(&st, &id, &q, &headers, Request::from_parts(parts, body)).await,
         Err(Refusal::Unauthorized) => Err(ApiError::Unauthorized),
         Err(Refusal::RateLimited(wait)) => Err(ApiError::TooMany(wait)),
+        Err(Refusal::TooManyAtOnce(n)) => Err(ApiError::TooManyAtOnce(n)),
     };
     match result {
         Ok(created) => (StatusCode::CREATED, Json(created)).into_response(),
@@ -72,28 +73,6 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
-}
-
-/// The client's file name reduced to a safe base name.
-pub fn sanitize(name: &str) -> String {
-    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
-    let s: String = base
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(120)
-        .collect();
-    let s = s.trim_start_matches('.').to_owned();
-    if s.is_empty() {
-        "upload".to_owned()
-    } else {
-        s
-    }
 }
 
 /// Reads the request body on its own task and hands it on through a small channel.
@@ -207,11 +186,6 @@ async fn receive(
     let id_owned = slot.as_ref().map_or_else(|| id.to_owned(), |s| s.id.clone());
     let id = id_owned.as_str();
     let first_key = slot.as_ref().map_or(0, |s| s.first_key);
-    // A rank's files are named by their rank unless their names already say it.
-    let named = |name: String| match q.rank {
-        Some(r) if rank_from_file_name(&name).is_none() => format!("rank{r}-{name}"),
-        _ => name,
-    };
     let is_multipart = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -234,13 +208,13 @@ async fn receive(
             let Some(fname) = field.file_name().map(str::to_owned) else {
                 continue;
             };
-            let name = named(sanitize(&fname));
+            let name = upload_name(&fname, q.rank);
             let key = format!("{}-{name}", first_key + files.len());
             let size = stream_to_store(st, id, &key, field, &mut budget, limit).await?;
             files.push(StoredFile { name, key, size });
         }
     } else {
-        let name = named(sanitize(q.name.as_deref().unwrap_or("upload")));
+        let name = upload_name(q.name.as_deref().unwrap_or("upload"), q.rank);
         let key = format!("{first_key}-{name}");
         let stream = req.into_body().into_data_stream();
         let size = stream_to_store(st, id, &key, stream, &mut budget, limit).await?;

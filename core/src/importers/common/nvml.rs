@@ -17,9 +17,10 @@ pub fn dmon_date_time_us(date: &str, time: &str) -> Option<i64> {
     if date.len() != 8 || time.len() != 8 {
         return None;
     }
-    let y: i64 = date[0..4].parse().ok()?;
-    let mo: u32 = date[4..6].parse().ok()?;
-    let d: u32 = date[6..8].parse().ok()?;
+    // `get`, not indexing: eight bytes need not be eight characters.
+    let y: i64 = date.get(0..4)?.parse().ok()?;
+    let mo: u32 = date.get(4..6)?.parse().ok()?;
+    let d: u32 = date.get(6..8)?.parse().ok()?;
     let mut hms = time.split(':').map(|p| p.parse::<u32>().ok());
     let (h, mi, s) = (hms.next()??, hms.next()??, hms.next()??);
     civil_to_us(y, mo, d, h, mi, s, 0)
@@ -89,8 +90,8 @@ pub fn parse_timestamp(s: &str) -> Option<(i64, SampleClock)> {
     if z.len() != 4 {
         return None;
     }
-    let zh: i64 = z[..2].parse().ok()?;
-    let zm: i64 = z[2..].parse().ok()?;
+    let zh: i64 = z.get(..2)?.parse().ok()?;
+    let zm: i64 = z.get(2..)?.parse().ok()?;
     t -= sign * (zh * 60 + zm) * 60_000_000;
     Some((t, SampleClock::Epoch))
 }

@@ -12,8 +12,8 @@ use prometheus_parse::LineInfo;
 
 use crate::error::ImportError;
 use crate::importers::common::lines::{line_error, LineReader};
-use crate::importers::{ImportOptions, Imported, Importer};
-use crate::samples::{GpuInfo, GpuSampleTables, Sample, SampleRows, UsedMeaning};
+use crate::importers::{ImportOptions, Parsed, Importer};
+use crate::samples::{GpuInfo, GpuSampleLog, Sample, SampleRows, UsedMeaning};
 use crate::source::{leading_text, Source};
 use memlens_api::SampleClock;
 
@@ -54,7 +54,7 @@ impl Importer for DcgmImporter {
         t.starts_with("# HELP DCGM_") || t.starts_with("# TYPE DCGM_") || t.starts_with("DCGM_FI_")
     }
 
-    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Parsed, ImportError> {
         let mut lines = LineReader::new(source.reader);
         // (time µs, gpu) → values; a scrape without timestamps is numbered by `scrape`.
         let mut readings: BTreeMap<(i64, i32), Reading> = BTreeMap::new();
@@ -136,7 +136,7 @@ impl Importer for DcgmImporter {
                 util_gpu_pct: None,
             });
         }
-        let mut tables = GpuSampleTables::from_rows(
+        let mut tables = GpuSampleLog::from_rows(
             rows,
             gpus.into_values().collect(),
             Vec::new(),
@@ -149,7 +149,7 @@ impl Importer for DcgmImporter {
                 .skipped_lines
                 .push("no timestamps: scrapes numbered one second apart from the epoch".into());
         }
-        Ok(Imported::GpuSamples(Box::new(tables)))
+        Ok(Parsed::GpuSamples(Box::new(tables)))
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::importers::common::nsys::{lower_driver_allocations, Row, NSYS_NOTE};
 use crate::error::ImportError;
 use crate::importers::common::lines::{line_error, LineReader};
-use crate::importers::{ImportOptions, Imported, Importer};
+use crate::importers::{ImportOptions, Parsed, Importer};
 use memlens_api::Format;
 use crate::source::{leading_text, Source};
 
@@ -28,10 +28,10 @@ impl Importer for NsysJsonImporter {
         t.starts_with('{') && (t.contains("\"Type\"") || t.contains("\"data\""))
     }
 
-    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Parsed, ImportError> {
         let mut columns = read_nsys_json(source)?;
         columns.format = Format::NsysJson;
-        Ok(Imported::Snapshot(Box::new(columns.into_tables()?)))
+        Ok(Parsed::Snapshot(Box::new(columns)))
     }
 }
 

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::importers::common::nsys::{lower_driver_allocations, Row, NSYS_NOTE};
 use crate::error::ImportError;
-use crate::importers::{ImportOptions, Imported, Importer};
+use crate::importers::{ImportOptions, Parsed, Importer};
 use crate::source::{map_pipe_err, Source};
 use crate::tables::SnapshotColumns;
 
@@ -25,7 +25,7 @@ impl Importer for NsysSqliteImporter {
         head.starts_with(b"SQLite format 3\0")
     }
 
-    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Parsed, ImportError> {
         let copy = temp_copy(source)?;
         let conn = Connection::open_with_flags(
             copy.path(),
@@ -33,7 +33,7 @@ impl Importer for NsysSqliteImporter {
         )
         .map_err(sql_err)?;
         let columns = read_export(&conn)?;
-        Ok(Imported::Snapshot(Box::new(columns.into_tables()?)))
+        Ok(Parsed::Snapshot(Box::new(columns)))
     }
 }
 

@@ -20,8 +20,8 @@ use crate::importers::common::nvml::{
     is_missing, line_error, memory_unit, parse_memory, parse_percent, parse_timestamp, LineReader,
 };
 use crate::error::ImportError;
-use crate::importers::{ImportOptions, Imported, Importer};
-use crate::samples::{GpuInfo, GpuSampleTables, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
+use crate::importers::{ImportOptions, Parsed, Importer};
+use crate::samples::{GpuInfo, GpuSampleLog, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
 use crate::source::{leading_text, Source};
 
 pub struct NvidiaSmiCsvImporter;
@@ -35,8 +35,8 @@ impl Importer for NvidiaSmiCsvImporter {
         t.starts_with("timestamp") && t.lines().next().is_some_and(|l| l.contains(','))
     }
 
-    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
-        Ok(Imported::GpuSamples(Box::new(read_smi_csv(source)?)))
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Parsed, ImportError> {
+        Ok(Parsed::GpuSamples(Box::new(read_smi_csv(source)?)))
     }
 }
 
@@ -63,7 +63,7 @@ fn parse_header(line: &str) -> Vec<HeaderColumn> {
 }
 
 /// Reads a whole `--query-gpu` CSV log.
-pub fn read_smi_csv(source: Source) -> Result<GpuSampleTables, ImportError> {
+pub fn read_smi_csv(source: Source) -> Result<GpuSampleLog, ImportError> {
     let mut lines = LineReader::new(source.reader);
     let header_text = match lines.next_line()? {
         Some(l) => l.text.trim().to_owned(),
@@ -209,7 +209,7 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleTables, ImportError> {
             Err(message) => return Err(line_error(*number, message)),
         }
     }
-    let mut tables = GpuSampleTables::from_rows(
+    let mut tables = GpuSampleLog::from_rows(
         rows,
         gpus,
         Vec::new(),
@@ -313,7 +313,7 @@ struct AppsColumns {
 
 /// Reads the rest of a `--query-compute-apps` log: one row per process per sample (a sample
 /// without processes writes no row).
-fn read_apps(mut lines: LineReader, header_text: &str, c: AppsColumns) -> Result<GpuSampleTables, ImportError> {
+fn read_apps(mut lines: LineReader, header_text: &str, c: AppsColumns) -> Result<GpuSampleLog, ImportError> {
     let mut processes = Vec::new();
     let mut clock = SampleClock::LocalNoZone;
     let mut skipped_lines = Vec::new();
@@ -355,7 +355,7 @@ fn read_apps(mut lines: LineReader, header_text: &str, c: AppsColumns) -> Result
             Err(message) => return Err(line_error(line.number, message)),
         }
     }
-    GpuSampleTables::from_rows(
+    GpuSampleLog::from_rows(
         SampleRows::default(),
         Vec::new(),
         processes,

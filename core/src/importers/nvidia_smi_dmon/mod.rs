@@ -7,8 +7,8 @@
 
 use crate::importers::common::nvml::{dmon_date_time_us, line_error, parse_memory, parse_percent, LineReader};
 use crate::error::ImportError;
-use crate::importers::{ImportOptions, Imported, Importer};
-use crate::samples::{GpuInfo, GpuSampleTables, Sample, SampleClock, SampleRows, UsedMeaning};
+use crate::importers::{ImportOptions, Parsed, Importer};
+use crate::samples::{GpuInfo, GpuSampleLog, Sample, SampleClock, SampleRows, UsedMeaning};
 use crate::source::{leading_text, Source};
 
 pub struct NvidiaSmiDmonImporter;
@@ -22,13 +22,13 @@ impl Importer for NvidiaSmiDmonImporter {
         t.starts_with("# gpu") || t.starts_with("#Date") || t.starts_with("# Date")
     }
 
-    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
-        Ok(Imported::GpuSamples(Box::new(read_dmon(source)?)))
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Parsed, ImportError> {
+        Ok(Parsed::GpuSamples(Box::new(read_dmon(source)?)))
     }
 }
 
 /// Reads a whole dmon log.
-pub fn read_dmon(source: Source) -> Result<GpuSampleTables, ImportError> {
+pub fn read_dmon(source: Source) -> Result<GpuSampleLog, ImportError> {
     let mut lines = LineReader::new(source.reader);
     let mut names: Option<Vec<String>> = None;
     let mut rows = SampleRows::default();
@@ -111,7 +111,7 @@ pub fn read_dmon(source: Source) -> Result<GpuSampleTables, ImportError> {
     if names.is_none() {
         return Err(ImportError::Log("no `#` header line naming the columns".into()));
     }
-    GpuSampleTables::from_rows(
+    GpuSampleLog::from_rows(
         rows,
         gpus,
         Vec::new(),

@@ -9,8 +9,8 @@
 
 use crate::error::ImportError;
 use crate::importers::common::nvml::{dmon_date_time_us, is_missing, line_error, parse_memory, LineReader};
-use crate::importers::{ImportOptions, Imported, Importer};
-use crate::samples::{GpuSampleTables, ProcessSample, SampleClock, SampleRows, UsedMeaning};
+use crate::importers::{ImportOptions, Parsed, Importer};
+use crate::samples::{GpuSampleLog, ProcessSample, SampleClock, SampleRows, UsedMeaning};
 use crate::source::{leading_text, Source};
 
 pub struct NvidiaSmiPmonImporter;
@@ -25,8 +25,8 @@ impl Importer for NvidiaSmiPmonImporter {
         first.starts_with('#') && first.split_whitespace().any(|c| c.eq_ignore_ascii_case("pid"))
     }
 
-    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
-        Ok(Imported::GpuSamples(Box::new(read_pmon(source)?)))
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Parsed, ImportError> {
+        Ok(Parsed::GpuSamples(Box::new(read_pmon(source)?)))
     }
 }
 
@@ -99,7 +99,7 @@ fn sample(fields: &[&str], c: &Columns) -> Result<Option<ProcessSample>, String>
 }
 
 /// Reads a whole pmon log.
-pub fn read_pmon(source: Source) -> Result<GpuSampleTables, ImportError> {
+pub fn read_pmon(source: Source) -> Result<GpuSampleLog, ImportError> {
     let mut lines = LineReader::new(source.reader);
     let mut cols: Option<Columns> = None;
     let mut processes = Vec::new();
@@ -134,7 +134,7 @@ pub fn read_pmon(source: Source) -> Result<GpuSampleTables, ImportError> {
             "no process was running on any GPU while the log was taken".into(),
         ));
     }
-    GpuSampleTables::from_rows(
+    GpuSampleLog::from_rows(
         SampleRows::default(),
         Vec::new(),
         processes,

@@ -14,8 +14,8 @@ use serde_json::{Map, Value};
 
 use crate::importers::common::nvml::{line_error, parse_timestamp, LineReader};
 use crate::error::ImportError;
-use crate::importers::{ImportOptions, Imported, Importer};
-use crate::samples::{GpuInfo, GpuSampleTables, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
+use crate::importers::{ImportOptions, Parsed, Importer};
+use crate::samples::{GpuInfo, GpuSampleLog, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
 use crate::source::{leading_text, Source};
 
 pub struct NvmlJsonLinesImporter;
@@ -29,8 +29,8 @@ impl Importer for NvmlJsonLinesImporter {
         (t.starts_with('{') || t.starts_with('[')) && (t.contains("\"memory_used\"") || t.contains("\"memory_total\""))
     }
 
-    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
-        Ok(Imported::GpuSamples(Box::new(read_nvml_jsonl(source)?)))
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Parsed, ImportError> {
+        Ok(Parsed::GpuSamples(Box::new(read_nvml_jsonl(source)?)))
     }
 }
 
@@ -123,7 +123,7 @@ fn read_object(o: &Map<String, Value>, clock: &mut Option<SampleClock>) -> Resul
 }
 
 /// Reads a whole pynvml log.
-pub fn read_nvml_jsonl(source: Source) -> Result<GpuSampleTables, ImportError> {
+pub fn read_nvml_jsonl(source: Source) -> Result<GpuSampleLog, ImportError> {
     let mut lines = LineReader::new(source.reader);
     let mut raw: Vec<RawSample> = Vec::new();
     let mut gpus: Vec<GpuInfo> = Vec::new();
@@ -220,7 +220,7 @@ pub fn read_nvml_jsonl(source: Source) -> Result<GpuSampleTables, ImportError> {
             util_gpu_pct: s.util,
         });
     }
-    GpuSampleTables::from_rows(
+    GpuSampleLog::from_rows(
         rows,
         gpus,
         processes,

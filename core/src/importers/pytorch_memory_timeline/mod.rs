@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::error::ImportError;
 use crate::importers::common::nsys::{lower_driver_allocations, Row};
-use crate::importers::{ImportOptions, Imported, Importer};
+use crate::importers::{ImportOptions, Parsed, Importer};
 use crate::source::{leading_text, Source};
 
 pub struct MemoryTimelineImporter;
@@ -200,7 +200,7 @@ impl Importer for MemoryTimelineImporter {
         rest.trim_start().starts_with(|c: char| c.is_ascii_digit() || c == '-')
     }
 
-    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Parsed, ImportError> {
         let v: Value = serde_json::from_reader(std::io::BufReader::new(source.reader))
             .map_err(|e| malformed(format!("not JSON: {e}")))?;
         let items = v.as_array().ok_or_else(|| malformed("expected a JSON list".into()))?;
@@ -247,6 +247,6 @@ impl Importer for MemoryTimelineImporter {
             ));
         }
         columns.format = memlens_api::Format::PytorchMemoryTimeline;
-        Ok(Imported::Snapshot(Box::new(columns.into_tables()?)))
+        Ok(Parsed::Snapshot(Box::new(columns)))
     }
 }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::error::ImportError;
 use crate::importers::common::nsys::{lower_driver_allocations, Row};
-use crate::importers::{ImportOptions, Imported, Importer};
+use crate::importers::{ImportOptions, Parsed, Importer};
 use crate::source::{leading_text, Source};
 
 pub struct ProfilerTraceImporter;
@@ -131,7 +131,7 @@ impl Importer for ProfilerTraceImporter {
             && (t.contains("\"traceEvents\"") || t.contains("\"schemaVersion\"") && t.contains("\"deviceProperties\""))
     }
 
-    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Imported, ImportError> {
+    fn import(&self, source: Source, _options: &ImportOptions) -> Result<Parsed, ImportError> {
         let trace: Trace = serde_json::from_reader(std::io::BufReader::new(source.reader))
             .map_err(|e| ImportError::Log(format!("profiler trace: {e}")))?;
         let mut host_events = 0usize;
@@ -238,6 +238,6 @@ impl Importer for ProfilerTraceImporter {
                 .push(format!("{host_events} CPU memory events not counted as device memory"));
         }
         columns.format = memlens_api::Format::PytorchProfilerTrace;
-        Ok(Imported::Snapshot(Box::new(columns.into_tables()?)))
+        Ok(Parsed::Snapshot(Box::new(columns)))
     }
 }

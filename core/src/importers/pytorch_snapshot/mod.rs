@@ -14,7 +14,7 @@ pub mod lower;
 pub mod pickle;
 
 use crate::error::ImportError;
-use crate::importers::{ImportOptions, Imported, Importer};
+use crate::importers::{ImportOptions, Parsed, Importer};
 use crate::source::{map_pipe_err, Source};
 
 pub struct PytorchSnapshotImporter;
@@ -27,9 +27,9 @@ impl Importer for PytorchSnapshotImporter {
         head.first() == Some(&0x80)
     }
 
-    fn import(&self, source: Source, options: &ImportOptions) -> Result<Imported, ImportError> {
+    fn import(&self, source: Source, options: &ImportOptions) -> Result<Parsed, ImportError> {
         let columns = decode_snapshot(source, options)?;
-        Ok(Imported::Snapshot(Box::new(columns.into_tables()?)))
+        Ok(Parsed::Snapshot(Box::new(columns)))
     }
 }
 

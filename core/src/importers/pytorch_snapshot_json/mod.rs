@@ -10,7 +10,7 @@ mod transcode;
 
 use crate::error::ImportError;
 use crate::importers::pytorch_snapshot::decode_snapshot;
-use crate::importers::{ImportOptions, Imported, Importer};
+use crate::importers::{ImportOptions, Parsed, Importer};
 use crate::source::{leading_text, Source};
 
 pub struct SnapshotJsonImporter;
@@ -25,7 +25,7 @@ impl Importer for SnapshotJsonImporter {
             || (t.starts_with('[') && t.contains("\"total_size\"") && t.contains("\"blocks\""))
     }
 
-    fn import(&self, source: Source, options: &ImportOptions) -> Result<Imported, ImportError> {
+    fn import(&self, source: Source, options: &ImportOptions) -> Result<Parsed, ImportError> {
         let (reader, writer) = std::io::pipe()?;
         let json = source.reader;
         let transcoder = std::thread::Builder::new()
@@ -46,6 +46,6 @@ impl Importer for SnapshotJsonImporter {
         transcoded?;
         let mut columns = decoded?;
         columns.format = memlens_api::Format::PytorchSnapshotJson;
-        Ok(Imported::Snapshot(Box::new(columns.into_tables()?)))
+        Ok(Parsed::Snapshot(Box::new(columns)))
     }
 }

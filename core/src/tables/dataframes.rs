@@ -1,0 +1,274 @@
+//! The polars side of the canonical snapshot tables: [`SnapshotTables`] (one frame per table of
+//! [`TABLE_NAMES`]) and [`SnapshotColumns::into_tables`], which moves the importers' builders
+//! into frames without copying numeric vectors.
+
+use polars::prelude::*;
+
+use memlens_api::SourceInfo;
+
+use super::{SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
+use crate::columns::events as ev;
+
+/// The canonical tables of one imported snapshot.
+pub struct SnapshotTables {
+    pub events: DataFrame,
+    pub segments: DataFrame,
+    pub blocks: DataFrame,
+    pub frames: DataFrame,
+    pub stack_frames: DataFrame,
+    pub annotations: DataFrame,
+    pub event_notes: DataFrame,
+    pub source: SourceInfo,
+    pub max_split_size: Option<i64>,
+    pub format: memlens_api::Format,
+}
+
+impl SnapshotTables {
+    /// Every frame with its name, in [`TABLE_NAMES`] order.
+    pub fn frames_mut(&mut self) -> [(&'static str, &mut DataFrame); 7] {
+        [
+            (TABLE_NAMES[0], &mut self.events),
+            (TABLE_NAMES[1], &mut self.segments),
+            (TABLE_NAMES[2], &mut self.blocks),
+            (TABLE_NAMES[3], &mut self.frames),
+            (TABLE_NAMES[4], &mut self.stack_frames),
+            (TABLE_NAMES[5], &mut self.annotations),
+            (TABLE_NAMES[6], &mut self.event_notes),
+        ]
+    }
+
+    pub fn meta(&self) -> SnapshotMeta {
+        SnapshotMeta {
+            source: self.source.clone(),
+            max_split_size: self.max_split_size,
+            format: self.format,
+        }
+    }
+
+    /// The tables back from their frames (in [`TABLE_NAMES`] order) and meta.
+    pub fn from_frames(frames: [DataFrame; 7], meta: SnapshotMeta) -> SnapshotTables {
+        let [events, segments, blocks, frames, stack_frames, annotations, event_notes] = frames;
+        SnapshotTables {
+            events,
+            segments,
+            blocks,
+            frames,
+            stack_frames,
+            annotations,
+            event_notes,
+            source: meta.source,
+            max_split_size: meta.max_split_size,
+            format: meta.format,
+        }
+    }
+}
+
+fn col<T: PolarsNumericType>(name: &str, v: Vec<T::Native>) -> Column {
+    ChunkedArray::<T>::from_vec(name.into(), v).into_series().into()
+}
+
+impl SnapshotColumns {
+    /// Moves the builders into polars frames (numeric vectors are handed over without copying).
+    pub fn into_tables(self) -> PolarsResult<SnapshotTables> {
+        let SnapshotColumns {
+            trace,
+            device_ranges,
+            frames,
+            segments,
+            blocks,
+            annotations,
+            max_split_size,
+            mut source,
+            format,
+        } = self;
+        source.annotation_count = annotations.name.len();
+        source.stack_count = frames.stack_count();
+
+        // Keep only rows that belong to a device list, in device order.
+        let covered: usize = device_ranges.iter().map(|(_, (s, e))| (e - s) as usize).sum();
+        let contiguous = covered == trace.len() && {
+            let mut sorted = device_ranges.clone();
+            sorted.sort_by_key(|(_, (s, _))| *s);
+            sorted.iter().zip(device_ranges.iter()).all(|(a, b)| a == b)
+        };
+        let n = covered;
+        let mut device: Vec<i32> = Vec::with_capacity(n);
+        for (d, (s, e)) in &device_ranges {
+            device.extend(std::iter::repeat_n(*d as i32, (e - s) as usize));
+        }
+        let TraceRows {
+            action,
+            addr,
+            size,
+            stream,
+            time_us,
+            stack,
+            device_free,
+            notes,
+        } = trace;
+        let (action, addr, size, stream, time_us, stack, row_map) = if contiguous {
+            (action, addr, size, stream, time_us, stack, None)
+        } else {
+            let rows: Vec<usize> = device_ranges
+                .iter()
+                .flat_map(|(_, (s, e))| (*s as usize)..(*e as usize))
+                .collect();
+            let mut map = vec![u32::MAX; action.len()];
+            for (new, old) in rows.iter().enumerate() {
+                map[*old] = new as u32;
+            }
+            (
+                rows.iter().map(|&r| action[r]).collect(),
+                rows.iter().map(|&r| addr[r]).collect(),
+                rows.iter().map(|&r| size[r]).collect(),
+                rows.iter().map(|&r| stream[r]).collect(),
+                rows.iter().map(|&r| time_us[r]).collect(),
+                rows.iter().map(|&r| stack[r]).collect(),
+                Some(map),
+            )
+        };
+        let remap = |r: u32| match &row_map {
+            None => Some(r),
+            Some(m) => Some(m[r as usize]).filter(|&x| x != u32::MAX),
+        };
+        let time_col: Column = if time_us.contains(&NO_TIME) {
+            Int64Chunked::from_iter_options(
+                ev::TIME_US.name.into(),
+                time_us.iter().map(|&t| (t != NO_TIME).then_some(t)),
+            )
+            .into_series()
+            .into()
+        } else {
+            ev::TIME_US.build(time_us)
+        };
+        let mut free_col: Vec<Option<i64>> = Vec::new();
+        if !device_free.is_empty() {
+            free_col = vec![None; n];
+            for (r, v) in device_free {
+                if let Some(r) = remap(r) {
+                    free_col[r as usize] = Some(v);
+                }
+            }
+        }
+        let free_col: Column = if free_col.is_empty() {
+            Column::full_null(ev::DEVICE_FREE.name.into(), n, &DataType::Int64)
+        } else {
+            Int64Chunked::from_iter_options(ev::DEVICE_FREE.name.into(), free_col.into_iter())
+                .into_series()
+                .into()
+        };
+        let events = DataFrame::new(
+            n,
+            vec![
+                ev::DEVICE.build(device),
+                ev::ACTION.build(action),
+                ev::ADDR.build(addr),
+                ev::SIZE.build(size),
+                ev::STREAM.build(stream),
+                time_col,
+                ev::STACK.build(stack),
+                free_col,
+            ],
+        )?;
+
+        let mut note_rows = Vec::new();
+        let (mut cc, mut um, mut an, mut cat) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for note in notes {
+            if let Some(r) = remap(note.row) {
+                note_rows.push(r);
+                cc.push(note.compile_context);
+                um.push(note.user_metadata);
+                an.push(note.action_name);
+                cat.push(note.category);
+            }
+        }
+        let event_notes = DataFrame::new(
+            note_rows.len(),
+            vec![
+                col::<UInt32Type>("row", note_rows),
+                Column::new("compile_context".into(), cc),
+                Column::new("user_metadata".into(), um),
+                Column::new("action_name".into(), an),
+                Column::new("category".into(), cat),
+            ],
+        )?;
+
+        let segments_df = DataFrame::new(
+            segments.len(),
+            vec![
+                col::<Int64Type>("device", segments.device),
+                col::<Int64Type>("address", segments.address),
+                col::<Int64Type>("total_size", segments.total_size),
+                col::<Int64Type>("allocated_size", segments.allocated_size),
+                col::<Int64Type>("active_size", segments.active_size),
+                col::<Int64Type>("requested_size", segments.requested_size),
+                col::<Int64Type>("stream", segments.stream),
+                Column::new("segment_type".into(), segments.segment_type),
+                col::<Int64Type>("pool_a", segments.pool_a),
+                col::<Int64Type>("pool_b", segments.pool_b),
+                Column::new("is_expandable".into(), segments.is_expandable),
+                col::<UInt32Type>("stack", segments.stack),
+            ],
+        )?;
+        let nb = blocks.address.len();
+        let blocks_df = DataFrame::new(
+            nb,
+            vec![
+                col::<Int64Type>("device", blocks.device),
+                col::<UInt32Type>("segment", blocks.segment),
+                col::<Int64Type>("address", blocks.address),
+                col::<Int64Type>("size", blocks.size),
+                col::<Int64Type>("requested_size", blocks.requested_size),
+                col::<UInt8Type>("state", blocks.state),
+                col::<UInt32Type>("stack", blocks.stack),
+            ],
+        )?;
+        let nf = frames.names.len();
+        let frames_df = DataFrame::new(
+            nf,
+            vec![
+                col::<UInt32Type>("frame", (0..nf as u32).collect()),
+                Column::new("name".into(), frames.names),
+                Column::new("filename".into(), frames.files),
+                col::<Int64Type>("line", frames.lines),
+            ],
+        )?;
+        let mut sf_stack = Vec::with_capacity(frames.flat.len());
+        let mut sf_depth = Vec::with_capacity(frames.flat.len());
+        for s in 0..frames.offsets.len() - 1 {
+            let (a, b) = (frames.offsets[s], frames.offsets[s + 1]);
+            sf_stack.extend(std::iter::repeat_n(s as u32, (b - a) as usize));
+            sf_depth.extend(0..(b - a));
+        }
+        let stack_frames = DataFrame::new(
+            frames.flat.len(),
+            vec![
+                col::<UInt32Type>("stack", sf_stack),
+                col::<UInt32Type>("depth", sf_depth),
+                col::<UInt32Type>("frame", frames.flat),
+            ],
+        )?;
+        let na = annotations.name.len();
+        let annotations_df = DataFrame::new(
+            na,
+            vec![
+                col::<Int64Type>("device", annotations.device),
+                Column::new("name".into(), annotations.name),
+                Column::new("stage".into(), annotations.stage),
+                col::<Int64Type>("time_us", annotations.time_us),
+            ],
+        )?;
+        Ok(SnapshotTables {
+            events,
+            segments: segments_df,
+            blocks: blocks_df,
+            frames: frames_df,
+            stack_frames,
+            annotations: annotations_df,
+            event_notes,
+            source,
+            max_split_size,
+            format,
+        })
+    }
+}
