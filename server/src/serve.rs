@@ -32,6 +32,9 @@ pub struct ServeArgs {
     /// (slow and "slowloris" clients).
     #[arg(long, env = "MEMLENS_HEADER_TIMEOUT", default_value_t = 15)]
     pub header_timeout: u64,
+    /// Seconds an upload's body may send nothing before the upload is dropped with 408.
+    #[arg(long, env = "MEMLENS_BODY_TIMEOUT", default_value_t = 60)]
+    pub body_timeout: u64,
     /// API requests served at once; beyond it the server answers 503 with `Retry-After`
     /// instead of queueing without bound (`/healthz`, `/metrics` and pages are not counted).
     #[arg(long, env = "MEMLENS_MAX_IN_FLIGHT", default_value_t = 512)]
@@ -103,6 +106,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         retention_days: args.retention_days,
         static_dir: args.static_dir.clone(),
         max_in_flight: args.max_in_flight.max(1),
+        body_timeout: Duration::from_secs(args.body_timeout.max(1)),
     };
     let auth = UploadAuth::new(args.upload_tokens.clone(), args.upload_tokens_file.clone())?;
     if auth.required() {

@@ -1015,6 +1015,41 @@ fn a_client_that_trickles_its_headers_is_cut_off_and_others_are_served_meanwhile
     );
 }
 
+#[test]
+fn an_upload_whose_body_stalls_is_dropped_with_408_and_frees_its_slot() {
+    use std::io::{Read, Write};
+    let dir = tmpdir("body-stall");
+    let s = Server::start(&dir, &["--body-timeout", "2", "--uploads-at-once", "1"]);
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let mut slow = std::net::TcpStream::connect(&addr).expect("connect");
+    slow.write_all(
+        b"POST /api/reports?name=stall.pickle HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n",
+    )
+    .expect("write");
+    slow.write_all(&[0x80; 1000]).expect("some of the body");
+    let start = std::time::Instant::now();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = Vec::new();
+    let _ = slow.read_to_end(&mut answer);
+    let waited = start.elapsed();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("no bytes arrived for 2 s"), "{text}");
+    assert!(waited < std::time::Duration::from_secs(6), "answered after {waited:?}");
+    // Its slot is free again, and nothing of it was kept.
+    let (code, created) = upload(
+        &s,
+        &[(
+            "mlp_train.pickle",
+            std::fs::read(trace("mlp_train.pickle")).expect("trace"),
+        )],
+    );
+    assert_eq!(code, 201, "{created}");
+    let incoming = std::fs::read_dir(dir.join("store/incoming")).map_or(0, |d| d.count());
+    assert_eq!(incoming, 0, "the stalled upload left nothing behind");
+}
+
 /// A small tmpfs, unmounted when dropped.
 struct Tmpfs(PathBuf);
 

@@ -19,6 +19,8 @@ pub enum ApiError {
     TooMany(u64),
     /// The client already has this many uploads in progress.
     TooManyAtOnce(usize),
+    /// The upload's body sent nothing for this many seconds.
+    BodyTimeout(u64),
     TooLarge(u64),
     BadRequest(String),
     /// Processing has not finished; carries the status.
@@ -57,6 +59,11 @@ impl IntoResponse for ApiError {
                     1,
                 );
             }
+            ApiError::BodyTimeout(secs) => (
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the upload stalled: no bytes arrived for {secs} s, so it was dropped; send it again"),
+                None,
+            ),
             ApiError::TooLarge(limit) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("upload exceeds the limit of {limit} bytes"),

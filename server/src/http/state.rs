@@ -27,6 +27,8 @@ pub struct HttpConfig {
     pub static_dir: PathBuf,
     /// API requests served at once; more are answered 503 with `Retry-After` at once.
     pub max_in_flight: usize,
+    /// An upload whose body sends nothing for this long is dropped (408).
+    pub body_timeout: std::time::Duration,
 }
 
 /// Loaded snapshot files kept in memory for queries (a compare holds two).

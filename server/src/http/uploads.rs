@@ -11,6 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::StreamExt;
 use memlens_api::{Created, ErrorBody, ReportState, UploadParams};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::auth::{admit, Refusal};
 use super::error::{internal, store_error, ApiError, Q};
@@ -42,12 +44,17 @@ pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: He
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
     let (parts, body) = req.into_parts();
-    let (body, pump) = pump_body(body);
+    let stalled = Arc::new(AtomicBool::new(false));
+    let (body, pump) = pump_body(body, st.config.body_timeout, stalled.clone());
     let result = match admit(&st.upload_auth, &st.upload_limit, &headers, client) {
         Ok(_slot) => receive(&st, &id, &q, &headers, Request::from_parts(parts, body)).await,
         Err(Refusal::Unauthorized) => Err(ApiError::Unauthorized),
         Err(Refusal::RateLimited(wait)) => Err(ApiError::TooMany(wait)),
         Err(Refusal::TooManyAtOnce(n)) => Err(ApiError::TooManyAtOnce(n)),
+    };
+    let result = match result {
+        Err(_) if stalled.load(Ordering::Relaxed) => Err(ApiError::BodyTimeout(st.config.body_timeout.as_secs())),
+        r => r,
     };
     match result {
         Ok(created) => (StatusCode::CREATED, Json(created)).into_response(),
@@ -81,13 +88,26 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
 /// answered a rejected upload (413, 400) and closed the connection at once, the client would see
 /// a broken pipe instead of the error. When the reader is dropped, the pump goes on reading and
 /// discarding up to [`DRAIN_BYTES`] (the caller bounds the time), like a lingering close.
-fn pump_body(body: Body) -> (Body, tokio::task::JoinHandle<()>) {
+///
+/// A body that sends nothing for `idle` ends the upload: the pump hands on an error and sets
+/// `stalled` (the answer is then 408), so a client trickling nothing holds no slot for long.
+fn pump_body(body: Body, idle: std::time::Duration, stalled: Arc<AtomicBool>) -> (Body, tokio::task::JoinHandle<()>) {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, axum::Error>>(4);
     let task = tokio::spawn(async move {
         let mut stream = body.into_data_stream();
         let mut receiver_gone = false;
         let mut drained = 0u64;
-        while let Some(chunk) = stream.next().await {
+        loop {
+            let chunk = match tokio::time::timeout(idle, stream.next()).await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                Err(_) => {
+                    stalled.store(true, Ordering::Relaxed);
+                    let msg = format!("no upload bytes arrived for {} s", idle.as_secs());
+                    let _ = tx.send(Err(axum::Error::new(msg))).await;
+                    return;
+                }
+            };
             if receiver_gone {
                 match chunk {
                     Ok(c) => drained += c.len() as u64,
