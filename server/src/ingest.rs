@@ -65,6 +65,30 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    Ready,
+    /// The input is at fault (it would fail the same way again); shown to the uploader.
+    InputError(String),
+    /// The server is at fault (logged); a worker may retry it once.
+    InternalError(String),
+}
+
+impl JobOutcome {
+    /// The state and the client-facing error it leaves the report in.
+    pub fn state(&self) -> (ReportState, Option<String>) {
+        match self {
+            JobOutcome::Ready => (ReportState::Ready, None),
+            JobOutcome::InputError(msg) => (ReportState::Failed, Some(msg.clone())),
+            JobOutcome::InternalError(_) => (
+                ReportState::Failed,
+                Some("internal error while processing the report".to_owned()),
+            ),
+        }
+    }
+}
+
 /// Why a job failed.
 enum JobError {
     /// The input is at fault; the message is shown to the uploader.
@@ -150,11 +174,15 @@ impl Ingest {
         self.progress.lock().ok()?.get(id).cloned()
     }
 
-    /// Queues a report for processing.
+    pub fn store(&self) -> &Arc<dyn ReportStore> {
+        &self.store
+    }
+
+    /// Queues a report for processing. With a shared store this is nothing: the report's row
+    /// is the job, and workers claim it from the index.
     pub fn enqueue(self: &Arc<Self>, id: String) {
-        let progress = Arc::new(Progress::default());
-        if let Ok(mut m) = self.progress.lock() {
-            m.insert(id.clone(), progress.clone());
+        if self.store.jobs().is_some() {
+            return;
         }
         let this = self.clone();
         tokio::spawn(async move {
@@ -163,24 +191,44 @@ impl Ingest {
             };
             let job = this.clone();
             let id2 = id.clone();
-            let result = tokio::task::spawn_blocking(move || job.run(&id2, &progress)).await;
+            let result = tokio::task::spawn_blocking(move || {
+                if let Err(e) = job.store.set_state(&id2, ReportState::Processing, None) {
+                    tracing::error!(report = %id2, "cannot mark processing: {e}");
+                }
+                let (state, error) = job.process_job(&id2).state();
+                if let Err(e) = job.store.set_state(&id2, state, error.as_deref()) {
+                    tracing::error!(report = %id2, "cannot record the outcome: {e}");
+                }
+            })
+            .await;
             if let Err(e) = result {
                 tracing::error!(report = %id, "ingest task failed: {e}");
-                let _ = this
-                    .store
-                    .set_state(&id, ReportState::Failed, Some("internal error while processing"));
-            }
-            if let Ok(mut m) = this.progress.lock() {
-                m.remove(&id);
+                let store = this.store.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    store.set_state(&id, ReportState::Failed, Some("internal error while processing"))
+                })
+                .await;
             }
         });
     }
 
-    fn run(&self, id: &str, progress: &Arc<Progress>) {
-        let started = Instant::now();
-        if let Err(e) = self.store.set_state(id, ReportState::Processing, None) {
-            tracing::error!(report = %id, "cannot mark processing: {e}");
+    /// Processes a report (on this thread, with a lower-priority thread of its own for the
+    /// pipeline): its data is written and committed, or nothing is. Live progress is kept
+    /// meanwhile; the caller records the outcome in the index.
+    pub fn process_job(&self, id: &str) -> JobOutcome {
+        let progress = Arc::new(Progress::default());
+        if let Ok(mut m) = self.progress.lock() {
+            m.insert(id.to_owned(), progress.clone());
         }
+        let outcome = self.run(id, &progress);
+        if let Ok(mut m) = self.progress.lock() {
+            m.remove(id);
+        }
+        outcome
+    }
+
+    fn run(&self, id: &str, progress: &Arc<Progress>) -> JobOutcome {
+        let started = Instant::now();
         progress.set_stage(Stage::Processing);
         let outcome = std::thread::scope(|scope| {
             let job = std::thread::Builder::new()
@@ -204,22 +252,16 @@ impl Ingest {
             ),
             e => e,
         });
-        let (state, error) = match &outcome {
-            Ok(()) => (ReportState::Ready, None),
-            Err(JobError::Input(msg)) => (ReportState::Failed, Some(msg.clone())),
-            Err(JobError::Internal(msg)) => {
-                tracing::error!(report = %id, "processing failed: {msg}");
-                (
-                    ReportState::Failed,
-                    Some("internal error while processing the report".to_owned()),
-                )
-            }
-        };
-        if let Err(e) = self.store.set_state(id, state, error.as_deref()) {
-            tracing::error!(report = %id, "cannot record the outcome: {e}");
-        }
         self.metrics
             .record_ingest(started.elapsed().as_secs_f64(), outcome.is_ok());
+        match outcome {
+            Ok(()) => JobOutcome::Ready,
+            Err(JobError::Input(msg)) => JobOutcome::InputError(msg),
+            Err(JobError::Internal(msg)) => {
+                tracing::error!(report = %id, "processing failed: {msg}");
+                JobOutcome::InternalError(msg)
+            }
+        }
     }
 
     fn process(&self, id: &str, progress: &Arc<Progress>) -> Result<(), JobError> {

@@ -14,3 +14,4 @@ pub mod priority;
 pub mod reportdata;
 pub mod serve;
 pub mod store;
+pub mod worker;

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         cli::Command::Whatif(a) => cli::whatif::whatif(a),
         cli::Command::Upload(a) => cli::upload::upload(a),
         cli::Command::Serve(a) => memlens::serve::serve(a),
+        cli::Command::Worker(a) => memlens::worker::worker(a),
         cli::Command::Healthcheck(a) => cli::healthcheck::healthcheck(a),
     }
 }

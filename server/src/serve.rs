@@ -1,8 +1,11 @@
 //! `memlens serve`: wires the store, the ingest queue and the HTTP router, recovers reports a
-//! crash left unfinished, and sweeps expired ones.
+//! crash left unfinished, and sweeps expired ones. On a shared store it is stateless: any
+//! number run behind a load balancer, and reports are claimed from the store's queue (by its
+//! own `--workers` loops and by `memlens worker`s).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,16 +15,15 @@ use crate::http::auth::{UploadAuth, UploadLimit};
 use crate::http::{router, AppState, HttpConfig};
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
-use crate::store::{LocalStore, ReportStore};
+use crate::store::StoreArgs;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "MEMLENS_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
-    /// Where reports are stored (SQLite index + one folder per report).
-    #[arg(long, env = "MEMLENS_DATA_DIR", default_value = "memlens-data")]
-    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// Largest upload accepted, in bytes (all files of one report together).
     #[arg(long, env = "MEMLENS_MAX_UPLOAD", default_value_t = 4 << 30)]
     pub max_upload: u64,
@@ -45,9 +47,14 @@ pub struct ServeArgs {
     /// Category rules for every report (`category: regex` lines, see `memlens analyze --help`).
     #[arg(long, env = "MEMLENS_CATEGORY_RULES", value_name = "FILE")]
     pub category_rules: Option<PathBuf>,
-    /// Reports processed at the same time.
+    /// Reports processed at the same time (with a shared store: by this server, beside any
+    /// `memlens worker`s; 0 leaves them all to the workers).
     #[arg(long, env = "MEMLENS_WORKERS", default_value_t = 2)]
     pub workers: usize,
+    /// With a shared store: seconds a report claimed by this server stays its without a
+    /// renewal (see `memlens worker --help`).
+    #[arg(long, env = "MEMLENS_LEASE_SECONDS", default_value_t = 30)]
+    pub lease_seconds: u64,
     /// A token uploads must carry (`Authorization: Bearer TOKEN`); repeat, or comma-separate in
     /// the variable, for several. None (and no tokens file): anyone may upload.
     #[arg(
@@ -69,11 +76,16 @@ pub struct ServeArgs {
     pub uploads_at_once: usize,
 }
 
-pub fn serve(args: ServeArgs) -> std::process::ExitCode {
+/// Logs to stderr, filtered by `MEMLENS_LOG` (default `info`).
+pub fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MEMLENS_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+pub fn serve(args: ServeArgs) -> std::process::ExitCode {
+    init_logging();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -91,16 +103,28 @@ pub fn serve(args: ServeArgs) -> std::process::ExitCode {
 }
 
 async fn run(args: ServeArgs) -> Result<(), String> {
-    let store: Arc<dyn ReportStore> = Arc::new(
-        LocalStore::open(&args.data_dir).map_err(|e| format!("data directory {}: {e}", args.data_dir.display()))?,
-    );
+    let store = args.store.open().await?;
     let metrics = Arc::new(Metrics::default());
     let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
     let ingest = Ingest::new(store.clone(), args.workers, metrics.clone(), rules);
-    for id in store.unfinished().map_err(|e| format!("index: {e}"))? {
-        tracing::info!(report = %id, "resuming processing left unfinished");
-        ingest.enqueue(id);
-    }
+    let stop_claiming = Arc::new(AtomicBool::new(false));
+    let claim_loops = if store.jobs().is_some() {
+        // A shared store: reports are claimed from its queue, by this server's loops and by
+        // any `memlens worker`; one a crash left unfinished is claimed once its lease ran out.
+        let lease = Duration::from_secs(args.lease_seconds.max(3));
+        crate::worker::spawn_claim_loops(&ingest, args.workers, lease, &stop_claiming)
+    } else {
+        let s = store.clone();
+        let unfinished = tokio::task::spawn_blocking(move || s.unfinished())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("index: {e}"))?;
+        for id in unfinished {
+            tracing::info!(report = %id, "resuming processing left unfinished");
+            ingest.enqueue(id);
+        }
+        Vec::new()
+    };
     let config = HttpConfig {
         max_upload: args.max_upload,
         retention_days: args.retention_days,
@@ -143,6 +167,10 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     let _ = std::io::stdout().flush();
     let header_timeout = Duration::from_secs(args.header_timeout.max(1));
     serve_connections(listener, router(state), header_timeout).await;
+    stop_claiming.store(true, Ordering::Relaxed);
+    for l in claim_loops {
+        let _ = l.await;
+    }
     tracing::info!("memlens stopped");
     Ok(())
 }
@@ -196,7 +224,7 @@ async fn serve_connections(listener: tokio::net::TcpListener, app: axum::Router,
 
 /// Ctrl-C, or SIGTERM (`docker stop`; as PID 1 in a container nothing else would stop us).
 /// Unfinished ingests are resumed from their kept uploads at the next start.
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -1,136 +1,23 @@
-//! HTTP tests against a real `memlens serve` process bound on loopback, with real traces.
+//! HTTP tests against a real `memlens serve` process bound on loopback, with real traces. Run
+//! with `MEMLENS_TEST_BACKEND=shared` inside `scripts/with-shared-store`, every server runs on
+//! the shared Postgres + S3 store instead of the embedded one (tests of the embedded store's own
+//! files say so and skip).
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::*;
 use serde_json::Value;
-
-fn trace(name: &str) -> PathBuf {
-    manifest_dir().join("../traces").join(name)
-}
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(data: &Path, extra: &[&str]) -> Server {
-        let dist = data.join("dist");
-        std::fs::create_dir_all(&dist).expect("dist");
-        std::fs::write(
-            dist.join("index.html"),
-            "<html><head><title>memlens</title></head><body></body></html>",
-        )
-        .expect("index");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_memlens"))
-            .args(["serve", "--bind", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(data.join("store"))
-            .arg("--static-dir")
-            .arg(&dist)
-            .args(extra)
-            .env("MEMLENS_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("server starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("listening line");
-        let base = line.trim().rsplit(' ').next().expect("address").to_owned();
-        assert!(base.starts_with("http://127.0.0.1:"), "{line}");
-        Server { child, base }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("memlens-http-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp");
-    d
-}
-
-fn multipart(files: &[(&str, Vec<u8>)]) -> (String, Vec<u8>) {
-    let boundary = "memlens-test-boundary-7d1e";
-    let mut body = Vec::new();
-    for (name, bytes) in files {
-        body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes());
-        body.extend_from_slice(bytes);
-        body.extend_from_slice(b"\r\n");
-    }
-    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), body)
-}
 
 /// A server in a fresh data directory `tag` holding one ready report of `name`, and its id.
 fn server_with_report(tag: &str, extra: &[&str], name: &str) -> (Server, String) {
-    let s = Server::start(&tmpdir(tag), extra);
+    let s = Server::serve_on(&tmpdir(tag), extra);
     let id = upload_trace(&s, name)["id"].as_str().expect("id").to_owned();
     assert_eq!(wait_done(&s, &id)["state"], "ready");
     (s, id)
-}
-
-fn status_code(r: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
-    match r {
-        Ok(resp) => {
-            let code = resp.status();
-            let text = resp.into_string().unwrap_or_default();
-            (code, serde_json::from_str(&text).unwrap_or(Value::Null))
-        }
-        Err(ureq::Error::Status(code, resp)) => {
-            let text = resp.into_string().unwrap_or_default();
-            (code, serde_json::from_str(&text).unwrap_or(Value::Null))
-        }
-        Err(e) => panic!("transport error: {e}"),
-    }
-}
-
-fn upload(s: &Server, files: &[(&str, Vec<u8>)]) -> (u16, Value) {
-    let (ctype, body) = multipart(files);
-    status_code(
-        ureq::post(&s.url("/api/reports"))
-            .set("Content-Type", &ctype)
-            .send_bytes(&body),
-    )
-}
-
-fn upload_trace(s: &Server, name: &str) -> Value {
-    let (code, v) = upload(s, &[(name, std::fs::read(trace(name)).expect("trace"))]);
-    assert_eq!(code, 201, "{v}");
-    v
-}
-
-fn wait_done(s: &Server, id: &str) -> Value {
-    let start = Instant::now();
-    loop {
-        let (code, v) = status_code(ureq::get(&s.url(&format!("/api/reports/{id}/status"))).call());
-        assert_eq!(code, 200, "{v}");
-        let state = v["state"].as_str().unwrap_or("").to_owned();
-        if state == "ready" || state == "failed" {
-            return v;
-        }
-        assert!(start.elapsed() < Duration::from_secs(120), "still {state}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Runs the CLI and checks it refused with exit status 2 and a message naming `needle`.
@@ -139,10 +26,6 @@ fn assert_cli_refuses(cmd: &mut Command, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(needle), "{err}");
-}
-
-fn get_json(s: &Server, path: &str) -> (u16, Value) {
-    status_code(ureq::get(&s.url(path)).call())
 }
 
 fn cli_json(name: &str) -> Value {
@@ -158,7 +41,7 @@ fn cli_json(name: &str) -> Value {
 #[test]
 fn upload_status_summary_restart_delete() {
     let dir = tmpdir("main");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let created = upload_trace(&s, "leak.pickle");
     let id = created["id"].as_str().expect("id").to_owned();
     assert_eq!(id.len(), 32, "128-bit id");
@@ -222,7 +105,7 @@ fn upload_status_summary_restart_delete() {
 
     // Restart: the report survives.
     s.kill();
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let (code, again) = get_json(&s, &format!("/api/reports/{id}"));
     assert_eq!(code, 200);
     assert_eq!(again, summary);
@@ -250,7 +133,7 @@ fn upload_status_summary_restart_delete() {
 #[test]
 fn over_limit_uploads_get_413_and_the_server_stays_up() {
     let dir = tmpdir("limit");
-    let s = Server::start(&dir, &["--max-upload", "100000"]);
+    let s = Server::serve_on(&dir, &["--max-upload", "100000"]);
     // Clients can learn the limit before sending anything.
     let (code, limits) = get_json(&s, "/api/limits");
     assert_eq!(code, 200);
@@ -282,7 +165,7 @@ fn over_limit_uploads_get_413_and_the_server_stays_up() {
 #[test]
 fn a_malformed_file_fails_clearly_and_the_server_stays_healthy() {
     let dir = tmpdir("bad");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let full = std::fs::read(trace("mlp_train.pickle")).expect("trace");
     let (code, v) = upload(&s, &[("cut.pickle", full[..full.len() / 3].to_vec())]);
     assert_eq!(code, 201, "{v}");
@@ -310,7 +193,7 @@ fn a_malformed_file_fails_clearly_and_the_server_stays_healthy() {
 #[test]
 fn concurrent_uploads_and_raw_bodies() {
     let dir = tmpdir("concurrent");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let base = s.base.clone();
     let handles: Vec<_> = ["gpt_train.pickle", "oom_fragmentation.pickle"]
         .into_iter()
@@ -343,11 +226,11 @@ fn concurrent_uploads_and_raw_bodies() {
 #[test]
 fn kill_9_mid_ingest_resumes_after_restart() {
     let dir = tmpdir("kill9");
-    let s = Server::start(&dir, &["--workers", "1"]);
+    let s = Server::serve_on(&dir, &["--workers", "1"]);
     let a = upload_trace(&s, "many_small.pickle.gz");
     let b = upload_trace(&s, "kv_cache_inference.pickle");
     s.kill(); // SIGKILL while the first is processing and the second is queued
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     for v in [a, b] {
         let st = wait_done(&s, v["id"].as_str().expect("id"));
         assert_eq!(st["state"], "ready", "{st}");
@@ -357,7 +240,7 @@ fn kill_9_mid_ingest_resumes_after_restart() {
 #[test]
 fn expired_reports_answer_410_and_the_api_is_documented() {
     let dir = tmpdir("expiry");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let bytes = std::fs::read(trace("mlp_train.pickle")).expect("trace");
     let r = ureq::post(&s.url("/api/reports?name=mlp.pickle&expires_in_days=0"))
         .send_bytes(&bytes)
@@ -406,7 +289,7 @@ fn the_big_benchmark_report_answers_every_query() {
         return;
     };
     let dir = tmpdir("big");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let bytes = std::fs::read(&big).expect("bench trace");
     let r = ureq::post(&s.url("/api/reports?name=big.pickle.gz"))
         .send_bytes(&bytes)
@@ -454,16 +337,11 @@ fn the_big_benchmark_report_answers_every_query() {
 
 // The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the
 // compile-time value can be stale when a shared target directory serves several checkouts.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
 
 #[test]
 fn a_snapshot_and_its_nvml_logs_make_one_report() {
     let dir = tmpdir("nvml");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let files: Vec<(&str, Vec<u8>)> = [
         "gpt_train.pickle",
         "nvidia_smi_gpu.ist.csv",
@@ -572,7 +450,7 @@ fn a_snapshot_and_its_nvml_logs_make_one_report() {
 fn sigterm_stops_the_server_cleanly() {
     // `docker stop` sends SIGTERM to PID 1, which has no default handler in a container.
     let dir = tmpdir("term");
-    let mut s = Server::start(&dir, &[]);
+    let mut s = Server::serve_on(&dir, &[]);
     let (code, _) = get_json(&s, "/healthz");
     assert_eq!(code, 200);
     let sent = Command::new("kill")
@@ -630,7 +508,7 @@ fn what_if_answers_like_the_cli_and_refuses_unknown_settings() {
 #[test]
 fn ranks_uploaded_together_get_a_run_overview_and_any_two_compare_like_the_cli() {
     let dir = tmpdir("ranks");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let names = [
         "ddp_rank1.pickle.gz",
         "ddp_rank3.pickle.gz",
@@ -721,7 +599,7 @@ fn file_loads(s: &Server) -> u64 {
 #[test]
 fn a_run_of_64_ranks_answers_its_overview_without_loading_any_rank() {
     let dir = tmpdir("ranks64");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     // 64 real rank snapshots (the four DDP captures over again); rank 41 is the long-sequence one.
     let bytes: Vec<Vec<u8>> = (0..4)
         .map(|r| std::fs::read(trace(&format!("ddp_rank{r}.pickle.gz"))).expect("trace"))
@@ -761,13 +639,6 @@ fn a_run_of_64_ranks_answers_its_overview_without_loading_any_rank() {
     assert_eq!(file_loads(&s), 2);
 }
 
-fn oracle_value_of(name: &str) -> i64 {
-    let text = std::fs::read_to_string(trace(name.trim_end_matches(".pickle.gz")).with_extension("memory_stats.json"))
-        .expect("oracle");
-    let v: Value = serde_json::from_str(&text).expect("json");
-    v["requested_bytes.all.peak"].as_i64().expect("peak")
-}
-
 fn upload_with(s: &Server, query: &str, token: Option<&str>, name: &str) -> (u16, Value) {
     let (ctype, body) = multipart(&[(name, std::fs::read(trace(name)).expect("trace"))]);
     let mut req = ureq::post(&s.url(&format!("/api/reports{query}"))).set("Content-Type", &ctype);
@@ -782,7 +653,7 @@ fn upload_tokens_gate_uploads_and_rotate_through_their_file() {
     let dir = tmpdir("tokens");
     let file = dir.join("tokens.txt");
     std::fs::write(&file, "from-file\n").expect("tokens");
-    let s = Server::start(
+    let s = Server::serve_on(
         &dir,
         &[
             "--upload-token",
@@ -845,7 +716,7 @@ fn upload_tokens_gate_uploads_and_rotate_through_their_file() {
 #[test]
 fn uploads_over_a_clients_rate_get_429_with_retry_after() {
     let dir = tmpdir("rate");
-    let s = Server::start(&dir, &["--uploads-per-minute", "2"]);
+    let s = Server::serve_on(&dir, &["--uploads-per-minute", "2"]);
     assert_eq!(upload_with(&s, "", None, "mlp_train.pickle").0, 201);
     assert_eq!(upload_with(&s, "", None, "mlp_train.pickle").0, 201);
     let (ctype, body) = multipart(&[(
@@ -878,7 +749,7 @@ fn uploads_over_a_clients_rate_get_429_with_retry_after() {
 fn a_clients_uploads_in_progress_are_capped_with_429_and_the_slot_comes_back() {
     use std::io::{Read, Write};
     let dir = tmpdir("at-once");
-    let s = Server::start(&dir, &["--uploads-at-once", "1"]);
+    let s = Server::serve_on(&dir, &["--uploads-at-once", "1"]);
     let addr = s.base.trim_start_matches("http://").to_owned();
     // An upload whose body is still arriving holds this client's one slot.
     let mut slow = std::net::TcpStream::connect(&addr).expect("connect");
@@ -922,7 +793,7 @@ fn a_clients_uploads_in_progress_are_capped_with_429_and_the_slot_comes_back() {
 #[test]
 fn memlens_upload_prints_a_link_whose_report_has_the_oracle_numbers() {
     let dir = tmpdir("cli-upload");
-    let s = Server::start(&dir, &["--upload-token", "t0k"]);
+    let s = Server::serve_on(&dir, &["--upload-token", "t0k"]);
     let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
         .args(["upload", "--server", &s.base, "--title", "two ranks"])
         .env("MEMLENS_TOKEN", "t0k")
@@ -957,7 +828,7 @@ fn memlens_upload_prints_a_link_whose_report_has_the_oracle_numbers() {
 fn user_metadata_rides_on_the_bands_it_labelled_before_and_after_a_restart() {
     // traces/capture/labels.py: each batch allocated under `_set_memory_metadata("category=input")`.
     let dir = tmpdir("metadata");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let id = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
     assert_eq!(wait_done(&s, &id)["state"], "ready");
     let labelled = |s: &Server, q: &str| -> Vec<String> {
@@ -979,7 +850,7 @@ fn user_metadata_rides_on_the_bands_it_labelled_before_and_after_a_restart() {
         .iter()
         .any(|m| m == "category=input"));
     s.kill();
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     assert_eq!(labelled(&s, "timeline?width=400"), first);
 }
 
@@ -987,7 +858,7 @@ fn user_metadata_rides_on_the_bands_it_labelled_before_and_after_a_restart() {
 fn a_client_that_trickles_its_headers_is_cut_off_and_others_are_served_meanwhile() {
     use std::io::{Read, Write};
     let dir = tmpdir("slowloris");
-    let s = Server::start(&dir, &["--header-timeout", "2"]);
+    let s = Server::serve_on(&dir, &["--header-timeout", "2"]);
     let addr = s.base.trim_start_matches("http://").to_owned();
     // Twenty connections that never finish their headers.
     let mut slow: Vec<std::net::TcpStream> = (0..20)
@@ -1019,7 +890,7 @@ fn a_client_that_trickles_its_headers_is_cut_off_and_others_are_served_meanwhile
 fn an_upload_whose_body_stalls_is_dropped_with_408_and_frees_its_slot() {
     use std::io::{Read, Write};
     let dir = tmpdir("body-stall");
-    let s = Server::start(&dir, &["--body-timeout", "2", "--uploads-at-once", "1"]);
+    let s = Server::serve_on(&dir, &["--body-timeout", "2", "--uploads-at-once", "1"]);
     let addr = s.base.trim_start_matches("http://").to_owned();
     let mut slow = std::net::TcpStream::connect(&addr).expect("connect");
     slow.write_all(
@@ -1102,7 +973,7 @@ fn server_on_small_disk(tag: &str, size: &str, first: &str) -> Option<(Tmpfs, Se
         eprintln!("skipped: mounting a tmpfs needs root");
         return None;
     };
-    let s = Server::start(&data, &[]);
+    let s = Server::serve_on(&data, &[]);
     let id = upload_trace(&s, first)["id"].as_str().expect("id").to_owned();
     assert_eq!(wait_done(&s, &id)["state"], "ready");
     Some((fs, s, data, id))
@@ -1110,6 +981,9 @@ fn server_on_small_disk(tag: &str, size: &str, first: &str) -> Option<(Tmpfs, Se
 
 #[test]
 fn a_full_disk_answers_507_keeps_every_stored_report_and_goes_on_serving() {
+    if skipped_on_shared_store("a tmpfs data directory is the embedded store's disk") {
+        return;
+    }
     let Some((_fs, s, data, id)) = server_on_small_disk("diskfull", "3m", "leak.pickle") else {
         return;
     };
@@ -1278,6 +1152,11 @@ fn beyond_its_in_flight_limit_the_server_answers_503_with_retry_after_never_a_ha
 
 #[test]
 fn two_hundred_kill_9s_during_uploads_and_ingests_leave_every_report_whole_or_absent() {
+    if skipped_on_shared_store(
+        "it checks the SQLite index and the incoming folder; the scale test kills workers of the shared store",
+    ) {
+        return;
+    }
     use std::time::{Duration, Instant};
     let dir = tmpdir("kills");
     let names = ["mlp_train.pickle", "leak.pickle", "many_small.pickle.gz"];
@@ -1290,7 +1169,7 @@ fn two_hundred_kill_9s_during_uploads_and_ingests_leave_every_report_whole_or_ab
         if started.elapsed() > Duration::from_secs(240) {
             break; // bounded in time on a slow machine; the count is reported
         }
-        let s = Server::start(&dir, &["--workers", "1"]);
+        let s = Server::serve_on(&dir, &["--workers", "1"]);
         let (ct, body) = multipart(&[(names[i % 3], bodies[i % 3].clone())]);
         let url = s.url("/api/reports");
         let upload = std::thread::spawn(move || {
@@ -1306,7 +1185,7 @@ fn two_hundred_kill_9s_during_uploads_and_ingests_leave_every_report_whole_or_ab
             answered.push(id);
         }
     }
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let db = rusqlite::Connection::open(dir.join("store/index.sqlite")).expect("index");
     let check: String = db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("check");
     assert_eq!(check, "ok");
@@ -1345,6 +1224,9 @@ fn two_hundred_kill_9s_during_uploads_and_ingests_leave_every_report_whole_or_ab
 
 #[test]
 fn a_disk_that_fills_up_during_an_ingest_fails_that_report_clearly_and_keeps_the_others() {
+    if skipped_on_shared_store("a tmpfs data directory is the embedded store's disk") {
+        return;
+    }
     let Some((_fs, s, _data, id)) = server_on_small_disk("diskfull-ingest", "2m", "mlp_train.pickle") else {
         return;
     };
@@ -1363,7 +1245,7 @@ fn a_disk_that_fills_up_during_an_ingest_fails_that_report_clearly_and_keeps_the
 #[test]
 fn hostile_upload_names_are_reduced_to_safe_base_names_and_never_escape_the_store() {
     let dir = tmpdir("names");
-    let s = Server::start(&dir, &[]);
+    let s = Server::serve_on(&dir, &[]);
     let bytes = std::fs::read(trace("mlp_train.pickle")).expect("trace");
     // A control byte in the part's headers is not HTTP: refused, naming the multipart.
     let (code, refused) = upload(&s, &[("a\u{7}b.pickle", bytes.clone())]);

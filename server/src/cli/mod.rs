@@ -1,5 +1,5 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
-//! `analyze` ([`analyze`]), `diff` ([`diff`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `healthcheck`
+//! `analyze` ([`analyze`]), `diff` ([`diff`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::worker`]), `healthcheck`
 //! ([`healthcheck`]);
 //! [`render`] is the text output of `analyze`.
 
@@ -35,6 +35,8 @@ pub enum Command {
     Upload(upload::UploadArgs),
     /// Serve the web app and its API.
     Serve(crate::serve::ServeArgs),
+    /// Process uploaded reports from a shared (Postgres + S3) store; run any number.
+    Worker(crate::worker::WorkerArgs),
     /// Exit 0 when the server at `--bind` answers `GET /healthz` (for container health checks).
     Healthcheck(healthcheck::HealthArgs),
 }

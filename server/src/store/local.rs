@@ -22,7 +22,9 @@ use std::sync::Mutex;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{check_key, BlobWriter, DataWriter, ReportRecord, ReportState, ReportStore, StoreError, StoreResult};
+use super::{
+    check_key, BlobWriter, DataWriter, IndexRow, ReportRecord, ReportState, ReportStore, StoreError, StoreResult,
+};
 
 /// SQLite index + local folders.
 pub struct LocalStore {
@@ -95,23 +97,11 @@ impl LocalStore {
     }
 }
 
-/// A row of `reports` as stored: decoded (and checked) by [`row_to_record`].
-struct Row {
-    id: String,
-    state: String,
-    created_at: i64,
-    expires_at: Option<i64>,
-    error: Option<String>,
-    files: String,
-    delete_token_hash: String,
-    meta: Option<String>,
-}
-
 /// The columns [`read_row`] reads, in its order.
 const ROW_COLUMNS: &str = "id, state, created_at, expires_at, error, files, delete_token_hash, meta";
 
-fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-    Ok(Row {
+fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<IndexRow> {
+    Ok(IndexRow {
         id: row.get(0)?,
         state: row.get(1)?,
         created_at: row.get(2)?,
@@ -120,26 +110,6 @@ fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         files: row.get(5)?,
         delete_token_hash: row.get(6)?,
         meta: row.get(7)?,
-    })
-}
-
-fn row_to_record(r: Row) -> StoreResult<ReportRecord> {
-    let state = ReportState::from_name(&r.state)
-        .ok_or_else(|| StoreError::BadRow(r.id.clone(), format!("state `{}`", r.state)))?;
-    let files = serde_json::from_str(&r.files).map_err(|e| StoreError::BadRow(r.id.clone(), format!("files: {e}")))?;
-    let meta = match &r.meta {
-        Some(m) => serde_json::from_str(m).map_err(|e| StoreError::BadRow(r.id.clone(), format!("meta: {e}")))?,
-        None => memlens_api::ReportMeta::default(),
-    };
-    Ok(ReportRecord {
-        id: r.id,
-        state,
-        created_at: r.created_at,
-        expires_at: r.expires_at,
-        error: r.error,
-        files,
-        delete_token_hash: r.delete_token_hash,
-        meta,
     })
 }
 
@@ -245,8 +215,7 @@ impl ReportStore for LocalStore {
         std::fs::create_dir_all(&dir)?;
         std::fs::rename(self.incoming_dir(&r.id)?, dir.join("uploads"))?;
         sync_dir(&dir);
-        let files = serde_json::to_string(&r.files).map_err(|e| StoreError::BadRow(r.id.clone(), e.to_string()))?;
-        let meta = serde_json::to_string(&r.meta).map_err(|e| StoreError::BadRow(r.id.clone(), e.to_string()))?;
+        let (files, meta) = IndexRow::encode(r)?;
         self.conn()?.execute(
             "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash, meta)
              VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, ?7)",
@@ -272,7 +241,7 @@ impl ReportStore for LocalStore {
                 read_row,
             )
             .optional()?;
-        row.map(row_to_record).transpose()
+        row.map(IndexRow::decode).transpose()
     }
 
     fn set_state(&self, id: &str, state: ReportState, error: Option<&str>) -> StoreResult<()> {

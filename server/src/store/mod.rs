@@ -9,14 +9,26 @@
 //! their kept uploads.
 //!
 //! [`LocalStore`] (SQLite index + a folder per report) is the embedded default.
+//! [`SharedStore`] (Postgres index + S3-compatible objects) is what a scaled-out deployment's
+//! API servers and workers share; it also offers the ingest [`JobQueue`]. [`StoreArgs`]
+//! chooses between them from the configuration.
 
+mod args;
 mod local;
+mod objects;
+mod postgres;
+mod shared;
 
 use std::io::Read;
+use std::time::Duration;
 
+pub use args::StoreArgs;
 pub use local::LocalStore;
 pub use memlens_api::ReportState;
+pub use objects::S3Config;
+pub use postgres::{Claim, MAX_ATTEMPTS};
 use serde::{Deserialize, Serialize};
+pub use shared::SharedStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -30,6 +42,10 @@ pub enum StoreError {
     BadKey(String),
     #[error("index row of report {0} is damaged: {1}")]
     BadRow(String, String),
+    #[error("Postgres index: {0}")]
+    Postgres(String),
+    #[error("object store: {0}")]
+    Objects(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -116,6 +132,69 @@ pub trait ReportStore: Send + Sync {
     /// Removes the uploads and data (not the index row) of reports expired before `now`;
     /// returns their ids.
     fn purge_expired(&self, now: i64) -> StoreResult<Vec<String>>;
+
+    /// The queue ingest workers claim reports from, when processes share this store; `None`
+    /// for a store only one server uses (it processes its own uploads as they arrive).
+    fn jobs(&self) -> Option<&dyn JobQueue> {
+        None
+    }
+}
+
+/// Ingest jobs shared by workers: each report is claimed by one worker at a time, for a lease
+/// it renews while it works; a report whose worker died is claimed again once the lease ran
+/// out.
+pub trait JobQueue: Send + Sync {
+    /// The oldest report no live worker holds, now `worker`'s for `lease`.
+    fn claim(&self, worker: &str, lease: Duration) -> StoreResult<Option<Claim>>;
+    /// Extends `worker`'s lease; `false` when it no longer holds the report.
+    fn renew(&self, id: &str, worker: &str, lease: Duration) -> StoreResult<bool>;
+    /// Records the outcome if `worker` still holds the report; `false` when it does not.
+    fn finish(&self, id: &str, worker: &str, state: ReportState, error: Option<&str>) -> StoreResult<bool>;
+}
+
+/// An index row as both index backends store it (files and metadata as JSON text).
+pub(crate) struct IndexRow {
+    pub id: String,
+    pub state: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub error: Option<String>,
+    pub files: String,
+    pub delete_token_hash: String,
+    pub meta: Option<String>,
+}
+
+impl IndexRow {
+    /// The record's files and metadata as stored.
+    pub fn encode(r: &ReportRecord) -> StoreResult<(String, String)> {
+        let files = serde_json::to_string(&r.files).map_err(|e| StoreError::BadRow(r.id.clone(), e.to_string()))?;
+        let meta = serde_json::to_string(&r.meta).map_err(|e| StoreError::BadRow(r.id.clone(), e.to_string()))?;
+        Ok((files, meta))
+    }
+
+    /// The record back, checked.
+    pub fn decode(self) -> StoreResult<ReportRecord> {
+        let state = ReportState::from_name(&self.state)
+            .ok_or_else(|| StoreError::BadRow(self.id.clone(), format!("state `{}`", self.state)))?;
+        let files = serde_json::from_str(&self.files)
+            .map_err(|e| StoreError::BadRow(self.id.clone(), format!("files: {e}")))?;
+        let meta = match &self.meta {
+            Some(m) => {
+                serde_json::from_str(m).map_err(|e| StoreError::BadRow(self.id.clone(), format!("meta: {e}")))?
+            }
+            None => memlens_api::ReportMeta::default(),
+        };
+        Ok(ReportRecord {
+            id: self.id,
+            state,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            error: self.error,
+            files,
+            delete_token_hash: self.delete_token_hash,
+            meta,
+        })
+    }
 }
 
 /// Keys are relative names of `[A-Za-z0-9._-]` segments joined by `/`, none of them `.`/`..`.

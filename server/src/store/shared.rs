@@ -1,0 +1,195 @@
+//! [`SharedStore`]: the store of a scaled-out deployment — the index and the ingest job queue
+//! in Postgres ([`PgIndex`]), uploads and report data in an S3-compatible object store
+//! ([`Objects`]). Any number of API servers and workers share one; none keeps state of its own.
+//!
+//! Object keys under the store's prefix:
+//! ```text
+//! reports/<id>/uploads/<key>       original uploads (written before the row exists; a report
+//!                                  is part of the store only once its row is)
+//! reports/<id>/data-<random>/<key> one version of the report's data
+//! ```
+//! A version of the data is written under a fresh prefix and published by one index update
+//! (`data_prefix`); the version it replaced is removed after. A version never published (its
+//! writer was dropped) is removed. So a reader only ever sees a whole version.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::objects::{ObjectWriter, Objects, S3Config};
+use super::postgres::{Claim, PgIndex};
+use super::{check_key, BlobWriter, DataWriter, JobQueue, ReportRecord, ReportState, ReportStore, StoreResult};
+
+/// Postgres index + S3-compatible objects.
+pub struct SharedStore {
+    index: Arc<PgIndex>,
+    objects: Arc<Objects>,
+}
+
+impl SharedStore {
+    /// Connects to both and applies the index's migrations. Call on a blocking thread of the
+    /// runtime the store will be used from.
+    pub fn open(database_url: &str, s3: &S3Config, pool_size: u32) -> StoreResult<SharedStore> {
+        let objects = Objects::s3(s3)?;
+        let index = PgIndex::connect(database_url, pool_size)?;
+        Ok(SharedStore {
+            index: Arc::new(index),
+            objects: Arc::new(objects),
+        })
+    }
+
+    fn upload_key(id: &str, key: &str) -> StoreResult<String> {
+        check_key(id)?;
+        check_key(key)?;
+        Ok(format!("reports/{id}/uploads/{key}"))
+    }
+}
+
+struct SharedBlobWriter {
+    object: ObjectWriter,
+    written: u64,
+}
+
+impl BlobWriter for SharedBlobWriter {
+    fn write(&mut self, bytes: &[u8]) -> StoreResult<()> {
+        self.object.write(bytes)?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+    fn finish(self: Box<Self>) -> StoreResult<u64> {
+        let written = self.written;
+        self.object.finish()?;
+        Ok(written)
+    }
+}
+
+/// A version of a report's data under a fresh prefix, published by [`DataWriter::commit`].
+struct SharedDataWriter {
+    id: String,
+    prefix: String,
+    index: Arc<PgIndex>,
+    objects: Arc<Objects>,
+    wrote_any: bool,
+    committed: bool,
+}
+
+impl DataWriter for SharedDataWriter {
+    fn put(&mut self, key: &str, bytes: &[u8]) -> StoreResult<()> {
+        check_key(key)?;
+        self.wrote_any = true;
+        self.objects
+            .put(&format!("reports/{}/{}/{key}", self.id, self.prefix), bytes)
+    }
+
+    fn commit(mut self: Box<Self>) -> StoreResult<()> {
+        let old = self.index.publish_data(&self.id, &self.prefix)?;
+        self.committed = true;
+        if let Some(old) = old.filter(|o| *o != self.prefix) {
+            if let Err(e) = self.objects.delete_prefix(&format!("reports/{}/{old}", self.id)) {
+                tracing::warn!(report = %self.id, "removing the data it replaced: {e}");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SharedDataWriter {
+    fn drop(&mut self) {
+        if !self.committed && self.wrote_any {
+            self.objects
+                .delete_prefix_later(format!("reports/{}/{}", self.id, self.prefix));
+        }
+    }
+}
+
+impl ReportStore for SharedStore {
+    fn upload_writer(&self, id: &str, key: &str) -> StoreResult<Box<dyn BlobWriter>> {
+        let object = self.objects.writer(&Self::upload_key(id, key)?)?;
+        Ok(Box::new(SharedBlobWriter { object, written: 0 }))
+    }
+
+    fn discard_uploads(&self, id: &str) -> StoreResult<()> {
+        check_key(id)?;
+        if self.index.get(id)?.is_some() {
+            // A created report keeps its uploads (this was a rank joining its run).
+            return Ok(());
+        }
+        self.objects.delete_prefix(&format!("reports/{id}/uploads"))
+    }
+
+    fn open_upload(&self, id: &str, key: &str) -> StoreResult<Box<dyn Read + Send>> {
+        self.objects.reader(&Self::upload_key(id, key)?)
+    }
+
+    fn data_writer(&self, id: &str) -> StoreResult<Box<dyn DataWriter>> {
+        check_key(id)?;
+        Ok(Box::new(SharedDataWriter {
+            id: id.to_owned(),
+            prefix: format!("data-{}", crate::ids::new_report_id()),
+            index: self.index.clone(),
+            objects: self.objects.clone(),
+            wrote_any: false,
+            committed: false,
+        }))
+    }
+
+    fn read_data(&self, id: &str, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        check_key(id)?;
+        check_key(key)?;
+        match self.index.data_prefix(id)? {
+            Some(prefix) => self.objects.get(&format!("reports/{id}/{prefix}/{key}")),
+            None => Ok(None),
+        }
+    }
+
+    fn create(&self, record: &ReportRecord) -> StoreResult<()> {
+        check_key(&record.id)?;
+        self.index.insert(record)
+    }
+
+    fn get(&self, id: &str) -> StoreResult<Option<ReportRecord>> {
+        self.index.get(id)
+    }
+
+    fn set_state(&self, id: &str, state: ReportState, error: Option<&str>) -> StoreResult<()> {
+        self.index.set_state(id, state, error)
+    }
+
+    fn set_meta(&self, id: &str, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()> {
+        self.index.set_meta(id, meta, expires_at)
+    }
+
+    fn delete(&self, id: &str) -> StoreResult<()> {
+        check_key(id)?;
+        self.index.delete(id)?;
+        self.objects.delete_prefix(&format!("reports/{id}"))
+    }
+
+    fn unfinished(&self) -> StoreResult<Vec<String>> {
+        self.index.unfinished()
+    }
+
+    fn purge_expired(&self, now: i64) -> StoreResult<Vec<String>> {
+        let ids = self.index.take_expired(now)?;
+        for id in &ids {
+            self.objects.delete_prefix(&format!("reports/{id}"))?;
+        }
+        Ok(ids)
+    }
+
+    fn jobs(&self) -> Option<&dyn JobQueue> {
+        Some(self)
+    }
+}
+
+impl JobQueue for SharedStore {
+    fn claim(&self, worker: &str, lease: Duration) -> StoreResult<Option<Claim>> {
+        self.index.claim(worker, lease)
+    }
+    fn renew(&self, id: &str, worker: &str, lease: Duration) -> StoreResult<bool> {
+        self.index.renew(id, worker, lease)
+    }
+    fn finish(&self, id: &str, worker: &str, state: ReportState, error: Option<&str>) -> StoreResult<bool> {
+        self.index.finish(id, worker, state, error)
+    }
+}

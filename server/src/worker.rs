@@ -1,0 +1,182 @@
+//! `memlens worker`: ingest for a shared store. Any number of workers (and of API servers)
+//! share one Postgres + S3 store; each claims queued reports from the index, renews its lease
+//! while it processes one, and records the outcome only while it still holds the lease. A
+//! worker that dies (even `kill -9`) leaves its job to be claimed again when the lease runs
+//! out. `memlens serve` runs the same claim loops in-process when its `--workers` is above 0.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use crate::ingest::{Ingest, JobOutcome};
+use crate::metrics::Metrics;
+use crate::store::{JobQueue, ReportState, StoreArgs, MAX_ATTEMPTS};
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Reports processed at the same time.
+    #[arg(long, env = "MEMLENS_WORKERS", default_value_t = 2)]
+    pub workers: usize,
+    /// Seconds a claimed report stays this worker's without a renewal (renewed every third of
+    /// it); after that another worker may take it over.
+    #[arg(long, env = "MEMLENS_LEASE_SECONDS", default_value_t = 30)]
+    pub lease_seconds: u64,
+    /// Category rules for every report (`category: regex` lines, see `memlens analyze --help`).
+    #[arg(long, env = "MEMLENS_CATEGORY_RULES", value_name = "FILE")]
+    pub category_rules: Option<std::path::PathBuf>,
+}
+
+pub fn worker(args: WorkerArgs) -> std::process::ExitCode {
+    crate::serve::init_logging();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("memlens: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memlens: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: WorkerArgs) -> Result<(), String> {
+    let store = args.store.open().await?;
+    if store.jobs().is_none() {
+        return Err(
+            "`memlens worker` needs a shared store: set --database-url and --s3-url \
+                    (a server on the embedded store processes its own uploads)"
+                .into(),
+        );
+    }
+    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
+    let ingest = Ingest::new(store.clone(), args.workers, Arc::new(Metrics::default()), rules);
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops = spawn_claim_loops(
+        &ingest,
+        args.workers.max(1),
+        Duration::from_secs(args.lease_seconds.max(3)),
+        &stop,
+    );
+    println!("memlens worker claiming reports with {} loop(s)", loops.len());
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    crate::serve::shutdown_signal().await;
+    // Stop claiming; the reports in progress finish (their leases stay renewed meanwhile).
+    stop.store(true, Ordering::Relaxed);
+    for l in loops {
+        let _ = l.await;
+    }
+    tracing::info!("memlens worker stopped");
+    Ok(())
+}
+
+/// Starts `n` claim loops on the blocking pool; they return once `stop` is set and their
+/// current report is done.
+pub fn spawn_claim_loops(
+    ingest: &Arc<Ingest>,
+    n: usize,
+    lease: Duration,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let tag = &crate::ids::new_report_id()[..8];
+    (0..n)
+        .map(|i| {
+            let (ingest, stop) = (ingest.clone(), stop.clone());
+            let name = format!("{}-{}-{tag}-{i}", hostname(), std::process::id());
+            tokio::task::spawn_blocking(move || claim_loop(&ingest, &name, lease, &stop))
+        })
+        .collect()
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into())
+}
+
+/// How long an idle loop waits before asking the queue again.
+const IDLE_POLL: Duration = Duration::from_millis(300);
+
+fn claim_loop(ingest: &Arc<Ingest>, worker: &str, lease: Duration, stop: &AtomicBool) {
+    let store = ingest.store();
+    let Some(jobs) = store.jobs() else { return };
+    while !stop.load(Ordering::Relaxed) {
+        match jobs.claim(worker, lease) {
+            Ok(Some(claim)) => {
+                tracing::info!(report = %claim.id, attempt = claim.attempt, "claimed");
+                let outcome = with_lease(jobs, &claim.id, worker, lease, || ingest.process_job(&claim.id));
+                let (state, error) = settle(outcome, claim.attempt);
+                match jobs.finish(&claim.id, worker, state, error.as_deref()) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(report = %claim.id, "lost the lease before finishing; another worker has it")
+                    }
+                    Err(e) => tracing::error!(report = %claim.id, "cannot record the outcome: {e}"),
+                }
+            }
+            Ok(None) => std::thread::sleep(IDLE_POLL),
+            Err(e) => {
+                tracing::error!("claiming a report: {e}");
+                std::thread::sleep(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// Runs `work` while a second thread renews the lease every third of it.
+fn with_lease<T>(jobs: &dyn JobQueue, id: &str, worker: &str, lease: Duration, work: impl FnOnce() -> T) -> T {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut last = Instant::now();
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                if last.elapsed() >= lease / 3 {
+                    last = Instant::now();
+                    match jobs.renew(id, worker, lease) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(report = %id, "lease lost while processing");
+                            return;
+                        }
+                        Err(e) => tracing::warn!(report = %id, "renewing the lease: {e}"),
+                    }
+                }
+            }
+        });
+        let out = work();
+        done.store(true, Ordering::Relaxed);
+        out
+    })
+}
+
+/// The state a job ends in: failed for an input error (it would fail the same way again) or
+/// for a second internal failure; queued again for a first one.
+fn settle(outcome: JobOutcome, attempt: i32) -> (ReportState, Option<String>) {
+    match outcome {
+        JobOutcome::InternalError(_) if attempt < MAX_ATTEMPTS => (ReportState::Queued, None),
+        o => o.state(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_errors_fail_at_once_and_internal_ones_are_retried_once() {
+        assert_eq!(settle(JobOutcome::Ready, 1), (ReportState::Ready, None));
+        assert_eq!(settle(JobOutcome::InputError("bad".into()), 1).0, ReportState::Failed);
+        assert_eq!(settle(JobOutcome::InternalError("x".into()), 1).0, ReportState::Queued);
+        assert_eq!(settle(JobOutcome::InternalError("x".into()), 2).0, ReportState::Failed);
+    }
+}
