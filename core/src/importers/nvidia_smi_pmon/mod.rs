@@ -73,17 +73,27 @@ fn sample(fields: &[&str], c: &Columns) -> Result<Option<ProcessSample>, String>
     if fields.len() < c.count - usize::from(c.command.is_some()) {
         return Err(format!("{} columns, but the header has {}", fields.len(), c.count));
     }
-    if is_missing(fields[c.pid]) || fields[c.pid] == "-" {
+    // Checked one by one: the header decides where each column is, and a short line may lack
+    // any of them (not only a trailing command).
+    let field = |i: usize, name: &str| {
+        fields
+            .get(i)
+            .copied()
+            .ok_or_else(|| format!("{} columns, no `{name}` (column {} of the header)", fields.len(), i + 1))
+    };
+    let pid_text = field(c.pid, "pid")?;
+    if is_missing(pid_text) || pid_text == "-" {
         return Ok(None);
     }
-    let time_us = dmon_date_time_us(fields[c.date], fields[c.time])
-        .ok_or_else(|| format!("unreadable date and time `{} {}`", fields[c.date], fields[c.time]))?;
-    let gpu = fields[c.gpu]
+    let (date, time) = (field(c.date, "Date")?, field(c.time, "Time")?);
+    let time_us = dmon_date_time_us(date, time).ok_or_else(|| format!("unreadable date and time `{date} {time}`"))?;
+    let gpu_text = field(c.gpu, "gpu")?;
+    let gpu = gpu_text
         .parse::<i32>()
-        .map_err(|_| format!("unreadable GPU index `{}`", fields[c.gpu]))?;
-    let pid = fields[c.pid]
+        .map_err(|_| format!("unreadable GPU index `{gpu_text}`"))?;
+    let pid = pid_text
         .parse::<i64>()
-        .map_err(|_| format!("unreadable pid `{}`", fields[c.pid]))?;
+        .map_err(|_| format!("unreadable pid `{pid_text}`"))?;
     Ok(Some(ProcessSample {
         time_us,
         gpu: Some(gpu),
@@ -94,7 +104,7 @@ fn sample(fields: &[&str], c: &Columns) -> Result<Option<ProcessSample>, String>
             .and_then(|i| fields.get(i))
             .filter(|n| **n != "-")
             .map(|n| (*n).to_owned()),
-        used_bytes: parse_memory(fields[c.fb], (1u64 << 20) as f64)?,
+        used_bytes: parse_memory(field(c.fb, "fb")?, (1u64 << 20) as f64)?,
     }))
 }
 
