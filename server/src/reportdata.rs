@@ -161,6 +161,9 @@ pub struct LoadedFile {
     pub devices: Vec<DeviceFrames>,
     /// Segment-state checkpoints per device, built on the first segment-map query.
     checkpoints: Mutex<HashMap<i64, Arc<SegmentCheckpoints>>>,
+    /// What its frames hold in memory, estimated when loaded (what the server's cache of
+    /// loaded files is bounded by).
+    pub bytes: u64,
 }
 
 /// Checkpoints kept per device: a segment map then costs at most 1/64 of the trace in undo steps.
@@ -228,11 +231,22 @@ pub fn load_file(store: &dyn ReportStore, id: &str, i: usize, fs: &FileSummary) 
             user_metadata: memlens_core::frames::alloc_metadata(&tables, d.device)?,
         });
     }
+    let frame_bytes: usize = tables.frames_ref().iter().map(|f| f.estimated_size()).sum::<usize>()
+        + devices
+            .iter()
+            .map(|d| {
+                d.usage.estimated_size()
+                    + d.lifetimes.estimated_size()
+                    + d.fragmentation.estimated_size()
+                    + d.user_metadata.values().map(|m| m.len() + 16).sum::<usize>()
+            })
+            .sum::<usize>();
     Ok(LoadedFile {
         tables,
         stacks,
         devices,
         checkpoints: Mutex::new(HashMap::new()),
+        bytes: frame_bytes as u64,
     })
 }
 

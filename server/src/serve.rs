@@ -34,6 +34,10 @@ pub struct ServeArgs {
     /// (slow and "slowloris" clients).
     #[arg(long, env = "MEMLENS_HEADER_TIMEOUT", default_value_t = 15)]
     pub header_timeout: u64,
+    /// Memory for loaded reports kept between queries, in MiB (their frames, estimated); a
+    /// report file larger than this is loaded for each query and dropped after.
+    #[arg(long, env = "MEMLENS_CACHE_MB", default_value_t = 4096)]
+    pub cache_mb: u64,
     /// Seconds an upload's body may send nothing before the upload is dropped with 408.
     #[arg(long, env = "MEMLENS_BODY_TIMEOUT", default_value_t = 60)]
     pub body_timeout: u64,
@@ -131,6 +135,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         static_dir: args.static_dir.clone(),
         max_in_flight: args.max_in_flight.max(1),
         body_timeout: Duration::from_secs(args.body_timeout.max(1)),
+        cache_bytes: args.cache_mb.saturating_mul(1 << 20),
     };
     let auth = UploadAuth::new(args.upload_tokens.clone(), args.upload_tokens_file.clone())?;
     if auth.required() {

@@ -597,6 +597,22 @@ fn file_loads(s: &Server) -> u64 {
 }
 
 #[test]
+fn loaded_reports_are_kept_within_the_cache_budget_and_one_larger_is_not_kept() {
+    for (cache_mb, loads) in [("4096", 1), ("1", 3)] {
+        let (s, id) = server_with_report(
+            &format!("cache-{cache_mb}"),
+            &["--cache-mb", cache_mb],
+            "gpt_train.pickle",
+        );
+        for _ in 0..3 {
+            let (code, _) = get_json(&s, &format!("/api/reports/{id}/timeline?width=100"));
+            assert_eq!(code, 200);
+        }
+        assert_eq!(file_loads(&s), loads, "--cache-mb {cache_mb}: loads for three queries");
+    }
+}
+
+#[test]
 fn a_run_of_64_ranks_answers_its_overview_without_loading_any_rank() {
     let dir = tmpdir("ranks64");
     let s = Server::serve_on(&dir, &[]);

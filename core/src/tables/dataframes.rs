@@ -37,6 +37,19 @@ impl SnapshotTables {
         ]
     }
 
+    /// Every frame, in [`TABLE_NAMES`] order.
+    pub fn frames_ref(&self) -> [&DataFrame; 7] {
+        [
+            &self.events,
+            &self.segments,
+            &self.blocks,
+            &self.frames,
+            &self.stack_frames,
+            &self.annotations,
+            &self.event_notes,
+        ]
+    }
+
     pub fn meta(&self) -> SnapshotMeta {
         SnapshotMeta {
             source: self.source.clone(),

@@ -29,10 +29,23 @@ pub struct HttpConfig {
     pub max_in_flight: usize,
     /// An upload whose body sends nothing for this long is dropped (408).
     pub body_timeout: std::time::Duration,
+    /// Bytes of loaded report files kept in memory between queries (a file larger than this is
+    /// loaded for each query and dropped after).
+    pub cache_bytes: u64,
 }
 
-/// Loaded snapshot files kept in memory for queries (a compare holds two).
-const CACHE_FILES: usize = 4;
+/// Weighs a loaded file by the memory its frames hold.
+#[derive(Clone)]
+pub struct FileWeight;
+
+impl quick_cache::Weighter<(String, usize), Arc<LoadedFile>> for FileWeight {
+    fn weight(&self, _key: &(String, usize), file: &Arc<LoadedFile>) -> u64 {
+        file.bytes.max(1)
+    }
+}
+
+/// Loaded snapshot files expected in the cache (its bound is bytes, `HttpConfig::cache_bytes`).
+const CACHE_FILES: usize = 8;
 /// Summaries kept in memory (small: a run of 64 ranks is 64 file summaries).
 const CACHE_SUMMARIES: usize = 64;
 /// Reports whose NVML samples are kept in memory.
@@ -50,7 +63,7 @@ pub struct AppState {
     pub config: HttpConfig,
     /// Loaded files by report id and file index. `get_or_insert_with` makes concurrent
     /// requests for a file that is not loaded wait for one load instead of each loading it.
-    files: quick_cache::sync::Cache<(String, usize), Arc<LoadedFile>>,
+    files: quick_cache::sync::Cache<(String, usize), Arc<LoadedFile>, FileWeight>,
     summaries: quick_cache::sync::Cache<String, Arc<AnalyzeOutput>>,
     gpu_logs: quick_cache::sync::Cache<String, Arc<Vec<DataFrame>>>,
 }
@@ -65,6 +78,7 @@ impl AppState {
         config: HttpConfig,
         (upload_auth, upload_limit): (UploadAuth, UploadLimit),
     ) -> Arc<AppState> {
+        let cache_bytes = config.cache_bytes.max(1);
         Arc::new(AppState {
             store,
             upload_auth,
@@ -73,7 +87,7 @@ impl AppState {
             ingest,
             metrics,
             config,
-            files: quick_cache::sync::Cache::new(CACHE_FILES),
+            files: quick_cache::sync::Cache::with_weighter(CACHE_FILES, cache_bytes, FileWeight),
             summaries: quick_cache::sync::Cache::new(CACHE_SUMMARIES),
             gpu_logs: quick_cache::sync::Cache::new(CACHE_GPU_LOGS),
         })
