@@ -81,7 +81,7 @@ pub struct ServeArgs {
 }
 
 /// Logs to stderr, filtered by `MEMLENS_LOG` (default `info`).
-pub fn init_logging() {
+fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MEMLENS_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
@@ -89,6 +89,12 @@ pub fn init_logging() {
 }
 
 pub fn serve(args: ServeArgs) -> std::process::ExitCode {
+    run_process(run(args))
+}
+
+/// Runs a long-lived command (`serve`, `worker`) on a multi-threaded runtime, logging to
+/// stderr; an error ends it with one line and a failure status.
+pub fn run_process(main: impl std::future::Future<Output = Result<(), String>>) -> std::process::ExitCode {
     init_logging();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -97,7 +103,7 @@ pub fn serve(args: ServeArgs) -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(args)) {
+    match rt.block_on(main) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("memlens: {e}");

@@ -31,21 +31,7 @@ pub struct WorkerArgs {
 }
 
 pub fn worker(args: WorkerArgs) -> std::process::ExitCode {
-    crate::serve::init_logging();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("memlens: cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(args)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("memlens: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    crate::serve::run_process(run(args))
 }
 
 async fn run(args: WorkerArgs) -> Result<(), String> {
