@@ -629,7 +629,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
             },
             // POP_MARK
             b'1' => {
-                let m = pop_mark(&mut marks, at)?;
+                let m = pop_mark(&mut marks, stack.len(), at)?;
                 for v in stack.drain(m..).collect::<Vec<_>>() {
                     heap.decref(v, &mut memo);
                 }
@@ -742,7 +742,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
             }
             // TUPLE, LIST, DICT, FROZENSET (mark-based constructors)
             b't' | b'l' | b'd' | 0x91 => {
-                let m = pop_mark(&mut marks, at)?;
+                let m = pop_mark(&mut marks, stack.len(), at)?;
                 let items: Vec<Val> = stack.drain(m..).collect();
                 let kind = match op {
                     b't' => Kind::Tuple,
@@ -780,7 +780,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
             }
             // APPENDS, ADDITEMS
             b'e' | 0x90 => {
-                let m = pop_mark(&mut marks, at)?;
+                let m = pop_mark(&mut marks, stack.len(), at)?;
                 if m == 0 {
                     malformed!(at, "APPENDS without a target list");
                 }
@@ -805,7 +805,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
             }
             // SETITEMS
             b'u' => {
-                let m = pop_mark(&mut marks, at)?;
+                let m = pop_mark(&mut marks, stack.len(), at)?;
                 if m == 0 {
                     malformed!(at, "SETITEMS without a target dict");
                 }
@@ -886,11 +886,20 @@ fn push(stack: &mut Vec<Val>, heap: &mut Heap, v: Val, at: u64) -> PResult<()> {
     Ok(())
 }
 
-fn pop_mark(marks: &mut Vec<usize>, at: u64) -> PResult<usize> {
-    marks.pop().ok_or_else(|| PickleError::Malformed {
+/// The innermost MARK's stack position; it must still be within the stack (an opcode that
+/// pops below a MARK, which no pickler writes, makes it dangle).
+fn pop_mark(marks: &mut Vec<usize>, stack_len: usize, at: u64) -> PResult<usize> {
+    let m = marks.pop().ok_or_else(|| PickleError::Malformed {
         offset: at,
         msg: "no MARK on the stack".into(),
-    })
+    })?;
+    if m > stack_len {
+        return Err(PickleError::Malformed {
+            offset: at,
+            msg: "a MARK above the top of the stack (what was under it was popped)".into(),
+        });
+    }
+    Ok(m)
 }
 
 fn container(heap: &Heap, v: Val, want: &[Kind], at: u64, op: &str) -> PResult<u32> {
