@@ -12,7 +12,11 @@ RUN cargo fetch --locked \
  && cp target/release/memlens /usr/local/bin/memlens
 
 FROM debian:bookworm-slim
-RUN useradd --system --uid 10001 --home-dir /app memlens \
+# CA certificates: a shared store's S3 endpoint is reached over HTTPS with the system's roots.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --home-dir /app memlens \
  && mkdir -p /data /app \
  && chown memlens /data
 COPY --from=build /usr/local/bin/memlens /usr/local/bin/memlens
