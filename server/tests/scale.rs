@@ -28,10 +28,8 @@ fn on_store(command: &str, args: &[&str], store: &SharedStore, ready: &str) -> P
     Process::start(command, &all, ready)
 }
 
-/// An API server that leaves every report to the workers.
-fn serve(store: &SharedStore) -> Process {
-    let dist = tmpdir("scale-dist");
-    std::fs::write(dist.join("index.html"), "<html></html>").expect("index");
+/// An API server that leaves every report to the workers, serving the stub frontend `dist`.
+fn serve(store: &SharedStore, dist: &std::path::Path) -> Process {
     let dist = dist.to_string_lossy().into_owned();
     on_store(
         "serve",
@@ -63,7 +61,11 @@ fn two_servers_and_two_workers_lose_nothing_when_a_worker_is_killed_and_a_server
         return;
     };
     let started = Instant::now();
-    let servers = [serve(&store), serve(&store)];
+    // One stub frontend for every server (made once: a restarted server must not remove the
+    // folder the other one serves).
+    let dist = tmpdir("scale-dist");
+    std::fs::write(dist.join("index.html"), "<html></html>").expect("index");
+    let servers = [serve(&store, &dist), serve(&store, &dist)];
     let mut workers = vec![worker(&store), worker(&store)];
     let bodies: Vec<Vec<u8>> = TRACES.iter().map(|n| std::fs::read(trace(n)).expect("trace")).collect();
     let uploads: Vec<_> = (0..50usize)
@@ -100,7 +102,7 @@ fn two_servers_and_two_workers_lose_nothing_when_a_worker_is_killed_and_a_server
     // Restart one API server (a new process, a new port).
     let [a, b] = servers;
     b.kill_9();
-    let b = serve(&store);
+    let b = serve(&store, &dist);
     let servers = [a, b];
     // Every report ends ready, with its file's oracle peak, through either server.
     for (id, t) in &reports {
