@@ -184,7 +184,16 @@ pub struct Heap {
     max_depth: u32,
     /// Container items ever stored: the yardstick for how far a walk over them may expand.
     pub items_created: u64,
+    /// Item vectors of freed containers, emptied, for the next containers made: a trace entry
+    /// dict is made and freed millions of times, and the allocator was a sixth of decoding.
+    spare: Vec<Vec<Val>>,
+    /// The work list of [`Heap::decref`], kept between calls.
+    dying: Vec<u32>,
 }
+
+/// Most emptied item vectors kept for reuse, and the largest capacity kept.
+const SPARE_VECS: usize = 4096;
+const SPARE_CAPACITY: usize = 1024;
 
 impl Heap {
     fn new(limits: &PickleLimits) -> Heap {
@@ -199,7 +208,21 @@ impl Heap {
             budget: limits.memory_budget,
             max_depth: limits.max_depth,
             items_created: 0,
+            spare: Vec::new(),
+            dying: Vec::new(),
         }
+    }
+
+    /// An empty item vector, reused from a freed container when there is one.
+    fn items_vec(&mut self) -> Vec<Val> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// A new container holding a copy of `items`.
+    fn new_obj_from(&mut self, kind: Kind, items: &[Val], offset: u64) -> PResult<Val> {
+        let mut v = self.items_vec();
+        v.extend_from_slice(items);
+        self.new_obj(kind, v, offset)
     }
 
     /// Looks a value up.
@@ -356,7 +379,8 @@ impl Heap {
     /// replaced in the memo by their compact stand-in when they have one, kept otherwise.
     fn decref(&mut self, v: Val, memo: &mut [Val]) {
         let Some(i) = v.obj() else { return };
-        let mut work = vec![i];
+        let mut work = std::mem::take(&mut self.dying);
+        work.push(i);
         while let Some(i) = work.pop() {
             let o = &mut self.objs[i as usize];
             o.rc = o.rc.saturating_sub(1);
@@ -373,12 +397,17 @@ impl Heap {
                     memo[slot as usize] = o.lowered;
                 }
             }
-            let items = std::mem::take(&mut o.items);
+            let mut items = std::mem::take(&mut o.items);
             o.kind = Kind::Free;
             self.mem = self.mem.saturating_sub(64 + items.len() * 8);
             work.extend(items.iter().filter_map(|v| v.obj()));
             self.free.push(i);
+            if self.spare.len() < SPARE_VECS && items.capacity() <= SPARE_CAPACITY {
+                items.clear();
+                self.spare.push(items);
+            }
         }
+        self.dying = work;
     }
 }
 
@@ -562,6 +591,8 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
     let mut stack: Vec<Val> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
     let mut memo: Vec<Val> = Vec::new();
+    // Values taken off the stack by APPENDS and POP_MARK, kept between opcodes.
+    let mut scratch: Vec<Val> = Vec::new();
 
     let first_offset = input.offset();
     let first = input.u8("the PROTO opcode")?;
@@ -630,7 +661,8 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
             // POP_MARK
             b'1' => {
                 let m = pop_mark(&mut marks, stack.len(), at)?;
-                for v in stack.drain(m..).collect::<Vec<_>>() {
+                scratch.extend(stack.drain(m..));
+                for v in scratch.drain(..) {
                     heap.decref(v, &mut memo);
                 }
             }
@@ -737,13 +769,14 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                     b')' => Kind::Tuple,
                     _ => Kind::Set,
                 };
-                let v = heap.new_obj(kind, Vec::new(), at)?;
+                let items = heap.items_vec();
+                let v = heap.new_obj(kind, items, at)?;
                 push(&mut stack, &mut heap, v, at)?;
             }
             // TUPLE, LIST, DICT, FROZENSET (mark-based constructors)
             b't' | b'l' | b'd' | 0x91 => {
                 let m = pop_mark(&mut marks, stack.len(), at)?;
-                let items: Vec<Val> = stack.drain(m..).collect();
+                let items = &stack[m..];
                 let kind = match op {
                     b't' => Kind::Tuple,
                     b'l' => Kind::List,
@@ -755,7 +788,8 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                     }
                     _ => Kind::Set,
                 };
-                let v = heap.new_obj(kind, items, at)?;
+                let v = heap.new_obj_from(kind, items, at)?;
+                stack.truncate(m);
                 push(&mut stack, &mut heap, v, at)?;
             }
             // TUPLE1..3
@@ -764,8 +798,9 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                 if stack.len() < n + marks.last().copied().unwrap_or(0) {
                     malformed!(at, "TUPLE{n} with too few values on the stack");
                 }
-                let items: Vec<Val> = stack.drain(stack.len() - n..).collect();
-                let v = heap.new_obj(Kind::Tuple, items, at)?;
+                let m = stack.len() - n;
+                let v = heap.new_obj_from(Kind::Tuple, &stack[m..], at)?;
+                stack.truncate(m);
                 push(&mut stack, &mut heap, v, at)?;
             }
             // APPEND
@@ -786,8 +821,8 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                 }
                 let want: &[Kind] = if op == b'e' { &[Kind::List] } else { &[Kind::Set] };
                 let list = container(&heap, stack[m - 1], want, at, "APPENDS")?;
-                let items: Vec<Val> = stack.drain(m..).collect();
-                for item in items {
+                scratch.extend(stack.drain(m..));
+                for item in scratch.drain(..) {
                     append(&mut heap, &mut memo, hook, list, item, at)?;
                 }
             }
@@ -813,17 +848,18 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                     malformed!(at, "SETITEMS with an odd number of values");
                 }
                 let d = container(&heap, stack[m - 1], &[Kind::Dict], at, "SETITEMS")?;
-                let items: Vec<Val> = stack.drain(m..).collect();
+                let items = &stack[m..];
                 heap.charge(items.len() * 8, at)?;
                 let mut depth = 0;
-                for v in &items {
+                for v in items {
                     if let Some(c) = v.obj() {
                         depth = depth.max(heap.objs[c as usize].depth + 1);
                     }
                 }
                 heap.set_depth(d, depth, at)?;
                 heap.items_created += items.len() as u64;
-                heap.objs[d as usize].items.extend_from_slice(&items);
+                heap.objs[d as usize].items.extend_from_slice(items);
+                stack.truncate(m);
             }
             // MEMOIZE, BINPUT, LONG_BINPUT
             0x94 | b'q' | b'r' => {
