@@ -6,6 +6,7 @@
 //! summary.json                 AnalyzeOutput (what GET /api/reports/{id} returns)
 //! f<i>/meta.json               SnapshotMeta (source facts, max_split_size, format)
 //! f<i>/<table>.parquet         every table of TABLE_NAMES (events, …, event_notes)
+//! f<i>/d<device>/user_metadata.parquet  alloc_idx, user_metadata (what the script set)
 //! f<i>/d<device>/usage.parquet        time, allocated, active, reserved
 //! f<i>/d<device>/lifetimes.parquet
 //! f<i>/d<device>/fragmentation.parquet
@@ -15,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use memlens_api::{AnalyzeOutput, FileSummary};
@@ -25,6 +27,7 @@ use memlens_core::pipeline::DeviceFrames;
 use memlens_core::stacks::StackResolver;
 use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
+use rustc_hash::FxHashMap;
 
 use crate::store::{DataWriter, ReportStore, StoreError};
 
@@ -90,6 +93,11 @@ pub fn write_file(
     }
     for d in devices {
         let dir = format!("f{index}/d{}", d.device);
+        put_parquet(
+            w,
+            &format!("{dir}/{USER_METADATA}"),
+            &mut user_metadata_frame(&d.user_metadata)?,
+        )?;
         put_parquet(w, &format!("{dir}/usage.parquet"), &mut d.usage)?;
         put_parquet(w, &format!("{dir}/lifetimes.parquet"), &mut d.lifetimes)?;
         put_parquet(w, &format!("{dir}/fragmentation.parquet"), &mut d.fragmentation)?;
@@ -154,37 +162,198 @@ pub fn read_summary(store: &dyn ReportStore, id: &str) -> Result<AnalyzeOutput, 
     Ok(summary)
 }
 
-/// One analysed file, loaded for queries.
+/// One analysed file of a stored report, read from the store part by part as queries ask
+/// for them: the timeline reads only its device frames, a stack only the two stack tables, and
+/// only the segment map (and a chart of an old report) needs the trace itself. What is loaded
+/// is kept until the file leaves the server's cache.
 pub struct LoadedFile {
-    pub tables: SnapshotTables,
-    pub stacks: StackResolver,
-    pub devices: Vec<DeviceFrames>,
+    store: Arc<dyn ReportStore>,
+    id: String,
+    index: usize,
+    summary: FileSummary,
+    stacks: Part<StackResolver>,
+    tables: Part<SnapshotTables>,
+    devices: Part<Vec<DeviceFrames>>,
     /// Segment-state checkpoints per device, built on the first segment-map query.
     checkpoints: Mutex<HashMap<i64, Arc<SegmentCheckpoints>>>,
-    /// What its frames hold in memory, estimated when loaded (what the server's cache of
-    /// loaded files is bounded by).
-    pub bytes: u64,
+    /// What the loaded parts hold in memory, estimated as each is loaded (what the server's
+    /// cache of loaded files is bounded by).
+    bytes: AtomicU64,
+}
+
+/// A part of a [`LoadedFile`], loaded on first use and then kept; a load that failed is tried
+/// again on the next use. Concurrent first uses wait for one load.
+struct Part<T>(Mutex<Option<Arc<T>>>);
+
+impl<T> Default for Part<T> {
+    fn default() -> Self {
+        Part(Mutex::new(None))
+    }
+}
+
+impl<T> Part<T> {
+    fn get_or_load(
+        &self,
+        bytes: &AtomicU64,
+        load: impl FnOnce() -> Result<(T, usize), DataError>,
+    ) -> Result<Arc<T>, DataError> {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = slot.as_ref() {
+            return Ok(v.clone());
+        }
+        let (value, size) = load()?;
+        let value = Arc::new(value);
+        *slot = Some(value.clone());
+        bytes.fetch_add(size as u64, Ordering::Relaxed);
+        Ok(value)
+    }
+
+    fn is_loaded(&self) -> bool {
+        self.0.lock().map(|s| s.is_some()).unwrap_or(false)
+    }
 }
 
 /// Checkpoints kept per device: a segment map then costs at most 1/64 of the trace in undo steps.
 const CHECKPOINTS: usize = 64;
 
+/// What a device's frames hold in memory, estimated.
+fn device_frames_bytes(d: &DeviceFrames) -> usize {
+    d.usage.estimated_size()
+        + d.lifetimes.estimated_size()
+        + d.fragmentation.estimated_size()
+        + d.user_metadata.values().map(|m| m.len() + 16).sum::<usize>()
+}
+
 impl LoadedFile {
+    /// File `index` of stored report `id` (summarised by `summary`); nothing is read yet.
+    pub fn open(store: Arc<dyn ReportStore>, id: &str, index: usize, summary: &FileSummary) -> LoadedFile {
+        LoadedFile {
+            store,
+            id: id.to_owned(),
+            index,
+            summary: summary.clone(),
+            stacks: Part::default(),
+            tables: Part::default(),
+            devices: Part::default(),
+            checkpoints: Mutex::new(HashMap::new()),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Estimated bytes of the parts loaded so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// The parts loaded so far, by name (`stacks`, `tables`, `devices`).
+    pub fn loaded_parts(&self) -> Vec<&'static str> {
+        [
+            ("stacks", self.stacks.is_loaded()),
+            ("tables", self.tables.is_loaded()),
+            ("devices", self.devices.is_loaded()),
+        ]
+        .into_iter()
+        .filter_map(|(name, loaded)| loaded.then_some(name))
+        .collect()
+    }
+
+    fn parquet(&self, name: &str) -> Result<DataFrame, DataError> {
+        read_parquet(self.store.as_ref(), &self.id, &format!("f{}/{name}", self.index))
+    }
+
+    /// The snapshot's canonical tables (the trace itself: the largest part).
+    pub fn tables(&self) -> Result<Arc<SnapshotTables>, DataError> {
+        self.tables.get_or_load(&self.bytes, || {
+            let tables = load_tables(self.store.as_ref(), &self.id, self.index, &self.summary)?;
+            let size = tables.frames_ref().iter().map(|f| f.estimated_size()).sum();
+            Ok((tables, size))
+        })
+    }
+
+    /// The snapshot's stacks, from its two frame tables.
+    pub fn stacks(&self) -> Result<Arc<StackResolver>, DataError> {
+        self.stacks.get_or_load(&self.bytes, || {
+            let (frames, stack_frames) = (self.parquet("frames.parquet")?, self.parquet("stack_frames.parquet")?);
+            let size = frames.estimated_size() + stack_frames.estimated_size();
+            Ok((StackResolver::new(&frames, &stack_frames)?, size))
+        })
+    }
+
+    /// Every analysed device's frames.
+    pub fn devices(&self) -> Result<Arc<Vec<DeviceFrames>>, DataError> {
+        self.devices.get_or_load(&self.bytes, || {
+            let mut devices = Vec::new();
+            for d in &self.summary.devices {
+                let dir = format!("d{}", d.device);
+                let user_metadata = match read_object(
+                    self.store.as_ref(),
+                    &self.id,
+                    &format!("f{}/{dir}/{USER_METADATA}", self.index),
+                )? {
+                    Some(bytes) => user_metadata_from(&format!("{dir}/{USER_METADATA}"), bytes)?,
+                    // Stored before the map had its own object: found from the trace.
+                    None => memlens_core::frames::alloc_metadata(&*self.tables()?, d.device)?,
+                };
+                devices.push(DeviceFrames {
+                    device: d.device,
+                    usage: self.parquet(&format!("{dir}/usage.parquet"))?,
+                    lifetimes: self.parquet(&format!("{dir}/lifetimes.parquet"))?,
+                    fragmentation: self.parquet(&format!("{dir}/fragmentation.parquet"))?,
+                    user_metadata,
+                });
+            }
+            let size = devices.iter().map(device_frames_bytes).sum();
+            Ok((devices, size))
+        })
+    }
+
     /// The segment-state checkpoints of a device (built once, then shared).
-    pub fn checkpoints(&self, ev: &DeviceEvents) -> PolarsResult<Arc<SegmentCheckpoints>> {
+    pub fn checkpoints(&self, tables: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Arc<SegmentCheckpoints>> {
         if let Some(c) = self.checkpoints.lock().ok().and_then(|m| m.get(&ev.device).cloned()) {
             return Ok(c);
         }
-        let built = Arc::new(SegmentCheckpoints::build(&self.tables, ev, CHECKPOINTS)?);
+        let built = Arc::new(SegmentCheckpoints::build(tables, ev, CHECKPOINTS)?);
         if let Ok(mut m) = self.checkpoints.lock() {
             m.insert(ev.device, built.clone());
         }
         Ok(built)
     }
+}
 
-    pub fn device(&self, device: i64) -> Option<&DeviceFrames> {
-        self.devices.iter().find(|d| d.device == device)
-    }
+/// Each device's `user_metadata` map, stored beside its frames (alloc entry index, text).
+const USER_METADATA: &str = "user_metadata.parquet";
+
+fn user_metadata_frame(m: &FxHashMap<i64, String>) -> PolarsResult<DataFrame> {
+    let mut rows: Vec<(&i64, &String)> = m.iter().collect();
+    rows.sort_unstable();
+    DataFrame::new(
+        rows.len(),
+        vec![
+            Column::new("alloc_idx".into(), rows.iter().map(|r| *r.0).collect::<Vec<i64>>()),
+            Column::new(
+                "user_metadata".into(),
+                rows.iter().map(|r| r.1.as_str()).collect::<Vec<&str>>(),
+            ),
+        ],
+    )
+}
+
+fn user_metadata_from(key: &str, bytes: Vec<u8>) -> Result<FxHashMap<i64, String>, DataError> {
+    let parquet = |source| DataError::Parquet {
+        key: key.to_owned(),
+        source,
+    };
+    let df = ParquetReader::new(Cursor::new(bytes)).finish().map_err(parquet)?;
+    let idx = df.column("alloc_idx").and_then(|c| c.i64().cloned()).map_err(parquet)?;
+    let text = df
+        .column("user_metadata")
+        .and_then(|c| c.str().cloned())
+        .map_err(parquet)?;
+    Ok(idx
+        .iter()
+        .zip(text.iter())
+        .filter_map(|(i, t)| Some((i?, t?.to_owned())))
+        .collect())
 }
 
 /// A whole report, loaded for queries.
@@ -195,9 +364,8 @@ pub struct LoadedReport {
     pub gpu_logs: Vec<DataFrame>,
 }
 
-/// Loads one analysed file of a report for queries (a report of many ranks loads only the
-/// files asked about).
-pub fn load_file(store: &dyn ReportStore, id: &str, i: usize, fs: &FileSummary) -> Result<LoadedFile, DataError> {
+/// The canonical tables of one analysed file of a report.
+fn load_tables(store: &dyn ReportStore, id: &str, i: usize, fs: &FileSummary) -> Result<SnapshotTables, DataError> {
     // Reports written before `meta.json` and `event_notes` were stored still load: their
     // meta comes from the summary, their notes are empty.
     let meta_key = format!("f{i}/meta.json");
@@ -218,36 +386,7 @@ pub fn load_file(store: &dyn ReportStore, id: &str, i: usize, fs: &FileSummary) 
             read_parquet(store, id, &key)?
         };
     }
-    let tables = SnapshotTables::from_frames(frames, meta);
-    let stacks = StackResolver::new(&tables.frames, &tables.stack_frames)?;
-    let mut devices = Vec::new();
-    for d in &fs.devices {
-        let dir = format!("f{i}/d{}", d.device);
-        devices.push(DeviceFrames {
-            device: d.device,
-            usage: read_parquet(store, id, &format!("{dir}/usage.parquet"))?,
-            lifetimes: read_parquet(store, id, &format!("{dir}/lifetimes.parquet"))?,
-            fragmentation: read_parquet(store, id, &format!("{dir}/fragmentation.parquet"))?,
-            user_metadata: memlens_core::frames::alloc_metadata(&tables, d.device)?,
-        });
-    }
-    let frame_bytes: usize = tables.frames_ref().iter().map(|f| f.estimated_size()).sum::<usize>()
-        + devices
-            .iter()
-            .map(|d| {
-                d.usage.estimated_size()
-                    + d.lifetimes.estimated_size()
-                    + d.fragmentation.estimated_size()
-                    + d.user_metadata.values().map(|m| m.len() + 16).sum::<usize>()
-            })
-            .sum::<usize>();
-    Ok(LoadedFile {
-        tables,
-        stacks,
-        devices,
-        checkpoints: Mutex::new(HashMap::new()),
-        bytes: frame_bytes as u64,
-    })
+    Ok(SnapshotTables::from_frames(frames, meta))
 }
 
 /// The samples of each NVML log of a report, in `summary.gpu_logs` order.
@@ -257,16 +396,18 @@ pub fn load_gpu_logs(store: &dyn ReportStore, id: &str, summary: &AnalyzeOutput)
         .collect()
 }
 
-/// Loads a report's published data, every file of it.
-pub fn load(store: &dyn ReportStore, id: &str) -> Result<LoadedReport, DataError> {
-    let summary = read_summary(store, id)?;
-    let files = summary
-        .files
-        .iter()
-        .enumerate()
-        .map(|(i, fs)| load_file(store, id, i, fs))
-        .collect::<Result<Vec<_>, _>>()?;
-    let gpu_logs = load_gpu_logs(store, id, &summary)?;
+/// Loads a report's published data, every part of every file of it.
+pub fn load(store: &Arc<dyn ReportStore>, id: &str) -> Result<LoadedReport, DataError> {
+    let summary = read_summary(store.as_ref(), id)?;
+    let mut files = Vec::new();
+    for (i, fs) in summary.files.iter().enumerate() {
+        let f = LoadedFile::open(store.clone(), id, i, fs);
+        f.tables()?;
+        f.stacks()?;
+        f.devices()?;
+        files.push(f);
+    }
+    let gpu_logs = load_gpu_logs(store.as_ref(), id, &summary)?;
     Ok(LoadedReport {
         summary,
         files,
@@ -280,9 +421,9 @@ mod tests {
     use crate::store::{LocalStore, ReportRecord, ReportState};
     use memlens_core::pipeline::{self, Input, PipelineSink, SnapshotOutput};
 
-    fn store_with_report(id: &str) -> (tempfile::TempDir, LocalStore) {
+    fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
         let root = tempfile::tempdir().expect("tmp");
-        let store = LocalStore::open(root.path()).expect("open");
+        let store: Arc<dyn ReportStore> = Arc::new(LocalStore::open(root.path()).expect("open"));
         store.upload_writer(id, "0-x").expect("w").finish().expect("finish");
         store
             .create(&ReportRecord {
@@ -318,7 +459,7 @@ mod tests {
         let mut w = store.data_writer(id).expect("writer");
         put_parquet(w.as_mut(), "x.parquet", &mut df).expect("write");
         w.commit().expect("commit");
-        let back = read_parquet(&store, id, "x.parquet").expect("read");
+        let back = read_parquet(store.as_ref(), id, "x.parquet").expect("read");
         let a = back.column("a").expect("a").i64().expect("i64");
         assert_eq!(a.chunks().len(), 1);
         assert!(a.cont_slice().is_ok());
@@ -357,18 +498,48 @@ mod tests {
         w.commit().expect("commit");
         let loaded = load(&store, id).expect("load");
         let (frames, meta) = &written[0];
-        let mut back = loaded.files.into_iter().next().expect("file").tables;
+        let tables = loaded.files[0].tables().expect("tables");
+        let mut back = SnapshotTables::from_frames(tables.frames_ref().map(|f| f.clone()), tables.meta());
         assert_eq!(&back.meta(), meta);
         for ((name, got), want) in back.frames_mut().into_iter().zip(frames) {
             assert!(got.equals_missing(want), "{name} differs after a round trip");
         }
     }
 
+    #[test]
+    fn a_timeline_reads_only_the_device_frames_and_their_stored_user_metadata() {
+        let id = "00000000000000000000000000000004";
+        let (_root, store) = store_with_report(id);
+        // traces/capture/labels.py: batches allocated under `_set_memory_metadata`.
+        let path = memlens_tests_trace("labels.pickle");
+        let mut w = store.data_writer(id).expect("writer");
+        let mut keep = Keep(w.as_mut(), Vec::new());
+        let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+        write_summary(w.as_mut(), &out).expect("summary");
+        w.commit().expect("commit");
+        let f = LoadedFile::open(store.clone(), id, 0, &out.files[0]);
+        assert_eq!(f.bytes(), 0);
+        let devices = f.devices().expect("devices");
+        assert_eq!(f.loaded_parts(), ["devices"], "the trace itself stays unread");
+        let with_devices = f.bytes();
+        assert!(with_devices > 0);
+        // The stored map equals the one found from the trace.
+        let tables = f.tables().expect("tables");
+        assert!(f.bytes() > with_devices);
+        let mut any = false;
+        for d in devices.iter() {
+            let from_trace = memlens_core::frames::alloc_metadata(&tables, d.device).expect("metadata");
+            any |= !from_trace.is_empty();
+            assert_eq!(d.user_metadata, from_trace);
+        }
+        assert!(any, "labels.pickle sets user metadata on some allocations");
+    }
+
     /// Writes like the version before `meta.json`, `event_notes` and category columns.
     struct OldLayout<'a>(&'a mut dyn DataWriter);
     impl DataWriter for OldLayout<'_> {
         fn put(&mut self, key: &str, bytes: &[u8]) -> crate::store::StoreResult<()> {
-            if key.ends_with("meta.json") || key.ends_with("event_notes.parquet") {
+            if key.ends_with("meta.json") || key.ends_with("event_notes.parquet") || key.ends_with(USER_METADATA) {
                 return Ok(());
             }
             self.0.put(key, bytes)
@@ -403,12 +574,13 @@ mod tests {
         w.commit().expect("commit");
         let loaded = load(&store, id).expect("an old report loads");
         let f = &loaded.files[0];
-        assert_eq!(f.tables.event_notes.height(), 0);
-        assert_eq!(f.tables.format, memlens_api::Format::PytorchSnapshot);
+        let tables = f.tables().expect("tables");
+        assert_eq!(tables.event_notes.height(), 0);
+        assert_eq!(tables.format, memlens_api::Format::PytorchSnapshot);
         // What-if on it replays the run unchanged (its allocations read as unplaced).
         let w = memlens_core::analysis::whatif::what_if_file(
             &loaded.summary.files[0],
-            &f.devices,
+            &f.devices().expect("devices"),
             &[],
             &memlens_api::WhatIfParams::default(),
         )

@@ -602,7 +602,8 @@ fn loaded_reports_are_kept_within_the_cache_budget_and_one_larger_is_not_kept() 
         let (s, id) = server_with_report(
             &format!("cache-{cache_mb}"),
             &["--cache-mb", cache_mb],
-            "gpt_train.pickle",
+            // Its device frames alone (what a timeline reads) are over 1 MB.
+            "many_small.pickle.gz",
         );
         for _ in 0..3 {
             let (code, _) = get_json(&s, &format!("/api/reports/{id}/timeline?width=100"));

@@ -14,6 +14,7 @@ use crate::charts::{render_png, render_svg, Chart};
 use crate::reportdata::{self, CHART_PNG, CHART_SVG};
 
 /// What a chart request draws.
+#[derive(Clone, Copy)]
 enum Target {
     Device { file: usize, device: i64 },
     Gpu { log: usize, gpu: i64 },
@@ -52,8 +53,11 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
                 Target::Gpu { .. } => (Some(loaded_gpu_logs(&st, &id).await?), None),
                 Target::Device { file, .. } => (None, Some(loaded_file(&st, &id, file).await?)),
             };
-            tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
+            let before = file_data.as_ref().map(|f| f.bytes());
+            let loaded_file = file_data.clone();
+            let drawn = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
                 let missing = |what: &str| ApiError::Internal(format!("{what} missing"));
+                let devices;
                 let chart = match target {
                     Target::Gpu { log, gpu } => {
                         let summary = &r.gpu_logs[log];
@@ -75,7 +79,8 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
                             .find(|d| d.device == device)
                             .ok_or_else(|| missing("device summary"))?;
                         let loaded = file_data.as_deref().ok_or_else(|| missing("file"))?;
-                        Chart::Device(frames_of(loaded, device)?, d)
+                        devices = loaded.devices().map_err(internal)?;
+                        Chart::Device(frames_of(&devices, device)?, d)
                     }
                 };
                 if svg {
@@ -85,7 +90,11 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
                 }
             })
             .await
-            .map_err(internal)??
+            .map_err(internal)?;
+            if let (Some(f), Some(before), Target::Device { file, .. }) = (loaded_file, before, target) {
+                st.reweigh(&id, file, &f, before);
+            }
+            drawn?
         }
     };
     Ok((

@@ -12,7 +12,8 @@ use memlens_core::analysis::run::busiest_device;
 use super::error::{internal, ApiError, Q};
 use super::queries::{blocking, frames_of};
 use super::state::{loaded_file, summary_of, Shared};
-use crate::reportdata::LoadedFile;
+use memlens_core::pipeline::DeviceFrames;
+use memlens_core::stacks::StackResolver;
 
 /// The side `r` names, or a 400 that says what a side looks like.
 fn side_ref(name: &str, value: &str) -> Result<SideRef, ApiError> {
@@ -49,7 +50,7 @@ fn side<'a>(
     r: &SideRef,
     fi: usize,
     dev: i64,
-    f: &'a LoadedFile,
+    (devices, stacks): (&'a [DeviceFrames], &'a StackResolver),
 ) -> Result<CompareSide<'a>, ApiError> {
     let d = s.files[fi].devices.iter().find(|d| d.device == dev);
     let d = d.ok_or_else(|| ApiError::Internal(format!("device {dev} missing")))?;
@@ -60,8 +61,8 @@ fn side<'a>(
         file: &s.files[fi],
         file_index: fi,
         device: d,
-        frames: frames_of(f, dev)?,
-        stacks: &f.stacks,
+        frames: frames_of(devices, dev)?,
+        stacks,
         rank,
     })
 }
@@ -88,12 +89,20 @@ pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result
         loaded_file(&st, &rb.report, fb).await?,
     );
     let width = q.width.unwrap_or(COMPARE_WIDTH);
-    let both = std::sync::Arc::new((sa, sb, la, lb));
+    let before = (la.bytes(), lb.bytes());
+    let both = std::sync::Arc::new((sa, sb, la.clone(), lb.clone()));
+    let (report_a, report_b) = (ra.report.clone(), rb.report.clone());
     let c = blocking(both, move |(sa, sb, la, lb)| {
-        let a = side(sa, &ra, fa, dev_a, la)?;
-        let b = side(sb, &rb, fb, dev_b, lb)?;
+        let parts = |f: &crate::reportdata::LoadedFile| -> Result<_, ApiError> {
+            Ok((f.devices().map_err(internal)?, f.stacks().map_err(internal)?))
+        };
+        let ((devs_a, stacks_a), (devs_b, stacks_b)) = (parts(la)?, parts(lb)?);
+        let a = side(sa, &ra, fa, dev_a, (&devs_a, &stacks_a))?;
+        let b = side(sb, &rb, fb, dev_b, (&devs_b, &stacks_b))?;
         compare_runs(&a, &b, width).map_err(internal)
     })
-    .await?;
-    Ok(Json(c))
+    .await;
+    st.reweigh(&report_a, fa, &la, before.0);
+    st.reweigh(&report_b, fb, &lb, before.1);
+    Ok(Json(c?))
 }

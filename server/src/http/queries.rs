@@ -64,10 +64,27 @@ pub fn pick_gpu(
     pick_nested(&r.gpu_logs, log, |l| &l.gpus, |g| g.gpu, gpu, ("GPU log", "GPU"))
 }
 
-/// A device's stored frames.
-pub fn frames_of(f: &LoadedFile, device: i64) -> Result<&DeviceFrames, ApiError> {
-    f.device(device)
+/// A device's stored frames among a file's.
+pub fn frames_of(devices: &[DeviceFrames], device: i64) -> Result<&DeviceFrames, ApiError> {
+    devices
+        .iter()
+        .find(|d| d.device == device)
         .ok_or_else(|| ApiError::Internal(format!("frames of device {device} missing")))
+}
+
+/// Runs `query` over file `file` of report `id` on the blocking pool; the parts it reads are
+/// loaded from the store if the cache does not hold them yet.
+pub async fn with_file<T: Send + 'static>(
+    st: &Shared,
+    id: &str,
+    file: usize,
+    query: impl FnOnce(&LoadedFile) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let f = loaded_file(st, id, file).await?;
+    let before = f.bytes();
+    let out = blocking(f.clone(), query).await;
+    st.reweigh(id, file, &f, before);
+    out
 }
 
 /// Runs `f` over loaded data on the blocking pool.
@@ -90,10 +107,9 @@ pub async fn timeline(
     let device = d.device;
     let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
     let axis = axis_of(&q, d);
-    let f = loaded_file(&st, &id, fi).await?;
-    let tl = blocking(f, move |f| {
+    let tl = with_file(&st, &id, fi, move |f| {
         query::timeline_on(
-            frames_of(f, device)?,
+            frames_of(&f.devices().map_err(internal)?, device)?,
             axis,
             initial,
             q.start,
@@ -124,9 +140,16 @@ pub async fn category_timeline(
     let s = summary_of(&st, &id).await?;
     let (fi, d) = pick(&s, q.file, q.device)?;
     let (device, axis) = (d.device, axis_of(&q, d));
-    let f = loaded_file(&st, &id, fi).await?;
-    let tl = blocking(f, move |f| {
-        query::category_timeline(frames_of(f, device)?, axis, q.start, q.end, q.width.unwrap_or(1000)).map_err(internal)
+    let tl = with_file(&st, &id, fi, move |f| {
+        let devices = f.devices().map_err(internal)?;
+        query::category_timeline(
+            frames_of(&devices, device)?,
+            axis,
+            q.start,
+            q.end,
+            q.width.unwrap_or(1000),
+        )
+        .map_err(internal)
     })
     .await?;
     Ok(Json(tl))
@@ -142,9 +165,9 @@ pub async fn flame(
     let s = summary_of(&st, &id).await?;
     let (fi, d) = pick(&s, q.file, q.device)?;
     let (device, axis) = (d.device, axis_of(&q, d));
-    let f = loaded_file(&st, &id, fi).await?;
-    let g = blocking(f, move |f| {
-        query::flame_graph(frames_of(f, device)?, &f.stacks, axis, q.start, q.end).map_err(internal)
+    let g = with_file(&st, &id, fi, move |f| {
+        let (devices, stacks) = (f.devices().map_err(internal)?, f.stacks().map_err(internal)?);
+        query::flame_graph(frames_of(&devices, device)?, &stacks, axis, q.start, q.end).map_err(internal)
     })
     .await?;
     Ok(Json(g))
@@ -160,10 +183,10 @@ pub async fn segments(
     let s = summary_of(&st, &id).await?;
     let (fi, d) = pick(&s, q.file, q.device)?;
     let device = d.device;
-    let f = loaded_file(&st, &id, fi).await?;
-    let map = blocking(f, move |f| {
-        let ev = DeviceEvents::new(&f.tables, device).map_err(internal)?;
-        let cp = f.checkpoints(&ev).map_err(internal)?;
+    let map = with_file(&st, &id, fi, move |f| {
+        let tables = f.tables().map_err(internal)?;
+        let ev = DeviceEvents::new(&tables, device).map_err(internal)?;
+        let cp = f.checkpoints(&tables, &ev).map_err(internal)?;
         match (q.event, q.time) {
             (Some(e), _) => cp.map_at(&ev, Some(e)),
             (None, Some(time)) => cp.map_at_time(&ev, time),
@@ -185,10 +208,11 @@ pub async fn fragmentation(
     let s = summary_of(&st, &id).await?;
     let (fi, d) = pick(&s, q.file, q.device)?;
     let device = d.device;
-    let f = loaded_file(&st, &id, fi).await?;
-    Ok(Json(
-        query::fragmentation_series(frames_of(&f, device)?).map_err(internal)?,
-    ))
+    let series = with_file(&st, &id, fi, move |f| {
+        query::fragmentation_series(frames_of(&f.devices().map_err(internal)?, device)?).map_err(internal)
+    })
+    .await?;
+    Ok(Json(series))
 }
 
 /// The summary of one device of a ready report.
@@ -249,8 +273,12 @@ pub async fn stack(
     Path((id, stack)): Path<(String, u32)>,
     Q(q): Q<FileParams>,
 ) -> Result<Json<Vec<FrameView>>, ApiError> {
-    let f = loaded_file(&st, &id, q.file.unwrap_or(0)).await?;
-    Ok(Json(query::stack_frames(&f.stacks, stack)))
+    let frames = with_file(&st, &id, q.file.unwrap_or(0), move |f| {
+        let stacks = f.stacks().map_err(internal)?;
+        Ok(query::stack_frames(&stacks, stack))
+    })
+    .await?;
+    Ok(Json(frames))
 }
 
 /// An address as given: decimal or `0x` hex.
@@ -280,10 +308,10 @@ pub async fn allocations(
     let (fi, d) = pick(&s, q.file, q.device)?;
     let device = d.device;
     let limit = q.limit.unwrap_or(200).min(5_000);
-    let f = loaded_file(&st, &id, fi).await?;
-    let (total, allocations) = blocking(f, move |f| {
-        let dev = frames_of(f, device)?;
-        query::search_allocations(dev, &f.stacks, addr, q.stack.as_deref(), limit).map_err(internal)
+    let (total, allocations) = with_file(&st, &id, fi, move |f| {
+        let (devices, stacks) = (f.devices().map_err(internal)?, f.stacks().map_err(internal)?);
+        query::search_allocations(frames_of(&devices, device)?, &stacks, addr, q.stack.as_deref(), limit)
+            .map_err(internal)
     })
     .await?;
     Ok(Json(SearchResult { total, allocations }))
@@ -334,9 +362,8 @@ pub async fn whatif(
     if let Some(d) = q.device {
         pick(&s, Some(fi), Some(d))?;
     }
-    let f = loaded_file(&st, &id, fi).await?;
-    let answer = blocking(f, move |f| {
-        what_if_file(&s.files[fi], &f.devices, &s.gpu_logs, &q).map_err(internal)
+    let answer = with_file(&st, &id, fi, move |f| {
+        what_if_file(&s.files[fi], &f.devices().map_err(internal)?, &s.gpu_logs, &q).map_err(internal)
     })
     .await?;
     Ok(Json(answer))

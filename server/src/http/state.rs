@@ -34,13 +34,28 @@ pub struct HttpConfig {
     pub cache_bytes: u64,
 }
 
-/// Weighs a loaded file by the memory its frames hold.
+/// Weighs a loaded file by the memory the parts loaded so far hold.
 #[derive(Clone)]
 pub struct FileWeight;
 
-impl quick_cache::Weighter<(String, usize), Arc<LoadedFile>> for FileWeight {
-    fn weight(&self, _key: &(String, usize), file: &Arc<LoadedFile>) -> u64 {
+impl quick_cache::Weighter<(String, usize), CachedFile> for FileWeight {
+    fn weight(&self, _key: &(String, usize), file: &CachedFile) -> u64 {
         file.bytes.max(1)
+    }
+}
+
+/// A loaded file in the cache, with its bytes when it was (re)inserted: the cache needs a
+/// weight that does not change while the entry is in it.
+#[derive(Clone)]
+pub struct CachedFile {
+    file: Arc<LoadedFile>,
+    bytes: u64,
+}
+
+impl CachedFile {
+    fn new(file: Arc<LoadedFile>) -> CachedFile {
+        let bytes = file.bytes();
+        CachedFile { file, bytes }
     }
 }
 
@@ -63,7 +78,7 @@ pub struct AppState {
     pub config: HttpConfig,
     /// Loaded files by report id and file index. `get_or_insert_with` makes concurrent
     /// requests for a file that is not loaded wait for one load instead of each loading it.
-    files: quick_cache::sync::Cache<(String, usize), Arc<LoadedFile>, FileWeight>,
+    files: quick_cache::sync::Cache<(String, usize), CachedFile, FileWeight>,
     summaries: quick_cache::sync::Cache<String, Arc<AnalyzeOutput>>,
     gpu_logs: quick_cache::sync::Cache<String, Arc<Vec<DataFrame>>>,
 }
@@ -91,6 +106,25 @@ impl AppState {
             summaries: quick_cache::sync::Cache::new(CACHE_SUMMARIES),
             gpu_logs: quick_cache::sync::Cache::new(CACHE_GPU_LOGS),
         })
+    }
+
+    /// Weighs a cached file again after a query loaded more of it (`before`: its bytes
+    /// then), so that the cache's bound counts what files hold now; one grown past the whole
+    /// budget leaves the cache. A file the cache no longer holds is not put back.
+    pub fn reweigh(&self, id: &str, file: usize, f: &Arc<LoadedFile>, before: u64) {
+        if f.bytes() == before {
+            return;
+        }
+        let key = (id.to_owned(), file);
+        if !self.files.get(&key).is_some_and(|cur| Arc::ptr_eq(&cur.file, f)) {
+            return;
+        }
+        if f.bytes() > self.config.cache_bytes {
+            // The cache would refuse it and keep the entry as it was weighed before.
+            self.files.remove(&key);
+        } else {
+            self.files.insert(key, CachedFile::new(f.clone()));
+        }
     }
 
     /// Drops a report from the caches (after it was deleted).
@@ -179,28 +213,25 @@ pub async fn summary_of(st: &Shared, id: &str) -> Result<Arc<AnalyzeOutput>, Api
     .map_err(internal)?
 }
 
-/// One loaded snapshot file of a ready report (loaded once however many requests ask at the
-/// same time); an index past the report's files is a 400.
+/// One snapshot file of a ready report, as the cache holds it (opened once however many
+/// requests ask at the same time; its parts load as queries read them); an index past the
+/// report's files is a 400.
 pub async fn loaded_file(st: &Shared, id: &str, file: usize) -> Result<Arc<LoadedFile>, ApiError> {
     let summary = summary_of(st, id).await?;
     if summary.files.get(file).is_none() {
         return Err(ApiError::BadRequest(format!("no file {file} in this report")));
     }
     let key = (id.to_owned(), file);
-    if let Some(f) = st.files.get(&key) {
-        return Ok(f);
-    }
-    let st2 = st.clone();
-    tokio::task::spawn_blocking(move || {
-        st2.files.get_or_insert_with(&key, || {
-            st2.metrics.file_loaded();
-            reportdata::load_file(st2.store.as_ref(), &key.0, key.1, &summary.files[key.1])
-                .map(Arc::new)
-                .map_err(internal)
-        })
-    })
-    .await
-    .map_err(internal)?
+    let cached = st.files.get_or_insert_with(&key, || {
+        st.metrics.file_loaded();
+        Ok::<_, ApiError>(CachedFile::new(Arc::new(LoadedFile::open(
+            st.store.clone(),
+            id,
+            file,
+            &summary.files[file],
+        ))))
+    })?;
+    Ok(cached.file)
 }
 
 /// The NVML samples of a ready report, one frame per log.
