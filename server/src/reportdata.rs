@@ -294,10 +294,16 @@ impl LoadedFile {
                     // Stored before the map had its own object: found from the trace.
                     None => memlens_core::frames::alloc_metadata(&*self.tables()?, d.device)?,
                 };
+                // The two large frames are decoded side by side.
+                let (usage, lifetimes) = std::thread::scope(|scope| {
+                    let usage = scope.spawn(|| self.parquet(&format!("{dir}/usage.parquet")));
+                    let lifetimes = self.parquet(&format!("{dir}/lifetimes.parquet"));
+                    (usage.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), lifetimes)
+                });
                 devices.push(DeviceFrames {
                     device: d.device,
-                    usage: self.parquet(&format!("{dir}/usage.parquet"))?,
-                    lifetimes: self.parquet(&format!("{dir}/lifetimes.parquet"))?,
+                    usage: usage?,
+                    lifetimes: lifetimes?,
                     fragmentation: self.parquet(&format!("{dir}/fragmentation.parquet"))?,
                     user_metadata,
                 });

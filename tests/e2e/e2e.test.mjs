@@ -570,3 +570,51 @@ test('an allocation without a stack says why: the autograd thread of a Python-on
   assert.ok(empty.some(e => /autograd thread during backward/.test(e)), empty.join('\n'));
   await ctx.close();
 });
+
+test('a ready report asks for its first timeline together with the summary, and a wrong width guess is redrawn exactly', async () => {
+  const { url } = await uploadViaApi('gpt_train.pickle', readFileSync(join(traces, 'gpt_train.pickle')));
+  const id = url.split('/').pop();
+  for (;;) {
+    const s = await (await fetch(`${base}/api/reports/${id}/status`)).json();
+    if (s.state === 'ready') break;
+    assert.notEqual(s.state, 'failed', s.error);
+    await new Promise(res => setTimeout(res, 200));
+  }
+  const timelineRequests = page => page.evaluate(() => performance.getEntriesByType('resource')
+    .filter(e => e.name.includes('/timeline?'))
+    .map(e => ({ url: e.name, start: e.startTime })));
+  const summaryAt = page => page.evaluate(() => performance.getEntriesByType('resource')
+    .find(e => /\/api\/reports\/[0-9a-f]+$/.test(e.name)).responseEnd);
+  const ctx = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  // The first open guesses the canvas width from the window, and remembers what it measured.
+  let page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await waitForTimeline(page);
+  let first = (await timelineRequests(page))[0];
+  assert.ok(first.start < await summaryAt(page), 'the first timeline was asked for before the summary arrived');
+  const measured = await page.evaluate(() => Number(document.querySelector('#timeline').width) - 84);
+  await page.close();
+
+  // A remembered width that is wrong (the window was resized, say): the guess is drawn, then
+  // the exact width is asked for and drawn.
+  page = await ctx.newPage();
+  await page.goto(`${base}/`);
+  await page.evaluate(() => {
+    for (const k of Object.keys(localStorage)) {
+      if (k.startsWith('memlens.timeline-width.')) localStorage.setItem(k, '700');
+    }
+  });
+  await page.goto(`${base}${url}`);
+  await page.waitForFunction(w => performance.getEntriesByType('resource')
+    .some(e => e.name.includes(`/timeline?`) && e.name.includes(`width=${w}&`)), measured, { timeout: 20_000 });
+  await waitForTimeline(page);
+  const widths = (await timelineRequests(page)).map(r => Number(new URL(r.url).searchParams.get('width')));
+  assert.equal(widths[0], 700 - 84, `the guess is what was remembered: ${widths}`);
+  assert.ok(widths.includes(measured), `then the measured width ${measured}: ${widths}`);
+  await page.waitForFunction(w => {
+    const c = document.querySelector('#timeline');
+    return c && c.dataset.drawnAt && location.search.includes('start=');
+  }, measured, { timeout: 20_000 });
+  await page.close();
+  await ctx.close();
+});

@@ -18,6 +18,7 @@ mod findings;
 mod flame;
 mod gpu_logs;
 mod panels;
+mod prefetch;
 mod run_overview;
 mod segments;
 mod state;
@@ -116,8 +117,9 @@ fn not_found(e: FetchError) -> Load {
 
 /// Polls the status until the report is ready (or failed), then loads its summary. A report
 /// already ready (every shared link after the first minute) is opened in one round trip: the
-/// status and the summary are asked for together.
+/// status, the summary and the first timeline ([`prefetch`]) are asked for together.
 async fn wait_and_load(id: String, load: RwSignal<Load>) {
+    prefetch::start(&id);
     let (status, summary) = futures_util::future::join(client::status(&id), client::summary(&id)).await;
     if let (Ok(s), Ok(summary)) = (status, summary) {
         if s.state == Lifecycle::Ready {

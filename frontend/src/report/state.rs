@@ -13,6 +13,7 @@ use memlens_api::{
 };
 
 use super::gpu_logs::gpu_of_device;
+use super::prefetch;
 use super::{context_2d, now_ms};
 use crate::timeline::{draw_fragmentation, TimelineView, LEFT, RIGHT};
 use crate::{api, client};
@@ -81,6 +82,8 @@ pub struct ReportState {
     pub full_range: StoredValue<(i64, i64)>,
     pub drag: StoredValue<Drag>,
     pub in_trace: RwSignal<InTrace>,
+    /// The segment map to load once the first timeline is drawn (after this entry).
+    pub pending_segments: StoredValue<Option<Option<usize>>>,
 }
 
 impl ReportState {
@@ -129,6 +132,7 @@ impl ReportState {
             full_range: StoredValue::new((0, 1)),
             drag: StoredValue::new(None),
             in_trace: RwSignal::new(None),
+            pending_segments: StoredValue::new(None),
         }
     }
 
@@ -164,27 +168,43 @@ impl ReportState {
         let d = self.device.get_untracked();
         let id = self.id.get_value();
         let initial = start >= end;
+        let params = TimelineParams {
+            file: Some(self.file.get_value()),
+            device: Some(d),
+            width: Some(width),
+            axis: Some(if ev { TimelineAxis::Event } else { TimelineAxis::Time }),
+            start: (!initial).then_some(start),
+            end: (!initial).then_some(end),
+        };
+        let prefetched = prefetch::take(&id, &params);
         spawn_local(async move {
-            if !initial {
-                api::sleep(40).await;
-                if self.request_seq.get_value() != seq {
-                    return;
-                }
-            }
-            let params = TimelineParams {
-                file: Some(self.file.get_value()),
-                device: Some(d),
-                width: Some(width),
-                axis: Some(if ev { TimelineAxis::Event } else { TimelineAxis::Time }),
-                start: (!initial).then_some(start),
-                end: (!initial).then_some(end),
+            let early = match prefetched {
+                Some(answer) => answer.await.filter(|t| t.device == d),
+                None => None,
             };
-            let Ok(tl) = client::timeline(&id, &params).await else {
-                return;
+            let tl = match early {
+                Some(tl) => tl,
+                None => {
+                    if !initial {
+                        api::sleep(40).await;
+                        if self.request_seq.get_value() != seq {
+                            return;
+                        }
+                    }
+                    match client::timeline(&id, &params).await {
+                        Ok(tl) => tl,
+                        Err(_) => {
+                            self.load_pending_segments();
+                            return;
+                        }
+                    }
+                }
             };
             if self.request_seq.get_value() != seq {
                 return;
             }
+            // A prefetched answer of a guessed width is drawn now and asked for exactly next.
+            let exact = tl.width == width;
             self.full_range.set_value((tl.full_start, tl.full_end));
             let arrived = now_ms();
             self.view.update_value(|v| {
@@ -204,6 +224,11 @@ impl ReportState {
             // How long drawing took once this answer arrived (read by the speed bench).
             if let Some(c) = self.canvas.get_untracked() {
                 let _ = c.set_attribute("data-data-to-drawn-ms", &format!("{:.2}", now_ms() - arrived));
+            }
+            self.load_pending_segments();
+            if !exact {
+                self.fetch_timeline();
+                return;
             }
             // The link carries the view as soon as it is drawn.
             let (s, e) = self.view.with_value(|v| (v.start, v.end));
@@ -346,6 +371,7 @@ impl ReportState {
             .get()
             .map(|c| c.parent_element().map(|p| p.client_width()).unwrap_or(900))
             .unwrap_or(900) as f64;
+        prefetch::remember_canvas_width(width);
         let (qs, qe) = self.first_view.get_value();
         self.first_view.set_value((None, None));
         self.search.set(None);
@@ -392,8 +418,18 @@ impl ReportState {
                 self.redraw();
             }
         });
-        if let Some(s) = &summary {
-            self.load_segments_after(s.event_count.checked_sub(1));
+        // The segment map waits for the first timeline: on a report the server has not
+        // loaded yet, it reads the whole trace, which would delay the timeline's answer.
+        self.pending_segments
+            .set_value(summary.as_ref().map(|s| s.event_count.checked_sub(1)));
+    }
+
+    /// Loads the segment map that [`ReportState::reset_for_device`] left for after the first
+    /// timeline.
+    fn load_pending_segments(self) {
+        if let Some(event) = self.pending_segments.get_value() {
+            self.pending_segments.set_value(None);
+            self.load_segments_after(event);
         }
     }
 
