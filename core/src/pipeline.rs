@@ -13,7 +13,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memlens_api::{AnalyzeOutput, FileSummary, Format, GpuLogSummary, SkippedFile, Stage};
-use polars::prelude::Column;
 
 use crate::analysis::categories::FrameRules;
 use crate::analysis::gpu_samples::{link_process_gpus, ReservedSteps};
@@ -232,9 +231,8 @@ pub fn run_with(
             for a in analyses {
                 let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(e.into()))?;
                 let mut usage = a.usage;
-                usage
-                    .insert_column(0, Column::new("time".into(), ev.time()))
-                    .map_err(|e| internal(e.into()))?;
+                let time = ev.time_column("time").map_err(|e| internal(e.into()))?;
+                usage.insert_column(0, time).map_err(|e| internal(e.into()))?;
                 devices.push(DeviceFrames {
                     device: a.summary.device,
                     usage,

@@ -125,6 +125,17 @@ impl DeviceEvents {
             &self.order
         }
     }
+    /// [`DeviceEvents::time`] as a column named `name`; with timestamps it shares the events
+    /// table's memory instead of copying it.
+    pub fn time_column(&self, name: &str) -> PolarsResult<Column> {
+        Ok(if self.has_time {
+            let mut c = self.frame.column(ev_col::TIME_US.name)?.clone();
+            c.rename(name.into());
+            c
+        } else {
+            Column::new(name.into(), &self.order)
+        })
+    }
     pub fn is_empty(&self) -> bool {
         self.frame.height() == 0
     }
