@@ -12,15 +12,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use memlens_api::{ReportState, Stage};
+use memlens_api::{FileSummary, ReportState, Stage};
 use memlens_core::analysis::categories::FrameRules;
 use memlens_core::importers::ImportOptions;
-use memlens_core::pipeline::{self, GpuLogOutput, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{self, DeviceFrames, GpuLogOutput, Input, PipelineSink, SnapshotOutput};
 use tokio::sync::Semaphore;
 
 use crate::charts::{self, Chart};
+use crate::filecache::LoadedFiles;
 use crate::metrics::Metrics;
-use crate::reportdata;
+use crate::reportdata::{self, LoadedFile};
 use crate::store::{DataWriter, ReportStore};
 
 /// Live progress of one job.
@@ -104,6 +105,16 @@ struct StoreSink<'a> {
     data: &'a mut dyn DataWriter,
     /// The default chart is made from the first snapshot device, else the first GPU log.
     charted: bool,
+    /// With a cache to fill: the report's snapshot file and its device frames while it has
+    /// only one (a run of many ranks opens on its worst rank, known only at the end).
+    sole_file: Option<SoleFile>,
+    keep_frames: bool,
+}
+
+/// The one snapshot file of a report just processed, as the cache will hold it.
+struct SoleFile {
+    summary: FileSummary,
+    devices: Vec<DeviceFrames>,
 }
 
 impl PipelineSink for StoreSink<'_> {
@@ -119,6 +130,13 @@ impl PipelineSink for StoreSink<'_> {
             if let (Some(dev), Some(d)) = (out.devices.first(), out.summary.devices.first()) {
                 self.chart(&Chart::Device(dev, d))?;
             }
+        }
+        if self.keep_frames {
+            self.sole_file = (out.index == 0).then(|| SoleFile {
+                summary: out.summary.clone(),
+                devices: out.devices.iter_mut().map(std::mem::take).collect(),
+            });
+            self.keep_frames = out.index == 0;
         }
         Ok(())
     }
@@ -151,14 +169,19 @@ pub struct Ingest {
     metrics: Arc<Metrics>,
     options: ImportOptions,
     category_rules: FrameRules,
+    /// The server's loaded files, given the frames of each report this process processes.
+    files: Option<Arc<LoadedFiles>>,
 }
 
 impl Ingest {
+    /// With `files` (the server's cache), each report processed here leaves its device frames
+    /// there, so that its first queries need not read them back from the store.
     pub fn new(
         store: Arc<dyn ReportStore>,
         concurrency: usize,
         metrics: Arc<Metrics>,
         category_rules: FrameRules,
+        files: Option<Arc<LoadedFiles>>,
     ) -> Arc<Ingest> {
         Arc::new(Ingest {
             store,
@@ -167,6 +190,7 @@ impl Ingest {
             metrics,
             options: ImportOptions::default(),
             category_rules,
+            files,
         })
     }
 
@@ -295,6 +319,8 @@ impl Ingest {
             progress,
             data: data.as_mut(),
             charted: false,
+            sole_file: None,
+            keep_frames: self.files.is_some(),
         };
         let out = pipeline::run_with(inputs, self.options, &self.category_rules, &mut sink).map_err(|e| {
             if e.is_input_error() {
@@ -303,8 +329,13 @@ impl Ingest {
                 JobError::Internal(e.to_string())
             }
         })?;
+        let sole_file = sink.sole_file.take().filter(|_| out.files.len() == 1);
         reportdata::write_summary(data.as_mut(), &out).map_err(|e| internal(&e))?;
         data.commit().map_err(|e| internal(&e))?;
+        if let (Some(files), Some(f)) = (&self.files, sole_file) {
+            let loaded = LoadedFile::with_devices(self.store.clone(), id, 0, &f.summary, f.devices);
+            files.insert(id, 0, Arc::new(loaded));
+        }
         progress.set_stage(Stage::Ready);
         Ok(())
     }

@@ -6,6 +6,7 @@
 
 pub mod charts;
 pub mod cli;
+pub mod filecache;
 pub mod http;
 pub mod ids;
 pub mod ingest;

@@ -240,6 +240,24 @@ impl LoadedFile {
         }
     }
 
+    /// File `index` of report `id` with its device frames already in memory (the ingest that
+    /// just wrote them); its other parts load from the store when asked for.
+    pub fn with_devices(
+        store: Arc<dyn ReportStore>,
+        id: &str,
+        index: usize,
+        summary: &FileSummary,
+        devices: Vec<DeviceFrames>,
+    ) -> LoadedFile {
+        let f = LoadedFile::open(store, id, index, summary);
+        let size = devices.iter().map(device_frames_bytes).sum::<usize>();
+        if let Ok(mut slot) = f.devices.0.lock() {
+            *slot = Some(Arc::new(devices));
+            f.bytes.fetch_add(size as u64, Ordering::Relaxed);
+        }
+        f
+    }
+
     /// Estimated bytes of the parts loaded so far.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)

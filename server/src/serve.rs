@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::filecache::LoadedFiles;
 use crate::http::auth::{UploadAuth, UploadLimit};
 use crate::http::{router, AppState, HttpConfig};
 use crate::ingest::Ingest;
@@ -116,7 +117,10 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     let store = args.store.open().await?;
     let metrics = Arc::new(Metrics::default());
     let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
-    let ingest = Ingest::new(store.clone(), args.workers, metrics.clone(), rules);
+    // Bytes of loaded report files kept in memory between queries (a file larger than this is
+    // loaded for each query and dropped after).
+    let files = Arc::new(LoadedFiles::new(args.cache_mb.saturating_mul(1 << 20)));
+    let ingest = Ingest::new(store.clone(), args.workers, metrics.clone(), rules, Some(files.clone()));
     let stop_claiming = Arc::new(AtomicBool::new(false));
     let claim_loops = if store.jobs().is_some() {
         // A shared store: reports are claimed from its queue, by this server's loops and by
@@ -141,14 +145,13 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         static_dir: args.static_dir.clone(),
         max_in_flight: args.max_in_flight.max(1),
         body_timeout: Duration::from_secs(args.body_timeout.max(1)),
-        cache_bytes: args.cache_mb.saturating_mul(1 << 20),
     };
     let auth = UploadAuth::new(args.upload_tokens.clone(), args.upload_tokens_file.clone())?;
     if auth.required() {
         tracing::info!("uploads need a token");
     }
     let gate = (auth, UploadLimit::new(args.uploads_per_minute, args.uploads_at_once));
-    let state = AppState::new(store.clone(), ingest, metrics, config, gate);
+    let state = AppState::new(store.clone(), ingest, metrics, config, files, gate);
     tokio::spawn(crate::http::runs::close_quiet_runs(state.clone()));
     {
         let store = store.clone();

@@ -44,7 +44,8 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
         );
     }
     let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
-    let ingest = Ingest::new(store.clone(), args.workers, Arc::new(Metrics::default()), rules);
+    // No HTTP here, so no cache of loaded files to fill.
+    let ingest = Ingest::new(store.clone(), args.workers, Arc::new(Metrics::default()), rules, None);
     let stop = Arc::new(AtomicBool::new(false));
     let loops = spawn_claim_loops(
         &ingest,

@@ -599,17 +599,56 @@ fn file_loads(s: &Server) -> u64 {
 #[test]
 fn loaded_reports_are_kept_within_the_cache_budget_and_one_larger_is_not_kept() {
     for (cache_mb, loads) in [("4096", 1), ("1", 3)] {
-        let (s, id) = server_with_report(
-            &format!("cache-{cache_mb}"),
-            &["--cache-mb", cache_mb],
-            // Its device frames alone (what a timeline reads) are over 1 MB.
-            "many_small.pickle.gz",
-        );
+        let dir = tmpdir(&format!("cache-{cache_mb}"));
+        let s = Server::serve_on(&dir, &["--cache-mb", cache_mb]);
+        // Its device frames alone (what a timeline reads) are over 1 MB.
+        let id = upload_trace(&s, "many_small.pickle.gz")["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        assert_eq!(wait_done(&s, &id)["state"], "ready");
+        // A new process: what it holds comes from the queries alone.
+        s.kill();
+        let s = Server::serve_on(&dir, &["--cache-mb", cache_mb]);
         for _ in 0..3 {
             let (code, _) = get_json(&s, &format!("/api/reports/{id}/timeline?width=100"));
             assert_eq!(code, 200);
         }
         assert_eq!(file_loads(&s), loads, "--cache-mb {cache_mb}: loads for three queries");
+    }
+}
+
+#[test]
+fn a_report_just_processed_answers_its_first_queries_from_memory_as_after_a_restart() {
+    let dir = tmpdir("warm");
+    let s = Server::serve_on(&dir, &[]);
+    let id = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let queries = [
+        "timeline?width=300",
+        "categories?width=300",
+        "fragmentation",
+        "flame",
+        "allocations?stack=labels",
+    ];
+    let answers = |s: &Server| -> Vec<Value> {
+        queries
+            .iter()
+            .map(|q| {
+                let (code, v) = get_json(s, &format!("/api/reports/{id}/{q}"));
+                assert_eq!(code, 200, "{q}: {v}");
+                v
+            })
+            .collect()
+    };
+    let warm = answers(&s);
+    assert_eq!(file_loads(&s), 0, "the ingest left the device frames in memory");
+    s.kill();
+    let s = Server::serve_on(&dir, &[]);
+    let stored = answers(&s);
+    assert_eq!(file_loads(&s), 1);
+    for ((q, w), c) in queries.iter().zip(&warm).zip(&stored) {
+        assert_eq!(w, c, "{q}: the frames in memory answer as the stored ones do");
     }
 }
 

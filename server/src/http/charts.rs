@@ -92,7 +92,7 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
             .await
             .map_err(internal)?;
             if let (Some(f), Some(before), Target::Device { file, .. }) = (loaded_file, before, target) {
-                st.reweigh(&id, file, &f, before);
+                st.files.reweigh(&id, file, &f, before);
             }
             drawn?
         }

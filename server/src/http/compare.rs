@@ -102,7 +102,7 @@ pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result
         compare_runs(&a, &b, width).map_err(internal)
     })
     .await;
-    st.reweigh(&report_a, fa, &la, before.0);
-    st.reweigh(&report_b, fb, &lb, before.1);
+    st.files.reweigh(&report_a, fa, &la, before.0);
+    st.files.reweigh(&report_b, fb, &lb, before.1);
     Ok(Json(c?))
 }

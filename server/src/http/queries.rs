@@ -83,7 +83,7 @@ pub async fn with_file<T: Send + 'static>(
     let f = loaded_file(st, id, file).await?;
     let before = f.bytes();
     let out = blocking(f.clone(), query).await;
-    st.reweigh(id, file, &f, before);
+    st.files.reweigh(id, file, &f, before);
     out
 }
 

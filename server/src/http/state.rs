@@ -13,6 +13,7 @@ use polars::prelude::DataFrame;
 use super::auth::{UploadAuth, UploadLimit};
 use super::error::{internal, ApiError};
 use super::runs::Runs;
+use crate::filecache::LoadedFiles;
 use crate::ids;
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
@@ -29,38 +30,8 @@ pub struct HttpConfig {
     pub max_in_flight: usize,
     /// An upload whose body sends nothing for this long is dropped (408).
     pub body_timeout: std::time::Duration,
-    /// Bytes of loaded report files kept in memory between queries (a file larger than this is
-    /// loaded for each query and dropped after).
-    pub cache_bytes: u64,
 }
 
-/// Weighs a loaded file by the memory the parts loaded so far hold.
-#[derive(Clone)]
-pub struct FileWeight;
-
-impl quick_cache::Weighter<(String, usize), CachedFile> for FileWeight {
-    fn weight(&self, _key: &(String, usize), file: &CachedFile) -> u64 {
-        file.bytes.max(1)
-    }
-}
-
-/// A loaded file in the cache, with its bytes when it was (re)inserted: the cache needs a
-/// weight that does not change while the entry is in it.
-#[derive(Clone)]
-pub struct CachedFile {
-    file: Arc<LoadedFile>,
-    bytes: u64,
-}
-
-impl CachedFile {
-    fn new(file: Arc<LoadedFile>) -> CachedFile {
-        let bytes = file.bytes();
-        CachedFile { file, bytes }
-    }
-}
-
-/// Loaded snapshot files expected in the cache (its bound is bytes, `HttpConfig::cache_bytes`).
-const CACHE_FILES: usize = 8;
 /// Summaries kept in memory (small: a run of 64 ranks is 64 file summaries).
 const CACHE_SUMMARIES: usize = 64;
 /// Reports whose NVML samples are kept in memory.
@@ -76,9 +47,8 @@ pub struct AppState {
     pub ingest: Arc<Ingest>,
     pub metrics: Arc<Metrics>,
     pub config: HttpConfig,
-    /// Loaded files by report id and file index. `get_or_insert_with` makes concurrent
-    /// requests for a file that is not loaded wait for one load instead of each loading it.
-    files: quick_cache::sync::Cache<(String, usize), CachedFile, FileWeight>,
+    /// Loaded files by report id and file index, shared with this process's ingest.
+    pub files: Arc<LoadedFiles>,
     summaries: quick_cache::sync::Cache<String, Arc<AnalyzeOutput>>,
     gpu_logs: quick_cache::sync::Cache<String, Arc<Vec<DataFrame>>>,
 }
@@ -91,9 +61,9 @@ impl AppState {
         ingest: Arc<Ingest>,
         metrics: Arc<Metrics>,
         config: HttpConfig,
+        files: Arc<LoadedFiles>,
         (upload_auth, upload_limit): (UploadAuth, UploadLimit),
     ) -> Arc<AppState> {
-        let cache_bytes = config.cache_bytes.max(1);
         Arc::new(AppState {
             store,
             upload_auth,
@@ -102,36 +72,17 @@ impl AppState {
             ingest,
             metrics,
             config,
-            files: quick_cache::sync::Cache::with_weighter(CACHE_FILES, cache_bytes, FileWeight),
+            files,
             summaries: quick_cache::sync::Cache::new(CACHE_SUMMARIES),
             gpu_logs: quick_cache::sync::Cache::new(CACHE_GPU_LOGS),
         })
-    }
-
-    /// Weighs a cached file again after a query loaded more of it (`before`: its bytes
-    /// then), so that the cache's bound counts what files hold now; one grown past the whole
-    /// budget leaves the cache. A file the cache no longer holds is not put back.
-    pub fn reweigh(&self, id: &str, file: usize, f: &Arc<LoadedFile>, before: u64) {
-        if f.bytes() == before {
-            return;
-        }
-        let key = (id.to_owned(), file);
-        if !self.files.get(&key).is_some_and(|cur| Arc::ptr_eq(&cur.file, f)) {
-            return;
-        }
-        if f.bytes() > self.config.cache_bytes {
-            // The cache would refuse it and keep the entry as it was weighed before.
-            self.files.remove(&key);
-        } else {
-            self.files.insert(key, CachedFile::new(f.clone()));
-        }
     }
 
     /// Drops a report from the caches (after it was deleted).
     pub fn forget(&self, id: &str) {
         self.summaries.remove(id);
         self.gpu_logs.remove(id);
-        self.files.retain(|(r, _), _| r != id);
+        self.files.forget(id);
     }
 }
 
@@ -221,17 +172,10 @@ pub async fn loaded_file(st: &Shared, id: &str, file: usize) -> Result<Arc<Loade
     if summary.files.get(file).is_none() {
         return Err(ApiError::BadRequest(format!("no file {file} in this report")));
     }
-    let key = (id.to_owned(), file);
-    let cached = st.files.get_or_insert_with(&key, || {
+    Ok(st.files.get_or_open(id, file, || {
         st.metrics.file_loaded();
-        Ok::<_, ApiError>(CachedFile::new(Arc::new(LoadedFile::open(
-            st.store.clone(),
-            id,
-            file,
-            &summary.files[file],
-        ))))
-    })?;
-    Ok(cached.file)
+        LoadedFile::open(st.store.clone(), id, file, &summary.files[file])
+    }))
 }
 
 /// The NVML samples of a ready report, one frame per log.

@@ -1,0 +1,98 @@
+//! The server's cache of loaded report files, bounded by the bytes their loaded parts hold
+//! (`--cache-mb`). The HTTP queries fill it as they read files; the ingest of this process
+//! puts in the device frames of the report it just processed, so that its first timeline is
+//! answered from memory rather than read back from the store.
+
+use std::sync::Arc;
+
+use crate::reportdata::LoadedFile;
+
+/// A loaded file in the cache, with its bytes when it was (re)inserted: the cache needs a
+/// weight that does not change while the entry is in it.
+#[derive(Clone)]
+struct CachedFile {
+    file: Arc<LoadedFile>,
+    bytes: u64,
+}
+
+impl CachedFile {
+    fn new(file: Arc<LoadedFile>) -> CachedFile {
+        let bytes = file.bytes();
+        CachedFile { file, bytes }
+    }
+}
+
+/// Weighs a cached file by the memory its loaded parts held when it was put in.
+#[derive(Clone)]
+struct FileWeight;
+
+impl quick_cache::Weighter<(String, usize), CachedFile> for FileWeight {
+    fn weight(&self, _key: &(String, usize), file: &CachedFile) -> u64 {
+        file.bytes.max(1)
+    }
+}
+
+/// Loaded snapshot files expected in the cache (its bound is bytes).
+const EXPECTED_FILES: usize = 8;
+
+/// Loaded files by report id and file index.
+pub struct LoadedFiles {
+    cache: quick_cache::sync::Cache<(String, usize), CachedFile, FileWeight>,
+    budget: u64,
+}
+
+impl LoadedFiles {
+    /// A cache holding at most `budget` bytes of loaded parts.
+    pub fn new(budget: u64) -> LoadedFiles {
+        let budget = budget.max(1);
+        LoadedFiles {
+            cache: quick_cache::sync::Cache::with_weighter(EXPECTED_FILES, budget, FileWeight),
+            budget,
+        }
+    }
+
+    /// File `file` of report `id`, opened by `open` when the cache does not hold it (concurrent
+    /// callers for the same file wait for one open).
+    pub fn get_or_open(&self, id: &str, file: usize, open: impl FnOnce() -> LoadedFile) -> Arc<LoadedFile> {
+        let key = (id.to_owned(), file);
+        match self.cache.get_or_insert_with(&key, || {
+            Ok::<_, std::convert::Infallible>(CachedFile::new(Arc::new(open())))
+        }) {
+            Ok(c) => c.file,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Puts a file in (one larger than the whole budget is not kept).
+    pub fn insert(&self, id: &str, file: usize, f: Arc<LoadedFile>) {
+        let key = (id.to_owned(), file);
+        if f.bytes() > self.budget {
+            self.cache.remove(&key);
+        } else {
+            self.cache.insert(key, CachedFile::new(f));
+        }
+    }
+
+    /// Weighs a cached file again after a query loaded more of it (`before`: its bytes
+    /// then), so that the bound counts what files hold now; one grown past the whole budget
+    /// leaves the cache. A file the cache no longer holds is not put back.
+    pub fn reweigh(&self, id: &str, file: usize, f: &Arc<LoadedFile>, before: u64) {
+        if f.bytes() == before {
+            return;
+        }
+        let key = (id.to_owned(), file);
+        if self.cache.get(&key).is_some_and(|cur| Arc::ptr_eq(&cur.file, f)) {
+            self.insert(id, file, f.clone());
+        }
+    }
+
+    /// Whether the cache holds file `file` of report `id`.
+    pub fn holds(&self, id: &str, file: usize) -> bool {
+        self.cache.get(&(id.to_owned(), file)).is_some()
+    }
+
+    /// Drops every file of report `id`.
+    pub fn forget(&self, id: &str) {
+        self.cache.retain(|(r, _), _| r != id);
+    }
+}
