@@ -508,18 +508,29 @@ mod tests {
         }
     }
 
+    /// Processes trace `name` into report `id` of `store` as the ingest does: what was
+    /// written (each file's tables and meta) and the summary.
+    fn process_into(
+        store: &Arc<dyn ReportStore>,
+        id: &str,
+        name: &str,
+    ) -> (Vec<(Vec<DataFrame>, SnapshotMeta)>, AnalyzeOutput) {
+        let mut w = store.data_writer(id).expect("writer");
+        let mut keep = Keep(w.as_mut(), Vec::new());
+        let path = memlens_tests_trace(name);
+        let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+        let written = std::mem::take(&mut keep.1);
+        write_summary(w.as_mut(), &out).expect("summary");
+        w.commit().expect("commit");
+        (written, out)
+    }
+
     #[test]
     fn a_stored_report_loads_back_with_every_table_it_was_written_with() {
         let id = "00000000000000000000000000000002";
         let (_root, store) = store_with_report(id);
         // A snapshot with event notes (user_metadata / compile_context) and settings.
-        let path = memlens_tests_trace("leak.pickle");
-        let mut w = store.data_writer(id).expect("writer");
-        let mut keep = Keep(w.as_mut(), Vec::new());
-        let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
-        let written = std::mem::take(&mut keep.1);
-        write_summary(w.as_mut(), &out).expect("summary");
-        w.commit().expect("commit");
+        let (written, _) = process_into(&store, id, "leak.pickle");
         let loaded = load(&store, id).expect("load");
         let (frames, meta) = &written[0];
         let tables = loaded.files[0].tables().expect("tables");
@@ -535,12 +546,7 @@ mod tests {
         let id = "00000000000000000000000000000004";
         let (_root, store) = store_with_report(id);
         // traces/capture/labels.py: batches allocated under `_set_memory_metadata`.
-        let path = memlens_tests_trace("labels.pickle");
-        let mut w = store.data_writer(id).expect("writer");
-        let mut keep = Keep(w.as_mut(), Vec::new());
-        let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
-        write_summary(w.as_mut(), &out).expect("summary");
-        w.commit().expect("commit");
+        let (_, out) = process_into(&store, id, "labels.pickle");
         let f = LoadedFile::open(store.clone(), id, 0, &out.files[0]);
         assert_eq!(f.bytes(), 0);
         let devices = f.devices().expect("devices");
