@@ -86,11 +86,6 @@ impl LoadedFiles {
         }
     }
 
-    /// Whether the cache holds file `file` of report `id`.
-    pub fn holds(&self, id: &str, file: usize) -> bool {
-        self.cache.get(&(id.to_owned(), file)).is_some()
-    }
-
     /// Drops every file of report `id`.
     pub fn forget(&self, id: &str) {
         self.cache.retain(|(r, _), _| r != id);

@@ -105,8 +105,8 @@ struct StoreSink<'a> {
     data: &'a mut dyn DataWriter,
     /// The default chart is made from the first snapshot device, else the first GPU log.
     charted: bool,
-    /// With a cache to fill: the report's snapshot file and its device frames while it has
-    /// only one (a run of many ranks opens on its worst rank, known only at the end).
+    /// The report's snapshot file and its device frames while it has only one (a run of many
+    /// ranks opens on its worst rank, known only at the end); kept only with a cache to fill.
     sole_file: Option<SoleFile>,
     keep_frames: bool,
 }
@@ -136,7 +136,6 @@ impl PipelineSink for StoreSink<'_> {
                 summary: out.summary.clone(),
                 devices: out.devices.iter_mut().map(std::mem::take).collect(),
             });
-            self.keep_frames = out.index == 0;
         }
         Ok(())
     }

@@ -54,7 +54,7 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
                 Target::Device { file, .. } => (None, Some(loaded_file(&st, &id, file).await?)),
             };
             let before = file_data.as_ref().map(|f| f.bytes());
-            let loaded_file = file_data.clone();
+            let file_to_reweigh = file_data.clone();
             let drawn = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
                 let missing = |what: &str| ApiError::Internal(format!("{what} missing"));
                 let devices;
@@ -91,7 +91,7 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
             })
             .await
             .map_err(internal)?;
-            if let (Some(f), Some(before), Target::Device { file, .. }) = (loaded_file, before, target) {
+            if let (Some(f), Some(before), Target::Device { file, .. }) = (file_to_reweigh, before, target) {
                 st.files.reweigh(&id, file, &f, before);
             }
             drawn?
