@@ -24,6 +24,7 @@ use memlens_core::analysis::run::run_overview;
 use memlens_core::analysis::segment_map::SegmentCheckpoints;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
+use memlens_core::query::{Axis, TimelineIndex};
 use memlens_core::stacks::StackResolver;
 use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
@@ -176,6 +177,8 @@ pub struct LoadedFile {
     devices: Part<Vec<DeviceFrames>>,
     /// Segment-state checkpoints per device, built on the first segment-map query.
     checkpoints: Mutex<HashMap<i64, Arc<SegmentCheckpoints>>>,
+    /// Timeline indexes per device and axis, built on the first timeline query.
+    timeline_indexes: Mutex<HashMap<(i64, Axis), Arc<TimelineIndex>>>,
     /// What the loaded parts hold in memory, estimated as each is loaded (what the server's
     /// cache of loaded files is bounded by).
     bytes: AtomicU64,
@@ -236,6 +239,7 @@ impl LoadedFile {
             tables: Part::default(),
             devices: Part::default(),
             checkpoints: Mutex::new(HashMap::new()),
+            timeline_indexes: Mutex::new(HashMap::new()),
             bytes: AtomicU64::new(0),
         }
     }
@@ -340,6 +344,22 @@ impl LoadedFile {
         if let Ok(mut m) = self.checkpoints.lock() {
             m.insert(ev.device, built.clone());
         }
+        Ok(built)
+    }
+
+    /// The timeline index of a device's frames on `axis` (built once, then shared; its bytes
+    /// count towards the file's).
+    pub fn timeline_index(&self, frames: &DeviceFrames, axis: Axis) -> PolarsResult<Arc<TimelineIndex>> {
+        let key = (frames.device, axis);
+        // Held while building: a second query for the same device waits instead of building
+        // it again.
+        let mut indexes = self.timeline_indexes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ix) = indexes.get(&key) {
+            return Ok(ix.clone());
+        }
+        let built = Arc::new(TimelineIndex::build(frames, axis)?);
+        self.bytes.fetch_add(built.bytes() as u64, Ordering::Relaxed);
+        indexes.insert(key, built.clone());
         Ok(built)
     }
 }
@@ -553,9 +573,15 @@ mod tests {
         assert_eq!(f.loaded_parts(), ["devices"], "the trace itself stays unread");
         let with_devices = f.bytes();
         assert!(with_devices > 0);
+        // The timeline index is built once and weighs on the file.
+        let index = f.timeline_index(&devices[0], Axis::Time).expect("index");
+        let with_index = f.bytes();
+        assert_eq!(with_index, with_devices + index.bytes() as u64);
+        assert!(Arc::ptr_eq(&index, &f.timeline_index(&devices[0], Axis::Time).expect("index")));
+        assert_eq!(f.bytes(), with_index);
         // The stored map equals the one found from the trace.
         let tables = f.tables().expect("tables");
-        assert!(f.bytes() > with_devices);
+        assert!(f.bytes() > with_index);
         let mut any = false;
         for d in devices.iter() {
             let from_trace = memlens_core::frames::alloc_metadata(&tables, d.device).expect("metadata");

@@ -5,7 +5,7 @@ use memlens_api::{Category, CategorySeries, CategoryTimeline, TimeAxis, Timeline
 use polars::prelude::*;
 
 use crate::analysis::whatif::categories_of;
-use crate::columns::{lifetimes as lt_col, usage as usage_col};
+use crate::columns::lifetimes as lt_col;
 use crate::frames::DeviceFrames;
 
 /// The category timeline of `dev` between `start` and `end` (defaults: the whole trace).
@@ -17,16 +17,8 @@ pub fn category_timeline(
     width: usize,
 ) -> PolarsResult<CategoryTimeline> {
     let n_entries = dev.usage.height();
-    let order: Vec<i64>;
-    let time: &[i64] = match axis {
-        TimelineAxis::Time => usage_col::TIME.slice(&dev.usage)?,
-        TimelineAxis::Event => {
-            order = (0..n_entries as i64).collect();
-            &order
-        }
-    };
-    let full_start = time.first().copied().unwrap_or(0);
-    let full_end = time.last().copied().unwrap_or(0).max(full_start + 1);
+    let positions = super::axis_positions(dev, axis)?;
+    let (full_start, full_end) = positions.full_range();
     let start = start.unwrap_or(full_start);
     let end = end.unwrap_or(full_end).max(start + 1);
     let width = width.clamp(1, super::MAX_WIDTH);
@@ -59,7 +51,8 @@ pub fn category_timeline(
     let mut best = vec![vec![0i64; k]; width];
     let mut total: i64 = live.iter().sum();
     let mut d = 0;
-    for (e, &t) in time.iter().enumerate().take(n_entries) {
+    for e in 0..n_entries.min(positions.len()) {
+        let t = positions.at(e);
         while d < deltas.len() && deltas[d].0 == e {
             live[deltas[d].1] += deltas[d].2;
             total += deltas[d].2;

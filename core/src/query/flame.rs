@@ -33,9 +33,7 @@ pub fn flame_graph(
     end: Option<i64>,
 ) -> PolarsResult<FlameGraph> {
     let positions = axis_positions(dev, axis)?;
-    let time: &[i64] = &positions;
-    let full_start = time.first().copied().unwrap_or(0);
-    let full_end = time.last().copied().unwrap_or(0).max(full_start + 1);
+    let (full_start, full_end) = positions.full_range();
     let start = start.unwrap_or(full_start);
     let end = end.unwrap_or(full_end).max(start + 1);
     // Seconds per axis unit: µs on the time axis; entries count as themselves.

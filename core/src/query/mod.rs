@@ -3,18 +3,28 @@
 //! the rest), the same window by category ([`category_timeline`]), its flame graph of bytes ×
 //! lifetime by stack ([`flame_graph`]), allocation search, and stack frames.
 //!
-//! The timeline costs one pass over the entries inside the window plus one pass over the
-//! allocation lifetimes, and its payload is bounded by `width` and [`MAX_BANDS`]: zooming in
-//! until a window holds at most `MAX_BANDS` allocations shows every one of them as its own band.
+//! A timeline's payload is bounded by `width` and [`MAX_BANDS`]: zooming in until a window
+//! holds at most `MAX_BANDS` allocations shows every one of them as its own band. Without an
+//! index ([`timeline_on`]) it costs a pass over the window's entries and over every
+//! allocation; with the device's [`TimelineIndex`] ([`timeline_with`], what the server asks)
+//! about `width` × a few hundred steps plus the allocations live at the window's start, with
+//! the same answer.
 
 pub use memlens_api::TimelineAxis as Axis;
+mod band_index;
 mod categories;
 mod flame;
+mod largest;
+mod pyramid;
+mod timeline_index;
 
 pub use categories::category_timeline;
 pub use flame::{flame_graph, MAX_NODES as MAX_FLAME_NODES};
 use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
 use polars::prelude::*;
+use pyramid::{Positions, NO_BLOCKS};
+pub use timeline_index::TimelineIndex;
+use timeline_index::{axis_positions, AxisEnds};
 
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
@@ -35,39 +45,7 @@ pub fn bucket_min_max(
     end: i64,
     width: usize,
 ) -> (Vec<i64>, Vec<i64>) {
-    let width = width.max(1);
-    let span = (end - start).max(1) as i128;
-    // First time of bucket `b + 1`: entries before it belong to bucket `b` (no division per entry).
-    let next_edge = |b: usize| -> i64 { start + ((span * (b as i128 + 1) + width as i128 - 1) / width as i128) as i64 };
-    let first = time.partition_point(|&t| t < start);
-    let mut current = if first == 0 { before } else { values[first - 1] };
-    let mut mins = vec![i64::MAX; width];
-    let mut maxs = vec![i64::MIN; width];
-    let mut b = 0usize;
-    let mut edge = next_edge(0);
-    mins[0] = current;
-    maxs[0] = current;
-    for i in first..time.len() {
-        let t = time[i];
-        if t > end {
-            break;
-        }
-        while t >= edge && b + 1 < width {
-            b += 1;
-            edge = next_edge(b);
-            mins[b] = current;
-            maxs[b] = current;
-        }
-        current = values[i];
-        mins[b] = mins[b].min(current);
-        maxs[b] = maxs[b].max(current);
-    }
-    while b + 1 < width {
-        b += 1;
-        mins[b] = current;
-        maxs[b] = current;
-    }
-    (mins, maxs)
+    pyramid::bucket_min_max_by_blocks(Positions::Times(time), values, &NO_BLOCKS, before, start, end, width)
 }
 
 /// The timeline of one device between `start` and `end` (defaults: the whole trace).
@@ -105,16 +83,11 @@ fn endpoints(lt: &DataFrame, axis: Axis) -> PolarsResult<(Int64Chunked, Int64Chu
     }
 }
 
-/// A device's entry positions on `axis`: its times (µs, or entry indices without timestamps),
-/// or the entry indices themselves.
-fn axis_positions(dev: &DeviceFrames, axis: Axis) -> PolarsResult<std::borrow::Cow<'_, [i64]>> {
-    Ok(match axis {
-        Axis::Time => std::borrow::Cow::Borrowed(usage_col::TIME.slice(&dev.usage)?),
-        Axis::Event => std::borrow::Cow::Owned((0..dev.usage.height() as i64).collect()),
-    })
-}
+/// A band's alloc and free on the timeline's axis (`None`: outside the trace).
+pub type BandEnds = (Option<i64>, Option<i64>);
 
-/// The timeline on a chosen axis.
+/// The timeline on a chosen axis, by a pass over every entry and allocation in the window
+/// (what [`timeline_with`] answers from its index).
 pub fn timeline_on(
     dev: &DeviceFrames,
     axis: Axis,
@@ -123,48 +96,81 @@ pub fn timeline_on(
     end: Option<i64>,
     width: usize,
 ) -> PolarsResult<Timeline> {
+    timeline_with(dev, axis, None, initial, start, end, width)
+}
+
+/// The timeline on a chosen axis, answered from `index` where it was built for this device
+/// and axis (the same answer, in time that does not grow with the trace).
+pub fn timeline_with(
+    dev: &DeviceFrames,
+    axis: Axis,
+    index: Option<&TimelineIndex>,
+    initial: (i64, i64),
+    start: Option<i64>,
+    end: Option<i64>,
+    width: usize,
+) -> PolarsResult<Timeline> {
+    let index = index.filter(|ix| ix.fits(dev, axis));
     let positions = axis_positions(dev, axis)?;
-    let time: &[i64] = &positions;
     let has_time = axis == Axis::Time;
     let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
     let reserved = usage_col::RESERVED.slice(&dev.usage)?;
-    let full_start = time.first().copied().unwrap_or(0);
-    let full_end = time.last().copied().unwrap_or(0).max(full_start + 1);
+    let (full_start, full_end) = positions.full_range();
     let start = start.unwrap_or(full_start);
     let end = end.unwrap_or(full_end).max(start + 1);
     let width = width.clamp(1, MAX_WIDTH);
-    let (allocated_min, allocated_max) = bucket_min_max(time, allocated, initial.0, start, end, width);
-    let (reserved_min, reserved_max) = bucket_min_max(time, reserved, initial.1, start, end, width);
+    let (pyramid_allocated, pyramid_reserved) =
+        index.and_then(TimelineIndex::usage).unwrap_or((&NO_BLOCKS, &NO_BLOCKS));
+    let series = |values, pyramid, before| {
+        pyramid::bucket_min_max_by_blocks(positions, values, pyramid, before, start, end, width)
+    };
+    let (allocated_min, allocated_max) = series(allocated, pyramid_allocated, initial.0);
+    let (reserved_min, reserved_max) = series(reserved, pyramid_reserved, initial.1);
 
-    // Allocations overlapping the window.
+    // Allocations overlapping the window: the largest MAX_BANDS, in alloc order.
     let lt = &dev.lifetimes;
     let size = lt_col::SIZE.slice(lt)?;
     let addr = lt_col::ADDR.slice(lt)?;
     let stream = lt_col::STREAM.slice(lt)?;
     let stack = lt_col::STACK.slice(lt)?;
     let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
-    let (t_alloc, t_free) = endpoints(lt, axis)?;
-    let mut hits: Vec<usize> = Vec::new();
-    for (i, (a, f)) in t_alloc.iter().zip(t_free.iter()).enumerate() {
-        if a.unwrap_or(i64::MIN) <= end && f.unwrap_or(i64::MAX) >= start {
-            hits.push(i);
+    let indexed = match index {
+        Some(ix) => AxisEnds::with_index(dev, ix)?,
+        None => None,
+    };
+    let (hits, total, ends): (Vec<usize>, usize, Vec<BandEnds>) = match indexed {
+        Some((bands, axis_ends)) => {
+            let found = bands.overlapping(&axis_ends, size, start, end, MAX_BANDS);
+            let ends = found.largest.iter().map(|&i| axis_ends.band_ends(i)).collect();
+            (found.largest, found.total, ends)
         }
-    }
-    let total = hits.len();
-    if hits.len() > MAX_BANDS {
-        hits.select_nth_unstable_by(MAX_BANDS - 1, |&x, &y| size[y].cmp(&size[x]).then(x.cmp(&y)));
-        hits.truncate(MAX_BANDS);
-    }
-    hits.sort_unstable_by_key(|&i| (t_alloc.get(i).unwrap_or(i64::MIN), i));
+        None => {
+            let (t_alloc, t_free) = endpoints(lt, axis)?;
+            let mut hits: Vec<usize> = Vec::new();
+            for (i, (a, f)) in t_alloc.iter().zip(t_free.iter()).enumerate() {
+                if a.unwrap_or(i64::MIN) <= end && f.unwrap_or(i64::MAX) >= start {
+                    hits.push(i);
+                }
+            }
+            let total = hits.len();
+            if hits.len() > MAX_BANDS {
+                hits.select_nth_unstable_by(MAX_BANDS - 1, |&x, &y| size[y].cmp(&size[x]).then(x.cmp(&y)));
+                hits.truncate(MAX_BANDS);
+            }
+            let ends = hits.iter().map(|&i| (t_alloc.get(i), t_free.get(i))).collect();
+            (hits, total, ends)
+        }
+    };
+    let mut drawn: Vec<(usize, BandEnds)> = hits.into_iter().zip(ends).collect();
+    drawn.sort_unstable_by_key(|&(i, (a, _))| (a.unwrap_or(i64::MIN), i));
 
     // Bytes of the drawn bands per bucket (difference array), to derive the aggregated rest.
     let span = (end - start).max(1) as i128;
     let bucket_of = |t: i64| -> i64 { ((t.clamp(start, end) - start) as i128 * width as i128 / span) as i64 };
     let mut diff = vec![0i64; width + 1];
-    let bands: Vec<Band> = hits
-        .iter()
-        .map(|&i| {
-            let (a, f) = (t_alloc.get(i), t_free.get(i));
+    let bands: Vec<Band> = drawn
+        .into_iter()
+        .map(|(i, (a, f))| {
             // Live in every bucket from its alloc's to its free's, both included (an allocation
             // freed inside a bucket still counts towards that bucket's maximum).
             let b0 = bucket_of(a.unwrap_or(start)).clamp(0, width as i64 - 1) as usize;

@@ -1,12 +1,14 @@
 //! `memlens-bench-timeline [FILE]`: latency and payload of level-of-detail timeline queries
 //! (query + JSON encoding) on a processed report, over the full range and 100 random zoom
-//! windows. Defaults to the shared benchmark file. Run it in release mode.
+//! windows: first by a pass over the frames, then answered from the device's timeline index
+//! (its build time and size are printed, and every indexed answer is checked equal to the
+//! scanned one). Defaults to the shared benchmark file. Run it in release mode.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use memlens_core::pipeline::{self, Input, KeepFrames};
-use memlens_core::query::timeline;
+use memlens_core::query::{timeline_with, Axis, TimelineIndex};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -42,19 +44,6 @@ fn main() {
         .unwrap_or_default();
     let (t0, t1) = (time[0], time[time.len() - 1]);
 
-    let run = |start: Option<i64>, end: Option<i64>| -> (f64, usize) {
-        let s = Instant::now();
-        let tl = timeline(&dev, true, initial, start, end, 1600).expect("timeline");
-        let json = serde_json::to_vec(&tl).expect("json");
-        (s.elapsed().as_secs_f64() * 1e3, json.len())
-    };
-    let mut full = Vec::new();
-    let mut full_bytes = 0;
-    for _ in 0..20 {
-        let (ms, b) = run(None, None);
-        full.push(ms);
-        full_bytes = b;
-    }
     // Deterministic pseudo-random windows (xorshift), widths from 1e-5 to 1 of the range.
     let mut x: u64 = 0x9E3779B97F4A7C15;
     let mut next = || {
@@ -63,36 +52,77 @@ fn main() {
         x ^= x << 17;
         (x >> 11) as f64 / (1u64 << 53) as f64
     };
-    let mut zoom = Vec::new();
-    let mut max_bytes = 0;
-    for _ in 0..100 {
-        let frac = 10f64.powf(-5.0 * next());
-        let span = ((t1 - t0) as f64 * frac).max(1.0) as i64;
-        let start = t0 + ((t1 - t0 - span) as f64 * next()) as i64;
-        let (ms, b) = run(Some(start), Some(start + span));
-        zoom.push(ms);
-        max_bytes = max_bytes.max(b);
-    }
-    full.sort_by(f64::total_cmp);
-    zoom.sort_by(f64::total_cmp);
+    let windows: Vec<(i64, i64)> = (0..100)
+        .map(|_| {
+            let frac = 10f64.powf(-5.0 * next());
+            let span = ((t1 - t0) as f64 * frac).max(1.0) as i64;
+            let start = t0 + ((t1 - t0 - span) as f64 * next()) as i64;
+            (start, start + span)
+        })
+        .collect();
     println!(
         "report          {} ({} entries, {} allocations)",
         path.display(),
         time.len(),
         dev.lifetimes.height()
     );
-    println!(
-        "full range      p50 {:.1} ms, p95 {:.1} ms, payload {:.0} KiB",
-        percentile(&full, 0.5),
-        percentile(&full, 0.95),
-        full_bytes as f64 / 1024.0
-    );
-    println!(
-        "100 zooms       p50 {:.1} ms, p95 {:.1} ms, max payload {:.0} KiB",
-        percentile(&zoom, 0.5),
-        percentile(&zoom, 0.95),
-        max_bytes as f64 / 1024.0
-    );
+
+    let built = Instant::now();
+    let index = TimelineIndex::build(&dev, Axis::Time).expect("index");
+    let build_ms = built.elapsed().as_secs_f64() * 1e3;
+    let mut answers = Vec::new();
+    for index in [None, Some(&index)] {
+        let run = |start: Option<i64>, end: Option<i64>| {
+            let s = Instant::now();
+            let tl = timeline_with(&dev, Axis::Time, index, initial, start, end, 1600).expect("timeline");
+            let json = serde_json::to_vec(&tl).expect("json");
+            (s.elapsed().as_secs_f64() * 1e3, json)
+        };
+        let mut full = Vec::new();
+        let mut full_bytes = 0;
+        let mut jsons = Vec::new();
+        for _ in 0..20 {
+            let (ms, json) = run(None, None);
+            full.push(ms);
+            full_bytes = json.len();
+            jsons.push(json);
+        }
+        let mut zoom = Vec::new();
+        let mut max_bytes = 0;
+        for &(start, end) in &windows {
+            let (ms, json) = run(Some(start), Some(end));
+            zoom.push(ms);
+            max_bytes = max_bytes.max(json.len());
+            jsons.push(json);
+        }
+        full.sort_by(f64::total_cmp);
+        zoom.sort_by(f64::total_cmp);
+        match index {
+            None => println!("by a pass over the frames:"),
+            Some(ix) => println!(
+                "from the index (built in {build_ms:.0} ms, {:.1} MiB):",
+                ix.bytes() as f64 / (1024.0 * 1024.0)
+            ),
+        }
+        println!(
+            "  full range    p50 {:.1} ms, p95 {:.1} ms, payload {:.0} KiB",
+            percentile(&full, 0.5),
+            percentile(&full, 0.95),
+            full_bytes as f64 / 1024.0
+        );
+        println!(
+            "  100 zooms     p50 {:.1} ms, p95 {:.1} ms, max payload {:.0} KiB",
+            percentile(&zoom, 0.5),
+            percentile(&zoom, 0.95),
+            max_bytes as f64 / 1024.0
+        );
+        answers.push(jsons);
+    }
+    if answers[0] != answers[1] {
+        eprintln!("memlens-bench-timeline: an indexed answer differs from the scanned one");
+        std::process::exit(1);
+    }
+    println!("every indexed answer equals the scanned one");
 }
 
 // The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the

@@ -108,9 +108,13 @@ pub async fn timeline(
     let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
     let axis = axis_of(&q, d);
     let tl = with_file(&st, &id, fi, move |f| {
-        query::timeline_on(
-            frames_of(&f.devices().map_err(internal)?, device)?,
+        let devices = f.devices().map_err(internal)?;
+        let frames = frames_of(&devices, device)?;
+        let index = f.timeline_index(frames, axis).map_err(internal)?;
+        query::timeline_with(
+            frames,
             axis,
+            Some(&index),
             initial,
             q.start,
             q.end,

@@ -1,0 +1,311 @@
+//! Which allocations a timeline window draws as bands, without a pass over every allocation:
+//! the largest [`super::MAX_BANDS`] of those live at some point of the window, and how many
+//! there are.
+//!
+//! An allocation overlaps `[start, end]` when it was allocated at or before `end` and freed at
+//! or after `start`. Those are the allocations born inside the window — a run of
+//! [`BandIndex::by_alloc`], found by binary search — and those born before it and still live at
+//! `start`, found from the nearest checkpoint's live list plus the few born since. The largest
+//! of the first come from a tree over `by_alloc` ([`super::largest`]), so a window costs about
+//! the allocations live at its start plus a few tens of thousands, however many it holds. The
+//! answer is exactly a full scan's: the same count and the same largest (ties by row).
+//!
+//! The index needs every allocation's free at or after its alloc on the axis; [`BandIndex::build`]
+//! declines a device where that does not hold (times that go backwards), and the timeline
+//! scans instead.
+
+use super::largest::{larger_first, LargestInRuns};
+
+/// An allocation's endpoints on the timeline's axis: its alloc (`i64::MIN` when it predates the
+/// trace) and its free (`i64::MAX` when never freed).
+pub trait Endpoints {
+    fn len(&self) -> usize;
+    fn alloc(&self, i: usize) -> i64;
+    fn free(&self, i: usize) -> i64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn overlaps(&self, i: usize, start: i64, end: i64) -> bool {
+        self.alloc(i) <= end && self.free(i) >= start
+    }
+}
+
+/// Rows of `by_alloc` between two checkpoints (at least; see [`checkpoints`]).
+const MIN_SPACING: usize = 1024;
+
+/// The allocations' orders and live-list checkpoints on one axis.
+pub struct BandIndex {
+    /// Rows by alloc position (ties by row).
+    by_alloc: Vec<u32>,
+    /// The largest rows of any run of `by_alloc`.
+    largest: LargestInRuns,
+    checkpoints: Checkpoints,
+}
+
+/// Checkpoint `c` sits before `by_alloc[c * spacing]`; its list holds the rows allocated
+/// before it that are freed after the last of those allocs.
+struct Checkpoints {
+    spacing: usize,
+    offsets: Vec<usize>,
+    rows: Vec<u32>,
+}
+
+/// The allocations a window overlaps: the largest `limit` (by size, ties by row, in no
+/// particular order) and how many overlap in all.
+pub struct Overlapping {
+    pub largest: Vec<usize>,
+    pub total: usize,
+}
+
+impl BandIndex {
+    /// The index over `ends` and `size`, for windows that draw up to `keep` bands; `None` when
+    /// some allocation's free comes before its alloc, or there are more rows than a `u32`
+    /// counts.
+    pub fn build(ends: &impl Endpoints, size: &[i64], keep: usize) -> Option<BandIndex> {
+        let n = ends.len();
+        if n != size.len() || u32::try_from(n).is_err() || (0..n).any(|i| ends.free(i) < ends.alloc(i)) {
+            return None;
+        }
+        let mut by_alloc: Vec<u32> = (0..n as u32).collect();
+        // Stable: ties stay in row order. Rows are mostly in alloc order already.
+        by_alloc.sort_by_key(|&i| ends.alloc(i as usize));
+        let largest = LargestInRuns::build(&by_alloc, size, keep);
+        let allocs: Vec<i64> = by_alloc.iter().map(|&i| ends.alloc(i as usize)).collect();
+        let checkpoints = checkpoints(ends, &by_alloc, &allocs);
+        Some(BandIndex {
+            by_alloc,
+            largest,
+            checkpoints,
+        })
+    }
+
+    /// Heap bytes held.
+    pub fn bytes(&self) -> usize {
+        let cp = &self.checkpoints;
+        (self.by_alloc.len() + cp.rows.len()) * 4 + cp.offsets.len() * 8 + self.largest.bytes()
+    }
+
+    /// The allocations overlapping `[start, end]` (see [`Overlapping`]).
+    pub fn overlapping(&self, ends: &impl Endpoints, size: &[i64], start: i64, end: i64, limit: usize) -> Overlapping {
+        let n = self.by_alloc.len();
+        let alloc_at = |k: usize| ends.alloc(self.by_alloc[k] as usize);
+        let born_before = partition(n, |k| alloc_at(k) < start);
+        let born_by_end = partition(n, |k| alloc_at(k) <= end).max(born_before);
+        // Born before `start` and live at it: the checkpoint's list, then the rows since.
+        let cp = &self.checkpoints;
+        let c = born_before / cp.spacing;
+        let listed = &cp.rows[cp.offsets[c]..cp.offsets[c + 1]];
+        let since = &self.by_alloc[c * cp.spacing..born_before];
+        let live_at_start: Vec<usize> = listed
+            .iter()
+            .chain(since)
+            .map(|&i| i as usize)
+            .filter(|&i| ends.free(i) >= start)
+            .collect();
+        let total = live_at_start.len() + (born_by_end - born_before);
+        let mut largest = live_at_start;
+        self.largest
+            .candidates(&self.by_alloc, born_before, born_by_end, limit, &mut largest);
+        if largest.len() > limit && limit > 0 {
+            largest.select_nth_unstable_by(limit - 1, |&x, &y| larger_first(size)(&(x as u32), &(y as u32)));
+        }
+        largest.truncate(limit);
+        Overlapping { largest, total }
+    }
+}
+
+/// The first `k` in `0..n` for which `pred` is false (`pred` true on a prefix).
+fn partition(n: usize, pred: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// The last alloc position before each checkpoint `c` (`i64::MIN` for the first).
+fn checkpoint_times(allocs: &[i64], spacing: usize) -> Vec<i64> {
+    (0..=allocs.len() / spacing)
+        .map(|c| if c == 0 { i64::MIN } else { allocs[c * spacing - 1] })
+        .collect()
+}
+
+/// For each row (in alloc order, at `k`), the checkpoints that list it: those after it whose
+/// time is before its free, as `first..last`.
+fn listed_in(free: i64, k: usize, spacing: usize, times: &[i64]) -> std::ops::Range<usize> {
+    let first = k / spacing + 1;
+    if times.get(first).is_none_or(|&t| t >= free) {
+        // Freed before the next checkpoint: most allocations.
+        return first..first;
+    }
+    let last = first + times[first..].partition_point(|&t| t < free);
+    first..last
+}
+
+/// How many rows each checkpoint lists.
+fn list_lengths(ends: &impl Endpoints, by_alloc: &[u32], times: &[i64], spacing: usize) -> Vec<usize> {
+    let mut diff = vec![0isize; times.len() + 1];
+    for (k, &i) in by_alloc.iter().enumerate() {
+        let r = listed_in(ends.free(i as usize), k, spacing, times);
+        if !r.is_empty() {
+            diff[r.start] += 1;
+            diff[r.end] -= 1;
+        }
+    }
+    let mut running = 0isize;
+    diff[..times.len()]
+        .iter()
+        .map(|d| {
+            running += d;
+            running as usize
+        })
+        .collect()
+}
+
+/// Checkpoints and their live lists, flattened: checkpoint `c`'s rows are
+/// `rows[offsets[c]..offsets[c + 1]]`. The spacing is [`MIN_SPACING`], or wider where many
+/// allocations stay live for long, so that the lists hold about twice the rows at most.
+fn checkpoints(ends: &impl Endpoints, by_alloc: &[u32], allocs: &[i64]) -> Checkpoints {
+    let n = by_alloc.len().max(1);
+    let mut spacing = MIN_SPACING;
+    let mut times = checkpoint_times(allocs, spacing);
+    let mut lengths = list_lengths(ends, by_alloc, &times, spacing);
+    // The lists shrink in proportion to the spacing.
+    let widen = lengths.iter().sum::<usize>().div_ceil(2 * n);
+    if widen > 1 {
+        spacing *= widen;
+        times = checkpoint_times(allocs, spacing);
+        lengths = list_lengths(ends, by_alloc, &times, spacing);
+    }
+    let mut offsets = Vec::with_capacity(times.len() + 1);
+    offsets.push(0usize);
+    for l in &lengths {
+        offsets.push(offsets[offsets.len() - 1] + l);
+    }
+    let mut fill = offsets.clone();
+    let mut rows = vec![0u32; offsets[times.len()]];
+    for (k, &i) in by_alloc.iter().enumerate() {
+        for c in listed_in(ends.free(i as usize), k, spacing, &times) {
+            rows[fill[c]] = i;
+            fill[c] += 1;
+        }
+    }
+    Checkpoints { spacing, offsets, rows }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Ends {
+        alloc: Vec<i64>,
+        free: Vec<i64>,
+    }
+
+    impl Endpoints for Ends {
+        fn len(&self) -> usize {
+            self.alloc.len()
+        }
+        fn alloc(&self, i: usize) -> i64 {
+            self.alloc[i]
+        }
+        fn free(&self, i: usize) -> i64 {
+            self.free[i]
+        }
+    }
+
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// `n` allocations over `0..1_000_000`: some from before the trace, `kept` in a thousand
+    /// never freed, short and heavy-tailed lifetimes, a few sizes with many ties.
+    fn trace(n: usize, kept: u64, seed: u64) -> (Ends, Vec<i64>) {
+        let mut next = xorshift(seed);
+        let (mut alloc, mut free, mut size) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..n {
+            let a = if next().is_multiple_of(100) {
+                i64::MIN
+            } else {
+                (next() % 1_000_000) as i64
+            };
+            let f = if next() % 1000 < kept {
+                i64::MAX
+            } else {
+                let life = (next() % 1000) as i64 * if next().is_multiple_of(20) { 500 } else { 1 };
+                a.max(0) + life
+            };
+            alloc.push(a);
+            free.push(f);
+            size.push(512 * (1 + (next() % 8) as i64) * if next().is_multiple_of(50) { 1024 } else { 1 });
+        }
+        (Ends { alloc, free }, size)
+    }
+
+    fn scan(ends: &Ends, size: &[i64], start: i64, end: i64, limit: usize) -> (Vec<usize>, usize) {
+        let mut hits: Vec<usize> = (0..ends.len()).filter(|&i| ends.overlaps(i, start, end)).collect();
+        let total = hits.len();
+        hits.sort_unstable_by(|&x, &y| size[y].cmp(&size[x]).then(x.cmp(&y)));
+        hits.truncate(limit);
+        hits.sort_unstable();
+        (hits, total)
+    }
+
+    #[test]
+    fn the_index_finds_what_a_scan_of_every_allocation_finds() {
+        for (kept, seed) in [(5, 0x9E3779B97F4A7C15u64), (600, 0xD1B54A32D192ED03)] {
+            let (ends, size) = trace(40_000, kept, seed);
+            let index = BandIndex::build(&ends, &size, 2000).expect("frees follow allocs");
+            if kept > 500 {
+                assert!(
+                    index.checkpoints.spacing > MIN_SPACING,
+                    "long-lived allocations widen the checkpoints"
+                );
+            }
+            let mut next = xorshift(seed ^ 0xFFFF);
+            let mut windows = vec![
+                (i64::MIN + 1, i64::MAX - 1),
+                (0, 1_000_000),
+                (-10, -5),
+                (2_000_000, 3_000_000),
+            ];
+            for _ in 0..200 {
+                let span = (10f64.powf(6.0 * (next() % 1000) as f64 / 1000.0)) as i64;
+                let start = (next() % 1_100_000) as i64 - 50_000;
+                windows.push((start, start + span));
+            }
+            for (start, end) in windows {
+                for limit in [1, 30, 2000] {
+                    let found = index.overlapping(&ends, &size, start, end, limit);
+                    let mut largest = found.largest.clone();
+                    largest.sort_unstable();
+                    assert_eq!(
+                        (largest, found.total),
+                        scan(&ends, &size, start, end, limit),
+                        "{start}..{end}, {limit}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_free_before_its_alloc_declines_the_index() {
+        let ends = Ends {
+            alloc: vec![10, 20],
+            free: vec![15, 19],
+        };
+        assert!(BandIndex::build(&ends, &[1, 2], 10).is_none());
+    }
+}

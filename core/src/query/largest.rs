@@ -1,0 +1,147 @@
+//! The largest rows of any run of a fixed order of rows, without reading the run: a tree over
+//! the order's blocks of [`BLOCK`] rows, each node keeping its `keep` largest rows (by size,
+//! ties by row). A run is its partial blocks at both ends, read row by row, and at most two
+//! nodes per level between them, so it costs about `2 × BLOCK + 2 × log2(blocks) × keep`
+//! candidates whatever its length. The tree holds about `2 × keep / BLOCK` entries per row.
+
+use std::cmp::Ordering;
+
+/// Rows per leaf of the tree.
+pub const BLOCK: usize = 8192;
+
+/// Each node's `keep` largest rows, level by level: level `l` has a node per `BLOCK << l`
+/// rows of the order (whole nodes only), each `keep` entries long.
+pub struct LargestInRuns {
+    keep: usize,
+    levels: Vec<Vec<u32>>,
+}
+
+/// Larger first, then the lower row.
+pub fn larger_first(size: &[i64]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
+    move |&x, &y| size[y as usize].cmp(&size[x as usize]).then(x.cmp(&y))
+}
+
+/// The `keep` largest of `rows`, in no particular order.
+fn keep_largest(rows: &mut Vec<u32>, keep: usize, size: &[i64]) {
+    if rows.len() > keep && keep > 0 {
+        rows.select_nth_unstable_by(keep - 1, larger_first(size));
+    }
+    rows.truncate(keep);
+}
+
+impl LargestInRuns {
+    /// The tree over `order` (rows into `size`); `keep` is at most [`BLOCK`].
+    pub fn build(order: &[u32], size: &[i64], keep: usize) -> LargestInRuns {
+        let keep = keep.min(BLOCK);
+        let mut levels: Vec<Vec<u32>> = Vec::new();
+        let mut node = Vec::with_capacity(2 * BLOCK);
+        let mut leaves = Vec::with_capacity(order.len() / BLOCK * keep);
+        for block in order.chunks_exact(BLOCK) {
+            node.clear();
+            node.extend_from_slice(block);
+            keep_largest(&mut node, keep, size);
+            leaves.extend_from_slice(&node);
+        }
+        if keep == 0 || leaves.is_empty() {
+            return LargestInRuns { keep, levels };
+        }
+        levels.push(leaves);
+        loop {
+            let below = levels.last().expect("a level");
+            if below.len() < 2 * keep {
+                break;
+            }
+            let mut level = Vec::with_capacity(below.len() / 2);
+            for pair in below.chunks_exact(2 * keep) {
+                node.clear();
+                node.extend_from_slice(pair);
+                keep_largest(&mut node, keep, size);
+                level.extend_from_slice(&node);
+            }
+            levels.push(level);
+        }
+        LargestInRuns { keep, levels }
+    }
+
+    /// Heap bytes held.
+    pub fn bytes(&self) -> usize {
+        self.levels.iter().map(|l| l.len() * 4).sum()
+    }
+
+    /// Adds to `out` rows of `order[lo..hi]` among which are its `limit` largest: all of them
+    /// when `limit` is more than the tree keeps.
+    pub fn candidates(&self, order: &[u32], lo: usize, hi: usize, limit: usize, out: &mut Vec<usize>) {
+        let rows = |r: &[u32], out: &mut Vec<usize>| out.extend(r.iter().map(|&i| i as usize));
+        let (first, last) = (lo.div_ceil(BLOCK), hi / BLOCK);
+        if limit > self.keep || self.levels.is_empty() || first >= last {
+            rows(&order[lo..hi], out);
+            return;
+        }
+        rows(&order[lo..first * BLOCK], out);
+        rows(&order[last * BLOCK..hi], out);
+        let node = |level: usize, j: usize| &self.levels[level][j * self.keep..(j + 1) * self.keep];
+        let (mut l, mut h, mut level) = (first, last, 0);
+        while l < h {
+            if l & 1 == 1 {
+                rows(node(level, l), out);
+                l += 1;
+            }
+            if h & 1 == 1 {
+                h -= 1;
+                rows(node(level, h), out);
+            }
+            l >>= 1;
+            h >>= 1;
+            level += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_s_candidates_hold_its_largest_rows() {
+        let mut x: u64 = 0x853C49E6748FEA9B;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let n = 20 * BLOCK + 77;
+        let size: Vec<i64> = (0..n).map(|_| (next() % 300) as i64 * 512).collect();
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by_key(|&i| size[i as usize] / 7_000);
+        let keep = 50;
+        let tree = LargestInRuns::build(&order, &size, keep);
+        assert_eq!(tree.levels.len(), 5);
+        let runs = [
+            (0, n),
+            (1, n - 1),
+            (BLOCK, 2 * BLOCK),
+            (5, BLOCK + 9),
+            (3 * BLOCK - 1, 17 * BLOCK + 1),
+            (7, 7),
+        ];
+        let random = (0..100).map(|_| {
+            let a = (next() % n as u64) as usize;
+            let b = (next() % n as u64) as usize;
+            (a.min(b), a.max(b))
+        });
+        for (lo, hi) in runs.into_iter().chain(random) {
+            for limit in [1, keep, keep + 1] {
+                let mut got = Vec::new();
+                tree.candidates(&order, lo, hi, limit, &mut got);
+                let mut got: Vec<u32> = got.into_iter().map(|i| i as u32).collect();
+                keep_largest(&mut got, limit, &size);
+                got.sort_unstable();
+                let mut want = order[lo..hi].to_vec();
+                keep_largest(&mut want, limit, &size);
+                want.sort_unstable();
+                assert_eq!(got, want, "{lo}..{hi}, {limit}");
+            }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! A min/max pyramid over one step series (allocated or reserved bytes after every entry), so
+//! a timeline's per-bucket min/max costs a few hundred steps per bucket instead of one per
+//! entry: a bucket's entries are folded in as whole aligned blocks of 64, 4,096, 262,144, …
+//! entries wherever a block lies inside the bucket, and one by one only at its edges.
+//!
+//! The answer is exactly [`super::bucket_min_max`]'s: a block is folded in only when every one
+//! of its entries falls in the bucket, which holds because the positions are sorted (the
+//! pyramid is built only over sorted positions).
+
+/// Entries per block of the finest level; each coarser level groups this many blocks.
+const FANOUT: usize = 64;
+
+/// An entry's position on the timeline's axis: the stored times, or the entry index itself.
+#[derive(Clone, Copy)]
+pub enum Positions<'a> {
+    Times(&'a [i64]),
+    EntryIndex(usize),
+}
+
+impl Positions<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Positions::Times(t) => t.len(),
+            Positions::EntryIndex(n) => *n,
+        }
+    }
+
+    #[inline]
+    pub fn at(&self, i: usize) -> i64 {
+        match self {
+            Positions::Times(t) => t[i],
+            Positions::EntryIndex(_) => i as i64,
+        }
+    }
+
+    /// The first and last position (an empty trace spans `0..1`; the end is after the start).
+    pub fn full_range(&self) -> (i64, i64) {
+        let n = self.len();
+        let first = if n == 0 { 0 } else { self.at(0) };
+        let last = if n == 0 { 0 } else { self.at(n - 1) };
+        (first, last.max(first + 1))
+    }
+
+    /// Entries at positions before `x` (the positions are sorted).
+    pub fn before(&self, x: i64) -> usize {
+        match self {
+            Positions::Times(t) => t.partition_point(|&p| p < x),
+            Positions::EntryIndex(n) => x.clamp(0, *n as i64) as usize,
+        }
+    }
+
+    /// Whether the positions never decrease.
+    pub fn sorted(&self) -> bool {
+        match self {
+            Positions::Times(t) => t.windows(2).all(|w| w[0] <= w[1]),
+            Positions::EntryIndex(_) => true,
+        }
+    }
+}
+
+/// One level: the min and max of each aligned block of `block` entries (a shorter last block
+/// is left out: its entries are read one by one).
+struct Level {
+    block: usize,
+    min: Vec<i64>,
+    max: Vec<i64>,
+}
+
+impl Level {
+    /// The min of each `FANOUT` of `mins` and the max of each `FANOUT` of `maxs`, as blocks of
+    /// `FANOUT` entries.
+    fn of_blocks(mins: &[i64], maxs: &[i64]) -> Level {
+        let blocks = mins.len().min(maxs.len()) / FANOUT;
+        let (mut min, mut max) = (Vec::with_capacity(blocks), Vec::with_capacity(blocks));
+        for (lo, hi) in mins.chunks_exact(FANOUT).zip(maxs.chunks_exact(FANOUT)) {
+            let (mut a, mut b) = (lo[0], hi[0]);
+            for k in 0..FANOUT {
+                a = a.min(lo[k]);
+                b = b.max(hi[k]);
+            }
+            min.push(a);
+            max.push(b);
+        }
+        Level {
+            block: FANOUT,
+            min,
+            max,
+        }
+    }
+}
+
+/// Block minima and maxima of one series at every level, finest first.
+pub struct MinMaxPyramid {
+    levels: Vec<Level>,
+}
+
+/// No blocks: every entry is read one by one.
+pub static NO_BLOCKS: MinMaxPyramid = MinMaxPyramid { levels: Vec::new() };
+
+impl MinMaxPyramid {
+    pub fn build(values: &[i64]) -> MinMaxPyramid {
+        let mut levels: Vec<Level> = Vec::new();
+        let finest = Level::of_blocks(values, values);
+        if finest.min.len() < 2 {
+            return MinMaxPyramid { levels };
+        }
+        levels.push(finest);
+        loop {
+            let below = levels.last().expect("a level");
+            if below.min.len() < 2 * FANOUT {
+                break;
+            }
+            let mut level = Level::of_blocks(&below.min, &below.max);
+            level.block = below.block * FANOUT;
+            levels.push(level);
+        }
+        MinMaxPyramid { levels }
+    }
+
+    /// Heap bytes held.
+    pub fn bytes(&self) -> usize {
+        self.levels.iter().map(|l| (l.min.len() + l.max.len()) * 8).sum()
+    }
+
+    /// The blocks starting at entry `i` within the first `len` entries, coarsest first, as
+    /// (entries, min, max).
+    #[inline]
+    fn blocks_at(&self, i: usize, len: usize) -> impl Iterator<Item = (usize, i64, i64)> + '_ {
+        self.levels
+            .iter()
+            .rev()
+            .filter(move |l| i.is_multiple_of(l.block) && i / l.block < l.min.len() && i + l.block <= len)
+            .map(move |l| (l.block, l.min[i / l.block], l.max[i / l.block]))
+    }
+}
+
+/// [`super::bucket_min_max`] over `positions`, folding whole blocks of `pyramid` (built over
+/// `values`) into a bucket wherever they lie inside it.
+pub fn bucket_min_max_by_blocks(
+    positions: Positions<'_>,
+    values: &[i64],
+    pyramid: &MinMaxPyramid,
+    before: i64,
+    start: i64,
+    end: i64,
+    width: usize,
+) -> (Vec<i64>, Vec<i64>) {
+    let width = width.max(1);
+    let span = (end - start).max(1) as i128;
+    let next_edge = |b: usize| -> i64 { start + ((span * (b as i128 + 1) + width as i128 - 1) / width as i128) as i64 };
+    let n = positions.len().min(values.len());
+    let first = positions.before(start).min(n);
+    let mut current = if first == 0 { before } else { values[first - 1] };
+    let mut mins = vec![i64::MAX; width];
+    let mut maxs = vec![i64::MIN; width];
+    let mut b = 0usize;
+    let mut edge = next_edge(0);
+    mins[0] = current;
+    maxs[0] = current;
+    let mut i = first;
+    while i < n {
+        let t = positions.at(i);
+        if t > end {
+            break;
+        }
+        while t >= edge && b + 1 < width {
+            b += 1;
+            edge = next_edge(b);
+            mins[b] = current;
+            maxs[b] = current;
+        }
+        if i.is_multiple_of(FANOUT) {
+            let fits = pyramid.blocks_at(i, n).find(|&(len, _, _)| {
+                let t_last = positions.at(i + len - 1);
+                t_last <= end && (b + 1 == width || t_last < edge)
+            });
+            if let Some((len, lo, hi)) = fits {
+                mins[b] = mins[b].min(lo);
+                maxs[b] = maxs[b].max(hi);
+                current = values[i + len - 1];
+                i += len;
+                continue;
+            }
+        }
+        current = values[i];
+        mins[b] = mins[b].min(current);
+        maxs[b] = maxs[b].max(current);
+        i += 1;
+    }
+    while b + 1 < width {
+        b += 1;
+        mins[b] = current;
+        maxs[b] = current;
+    }
+    (mins, maxs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    #[test]
+    fn folding_whole_blocks_gives_the_entry_by_entry_answer() {
+        let mut next = xorshift(0x2545F4914F6CDD1D);
+        // Three levels of blocks; runs of equal times straddle block and bucket edges.
+        let n = 600_000;
+        let mut t = 1_000i64;
+        let times: Vec<i64> = (0..n)
+            .map(|_| {
+                if !next().is_multiple_of(4) {
+                    t += (next() % 50) as i64;
+                }
+                t
+            })
+            .collect();
+        let values: Vec<i64> = (0..n).map(|_| (next() % 1_000_000) as i64).collect();
+        let pyramid = MinMaxPyramid::build(&values);
+        assert_eq!(pyramid.levels.len(), 3);
+        let (first, last) = Positions::Times(&times).full_range();
+        let mut windows = vec![(first, last, 1), (first, last, 1500), (first - 500, last + 500, 8192)];
+        for _ in 0..60 {
+            let span = ((last - first) as f64 * 10f64.powf(-5.0 * (next() % 1000) as f64 / 1000.0)) as i64 + 1;
+            let start = first + (next() % (last - first) as u64) as i64 - span / 2;
+            windows.push((start, start + span, 1 + (next() % 3000) as usize));
+        }
+        for (start, end, width) in windows {
+            for positions in [Positions::Times(&times), Positions::EntryIndex(n)] {
+                let (s, e) = match positions {
+                    Positions::Times(_) => (start, end),
+                    Positions::EntryIndex(_) => (
+                        (start - first) * n as i64 / (last - first),
+                        (end - first) * n as i64 / (last - first),
+                    ),
+                };
+                let by_blocks = bucket_min_max_by_blocks(positions, &values, &pyramid, 7, s, e, width);
+                let by_entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, 7, s, e, width);
+                assert!(by_blocks == by_entries, "window {s}..{e} at width {width}");
+            }
+        }
+    }
+}

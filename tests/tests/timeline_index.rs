@@ -1,0 +1,59 @@
+//! The timeline answered from a device's index equals the timeline by a pass over its frames:
+//! on every committed snapshot, every device, both axes, the full range and random windows at
+//! random widths (including windows past either end and one bucket wide).
+
+use memlens_core::pipeline::{self, Input, KeepFrames};
+use memlens_core::query::{timeline_on, timeline_with, Axis, TimelineIndex};
+use memlens_tests::{snapshots_in, traces_dir};
+
+#[test]
+fn an_indexed_timeline_equals_a_scanned_one_on_every_committed_snapshot() {
+    let mut x: u64 = 0x9E3779B97F4A7C15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut compared = 0;
+    for path in snapshots_in(&traces_dir()) {
+        let mut keep = KeepFrames::default();
+        let Ok(out) = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep) else {
+            continue;
+        };
+        let name = path.display();
+        for (summary, frames) in out.files.iter().zip(&keep.files) {
+            for (d, dev) in summary.devices.iter().zip(frames) {
+                let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
+                for axis in [Axis::Time, Axis::Event] {
+                    let index = TimelineIndex::build(dev, axis).expect("index");
+                    let full = timeline_on(dev, axis, initial, None, None, 800).expect("timeline");
+                    let (first, last) = (full.full_start, full.full_end);
+                    let span = (last - first).max(1);
+                    let mut windows = vec![
+                        (None, None, 800),
+                        (None, None, 1),
+                        (Some(first - span), Some(last + span), 333),
+                    ];
+                    for _ in 0..25 {
+                        let len = ((span as f64) * 10f64.powf(-4.0 * (next() % 1000) as f64 / 1000.0)) as i64 + 1;
+                        let start = first - span / 10 + (next() % (span as u64 + span as u64 / 5 + 1)) as i64;
+                        windows.push((Some(start), Some(start + len), 1 + (next() % 2500) as usize));
+                    }
+                    for (start, end, width) in windows {
+                        let scanned = timeline_on(dev, axis, initial, start, end, width).expect("scanned");
+                        let indexed =
+                            timeline_with(dev, axis, Some(&index), initial, start, end, width).expect("indexed");
+                        assert!(
+                            indexed == scanned,
+                            "{name} device {} {axis:?} {start:?}..{end:?} at width {width}",
+                            d.device
+                        );
+                        compared += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared > 1000, "only {compared} timelines compared");
+}
