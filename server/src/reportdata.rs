@@ -24,7 +24,7 @@ use memlens_core::analysis::run::run_overview;
 use memlens_core::analysis::segment_map::SegmentCheckpoints;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
-use memlens_core::query::{Axis, TimelineIndex};
+use memlens_core::query::{Axis, CategoryIndex, TimelineIndex};
 use memlens_core::stacks::StackResolver;
 use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
@@ -179,6 +179,8 @@ pub struct LoadedFile {
     checkpoints: Mutex<HashMap<i64, Arc<SegmentCheckpoints>>>,
     /// Timeline indexes per device and axis, built on the first timeline query.
     timeline_indexes: Mutex<HashMap<(i64, Axis), Arc<TimelineIndex>>>,
+    /// Category indexes per device, built on the first category-timeline query.
+    category_indexes: Mutex<HashMap<i64, Arc<Option<CategoryIndex>>>>,
     /// What the loaded parts hold in memory, estimated as each is loaded (what the server's
     /// cache of loaded files is bounded by).
     bytes: AtomicU64,
@@ -240,6 +242,7 @@ impl LoadedFile {
             devices: Part::default(),
             checkpoints: Mutex::new(HashMap::new()),
             timeline_indexes: Mutex::new(HashMap::new()),
+            category_indexes: Mutex::new(HashMap::new()),
             bytes: AtomicU64::new(0),
         }
     }
@@ -350,18 +353,42 @@ impl LoadedFile {
     /// The timeline index of a device's frames on `axis` (built once, then shared; its bytes
     /// count towards the file's).
     pub fn timeline_index(&self, frames: &DeviceFrames, axis: Axis) -> PolarsResult<Arc<TimelineIndex>> {
-        let key = (frames.device, axis);
-        // Held while building: a second query for the same device waits instead of building
-        // it again.
-        let mut indexes = self.timeline_indexes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(ix) = indexes.get(&key) {
-            return Ok(ix.clone());
-        }
-        let built = Arc::new(TimelineIndex::build(frames, axis)?);
-        self.bytes.fetch_add(built.bytes() as u64, Ordering::Relaxed);
-        indexes.insert(key, built.clone());
-        Ok(built)
+        kept(&self.timeline_indexes, &self.bytes, (frames.device, axis), || {
+            let ix = TimelineIndex::build(frames, axis)?;
+            let size = ix.bytes();
+            Ok((ix, size))
+        })
     }
+
+    /// The category index of a device's frames, `None` where it cannot be built (built once,
+    /// then shared; its bytes count towards the file's).
+    pub fn category_index(&self, frames: &DeviceFrames) -> PolarsResult<Arc<Option<CategoryIndex>>> {
+        kept(&self.category_indexes, &self.bytes, frames.device, || {
+            let ix = CategoryIndex::build(frames)?;
+            let size = ix.as_ref().map_or(0, CategoryIndex::bytes);
+            Ok((ix, size))
+        })
+    }
+}
+
+/// The value kept under `key`, built by `build` (with its size, added to `bytes`) the first
+/// time. The map stays locked while building: a second query for the same device waits
+/// instead of building it again.
+fn kept<K: std::hash::Hash + Eq, T>(
+    map: &Mutex<HashMap<K, Arc<T>>>,
+    bytes: &AtomicU64,
+    key: K,
+    build: impl FnOnce() -> PolarsResult<(T, usize)>,
+) -> PolarsResult<Arc<T>> {
+    let mut values = map.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(v) = values.get(&key) {
+        return Ok(v.clone());
+    }
+    let (value, size) = build()?;
+    let value = Arc::new(value);
+    bytes.fetch_add(size as u64, Ordering::Relaxed);
+    values.insert(key, value.clone());
+    Ok(value)
 }
 
 /// Each device's `user_metadata` map, stored beside its frames (alloc entry index, text).
@@ -577,7 +604,10 @@ mod tests {
         let index = f.timeline_index(&devices[0], Axis::Time).expect("index");
         let with_index = f.bytes();
         assert_eq!(with_index, with_devices + index.bytes() as u64);
-        assert!(Arc::ptr_eq(&index, &f.timeline_index(&devices[0], Axis::Time).expect("index")));
+        assert!(Arc::ptr_eq(
+            &index,
+            &f.timeline_index(&devices[0], Axis::Time).expect("index")
+        ));
         assert_eq!(f.bytes(), with_index);
         // The stored map equals the one found from the trace.
         let tables = f.tables().expect("tables");

@@ -1,9 +1,12 @@
-//! The timeline answered from a device's index equals the timeline by a pass over its frames:
-//! on every committed snapshot, every device, both axes, the full range and random windows at
-//! random widths (including windows past either end and one bucket wide).
+//! The timeline and the category timeline answered from a device's indexes equal the same
+//! queries by a pass over its frames: on every committed snapshot, every device, both axes,
+//! the full range and random windows at random widths (including windows past either end and
+//! one bucket wide).
 
 use memlens_core::pipeline::{self, Input, KeepFrames};
-use memlens_core::query::{timeline_on, timeline_with, Axis, TimelineIndex};
+use memlens_core::query::{
+    category_timeline, category_timeline_with, timeline_on, timeline_with, Axis, CategoryIndex, TimelineIndex,
+};
 use memlens_tests::{snapshots_in, traces_dir};
 
 #[test]
@@ -16,6 +19,7 @@ fn an_indexed_timeline_equals_a_scanned_one_on_every_committed_snapshot() {
         x
     };
     let mut compared = 0;
+    let (mut devices, mut with_category_index) = (0, 0);
     for path in snapshots_in(&traces_dir()) {
         let mut keep = KeepFrames::default();
         let Ok(out) = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep) else {
@@ -25,6 +29,9 @@ fn an_indexed_timeline_equals_a_scanned_one_on_every_committed_snapshot() {
         for (summary, frames) in out.files.iter().zip(&keep.files) {
             for (d, dev) in summary.devices.iter().zip(frames) {
                 let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
+                let categories = CategoryIndex::build(dev).expect("category index");
+                devices += 1;
+                with_category_index += usize::from(categories.is_some());
                 for axis in [Axis::Time, Axis::Event] {
                     let index = TimelineIndex::build(dev, axis).expect("index");
                     let full = timeline_on(dev, axis, initial, None, None, 800).expect("timeline");
@@ -49,6 +56,16 @@ fn an_indexed_timeline_equals_a_scanned_one_on_every_committed_snapshot() {
                             "{name} device {} {axis:?} {start:?}..{end:?} at width {width}",
                             d.device
                         );
+                        let scanned = category_timeline(dev, axis, start, end, width).expect("scanned");
+                        if let Some(cats) = &categories {
+                            let indexed = category_timeline_with(dev, axis, Some((&index, cats)), start, end, width)
+                                .expect("indexed");
+                            assert!(
+                                indexed == scanned,
+                                "categories: {name} device {} {axis:?} {start:?}..{end:?} at width {width}",
+                                d.device
+                            );
+                        }
                         compared += 1;
                     }
                 }
@@ -56,4 +73,9 @@ fn an_indexed_timeline_equals_a_scanned_one_on_every_committed_snapshot() {
         }
     }
     assert!(compared > 1000, "only {compared} timelines compared");
+    // The categories' total is the allocated line (shifted) on real traces.
+    assert!(
+        with_category_index * 10 >= devices * 9,
+        "{with_category_index} of {devices} devices got a category index"
+    );
 }

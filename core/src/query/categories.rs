@@ -1,14 +1,20 @@
 //! The category view of a device's timeline: per pixel column, the bytes of each category at
 //! the moment the column's total peaks (so the stacked values add up to the allocated line).
+//! Answered by a scan ([`category_timeline`]) or from the device's indexes
+//! ([`category_timeline_with`], what the server asks; see [`super::category_index`]).
 
 use memlens_api::{Category, CategorySeries, CategoryTimeline, TimeAxis, TimelineAxis};
 use polars::prelude::*;
 
+use super::category_index::{slot_of, CategoryIndex};
+use super::pyramid::{MinMaxPyramid, Positions};
+use super::TimelineIndex;
 use crate::analysis::whatif::categories_of;
-use crate::columns::lifetimes as lt_col;
+use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
 
-/// The category timeline of `dev` between `start` and `end` (defaults: the whole trace).
+/// The category timeline of `dev` between `start` and `end` (defaults: the whole trace), by a
+/// pass over every allocation and the entries up to the window's end.
 pub fn category_timeline(
     dev: &DeviceFrames,
     axis: TimelineAxis,
@@ -16,24 +22,84 @@ pub fn category_timeline(
     end: Option<i64>,
     width: usize,
 ) -> PolarsResult<CategoryTimeline> {
-    let n_entries = dev.usage.height();
+    category_timeline_with(dev, axis, None, start, end, width)
+}
+
+/// The category timeline, answered from the device's indexes where they were built for it
+/// (the same answer, in time that does not grow with the trace).
+pub fn category_timeline_with(
+    dev: &DeviceFrames,
+    axis: TimelineAxis,
+    index: Option<(&TimelineIndex, &CategoryIndex)>,
+    start: Option<i64>,
+    end: Option<i64>,
+    width: usize,
+) -> PolarsResult<CategoryTimeline> {
     let positions = super::axis_positions(dev, axis)?;
     let (full_start, full_end) = positions.full_range();
     let start = start.unwrap_or(full_start);
     let end = end.unwrap_or(full_end).max(start + 1);
     let width = width.clamp(1, super::MAX_WIDTH);
+    let indexed = index
+        .filter(|(tl, cats)| tl.fits(dev, axis) && cats.fits(dev))
+        .and_then(|(tl, cats)| tl.usage().map(|(allocated, _)| (allocated, cats)));
+    let (mut best_total, mut best) = match indexed {
+        Some((pyramid, cats)) => peaks_from_index(dev, positions, pyramid, cats, start, end, width)?,
+        None => peaks_by_scan(dev, positions, start, end, width)?,
+    };
+    // Columns without entries hold the state of the column before them.
+    for b in 1..width {
+        if best_total[b] == i64::MIN {
+            best_total[b] = best_total[b - 1];
+            best[b] = best[b - 1].clone();
+        }
+    }
+    let series = Category::ALL
+        .iter()
+        .enumerate()
+        .filter(|(s, _)| best.iter().any(|col| col[*s] != 0))
+        .map(|(s, &category)| CategorySeries {
+            category,
+            bytes: best.iter().map(|col| col[s].max(0)).collect(),
+        })
+        .collect();
+    Ok(CategoryTimeline {
+        device: dev.device,
+        time_axis: match axis {
+            TimelineAxis::Time => TimeAxis::TimeUs,
+            TimelineAxis::Event => TimeAxis::EventOrder,
+        },
+        start,
+        end,
+        width,
+        series,
+    })
+}
+
+/// Per column, the categories' total at its peak and each category's bytes then
+/// (`i64::MIN` and nothing for a column without entries).
+type Peaks = (Vec<i64>, Vec<Vec<i64>>);
+
+/// The columns' peaks by replaying every allocation's alloc and free up to `end`.
+fn peaks_by_scan(
+    dev: &DeviceFrames,
+    positions: Positions<'_>,
+    start: i64,
+    end: i64,
+    width: usize,
+) -> PolarsResult<Peaks> {
+    let n_entries = dev.usage.height();
     let lt = &dev.lifetimes;
     let cats = categories_of(lt)?;
     let alloc = lt_col::ALLOC_IDX.slice(lt)?;
     let free = lt_col::FREE_IDX.slice(lt)?;
     let size = lt_col::SIZE.slice(lt)?;
     let k = Category::ALL.len();
-    let slot = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(k - 1);
     // Per-entry deltas by category; allocations older than the trace are live from the start.
     let mut live = vec![0i64; k];
     let mut deltas: Vec<(usize, usize, i64)> = Vec::with_capacity(2 * size.len());
     for r in 0..size.len() {
-        let s = slot(cats[r].0);
+        let s = slot_of(cats[r].0);
         if alloc[r] < 0 {
             live[s] += size[r];
         } else {
@@ -70,31 +136,43 @@ pub fn category_timeline(
             best[b].clone_from(&live);
         }
     }
-    // Columns without entries hold the state of the column before them.
-    for b in 1..width {
-        if best_total[b] == i64::MIN {
-            best_total[b] = best_total[b - 1];
-            best[b] = best[b - 1].clone();
+    Ok((best_total, best))
+}
+
+/// The columns' peaks from the indexes: per column, its entries' first peak of allocated bytes
+/// (the pyramid), and the categories' state after that entry (the nearest checkpoint).
+fn peaks_from_index(
+    dev: &DeviceFrames,
+    positions: Positions<'_>,
+    pyramid: &MinMaxPyramid,
+    cats: &CategoryIndex,
+    start: i64,
+    end: i64,
+    width: usize,
+) -> PolarsResult<Peaks> {
+    let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
+    let n = dev.usage.height().min(positions.len()).min(allocated.len());
+    let span = (end - start).max(1) as i128;
+    // Column `b` holds the entries from its first position on (`start` for the first).
+    let first_entry = |b: usize| -> usize {
+        let at = start + ((b as i128 * span + width as i128 - 1) / width as i128) as i64;
+        positions.before(at).min(n)
+    };
+    let mut best_total = vec![i64::MIN; width];
+    let mut best = vec![vec![0i64; Category::ALL.len()]; width];
+    let mut from = first_entry(0);
+    for b in 0..width {
+        let to = if b + 1 == width {
+            positions.before(end.saturating_add(1)).min(n)
+        } else {
+            first_entry(b + 1)
+        };
+        if from < to {
+            let e = pyramid.first_max(allocated, from, to);
+            best_total[b] = allocated[e] + cats.offset;
+            best[b] = cats.state_after(dev, e)?;
         }
+        from = to.max(from);
     }
-    let series = Category::ALL
-        .iter()
-        .enumerate()
-        .filter(|(s, _)| best.iter().any(|col| col[*s] != 0))
-        .map(|(s, &category)| CategorySeries {
-            category,
-            bytes: best.iter().map(|col| col[s].max(0)).collect(),
-        })
-        .collect();
-    Ok(CategoryTimeline {
-        device: dev.device,
-        time_axis: match axis {
-            TimelineAxis::Time => TimeAxis::TimeUs,
-            TimelineAxis::Event => TimeAxis::EventOrder,
-        },
-        start,
-        end,
-        width,
-        series,
-    })
+    Ok((best_total, best))
 }

@@ -13,12 +13,14 @@
 pub use memlens_api::TimelineAxis as Axis;
 mod band_index;
 mod categories;
+mod category_index;
 mod flame;
 mod largest;
 mod pyramid;
 mod timeline_index;
 
-pub use categories::category_timeline;
+pub use categories::{category_timeline, category_timeline_with};
+pub use category_index::CategoryIndex;
 pub use flame::{flame_graph, MAX_NODES as MAX_FLAME_NODES};
 use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
 use polars::prelude::*;

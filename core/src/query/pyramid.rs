@@ -134,6 +134,45 @@ impl MinMaxPyramid {
     }
 }
 
+impl MinMaxPyramid {
+    /// The first entry of `lo..hi` (not empty) holding the largest of `values` there (the
+    /// values this pyramid was built over).
+    pub fn first_max(&self, values: &[i64], lo: usize, hi: usize) -> usize {
+        // The largest value seen, where, and the level of the block it is the max of.
+        let (mut target, mut at, mut level) = (values[lo], lo, None);
+        let mut i = lo;
+        while i < hi {
+            let fits = self
+                .levels
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(_, l)| i.is_multiple_of(l.block) && i / l.block < l.max.len() && i + l.block <= hi);
+            let (value, len, of) = match fits {
+                Some((li, l)) => (l.max[i / l.block], l.block, Some(li)),
+                None => (values[i], 1, None),
+            };
+            if value > target {
+                (target, at, level) = (value, i, of);
+            }
+            i += len;
+        }
+        // Down to the first entry of that block holding it.
+        while let Some(li) = level {
+            let below = li.checked_sub(1);
+            let step = below.map_or(1, |b| self.levels[b].block);
+            let value_at = |j: usize| below.map_or(values[j], |b| self.levels[b].max[j / step]);
+            let block = self.levels[li].block;
+            at = (at..at + block)
+                .step_by(step)
+                .find(|&j| value_at(j) == target)
+                .unwrap_or(at);
+            level = below;
+        }
+        at
+    }
+}
+
 /// [`super::bucket_min_max`] over `positions`, folding whole blocks of `pyramid` (built over
 /// `values`) into a bucket wherever they lie inside it.
 pub fn bucket_min_max_by_blocks(
@@ -246,6 +285,13 @@ mod tests {
                 let by_entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, 7, s, e, width);
                 assert!(by_blocks == by_entries, "window {s}..{e} at width {width}");
             }
+        }
+        for _ in 0..300 {
+            let (a, b) = ((next() % n as u64) as usize, (next() % n as u64) as usize);
+            let (lo, hi) = (a.min(b), a.max(b) + 1);
+            let max = values[lo..hi].iter().max().copied();
+            let first = values[lo..hi].iter().position(|&v| Some(v) == max).map(|p| lo + p);
+            assert_eq!(Some(pyramid.first_max(&values, lo, hi)), first, "{lo}..{hi}");
         }
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use memlens_core::pipeline::{self, Input, KeepFrames};
-use memlens_core::query::{timeline_with, Axis, TimelineIndex};
+use memlens_core::query::{category_timeline_with, timeline_with, Axis, CategoryIndex, TimelineIndex};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -123,6 +123,55 @@ fn main() {
         std::process::exit(1);
     }
     println!("every indexed answer equals the scanned one");
+
+    // What the report page asks for the same window next: the category breakdown.
+    let built = Instant::now();
+    let categories = CategoryIndex::build(&dev).expect("category index");
+    let build_ms = built.elapsed().as_secs_f64() * 1e3;
+    let mut answers = Vec::new();
+    for cats in [None, categories.as_ref()] {
+        let mut full = Vec::new();
+        let mut zoom = Vec::new();
+        let mut jsons = Vec::new();
+        for (i, w) in std::iter::repeat_n(None, 5)
+            .chain(windows.iter().take(20).map(Some))
+            .enumerate()
+        {
+            let s = Instant::now();
+            let (start, end) = w.map_or((None, None), |&(a, b)| (Some(a), Some(b)));
+            let index = cats.map(|c| (&index, c));
+            let c = category_timeline_with(&dev, Axis::Time, index, start, end, 1600).expect("categories");
+            jsons.push(serde_json::to_vec(&c).expect("json"));
+            let ms = s.elapsed().as_secs_f64() * 1e3;
+            if i < 5 {
+                full.push(ms)
+            } else {
+                zoom.push(ms)
+            }
+        }
+        full.sort_by(f64::total_cmp);
+        zoom.sort_by(f64::total_cmp);
+        match cats {
+            None => println!("category timeline by a pass over the frames:"),
+            Some(c) => println!(
+                "category timeline from the index (built in {build_ms:.0} ms, {:.1} MiB):",
+                c.bytes() as f64 / (1024.0 * 1024.0)
+            ),
+        }
+        println!(
+            "  full range p50 {:.1} ms, 20 zooms p50 {:.1} ms, p95 {:.1} ms",
+            percentile(&full, 0.5),
+            percentile(&zoom, 0.5),
+            percentile(&zoom, 0.95)
+        );
+        answers.push(jsons);
+    }
+    if categories.is_none() {
+        println!("  (no category index: the categories' total is not the allocated line)");
+    } else if answers[0] != answers[1] {
+        eprintln!("memlens-bench-timeline: an indexed category answer differs from the scanned one");
+        std::process::exit(1);
+    }
 }
 
 // The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the

@@ -146,14 +146,11 @@ pub async fn category_timeline(
     let (device, axis) = (d.device, axis_of(&q, d));
     let tl = with_file(&st, &id, fi, move |f| {
         let devices = f.devices().map_err(internal)?;
-        query::category_timeline(
-            frames_of(&devices, device)?,
-            axis,
-            q.start,
-            q.end,
-            q.width.unwrap_or(1000),
-        )
-        .map_err(internal)
+        let frames = frames_of(&devices, device)?;
+        let timeline_index = f.timeline_index(frames, axis).map_err(internal)?;
+        let category_index = f.category_index(frames).map_err(internal)?;
+        let index = category_index.as_ref().as_ref().map(|c| (&*timeline_index, c));
+        query::category_timeline_with(frames, axis, index, q.start, q.end, q.width.unwrap_or(1000)).map_err(internal)
     })
     .await?;
     Ok(Json(tl))

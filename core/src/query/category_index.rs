@@ -1,0 +1,138 @@
+//! What a device's category timeline keeps between queries: each allocation's category, the
+//! allocations in alloc and in free order, and the bytes of every category before every
+//! [`SPACING`]-th entry. A column's breakdown is the state at the first entry where its total
+//! peaks; that entry is found with the allocated pyramid of the device's [`TimelineIndex`]
+//! (the categories' total is the allocated line shifted by a constant, checked when the index
+//! is built), and the state there is the nearest checkpoint plus at most `SPACING` allocs and
+//! frees. A device where the total is not the shifted allocated line gets no index and its
+//! category timeline scans.
+//!
+//! [`TimelineIndex`]: super::TimelineIndex
+
+use memlens_api::Category;
+use polars::prelude::*;
+
+use crate::analysis::whatif::categories_of;
+use crate::columns::{lifetimes as lt_col, usage as usage_col};
+use crate::frames::DeviceFrames;
+
+/// Entries between two checkpoints.
+pub const SPACING: usize = 1024;
+
+/// A category's position in [`Category::ALL`] (the last, `Other`, for any it lacks).
+pub fn slot_of(c: Category) -> usize {
+    let k = Category::ALL.len();
+    Category::ALL.iter().position(|&x| x == c).unwrap_or(k - 1)
+}
+
+/// One device's category index.
+pub struct CategoryIndex {
+    entries: usize,
+    /// The categories' total minus allocated bytes, after every entry.
+    pub offset: i64,
+    /// Each allocation's category slot.
+    slots: Vec<u8>,
+    /// Allocations with a recorded alloc, by its entry; and with a recorded free, by its entry.
+    by_alloc: Vec<u32>,
+    by_free: Vec<u32>,
+    /// `Category::ALL.len()` bytes per checkpoint: each category's live bytes before entry
+    /// `c * SPACING`.
+    checkpoints: Vec<i64>,
+}
+
+impl CategoryIndex {
+    /// `None` when the categories' total is not the allocated line shifted by a constant, or
+    /// there are more allocations than a `u32` counts.
+    pub fn build(dev: &DeviceFrames) -> PolarsResult<Option<CategoryIndex>> {
+        let lt = &dev.lifetimes;
+        let (alloc, free, size) = (
+            lt_col::ALLOC_IDX.slice(lt)?,
+            lt_col::FREE_IDX.slice(lt)?,
+            lt_col::SIZE.slice(lt)?,
+        );
+        let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
+        let n = allocated.len();
+        if u32::try_from(size.len()).is_err() {
+            return Ok(None);
+        }
+        let slots: Vec<u8> = categories_of(lt)?.into_iter().map(|(c, _)| slot_of(c) as u8).collect();
+        let by_entry = |idx: &[i64]| {
+            let mut rows: Vec<u32> = (0..idx.len() as u32).filter(|&r| idx[r as usize] >= 0).collect();
+            rows.sort_by_key(|&r| idx[r as usize]);
+            rows
+        };
+        let (by_alloc, by_free) = (by_entry(alloc), by_entry(free));
+        let k = Category::ALL.len();
+        let mut live = vec![0i64; k];
+        for r in 0..size.len() {
+            if alloc[r] < 0 {
+                live[slots[r] as usize] += size[r];
+            }
+        }
+        let mut total: i64 = live.iter().sum();
+        let mut checkpoints = Vec::with_capacity(n.div_ceil(SPACING) * k);
+        let (mut a, mut f) = (0, 0);
+        let mut offset = None;
+        for (e, &allocated_after) in allocated.iter().enumerate() {
+            if e % SPACING == 0 {
+                checkpoints.extend_from_slice(&live);
+            }
+            while a < by_alloc.len() && alloc[by_alloc[a] as usize] as usize == e {
+                let r = by_alloc[a] as usize;
+                live[slots[r] as usize] += size[r];
+                total += size[r];
+                a += 1;
+            }
+            while f < by_free.len() && free[by_free[f] as usize] as usize == e {
+                let r = by_free[f] as usize;
+                live[slots[r] as usize] -= size[r];
+                total -= size[r];
+                f += 1;
+            }
+            if *offset.get_or_insert(total - allocated_after) != total - allocated_after {
+                return Ok(None);
+            }
+        }
+        Ok(Some(CategoryIndex {
+            entries: n,
+            offset: offset.unwrap_or(0),
+            slots,
+            by_alloc,
+            by_free,
+            checkpoints,
+        }))
+    }
+
+    /// Heap bytes held.
+    pub fn bytes(&self) -> usize {
+        self.slots.len() + (self.by_alloc.len() + self.by_free.len()) * 4 + self.checkpoints.len() * 8
+    }
+
+    /// Whether this index was built from `dev`.
+    pub fn fits(&self, dev: &DeviceFrames) -> bool {
+        self.entries == dev.usage.height() && self.slots.len() == dev.lifetimes.height()
+    }
+
+    /// Each category's live bytes after entry `e`.
+    pub fn state_after(&self, dev: &DeviceFrames, e: usize) -> PolarsResult<Vec<i64>> {
+        let lt = &dev.lifetimes;
+        let (alloc, free, size) = (
+            lt_col::ALLOC_IDX.slice(lt)?,
+            lt_col::FREE_IDX.slice(lt)?,
+            lt_col::SIZE.slice(lt)?,
+        );
+        let k = Category::ALL.len();
+        let c = e / SPACING;
+        let mut live = self.checkpoints[c * k..(c + 1) * k].to_vec();
+        let from = (c * SPACING) as i64;
+        let mut apply = |rows: &[u32], idx: &[i64], sign: i64| {
+            let first = rows.partition_point(|&r| idx[r as usize] < from);
+            for &r in rows[first..].iter().take_while(|&&r| idx[r as usize] <= e as i64) {
+                live[self.slots[r as usize] as usize] += sign * size[r as usize];
+            }
+        };
+        apply(&self.by_alloc, alloc, 1);
+        apply(&self.by_free, free, -1);
+        Ok(live)
+    }
+}
