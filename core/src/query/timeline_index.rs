@@ -25,19 +25,22 @@ pub struct TimelineIndex {
 }
 
 impl TimelineIndex {
+    /// Builds the usage pyramids and the band index side by side.
     pub fn build(dev: &DeviceFrames, axis: Axis) -> PolarsResult<TimelineIndex> {
         let positions = axis_positions(dev, axis)?;
-        let usage = if positions.sorted() {
-            let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
-            let reserved = usage_col::RESERVED.slice(&dev.usage)?;
-            Some([MinMaxPyramid::build(allocated), MinMaxPyramid::build(reserved)])
-        } else {
-            None
-        };
-        let bands = match AxisEnds::checked(dev, axis)? {
-            Some(ends) => BandIndex::build(&ends, lt_col::SIZE.slice(&dev.lifetimes)?, super::MAX_BANDS),
-            None => None,
-        };
+        let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
+        let reserved = usage_col::RESERVED.slice(&dev.usage)?;
+        let size = lt_col::SIZE.slice(&dev.lifetimes)?;
+        let ends = AxisEnds::checked(dev, axis)?;
+        let (usage, bands) = std::thread::scope(|scope| {
+            let usage = scope.spawn(|| {
+                positions
+                    .sorted()
+                    .then(|| [MinMaxPyramid::build(allocated), MinMaxPyramid::build(reserved)])
+            });
+            let bands = ends.and_then(|ends| BandIndex::build(&ends, size, super::MAX_BANDS));
+            (usage.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), bands)
+        });
         Ok(TimelineIndex {
             axis,
             entries: dev.usage.height(),
