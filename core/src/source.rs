@@ -124,9 +124,12 @@ pub enum PipeError {
 }
 
 /// Decompresses on its own thread and hands 1 MiB chunks to the reader through a bounded
-/// channel, so inflating and decoding overlap on two cores. Dropping the pipe stops the thread.
+/// channel, so inflating and decoding overlap on two cores. Dropping the pipe stops the thread
+/// and waits for it (at most the chunk it is inflating), so none outlives its reader.
 struct GunzipPipe {
-    rx: Receiver<Result<Vec<u8>, PipeError>>,
+    /// `None` only while dropping.
+    rx: Option<Receiver<Result<Vec<u8>, PipeError>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     chunk: Vec<u8>,
     pos: usize,
     done: bool,
@@ -163,15 +166,23 @@ impl GunzipPipe {
                     }
                 }
             });
-        let (rx, done) = match spawned {
-            Ok(_) => (rx, false),
-            Err(_) => (rx, true),
-        };
+        let done = spawned.is_err();
         GunzipPipe {
-            rx,
+            rx: Some(rx),
+            thread: spawned.ok(),
             chunk: Vec::new(),
             pos: 0,
             done,
+        }
+    }
+}
+
+impl Drop for GunzipPipe {
+    fn drop(&mut self) {
+        // The thread's next send fails once the receiver is gone, and it returns.
+        drop(self.rx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
@@ -182,7 +193,8 @@ impl Read for GunzipPipe {
             if self.done {
                 return Ok(0);
             }
-            match self.rx.recv() {
+            let Some(rx) = &self.rx else { return Ok(0) };
+            match rx.recv() {
                 Ok(Ok(c)) => {
                     self.chunk = c;
                     self.pos = 0;
@@ -201,5 +213,45 @@ impl Read for GunzipPipe {
         out[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    /// Threads of this process named `memlens-gunzip` (Linux: `/proc/self/task/*/comm`).
+    fn gunzip_threads() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .map(|tasks| {
+                tasks
+                    .filter_map(|t| t.ok())
+                    .filter(|t| {
+                        std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "memlens-gunzip")
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn dropping_a_gzip_source_read_in_part_ends_its_thread() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..64 {
+            gz.write_all(&zeros).expect("gzip");
+        }
+        let gz = gz.finish().expect("gzip");
+        let len = gz.len() as u64;
+        let mut source =
+            Source::from_reader(Box::new(std::io::Cursor::new(gz)), len, SourceLimits::default()).expect("source");
+        assert!(source.gzip);
+        let mut some = vec![0u8; 3 << 20];
+        source.reader.read_exact(&mut some).expect("read");
+        assert_eq!(gunzip_threads(), 1, "still inflating the rest");
+        drop(source);
+        assert_eq!(gunzip_threads(), 0, "the pipe waited for its thread");
     }
 }
