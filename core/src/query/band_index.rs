@@ -201,6 +201,7 @@ fn checkpoints(ends: &impl Endpoints, by_alloc: &[u32], allocs: &[i64]) -> Check
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::query::xorshift;
 
     struct Ends {
         alloc: Vec<i64>,
@@ -216,16 +217,6 @@ mod tests {
         }
         fn free(&self, i: usize) -> i64 {
             self.free[i]
-        }
-    }
-
-    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = seed;
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
         }
     }
 

@@ -103,13 +103,7 @@ mod tests {
 
     #[test]
     fn a_run_s_candidates_hold_its_largest_rows() {
-        let mut x: u64 = 0x853C49E6748FEA9B;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::query::xorshift(0x853C49E6748FEA9B);
         let n = 20 * BLOCK + 77;
         let size: Vec<i64> = (0..n).map(|_| (next() % 300) as i64 * 512).collect();
         let mut order: Vec<u32> = (0..n as u32).collect();

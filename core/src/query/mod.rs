@@ -296,6 +296,18 @@ pub fn search_allocations(
     Ok((total, out))
 }
 
+/// A deterministic pseudo-random sequence (xorshift64) for the query tests.
+#[cfg(test)]
+pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -237,16 +237,7 @@ pub fn bucket_min_max_by_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = seed;
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        }
-    }
+    use crate::query::xorshift;
 
     #[test]
     fn folding_whole_blocks_gives_the_entry_by_entry_answer() {
