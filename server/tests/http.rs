@@ -14,7 +14,7 @@ use serde_json::Value;
 
 /// A server in a fresh data directory `tag` holding one ready report of `name`, and its id.
 fn server_with_report(tag: &str, extra: &[&str], name: &str) -> (Server, String) {
-    let s = Server::serve_on(&tmpdir(tag), extra);
+    let s = Server::serve_in(tmpdir(tag), extra);
     let id = upload_trace(&s, name)["id"].as_str().expect("id").to_owned();
     assert_eq!(wait_done(&s, &id)["state"], "ready");
     (s, id)
@@ -978,31 +978,36 @@ fn an_upload_whose_body_stalls_is_dropped_with_408_and_frees_its_slot() {
 }
 
 /// A small tmpfs, unmounted when dropped.
-struct Tmpfs(PathBuf);
+/// A tmpfs mounted at `<root>/small`; unmounted, then `root` removed, when dropped.
+struct Tmpfs {
+    path: PathBuf,
+    _root: TestDir,
+}
 
 impl Tmpfs {
     /// `None` when this process may not mount (not root): the caller says so and skips.
-    fn mount(path: &Path, size: &str) -> Option<Tmpfs> {
-        std::fs::create_dir_all(path).expect("mount point");
+    fn mount_in(root: TestDir, size: &str) -> Option<Tmpfs> {
+        let path = root.join("small");
+        std::fs::create_dir_all(&path).expect("mount point");
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(path)
+            .arg(&path)
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        let root = std::fs::read_to_string("/proc/self/status")
+        let is_root = std::fs::read_to_string("/proc/self/status")
             .unwrap_or_default()
             .lines()
             .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
-        assert!(ok || !root, "root could not mount a tmpfs at {}", path.display());
-        ok.then(|| Tmpfs(path.to_owned()))
+        assert!(ok || !is_root, "root could not mount a tmpfs at {}", path.display());
+        ok.then_some(Tmpfs { path, _root: root })
     }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         // Lazily: the server may still hold files there for a moment.
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
 
@@ -1024,11 +1029,11 @@ fn bytes_under(dir: &Path) -> u64 {
 /// the mount (kept while it lives), the server, the data directory and the report's id.
 /// `None` (said on stderr) where this process may not mount.
 fn server_on_small_disk(tag: &str, size: &str, first: &str) -> Option<(Tmpfs, Server, PathBuf, String)> {
-    let data = tmpdir(tag).join("small");
-    let Some(fs) = Tmpfs::mount(&data, size) else {
+    let Some(fs) = Tmpfs::mount_in(tmpdir(tag), size) else {
         eprintln!("skipped: mounting a tmpfs needs root");
         return None;
     };
+    let data = fs.path.clone();
     let s = Server::serve_on(&data, &[]);
     let id = upload_trace(&s, first)["id"].as_str().expect("id").to_owned();
     assert_eq!(wait_done(&s, &id)["state"], "ready");

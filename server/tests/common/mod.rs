@@ -28,11 +28,31 @@ pub fn oracle_value_of(name: &str) -> i64 {
     v["requested_bytes.all.peak"].as_i64().expect("peak")
 }
 
-pub fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("memlens-http-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp");
-    d
+/// A test's scratch folder in the temp dir, removed when dropped: a test run leaves nothing
+/// behind (each leaving its stores had filled a developer's disk).
+pub struct TestDir(tempfile::TempDir);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// A fresh scratch folder `memlens-http-<tag>-…`.
+pub fn tmpdir(tag: &str) -> TestDir {
+    TestDir(
+        tempfile::Builder::new()
+            .prefix(&format!("memlens-http-{tag}-"))
+            .tempdir()
+            .expect("tmp"),
+    )
 }
 
 /// A `memlens` process that printed its ready line (`… http://ADDR` for servers).
@@ -40,6 +60,8 @@ pub struct Process {
     pub child: Child,
     /// `http://127.0.0.1:PORT` for a server; empty for a worker.
     pub base: String,
+    /// The scratch folder it owns (removed after the process is stopped), if any.
+    dir: Option<TestDir>,
 }
 
 impl Process {
@@ -64,7 +86,7 @@ impl Process {
             .filter(|a| a.starts_with("http://"))
             .unwrap_or_default()
             .to_owned();
-        Process { child, base }
+        Process { child, base, dir: None }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -93,6 +115,17 @@ impl Drop for Process {
 pub type Server = Process;
 
 impl Process {
+    /// [`Process::serve_on`] a scratch folder the server then owns.
+    pub fn serve_in(dir: TestDir, extra: &[&str]) -> Server {
+        Process::serve_on(&dir, extra).owning(dir)
+    }
+
+    /// This process, owning `dir`: the folder is removed after the process is stopped.
+    pub fn owning(mut self, dir: TestDir) -> Process {
+        self.dir = Some(dir);
+        self
+    }
+
     /// `memlens serve` on data directory `data` (and, under `MEMLENS_TEST_BACKEND=shared`, on
     /// the shared store of that directory's name), with a stub frontend.
     pub fn serve_on(data: &Path, extra: &[&str]) -> Server {
