@@ -130,3 +130,33 @@ fn the_json_export_of_the_same_capture_reads_the_same() {
         .any(|n| n.contains("since the capture began")));
     assert!(b.peak_time_us.is_some_and(|t| t < 10_000_000), "{:?}", b.peak_time_us);
 }
+
+#[test]
+fn an_export_in_wal_mode_reads_and_leaves_nothing_in_the_temp_folder() {
+    // This test process's own temp folder (nextest runs each test in a process of its own).
+    let scratch = std::env::temp_dir().join(format!("memlens-nsys-wal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let wal = scratch.join("wal.sqlite");
+    std::fs::copy(trace("cuda_alloc.sqlite"), &wal).expect("copy");
+    {
+        let c = rusqlite::Connection::open(&wal).expect("db");
+        let mode: String = c.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).expect("wal");
+        assert_eq!(mode, "wal");
+    }
+    let bytes = std::fs::read(&wal).expect("read");
+    assert_eq!(bytes[18..20], [2, 2], "the header says WAL");
+    std::fs::remove_file(&wal).expect("remove");
+    std::env::set_var("TMPDIR", &scratch);
+    let len = bytes.len() as u64;
+    let source =
+        Source::from_reader(Box::new(std::io::Cursor::new(bytes)), len, SourceLimits::default()).expect("open");
+    import_source(source, &ImportOptions::default()).expect("a WAL-mode export imports");
+    let left: Vec<_> = std::fs::read_dir(&scratch)
+        .expect("scratch")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(left.is_empty(), "left in the temp folder: {left:?}");
+}

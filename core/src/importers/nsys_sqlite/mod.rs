@@ -41,17 +41,28 @@ fn sql_err(e: rusqlite::Error) -> ImportError {
     ImportError::Nsys(format!("SQLite: {e}"))
 }
 
-/// Copies the input to a temporary file (SQLite reads files, not streams); the file is removed
-/// when the returned handle drops.
-fn temp_copy(source: Source) -> Result<tempfile::NamedTempFile, ImportError> {
-    let mut file = tempfile::Builder::new()
-        .prefix("memlens-nsys-")
-        .suffix(".sqlite")
-        .tempfile()?;
+/// The input copied to a file of its own temporary folder (SQLite reads files, not streams).
+/// The folder goes when this drops, with whatever SQLite put beside the file: a read-only
+/// connection to a WAL-mode database leaves its `-shm` and `-wal` files behind.
+struct TempCopy {
+    dir: tempfile::TempDir,
+}
+
+impl TempCopy {
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("export.sqlite")
+    }
+}
+
+fn temp_copy(source: Source) -> Result<TempCopy, ImportError> {
+    let copy = TempCopy {
+        dir: tempfile::Builder::new().prefix("memlens-nsys-").tempdir()?,
+    };
+    let mut file = std::fs::File::create(copy.path())?;
     let mut reader = source.reader.take(source.bound);
-    std::io::copy(&mut reader, file.as_file_mut()).map_err(map_pipe_err)?;
-    file.as_file_mut().flush()?;
-    Ok(file)
+    std::io::copy(&mut reader, &mut file).map_err(map_pipe_err)?;
+    file.flush()?;
+    Ok(copy)
 }
 
 fn has_table(conn: &Connection, name: &str) -> Result<bool, ImportError> {
