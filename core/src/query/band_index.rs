@@ -14,7 +14,7 @@
 //! declines a device where that does not hold (times that go backwards), and the timeline
 //! scans instead.
 
-use super::largest::{larger_first, LargestInRuns};
+use super::largest::{larger_row, LargestInRuns};
 
 /// An allocation's endpoints on the timeline's axis: its alloc (`i64::MIN` when it predates the
 /// trace) and its free (`i64::MAX` when never freed).
@@ -107,7 +107,7 @@ impl BandIndex {
         self.largest
             .candidates(&self.by_alloc, born_before, born_by_end, limit, &mut largest);
         if largest.len() > limit && limit > 0 {
-            largest.select_nth_unstable_by(limit - 1, |&x, &y| larger_first(size)(&(x as u32), &(y as u32)));
+            largest.select_nth_unstable_by(limit - 1, |&x, &y| larger_row(size, x, y));
         }
         largest.truncate(limit);
         Overlapping { largest, total }

@@ -16,9 +16,14 @@ pub struct LargestInRuns {
     levels: Vec<Vec<u32>>,
 }
 
-/// Larger first, then the lower row.
-pub fn larger_first(size: &[i64]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
-    move |&x, &y| size[y as usize].cmp(&size[x as usize]).then(x.cmp(&y))
+/// Rows `x` and `y` in band order: the larger first, then the lower row.
+pub fn larger_row(size: &[i64], x: usize, y: usize) -> Ordering {
+    size[y].cmp(&size[x]).then(x.cmp(&y))
+}
+
+/// [`larger_row`] over `u32` rows.
+fn larger_first(size: &[i64]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
+    move |&x, &y| larger_row(size, x as usize, y as usize)
 }
 
 /// The `keep` largest of `rows`, in no particular order.

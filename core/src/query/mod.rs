@@ -156,7 +156,7 @@ pub fn timeline_with(
             }
             let total = hits.len();
             if hits.len() > MAX_BANDS {
-                hits.select_nth_unstable_by(MAX_BANDS - 1, |&x, &y| size[y].cmp(&size[x]).then(x.cmp(&y)));
+                hits.select_nth_unstable_by(MAX_BANDS - 1, |&x, &y| largest::larger_row(size, x, y));
                 hits.truncate(MAX_BANDS);
             }
             let ends = hits.iter().map(|&i| (t_alloc.get(i), t_free.get(i))).collect();

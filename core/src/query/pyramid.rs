@@ -122,15 +122,23 @@ impl MinMaxPyramid {
         self.levels.iter().map(|l| (l.min.len() + l.max.len()) * 8).sum()
     }
 
+    /// The levels with a block starting at entry `i` that ends within the first `len` entries,
+    /// coarsest first, with their position in `levels`.
+    #[inline]
+    fn levels_at(&self, i: usize, len: usize) -> impl Iterator<Item = (usize, &Level)> + '_ {
+        self.levels
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(move |(_, l)| i.is_multiple_of(l.block) && i / l.block < l.min.len() && i + l.block <= len)
+    }
+
     /// The blocks starting at entry `i` within the first `len` entries, coarsest first, as
     /// (entries, min, max).
     #[inline]
     fn blocks_at(&self, i: usize, len: usize) -> impl Iterator<Item = (usize, i64, i64)> + '_ {
-        self.levels
-            .iter()
-            .rev()
-            .filter(move |l| i.is_multiple_of(l.block) && i / l.block < l.min.len() && i + l.block <= len)
-            .map(move |l| (l.block, l.min[i / l.block], l.max[i / l.block]))
+        self.levels_at(i, len)
+            .map(move |(_, l)| (l.block, l.min[i / l.block], l.max[i / l.block]))
     }
 }
 
@@ -142,13 +150,7 @@ impl MinMaxPyramid {
         let (mut target, mut at, mut level) = (values[lo], lo, None);
         let mut i = lo;
         while i < hi {
-            let fits = self
-                .levels
-                .iter()
-                .enumerate()
-                .rev()
-                .find(|(_, l)| i.is_multiple_of(l.block) && i / l.block < l.max.len() && i + l.block <= hi);
-            let (value, len, of) = match fits {
+            let (value, len, of) = match self.levels_at(i, hi).next() {
                 Some((li, l)) => (l.max[i / l.block], l.block, Some(li)),
                 None => (values[i], 1, None),
             };
