@@ -50,6 +50,13 @@ pub struct SegmentsParams {
     pub event: Option<usize>,
     /// State at this time (µs): after the last entry at or before it.
     pub time: Option<i64>,
+    /// Level of detail: only the largest this many segments (by size, then address) are listed;
+    /// the totals still cover them all. Default: every segment.
+    pub max_segments: Option<usize>,
+    /// Level of detail: the pixels the largest listed segment is drawn across. Neighbouring
+    /// blocks smaller than one pixel are merged into one entry per pixel (see
+    /// `BlockView::block_count`). Default: every block.
+    pub width: Option<usize>,
 }
 
 /// Allocation search by address or frame text.

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use memlens_api::{AnalyzeOutput, FileSummary};
 use memlens_core::analysis::run::run_overview;
-use memlens_core::analysis::segment_map::SegmentCheckpoints;
+use memlens_core::analysis::segment_map::{SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{Axis, CategoryIndex, TimelineIndex};
@@ -218,9 +218,6 @@ impl<T> Part<T> {
     }
 }
 
-/// Checkpoints kept per device: a segment map then costs at most 1/64 of the trace in undo steps.
-const CHECKPOINTS: usize = 64;
-
 /// What a device's frames hold in memory, estimated.
 fn device_frames_bytes(d: &DeviceFrames) -> usize {
     d.usage.estimated_size()
@@ -338,16 +335,14 @@ impl LoadedFile {
         })
     }
 
-    /// The segment-state checkpoints of a device (built once, then shared).
+    /// The segment-state checkpoints of a device (built once, then shared; their bytes count
+    /// towards the file's).
     pub fn checkpoints(&self, tables: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Arc<SegmentCheckpoints>> {
-        if let Some(c) = self.checkpoints.lock().ok().and_then(|m| m.get(&ev.device).cloned()) {
-            return Ok(c);
-        }
-        let built = Arc::new(SegmentCheckpoints::build(tables, ev, CHECKPOINTS)?);
-        if let Ok(mut m) = self.checkpoints.lock() {
-            m.insert(ev.device, built.clone());
-        }
-        Ok(built)
+        kept(&self.checkpoints, &self.bytes, ev.device, || {
+            let cp = SegmentCheckpoints::build(tables, ev, CHECKPOINTS)?;
+            let size = cp.bytes();
+            Ok((cp, size))
+        })
     }
 
     /// The timeline index of a device's frames on `axis` (built once, then shared; its bytes

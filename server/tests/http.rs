@@ -86,6 +86,28 @@ fn upload_status_summary_restart_delete() {
     }
     let (_, leaks) = get_json(&s, &format!("/api/reports/{id}/leaks"));
     assert_eq!(leaks.as_array().map(Vec::len), Some(2));
+    // A segment map at a level of detail lists the largest segment, blocks merged below a
+    // pixel, with the whole state's totals.
+    let (_, full) = get_json(&s, &format!("/api/reports/{id}/segments"));
+    let (code, lod) = get_json(&s, &format!("/api/reports/{id}/segments?max_segments=1&width=20"));
+    assert_eq!(code, 200, "{lod}");
+    for total in ["segment_count", "block_count", "reserved_bytes", "free_bytes"] {
+        assert_eq!(lod[total], full[total], "{total}");
+    }
+    let listed = lod["segments"].as_array().expect("segments");
+    assert_eq!(listed.len(), 1);
+    let largest = full["segments"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .max_by_key(|s| s["size"].as_i64())
+        .expect("a segment");
+    assert_eq!(listed[0]["size"], largest["size"]);
+    let blocks = listed[0]["blocks"].as_array().expect("blocks");
+    let stands_for: u64 = blocks.iter().filter_map(|b| b["block_count"].as_u64()).sum();
+    assert_eq!(stands_for as usize, largest["blocks"].as_array().map_or(0, Vec::len));
+    // At most one entry a pixel wide or more per pixel, and one shorter run before each.
+    assert!(blocks.len() <= 2 * 20 + 1, "{} entries for 20 pixels", blocks.len());
 
     // The share page carries a link preview; everything is no-referrer.
     let page = ureq::get(&s.url(&format!("/r/{id}"))).call().expect("page");

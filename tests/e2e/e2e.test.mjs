@@ -52,6 +52,7 @@ test('upload a real trace through the page, see the report, share it, delete it'
   const page = await ctx.newPage();
   await page.goto(`${base}/`);
   const created = page.waitForResponse(r => r.url().endsWith('/api/reports') && r.request().method() === 'POST');
+  const segmentsAnswered = page.waitForResponse(r => r.url().includes('/segments?'), { timeout: 120_000 });
   await page.setInputFiles('#file-input', join(traces, 'leak.pickle'));
   const { id, url, delete_token } = await (await created).json();
   await page.waitForURL(`**/r/${id}**`, { timeout: 60_000 });
@@ -63,6 +64,15 @@ test('upload a real trace through the page, see the report, share it, delete it'
   const painted = await drawnFraction(page);
   assert.ok(painted > 0.2, `timeline mostly blank: ${painted}`);
   await page.waitForSelector('#segment-summary', { timeout: 60_000 });
+  // The segment map is asked for at the panel's level of detail; its summary counts every
+  // segment of the state, drawn or not.
+  const segments = await segmentsAnswered;
+  const asked = new URL(segments.url()).searchParams;
+  assert.equal(asked.get('max_segments'), '80');
+  assert.ok(Number(asked.get('width')) >= 230, `bar width ${asked.get('width')}`);
+  const map = await segments.json();
+  assert.ok(map.segments.length <= 80 && map.segment_count >= map.segments.length);
+  assert.match(await page.textContent('#segment-summary'), new RegExp(`: ${map.segment_count} segments,`));
   assert.match(await page.textContent('#leaks'), /per iteration/);
   // What the peak is made of, by category (Adam's two states beside the parameters).
   assert.match(await page.textContent('#budget'), /parameter — 48\.1 MiB at the peak/);

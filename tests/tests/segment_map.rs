@@ -107,6 +107,7 @@ fn mlp_train_replays_back_to_an_empty_allocator() {
 
 #[test]
 fn checkpoints_give_the_same_maps_as_a_full_replay() {
+    use memlens_core::analysis::segment_detail::SegmentDetail;
     use memlens_core::analysis::segment_map::SegmentCheckpoints;
     for name in [
         "gpt_train_ckpt.pickle",
@@ -121,12 +122,103 @@ fn checkpoints_give_the_same_maps_as_a_full_replay() {
         points.extend([None, Some(n - 1), Some(n / 16), Some(n / 16 + 1)]);
         for p in points {
             let full = segment_map_at(&t, &ev, p).expect("map");
-            assert_eq!(cp.map_at(&ev, p).as_ref(), Some(&full), "{name} at {p:?}");
+            assert_eq!(
+                cp.map_at(&ev, p, SegmentDetail::FULL).as_ref(),
+                Some(&full),
+                "{name} at {p:?}"
+            );
         }
         let t_mid = ev.time()[n / 2];
         assert_eq!(
-            cp.map_at_time(&ev, t_mid),
+            cp.map_at_time(&ev, t_mid, SegmentDetail::FULL),
             Some(segment_map_at_time(&t, &ev, t_mid).expect("map"))
         );
     }
+}
+
+#[test]
+fn a_map_at_page_detail_lists_the_largest_segments_and_keeps_every_byte_and_total() {
+    use memlens_core::analysis::segment_detail::SegmentDetail;
+    use memlens_core::analysis::segment_map::SegmentCheckpoints;
+    let mut merged_somewhere = false;
+    for name in [
+        "gpt_train_ckpt.pickle",
+        "expandable_oom_fragmentation.pickle",
+        "kv_cache_inference.pickle",
+        "mlp_train.pickle",
+    ] {
+        let t = tables(name);
+        let ev = DeviceEvents::new(&t, 0).expect("device 0");
+        let cp = SegmentCheckpoints::build(&t, &ev, 16).expect("checkpoints");
+        let n = ev.len();
+        for p in (0..n).step_by((n / 10).max(1)).map(Some).chain([None, Some(n - 1)]) {
+            let full = cp.map_at(&ev, p, SegmentDetail::FULL).expect("full");
+            assert_eq!(full.segment_count, full.segments.len(), "{name}");
+            assert_eq!(
+                full.block_count,
+                full.segments.iter().map(|s| s.blocks.len()).sum::<usize>(),
+                "{name}"
+            );
+            for (max_segments, width) in [(3, 40), (1, 1), (full.segments.len() + 5, 1000), (0, 10)] {
+                let detail = SegmentDetail {
+                    max_segments: Some(max_segments),
+                    width: Some(width),
+                };
+                let lod = cp.map_at(&ev, p, detail).expect("lod");
+                let at = format!("{name} at {p:?}, {max_segments} segments at {width} px");
+                // Totals are the whole state's.
+                assert_eq!(
+                    (lod.segment_count, lod.block_count, lod.reserved_bytes, lod.active_bytes),
+                    (
+                        full.segment_count,
+                        full.block_count,
+                        full.reserved_bytes,
+                        full.active_bytes
+                    ),
+                    "{at}"
+                );
+                assert_eq!(
+                    (lod.free_bytes, lod.largest_free_block_bytes, lod.rounding_waste_bytes),
+                    (
+                        full.free_bytes,
+                        full.largest_free_block_bytes,
+                        full.rounding_waste_bytes
+                    ),
+                    "{at}"
+                );
+                // The largest segments, in address order.
+                let mut largest = full.segments.clone();
+                largest.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
+                largest.truncate(max_segments);
+                largest.sort_by_key(|s| s.address);
+                let listed: Vec<(i64, i64)> = lod.segments.iter().map(|s| (s.address, s.size)).collect();
+                let want: Vec<(i64, i64)> = largest.iter().map(|s| (s.address, s.size)).collect();
+                assert_eq!(listed, want, "{at}");
+                check_tiling(&at, &lod);
+                // Each listed segment keeps its blocks' count, bytes and rounding waste; nothing
+                // a pixel wide or more is merged.
+                let pixel = largest.iter().map(|s| s.size).max().unwrap_or(0) / width as i64;
+                for (l, f) in lod.segments.iter().zip(&largest) {
+                    let waste = |s: &memlens_api::SegmentView| {
+                        s.blocks
+                            .iter()
+                            .filter(|b| b.state != memlens_api::BlockState::Inactive)
+                            .map(|b| b.size - b.requested_bytes)
+                            .sum::<i64>()
+                    };
+                    assert_eq!(
+                        l.blocks.iter().map(|b| b.block_count as usize).sum::<usize>(),
+                        f.blocks.len(),
+                        "{at}"
+                    );
+                    assert!(waste(l) <= waste(f), "{at}: merging never adds rounding waste");
+                    for b in f.blocks.iter().filter(|b| b.size >= pixel) {
+                        assert!(l.blocks.contains(b), "{at}: {b:?} is a pixel wide and kept as it is");
+                    }
+                    merged_somewhere |= l.blocks.len() < f.blocks.len();
+                }
+            }
+        }
+    }
+    assert!(merged_somewhere, "no map had blocks below a pixel to merge");
 }

@@ -31,6 +31,7 @@ pub mod peak;
 pub mod phases;
 pub mod pools;
 pub mod run;
+pub mod segment_detail;
 pub mod segment_map;
 pub mod stalls;
 pub mod usage;

@@ -11,9 +11,10 @@
 
 use std::collections::BTreeMap;
 
-use memlens_api::{BlockView, SegmentMap, SegmentView};
+use memlens_api::{BlockView, SegmentMap};
 use polars::prelude::*;
 
+use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentDetail, SegmentKey};
 use super::{device_segments, round_size, DeviceEvents, MIN_BLOCK, SMALL_SIZE};
 use crate::tables::{Action, BlockState, SnapshotTables};
 
@@ -109,8 +110,8 @@ impl SegmentState {
     }
 
     fn seg_mut(&mut self, addr: i64) -> Option<&mut Segment> {
-        let k = self.seg_key(addr)?;
-        self.segs.get_mut(&k)
+        let (&start, seg) = self.segs.range_mut(..=addr).next_back()?;
+        (addr < start + seg.size).then_some(seg)
     }
 
     /// Undoes entries until the state is the one right after entry `idx` (`None`: before all).
@@ -282,28 +283,37 @@ impl SegmentState {
         s
     }
 
-    /// The current state as a wire view.
-    pub fn view(&self, device: i64, time_us: Option<i64>) -> SegmentMap {
+    /// The current state as a wire view, listing what `detail` asks for; the totals are
+    /// always the whole state's.
+    pub fn view(&self, device: i64, time_us: Option<i64>, detail: SegmentDetail) -> SegmentMap {
         let st = self.stats();
-        let segments = self
+        let keys = self
             .segs
             .iter()
-            .map(|(&a, seg)| SegmentView {
-                address: a,
+            .enumerate()
+            .map(|(order, (&address, seg))| SegmentKey {
+                address,
                 size: seg.size,
-                stream: seg.stream,
-                expandable: seg.expandable,
-                blocks: seg
-                    .blocks
-                    .iter()
-                    .map(|(&ba, b)| BlockView {
-                        address: ba,
-                        size: b.size,
-                        requested_bytes: b.requested,
-                        state: b.state,
-                        stack_id: b.stack,
-                    })
-                    .collect(),
+                order,
+            })
+            .collect();
+        let listed = listed_segments(keys, detail);
+        let segs: Vec<(&i64, &Segment)> = self.segs.iter().collect();
+        let largest = listed.iter().map(|&i| segs[i].1.size).max().unwrap_or(0);
+        let pixel = pixel_bytes(largest, detail);
+        let segments = listed
+            .iter()
+            .map(|&i| {
+                let (&a, seg) = segs[i];
+                let blocks = seg.blocks.iter().map(|(&ba, b)| BlockView {
+                    address: ba,
+                    size: b.size,
+                    requested_bytes: b.requested,
+                    state: b.state,
+                    stack_id: b.stack,
+                    block_count: 1,
+                });
+                segment_view(a, seg.size, seg.stream, seg.expandable, blocks, pixel)
             })
             .collect();
         SegmentMap {
@@ -311,6 +321,8 @@ impl SegmentState {
             event_index: self.cursor.checked_sub(1),
             time_us,
             segments,
+            segment_count: self.segs.len(),
+            block_count: self.segs.values().map(|s| s.blocks.len()).sum(),
             reserved_bytes: st.reserved,
             active_bytes: st.active,
             rounding_waste_bytes: st.rounding_waste,
@@ -323,29 +335,28 @@ impl SegmentState {
 
 /// Merges the free block at `addr` with free neighbours.
 fn merge_free(seg: &mut Segment, addr: i64) {
-    let mut start = addr;
-    if let Some((&p, prev)) = seg.blocks.range(..addr).next_back() {
-        if prev.state == BlockState::Inactive && p + prev.size == addr {
-            let size = seg.blocks.remove(&addr).map_or(0, |b| b.size);
-            if let Some(prev) = seg.blocks.get_mut(&p) {
-                prev.size += size;
-            }
-            start = p;
-        }
-    }
-    let Some(cur_size) = seg.blocks.get(&start).map(|b| b.size) else {
+    let Some(size) = seg.blocks.get(&addr).map(|b| b.size) else {
         return;
     };
-    let next_addr = start + cur_size;
-    if seg
+    let next_addr = addr + size;
+    let next_free = seg
         .blocks
         .get(&next_addr)
-        .is_some_and(|n| n.state == BlockState::Inactive)
-    {
-        let size = seg.blocks.remove(&next_addr).map_or(0, |b| b.size);
-        if let Some(cur) = seg.blocks.get_mut(&start) {
-            cur.size += size;
+        .filter(|n| n.state == BlockState::Inactive)
+        .map(|n| n.size);
+    if next_free.is_some() {
+        seg.blocks.remove(&next_addr);
+    }
+    let merged = size + next_free.unwrap_or(0);
+    if let Some((&p, prev)) = seg.blocks.range_mut(..addr).next_back() {
+        if prev.state == BlockState::Inactive && p + prev.size == addr {
+            prev.size += merged;
+            seg.blocks.remove(&addr);
+            return;
         }
+    }
+    if let Some(cur) = seg.blocks.get_mut(&addr) {
+        cur.size = merged;
     }
 }
 
@@ -405,7 +416,7 @@ pub fn segment_map_at(t: &SnapshotTables, ev: &DeviceEvents, idx: Option<usize>)
     let idx = if idx.is_none() && ev.is_empty() { None } else { idx };
     state.rewind_to(ev, idx);
     let time = idx.and_then(|i| ev.time_us(i));
-    Ok(state.view(ev.device, time))
+    Ok(state.view(ev.device, time, SegmentDetail::FULL))
 }
 
 /// The segment map at time `time` (µs, or entry index without timestamps): the state after the
@@ -415,11 +426,82 @@ pub fn segment_map_at_time(t: &SnapshotTables, ev: &DeviceEvents, time: i64) -> 
     segment_map_at(t, ev, n.checked_sub(1))
 }
 
+/// A state kept flat, segments and blocks in address order: about half the bytes of its
+/// B-trees, and rebuilt into them in one sorted pass.
+struct FlatState {
+    cursor: usize,
+    segs: Vec<(i64, FlatSegment)>,
+    /// Every segment's blocks, one segment after the other.
+    blocks: Vec<(i64, Block)>,
+}
+
+struct FlatSegment {
+    size: i64,
+    stream: i64,
+    expandable: bool,
+    blocks: u32,
+}
+
+impl FlatState {
+    fn of(state: &SegmentState) -> FlatState {
+        let mut blocks = Vec::with_capacity(state.segs.values().map(|s| s.blocks.len()).sum());
+        let segs = state
+            .segs
+            .iter()
+            .map(|(&a, seg)| {
+                blocks.extend(seg.blocks.iter().map(|(&ba, b)| (ba, b.clone())));
+                let flat = FlatSegment {
+                    size: seg.size,
+                    stream: seg.stream,
+                    expandable: seg.expandable,
+                    blocks: seg.blocks.len() as u32,
+                };
+                (a, flat)
+            })
+            .collect();
+        FlatState {
+            cursor: state.cursor,
+            segs,
+            blocks,
+        }
+    }
+
+    fn state(&self) -> SegmentState {
+        let mut blocks = self.blocks.iter();
+        let segs = self
+            .segs
+            .iter()
+            .map(|(a, seg)| {
+                let segment = Segment {
+                    size: seg.size,
+                    stream: seg.stream,
+                    expandable: seg.expandable,
+                    blocks: blocks.by_ref().take(seg.blocks as usize).cloned().collect(),
+                };
+                (*a, segment)
+            })
+            .collect();
+        SegmentState {
+            segs,
+            cursor: self.cursor,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.segs.capacity() * std::mem::size_of::<(i64, FlatSegment)>()
+            + self.blocks.capacity() * std::mem::size_of::<(i64, Block)>()
+    }
+}
+
+/// How many checkpoints a device's segment maps are answered from: a map then costs at most
+/// 1/`CHECKPOINTS` of the trace in undo steps.
+pub const CHECKPOINTS: usize = 128;
+
 /// Copies of the state taken every `every` entries on one backward pass, so that the map at
 /// any entry costs at most `every` undo steps instead of a replay from the end of the trace.
 pub struct SegmentCheckpoints {
     /// States in ascending cursor order; the last is the end state.
-    points: Vec<SegmentState>,
+    points: Vec<FlatState>,
 }
 
 impl SegmentCheckpoints {
@@ -427,32 +509,38 @@ impl SegmentCheckpoints {
     pub fn build(t: &SnapshotTables, ev: &DeviceEvents, count: usize) -> PolarsResult<SegmentCheckpoints> {
         let mut state = SegmentState::at_end(t, ev)?;
         let n = ev.len();
-        let every = (n / count.max(1)).max(1);
-        let mut points = vec![state.clone()];
+        let every = n.div_ceil(count.max(1)).max(1);
+        let mut points = vec![FlatState::of(&state)];
         let mut cursor = n;
         while cursor > 0 {
             let next = cursor.saturating_sub(every);
             state.rewind_to(ev, next.checked_sub(1));
-            points.push(state.clone());
+            points.push(FlatState::of(&state));
             cursor = next;
         }
         points.reverse();
         Ok(SegmentCheckpoints { points })
     }
 
-    /// The segment map right after entry `idx` (`None`: before the first entry).
-    pub fn map_at(&self, ev: &DeviceEvents, idx: Option<usize>) -> Option<SegmentMap> {
+    /// What the checkpoints hold in memory.
+    pub fn bytes(&self) -> usize {
+        self.points.iter().map(FlatState::bytes).sum()
+    }
+
+    /// The segment map right after entry `idx` (`None`: before the first entry), listing what
+    /// `detail` asks for.
+    pub fn map_at(&self, ev: &DeviceEvents, idx: Option<usize>, detail: SegmentDetail) -> Option<SegmentMap> {
         let target = idx.map_or(0, |i| (i + 1).min(ev.len()));
-        let start = self.points.iter().find(|p| p.cursor() >= target)?;
-        let mut state = start.clone();
+        let start = self.points.get(self.points.partition_point(|p| p.cursor < target))?;
+        let mut state = start.state();
         state.rewind_to(ev, target.checked_sub(1));
         let time = target.checked_sub(1).and_then(|i| ev.time_us(i));
-        Some(state.view(ev.device, time))
+        Some(state.view(ev.device, time, detail))
     }
 
     /// The segment map at time `time`: after the last entry at or before it.
-    pub fn map_at_time(&self, ev: &DeviceEvents, time: i64) -> Option<SegmentMap> {
+    pub fn map_at_time(&self, ev: &DeviceEvents, time: i64, detail: SegmentDetail) -> Option<SegmentMap> {
         let n = ev.time().partition_point(|&x| x <= time);
-        self.map_at(ev, n.checked_sub(1))
+        self.map_at(ev, n.checked_sub(1), detail)
     }
 }

@@ -8,6 +8,21 @@ use super::state::ReportState;
 use crate::format::{axis_time, bytes, stack_colour};
 
 const SEG_ROW: f64 = 14.0;
+/// Segments drawn, largest first: the map is asked for only these.
+pub const SEGMENT_ROWS: usize = 80;
+/// Left of the bars: the segment's size label; right of them: margin.
+const LABEL_WIDTH: f64 = 100.0;
+const BAR_MARGIN: f64 = 70.0;
+
+/// The canvas width the map is drawn at (its panel's width).
+fn canvas_width(c: &web_sys::HtmlCanvasElement) -> f64 {
+    c.parent_element().map(|p| p.client_width()).unwrap_or(900).max(400) as f64
+}
+
+/// The pixels the largest segment's bar spans on `c` (what the map is asked for at).
+pub fn bar_pixels(c: Option<&web_sys::HtmlCanvasElement>) -> usize {
+    (c.map_or(900.0, canvas_width) - LABEL_WIDTH - BAR_MARGIN) as usize
+}
 
 /// The segment map panel: a summary line and the drawing, following the timeline's cursor.
 #[component]
@@ -31,7 +46,7 @@ pub fn SegmentPanel(st: ReportState) -> impl IntoView {
                 view! {
                     <p class="muted" id="segment-summary">
                         {format!("{when}: {} segments, {} reserved, {} active, {} free (largest {}), {} rounding waste, {} pending free — follows the cursor; click pins",
-                            m.segments.len(), bytes(m.reserved_bytes), bytes(m.active_bytes), bytes(m.free_bytes), bytes(m.largest_free_block_bytes), bytes(m.rounding_waste_bytes), bytes(m.pending_free_bytes))}
+                            m.segment_count, bytes(m.reserved_bytes), bytes(m.active_bytes), bytes(m.free_bytes), bytes(m.largest_free_block_bytes), bytes(m.rounding_waste_bytes), bytes(m.pending_free_bytes))}
                     </p>
                 }
             })}
@@ -45,8 +60,8 @@ pub fn SegmentPanel(st: ReportState) -> impl IntoView {
 /// waste (dark sliver at the block's end).
 fn draw_segments(c: &web_sys::HtmlCanvasElement, m: &SegmentMap) {
     let Some(ctx) = context_2d(c) else { return };
-    let width = c.parent_element().map(|p| p.client_width()).unwrap_or(900).max(400) as f64;
-    let rows = m.segments.len().min(80);
+    let width = canvas_width(c);
+    let rows = m.segments.len().min(SEGMENT_ROWS);
     let height = (rows as f64 * SEG_ROW + 24.0).max(40.0);
     c.set_width(width as u32);
     c.set_height(height as u32);
@@ -55,7 +70,7 @@ fn draw_segments(c: &web_sys::HtmlCanvasElement, m: &SegmentMap) {
     let mut segs: Vec<&memlens_api::SegmentView> = m.segments.iter().collect();
     segs.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
     let largest = segs.first().map_or(1, |s| s.size).max(1) as f64;
-    let usable = width - 170.0;
+    let usable = bar_pixels(Some(c)) as f64;
     ctx.set_font("10px sans-serif");
     for (r, s) in segs.iter().take(rows).enumerate() {
         let y = 4.0 + r as f64 * SEG_ROW;
@@ -65,7 +80,7 @@ fn draw_segments(c: &web_sys::HtmlCanvasElement, m: &SegmentMap) {
             2.0,
             y + 10.0,
         );
-        let x0 = 100.0;
+        let x0 = LABEL_WIDTH;
         for b in &s.blocks {
             let bx = x0 + (b.address - s.address) as f64 / largest * usable;
             let bw = (b.size as f64 / largest * usable).max(0.5);
@@ -83,10 +98,10 @@ fn draw_segments(c: &web_sys::HtmlCanvasElement, m: &SegmentMap) {
             }
         }
     }
-    if m.segments.len() > rows {
+    if m.segment_count > rows {
         ctx.set_fill_style_str("#555");
         let _ = ctx.fill_text(
-            &format!("… {} smaller segments not drawn", m.segments.len() - rows),
+            &format!("… {} smaller segments not drawn", m.segment_count - rows),
             2.0,
             height - 6.0,
         );

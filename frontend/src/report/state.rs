@@ -455,9 +455,13 @@ impl ReportState {
 
     fn load_segments(self, params: SegmentsParams) {
         let id = self.id.get_value();
+        // Only what the panel draws: its largest segments, blocks merged below a pixel.
+        let canvas = self.seg_canvas.get_untracked();
         let params = SegmentsParams {
             file: Some(self.file.get_value()),
             device: Some(self.device.get_untracked()),
+            max_segments: Some(super::segments::SEGMENT_ROWS),
+            width: Some(super::segments::bar_pixels(canvas.as_ref())),
             ..params
         };
         spawn_local(async move {

@@ -14,6 +14,7 @@ use memlens_api::{
     WhatIfFile, WhatIfParams,
 };
 use memlens_core::analysis::gpu_samples::gpu_series;
+use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::whatif::what_if_file;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
@@ -188,10 +189,14 @@ pub async fn segments(
         let tables = f.tables().map_err(internal)?;
         let ev = DeviceEvents::new(&tables, device).map_err(internal)?;
         let cp = f.checkpoints(&tables, &ev).map_err(internal)?;
+        let detail = SegmentDetail {
+            max_segments: q.max_segments,
+            width: q.width,
+        };
         match (q.event, q.time) {
-            (Some(e), _) => cp.map_at(&ev, Some(e)),
-            (None, Some(time)) => cp.map_at_time(&ev, time),
-            (None, None) => cp.map_at(&ev, ev.len().checked_sub(1)),
+            (Some(e), _) => cp.map_at(&ev, Some(e), detail),
+            (None, Some(time)) => cp.map_at_time(&ev, time, detail),
+            (None, None) => cp.map_at(&ev, ev.len().checked_sub(1), detail),
         }
         .ok_or_else(|| ApiError::Internal("no segment checkpoint covers the entry".into()))
     })

@@ -1,0 +1,99 @@
+//! `memlens-bench-segments [FILE]`: latency and payload of segment-map queries on an imported
+//! snapshot: the checkpoint build (its time and size), then 50 random instants answered from the
+//! checkpoints, each at full detail and at the level of detail the report page asks for (the
+//! largest segments at its canvas width). Defaults to the shared benchmark file. Run it in
+//! release mode.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use memlens_core::analysis::segment_detail::SegmentDetail;
+use memlens_core::analysis::segment_map::{SegmentCheckpoints, CHECKPOINTS};
+use memlens_core::analysis::DeviceEvents;
+use memlens_core::importers::{import_path, Imported};
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn main() {
+    let path = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"));
+    let tables = match import_path(&path, Default::default()).map(|f| f.data) {
+        Ok(Imported::Snapshot(t)) => t,
+        Ok(Imported::GpuSamples(_)) => {
+            eprintln!("memlens-bench-segments: {}: not an allocator snapshot", path.display());
+            std::process::exit(2);
+        }
+        Err(e) => {
+            eprintln!("memlens-bench-segments: {}: {e}", path.display());
+            std::process::exit(2);
+        }
+    };
+    let device = tables
+        .events
+        .column("device")
+        .and_then(|c| c.i64().cloned())
+        .ok()
+        .and_then(|c| c.get(0))
+        .unwrap_or(0);
+    let ev = DeviceEvents::new(&tables, device).expect("device events");
+    let n = ev.len();
+    println!("report          {} ({n} entries on device {device})", path.display());
+
+    let built = Instant::now();
+    let checkpoints = SegmentCheckpoints::build(&tables, &ev, CHECKPOINTS).expect("checkpoints");
+    println!(
+        "{CHECKPOINTS} checkpoints built in {:.0} ms, {:.1} MiB",
+        built.elapsed().as_secs_f64() * 1e3,
+        checkpoints.bytes() as f64 / (1024.0 * 1024.0)
+    );
+
+    // Deterministic pseudo-random instants (xorshift).
+    let mut x: u64 = 0x9E3779B97F4A7C15;
+    let instants: Vec<usize> = (0..50)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n.max(1) as u64) as usize
+        })
+        .collect();
+    for (label, detail) in [
+        ("full detail", SegmentDetail::FULL),
+        (
+            "page detail (80 segments, 1430 px)",
+            SegmentDetail {
+                max_segments: Some(80),
+                width: Some(1430),
+            },
+        ),
+    ] {
+        let mut ms = Vec::new();
+        let mut max_bytes = 0;
+        for &i in &instants {
+            let s = Instant::now();
+            let map = checkpoints.map_at(&ev, Some(i), detail).expect("map");
+            let json = serde_json::to_vec(&map).expect("json");
+            ms.push(s.elapsed().as_secs_f64() * 1e3);
+            max_bytes = max_bytes.max(json.len());
+        }
+        ms.sort_by(f64::total_cmp);
+        println!(
+            "{label:<36} 50 maps p50 {:.1} ms, p95 {:.1} ms, max payload {:.0} KiB",
+            percentile(&ms, 0.5),
+            percentile(&ms, 0.95),
+            max_bytes as f64 / 1024.0
+        );
+    }
+}
+
+// The checkout at run time (see memlens-bench-timeline).
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
