@@ -1,16 +1,18 @@
-//! The timeline and the category timeline answered from a device's indexes equal the same
+//! The timeline, the category timeline and the flame graph answered from a device's indexes
+//! equal the same
 //! queries by a pass over its frames: on every committed snapshot, every device, both axes,
 //! the full range and random windows at random widths (including windows past either end and
 //! one bucket wide).
 
 use memlens_core::pipeline::{self, Input, KeepFrames};
 use memlens_core::query::{
-    category_timeline, category_timeline_with, timeline_on, timeline_with, Axis, CategoryIndex, TimelineIndex,
+    category_timeline, category_timeline_with, flame_graph, flame_graph_with, timeline_on, timeline_with, Axis,
+    CategoryIndex, TimelineIndex,
 };
 use memlens_tests::{snapshots_in, traces_dir};
 
 #[test]
-fn an_indexed_timeline_equals_a_scanned_one_on_every_committed_snapshot() {
+fn indexed_timelines_categories_and_flames_equal_scanned_ones_on_every_committed_snapshot() {
     let mut x: u64 = 0x9E3779B97F4A7C15;
     let mut next = move || {
         x ^= x << 13;
@@ -21,12 +23,15 @@ fn an_indexed_timeline_equals_a_scanned_one_on_every_committed_snapshot() {
     let mut compared = 0;
     let (mut devices, mut with_category_index) = (0, 0);
     for path in snapshots_in(&traces_dir()) {
-        let mut keep = KeepFrames::default();
+        let mut keep = KeepFrames {
+            with_stacks: true,
+            ..KeepFrames::default()
+        };
         let Ok(out) = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep) else {
             continue;
         };
         let name = path.display();
-        for (summary, frames) in out.files.iter().zip(&keep.files) {
+        for ((summary, frames), stacks) in out.files.iter().zip(&keep.files).zip(&keep.stacks) {
             for (d, dev) in summary.devices.iter().zip(frames) {
                 let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
                 let categories = CategoryIndex::build(dev).expect("category index");
@@ -66,6 +71,13 @@ fn an_indexed_timeline_equals_a_scanned_one_on_every_committed_snapshot() {
                                 d.device
                             );
                         }
+                        let scanned = flame_graph(dev, stacks, axis, start, end).expect("scanned");
+                        let indexed = flame_graph_with(dev, stacks, axis, Some(&index), start, end).expect("indexed");
+                        assert!(
+                            indexed == scanned,
+                            "flame: {name} device {} {axis:?} {start:?}..{end:?}",
+                            d.device
+                        );
                         compared += 1;
                     }
                 }

@@ -87,31 +87,54 @@ impl BandIndex {
 
     /// The allocations overlapping `[start, end]` (see [`Overlapping`]).
     pub fn overlapping(&self, ends: &impl Endpoints, size: &[i64], start: i64, end: i64, limit: usize) -> Overlapping {
-        let n = self.by_alloc.len();
-        let alloc_at = |k: usize| ends.alloc(self.by_alloc[k] as usize);
-        let born_before = partition(n, |k| alloc_at(k) < start);
-        let born_by_end = partition(n, |k| alloc_at(k) <= end).max(born_before);
-        // Born before `start` and live at it: the checkpoint's list, then the rows since.
-        let cp = &self.checkpoints;
-        let c = born_before / cp.spacing;
-        let listed = &cp.rows[cp.offsets[c]..cp.offsets[c + 1]];
-        let since = &self.by_alloc[c * cp.spacing..born_before];
-        let live_at_start: Vec<usize> = listed
-            .iter()
-            .chain(since)
-            .map(|&i| i as usize)
-            .filter(|&i| ends.free(i) >= start)
-            .collect();
-        let total = live_at_start.len() + (born_by_end - born_before);
-        let mut largest = live_at_start;
+        let window = self.window(ends, start, end);
+        let total = window.live_at_start.len() + window.born.len();
+        let mut largest = window.live_at_start;
         self.largest
-            .candidates(&self.by_alloc, born_before, born_by_end, limit, &mut largest);
+            .candidates(&self.by_alloc, window.born.start, window.born.end, limit, &mut largest);
         if largest.len() > limit && limit > 0 {
             largest.select_nth_unstable_by(limit - 1, |&x, &y| larger_row(size, x, y));
         }
         largest.truncate(limit);
         Overlapping { largest, total }
     }
+
+    /// Every allocation overlapping `[start, end]`, each once, in no particular order.
+    pub fn for_each_overlapping(&self, ends: &impl Endpoints, start: i64, end: i64, mut f: impl FnMut(usize)) {
+        let window = self.window(ends, start, end);
+        window.live_at_start.into_iter().for_each(&mut f);
+        self.by_alloc[window.born].iter().for_each(|&i| f(i as usize));
+    }
+
+    /// The allocations overlapping `[start, end]`: those born before `start` and live at it
+    /// (the checkpoint's list, then the rows since), and the run of `by_alloc` born inside.
+    fn window(&self, ends: &impl Endpoints, start: i64, end: i64) -> Window {
+        let n = self.by_alloc.len();
+        let alloc_at = |k: usize| ends.alloc(self.by_alloc[k] as usize);
+        let born_before = partition(n, |k| alloc_at(k) < start);
+        let born_by_end = partition(n, |k| alloc_at(k) <= end).max(born_before);
+        let cp = &self.checkpoints;
+        let c = born_before / cp.spacing;
+        let listed = &cp.rows[cp.offsets[c]..cp.offsets[c + 1]];
+        let since = &self.by_alloc[c * cp.spacing..born_before];
+        let live_at_start = listed
+            .iter()
+            .chain(since)
+            .map(|&i| i as usize)
+            .filter(|&i| ends.free(i) >= start)
+            .collect();
+        Window {
+            live_at_start,
+            born: born_before..born_by_end,
+        }
+    }
+}
+
+/// The allocations a window overlaps, in two parts.
+struct Window {
+    live_at_start: Vec<usize>,
+    /// Positions in `by_alloc`.
+    born: std::ops::Range<usize>,
 }
 
 /// The first `k` in `0..n` for which `pred` is false (`pred` true on a prefix).
@@ -277,6 +300,11 @@ mod tests {
                 windows.push((start, start + span));
             }
             for (start, end) in windows {
+                let mut every = Vec::new();
+                index.for_each_overlapping(&ends, start, end, |i| every.push(i));
+                every.sort_unstable();
+                let want: Vec<usize> = (0..ends.len()).filter(|&i| ends.overlaps(i, start, end)).collect();
+                assert_eq!(every, want, "{start}..{end}: every overlapping allocation, once");
                 for limit in [1, 30, 2000] {
                     let found = index.overlapping(&ends, &size, start, end, limit);
                     let mut largest = found.largest.clone();

@@ -3,12 +3,19 @@
 //! frame in; allocations without frames hang under why they have none. Laid out here as an
 //! icicle (the root row on top, each node's children left to right, largest first) and pruned
 //! to what is wide enough to see, so the answer is bounded whatever the trace.
+//!
+//! Weights are summed exactly (bytes × axis units in integers), so an answer does not depend
+//! on the order allocations are visited in: with the device's timeline index only those
+//! overlapping the window are (see [`BandIndex::for_each_overlapping`]), which is the same
+//! answer as a pass over every allocation.
 
 use memlens_api::{FlameGraph, FlameNode};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::{axis_positions, endpoints, Axis};
+use super::band_index::BandIndex;
+use super::timeline_index::AxisEnds;
+use super::{axis_positions, endpoints, Axis, TimelineIndex};
 use crate::columns::lifetimes as lt_col;
 use crate::frames::DeviceFrames;
 use crate::stacks::StackResolver;
@@ -24,11 +31,66 @@ struct Node {
     children: FxHashMap<String, Node>,
 }
 
-/// The flame graph of `[start, end]` on `axis` (defaults: the whole trace).
+/// Stacks below this id are summed in a vector, the rare larger ones in a map.
+const DENSE_STACKS: usize = 1 << 20;
+
+/// Bytes × axis units per stack, summed exactly.
+#[derive(Default)]
+struct StackWeights {
+    dense: Vec<i128>,
+    sparse: FxHashMap<u32, i128>,
+}
+
+impl StackWeights {
+    #[inline]
+    fn add(&mut self, stack: u32, size: i64, from: i64, to: i64) {
+        if to <= from {
+            return;
+        }
+        let w = size as i128 * (to as i128 - from as i128);
+        let s = stack as usize;
+        if s < DENSE_STACKS {
+            if s >= self.dense.len() {
+                self.dense.resize(s + 1, 0);
+            }
+            self.dense[s] += w;
+        } else {
+            *self.sparse.entry(stack).or_default() += w;
+        }
+    }
+
+    /// Every stack with weight, in seconds (or entries) × bytes.
+    fn into_weights(self, unit: f64) -> Vec<(u32, f64)> {
+        let dense = self.dense.into_iter().enumerate().map(|(s, w)| (s as u32, w));
+        let mut out: Vec<(u32, f64)> = dense
+            .chain(self.sparse)
+            .filter(|&(_, w)| w != 0)
+            .map(|(s, w)| (s, w as f64 * unit))
+            .collect();
+        out.sort_unstable_by_key(|&(s, _)| s);
+        out
+    }
+}
+
+/// The flame graph of `[start, end]` on `axis` (defaults: the whole trace), by a pass over
+/// every allocation (what [`flame_graph_with`] answers from an index).
 pub fn flame_graph(
     dev: &DeviceFrames,
     stacks: &StackResolver,
     axis: Axis,
+    start: Option<i64>,
+    end: Option<i64>,
+) -> PolarsResult<FlameGraph> {
+    flame_graph_with(dev, stacks, axis, None, start, end)
+}
+
+/// The flame graph of `[start, end]`, visiting only the allocations overlapping it when
+/// `index` (built from `dev` on `axis`) has a band index.
+pub fn flame_graph_with(
+    dev: &DeviceFrames,
+    stacks: &StackResolver,
+    axis: Axis,
+    index: Option<&TimelineIndex>,
     start: Option<i64>,
     end: Option<i64>,
 ) -> PolarsResult<FlameGraph> {
@@ -41,14 +103,15 @@ pub fn flame_graph(
     let lt = &dev.lifetimes;
     let size = lt_col::SIZE.slice(lt)?;
     let stack = lt_col::STACK.slice(lt)?;
-    let (t_alloc, t_free) = endpoints(lt, axis)?;
-    let mut by_stack: FxHashMap<u32, f64> = FxHashMap::default();
-    for (i, (a, f)) in t_alloc.iter().zip(t_free.iter()).enumerate() {
-        let (a, f) = (a.unwrap_or(start).max(start), f.unwrap_or(end).min(end));
-        if f > a {
-            *by_stack.entry(stack[i]).or_default() += size[i] as f64 * (f - a) as f64 * unit;
-        }
+    let mut weights = StackWeights::default();
+    match index.filter(|ix| ix.fits(dev, axis)) {
+        Some(ix) => match AxisEnds::with_index(dev, ix)? {
+            Some((bands, ends)) => add_overlapping(bands, &ends, size, stack, start, end, &mut weights),
+            None => add_every(dev, axis, size, stack, start, end, &mut weights)?,
+        },
+        None => add_every(dev, axis, size, stack, start, end, &mut weights)?,
     }
+    let by_stack = weights.into_weights(unit);
     let mut root = Node::default();
     for (id, w) in by_stack {
         root.value += w;
@@ -80,6 +143,42 @@ pub fn flame_graph(
         truncated: nodes.len() >= MAX_NODES,
         nodes,
     })
+}
+
+/// Every allocation's weight inside `[start, end]`, by a pass over all of them.
+fn add_every(
+    dev: &DeviceFrames,
+    axis: Axis,
+    size: &[i64],
+    stack: &[u32],
+    start: i64,
+    end: i64,
+    weights: &mut StackWeights,
+) -> PolarsResult<()> {
+    let (t_alloc, t_free) = endpoints(&dev.lifetimes, axis)?;
+    for (i, (a, f)) in t_alloc.iter().zip(t_free.iter()).enumerate() {
+        let (a, f) = (a.unwrap_or(start).max(start), f.unwrap_or(end).min(end));
+        weights.add(stack[i], size[i], a, f);
+    }
+    Ok(())
+}
+
+/// The weights of the allocations the band index finds overlapping `[start, end]` (the others
+/// weigh nothing).
+fn add_overlapping(
+    bands: &BandIndex,
+    ends: &AxisEnds<'_>,
+    size: &[i64],
+    stack: &[u32],
+    start: i64,
+    end: i64,
+    weights: &mut StackWeights,
+) {
+    use super::band_index::Endpoints;
+    bands.for_each_overlapping(ends, start, end, |i| {
+        // Predating the trace (`i64::MIN`) counts from `start`; never freed (`i64::MAX`) to `end`.
+        weights.add(stack[i], size[i], ends.alloc(i).max(start), ends.free(i).min(end));
+    });
 }
 
 /// Children of `node` from `offset`, largest first, depth-first, skipping the narrow.

@@ -21,7 +21,7 @@ mod timeline_index;
 
 pub use categories::{category_timeline, category_timeline_with};
 pub use category_index::CategoryIndex;
-pub use flame::{flame_graph, MAX_NODES as MAX_FLAME_NODES};
+pub use flame::{flame_graph, flame_graph_with, MAX_NODES as MAX_FLAME_NODES};
 use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
 use polars::prelude::*;
 use pyramid::{Positions, NO_BLOCKS};

@@ -2,13 +2,17 @@
 //! (query + JSON encoding) on a processed report, over the full range and 100 random zoom
 //! windows: first by a pass over the frames, then answered from the device's timeline index
 //! (its build time and size are printed, and every indexed answer is checked equal to the
-//! scanned one). Defaults to the shared benchmark file. Run it in release mode.
+//! scanned one); then the category timeline and the flame graph of the same windows, each by a
+//! pass and from its index, checked equal the same way. Defaults to the shared benchmark file.
+//! Run it in release mode.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use memlens_core::pipeline::{self, Input, KeepFrames};
-use memlens_core::query::{category_timeline_with, timeline_with, Axis, CategoryIndex, TimelineIndex};
+use memlens_core::query::{
+    category_timeline_with, flame_graph_with, timeline_with, Axis, CategoryIndex, TimelineIndex,
+};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -20,7 +24,10 @@ fn main() {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"));
-    let mut sink = KeepFrames::default();
+    let mut sink = KeepFrames {
+        with_stacks: true,
+        ..KeepFrames::default()
+    };
     let out = match pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink) {
         Ok(out) => out,
         Err(e) => {
@@ -28,9 +35,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let (Some(d), Some(dev)) = (
+    let (Some(d), Some(dev), Some(stacks)) = (
         out.files.first().and_then(|f| f.devices.first()),
         sink.files.into_iter().next().and_then(|f| f.into_iter().next()),
+        sink.stacks.into_iter().next(),
     ) else {
         eprintln!("memlens-bench-timeline: {}: no snapshot device", path.display());
         std::process::exit(2);
@@ -170,6 +178,47 @@ fn main() {
         println!("  (no category index: the categories' total is not the allocated line)");
     } else if answers[0] != answers[1] {
         eprintln!("memlens-bench-timeline: an indexed category answer differs from the scanned one");
+        std::process::exit(1);
+    }
+
+    // The flame graph of the same windows.
+    let mut answers = Vec::new();
+    for ix in [None, Some(&index)] {
+        let mut full = Vec::new();
+        let mut zoom = Vec::new();
+        let mut jsons = Vec::new();
+        for (i, w) in std::iter::repeat_n(None, 5)
+            .chain(windows.iter().take(20).map(Some))
+            .enumerate()
+        {
+            let s = Instant::now();
+            let (start, end) = w.map_or((None, None), |&(a, b)| (Some(a), Some(b)));
+            let g = flame_graph_with(&dev, &stacks, Axis::Time, ix, start, end).expect("flame");
+            jsons.push(serde_json::to_vec(&g).expect("json"));
+            let ms = s.elapsed().as_secs_f64() * 1e3;
+            if i < 5 {
+                full.push(ms)
+            } else {
+                zoom.push(ms)
+            }
+        }
+        full.sort_by(f64::total_cmp);
+        zoom.sort_by(f64::total_cmp);
+        println!(
+            "flame graph {}:\n  full range p50 {:.1} ms, 20 zooms p50 {:.1} ms, p95 {:.1} ms",
+            if ix.is_some() {
+                "from the timeline index"
+            } else {
+                "by a pass over the allocations"
+            },
+            percentile(&full, 0.5),
+            percentile(&zoom, 0.5),
+            percentile(&zoom, 0.95)
+        );
+        answers.push(jsons);
+    }
+    if answers[0] != answers[1] {
+        eprintln!("memlens-bench-timeline: an indexed flame graph differs from the scanned one");
         std::process::exit(1);
     }
 }

@@ -169,7 +169,9 @@ pub async fn flame(
     let (device, axis) = (d.device, axis_of(&q, d));
     let g = with_file(&st, &id, fi, move |f| {
         let (devices, stacks) = (f.devices().map_err(internal)?, f.stacks().map_err(internal)?);
-        query::flame_graph(frames_of(&devices, device)?, &stacks, axis, q.start, q.end).map_err(internal)
+        let frames = frames_of(&devices, device)?;
+        let index = f.timeline_index(frames, axis).map_err(internal)?;
+        query::flame_graph_with(frames, &stacks, axis, Some(&index), q.start, q.end).map_err(internal)
     })
     .await?;
     Ok(Json(g))
