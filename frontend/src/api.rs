@@ -107,6 +107,21 @@ pub async fn sleep(ms: i32) {
     let _ = JsFuture::from(p).await;
 }
 
+/// Waits until the browser has painted the next frame: a timer set from that frame's
+/// animation callback, which runs once the frame is on its way to the screen.
+pub async fn after_next_paint() {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        let Some(w) = web_sys::window() else { return };
+        let frame = Closure::once_into_js(move || {
+            if let Some(w) = web_sys::window() {
+                let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
+            }
+        });
+        let _ = w.request_animation_frame(frame.unchecked_ref());
+    });
+    let _ = JsFuture::from(p).await;
+}
+
 /// A query parameter of the current URL.
 pub fn query_param(name: &str) -> Option<String> {
     let search = web_sys::window()?.location().search().ok()?;

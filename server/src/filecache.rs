@@ -63,6 +63,11 @@ impl LoadedFiles {
         }
     }
 
+    /// File `file` of report `id` if the cache holds it.
+    pub fn get(&self, id: &str, file: usize) -> Option<Arc<LoadedFile>> {
+        self.cache.get(&(id.to_owned(), file)).map(|c| c.file)
+    }
+
     /// Puts a file in (one larger than the whole budget is not kept).
     pub fn insert(&self, id: &str, file: usize, f: Arc<LoadedFile>) {
         let key = (id.to_owned(), file);

@@ -222,6 +222,9 @@ impl Ingest {
                 if let Err(e) = job.store.set_state(&id2, state, error.as_deref()) {
                     tracing::error!(report = %id2, "cannot record the outcome: {e}");
                 }
+                if state == ReportState::Ready {
+                    job.prepare_first_view(&id2);
+                }
             })
             .await;
             if let Err(e) = result {
@@ -238,6 +241,22 @@ impl Ingest {
     /// Processes a report (on this thread, with a lower-priority thread of its own for the
     /// pipeline): its data is written and committed, or nothing is. Live progress is kept
     /// meanwhile; the caller records the outcome in the index.
+    /// For a report this server just processed and keeps in memory, builds what a page opened
+    /// on it asks for first. Called once its outcome is recorded: the page opened when it reads
+    /// as ready finds them built, or waits for this build instead of starting its own.
+    pub fn prepare_first_view(&self, id: &str) {
+        let Some(f) = self.files.as_ref().and_then(|files| files.get(id, 0)) else {
+            return;
+        };
+        let before = f.bytes();
+        if let Err(e) = f.prepare_first_view() {
+            tracing::warn!(report = %id, "first view indexes: {e}");
+        }
+        if let Some(files) = &self.files {
+            files.reweigh(id, 0, &f, before);
+        }
+    }
+
     pub fn process_job(&self, id: &str) -> JobOutcome {
         let progress = Arc::new(Progress::default());
         if let Ok(mut m) = self.progress.lock() {

@@ -345,6 +345,28 @@ impl LoadedFile {
         })
     }
 
+    /// Builds what a report page's first view asks for — the focus device's timeline index on
+    /// its default axis, then its category index — so that its first queries find them built.
+    pub fn prepare_first_view(&self) -> Result<(), DataError> {
+        let Some(d) = self
+            .summary
+            .focus_device
+            .and_then(|f| self.summary.devices.iter().find(|d| d.device == f))
+        else {
+            return Ok(());
+        };
+        let axis = match d.time_axis {
+            memlens_api::TimeAxis::TimeUs => Axis::Time,
+            memlens_api::TimeAxis::EventOrder => Axis::Event,
+        };
+        let devices = self.devices()?;
+        if let Some(frames) = devices.iter().find(|f| f.device == d.device) {
+            self.timeline_index(frames, axis)?;
+            self.category_index(frames)?;
+        }
+        Ok(())
+    }
+
     /// The timeline index of a device's frames on `axis` (built once, then shared; its bytes
     /// count towards the file's).
     pub fn timeline_index(&self, frames: &DeviceFrames, axis: Axis) -> PolarsResult<Arc<TimelineIndex>> {
@@ -614,6 +636,31 @@ mod tests {
             assert_eq!(d.user_metadata, from_trace);
         }
         assert!(any, "labels.pickle sets user metadata on some allocations");
+    }
+
+    #[test]
+    fn a_first_view_builds_the_focus_devices_indexes_that_its_queries_then_use() {
+        let id = "00000000000000000000000000000005";
+        let (_root, store) = store_with_report(id);
+        // Two devices: the report opens on device 1, where the leak is.
+        let (_, out) = process_into(&store, id, "leak.two_devices.pickle");
+        let summary = &out.files[0];
+        assert_eq!(summary.focus_device, Some(1));
+        let f = LoadedFile::open(store.clone(), id, 0, summary);
+        let devices = f.devices().expect("devices");
+        let before = f.bytes();
+        f.prepare_first_view().expect("first view");
+        let prepared = f.bytes();
+        let focus = devices.iter().find(|d| d.device == 1).expect("device 1");
+        let (timeline, categories) = (
+            f.timeline_index(focus, Axis::Time).expect("timeline index"),
+            f.category_index(focus).expect("category index"),
+        );
+        let built = timeline.bytes() + categories.as_ref().as_ref().map_or(0, CategoryIndex::bytes);
+        assert!(categories.is_some());
+        assert_eq!(prepared, before + built as u64, "the first view built both");
+        assert_eq!(f.bytes(), prepared, "and its queries found them built");
+        assert_eq!(f.loaded_parts(), ["devices"]);
     }
 
     /// Writes like the version before `meta.json`, `event_notes` and category columns.

@@ -103,6 +103,7 @@ fn claim_loop(ingest: &Arc<Ingest>, worker: &str, lease: Duration, stop: &Atomic
                 let outcome = with_lease(jobs, &claim.id, worker, lease, || ingest.process_job(&claim.id));
                 let (state, error) = settle(outcome, claim.attempt);
                 match jobs.finish(&claim.id, worker, state, error.as_deref()) {
+                    Ok(true) if state == ReportState::Ready => ingest.prepare_first_view(&claim.id),
                     Ok(true) => {}
                     Ok(false) => {
                         tracing::warn!(report = %claim.id, "lost the lease before finishing; another worker has it")

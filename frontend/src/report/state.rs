@@ -224,6 +224,13 @@ impl ReportState {
             // How long drawing took once this answer arrived (read by the speed bench).
             if let Some(c) = self.canvas.get_untracked() {
                 let _ = c.set_attribute("data-data-to-drawn-ms", &format!("{:.2}", now_ms() - arrived));
+                // When the first drawing reached the screen (read by the speed bench).
+                if c.get_attribute("data-painted-at").is_none() {
+                    spawn_local(async move {
+                        api::after_next_paint().await;
+                        let _ = c.set_attribute("data-painted-at", &format!("{:.1}", now_ms()));
+                    });
+                }
             }
             self.load_pending_segments();
             if !exact {
