@@ -5,6 +5,7 @@
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
+use crate::analysis::segment_checkpoints::SegmentCheckpoints;
 use crate::analysis::{device_notes, DeviceEvents};
 use crate::tables::{Action, SnapshotTables};
 
@@ -20,6 +21,10 @@ pub struct DeviceFrames {
     /// The `user_metadata` of the device's allocations that carry one, by the alloc's entry
     /// index (lifetimes' `alloc_idx`), from the snapshot's `event_notes`.
     pub user_metadata: FxHashMap<i64, String>,
+    /// The segment map's checkpoints, when the sink asked for them
+    /// ([`crate::pipeline::PipelineSink::keeps_segment_checkpoints`]); stored as objects of
+    /// their own and never loaded back with the frames.
+    pub segment_checkpoints: Option<SegmentCheckpoints>,
 }
 
 /// The `user_metadata` of a device's alloc entries, by entry index on the device.

@@ -20,7 +20,7 @@ use crate::analysis::run::run_overview;
 use crate::analysis::DeviceEvents;
 use crate::error::{AnalysisError, ImportError};
 use crate::importers::{import_on_thread, ImportOptions, Imported};
-use crate::report::{analyze_gpu_log, analyze_snapshot, snapshot_time_range};
+use crate::report::{analyze_gpu_log, analyze_snapshot_with, snapshot_time_range};
 use crate::samples::GpuSampleTables;
 use crate::source::Source;
 use crate::stacks::StackResolver;
@@ -113,6 +113,11 @@ pub trait PipelineSink {
     /// Whether [`PipelineSink::snapshot`] and [`PipelineSink::gpu_log`] are wanted (building
     /// per-device frames costs a copy of each time axis).
     fn keeps_tables(&self) -> bool {
+        false
+    }
+    /// Whether each device's frames should carry the segment map's checkpoints (taken on the
+    /// fragmentation replay; what a stored report answers segment maps from).
+    fn keeps_segment_checkpoints(&self) -> bool {
         false
     }
     fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), String> {
@@ -209,7 +214,9 @@ pub fn run_with(
             message: e.to_string(),
         };
         snapshot_ranges.extend(snapshot_time_range(&tables).map_err(internal)?);
-        let (summary, analyses) = analyze_snapshot(&tables, &name, imported.gzip, rules).map_err(internal)?;
+        let checkpoints = sink.keeps_tables() && sink.keeps_segment_checkpoints();
+        let (summary, analyses) =
+            analyze_snapshot_with(&tables, &name, imported.gzip, rules, checkpoints).map_err(internal)?;
         // PyTorch's reserved over time, for the memory outside it an NVML log of the run shows.
         for a in &analyses {
             let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(e.into()))?;
@@ -239,6 +246,7 @@ pub fn run_with(
                     lifetimes: a.lifetimes,
                     fragmentation: a.fragmentation,
                     user_metadata: alloc_metadata(&tables, a.summary.device).map_err(|e| internal(e.into()))?,
+                    segment_checkpoints: a.segment_checkpoints,
                 });
             }
             sink.snapshot(SnapshotOutput {

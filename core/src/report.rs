@@ -20,6 +20,7 @@ use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of,
 use crate::analysis::phases::{iteration_starts, phase_ranges, with_inferred_optimizer_steps};
 use crate::analysis::pools::memory_pools;
 use crate::analysis::run::metadata_rank;
+use crate::analysis::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use crate::analysis::stalls::pending_free_stalls;
 use crate::analysis::usage::usage_over_time;
 use crate::analysis::{devices, DeviceEvents};
@@ -42,6 +43,8 @@ pub struct DeviceAnalysis {
     pub usage: DataFrame,
     pub lifetimes: DataFrame,
     pub fragmentation: DataFrame,
+    /// The segment map's checkpoints, when the run keeps them (see [`analyze_snapshot_with`]).
+    pub segment_checkpoints: Option<SegmentCheckpoints>,
 }
 
 /// Runs every analysis for one device.
@@ -51,14 +54,27 @@ pub fn analyze_device(
     stacks: &StackResolver,
     rules: &FrameRules,
 ) -> Result<DeviceAnalysis, AnalysisError> {
+    analyze_device_keeping(t, device, stacks, rules, false)
+}
+
+/// [`analyze_device`], keeping the segment map's checkpoints the fragmentation replay takes
+/// when `checkpoints` is set (what a stored report answers segment maps from).
+pub fn analyze_device_keeping(
+    t: &SnapshotTables,
+    device: i64,
+    stacks: &StackResolver,
+    rules: &FrameRules,
+    checkpoints: bool,
+) -> Result<DeviceAnalysis, AnalysisError> {
     let ev = DeviceEvents::new(t, device)?;
     let usage = usage_over_time(t, &ev)?;
     let mut exact = ev.indices_of(Action::Oom);
     exact.extend(usage.peak_allocated_idx);
     // The fragmentation replay is the longest analysis and needs only the usage: it runs on a
     // second thread while the lifetimes, leaks and categories are found.
+    let count = checkpoints.then_some(CHECKPOINTS);
     std::thread::scope(|scope| {
-        let replay = scope.spawn(|| fragmentation_over_time(t, &ev, &usage, FRAGMENTATION_SAMPLES, &exact));
+        let replay = scope.spawn(|| fragmentation_over_time(t, &ev, &usage, FRAGMENTATION_SAMPLES, &exact, count));
         analyze_device_with(t, &ev, &usage, stacks, rules, || match replay.join() {
             Ok(frag) => frag,
             Err(panic) => std::panic::resume_unwind(panic),
@@ -122,7 +138,7 @@ fn analyze_device_with(
     let (stalls, pending_peak) = pending_free_stalls(ev, stacks);
     let peak_stacks = live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?;
     let peak_modules = live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?;
-    let frag = fragmentation()?;
+    let mut frag = fragmentation()?;
     let mut ooms = explain_ooms(ev, usage, &frag, &lifetimes, stacks, expandable, &no_stack)?;
     for o in &mut ooms {
         with_categories(
@@ -170,6 +186,7 @@ fn analyze_device_with(
         usage: usage.frame.clone(),
         lifetimes,
         fragmentation: frag.frame,
+        segment_checkpoints: frag.checkpoints.take(),
     })
 }
 
@@ -208,10 +225,22 @@ pub fn analyze_snapshot(
     gzip: bool,
     rules: &FrameRules,
 ) -> Result<(FileSummary, Vec<DeviceAnalysis>), AnalysisError> {
+    analyze_snapshot_with(t, file, gzip, rules, false)
+}
+
+/// [`analyze_snapshot`], keeping each device's segment-map checkpoints when `checkpoints` is
+/// set.
+pub fn analyze_snapshot_with(
+    t: &SnapshotTables,
+    file: &str,
+    gzip: bool,
+    rules: &FrameRules,
+    checkpoints: bool,
+) -> Result<(FileSummary, Vec<DeviceAnalysis>), AnalysisError> {
     let stacks = StackResolver::new(&t.frames, &t.stack_frames)?;
     let analyses = devices(t)?
         .into_iter()
-        .map(|d| analyze_device(t, d, &stacks, rules))
+        .map(|d| analyze_device_keeping(t, d, &stacks, rules, checkpoints))
         .collect::<Result<Vec<_>, _>>()?;
     let mut source = t.source.clone();
     source.rank = metadata_rank(&t.event_notes)?;

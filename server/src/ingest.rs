@@ -124,6 +124,9 @@ impl PipelineSink for StoreSink<'_> {
     fn keeps_tables(&self) -> bool {
         true
     }
+    fn keeps_segment_checkpoints(&self) -> bool {
+        true
+    }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
         reportdata::write_file(self.data, out.index, out.tables, out.devices).map_err(|e| e.to_string())?;
         if !self.charted {

@@ -15,4 +15,5 @@ pub mod priority;
 pub mod reportdata;
 pub mod serve;
 pub mod store;
+pub mod stored_segments;
 pub mod worker;

@@ -19,9 +19,11 @@ use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use memlens_api::{AnalyzeOutput, FileSummary};
+use memlens_api::{AnalyzeOutput, FileSummary, SegmentMap};
 use memlens_core::analysis::run::run_overview;
-use memlens_core::analysis::segment_map::{SegmentCheckpoints, CHECKPOINTS};
+use memlens_core::analysis::segment_checkpoint_frame::checkpoint_frame;
+use memlens_core::analysis::segment_detail::SegmentDetail;
+use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{Axis, CategoryIndex, TimelineIndex};
@@ -31,6 +33,7 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::store::{DataWriter, ReportStore, StoreError};
+use crate::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -102,9 +105,37 @@ pub fn write_file(
         put_parquet(w, &format!("{dir}/usage.parquet"), &mut d.usage)?;
         put_parquet(w, &format!("{dir}/lifetimes.parquet"), &mut d.lifetimes)?;
         put_parquet(w, &format!("{dir}/fragmentation.parquet"), &mut d.fragmentation)?;
+        if let Some(cp) = d.segment_checkpoints.take() {
+            write_segment_checkpoints(w, &dir, t, d.device, &cp)?;
+        }
     }
     Ok(())
 }
+
+/// The segment map's checkpoints of a device, one object each with the entries before it
+/// (`{dir}/segments/{k}.parquet`), and their cursors (`{dir}/segments.json`).
+fn write_segment_checkpoints(
+    w: &mut dyn DataWriter,
+    dir: &str,
+    t: &SnapshotTables,
+    device: i64,
+    cp: &SegmentCheckpoints,
+) -> Result<(), DataError> {
+    let ev = DeviceEvents::new(t, device)?;
+    let rows = EntryRows::of(&ev);
+    let mut first = 0;
+    let mut cursors = Vec::with_capacity(cp.points().len());
+    for (k, p) in cp.points().iter().enumerate() {
+        let mut frame = checkpoint_frame(p, &rows.range(first, p.cursor))?;
+        put_parquet(w, &format!("{dir}/segments/{k}.parquet"), &mut frame)?;
+        cursors.push(p.cursor);
+        first = p.cursor;
+    }
+    put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), &cursors)
+}
+
+/// The cursors of a device's stored segment checkpoints (absent in reports stored before them).
+const SEGMENT_CHECKPOINTS: &str = "segments.json";
 
 /// Writes one NVML log's samples under `g<index>/`.
 pub fn write_gpu_log(w: &mut dyn DataWriter, index: usize, samples: &mut DataFrame) -> Result<(), DataError> {
@@ -133,7 +164,11 @@ fn read_required(store: &dyn ReportStore, id: &str, key: &str) -> Result<Vec<u8>
     read_object(store, id, key)?.ok_or_else(|| DataError::Missing { key: key.to_owned() })
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(store: &dyn ReportStore, id: &str, key: &str) -> Result<T, DataError> {
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+    store: &dyn ReportStore,
+    id: &str,
+    key: &str,
+) -> Result<T, DataError> {
     let bytes = read_required(store, id, key)?;
     serde_json::from_slice(&bytes).map_err(|source| DataError::Json {
         key: key.to_owned(),
@@ -141,7 +176,7 @@ fn read_json<T: serde::de::DeserializeOwned>(store: &dyn ReportStore, id: &str, 
     })
 }
 
-fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Result<DataFrame, DataError> {
+pub(crate) fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Result<DataFrame, DataError> {
     let bytes = read_required(store, id, key)?;
     let mut df = ParquetReader::new(Cursor::new(bytes))
         .finish()
@@ -181,6 +216,8 @@ pub struct LoadedFile {
     timeline_indexes: Mutex<HashMap<(i64, Axis), Arc<TimelineIndex>>>,
     /// Category indexes per device, built on the first category-timeline query.
     category_indexes: Mutex<HashMap<i64, Arc<Option<CategoryIndex>>>>,
+    /// The stored segment checkpoints read so far.
+    segments: StoredSegments,
     /// What the loaded parts hold in memory, estimated as each is loaded (what the server's
     /// cache of loaded files is bounded by).
     bytes: AtomicU64,
@@ -240,6 +277,7 @@ impl LoadedFile {
             checkpoints: Mutex::new(HashMap::new()),
             timeline_indexes: Mutex::new(HashMap::new()),
             category_indexes: Mutex::new(HashMap::new()),
+            segments: StoredSegments::default(),
             bytes: AtomicU64::new(0),
         }
     }
@@ -328,11 +366,37 @@ impl LoadedFile {
                     lifetimes: lifetimes?,
                     fragmentation: self.parquet(&format!("{dir}/fragmentation.parquet"))?,
                     user_metadata,
+                    segment_checkpoints: None,
                 });
             }
             let size = devices.iter().map(device_frames_bytes).sum();
             Ok((devices, size))
         })
+    }
+
+    /// The segment map of `device` at `at`, listing what `detail` asks for, from the stored
+    /// checkpoint that covers it (with the device frames for the time axis); `None` for a
+    /// report stored before its checkpoints were, whose maps replay the trace
+    /// ([`LoadedFile::checkpoints`]).
+    pub fn stored_segment_map(
+        &self,
+        device: i64,
+        at: SegmentAt,
+        detail: SegmentDetail,
+    ) -> Result<Option<SegmentMap>, DataError> {
+        let devices = self.devices()?;
+        let Some(frames) = devices.iter().find(|d| d.device == device) else {
+            return Ok(None);
+        };
+        let times = memlens_core::columns::usage::TIME.slice(&frames.usage)?;
+        let cursor = at.cursor(times);
+        let has_time = self
+            .summary
+            .devices
+            .iter()
+            .any(|d| d.device == device && d.time_axis == memlens_api::TimeAxis::TimeUs);
+        let time_us = cursor.checked_sub(1).filter(|_| has_time).map(|i| times[i]);
+        self.segments.map_at(self, &self.bytes, device, cursor, time_us, detail)
     }
 
     /// The segment-state checkpoints of a device (built once, then shared; their bytes count
@@ -385,6 +449,20 @@ impl LoadedFile {
             let size = ix.as_ref().map_or(0, CategoryIndex::bytes);
             Ok((ix, size))
         })
+    }
+}
+
+impl DeviceObjects for LoadedFile {
+    fn cursors(&self, device: i64) -> Result<Option<Vec<usize>>, DataError> {
+        let key = format!("f{}/d{device}/{SEGMENT_CHECKPOINTS}", self.index);
+        if read_object(self.store.as_ref(), &self.id, &key)?.is_none() {
+            return Ok(None);
+        }
+        read_json(self.store.as_ref(), &self.id, &key).map(Some)
+    }
+
+    fn checkpoint(&self, device: i64, k: usize) -> Result<DataFrame, DataError> {
+        self.parquet(&format!("d{device}/segments/{k}.parquet"))
     }
 }
 
@@ -563,6 +641,9 @@ mod tests {
         fn keeps_tables(&self) -> bool {
             true
         }
+        fn keeps_segment_checkpoints(&self) -> bool {
+            true
+        }
         fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
             self.1.push((
                 out.tables.frames_mut().into_iter().map(|(_, df)| df.clone()).collect(),
@@ -663,6 +744,50 @@ mod tests {
         assert_eq!(f.loaded_parts(), ["devices"]);
     }
 
+    #[test]
+    fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace() {
+        use crate::stored_segments::SegmentAt;
+        use memlens_core::analysis::segment_detail::SegmentDetail;
+        let id = "00000000000000000000000000000006";
+        for name in ["expandable_oom_fragmentation.pickle", "leak.two_devices.pickle"] {
+            let (_root, store) = store_with_report(id);
+            let (_, out) = process_into(&store, id, name);
+            let summary = &out.files[0];
+            let stored = LoadedFile::open(store.clone(), id, 0, summary);
+            let replayed = LoadedFile::open(store.clone(), id, 0, summary);
+            let tables = replayed.tables().expect("tables");
+            for d in &summary.devices {
+                let ev = DeviceEvents::new(&tables, d.device).expect("device");
+                let cp = SegmentCheckpoints::build_every(&tables, &ev, ev.len() / 16).expect("checkpoints");
+                let n = ev.len();
+                let mut asked = vec![
+                    SegmentAt::End,
+                    SegmentAt::Entry(0),
+                    SegmentAt::Entry(n - 1),
+                    SegmentAt::Entry(n + 5),
+                    SegmentAt::Time(i64::MIN),
+                    SegmentAt::Time(ev.time()[n / 2]),
+                    SegmentAt::Time(i64::MAX),
+                ];
+                asked.extend((0..n).step_by((n / 40).max(1)).map(SegmentAt::Entry));
+                for at in asked {
+                    let detail = SegmentDetail::FULL;
+                    let from_store = stored
+                        .stored_segment_map(d.device, at, detail)
+                        .expect("read")
+                        .expect("stored checkpoints");
+                    let from_trace = match at {
+                        SegmentAt::Entry(e) => cp.map_at(&ev, Some(e), detail),
+                        SegmentAt::Time(t) => cp.map_at_time(&ev, t, detail),
+                        SegmentAt::End => cp.map_at(&ev, n.checked_sub(1), detail),
+                    };
+                    assert_eq!(Some(from_store), from_trace, "{name} device {} at {at:?}", d.device);
+                }
+            }
+            assert_eq!(stored.loaded_parts(), ["devices"], "{name}: the trace stays unread");
+        }
+    }
+
     /// Writes like the version before `meta.json`, `event_notes` and category columns.
     struct OldLayout<'a>(&'a mut dyn DataWriter);
     impl DataWriter for OldLayout<'_> {
@@ -717,6 +842,10 @@ mod tests {
             w.devices[0].predicted_peak_allocated_bytes,
             loaded.summary.files[0].devices[0].peak_allocated_bytes
         );
+        // It has no stored segment checkpoints: its maps are replayed from the trace.
+        let at = crate::stored_segments::SegmentAt::End;
+        let detail = memlens_core::analysis::segment_detail::SegmentDetail::FULL;
+        assert_eq!(f.stored_segment_map(0, at, detail).expect("read"), None);
     }
 
     fn memlens_tests_trace(name: &str) -> std::path::PathBuf {

@@ -116,7 +116,7 @@ fn checkpoints_give_the_same_maps_as_a_full_replay() {
     ] {
         let t = tables(name);
         let ev = DeviceEvents::new(&t, 0).expect("device 0");
-        let cp = SegmentCheckpoints::build(&t, &ev, 16).expect("checkpoints");
+        let cp = SegmentCheckpoints::build_every(&t, &ev, ev.len() / 16).expect("checkpoints");
         let n = ev.len();
         let mut points: Vec<Option<usize>> = (0..n).step_by((n / 25).max(1)).map(Some).collect();
         points.extend([None, Some(n - 1), Some(n / 16), Some(n / 16 + 1)]);
@@ -149,7 +149,7 @@ fn a_map_at_page_detail_lists_the_largest_segments_and_keeps_every_byte_and_tota
     ] {
         let t = tables(name);
         let ev = DeviceEvents::new(&t, 0).expect("device 0");
-        let cp = SegmentCheckpoints::build(&t, &ev, 16).expect("checkpoints");
+        let cp = SegmentCheckpoints::build_every(&t, &ev, ev.len() / 16).expect("checkpoints");
         let n = ev.len();
         for p in (0..n).step_by((n / 10).max(1)).map(Some).chain([None, Some(n - 1)]) {
             let full = cp.map_at(&ev, p, SegmentDetail::FULL).expect("full");

@@ -2,12 +2,14 @@
 //! and an index `1 − largest_free / free` (0: all free memory is one block; near 1: shattered).
 //!
 //! One backward replay of the segment state visits evenly spaced sample entries plus any
-//! entries the caller needs exactly (the peak, every OOM).
+//! entries the caller needs exactly (the peak, every OOM), and on the way takes the segment
+//! map's checkpoints when asked ([`super::segment_checkpoints`]).
 
 use memlens_api::FragmentationPoint;
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
+use super::segment_checkpoints::{CheckpointTaker, SegmentCheckpoints};
 use super::segment_map::{SegmentState, StateStats};
 use super::usage::Usage;
 use super::DeviceEvents;
@@ -20,6 +22,8 @@ pub struct Fragmentation {
     pub frame: DataFrame,
     /// Stats right after each requested entry.
     pub at: FxHashMap<usize, StateStats>,
+    /// The segment map's checkpoints, when asked for.
+    pub checkpoints: Option<SegmentCheckpoints>,
 }
 
 /// `1 − largest/free`, 0 when nothing is free.
@@ -49,6 +53,7 @@ pub fn fragmentation_over_time(
     usage: &Usage,
     samples: usize,
     exact: &[usize],
+    checkpoints: Option<usize>,
 ) -> PolarsResult<Fragmentation> {
     let n = ev.len();
     let mut points: Vec<usize> = if n == 0 || samples == 0 {
@@ -64,12 +69,17 @@ pub fn fragmentation_over_time(
     points.dedup();
 
     let mut state = SegmentState::at_end(t, ev)?;
+    let mut taker = checkpoints.map(|count| CheckpointTaker::new(n, count));
     let mut stats = Vec::with_capacity(points.len());
     for &p in points.iter().rev() {
+        if let Some(taker) = taker.as_mut() {
+            taker.rewind_taking(&mut state, ev, p + 1);
+        }
         state.rewind_to(ev, Some(p));
         stats.push(state.stats());
     }
     stats.reverse();
+    let checkpoints = taker.map(|taker| taker.finish(&mut state, ev));
     let at: FxHashMap<usize, StateStats> = exact
         .iter()
         .filter_map(|&i| points.binary_search(&i).ok().map(|j| (i, stats[j])))
@@ -107,5 +117,5 @@ pub fn fragmentation_over_time(
             ),
         ],
     )?;
-    Ok(Fragmentation { frame, at })
+    Ok(Fragmentation { frame, at, checkpoints })
 }

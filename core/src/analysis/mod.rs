@@ -31,6 +31,8 @@ pub mod peak;
 pub mod phases;
 pub mod pools;
 pub mod run;
+pub mod segment_checkpoint_frame;
+pub mod segment_checkpoints;
 pub mod segment_detail;
 pub mod segment_map;
 pub mod stalls;

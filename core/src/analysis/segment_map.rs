@@ -14,25 +14,69 @@ use std::collections::BTreeMap;
 use memlens_api::{BlockView, SegmentMap};
 use polars::prelude::*;
 
+pub use super::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentDetail, SegmentKey};
 use super::{device_segments, round_size, DeviceEvents, MIN_BLOCK, SMALL_SIZE};
 use crate::tables::{Action, BlockState, SnapshotTables};
 
-#[derive(Debug, Clone)]
-struct Block {
-    size: i64,
-    requested: i64,
-    state: BlockState,
-    stack: u32,
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Block {
+    pub(super) size: i64,
+    pub(super) requested: i64,
+    pub(super) state: BlockState,
+    pub(super) stack: u32,
 }
 
 #[derive(Debug, Clone)]
-struct Segment {
-    size: i64,
-    stream: i64,
-    expandable: bool,
+pub(super) struct Segment {
+    pub(super) size: i64,
+    pub(super) stream: i64,
+    pub(super) expandable: bool,
     /// Keyed by block address; blocks tile the segment.
-    blocks: BTreeMap<i64, Block>,
+    pub(super) blocks: BTreeMap<i64, Block>,
+}
+
+/// The columns undoing reads of consecutive trace entries: row `i` is entry `first + i`.
+#[derive(Debug, Clone, Copy)]
+pub struct EntryRows<'a> {
+    pub first: usize,
+    pub action: &'a [u8],
+    pub addr: &'a [i64],
+    pub size: &'a [i64],
+    pub stack: &'a [u32],
+    pub stream: &'a [i64],
+}
+
+impl<'a> EntryRows<'a> {
+    /// Every entry of a device.
+    pub fn of(ev: &'a DeviceEvents) -> EntryRows<'a> {
+        EntryRows {
+            first: 0,
+            action: ev.action(),
+            addr: ev.addr(),
+            size: ev.size(),
+            stack: ev.stack(),
+            stream: ev.stream(),
+        }
+    }
+
+    /// The entries from `first` to before `end`.
+    pub fn range(&self, first: usize, end: usize) -> EntryRows<'a> {
+        let (a, b) = (first - self.first, end - self.first);
+        EntryRows {
+            first,
+            action: &self.action[a..b],
+            addr: &self.addr[a..b],
+            size: &self.size[a..b],
+            stack: &self.stack[a..b],
+            stream: &self.stream[a..b],
+        }
+    }
+
+    /// One past the last entry held.
+    pub fn end(&self) -> usize {
+        self.first + self.action.len()
+    }
 }
 
 /// Aggregates of one state.
@@ -49,9 +93,9 @@ pub struct StateStats {
 /// A replayable allocator state for one device.
 #[derive(Clone)]
 pub struct SegmentState {
-    segs: BTreeMap<i64, Segment>,
+    pub(super) segs: BTreeMap<i64, Segment>,
     /// Entries `>= cursor` have been undone: the state is the one right after entry `cursor - 1`.
-    cursor: usize,
+    pub(super) cursor: usize,
 }
 
 impl SegmentState {
@@ -116,12 +160,21 @@ impl SegmentState {
 
     /// Undoes entries until the state is the one right after entry `idx` (`None`: before all).
     pub fn rewind_to(&mut self, ev: &DeviceEvents, idx: Option<usize>) {
-        let target = idx.map_or(0, |i| i + 1);
-        let (action, addr, size, stack, stream) = (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
+        self.rewind_over(&EntryRows::of(ev), idx);
+    }
+
+    /// [`SegmentState::rewind_to`] reading the entries from `rows`, which hold every entry
+    /// from the target up to the state's cursor; it stops at the first entry `rows` holds.
+    pub fn rewind_over(&mut self, rows: &EntryRows<'_>, idx: Option<usize>) {
+        let target = idx.map_or(0, |i| i + 1).max(rows.first);
+        if self.cursor > rows.end() {
+            return;
+        }
         while self.cursor > target {
             self.cursor -= 1;
-            let i = self.cursor;
-            self.undo(Action::from_code(action[i]), addr[i], size[i], stack[i], stream[i]);
+            let i = self.cursor - rows.first;
+            let action = Action::from_code(rows.action[i]);
+            self.undo(action, rows.addr[i], rows.size[i], rows.stack[i], rows.stream[i]);
         }
     }
 
@@ -424,123 +477,4 @@ pub fn segment_map_at(t: &SnapshotTables, ev: &DeviceEvents, idx: Option<usize>)
 pub fn segment_map_at_time(t: &SnapshotTables, ev: &DeviceEvents, time: i64) -> PolarsResult<SegmentMap> {
     let n = ev.time().partition_point(|&x| x <= time);
     segment_map_at(t, ev, n.checked_sub(1))
-}
-
-/// A state kept flat, segments and blocks in address order: about half the bytes of its
-/// B-trees, and rebuilt into them in one sorted pass.
-struct FlatState {
-    cursor: usize,
-    segs: Vec<(i64, FlatSegment)>,
-    /// Every segment's blocks, one segment after the other.
-    blocks: Vec<(i64, Block)>,
-}
-
-struct FlatSegment {
-    size: i64,
-    stream: i64,
-    expandable: bool,
-    blocks: u32,
-}
-
-impl FlatState {
-    fn of(state: &SegmentState) -> FlatState {
-        let mut blocks = Vec::with_capacity(state.segs.values().map(|s| s.blocks.len()).sum());
-        let segs = state
-            .segs
-            .iter()
-            .map(|(&a, seg)| {
-                blocks.extend(seg.blocks.iter().map(|(&ba, b)| (ba, b.clone())));
-                let flat = FlatSegment {
-                    size: seg.size,
-                    stream: seg.stream,
-                    expandable: seg.expandable,
-                    blocks: seg.blocks.len() as u32,
-                };
-                (a, flat)
-            })
-            .collect();
-        FlatState {
-            cursor: state.cursor,
-            segs,
-            blocks,
-        }
-    }
-
-    fn state(&self) -> SegmentState {
-        let mut blocks = self.blocks.iter();
-        let segs = self
-            .segs
-            .iter()
-            .map(|(a, seg)| {
-                let segment = Segment {
-                    size: seg.size,
-                    stream: seg.stream,
-                    expandable: seg.expandable,
-                    blocks: blocks.by_ref().take(seg.blocks as usize).cloned().collect(),
-                };
-                (*a, segment)
-            })
-            .collect();
-        SegmentState {
-            segs,
-            cursor: self.cursor,
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        self.segs.capacity() * std::mem::size_of::<(i64, FlatSegment)>()
-            + self.blocks.capacity() * std::mem::size_of::<(i64, Block)>()
-    }
-}
-
-/// How many checkpoints a device's segment maps are answered from: a map then costs at most
-/// 1/`CHECKPOINTS` of the trace in undo steps.
-pub const CHECKPOINTS: usize = 128;
-
-/// Copies of the state taken every `every` entries on one backward pass, so that the map at
-/// any entry costs at most `every` undo steps instead of a replay from the end of the trace.
-pub struct SegmentCheckpoints {
-    /// States in ascending cursor order; the last is the end state.
-    points: Vec<FlatState>,
-}
-
-impl SegmentCheckpoints {
-    /// One backward pass over the whole trace, keeping about `count` states.
-    pub fn build(t: &SnapshotTables, ev: &DeviceEvents, count: usize) -> PolarsResult<SegmentCheckpoints> {
-        let mut state = SegmentState::at_end(t, ev)?;
-        let n = ev.len();
-        let every = n.div_ceil(count.max(1)).max(1);
-        let mut points = vec![FlatState::of(&state)];
-        let mut cursor = n;
-        while cursor > 0 {
-            let next = cursor.saturating_sub(every);
-            state.rewind_to(ev, next.checked_sub(1));
-            points.push(FlatState::of(&state));
-            cursor = next;
-        }
-        points.reverse();
-        Ok(SegmentCheckpoints { points })
-    }
-
-    /// What the checkpoints hold in memory.
-    pub fn bytes(&self) -> usize {
-        self.points.iter().map(FlatState::bytes).sum()
-    }
-
-    /// The segment map right after entry `idx` (`None`: before the first entry), listing what
-    /// `detail` asks for.
-    pub fn map_at(&self, ev: &DeviceEvents, idx: Option<usize>, detail: SegmentDetail) -> Option<SegmentMap> {
-        let target = idx.map_or(0, |i| (i + 1).min(ev.len()));
-        let start = self.points.get(self.points.partition_point(|p| p.cursor < target))?;
-        let mut state = start.state();
-        state.rewind_to(ev, target.checked_sub(1));
-        let time = target.checked_sub(1).and_then(|i| ev.time_us(i));
-        Some(state.view(ev.device, time, detail))
-    }
-
-    /// The segment map at time `time`: after the last entry at or before it.
-    pub fn map_at_time(&self, ev: &DeviceEvents, time: i64, detail: SegmentDetail) -> Option<SegmentMap> {
-        let n = ev.time().partition_point(|&x| x <= time);
-        self.map_at(ev, n.checked_sub(1), detail)
-    }
 }

@@ -23,6 +23,7 @@ use memlens_core::query;
 use super::error::{internal, ApiError, Q};
 use super::state::{loaded_file, loaded_gpu_logs, summary_of, Shared};
 use crate::reportdata::LoadedFile;
+use crate::stored_segments::SegmentAt;
 
 /// The `index`-th of `outer` (default the first), then the member of its `inner` list whose
 /// `id` is `wanted` (default the first); errors name what was asked for.
@@ -188,13 +189,22 @@ pub async fn segments(
     let (fi, d) = pick(&s, q.file, q.device)?;
     let device = d.device;
     let map = with_file(&st, &id, fi, move |f| {
-        let tables = f.tables().map_err(internal)?;
-        let ev = DeviceEvents::new(&tables, device).map_err(internal)?;
-        let cp = f.checkpoints(&tables, &ev).map_err(internal)?;
         let detail = SegmentDetail {
             max_segments: q.max_segments,
             width: q.width,
         };
+        let at = match (q.event, q.time) {
+            (Some(e), _) => SegmentAt::Entry(e),
+            (None, Some(time)) => SegmentAt::Time(time),
+            (None, None) => SegmentAt::End,
+        };
+        if let Some(map) = f.stored_segment_map(device, at, detail).map_err(internal)? {
+            return Ok(map);
+        }
+        // Stored before its checkpoints were: replayed from the trace.
+        let tables = f.tables().map_err(internal)?;
+        let ev = DeviceEvents::new(&tables, device).map_err(internal)?;
+        let cp = f.checkpoints(&tables, &ev).map_err(internal)?;
         match (q.event, q.time) {
             (Some(e), _) => cp.map_at(&ev, Some(e), detail),
             (None, Some(time)) => cp.map_at_time(&ev, time, detail),

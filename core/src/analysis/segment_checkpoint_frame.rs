@@ -1,0 +1,228 @@
+//! A segment checkpoint as a stored frame: one state and the trace entries before it, back to
+//! the previous checkpoint, so that the segment map at any entry of that window is answered
+//! from this one object (rewinding at most its entries) without loading the trace.
+//!
+//! One row per item, tagged by `kind`; the other columns mean, by kind:
+//!
+//! | kind | `address` | `size` | `extra` | `code` | `stack` |
+//! | --- | --- | --- | --- | --- | --- |
+//! | 0 window | cursor of the state | first entry held | | | |
+//! | 1 segment | address | size | stream | expandable (0/1) | blocks in it |
+//! | 2 block | address | size | requested bytes | `BlockState` code | stack id |
+//! | 3 entry | address | size | stream | `Action` code | stack id |
+//!
+//! Segments come in address order, then every segment's blocks in the same order, then the
+//! entries in trace order.
+
+use memlens_api::{BlockState, SegmentMap};
+use polars::prelude::*;
+
+use super::segment_checkpoints::{map_from, FlatSegment, FlatState};
+use super::segment_detail::SegmentDetail;
+use super::segment_map::{Block, EntryRows};
+
+const WINDOW: u8 = 0;
+const SEGMENT: u8 = 1;
+const BLOCK: u8 = 2;
+const ENTRY: u8 = 3;
+
+/// A checkpoint read back: the state and the entries it can be rewound over.
+pub struct StoredCheckpoint {
+    pub state: FlatState,
+    first: usize,
+    action: Vec<u8>,
+    addr: Vec<i64>,
+    size: Vec<i64>,
+    stack: Vec<u32>,
+    stream: Vec<i64>,
+}
+
+impl StoredCheckpoint {
+    /// The entries held: from `first` up to the state's cursor.
+    pub fn rows(&self) -> EntryRows<'_> {
+        EntryRows {
+            first: self.first,
+            action: &self.action,
+            addr: &self.addr,
+            size: &self.size,
+            stack: &self.stack,
+            stream: &self.stream,
+        }
+    }
+
+    /// Whether the map at cursor `target` can be answered from this checkpoint.
+    pub fn covers(&self, target: usize) -> bool {
+        (self.first..=self.state.cursor).contains(&target)
+    }
+
+    /// The segment map at cursor `target` (right after entry `target - 1`), which
+    /// [`StoredCheckpoint::covers`].
+    pub fn map_at(&self, target: usize, device: i64, time_us: Option<i64>, detail: SegmentDetail) -> SegmentMap {
+        map_from(&self.state, &self.rows(), target, device, time_us, detail)
+    }
+
+    /// Heap bytes held.
+    pub fn bytes(&self) -> usize {
+        self.state.bytes() + self.action.len() * (1 + 8 + 8 + 4 + 8)
+    }
+}
+
+/// The frame of checkpoint `state` with the entries `window` (those before its cursor, back to
+/// the previous checkpoint).
+pub fn checkpoint_frame(state: &FlatState, window: &EntryRows<'_>) -> PolarsResult<DataFrame> {
+    let n = 1 + state.segs.len() + state.blocks.len() + window.action.len();
+    let (mut kind, mut address, mut size, mut extra, mut code, mut stack) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut row = |k: u8, a: i64, s: i64, x: i64, c: u8, st: u32| {
+        kind.push(k);
+        address.push(a);
+        size.push(s);
+        extra.push(x);
+        code.push(c);
+        stack.push(st);
+    };
+    row(WINDOW, state.cursor as i64, window.first as i64, 0, 0, 0);
+    for (a, seg) in &state.segs {
+        row(SEGMENT, *a, seg.size, seg.stream, u8::from(seg.expandable), seg.blocks);
+    }
+    for (a, b) in &state.blocks {
+        row(BLOCK, *a, b.size, b.requested, b.state as u8, b.stack);
+    }
+    for i in 0..window.action.len() {
+        row(
+            ENTRY,
+            window.addr[i],
+            window.size[i],
+            window.stream[i],
+            window.action[i],
+            window.stack[i],
+        );
+    }
+    DataFrame::new(
+        n,
+        vec![
+            Column::new("kind".into(), kind),
+            Column::new("address".into(), address),
+            Column::new("size".into(), size),
+            Column::new("extra".into(), extra),
+            Column::new("code".into(), code),
+            Column::new("stack".into(), stack),
+        ],
+    )
+}
+
+/// A checkpoint read back from its frame.
+pub fn stored_checkpoint(df: &DataFrame) -> PolarsResult<StoredCheckpoint> {
+    let slice_u8 = |name: &str| -> PolarsResult<Vec<u8>> { Ok(df.column(name)?.u8()?.into_no_null_iter().collect()) };
+    let slice_i64 =
+        |name: &str| -> PolarsResult<Vec<i64>> { Ok(df.column(name)?.i64()?.into_no_null_iter().collect()) };
+    let (kind, address, size, extra) = (
+        slice_u8("kind")?,
+        slice_i64("address")?,
+        slice_i64("size")?,
+        slice_i64("extra")?,
+    );
+    let code = slice_u8("code")?;
+    let stack: Vec<u32> = df.column("stack")?.u32()?.into_no_null_iter().collect();
+    let bad = |what: &str| PolarsError::ComputeError(format!("segment checkpoint: {what}").into());
+    if kind.first() != Some(&WINDOW) {
+        return Err(bad("no window row first"));
+    }
+    let (cursor, first) = (address[0], size[0]);
+    let (Ok(cursor), Ok(first)) = (usize::try_from(cursor), usize::try_from(first)) else {
+        return Err(bad("a negative cursor"));
+    };
+    let mut out = StoredCheckpoint {
+        state: FlatState {
+            cursor,
+            segs: Vec::new(),
+            blocks: Vec::new(),
+        },
+        first,
+        action: Vec::new(),
+        addr: Vec::new(),
+        size: Vec::new(),
+        stack: Vec::new(),
+        stream: Vec::new(),
+    };
+    for i in 1..kind.len() {
+        match kind[i] {
+            SEGMENT => out.state.segs.push((
+                address[i],
+                FlatSegment {
+                    size: size[i],
+                    stream: extra[i],
+                    expandable: code[i] != 0,
+                    blocks: stack[i],
+                },
+            )),
+            BLOCK => out.state.blocks.push((
+                address[i],
+                Block {
+                    size: size[i],
+                    requested: extra[i],
+                    state: BlockState::from_code(code[i]),
+                    stack: stack[i],
+                },
+            )),
+            ENTRY => {
+                out.addr.push(address[i]);
+                out.size.push(size[i]);
+                out.stream.push(extra[i]);
+                out.action.push(code[i]);
+                out.stack.push(stack[i]);
+            }
+            _ => return Err(bad("an unknown row kind")),
+        }
+    }
+    let blocks: usize = out.state.segs.iter().map(|(_, s)| s.blocks as usize).sum();
+    if blocks != out.state.blocks.len() || first + out.action.len() != cursor {
+        return Err(bad("its rows do not add up"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::segment_checkpoints::SegmentCheckpoints;
+    use crate::analysis::segment_map::segment_map_at;
+    use crate::analysis::DeviceEvents;
+    use crate::importers::{import_path, Imported};
+
+    #[test]
+    fn a_stored_checkpoint_answers_every_entry_of_its_window_as_the_full_replay_does() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces/expandable_oom_fragmentation.pickle");
+        let Imported::Snapshot(t) = import_path(&path, Default::default()).expect("import").data else {
+            panic!("a snapshot");
+        };
+        let ev = DeviceEvents::new(&t, 0).expect("device 0");
+        let cp = SegmentCheckpoints::build_every(&t, &ev, ev.len() / 8).expect("checkpoints");
+        let points = cp.points();
+        assert!(points.len() > 2);
+        let all = EntryRows::of(&ev);
+        for (k, p) in points.iter().enumerate() {
+            let first = if k == 0 { 0 } else { points[k - 1].cursor };
+            let frame = checkpoint_frame(p, &all.range(first, p.cursor)).expect("frame");
+            let back = stored_checkpoint(&frame).expect("read back");
+            assert_eq!(&back.state, p);
+            for target in (first..=p.cursor).step_by(((p.cursor - first) / 7).max(1)) {
+                assert!(back.covers(target));
+                let time = target.checked_sub(1).and_then(|i| ev.time_us(i));
+                let full = segment_map_at(&t, &ev, target.checked_sub(1)).expect("map");
+                assert_eq!(back.map_at(target, 0, time, SegmentDetail::FULL), full, "at {target}");
+            }
+        }
+        // A frame that does not add up is an error, not a wrong map.
+        let p = &points[points.len() - 1];
+        let frame = checkpoint_frame(p, &all.range(points[points.len() - 2].cursor, p.cursor)).expect("frame");
+        assert!(stored_checkpoint(&frame.slice(0, frame.height() - 1)).is_err());
+    }
+}
