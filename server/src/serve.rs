@@ -237,27 +237,45 @@ async fn serve_connections(listener: tokio::net::TcpListener, app: axum::Router,
 }
 
 /// Ctrl-C, or SIGTERM (`docker stop`; as PID 1 in a container nothing else would stop us).
-/// Unfinished ingests are resumed from their kept uploads at the next start.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Unfinished ingests are resumed from their kept uploads at the next start. The handlers are
+/// installed when this is called, not when the future is first polled: a SIGTERM arriving
+/// while the first connections are served must not meet the default action and kill the
+/// process.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
+    let (interrupt, term) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!("cannot listen for SIGTERM: {e}");
-                std::future::pending::<()>().await
+                tracing::warn!("cannot listen for {name}: {e}");
+                None
+            }
+        };
+        (
+            listen(SignalKind::interrupt(), "SIGINT"),
+            listen(SignalKind::terminate(), "SIGTERM"),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = wait(interrupt) => {}
+                _ = wait(term) => {}
             }
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! `../shared/traces/bench/big_many_small.pickle.gz`. Run it in release mode:
 //! `cargo run --release --bin memlens-bench`.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Instant;
 
 use memlens_api::Stage;
@@ -44,10 +45,7 @@ fn mib(b: u64) -> f64 {
 }
 
 fn main() {
-    let path = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"));
+    let path = common::bench_file();
     let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let (_, base_rss) = rss();
     let t0 = Instant::now();
@@ -93,12 +91,4 @@ fn main() {
             d.peak_allocated_bytes, d.peak_reserved_bytes
         );
     }
-}
-
-// The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the
-// compile-time value can be stale when a shared target directory serves several checkouts.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

@@ -4,24 +4,19 @@
 //! largest segments at its canvas width). Defaults to the shared benchmark file. Run it in
 //! release mode.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Instant;
+
+use common::{bench_file, percentile};
 
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_path, Imported};
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 fn main() {
-    let path = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"));
+    let path = bench_file();
     let tables = match import_path(&path, Default::default()).map(|f| f.data) {
         Ok(Imported::Snapshot(t)) => t,
         Ok(Imported::GpuSamples(_)) => {
@@ -89,11 +84,4 @@ fn main() {
             max_bytes as f64 / 1024.0
         );
     }
-}
-
-// The checkout at run time (see memlens-bench-timeline).
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

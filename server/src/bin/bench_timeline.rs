@@ -6,24 +6,19 @@
 //! pass and from its index, checked equal the same way. Defaults to the shared benchmark file.
 //! Run it in release mode.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Instant;
+
+use common::{bench_file, percentile, time_windows};
 
 use memlens_core::pipeline::{self, Input, KeepFrames};
 use memlens_core::query::{
     category_timeline_with, flame_graph_with, timeline_with, Axis, CategoryIndex, TimelineIndex,
 };
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 fn main() {
-    let path = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"));
+    let path = bench_file();
     let mut sink = KeepFrames {
         with_stacks: true,
         ..KeepFrames::default()
@@ -80,31 +75,11 @@ fn main() {
     let build_ms = built.elapsed().as_secs_f64() * 1e3;
     let mut answers = Vec::new();
     for index in [None, Some(&index)] {
-        let run = |start: Option<i64>, end: Option<i64>| {
-            let s = Instant::now();
+        let t = time_windows(20, &windows, |start, end| {
             let tl = timeline_with(&dev, Axis::Time, index, initial, start, end, 1600).expect("timeline");
-            let json = serde_json::to_vec(&tl).expect("json");
-            (s.elapsed().as_secs_f64() * 1e3, json)
-        };
-        let mut full = Vec::new();
-        let mut full_bytes = 0;
-        let mut jsons = Vec::new();
-        for _ in 0..20 {
-            let (ms, json) = run(None, None);
-            full.push(ms);
-            full_bytes = json.len();
-            jsons.push(json);
-        }
-        let mut zoom = Vec::new();
-        let mut max_bytes = 0;
-        for &(start, end) in &windows {
-            let (ms, json) = run(Some(start), Some(end));
-            zoom.push(ms);
-            max_bytes = max_bytes.max(json.len());
-            jsons.push(json);
-        }
-        full.sort_by(f64::total_cmp);
-        zoom.sort_by(f64::total_cmp);
+            serde_json::to_vec(&tl).expect("json")
+        });
+        let payload = |answers: &[Vec<u8>]| answers.iter().map(Vec::len).max().unwrap_or(0) as f64 / 1024.0;
         match index {
             None => println!("by a pass over the frames:"),
             Some(ix) => println!(
@@ -114,17 +89,17 @@ fn main() {
         }
         println!(
             "  full range    p50 {:.1} ms, p95 {:.1} ms, payload {:.0} KiB",
-            percentile(&full, 0.5),
-            percentile(&full, 0.95),
-            full_bytes as f64 / 1024.0
+            percentile(&t.full, 0.5),
+            percentile(&t.full, 0.95),
+            payload(&t.answers[..20])
         );
         println!(
             "  100 zooms     p50 {:.1} ms, p95 {:.1} ms, max payload {:.0} KiB",
-            percentile(&zoom, 0.5),
-            percentile(&zoom, 0.95),
-            max_bytes as f64 / 1024.0
+            percentile(&t.zoom, 0.5),
+            percentile(&t.zoom, 0.95),
+            payload(&t.answers[20..])
         );
-        answers.push(jsons);
+        answers.push(t.answers);
     }
     if answers[0] != answers[1] {
         eprintln!("memlens-bench-timeline: an indexed answer differs from the scanned one");
@@ -138,27 +113,11 @@ fn main() {
     let build_ms = built.elapsed().as_secs_f64() * 1e3;
     let mut answers = Vec::new();
     for cats in [None, categories.as_ref()] {
-        let mut full = Vec::new();
-        let mut zoom = Vec::new();
-        let mut jsons = Vec::new();
-        for (i, w) in std::iter::repeat_n(None, 5)
-            .chain(windows.iter().take(20).map(Some))
-            .enumerate()
-        {
-            let s = Instant::now();
-            let (start, end) = w.map_or((None, None), |&(a, b)| (Some(a), Some(b)));
+        let t = time_windows(5, &windows[..20], |start, end| {
             let index = cats.map(|c| (&index, c));
             let c = category_timeline_with(&dev, Axis::Time, index, start, end, 1600).expect("categories");
-            jsons.push(serde_json::to_vec(&c).expect("json"));
-            let ms = s.elapsed().as_secs_f64() * 1e3;
-            if i < 5 {
-                full.push(ms)
-            } else {
-                zoom.push(ms)
-            }
-        }
-        full.sort_by(f64::total_cmp);
-        zoom.sort_by(f64::total_cmp);
+            serde_json::to_vec(&c).expect("json")
+        });
         match cats {
             None => println!("category timeline by a pass over the frames:"),
             Some(c) => println!(
@@ -166,13 +125,8 @@ fn main() {
                 c.bytes() as f64 / (1024.0 * 1024.0)
             ),
         }
-        println!(
-            "  full range p50 {:.1} ms, 20 zooms p50 {:.1} ms, p95 {:.1} ms",
-            percentile(&full, 0.5),
-            percentile(&zoom, 0.5),
-            percentile(&zoom, 0.95)
-        );
-        answers.push(jsons);
+        print_full_and_zooms(&t);
+        answers.push(t.answers);
     }
     if categories.is_none() {
         println!("  (no category index: the categories' total is not the allocated line)");
@@ -184,38 +138,20 @@ fn main() {
     // The flame graph of the same windows.
     let mut answers = Vec::new();
     for ix in [None, Some(&index)] {
-        let mut full = Vec::new();
-        let mut zoom = Vec::new();
-        let mut jsons = Vec::new();
-        for (i, w) in std::iter::repeat_n(None, 5)
-            .chain(windows.iter().take(20).map(Some))
-            .enumerate()
-        {
-            let s = Instant::now();
-            let (start, end) = w.map_or((None, None), |&(a, b)| (Some(a), Some(b)));
+        let t = time_windows(5, &windows[..20], |start, end| {
             let g = flame_graph_with(&dev, &stacks, Axis::Time, ix, start, end).expect("flame");
-            jsons.push(serde_json::to_vec(&g).expect("json"));
-            let ms = s.elapsed().as_secs_f64() * 1e3;
-            if i < 5 {
-                full.push(ms)
-            } else {
-                zoom.push(ms)
-            }
-        }
-        full.sort_by(f64::total_cmp);
-        zoom.sort_by(f64::total_cmp);
+            serde_json::to_vec(&g).expect("json")
+        });
         println!(
-            "flame graph {}:\n  full range p50 {:.1} ms, 20 zooms p50 {:.1} ms, p95 {:.1} ms",
+            "flame graph {}:",
             if ix.is_some() {
                 "from the timeline index"
             } else {
                 "by a pass over the allocations"
-            },
-            percentile(&full, 0.5),
-            percentile(&zoom, 0.5),
-            percentile(&zoom, 0.95)
+            }
         );
-        answers.push(jsons);
+        print_full_and_zooms(&t);
+        answers.push(t.answers);
     }
     if answers[0] != answers[1] {
         eprintln!("memlens-bench-timeline: an indexed flame graph differs from the scanned one");
@@ -223,10 +159,13 @@ fn main() {
     }
 }
 
-// The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the
-// compile-time value can be stale when a shared target directory serves several checkouts.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+/// The line under a category or flame heading.
+fn print_full_and_zooms(t: &common::Timed) {
+    println!(
+        "  full range p50 {:.1} ms, {} zooms p50 {:.1} ms, p95 {:.1} ms",
+        percentile(&t.full, 0.5),
+        t.zoom.len(),
+        percentile(&t.zoom, 0.5),
+        percentile(&t.zoom, 0.95)
+    );
 }

@@ -1,0 +1,67 @@
+//! What the bench binaries share: the file they default to, percentiles, and timing a query
+//! over the full range and a set of zoom windows.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The file named on the command line, else the shared benchmark trace.
+pub fn bench_file() -> PathBuf {
+    std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"))
+}
+
+// The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the
+// compile-time value can be stale when a shared target directory serves several checkouts.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// The `p` quantile of ascending `sorted`.
+#[allow(dead_code)]
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Latencies (ms, ascending) of a query over the full range and over zoom windows, and each
+/// answer's JSON in order.
+#[allow(dead_code)]
+pub struct Timed {
+    pub full: Vec<f64>,
+    pub zoom: Vec<f64>,
+    pub answers: Vec<Vec<u8>>,
+}
+
+/// Times `query` (start, end → JSON) `full_runs` times over the full range, then once per
+/// window.
+#[allow(dead_code)]
+pub fn time_windows(
+    full_runs: usize,
+    windows: &[(i64, i64)],
+    mut query: impl FnMut(Option<i64>, Option<i64>) -> Vec<u8>,
+) -> Timed {
+    let mut timed = Timed {
+        full: Vec::new(),
+        zoom: Vec::new(),
+        answers: Vec::new(),
+    };
+    let asked = std::iter::repeat_n(None, full_runs).chain(windows.iter().map(Some));
+    for (i, w) in asked.enumerate() {
+        let s = Instant::now();
+        let (start, end) = w.map_or((None, None), |&(a, b)| (Some(a), Some(b)));
+        timed.answers.push(query(start, end));
+        let ms = s.elapsed().as_secs_f64() * 1e3;
+        if i < full_runs {
+            timed.full.push(ms);
+        } else {
+            timed.zoom.push(ms);
+        }
+    }
+    timed.full.sort_by(f64::total_cmp);
+    timed.zoom.sort_by(f64::total_cmp);
+    timed
+}
