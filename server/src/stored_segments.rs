@@ -33,7 +33,7 @@ impl SegmentAt {
     /// `times`.
     pub fn cursor(self, times: &[i64]) -> usize {
         match self {
-            SegmentAt::Entry(e) => (e + 1).min(times.len()),
+            SegmentAt::Entry(e) => e.saturating_add(1).min(times.len()),
             SegmentAt::Time(t) => times.partition_point(|&x| x <= t),
             SegmentAt::End => times.len(),
         }

@@ -73,6 +73,8 @@ fn upload_status_summary_restart_delete() {
     assert_eq!(max, Some(peak), "the full-range timeline keeps the peak");
     for q in [
         "segments",
+        // The largest entry number there is: the state after the last entry.
+        "segments?event=18446744073709551615",
         "fragmentation",
         "peak",
         "leaks",

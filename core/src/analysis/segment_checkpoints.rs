@@ -164,7 +164,7 @@ impl SegmentCheckpoints {
     /// The segment map right after entry `idx` (`None`: before the first entry), listing what
     /// `detail` asks for.
     pub fn map_at(&self, ev: &DeviceEvents, idx: Option<usize>, detail: SegmentDetail) -> Option<SegmentMap> {
-        let target = idx.map_or(0, |i| (i + 1).min(ev.len()));
+        let target = idx.map_or(0, |i| i.saturating_add(1).min(ev.len()));
         let start = self.points.get(self.points.partition_point(|p| p.cursor < target))?;
         let time = target.checked_sub(1).and_then(|i| ev.time_us(i));
         Some(map_from(start, &EntryRows::of(ev), target, ev.device, time, detail))
