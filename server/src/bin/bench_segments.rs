@@ -1,8 +1,10 @@
 //! `memlens-bench-segments [FILE]`: latency and payload of segment-map queries on an imported
 //! snapshot: the checkpoint build (its time and size), then 50 random instants answered from the
 //! checkpoints, each at full detail and at the level of detail the report page asks for (the
-//! largest segments at its canvas width). Defaults to the shared benchmark file. Run it in
-//! release mode.
+//! largest segments at its canvas width); then the same instants as a stored report answers
+//! them: each checkpoint written as the Parquet object the store keeps (with the entries before
+//! it), and a map decoding the one object that covers its entry. Every stored answer is checked
+//! equal to the in-memory one. Defaults to the shared benchmark file. Run it in release mode.
 
 mod common;
 
@@ -10,10 +12,12 @@ use std::time::Instant;
 
 use common::{bench_file, percentile};
 
+use memlens_core::analysis::segment_checkpoint_frame::{checkpoint_frame, stored_checkpoint};
 use memlens_core::analysis::segment_detail::SegmentDetail;
-use memlens_core::analysis::segment_map::{SegmentCheckpoints, CHECKPOINTS};
+use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_path, Imported};
+use polars::prelude::{ParquetReader, ParquetWriter, SerReader};
 
 fn main() {
     let path = bench_file();
@@ -84,4 +88,56 @@ fn main() {
             max_bytes as f64 / 1024.0
         );
     }
+
+    // As a stored report: one Parquet object per checkpoint, with the entries before it.
+    let written = Instant::now();
+    let rows = EntryRows::of(&ev);
+    let mut first = 0;
+    let mut objects = Vec::new();
+    for p in checkpoints.points() {
+        let mut frame = checkpoint_frame(p, &rows.range(first, p.cursor)).expect("frame");
+        let mut bytes = Vec::new();
+        ParquetWriter::new(&mut bytes).finish(&mut frame).expect("parquet");
+        objects.push((p.cursor, bytes));
+        first = p.cursor;
+    }
+    println!(
+        "stored checkpoints   {} objects, {:.1} MiB, written in {:.0} ms",
+        objects.len(),
+        objects.iter().map(|(_, b)| b.len()).sum::<usize>() as f64 / (1024.0 * 1024.0),
+        written.elapsed().as_secs_f64() * 1e3
+    );
+    let detail = SegmentDetail {
+        max_segments: Some(80),
+        width: Some(1430),
+    };
+    let (mut decode, mut total) = (Vec::new(), Vec::new());
+    for &i in &instants {
+        let s = Instant::now();
+        let cursor = i + 1;
+        let (_, bytes) = &objects[objects.partition_point(|(c, _)| *c < cursor)];
+        let frame = ParquetReader::new(std::io::Cursor::new(bytes.as_slice()))
+            .finish()
+            .expect("read");
+        let cp = stored_checkpoint(&frame).expect("checkpoint");
+        decode.push(s.elapsed().as_secs_f64() * 1e3);
+        let map = cp.map_at(cursor, ev.device, ev.time_us(i), detail);
+        let json = serde_json::to_vec(&map).expect("json");
+        total.push(s.elapsed().as_secs_f64() * 1e3);
+        let in_memory = checkpoints.map_at(&ev, Some(i), detail).expect("map");
+        if map != in_memory || json.is_empty() {
+            eprintln!("memlens-bench-segments: the stored checkpoint's map at entry {i} differs");
+            std::process::exit(1);
+        }
+    }
+    decode.sort_by(f64::total_cmp);
+    total.sort_by(f64::total_cmp);
+    println!(
+        "{:<36} 50 maps p50 {:.1} ms, p95 {:.1} ms (of which decoding the object p50 {:.1} ms, p95 {:.1} ms)",
+        "page detail from stored objects",
+        percentile(&total, 0.5),
+        percentile(&total, 0.95),
+        percentile(&decode, 0.5),
+        percentile(&decode, 0.95)
+    );
 }
