@@ -6,6 +6,7 @@
 
 pub mod charts;
 pub mod cli;
+pub mod encode_pool;
 pub mod filecache;
 pub mod http;
 pub mod ids;

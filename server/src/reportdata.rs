@@ -32,6 +32,7 @@ use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
+use crate::encode_pool::{self, EncodeJob};
 use crate::store::{DataWriter, ReportStore, StoreError};
 use crate::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
 
@@ -84,7 +85,9 @@ fn put_json<T: serde::Serialize>(w: &mut dyn DataWriter, key: &str, value: &T) -
     put(w, key, &bytes)
 }
 
-/// Writes one analysed file's tables and device frames under `f<index>/`.
+/// Writes one analysed file's tables and device frames under `f<index>/`: every Parquet
+/// object is encoded on the [`encode_pool`](crate::encode_pool) (the largest first), and put
+/// through `w` as it is ready.
 pub fn write_file(
     w: &mut dyn DataWriter,
     index: usize,
@@ -92,46 +95,62 @@ pub fn write_file(
     devices: &mut [DeviceFrames],
 ) -> Result<(), DataError> {
     put_json(w, &format!("f{index}/meta.json"), &t.meta())?;
-    for (name, df) in t.frames_mut() {
-        put_parquet(w, &format!("f{index}/{name}.parquet"), df)?;
-    }
-    for d in devices {
+    let t = &*t;
+    // Frames are cloned into their jobs (columns are shared, not copied).
+    let mut frames: Vec<(String, DataFrame)> = TABLE_NAMES
+        .iter()
+        .zip(t.frames_ref())
+        .map(|(name, df)| (format!("f{index}/{name}.parquet"), df.clone()))
+        .collect();
+    let mut checkpoints = Vec::new();
+    for d in devices.iter_mut() {
         let dir = format!("f{index}/d{}", d.device);
-        put_parquet(
-            w,
-            &format!("{dir}/{USER_METADATA}"),
-            &mut user_metadata_frame(&d.user_metadata)?,
-        )?;
-        put_parquet(w, &format!("{dir}/usage.parquet"), &mut d.usage)?;
-        put_parquet(w, &format!("{dir}/lifetimes.parquet"), &mut d.lifetimes)?;
-        put_parquet(w, &format!("{dir}/fragmentation.parquet"), &mut d.fragmentation)?;
+        frames.push((format!("{dir}/{USER_METADATA}"), user_metadata_frame(&d.user_metadata)?));
+        frames.push((format!("{dir}/usage.parquet"), d.usage.clone()));
+        frames.push((format!("{dir}/lifetimes.parquet"), d.lifetimes.clone()));
+        frames.push((format!("{dir}/fragmentation.parquet"), d.fragmentation.clone()));
         if let Some(cp) = d.segment_checkpoints.take() {
-            write_segment_checkpoints(w, &dir, t, d.device, &cp)?;
+            checkpoints.push((dir, DeviceEvents::new(t, d.device)?, cp));
         }
+    }
+    frames.sort_by_key(|(_, df)| std::cmp::Reverse(df.estimated_size()));
+    let mut jobs: Vec<EncodeJob<'_, DataError>> = frames
+        .into_iter()
+        .map(|(key, mut df)| {
+            let k = key.clone();
+            EncodeJob::new(key, move || parquet_bytes(&k, &mut df))
+        })
+        .collect();
+    for (dir, ev, cp) in &checkpoints {
+        jobs.extend(segment_checkpoint_jobs(dir, ev, cp));
+    }
+    encode_pool::put_all(w, jobs, encode_pool::encode_threads(), put)?;
+    for (dir, _, cp) in &checkpoints {
+        let cursors: Vec<usize> = cp.points().iter().map(|p| p.cursor).collect();
+        put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), &cursors)?;
     }
     Ok(())
 }
 
 /// The segment map's checkpoints of a device, one object each with the entries before it
-/// (`{dir}/segments/{k}.parquet`), and their cursors (`{dir}/segments.json`).
-fn write_segment_checkpoints(
-    w: &mut dyn DataWriter,
+/// (`{dir}/segments/{k}.parquet`); their cursors go to `{dir}/segments.json`.
+fn segment_checkpoint_jobs<'a>(
     dir: &str,
-    t: &SnapshotTables,
-    device: i64,
-    cp: &SegmentCheckpoints,
-) -> Result<(), DataError> {
-    let ev = DeviceEvents::new(t, device)?;
-    let rows = EntryRows::of(&ev);
+    ev: &'a DeviceEvents,
+    cp: &'a SegmentCheckpoints,
+) -> Vec<EncodeJob<'a, DataError>> {
+    let rows = EntryRows::of(ev);
     let mut first = 0;
-    let mut cursors = Vec::with_capacity(cp.points().len());
+    let mut jobs = Vec::with_capacity(cp.points().len());
     for (k, p) in cp.points().iter().enumerate() {
-        let mut frame = checkpoint_frame(p, &rows.range(first, p.cursor))?;
-        put_parquet(w, &format!("{dir}/segments/{k}.parquet"), &mut frame)?;
-        cursors.push(p.cursor);
+        let (key, entries) = (format!("{dir}/segments/{k}.parquet"), rows.range(first, p.cursor));
+        let k = key.clone();
+        jobs.push(EncodeJob::new(key, move || {
+            parquet_bytes(&k, &mut checkpoint_frame(p, &entries)?)
+        }));
         first = p.cursor;
     }
-    put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), &cursors)
+    jobs
 }
 
 /// The cursors of a device's stored segment checkpoints (absent in reports stored before them).
