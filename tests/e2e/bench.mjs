@@ -33,20 +33,22 @@ const first = await page.evaluate(() => {
   return { toDrawn: Number(c.dataset.dataToDrawnMs), draw: Number(c.dataset.drawMs) };
 });
 console.log(`page open → timeline drawn: ${((Date.now() - t) / 1000).toFixed(2)} s (report just processed)`);
-// Where the first paint's time went: each request's start and end, from navigation start.
-const requests = await page.evaluate(() => performance.getEntriesByType('resource')
-  .map(e => ({ name: new URL(e.name).pathname + new URL(e.name).search, start: e.startTime, end: e.responseEnd, bytes: e.transferSize }))
-  .filter(e => e.start < Number(document.querySelector('#timeline').dataset.dataAt || 1e9) + 50));
-const inPage = await page.evaluate(() => ({
-  origin: performance.timeOrigin,
-  html: performance.getEntriesByType('navigation')[0].responseEnd,
-  drawn: Number(document.querySelector('#timeline').dataset.dataAt) + Number(document.querySelector('#timeline').dataset.dataToDrawnMs),
-  painted: Number(document.querySelector('#timeline').dataset.paintedAt),
-}));
-console.log(`  in the page, from navigation start: html by ${inPage.html.toFixed(0)} ms, timeline drawn by ${inPage.drawn.toFixed(0)} ms, painted by ${inPage.painted.toFixed(0)} ms`);
-for (const r of requests) {
-  console.log(`  ${r.start.toFixed(0).padStart(5)}–${r.end.toFixed(0).padStart(5)} ms  ${(r.bytes / 1024).toFixed(0).padStart(6)} KiB  ${r.name.slice(0, 90)}`);
+// Where a first paint's time went: each request's start and end, from navigation start.
+async function whereTimeWent(p) {
+  const requests = await p.evaluate(() => performance.getEntriesByType('resource')
+    .map(e => ({ name: new URL(e.name).pathname + new URL(e.name).search, start: e.startTime, end: e.responseEnd, bytes: e.transferSize }))
+    .filter(e => e.start < Number(document.querySelector('#timeline').dataset.dataAt || 1e9) + 50));
+  const inPage = await p.evaluate(() => ({
+    html: performance.getEntriesByType('navigation')[0].responseEnd,
+    drawn: Number(document.querySelector('#timeline').dataset.dataAt) + Number(document.querySelector('#timeline').dataset.dataToDrawnMs),
+    painted: Number(document.querySelector('#timeline').dataset.paintedAt),
+  }));
+  console.log(`  in the page, from navigation start: html by ${inPage.html.toFixed(0)} ms, timeline drawn by ${inPage.drawn.toFixed(0)} ms, painted by ${inPage.painted.toFixed(0)} ms`);
+  for (const r of requests) {
+    console.log(`  ${r.start.toFixed(0).padStart(5)}–${r.end.toFixed(0).padStart(5)} ms  ${(r.bytes / 1024).toFixed(0).padStart(6)} KiB  ${r.name.slice(0, 90)}`);
+  }
 }
+await whereTimeWent(page);
 // Opened again in a new tab once the first is idle (its segment map read the whole trace).
 await page.waitForSelector('#segment-summary', { timeout: 120_000 });
 await page.waitForLoadState('networkidle');
@@ -57,6 +59,7 @@ await page.waitForLoadState('networkidle');
   await again.waitForSelector('#timeline[data-painted-at]', { timeout: 120_000 });
   const painted = await again.evaluate(() => Number(document.querySelector('#timeline').dataset.paintedAt));
   console.log(`page open again → timeline drawn: ${((Date.now() - t2) / 1000).toFixed(2)} s (browser cache warm; painted ${painted.toFixed(0)} ms after navigation start)`);
+  await whereTimeWent(again);
   await again.close();
 }
 console.log(`data arrived → drawn: ${first.toDrawn.toFixed(1)} ms (last draw ${first.draw.toFixed(1)} ms)`);

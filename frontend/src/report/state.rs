@@ -84,6 +84,10 @@ pub struct ReportState {
     pub in_trace: RwSignal<InTrace>,
     /// The segment map to load once the first timeline is drawn (after this entry).
     pub pending_segments: StoredValue<Option<Option<usize>>>,
+    /// Whether the first timeline reached the screen (or could not be had): the panels below
+    /// it are built only then, so that nothing but the page's head and the timeline is laid
+    /// out before the first paint.
+    pub first_drawn: RwSignal<bool>,
 }
 
 impl ReportState {
@@ -133,6 +137,7 @@ impl ReportState {
             drag: StoredValue::new(None),
             in_trace: RwSignal::new(None),
             pending_segments: StoredValue::new(None),
+            first_drawn: RwSignal::new(false),
         }
     }
 
@@ -194,6 +199,7 @@ impl ReportState {
                     match client::timeline(&id, &params).await {
                         Ok(tl) => tl,
                         Err(_) => {
+                            self.first_drawn.set(true);
                             self.load_pending_segments();
                             return;
                         }
@@ -229,6 +235,7 @@ impl ReportState {
                     spawn_local(async move {
                         api::after_next_paint().await;
                         let _ = c.set_attribute("data-painted-at", &format!("{:.1}", now_ms()));
+                        self.first_drawn.set(true);
                     });
                 }
             }

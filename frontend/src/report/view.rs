@@ -203,11 +203,14 @@ pub fn ReportView(
             {move || st.dev_summary.get().and_then(|s| budget(&s))}
             <WhatIfPanel st=st />
             <TimelinePanel st=st />
-            <FlamePanel st=st />
-            <CategoryChart st=st />
-            <SegmentPanel st=st />
-            {(!gpu_logs.is_empty()).then(|| gpu_logs_section(&id, &gpu_logs, Some(st.in_trace)))}
-            {move || st.dev_summary.get().map(|s| details(st, &s))}
+            // Built once the first timeline is on screen (see `ReportState::first_drawn`).
+            {move || st.first_drawn.get().then(|| view! {
+                <FlamePanel st=st />
+                <CategoryChart st=st />
+                <SegmentPanel st=st />
+                {(!gpu_logs.is_empty()).then(|| gpu_logs_section(&id, &gpu_logs, Some(st.in_trace)))}
+                {move || st.dev_summary.get().map(|s| details(st, &s))}
+            })}
         </main>
     }
 }
