@@ -7,7 +7,7 @@
 //! f<i>/meta.json               SnapshotMeta (source facts, max_split_size, format)
 //! f<i>/<table>.parquet         every table of TABLE_NAMES (events, …, event_notes)
 //! f<i>/d<device>/user_metadata.parquet  alloc_idx, user_metadata (what the script set)
-//! f<i>/d<device>/usage.parquet        time, allocated, active, reserved
+//! f<i>/d<device>/usage.parquet        time, allocated, reserved (reports stored before 2026-12 also have active, never read)
 //! f<i>/d<device>/lifetimes.parquet
 //! f<i>/d<device>/fragmentation.parquet
 //! g<j>/samples.parquet        NVML log j's device samples (times already aligned)

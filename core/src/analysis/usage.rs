@@ -10,18 +10,16 @@
 
 use polars::prelude::*;
 
-use super::{device_segments, round_size, sum_i64, DeviceEvents};
+use super::{device_segments, sum_i64, DeviceEvents};
 use crate::columns::{usage as usage_col, Col};
 use crate::tables::{Action, SnapshotTables};
 
 /// One device's usage series and its landmarks.
 pub struct Usage {
-    /// Columns `allocated` (requested bytes), `active` (block bytes: exact at the end, the
-    /// allocator's rounding of each request before), `reserved`: the values right after each
-    /// entry (row `i` pairs with entry `i` of the device's events, whose `time_us` is the time axis).
+    /// Columns `allocated` (requested bytes) and `reserved`: the values right after each entry
+    /// (row `i` pairs with entry `i` of the device's events, whose `time_us` is the time axis).
     pub frame: DataFrame,
     pub initial_allocated: i64,
-    pub initial_active: i64,
     pub initial_reserved: i64,
     pub final_allocated: i64,
     pub final_reserved: i64,
@@ -60,15 +58,14 @@ impl Usage {
     }
 }
 
-/// Per-entry change of requested, active (block-size) and reserved bytes. Trace entries carry
-/// the requested size only; the block size is the allocator's rounding of it.
-pub fn deltas(action: u8, size: i64) -> (i64, i64, i64) {
+/// Per-entry change of requested and reserved bytes.
+pub fn deltas(action: u8, size: i64) -> (i64, i64) {
     match Action::from_code(action) {
-        Action::Alloc => (size, round_size(size), 0),
-        Action::FreeCompleted => (-size, -round_size(size), 0),
-        Action::SegmentAlloc | Action::SegmentMap => (0, 0, size),
-        Action::SegmentFree | Action::SegmentUnmap => (0, 0, -size),
-        _ => (0, 0, 0),
+        Action::Alloc => (size, 0),
+        Action::FreeCompleted => (-size, 0),
+        Action::SegmentAlloc | Action::SegmentMap => (0, size),
+        Action::SegmentFree | Action::SegmentUnmap => (0, -size),
+        _ => (0, 0),
     }
 }
 
@@ -76,36 +73,28 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
     let (segs, _) = device_segments(t, ev.device)?;
     let final_allocated = sum_i64(&segs, "requested_size")?;
     let final_reserved = sum_i64(&segs, "total_size")?;
-    let final_active = sum_i64(&segs, "active_size")?;
     let (action, size) = (ev.action(), ev.size());
-    let (mut sum_a, mut sum_act, mut sum_r) = (0i64, 0i64, 0i64);
+    let (mut sum_a, mut sum_r) = (0i64, 0i64);
     for (&a, &s) in action.iter().zip(size) {
-        let (da, dact, dr) = deltas(a, s);
+        let (da, dr) = deltas(a, s);
         sum_a += da;
-        sum_act += dact;
         sum_r += dr;
     }
     // Without segments (a trace-only dump) the trace is all we know: start from zero.
-    let (initial_allocated, initial_active, initial_reserved) = if segs.height() == 0 {
-        (0, 0, 0)
+    let (initial_allocated, initial_reserved) = if segs.height() == 0 {
+        (0, 0)
     } else {
-        (
-            (final_allocated - sum_a).max(0),
-            (final_active - sum_act).max(0),
-            (final_reserved - sum_r).max(0),
-        )
+        ((final_allocated - sum_a).max(0), (final_reserved - sum_r).max(0))
     };
 
     let n = action.len();
     let mut allocated = Vec::with_capacity(n);
-    let mut active = Vec::with_capacity(n);
     let mut reserved = Vec::with_capacity(n);
-    let (mut a_now, mut act_now, mut r_now) = (initial_allocated, initial_active, initial_reserved);
+    let (mut a_now, mut r_now) = (initial_allocated, initial_reserved);
     let (mut peak_a, mut peak_a_idx, mut peak_r, mut peak_r_idx) = (a_now, None, r_now, None);
     for i in 0..n {
-        let (da, dact, dr) = deltas(action[i], size[i]);
+        let (da, dr) = deltas(action[i], size[i]);
         a_now += da;
-        act_now += dact;
         r_now += dr;
         if a_now > peak_a {
             peak_a = a_now;
@@ -116,21 +105,18 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
             peak_r_idx = Some(i);
         }
         allocated.push(a_now);
-        active.push(act_now);
         reserved.push(r_now);
     }
     let frame = DataFrame::new(
         n,
         vec![
             usage_col::ALLOCATED.build(allocated),
-            usage_col::ACTIVE.build(active),
             usage_col::RESERVED.build(reserved),
         ],
     )?;
     Ok(Usage {
         frame,
         initial_allocated,
-        initial_active,
         initial_reserved,
         final_allocated: if n == 0 { initial_allocated } else { a_now },
         final_reserved: if n == 0 { initial_reserved } else { r_now },
