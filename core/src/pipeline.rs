@@ -19,7 +19,7 @@ use crate::analysis::gpu_samples::{link_process_gpus, ReservedSteps};
 use crate::analysis::run::run_overview;
 use crate::analysis::DeviceEvents;
 use crate::error::{AnalysisError, ImportError};
-use crate::importers::{import_on_thread, ImportOptions, Imported};
+use crate::importers::{import_on_thread, ImportOptions, Imported, ImportedFile};
 use crate::report::{analyze_gpu_log, analyze_snapshot_with, snapshot_time_range};
 use crate::samples::GpuSampleTables;
 use crate::source::Source;
@@ -28,6 +28,9 @@ use crate::tables::SnapshotTables;
 
 /// Opens an input's content (the pipeline un-gzips and sniffs it).
 pub type OpenInput = Box<dyn FnOnce() -> std::io::Result<Box<dyn Read + Send>> + Send>;
+
+/// Waits for an input's import begun elsewhere (an upload imported while it arrived).
+pub type PendingImport = Box<dyn FnOnce() -> Result<ImportedFile, ImportError> + Send>;
 
 /// One input file: the name it is reported under, and how to read it.
 pub struct Input {
@@ -40,6 +43,7 @@ pub struct Input {
 enum InputOpener {
     Path(PathBuf),
     Reader(OpenInput),
+    Begun(PendingImport),
 }
 
 impl Input {
@@ -57,6 +61,15 @@ impl Input {
             name: name.into(),
             size: Some(size),
             open: InputOpener::Reader(open),
+        }
+    }
+    /// An input whose import was begun elsewhere ([`crate::importers::begin_import`]): the
+    /// run waits for it where it would have imported the input.
+    pub fn begun(name: impl Into<String>, import: PendingImport) -> Input {
+        Input {
+            name: name.into(),
+            size: None,
+            open: InputOpener::Begun(import),
         }
     }
 }
@@ -185,7 +198,11 @@ pub fn run_with(
     for input in inputs {
         let name = input.name.clone();
         sink.stage(Stage::Importing, Some(&name));
-        let imported = match import_on_thread(move || open_source(input, options), options) {
+        let imported = match input.open {
+            InputOpener::Begun(import) => import(),
+            open => import_on_thread(move || open_source(open, input.size, options), options),
+        };
+        let imported = match imported {
             Ok(i) => i,
             Err(ImportError::NotSupported { format }) => {
                 out.skipped.push(SkippedFile {
@@ -292,10 +309,11 @@ pub fn run_with(
     Ok(out)
 }
 
-fn open_source(input: Input, options: ImportOptions) -> Result<Source, ImportError> {
-    match input.open {
+fn open_source(open: InputOpener, size: Option<u64>, options: ImportOptions) -> Result<Source, ImportError> {
+    match open {
         InputOpener::Path(path) => Source::open(&path, options.source),
-        InputOpener::Reader(open) => Source::from_reader(open()?, input.size.unwrap_or(u64::MAX), options.source),
+        InputOpener::Reader(open) => Source::from_reader(open()?, size.unwrap_or(u64::MAX), options.source),
+        InputOpener::Begun(_) => Err(ImportError::Internal("an import begun elsewhere has no source".into())),
     }
 }
 

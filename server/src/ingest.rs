@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 use crate::charts::{self, Chart};
 use crate::filecache::LoadedFiles;
 use crate::metrics::Metrics;
+use crate::pre_import::{FeedGuard, PreImports};
 use crate::reportdata::{self, LoadedFile};
 use crate::store::{DataWriter, ReportStore};
 
@@ -173,6 +174,8 @@ pub struct Ingest {
     category_rules: FrameRules,
     /// The server's loaded files, given the frames of each report this process processes.
     files: Option<Arc<LoadedFiles>>,
+    /// Uploads imported while they arrive, taken by their reports' jobs.
+    pre_imports: PreImports,
 }
 
 impl Ingest {
@@ -185,15 +188,42 @@ impl Ingest {
         category_rules: FrameRules,
         files: Option<Arc<LoadedFiles>>,
     ) -> Arc<Ingest> {
+        let options = ImportOptions::default();
         Arc::new(Ingest {
             store,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             progress: Mutex::new(HashMap::new()),
             metrics,
-            options: ImportOptions::default(),
+            options,
             category_rules,
             files,
+            // As many uploads imported ahead as jobs run at once: each holds one file's tables
+            // until its job takes them.
+            pre_imports: PreImports::new(concurrency.max(1), options),
         })
+    }
+
+    /// Begins importing upload `key` of report `id` while it arrives (see [`crate::pre_import`]);
+    /// `None` when it will be imported by its job instead (no free slot, a store that cannot
+    /// read an upload back before it is finished, or a shared store's queue, whose job another
+    /// process may claim).
+    pub fn begin_pre_import(&self, id: &str, key: &str, size_bound: u64) -> Option<FeedGuard> {
+        if self.store.jobs().is_some() {
+            return None;
+        }
+        let feed = self.pre_imports.begin(self.store.as_ref(), id, key, size_bound)?;
+        self.metrics.import_ahead_begun();
+        Some(feed)
+    }
+
+    /// Forgets what was begun for the uploads of report `id` (refused, or never created).
+    pub fn forget_pre_imports(&self, id: &str) {
+        self.pre_imports.forget(id);
+    }
+
+    /// Imports begun and not yet taken by a job.
+    pub fn pre_imports_pending(&self) -> usize {
+        self.pre_imports.pending()
     }
 
     pub fn progress(&self, id: &str) -> Option<Arc<Progress>> {
@@ -266,6 +296,8 @@ impl Ingest {
             m.insert(id.to_owned(), progress.clone());
         }
         let outcome = self.run(id, &progress);
+        // Whatever was imported ahead and not taken (a job that stopped early) goes too.
+        self.pre_imports.forget(id);
         if let Ok(mut m) = self.progress.lock() {
             m.remove(id);
         }
@@ -323,15 +355,19 @@ impl Ingest {
             .files
             .iter()
             .map(|f| {
-                let (store, id, key, p) = (self.store.clone(), id.to_owned(), f.key.clone(), progress.clone());
-                Input::reader(
-                    f.name.clone(),
-                    f.size,
-                    Box::new(move || {
-                        let inner = store.open_upload(&id, &key).map_err(std::io::Error::other)?;
-                        Ok(Box::new(CountingReader { inner, progress: p }) as Box<dyn Read + Send>)
-                    }),
-                )
+                let (store, id2, key, p) = (self.store.clone(), id.to_owned(), f.key.clone(), progress.clone());
+                let open: pipeline::OpenInput = Box::new(move || {
+                    let inner = store.open_upload(&id2, &key).map_err(std::io::Error::other)?;
+                    Ok(Box::new(CountingReader { inner, progress: p }) as Box<dyn Read + Send>)
+                });
+                match self.pre_imports.take(id, &f.key) {
+                    Some(import) => {
+                        // Read while it arrived: its bytes are in.
+                        progress.bytes_read.fetch_add(f.size, Ordering::Relaxed);
+                        Input::begun(f.name.clone(), import)
+                    }
+                    None => Input::reader(f.name.clone(), f.size, open),
+                }
             })
             .collect();
         // Dropped without commit on any error: the report's data stays as it was.

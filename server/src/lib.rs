@@ -12,6 +12,7 @@ pub mod http;
 pub mod ids;
 pub mod ingest;
 pub mod metrics;
+pub mod pre_import;
 pub mod priority;
 pub mod reportdata;
 pub mod serve;

@@ -3,6 +3,7 @@
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -18,6 +19,8 @@ pub struct Metrics {
     ingest_failed: Counter,
     ingest_seconds: Histogram,
     file_loads: Counter,
+    imports_ahead: Counter,
+    imports_ahead_pending: Gauge,
 }
 
 impl Default for Metrics {
@@ -31,6 +34,8 @@ impl Default for Metrics {
             ingest_failed: Counter::default(),
             ingest_seconds: Histogram::new(BUCKETS),
             file_loads: Counter::default(),
+            imports_ahead: Counter::default(),
+            imports_ahead_pending: Gauge::default(),
         };
         m.registry
             .register("memlens_uploads", "Reports uploaded", m.uploads.clone());
@@ -61,6 +66,16 @@ impl Default for Metrics {
             "Snapshot files of reports loaded from the store for queries",
             m.file_loads.clone(),
         );
+        m.registry.register(
+            "memlens_imports_ahead",
+            "Uploaded files whose import began while they arrived",
+            m.imports_ahead.clone(),
+        );
+        m.registry.register(
+            "memlens_imports_ahead_pending",
+            "Imports begun while uploads arrived and not yet taken by a job (each holds a file's tables)",
+            m.imports_ahead_pending.clone(),
+        );
         m
     }
 }
@@ -87,6 +102,16 @@ impl Metrics {
     /// A report's snapshot file was loaded from the store (not found in the cache).
     pub fn file_loaded(&self) {
         self.file_loads.inc();
+    }
+
+    /// An upload's import began while it arrived.
+    pub fn import_ahead_begun(&self) {
+        self.imports_ahead.inc();
+    }
+
+    /// Imports begun ahead and not yet taken, as of now (set when the metrics are read).
+    pub fn set_imports_ahead_pending(&self, n: usize) {
+        self.imports_ahead_pending.set(n as i64);
     }
 
     pub fn render(&self) -> String {

@@ -155,22 +155,44 @@ pub fn import_on_thread<F>(open: F, options: ImportOptions) -> Result<ImportedFi
 where
     F: FnOnce() -> Result<Source, ImportError> + Send + 'static,
 {
-    let handle = std::thread::Builder::new()
+    begin_import(open, options)?.wait()
+}
+
+/// An import running on a thread of its own ([`begin_import`]).
+#[cfg(feature = "analysis")]
+pub struct BegunImport(std::thread::JoinHandle<Result<ImportedFile, ImportError>>);
+
+#[cfg(feature = "analysis")]
+impl BegunImport {
+    /// Waits for the import; a panic on its thread (a bug) comes back as an error.
+    pub fn wait(self) -> Result<ImportedFile, ImportError> {
+        match self.0.join() {
+            Ok(r) => r,
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(ImportError::Internal(msg))
+            }
+        }
+    }
+}
+
+/// Begins what [`import_on_thread`] does and returns at once: the import runs meanwhile (an
+/// upload imported while it arrives).
+#[cfg(feature = "analysis")]
+pub fn begin_import<F>(open: F, options: ImportOptions) -> Result<BegunImport, ImportError>
+where
+    F: FnOnce() -> Result<Source, ImportError> + Send + 'static,
+{
+    std::thread::Builder::new()
         .name("memlens-import".into())
         .stack_size(IMPORT_STACK)
         .spawn(move || import_source(open()?, &options))
-        .map_err(|e| ImportError::Internal(format!("cannot start the import thread: {e}")))?;
-    match handle.join() {
-        Ok(r) => r,
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(ImportError::Internal(msg))
-        }
-    }
+        .map(BegunImport)
+        .map_err(|e| ImportError::Internal(format!("cannot start the import thread: {e}")))
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub async fn healthz() -> &'static str {
 }
 
 pub async fn metrics(State(st): State<Shared>) -> Response {
+    st.metrics.set_imports_ahead_pending(st.ingest.pre_imports_pending());
     (
         [(
             header::CONTENT_TYPE,

@@ -62,6 +62,7 @@ pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: He
             st.metrics.upload_rejected();
             let store = st.store.clone();
             let id2 = id.clone();
+            st.ingest.forget_pre_imports(&id);
             let _ = tokio::task::spawn_blocking(move || store.discard_uploads(&id2)).await;
             // `receive` has dropped its end of the pump: let the pump discard what the client is
             // still sending (bounded), so that the client reads this answer instead of a reset.
@@ -137,6 +138,8 @@ async fn write_batch(writer: Box<dyn BlobWriter>, batch: Vec<u8>) -> Result<Box<
 }
 
 /// Streams chunks into upload `key`, counting against `budget`; returns the bytes written.
+/// With `import_ahead` (at most the upload's size, for its bounds), the upload is imported
+/// while it arrives when the ingest can ([`crate::pre_import`]).
 async fn stream_to_store<S, E>(
     st: &Shared,
     id: &str,
@@ -144,6 +147,7 @@ async fn stream_to_store<S, E>(
     mut chunks: S,
     budget: &mut u64,
     limit: u64,
+    import_ahead: Option<u64>,
 ) -> Result<u64, ApiError>
 where
     S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
@@ -154,7 +158,10 @@ where
         .await
         .map_err(internal)?
         .map_err(store_error)?;
+    // Dropped on any early return below: the import ahead then fails and ends.
+    let feed = import_ahead.and_then(|bound| st.ingest.begin_pre_import(id, key, bound.min(*budget)));
     let mut written = 0u64;
+    let mut stored = 0u64;
     let mut batch = Vec::with_capacity(WRITE_BATCH);
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
@@ -164,10 +171,17 @@ where
         }
         batch.extend_from_slice(&chunk);
         if batch.len() >= WRITE_BATCH {
+            stored += batch.len() as u64;
             writer = write_batch(writer, std::mem::replace(&mut batch, Vec::with_capacity(WRITE_BATCH))).await?;
+            if let Some(f) = &feed {
+                f.advance(stored);
+            }
         }
     }
     writer = write_batch(writer, batch).await?;
+    if let Some(f) = feed {
+        f.complete(written);
+    }
     tokio::task::spawn_blocking(move || writer.finish())
         .await
         .map_err(internal)?
@@ -206,6 +220,9 @@ async fn receive(
     let id_owned = slot.as_ref().map_or_else(|| id.to_owned(), |s| s.id.clone());
     let id = id_owned.as_str();
     let first_key = slot.as_ref().map_or(0, |s| s.first_key);
+    // A run's report waits for its last rank: its uploads are imported by its job. Others are
+    // imported while they arrive, bounded by the body's declared length (else the budget).
+    let import_ahead = slot.is_none().then(|| declared_length(headers).unwrap_or(limit));
     let is_multipart = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -230,14 +247,14 @@ async fn receive(
             };
             let name = upload_name(&fname, q.rank);
             let key = format!("{}-{name}", first_key + files.len());
-            let size = stream_to_store(st, id, &key, field, &mut budget, limit).await?;
+            let size = stream_to_store(st, id, &key, field, &mut budget, limit, import_ahead).await?;
             files.push(StoredFile { name, key, size });
         }
     } else {
         let name = upload_name(q.name.as_deref().unwrap_or("upload"), q.rank);
         let key = format!("{first_key}-{name}");
         let stream = req.into_body().into_data_stream();
-        let size = stream_to_store(st, id, &key, stream, &mut budget, limit).await?;
+        let size = stream_to_store(st, id, &key, stream, &mut budget, limit, import_ahead).await?;
         if size > 0 {
             files.push(StoredFile { name, key, size });
         }

@@ -190,6 +190,12 @@ impl ReportStore for LocalStore {
         Ok(())
     }
 
+    fn read_incoming(&self, id: &str, key: &str) -> StoreResult<Option<Box<dyn Read + Send>>> {
+        check_key(key)?;
+        // The open file stays readable when `create` renames its folder into the report's.
+        Ok(Some(Box::new(File::open(self.incoming_dir(id)?.join(key))?)))
+    }
+
     fn open_upload(&self, id: &str, key: &str) -> StoreResult<Box<dyn Read + Send>> {
         check_key(key)?;
         Ok(Box::new(File::open(self.report_dir(id)?.join("uploads").join(key))?))

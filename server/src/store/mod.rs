@@ -111,6 +111,13 @@ pub trait ReportStore: Send + Sync {
     fn discard_uploads(&self, id: &str) -> StoreResult<()>;
     /// Reads a kept upload of a created report.
     fn open_upload(&self, id: &str, key: &str) -> StoreResult<Box<dyn Read + Send>>;
+    /// Reads upload `key` of the report being received as `id` while its writer still writes
+    /// it (from its first byte; what is read past the bytes written so far is unspecified, so
+    /// callers read no further than that). `None`: this store cannot read an upload back
+    /// before it is finished (an object store's multipart upload).
+    fn read_incoming(&self, _id: &str, _key: &str) -> StoreResult<Option<Box<dyn Read + Send>>> {
+        Ok(None)
+    }
 
     // Blobs: report data.
     /// A writer for a new version of the report's data.

@@ -1,0 +1,312 @@
+//! Uploads decoded while they arrive: a file of an upload is imported on a thread of its own
+//! that reads what the store has written of it so far, so that when the last byte is in, its
+//! tables are (nearly) ready and the report's job goes straight on to the analyses.
+//!
+//! - [`UploadFeed`]: how much of an upload is written, and whether it ended (complete or not);
+//!   the upload handler advances it after each write.
+//! - [`FollowingReader`]: reads an upload still being written, up to what the feed says is
+//!   written, waiting for more; it ends where the complete upload ends, and fails when the
+//!   upload failed.
+//! - [`PreImports`]: the imports begun, by report and upload key, bounded by a number of slots
+//!   (an import holds its slot until a job takes its tables, or it is forgotten). Only stores
+//!   that can read an upload back while it is written take part ([`ReportStore::read_incoming`]);
+//!   uploads into a run of ranks do not (their report waits for its last rank).
+//!
+//! A job that finds no begun import for a file (none was begun, a server restart, another
+//! process's upload) reads the kept upload as before: the outcome is the same either way.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::{Arc, Condvar, Mutex};
+
+use memlens_core::importers::{begin_import, ImportOptions, ImportedFile};
+use memlens_core::pipeline::PendingImport;
+use memlens_core::source::Source;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::store::ReportStore;
+
+/// How far an upload has been written, and how it ended.
+#[derive(Default)]
+pub struct UploadFeed {
+    state: Mutex<FeedState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct FeedState {
+    written: u64,
+    /// `Some(Ok)`: complete at `written` bytes; `Some(Err)`: the upload failed.
+    end: Option<Result<(), String>>,
+}
+
+impl UploadFeed {
+    /// `written` bytes of the upload are in the store.
+    pub fn advance(&self, written: u64) {
+        if let Ok(mut s) = self.state.lock() {
+            s.written = s.written.max(written);
+        }
+        self.changed.notify_all();
+    }
+
+    /// The upload ended: complete (`Ok`) or not. Only the first end counts.
+    pub fn end(&self, outcome: Result<(), String>) {
+        if let Ok(mut s) = self.state.lock() {
+            if s.end.is_none() {
+                s.end = Some(outcome);
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// Waits until more than `pos` bytes are written or the upload ended; returns how many are
+    /// written and the end, if any.
+    fn wait_past(&self, pos: u64) -> std::io::Result<(u64, Option<Result<(), String>>)> {
+        let poisoned = |_| std::io::Error::other("upload feed poisoned");
+        let mut s = self.state.lock().map_err(poisoned)?;
+        while s.written <= pos && s.end.is_none() {
+            s = self.changed.wait(s).map_err(poisoned)?;
+        }
+        Ok((s.written, s.end.clone()))
+    }
+}
+
+/// Ends its feed as failed when dropped before [`FeedGuard::complete`]: every way an upload
+/// can stop early (too large, interrupted, a write error) stops its import too.
+pub struct FeedGuard {
+    feed: Arc<UploadFeed>,
+    done: bool,
+}
+
+impl FeedGuard {
+    pub fn advance(&self, written: u64) {
+        self.feed.advance(written);
+    }
+    pub fn complete(mut self, written: u64) {
+        self.feed.advance(written);
+        self.feed.end(Ok(()));
+        self.done = true;
+    }
+}
+
+impl Drop for FeedGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.feed.end(Err("the upload did not complete".into()));
+        }
+    }
+}
+
+/// Reads an upload while it is written: never past what its feed says is written.
+pub struct FollowingReader {
+    inner: Box<dyn Read + Send>,
+    feed: Arc<UploadFeed>,
+    pos: u64,
+}
+
+impl FollowingReader {
+    pub fn new(inner: Box<dyn Read + Send>, feed: Arc<UploadFeed>) -> FollowingReader {
+        FollowingReader { inner, feed, pos: 0 }
+    }
+}
+
+impl Read for FollowingReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let (written, end) = self.feed.wait_past(self.pos)?;
+        if let Some(Err(e)) = end {
+            return Err(std::io::Error::other(e));
+        }
+        if written <= self.pos {
+            return Ok(0); // complete, and all of it read
+        }
+        let want = (written - self.pos).min(buf.len() as u64) as usize;
+        let n = self.inner.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the stored upload is shorter than what was written of it",
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// An import begun for one upload, with the slot it holds.
+struct Begun {
+    import: memlens_core::importers::BegunImport,
+    slot: OwnedSemaphorePermit,
+}
+
+/// The imports begun while uploads arrive, by (report, upload key).
+pub struct PreImports {
+    slots: Arc<Semaphore>,
+    begun: Mutex<HashMap<(String, String), Begun>>,
+    options: ImportOptions,
+}
+
+impl PreImports {
+    /// At most `slots` imports at once (begun and not yet taken by a job).
+    pub fn new(slots: usize, options: ImportOptions) -> PreImports {
+        PreImports {
+            slots: Arc::new(Semaphore::new(slots)),
+            begun: Mutex::new(HashMap::new()),
+            options,
+        }
+    }
+
+    /// Begins importing upload `key` of report `id` as it is written, when a slot is free and
+    /// the store can read the upload back meanwhile; the returned guard is the upload's feed.
+    /// `size_bound` is at least the upload's final size (it bounds decompression and length
+    /// prefixes the way a file's size does).
+    pub fn begin(&self, store: &dyn ReportStore, id: &str, key: &str, size_bound: u64) -> Option<FeedGuard> {
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        let inner = match store.read_incoming(id, key) {
+            Ok(Some(r)) => r,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(report = %id, "cannot follow upload {key}: {e}");
+                return None;
+            }
+        };
+        let feed = Arc::new(UploadFeed::default());
+        let reader = FollowingReader::new(inner, feed.clone());
+        let source = self.options.source;
+        let import = begin_import(
+            move || {
+                crate::priority::lower_to(crate::priority::INGEST);
+                Source::from_reader(Box::new(reader), size_bound, source)
+            },
+            self.options,
+        );
+        let import = match import {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(report = %id, "cannot begin importing upload {key}: {e}");
+                return None;
+            }
+        };
+        if let Ok(mut m) = self.begun.lock() {
+            m.insert((id.to_owned(), key.to_owned()), Begun { import, slot });
+        }
+        Some(FeedGuard { feed, done: false })
+    }
+
+    /// The import begun for upload `key` of report `id`, as a pipeline input's import; its
+    /// slot is given back once the tables are handed over.
+    pub fn take(&self, id: &str, key: &str) -> Option<PendingImport> {
+        let begun = self.begun.lock().ok()?.remove(&(id.to_owned(), key.to_owned()))?;
+        Some(Box::new(move || {
+            let imported: Result<ImportedFile, _> = begun.import.wait();
+            drop(begun.slot);
+            imported
+        }))
+    }
+
+    /// Forgets every import begun for report `id` (its upload was refused, or its job has
+    /// taken what it needs): their slots are given back, their threads end on their own.
+    pub fn forget(&self, id: &str) {
+        if let Ok(mut m) = self.begun.lock() {
+            m.retain(|(r, _), _| r != id);
+        }
+    }
+
+    /// How many imports are begun and not yet taken (for tests and metrics).
+    pub fn pending(&self) -> usize {
+        self.begun.lock().map_or(0, |m| m.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    /// A reader over a buffer that another thread fills, as a file being appended to is.
+    struct Growing(Arc<Mutex<Vec<u8>>>, usize);
+    impl Read for Growing {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let data = self.0.lock().unwrap();
+            let n = (data.len() - self.1).min(buf.len());
+            buf[..n].copy_from_slice(&data[self.1..self.1 + n]);
+            self.1 += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_following_reader_reads_everything_written_as_it_arrives_then_ends() {
+        let data = Arc::new(Mutex::new(Vec::new()));
+        let feed = Arc::new(UploadFeed::default());
+        let mut reader = FollowingReader::new(Box::new(Growing(data.clone(), 0)), feed.clone());
+        let writer = {
+            let (data, feed) = (data.clone(), feed.clone());
+            std::thread::spawn(move || {
+                for i in 0..50u8 {
+                    let len = {
+                        let mut d = data.lock().unwrap();
+                        d.extend(std::iter::repeat_n(i, 1000));
+                        d.len()
+                    };
+                    feed.advance(len as u64);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                let len = data.lock().unwrap().len();
+                FeedGuard { feed, done: false }.complete(len as u64);
+            })
+        };
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).expect("the whole upload");
+        writer.join().unwrap();
+        assert_eq!(got.len(), 50_000);
+        assert!(got
+            .chunks(1000)
+            .enumerate()
+            .all(|(i, c)| c.iter().all(|&b| b == i as u8)));
+    }
+
+    #[test]
+    fn a_following_reader_never_reads_past_what_is_written() {
+        // The store holds more than the feed says is written (a write in progress).
+        let feed = Arc::new(UploadFeed::default());
+        feed.advance(3);
+        let mut reader = FollowingReader::new(Box::new(Cursor::new(b"abcdef".to_vec())), feed.clone());
+        let mut buf = [0u8; 16];
+        assert_eq!(reader.read(&mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"abc");
+        feed.advance(6);
+        feed.end(Ok(()));
+        assert_eq!(reader.read(&mut buf).unwrap(), 3);
+        assert_eq!(reader.read(&mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn an_upload_that_stops_early_fails_its_reader() {
+        let feed = Arc::new(UploadFeed::default());
+        let guard = FeedGuard {
+            feed: feed.clone(),
+            done: false,
+        };
+        guard.advance(2);
+        let mut reader = FollowingReader::new(Box::new(Cursor::new(b"ab".to_vec())), feed);
+        let mut buf = [0u8; 4];
+        assert_eq!(reader.read(&mut buf).unwrap(), 2);
+        drop(guard); // the upload was refused or cut off
+        let err = reader.read(&mut buf).expect_err("the upload failed");
+        assert!(err.to_string().contains("did not complete"), "{err}");
+    }
+
+    #[test]
+    fn a_store_shorter_than_its_feed_is_an_error_not_an_early_end() {
+        let feed = Arc::new(UploadFeed::default());
+        feed.advance(10);
+        feed.end(Ok(()));
+        let mut reader = FollowingReader::new(Box::new(Cursor::new(b"abc".to_vec())), feed);
+        let mut got = Vec::new();
+        let err = reader.read_to_end(&mut got).expect_err("3 of 10 bytes");
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+}
