@@ -374,11 +374,14 @@ impl LoadedFile {
                     None => memlens_core::frames::alloc_metadata(&*self.tables()?, d.device)?,
                 };
                 // The two large frames are decoded side by side.
+                let started = std::time::Instant::now();
                 let (usage, lifetimes) = std::thread::scope(|scope| {
                     let usage = scope.spawn(|| self.parquet(&format!("{dir}/usage.parquet")));
                     let lifetimes = self.parquet(&format!("{dir}/lifetimes.parquet"));
                     (usage.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), lifetimes)
                 });
+                tracing::debug!(report = %self.id, file = self.index, device = d.device,
+                    "device frames read in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
                 devices.push(DeviceFrames {
                     device: d.device,
                     usage: usage?,
@@ -454,8 +457,11 @@ impl LoadedFile {
     /// count towards the file's).
     pub fn timeline_index(&self, frames: &DeviceFrames, axis: Axis) -> PolarsResult<Arc<TimelineIndex>> {
         kept(&self.timeline_indexes, &self.bytes, (frames.device, axis), || {
+            let started = std::time::Instant::now();
             let ix = TimelineIndex::build(frames, axis)?;
             let size = ix.bytes();
+            tracing::debug!(report = %self.id, file = self.index, device = frames.device,
+                "timeline index built in {:.0} ms ({size} bytes)", started.elapsed().as_secs_f64() * 1e3);
             Ok((ix, size))
         })
     }
