@@ -37,6 +37,11 @@ pub struct TimelineParams {
     pub width: Option<usize>,
     /// `time` (default when the trace has timestamps) or `event` (entry order).
     pub axis: Option<TimelineAxis>,
+    /// `/timeline` only, for the whole range (no `start`/`end`): `true` lets the server answer
+    /// at another width when that answer is ready sooner — the device's first view stored at
+    /// ingest, while the report's frames are not loaded. The answer's `width` says which; it
+    /// is exact for that width. Ignored by the other queries.
+    pub overview: Option<bool>,
 }
 
 /// The segment map after an entry or at a time.

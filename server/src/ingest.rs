@@ -129,7 +129,8 @@ impl PipelineSink for StoreSink<'_> {
         true
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
-        reportdata::write_file(self.data, out.index, out.tables, out.devices).map_err(|e| e.to_string())?;
+        reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices)
+            .map_err(|e| e.to_string())?;
         if !self.charted {
             if let (Some(dev), Some(d)) = (out.devices.first(), out.summary.devices.first()) {
                 self.chart(&Chart::Device(dev, d))?;

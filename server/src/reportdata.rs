@@ -10,6 +10,8 @@
 //! f<i>/d<device>/usage.parquet        time, allocated, reserved (reports stored before 2026-12 also have active, never read)
 //! f<i>/d<device>/lifetimes.parquet
 //! f<i>/d<device>/fragmentation.parquet
+//! f<i>/d<device>/overview.json        the timeline's first view (whole range, default axis, 1500 wide)
+//! f<i>/d<device>/segments/<k>.parquet, segments.json   the segment map's checkpoints and cursors
 //! g<j>/samples.parquet        NVML log j's device samples (times already aligned)
 //! chart.png, chart.svg         the first device's usage chart (else the first GPU log's)
 //! ```
@@ -91,6 +93,7 @@ fn put_json<T: serde::Serialize>(w: &mut dyn DataWriter, key: &str, value: &T) -
 pub fn write_file(
     w: &mut dyn DataWriter,
     index: usize,
+    summary: &FileSummary,
     t: &mut SnapshotTables,
     devices: &mut [DeviceFrames],
 ) -> Result<(), DataError> {
@@ -121,6 +124,12 @@ pub fn write_file(
             EncodeJob::new(key, move || parquet_bytes(&k, &mut df))
         })
         .collect();
+    for d in devices.iter() {
+        if let Some(ds) = summary.devices.iter().find(|s| s.device == d.device) {
+            let key = format!("f{index}/d{}/{OVERVIEW}", d.device);
+            jobs.push(EncodeJob::new(key.clone(), move || overview_bytes(&key, d, ds)));
+        }
+    }
     for (dir, ev, cp) in &checkpoints {
         jobs.extend(segment_checkpoint_jobs(dir, ev, cp));
     }
@@ -130,6 +139,29 @@ pub fn write_file(
         put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), &cursors)?;
     }
     Ok(())
+}
+
+/// A device's first view: its whole range on its default axis at [`OVERVIEW_WIDTH`], as the
+/// timeline query answers it (stored so that a page opened on a report whose frames are not
+/// loaded draws at once: `timeline?overview=true`).
+const OVERVIEW: &str = "overview.json";
+pub const OVERVIEW_WIDTH: usize = 1500;
+
+/// The axis a device's timeline opens on: time where the trace has timestamps.
+pub fn default_axis(d: &memlens_api::DeviceSummary) -> Axis {
+    match d.time_axis {
+        memlens_api::TimeAxis::TimeUs => Axis::Time,
+        memlens_api::TimeAxis::EventOrder => Axis::Event,
+    }
+}
+
+fn overview_bytes(key: &str, d: &DeviceFrames, ds: &memlens_api::DeviceSummary) -> Result<Vec<u8>, DataError> {
+    let initial = (ds.initial_allocated_bytes, ds.initial_reserved_bytes);
+    let tl = memlens_core::query::timeline_on(d, default_axis(ds), initial, None, None, OVERVIEW_WIDTH)?;
+    serde_json::to_vec(&tl).map_err(|source| DataError::Json {
+        key: key.to_owned(),
+        source,
+    })
 }
 
 /// The segment map's checkpoints of a device, one object each with the entries before it
@@ -421,6 +453,33 @@ impl LoadedFile {
         self.segments.map_at(self, &self.bytes, device, cursor, time_us, detail)
     }
 
+    /// The first view stored for `device` on `axis` at ingest ([`OVERVIEW_WIDTH`], the whole
+    /// range), when one is stored and `axis` is the device's default; `None` also once the
+    /// device's timeline index on that axis is built (then any width is answered as fast).
+    pub fn stored_overview(&self, device: i64, axis: Axis) -> Result<Option<memlens_api::Timeline>, DataError> {
+        let default = self
+            .summary
+            .devices
+            .iter()
+            .find(|d| d.device == device)
+            .map(default_axis);
+        let built = self
+            .timeline_indexes
+            .lock()
+            .map(|m| m.contains_key(&(device, axis)))
+            .unwrap_or(false);
+        if default != Some(axis) || built {
+            return Ok(None);
+        }
+        let key = format!("f{}/d{device}/{OVERVIEW}", self.index);
+        match read_object(self.store.as_ref(), &self.id, &key)? {
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| DataError::Json { key, source }),
+            None => Ok(None),
+        }
+    }
+
     /// The segment-state checkpoints of a device (built once, then shared; their bytes count
     /// towards the file's).
     pub fn checkpoints(&self, tables: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Arc<SegmentCheckpoints>> {
@@ -441,10 +500,7 @@ impl LoadedFile {
         else {
             return Ok(());
         };
-        let axis = match d.time_axis {
-            memlens_api::TimeAxis::TimeUs => Axis::Time,
-            memlens_api::TimeAxis::EventOrder => Axis::Event,
-        };
+        let axis = default_axis(d);
         let devices = self.devices()?;
         if let Some(frames) = devices.iter().find(|f| f.device == d.device) {
             self.timeline_index(frames, axis)?;
@@ -674,7 +730,7 @@ mod tests {
                 out.tables.frames_mut().into_iter().map(|(_, df)| df.clone()).collect(),
                 out.tables.meta(),
             ));
-            write_file(self.0, out.index, out.tables, out.devices).map_err(|e| e.to_string())
+            write_file(self.0, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
         }
     }
 
@@ -813,6 +869,48 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_stored_report_answers_its_first_view_without_loading_its_frames() {
+        let id = "00000000000000000000000000000007";
+        for name in ["mlp_train.pickle", "leak.two_devices.pickle", "many_small.pickle.gz"] {
+            let (_root, store) = store_with_report(id);
+            let (_, out) = process_into(&store, id, name);
+            let summary = &out.files[0];
+            let stored = LoadedFile::open(store.clone(), id, 0, summary);
+            let live = LoadedFile::open(store.clone(), id, 0, summary);
+            let devices = live.devices().expect("frames");
+            for d in &summary.devices {
+                let axis = default_axis(d);
+                let overview = stored
+                    .stored_overview(d.device, axis)
+                    .expect("read")
+                    .expect("stored at ingest");
+                let frames = devices.iter().find(|f| f.device == d.device).expect("device");
+                let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
+                let computed = memlens_core::query::timeline_on(frames, axis, initial, None, None, OVERVIEW_WIDTH)
+                    .expect("timeline");
+                assert_eq!(overview, computed, "{name} device {}", d.device);
+                // Only the default axis is stored.
+                let other = if axis == Axis::Time { Axis::Event } else { Axis::Time };
+                assert_eq!(stored.stored_overview(d.device, other).expect("read"), None);
+                // Once the index is built, any width is as fast: the stored view steps aside.
+                stored.timeline_index(frames, axis).expect("index");
+                assert_eq!(stored.stored_overview(d.device, axis).expect("read"), None);
+            }
+            assert_eq!(live.loaded_parts(), ["devices"], "{name}");
+        }
+        // Before the index is built, the stored view is read without any frames.
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, "mlp_train.pickle");
+        let fresh = LoadedFile::open(store.clone(), id, 0, &out.files[0]);
+        let d = &out.files[0].devices[0];
+        assert!(fresh
+            .stored_overview(d.device, default_axis(d))
+            .expect("read")
+            .is_some());
+        assert!(fresh.loaded_parts().is_empty(), "{:?}", fresh.loaded_parts());
+    }
+
     /// Writes like the version before `meta.json`, `event_notes` and category columns.
     struct OldLayout<'a>(&'a mut dyn DataWriter);
     impl DataWriter for OldLayout<'_> {
@@ -836,7 +934,7 @@ mod tests {
                 let _ = d.lifetimes.drop_in_place("category");
                 let _ = d.lifetimes.drop_in_place("category_rule");
             }
-            write_file(&mut self.0, out.index, out.tables, out.devices).map_err(|e| e.to_string())
+            write_file(&mut self.0, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
         }
     }
 

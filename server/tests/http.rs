@@ -751,6 +751,42 @@ fn a_report_just_processed_answers_its_first_queries_from_memory_as_after_a_rest
 }
 
 #[test]
+fn after_a_restart_the_first_view_comes_from_its_stored_overview_then_any_width_from_the_frames() {
+    let dir = tmpdir("overview");
+    let s = Server::serve_on(&dir, &[]);
+    let id = upload_trace(&s, "mlp_train.pickle")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    s.kill();
+    let s = Server::serve_on(&dir, &[]);
+    let tl = |q: &str| {
+        let (code, v) = get_json(&s, &format!("/api/reports/{id}/timeline?{q}"));
+        assert_eq!(code, 200, "{q}: {v}");
+        v
+    };
+    // The page's first request: the whole range at whatever width is ready, here the stored one.
+    let first = tl("overview=true&width=700");
+    assert_eq!(first["width"], 1500, "the stored first view");
+    assert!(first["bands"].as_array().is_some_and(|b| !b.is_empty()));
+    // It is exactly what the frames answer at that width.
+    assert_eq!(tl("width=1500"), first);
+    // With the frames loaded and indexed, the asked width is answered.
+    let exact = tl("overview=true&width=700");
+    assert_eq!(exact["width"], 700);
+    assert_eq!(exact, tl("width=700"));
+    // A window is never an overview.
+    let (start, end) = (
+        first["start"].as_i64().expect("start"),
+        first["end"].as_i64().expect("end"),
+    );
+    let mid = start + (end - start) / 2;
+    let windowed = tl(&format!("overview=true&width=300&start={start}&end={mid}"));
+    assert_eq!(windowed["width"], 300);
+}
+
+#[test]
 fn a_run_of_64_ranks_answers_its_overview_without_loading_any_rank() {
     let dir = tmpdir("ranks64");
     let s = Server::serve_on(&dir, &[]);

@@ -79,6 +79,9 @@ fn link_params(width: usize) -> TimelineParams {
         }),
         start,
         end,
+        // The whole range may come at the width stored at ingest when that is ready sooner
+        // (a report whose frames the server has not loaded): drawn at once, then asked exactly.
+        overview: start.is_none().then_some(true),
     }
 }
 

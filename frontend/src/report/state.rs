@@ -180,6 +180,7 @@ impl ReportState {
             axis: Some(if ev { TimelineAxis::Event } else { TimelineAxis::Time }),
             start: (!initial).then_some(start),
             end: (!initial).then_some(end),
+            overview: None,
         };
         let prefetched = prefetch::take(&id, &params);
         spawn_local(async move {

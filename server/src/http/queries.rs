@@ -109,7 +109,13 @@ pub async fn timeline(
     let device = d.device;
     let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
     let axis = axis_of(&q, d);
+    let overview = q.overview == Some(true) && q.start.is_none() && q.end.is_none();
     let tl = with_file(&st, &id, fi, move |f| {
+        if overview {
+            if let Some(tl) = f.stored_overview(device, axis).map_err(internal)? {
+                return Ok(tl);
+            }
+        }
         let devices = f.devices().map_err(internal)?;
         let frames = frames_of(&devices, device)?;
         let index = f.timeline_index(frames, axis).map_err(internal)?;
