@@ -260,6 +260,52 @@ fn uploads_are_imported_while_they_arrive_and_one_cut_off_leaves_nothing_behind(
     assert_eq!(summary2["files"][0]["devices"], summary["files"][0]["devices"]);
 }
 
+/// A GET on loopback with `headers`, answered in full: (head, body).
+fn raw_get(s: &Server, path: &str, headers: &str) -> (String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let addr = s.base.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer).expect("answer");
+    let split = answer.windows(4).position(|w| w == b"\r\n\r\n").expect("head") + 4;
+    (
+        String::from_utf8_lossy(&answer[..split]).to_lowercase(),
+        answer[split..].to_vec(),
+    )
+}
+
+#[test]
+fn built_assets_go_out_gzipped_to_clients_that_accept_gzip() {
+    let dir = tmpdir("gzip");
+    let s = Server::serve_on(&dir, &[]);
+    // An asset and its gzipped twin, as the frontend build writes them (Trunk.toml's hook).
+    let wasm: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let asset = dir.join("dist").join("app_bg.wasm");
+    std::fs::write(&asset, &wasm).expect("asset");
+    let gz = Command::new("gzip")
+        .args(["-9", "-k"])
+        .arg(&asset)
+        .status()
+        .expect("gzip");
+    assert!(gz.success());
+    let gzipped = std::fs::read(dir.join("dist").join("app_bg.wasm.gz")).expect("gz");
+    let (head, body) = raw_get(&s, "/app_bg.wasm", "Accept-Encoding: gzip, deflate, br\r\n");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    assert!(head.contains("content-type: application/wasm"), "{head}");
+    assert_eq!(body, gzipped);
+    assert!(body.len() < wasm.len() / 5);
+    // A client that does not accept gzip gets the file as it is.
+    let (head, body) = raw_get(&s, "/app_bg.wasm", "");
+    assert!(!head.contains("content-encoding"), "{head}");
+    assert_eq!(body, wasm);
+}
+
 #[test]
 fn a_malformed_file_fails_clearly_and_the_server_stays_healthy() {
     let dir = tmpdir("bad");

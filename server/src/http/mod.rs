@@ -111,7 +111,13 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/r/{id}", get(pages::report_page))
         .route("/compare/{a}/{b}", get(pages::compare_page))
-        .fallback_service(ServeDir::new(static_dir).fallback(ServeFile::new(&index)));
+        // The build writes each asset gzipped beside it (Trunk.toml's hook): sent to clients
+        // that accept gzip.
+        .fallback_service(
+            ServeDir::new(static_dir)
+                .precompressed_gzip()
+                .fallback(ServeFile::new(&index)),
+        );
     // Without a built UI (API-only runs) the policy still holds; it pins no inline script.
     let index_html = std::fs::read_to_string(&index).unwrap_or_default();
     let mut router = router;
