@@ -280,12 +280,14 @@ fn raw_get(s: &Server, path: &str, headers: &str) -> (String, Vec<u8>) {
 }
 
 #[test]
-fn built_assets_go_out_gzipped_to_clients_that_accept_gzip() {
+fn built_assets_go_out_gzipped_and_cached_by_their_content_hash() {
     let dir = tmpdir("gzip");
     let s = Server::serve_on(&dir, &[]);
-    // An asset and its gzipped twin, as the frontend build writes them (Trunk.toml's hook).
+    // An asset named by its hash and its gzipped twin, as the frontend build writes them
+    // (Trunk.toml's hook).
+    let name = "app-0123456789abcdef_bg.wasm";
     let wasm: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-    let asset = dir.join("dist").join("app_bg.wasm");
+    let asset = dir.join("dist").join(name);
     std::fs::write(&asset, &wasm).expect("asset");
     let gz = Command::new("gzip")
         .args(["-9", "-k"])
@@ -293,17 +295,27 @@ fn built_assets_go_out_gzipped_to_clients_that_accept_gzip() {
         .status()
         .expect("gzip");
     assert!(gz.success());
-    let gzipped = std::fs::read(dir.join("dist").join("app_bg.wasm.gz")).expect("gz");
-    let (head, body) = raw_get(&s, "/app_bg.wasm", "Accept-Encoding: gzip, deflate, br\r\n");
+    let gzipped = std::fs::read(dir.join("dist").join(format!("{name}.gz"))).expect("gz");
+    let (head, body) = raw_get(&s, &format!("/{name}"), "Accept-Encoding: gzip, deflate, br\r\n");
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(head.contains("content-encoding: gzip"), "{head}");
     assert!(head.contains("content-type: application/wasm"), "{head}");
+    assert!(
+        head.contains("cache-control: public, max-age=31536000, immutable"),
+        "{head}"
+    );
     assert_eq!(body, gzipped);
     assert!(body.len() < wasm.len() / 5);
     // A client that does not accept gzip gets the file as it is.
-    let (head, body) = raw_get(&s, "/app_bg.wasm", "");
+    let (head, body) = raw_get(&s, &format!("/{name}"), "");
     assert!(!head.contains("content-encoding"), "{head}");
     assert_eq!(body, wasm);
+    // The page itself (and any path it answers) is revalidated on every load.
+    for page in ["/", "/index.html", "/no-such-file"] {
+        let (head, _) = raw_get(&s, page, "");
+        assert!(head.starts_with("http/1.1 200"), "{page}: {head}");
+        assert!(head.contains("cache-control: no-cache"), "{page}: {head}");
+    }
 }
 
 #[test]

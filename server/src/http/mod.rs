@@ -24,6 +24,7 @@ pub mod reports;
 pub mod runs;
 pub mod security;
 pub mod state;
+pub mod static_files;
 pub mod uploads;
 
 use std::sync::Arc;
@@ -33,7 +34,6 @@ use axum::routing::get;
 use axum::Router;
 pub use error::ApiError;
 pub use state::{AppState, HttpConfig, Shared};
-use tower_http::services::{ServeDir, ServeFile};
 use tower_http::set_header::SetResponseHeaderLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -111,13 +111,7 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/r/{id}", get(pages::report_page))
         .route("/compare/{a}/{b}", get(pages::compare_page))
-        // The build writes each asset gzipped beside it (Trunk.toml's hook): sent to clients
-        // that accept gzip.
-        .fallback_service(
-            ServeDir::new(static_dir)
-                .precompressed_gzip()
-                .fallback(ServeFile::new(&index)),
-        );
+        .merge(static_files::service(&static_dir));
     // Without a built UI (API-only runs) the policy still holds; it pins no inline script.
     let index_html = std::fs::read_to_string(&index).unwrap_or_default();
     let mut router = router;
