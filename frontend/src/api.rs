@@ -21,10 +21,25 @@ fn js_err(e: JsValue) -> FetchError {
     }
 }
 
-/// GETs `url` and decodes JSON; non-2xx answers become errors carrying `error` from the body.
+/// The request for `url` that the page's loader sent before the app started (index.html's
+/// `memlensEarly`), taken once.
+fn early_request(window: &web_sys::Window, url: &str) -> Option<js_sys::Promise> {
+    let early = js_sys::Reflect::get(window, &JsValue::from_str("memlensEarly")).ok()?;
+    if !early.is_object() {
+        return None;
+    }
+    let key = JsValue::from_str(url);
+    let request = js_sys::Reflect::get(&early, &key).ok()?.dyn_into::<js_sys::Promise>().ok()?;
+    let _ = js_sys::Reflect::delete_property(early.unchecked_ref::<js_sys::Object>(), &key);
+    Some(request)
+}
+
+/// GETs `url` (or takes the loader's request for it) and decodes JSON; non-2xx answers become
+/// errors carrying `error` from the body.
 pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, FetchError> {
     let window = web_sys::window().ok_or_else(|| js_err("no window".into()))?;
-    let resp: web_sys::Response = JsFuture::from(window.fetch_with_str(url))
+    let request = early_request(&window, url).unwrap_or_else(|| window.fetch_with_str(url));
+    let resp: web_sys::Response = JsFuture::from(request)
         .await
         .map_err(js_err)?
         .dyn_into()

@@ -602,6 +602,18 @@ test('a ready report asks for its first timeline together with the summary, and 
   await waitForTimeline(page);
   let first = (await timelineRequests(page))[0];
   assert.ok(first.start < await summaryAt(page), 'the first timeline was asked for before the summary arrived');
+  // The page's loader (index.html) sent the first requests before the app had loaded, by the
+  // URLs the app builds: the app took them, so each went out once.
+  const early = await page.evaluate(() => {
+    const all = performance.getEntriesByType('resource');
+    const one = test => all.find(e => test(new URL(e.name).pathname + new URL(e.name).search));
+    const count = e => all.filter(x => x.name === e.name).length;
+    const wasm = one(p => p.endsWith('_bg.wasm'));
+    const reqs = [one(p => p.endsWith('/status')), one(p => /\/api\/reports\/[0-9a-f]+$/.test(p)), one(p => p.includes('/timeline?'))];
+    return { wasmEnd: wasm.responseEnd, starts: reqs.map(r => r.startTime), counts: reqs.map(count), urls: reqs.map(r => r.name) };
+  });
+  assert.deepEqual(early.counts, [1, 1, 1], `status, summary, timeline: ${JSON.stringify(early)}`);
+  assert.ok(early.starts.every(t => t < early.wasmEnd), `sent before the app had loaded: ${JSON.stringify(early)}`);
   const measured = await page.evaluate(() => Number(document.querySelector('#timeline').width) - 84);
   await page.close();
 
@@ -620,6 +632,7 @@ test('a ready report asks for its first timeline together with the summary, and 
   await waitForTimeline(page);
   const widths = (await timelineRequests(page)).map(r => Number(new URL(r.url).searchParams.get('width')));
   assert.equal(widths[0], 700 - 84, `the guess is what was remembered: ${widths}`);
+  assert.equal(widths.filter(w => w === 700 - 84).length, 1, `the loader's guess is the app's: ${widths}`);
   assert.ok(widths.includes(measured), `then the measured width ${measured}: ${widths}`);
   await page.waitForFunction(w => {
     const c = document.querySelector('#timeline');
