@@ -29,7 +29,10 @@ fn early_request(window: &web_sys::Window, url: &str) -> Option<js_sys::Promise>
         return None;
     }
     let key = JsValue::from_str(url);
-    let request = js_sys::Reflect::get(&early, &key).ok()?.dyn_into::<js_sys::Promise>().ok()?;
+    let request = js_sys::Reflect::get(&early, &key)
+        .ok()?
+        .dyn_into::<js_sys::Promise>()
+        .ok()?;
     let _ = js_sys::Reflect::delete_property(early.unchecked_ref::<js_sys::Object>(), &key);
     Some(request)
 }

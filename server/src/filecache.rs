@@ -78,16 +78,34 @@ impl LoadedFiles {
         }
     }
 
-    /// Weighs a cached file again after a query loaded more of it (`before`: its bytes
-    /// then), so that the bound counts what files hold now; one grown past the whole budget
-    /// leaves the cache. A file the cache no longer holds is not put back.
-    pub fn reweigh(&self, id: &str, file: usize, f: &Arc<LoadedFile>, before: u64) {
-        if f.bytes() == before {
+    /// Weighs a cached file again after a query loaded more of it (or did not load what it
+    /// made room for), so that the bound counts what files hold now; one grown past the whole
+    /// budget leaves the cache. A file the cache no longer holds is not put back.
+    pub fn reweigh(&self, id: &str, file: usize, f: &Arc<LoadedFile>, _before: u64) {
+        let key = (id.to_owned(), file);
+        if self
+            .cache
+            .get(&key)
+            .is_some_and(|cur| Arc::ptr_eq(&cur.file, f) && cur.bytes != f.bytes().max(1))
+        {
+            self.insert(id, file, f.clone());
+        }
+    }
+
+    /// Makes room for `extra` bytes that cached file `f` is about to load: it is weighed as
+    /// if they were loaded, so that the cache lets other files go first and a file being
+    /// loaded is not in memory together with all those it will push out. One that would not
+    /// fit at all leaves the cache (and is not kept after its load either).
+    pub fn make_room(&self, id: &str, file: usize, f: &Arc<LoadedFile>, extra: u64) {
+        let key = (id.to_owned(), file);
+        if !self.cache.get(&key).is_some_and(|cur| Arc::ptr_eq(&cur.file, f)) {
             return;
         }
-        let key = (id.to_owned(), file);
-        if self.cache.get(&key).is_some_and(|cur| Arc::ptr_eq(&cur.file, f)) {
-            self.insert(id, file, f.clone());
+        let bytes = f.bytes() + extra;
+        if bytes > self.budget {
+            self.cache.remove(&key);
+        } else {
+            self.cache.insert(key, CachedFile { file: f.clone(), bytes });
         }
     }
 

@@ -272,6 +272,41 @@ pub struct LoadedFile {
     /// What the loaded parts hold in memory, estimated as each is loaded (what the server's
     /// cache of loaded files is bounded by).
     bytes: AtomicU64,
+    /// Told the bytes a large part is about to load, before it loads (the server's cache
+    /// makes room for them: see [`LoadedFile::set_make_room`]).
+    make_room: std::sync::OnceLock<MakeRoom>,
+}
+
+/// Called with the bytes (estimated) a part of a file is about to load.
+pub type MakeRoom = Box<dyn Fn(u64) + Send + Sync>;
+
+/// Gives the heap's free memory back to the system. Loading a large part frees as many
+/// buffers as it keeps (Parquet pages, the chunks that rechunking copies), and a file leaving
+/// memory frees all of its own; most of them lie below glibc's mmap threshold, so without this
+/// the server's resident memory stays at its high-water mark however small the cache is.
+fn give_back_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory of glibc's arenas to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Parts smaller than this leave too little behind to be worth a trim.
+const TRIM_ABOVE: u64 = 64 << 20;
+
+impl Drop for LoadedFile {
+    fn drop(&mut self) {
+        if self.bytes() > TRIM_ABOVE {
+            // Drop the parts first, then give the freed pages back.
+            self.devices = Part::default();
+            self.tables = Part::default();
+            self.timeline_indexes = Mutex::new(HashMap::new());
+            self.category_indexes = Mutex::new(HashMap::new());
+            self.checkpoints = Mutex::new(HashMap::new());
+            give_back_free_memory();
+        }
+    }
 }
 
 /// A part of a [`LoadedFile`], loaded on first use and then kept; a load that failed is tried
@@ -298,6 +333,9 @@ impl<T> Part<T> {
         let value = Arc::new(value);
         *slot = Some(value.clone());
         bytes.fetch_add(size as u64, Ordering::Relaxed);
+        if size as u64 > TRIM_ABOVE {
+            give_back_free_memory();
+        }
         Ok(value)
     }
 
@@ -330,6 +368,7 @@ impl LoadedFile {
             category_indexes: Mutex::new(HashMap::new()),
             segments: StoredSegments::default(),
             bytes: AtomicU64::new(0),
+            make_room: std::sync::OnceLock::new(),
         }
     }
 
@@ -349,6 +388,27 @@ impl LoadedFile {
             f.bytes.fetch_add(size as u64, Ordering::Relaxed);
         }
         f
+    }
+
+    /// Sets what this file tells before a large part loads (once; later calls are ignored).
+    pub fn set_make_room(&self, make_room: MakeRoom) {
+        let _ = self.make_room.set(make_room);
+    }
+
+    fn before_loading(&self, estimate: u64) {
+        if let Some(make_room) = self.make_room.get() {
+            make_room(estimate);
+        }
+    }
+
+    /// What the device frames will hold once loaded, estimated from the summary: the usage
+    /// columns per entry, the lifetimes' per allocation (as [`device_frames_bytes`] counts them).
+    fn frames_estimate(&self) -> u64 {
+        self.summary
+            .devices
+            .iter()
+            .map(|d| d.event_count as u64 * 24 + (d.alloc_count + d.frees_before_trace) as u64 * 62)
+            .sum()
     }
 
     /// Estimated bytes of the parts loaded so far.
@@ -375,6 +435,8 @@ impl LoadedFile {
     /// The snapshot's canonical tables (the trace itself: the largest part).
     pub fn tables(&self) -> Result<Arc<SnapshotTables>, DataError> {
         self.tables.get_or_load(&self.bytes, || {
+            let entries: u64 = self.summary.devices.iter().map(|d| d.event_count as u64).sum();
+            self.before_loading(entries * 48);
             let tables = load_tables(self.store.as_ref(), &self.id, self.index, &self.summary)?;
             let size = tables.frames_ref().iter().map(|f| f.estimated_size()).sum();
             Ok((tables, size))
@@ -393,6 +455,7 @@ impl LoadedFile {
     /// Every analysed device's frames.
     pub fn devices(&self) -> Result<Arc<Vec<DeviceFrames>>, DataError> {
         self.devices.get_or_load(&self.bytes, || {
+            self.before_loading(self.frames_estimate());
             let mut devices = Vec::new();
             for d in &self.summary.devices {
                 let dir = format!("d{}", d.device);
@@ -909,6 +972,46 @@ mod tests {
             .expect("read")
             .is_some());
         assert!(fresh.loaded_parts().is_empty(), "{:?}", fresh.loaded_parts());
+    }
+
+    #[test]
+    fn the_cache_lets_other_files_go_before_a_file_loads_its_frames() {
+        use crate::filecache::LoadedFiles;
+        let id = "00000000000000000000000000000008";
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, "mlp_train.pickle");
+        let summary = &out.files[0];
+        let probe = LoadedFile::open(store.clone(), id, 0, summary);
+        probe.devices().expect("frames");
+        // Room for one file's frames, not two.
+        let files = Arc::new(LoadedFiles::new(probe.bytes() * 3 / 2));
+        let open = || LoadedFile::open(store.clone(), id, 0, summary);
+        let a = files.get_or_open("a", 0, open);
+        a.devices().expect("frames");
+        files.reweigh("a", 0, &a, 0);
+        assert!(files.get("a", 0).is_some());
+        let b = files.get_or_open("b", 0, open);
+        let a_kept_when_b_loads = Arc::new(Mutex::new(None));
+        {
+            let (files, me, seen) = (files.clone(), Arc::downgrade(&b), a_kept_when_b_loads.clone());
+            b.set_make_room(Box::new(move |extra| {
+                let me = me.upgrade().expect("b");
+                files.make_room("b", 0, &me, extra);
+                *seen.lock().unwrap() = Some(files.get("a", 0).is_some());
+            }));
+        }
+        b.devices().expect("frames");
+        assert_eq!(
+            *a_kept_when_b_loads.lock().unwrap(),
+            Some(false),
+            "a left before b loaded"
+        );
+        files.reweigh("b", 0, &b, 0);
+        assert!(files.get("b", 0).is_some(), "b, loaded, fits");
+        // A file that could never fit leaves the cache as soon as it says what it will load.
+        let c = files.get_or_open("c", 0, open);
+        files.make_room("c", 0, &c, probe.bytes() * 2);
+        assert!(files.get("c", 0).is_none());
     }
 
     /// Writes like the version before `meta.json`, `event_notes` and category columns.

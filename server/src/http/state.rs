@@ -172,10 +172,19 @@ pub async fn loaded_file(st: &Shared, id: &str, file: usize) -> Result<Arc<Loade
     if summary.files.get(file).is_none() {
         return Err(ApiError::BadRequest(format!("no file {file} in this report")));
     }
-    Ok(st.files.get_or_open(id, file, || {
+    let f = st.files.get_or_open(id, file, || {
         st.metrics.file_loaded();
         LoadedFile::open(st.store.clone(), id, file, &summary.files[file])
-    }))
+    });
+    // Before a large part loads, the cache lets other files go (weakly held: a file must not
+    // keep the cache, nor itself, alive).
+    let (files, me, id2) = (Arc::downgrade(&st.files), Arc::downgrade(&f), id.to_owned());
+    f.set_make_room(Box::new(move |extra| {
+        if let (Some(files), Some(me)) = (files.upgrade(), me.upgrade()) {
+            files.make_room(&id2, file, &me, extra);
+        }
+    }));
+    Ok(f)
 }
 
 /// The NVML samples of a ready report, one frame per log.
