@@ -81,7 +81,7 @@ impl LoadedFiles {
     /// Weighs a cached file again after a query loaded more of it (or did not load what it
     /// made room for), so that the bound counts what files hold now; one grown past the whole
     /// budget leaves the cache. A file the cache no longer holds is not put back.
-    pub fn reweigh(&self, id: &str, file: usize, f: &Arc<LoadedFile>, _before: u64) {
+    pub fn reweigh(&self, id: &str, file: usize, f: &Arc<LoadedFile>) {
         let key = (id.to_owned(), file);
         if self
             .cache

@@ -282,12 +282,11 @@ impl Ingest {
         let Some(f) = self.files.as_ref().and_then(|files| files.get(id, 0)) else {
             return;
         };
-        let before = f.bytes();
         if let Err(e) = f.prepare_first_view() {
             tracing::warn!(report = %id, "first view indexes: {e}");
         }
         if let Some(files) = &self.files {
-            files.reweigh(id, 0, &f, before);
+            files.reweigh(id, 0, &f);
         }
     }
 
@@ -356,19 +355,20 @@ impl Ingest {
             .files
             .iter()
             .map(|f| {
-                let (store, id2, key, p) = (self.store.clone(), id.to_owned(), f.key.clone(), progress.clone());
-                let open: pipeline::OpenInput = Box::new(move || {
-                    let inner = store.open_upload(&id2, &key).map_err(std::io::Error::other)?;
-                    Ok(Box::new(CountingReader { inner, progress: p }) as Box<dyn Read + Send>)
-                });
-                match self.pre_imports.take(id, &f.key) {
-                    Some(import) => {
-                        // Read while it arrived: its bytes are in.
-                        progress.bytes_read.fetch_add(f.size, Ordering::Relaxed);
-                        Input::begun(f.name.clone(), import)
-                    }
-                    None => Input::reader(f.name.clone(), f.size, open),
+                if let Some(import) = self.pre_imports.take(id, &f.key) {
+                    // Read while it arrived: its bytes are in.
+                    progress.bytes_read.fetch_add(f.size, Ordering::Relaxed);
+                    return Input::begun(f.name.clone(), import);
                 }
+                let (store, id2, key, p) = (self.store.clone(), id.to_owned(), f.key.clone(), progress.clone());
+                Input::reader(
+                    f.name.clone(),
+                    f.size,
+                    Box::new(move || {
+                        let inner = store.open_upload(&id2, &key).map_err(std::io::Error::other)?;
+                        Ok(Box::new(CountingReader { inner, progress: p }) as Box<dyn Read + Send>)
+                    }),
+                )
             })
             .collect();
         // Dropped without commit on any error: the report's data stays as it was.

@@ -991,7 +991,7 @@ mod tests {
         let open = || LoadedFile::open(store.clone(), id, 0, summary);
         let a = files.get_or_open("a", 0, open);
         a.devices().expect("frames");
-        files.reweigh("a", 0, &a, 0);
+        files.reweigh("a", 0, &a);
         assert!(files.get("a", 0).is_some());
         let b = files.get_or_open("b", 0, open);
         let a_kept_when_b_loads = Arc::new(Mutex::new(None));
@@ -1009,7 +1009,7 @@ mod tests {
             Some(false),
             "a left before b loaded"
         );
-        files.reweigh("b", 0, &b, 0);
+        files.reweigh("b", 0, &b);
         assert!(files.get("b", 0).is_some(), "b, loaded, fits");
         // A file that could never fit leaves the cache as soon as it says what it will load.
         let c = files.get_or_open("c", 0, open);

@@ -53,7 +53,6 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
                 Target::Gpu { .. } => (Some(loaded_gpu_logs(&st, &id).await?), None),
                 Target::Device { file, .. } => (None, Some(loaded_file(&st, &id, file).await?)),
             };
-            let before = file_data.as_ref().map(|f| f.bytes());
             let file_to_reweigh = file_data.clone();
             let drawn = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
                 let missing = |what: &str| ApiError::Internal(format!("{what} missing"));
@@ -91,8 +90,8 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
             })
             .await
             .map_err(internal)?;
-            if let (Some(f), Some(before), Target::Device { file, .. }) = (file_to_reweigh, before, target) {
-                st.files.reweigh(&id, file, &f, before);
+            if let (Some(f), Target::Device { file, .. }) = (file_to_reweigh, target) {
+                st.files.reweigh(&id, file, &f);
             }
             drawn?
         }

@@ -89,7 +89,6 @@ pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result
         loaded_file(&st, &rb.report, fb).await?,
     );
     let width = q.width.unwrap_or(COMPARE_WIDTH);
-    let before = (la.bytes(), lb.bytes());
     let both = std::sync::Arc::new((sa, sb, la.clone(), lb.clone()));
     let (report_a, report_b) = (ra.report.clone(), rb.report.clone());
     let c = blocking(both, move |(sa, sb, la, lb)| {
@@ -102,7 +101,7 @@ pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result
         compare_runs(&a, &b, width).map_err(internal)
     })
     .await;
-    st.files.reweigh(&report_a, fa, &la, before.0);
-    st.files.reweigh(&report_b, fb, &lb, before.1);
+    st.files.reweigh(&report_a, fa, &la);
+    st.files.reweigh(&report_b, fb, &lb);
     Ok(Json(c?))
 }

@@ -10,8 +10,8 @@ use axum::Json;
 use memlens_api::{
     AnalyzeOutput, CategoryTimeline, DeviceParams, DeviceSummary, FileParams, FlameGraph, FragmentationSeries,
     FrameView, GpuSamplesParams, GpuSeries, GpuSeriesSummary, LeakCandidate, OomExplanation, Peak, PhaseRange,
-    SearchParams, SearchResult, SegmentMap, SegmentsParams, TimeAxis, Timeline, TimelineAxis, TimelineParams,
-    WhatIfFile, WhatIfParams,
+    SearchParams, SearchResult, SegmentMap, SegmentsParams, Timeline, TimelineAxis, TimelineParams, WhatIfFile,
+    WhatIfParams,
 };
 use memlens_core::analysis::gpu_samples::gpu_series;
 use memlens_core::analysis::segment_detail::SegmentDetail;
@@ -83,9 +83,8 @@ pub async fn with_file<T: Send + 'static>(
     query: impl FnOnce(&LoadedFile) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let f = loaded_file(st, id, file).await?;
-    let before = f.bytes();
     let out = blocking(f.clone(), query).await;
-    st.files.reweigh(id, file, &f, before);
+    st.files.reweigh(id, file, &f);
     out
 }
 
@@ -136,9 +135,9 @@ pub async fn timeline(
 
 /// The axis a timeline query asked for: traces without timestamps have only entry order.
 fn axis_of(q: &TimelineParams, d: &DeviceSummary) -> TimelineAxis {
-    match (q.axis, d.time_axis) {
-        (None | Some(TimelineAxis::Time), TimeAxis::TimeUs) => TimelineAxis::Time,
-        _ => TimelineAxis::Event,
+    match q.axis {
+        Some(TimelineAxis::Event) => TimelineAxis::Event,
+        _ => crate::reportdata::default_axis(d),
     }
 }
 
