@@ -6,26 +6,81 @@
 //! settings, annotations) by schema once decoding is done. Frame lists shared through the
 //! pickle memo become shared stack ids.
 
-use rustc_hash::FxHashMap;
 
 use super::pickle::{AppendHook, Heap, Kind, PResult, PickleError, Val, V};
 use crate::tables::{
     Action, BlockRows, BlockState, EventNote, FrameTable, SegmentRows, SnapshotColumns, TraceRows, NO_TIME,
 };
 
-/// Interned ids of the keys the importer reads.
+/// The fields of a trace entry the importer reads, in [`Keys::field_of`] order.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Field {
+    Action,
+    Addr,
+    Size,
+    Stream,
+    TimeUs,
+    Frames,
+    DeviceFree,
+    CompileContext,
+    UserMetadata,
+    Category,
+}
+
+/// How many [`Field`]s there are.
+const FIELDS: usize = 10;
+/// `Keys::field_of` for a string that names no field.
+const NOT_A_FIELD: u8 = u8::MAX;
+
+/// The interned ids of the keys the importer reads.
 struct Keys {
-    action: u32,
-    addr: u32,
-    size: u32,
-    stream: u32,
-    time_us: u32,
-    frames: u32,
-    device_free: u32,
-    compile_context: u32,
-    user_metadata: u32,
-    category: u32,
+    /// Interned string id → the [`Field`] it names (or [`NOT_A_FIELD`]): one look-up per key of
+    /// an entry instead of a scan of the entry per field.
+    field_of: Vec<u8>,
     frame: FrameKeys,
+}
+
+impl Keys {
+    fn intern(heap: &mut Heap) -> Keys {
+        let frame = FrameKeys::intern(heap);
+        let names: [(&str, Field); FIELDS] = [
+            ("action", Field::Action),
+            ("addr", Field::Addr),
+            ("size", Field::Size),
+            ("stream", Field::Stream),
+            ("time_us", Field::TimeUs),
+            ("frames", Field::Frames),
+            ("device_free", Field::DeviceFree),
+            ("compile_context", Field::CompileContext),
+            ("user_metadata", Field::UserMetadata),
+            ("category", Field::Category),
+        ];
+        let mut field_of = Vec::new();
+        for (name, field) in names {
+            let id = heap.strings.intern(name) as usize;
+            if field_of.len() <= id {
+                field_of.resize(id + 1, NOT_A_FIELD);
+            }
+            field_of[id] = field as u8;
+        }
+        Keys { field_of, frame }
+    }
+
+    /// The values of an entry dict's fields; when a key repeats, the last one wins (as in
+    /// Python).
+    fn fields(&self, heap: &Heap, dict: u32) -> [Option<Val>; FIELDS] {
+        let mut found = [None; FIELDS];
+        for kv in heap.objs[dict as usize].items.chunks_exact(2) {
+            if let V::Str(id) = heap.get(kv[0]) {
+                match self.field_of.get(id as usize) {
+                    Some(&f) if f != NOT_A_FIELD => found[f as usize] = Some(kv[1]),
+                    _ => {}
+                }
+            }
+        }
+        found
+    }
 }
 
 /// Interned ids of a frame dict's keys: `name`, `filename`, `line`, and the FX debug fields
@@ -62,7 +117,8 @@ static TRACE_LINE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(
 /// The append hook: trace entries → rows, frame lists → stack ids.
 pub struct TraceLowering {
     keys: Option<Keys>,
-    actions: FxHashMap<u32, Action>,
+    /// Interned action string id → its [`Action`], filled as actions are first seen.
+    actions: Vec<Option<Action>>,
     pub trace: TraceRows,
     pub frames: FrameTable,
     /// Set once any entry had `time_us`.
@@ -73,31 +129,25 @@ impl TraceLowering {
     pub fn new() -> Self {
         TraceLowering {
             keys: None,
-            actions: FxHashMap::default(),
+            actions: Vec::new(),
             trace: TraceRows::default(),
             frames: FrameTable::new(),
             saw_time: false,
         }
     }
 
-    fn keys(&mut self, heap: &mut Heap) -> &Keys {
-        self.keys.get_or_insert_with(|| {
-            let frame = FrameKeys::intern(heap);
-            let mut k = |s: &str| heap.strings.intern(s);
-            Keys {
-                action: k("action"),
-                addr: k("addr"),
-                size: k("size"),
-                stream: k("stream"),
-                time_us: k("time_us"),
-                frames: k("frames"),
-                device_free: k("device_free"),
-                compile_context: k("compile_context"),
-                user_metadata: k("user_metadata"),
-                category: k("category"),
-                frame,
-            }
-        })
+    /// The [`Action`] an interned action string names.
+    fn action(&mut self, heap: &Heap, id: u32) -> Action {
+        let i = id as usize;
+        if let Some(Some(a)) = self.actions.get(i) {
+            return *a;
+        }
+        let a = Action::from_name(heap.strings.get(id));
+        if self.actions.len() <= i {
+            self.actions.resize(i + 1, None);
+        }
+        self.actions[i] = Some(a);
+        a
     }
 }
 
@@ -119,36 +169,32 @@ impl AppendHook for TraceLowering {
             }
             _ => return Ok(false),
         };
-        self.keys(heap);
-        let Some(keys) = self.keys.as_ref() else {
+        // A dict already lowered to a frame is no trace entry: frames are appended to frame
+        // lists several times as often as entries to a trace.
+        if let V::Frame(_) = heap.get(heap.objs[d as usize].lowered) {
             return Ok(false);
-        };
-        let Some(action_val) = heap.dict_get(d, keys.action) else {
-            return Ok(false);
-        };
-        let V::Str(action_id) = heap.get(action_val) else {
-            return Ok(false);
-        };
-
-        let action = *self
-            .actions
-            .entry(action_id)
-            .or_insert_with(|| Action::from_name(heap.strings.get(action_id)));
-        let int = |k: u32| heap.dict_get(d, k).and_then(|v| heap.int_of(v));
-        let addr = int(keys.addr).unwrap_or(0);
-        let size = int(keys.size).unwrap_or(0);
-        let stream = int(keys.stream).unwrap_or(0);
-        let time = int(keys.time_us);
-        let device_free = int(keys.device_free);
-        let str_key = |k: u32| heap.dict_get(d, k).and_then(|v| heap.str_of(v).map(str::to_owned));
-        let compile_context = str_key(keys.compile_context).filter(|s| s != "N/A" && !s.is_empty());
-        let user_metadata = str_key(keys.user_metadata).filter(|s| !s.is_empty());
-        let action_name = (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
-        let category = str_key(keys.category).filter(|s| !s.is_empty());
-        let frames = heap.dict_get(d, keys.frames);
+        }
+        let keys = self.keys.get_or_insert_with(|| Keys::intern(heap));
+        let f = keys.fields(heap, d);
         let frame_keys = keys.frame;
-        let stack = match frames {
-            Some(f) => self.frames.stack_of(heap, f, &frame_keys, offset)?,
+        let Some(V::Str(action_id)) = f[Field::Action as usize].map(|v| heap.get(v)) else {
+            return Ok(false);
+        };
+        let action = self.action(heap, action_id);
+        let int = |field: Field| f[field as usize].and_then(|v| heap.int_of(v));
+        let addr = int(Field::Addr).unwrap_or(0);
+        let size = int(Field::Size).unwrap_or(0);
+        let stream = int(Field::Stream).unwrap_or(0);
+        let time = int(Field::TimeUs);
+        let device_free = int(Field::DeviceFree);
+        // Strings are copied only when kept (most entries' `compile_context` is "N/A").
+        let text = |field: Field| f[field as usize].and_then(|v| heap.str_of(v)).filter(|s| !s.is_empty());
+        let compile_context = text(Field::CompileContext).filter(|s| *s != "N/A").map(str::to_owned);
+        let user_metadata = text(Field::UserMetadata).map(str::to_owned);
+        let category = text(Field::Category).map(str::to_owned);
+        let action_name = (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
+        let stack = match f[Field::Frames as usize] {
+            Some(v) => self.frames.stack_of(heap, v, &frame_keys, offset)?,
             None => self.frames.empty_stack(),
         };
 

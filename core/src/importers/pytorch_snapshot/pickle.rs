@@ -154,6 +154,10 @@ const MANY_SLOTS: u32 = u32::MAX - 1;
 pub struct Interner {
     pub strings: Vec<Box<str>>,
     map: FxHashMap<Box<str>, u32>,
+    /// The id of the string most recently read from the input (a guess: any id, or one past
+    /// the end, is safe): a trace repeats the same one entry after entry (`compile_context`
+    /// "N/A"), which then skips both the UTF-8 check and the hash look-up.
+    last: u32,
 }
 
 impl Interner {
@@ -591,7 +595,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
     let mut stack: Vec<Val> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
     let mut memo: Vec<Val> = Vec::new();
-    // Values taken off the stack by APPENDS and POP_MARK, kept between opcodes.
+    // Values taken off the stack by POP_MARK, kept between opcodes.
     let mut scratch: Vec<Val> = Vec::new();
 
     let first_offset = input.offset();
@@ -704,10 +708,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                 };
                 let v = if n <= 8 {
                     let bytes = input.take(n as usize, "a LONG1 value")?;
-                    match decode_long(bytes) {
-                        Some(i) => heap.int(i),
-                        None => Val(T_HUGE),
-                    }
+                    heap.int(decode_short_long(bytes))
                 } else {
                     let bytes = input.payload(n, at, "a long integer")?;
                     match decode_long(&bytes) {
@@ -821,10 +822,11 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                 }
                 let want: &[Kind] = if op == b'e' { &[Kind::List] } else { &[Kind::Set] };
                 let list = container(&heap, stack[m - 1], want, at, "APPENDS")?;
-                scratch.extend(stack.drain(m..));
-                for item in scratch.drain(..) {
+                // Items are read in place (no copy per batch: a frame list is a batch of a few).
+                for &item in &stack[m..] {
                     append(&mut heap, &mut memo, hook, list, item, at)?;
                 }
+                stack.truncate(m);
             }
             // SETITEM
             b's' => {
@@ -957,9 +959,40 @@ fn append(heap: &mut Heap, memo: &mut [Val], hook: &mut dyn AppendHook, list: u3
 }
 
 fn intern_bytes(strings: &mut Interner, bytes: &[u8]) -> u32 {
-    match std::str::from_utf8(bytes) {
+    if let Some(last) = strings.strings.get(strings.last as usize) {
+        if last.as_bytes() == bytes {
+            return strings.last;
+        }
+    }
+    let id = match std::str::from_utf8(bytes) {
         Ok(s) => strings.intern(s),
-        Err(_) => strings.intern(&String::from_utf8_lossy(bytes)),
+        // A lossy string is not the input's bytes: never the one to compare with.
+        Err(_) => return strings.intern(&String::from_utf8_lossy(bytes)),
+    };
+    strings.last = id;
+    id
+}
+
+/// [`decode_long`] of at most 8 bytes, which always fits an i64. Assembled byte by byte: a
+/// `copy_from_slice` of a variable length is a call to `memcpy` whose stored bytes are then
+/// reloaded (a store-forwarding stall), a fifth of the VM's time on trace entries' addresses
+/// and times.
+#[inline]
+fn decode_short_long(bytes: &[u8]) -> i64 {
+    debug_assert!(bytes.len() <= 8);
+    let Some(&last) = bytes.last() else { return 0 };
+    let mut v = 0u64;
+    for (i, &b) in bytes.iter().enumerate() {
+        v |= (b as u64) << (8 * i);
+    }
+    // Sign-extend from the top byte's high bit.
+    let unused = 64 - 8 * bytes.len() as u32;
+    if unused == 0 {
+        v as i64
+    } else if last & 0x80 != 0 {
+        (v | (u64::MAX << (64 - unused))) as i64
+    } else {
+        v as i64
     }
 }
 
@@ -1063,6 +1096,20 @@ mod tests {
     #[test]
     fn long_decoding_edges() {
         assert_eq!(decode_long(&[0xff]), Some(-1));
+        // The short form agrees with the general one on every length and sign.
+        for bytes in [
+            &[][..],
+            &[0x7f],
+            &[0x80],
+            &[0xff],
+            &[0x00, 0x80],
+            &[0x00, 0x9a, 0x2d, 0x1f, 0x4c, 0x7f],
+            &[0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07],
+            &[0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x80],
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],
+        ] {
+            assert_eq!(Some(decode_short_long(bytes)), decode_long(bytes), "{bytes:?}");
+        }
         assert_eq!(decode_long(&[0x00, 0x80, 0x00]), Some(0x8000));
         assert_eq!(
             decode_long(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00]),
