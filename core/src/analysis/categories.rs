@@ -327,17 +327,15 @@ pub fn categorize(
     let mut module_to = rustc_hash::FxHashMap::<u32, bool>::default();
     let mut workspace = rustc_hash::FxHashMap::<u32, bool>::default();
     let mut is_workspace = |s: u32| *workspace.entry(s).or_insert_with(|| library_workspace(stacks, s));
-    let lives: Vec<Life> = (0..lifetimes.height())
-        .map(|r| Life {
-            alloc: at(alloc_idx[r]),
-            free: at(free_idx[r]),
-            moved_by_module_to: pytorch
-                && *module_to
-                    .entry(stack[r])
-                    .or_insert_with(|| moved_by_module_to(stacks, stack[r])),
-        })
-        .collect();
-    let weights_moved = lives.iter().any(|l| l.moved_by_module_to);
+    // Each allocation's life is made where it is placed, not kept for all at once (40 bytes
+    // per allocation); whether any moved weights is a pass over the stacks first.
+    let mut moved = |s: u32| pytorch && *module_to.entry(s).or_insert_with(|| moved_by_module_to(stacks, s));
+    let weights_moved = stack.iter().any(|&s| moved(s));
+    let lives = (0..lifetimes.height()).map(|r| Life {
+        alloc: at(alloc_idx[r]),
+        free: at(free_idx[r]),
+        moved_by_module_to: moved(stack[r]),
+    });
     let mut by_rule = rustc_hash::FxHashMap::<u32, Option<Category>>::default();
     let ooms: Vec<i64> = ev
         .indices_of(crate::tables::Action::Oom)
@@ -356,7 +354,6 @@ pub fn categorize(
         })
         .collect();
     let placed = lives
-        .into_iter()
         .zip(alloc_idx)
         .zip(stack)
         .map(|((life, &a), &s)| match (&st, pytorch) {

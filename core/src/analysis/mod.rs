@@ -60,11 +60,14 @@ pub fn round_size(size: i64) -> i64 {
 
 /// The devices of a snapshot: every device with a trace list or a segment, ascending.
 pub fn devices(t: &SnapshotTables) -> PolarsResult<Vec<i64>> {
-    let mut out: Vec<i64> = ev_col::DEVICE
-        .of(&t.events)?
-        .into_no_null_iter()
-        .map(i64::from)
-        .collect();
+    // One value per run of equal devices (the events come device by device): never a copy of
+    // the whole column, which was 8 bytes per entry held through every analysis.
+    let mut out: Vec<i64> = Vec::new();
+    for d in ev_col::DEVICE.of(&t.events)?.into_no_null_iter().map(i64::from) {
+        if out.last() != Some(&d) {
+            out.push(d);
+        }
+    }
     out.extend(t.segments.column("device")?.i64()?.into_no_null_iter());
     out.sort_unstable();
     out.dedup();
