@@ -318,6 +318,76 @@ fn built_assets_go_out_gzipped_and_cached_by_their_content_hash() {
     }
 }
 
+/// The body of a `Transfer-Encoding: chunked` answer.
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = raw.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
+        let size_text = std::str::from_utf8(&raw[..line_end]).expect("chunk size");
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).expect("hex size");
+        raw = &raw[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = &raw[size + 2..];
+    }
+}
+
+#[test]
+fn api_answers_go_out_gzipped_to_clients_that_accept_gzip() {
+    use std::io::Read;
+    let dir = tmpdir("json-gzip");
+    let s = Server::serve_on(&dir, &[]);
+    let (code, v) = upload(
+        &s,
+        &[(
+            "mlp_train.pickle",
+            std::fs::read(trace("mlp_train.pickle")).expect("trace"),
+        )],
+    );
+    assert_eq!(code, 201, "{v}");
+    let id = v["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    for path in [
+        format!("/api/reports/{id}/timeline?width=800"),
+        format!("/api/reports/{id}"),
+    ] {
+        let (head, plain) = raw_get(&s, &path, "");
+        assert!(head.starts_with("http/1.1 200"), "{path}: {head}");
+        assert!(!head.contains("content-encoding"), "{path}: {head}");
+        let (head, body) = raw_get(&s, &path, "Accept-Encoding: gzip\r\n");
+        assert!(head.starts_with("http/1.1 200"), "{path}: {head}");
+        assert!(head.contains("content-encoding: gzip"), "{path}: {head}");
+        assert!(head.contains("content-type: application/json"), "{path}: {head}");
+        let gzipped = if head.contains("transfer-encoding: chunked") {
+            dechunk(&body)
+        } else {
+            body
+        };
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(&gzipped[..])
+            .read_to_end(&mut json)
+            .expect("a gzip stream");
+        assert_eq!(json, plain, "{path}: the same answer, compressed");
+        // JSON of numbers compresses well: a timeline to a fifth or less.
+        let most = if path.contains("timeline") {
+            plain.len() / 3
+        } else {
+            plain.len()
+        };
+        assert!(
+            gzipped.len() < most,
+            "{path}: {} of {} bytes",
+            gzipped.len(),
+            plain.len()
+        );
+    }
+    // A chart (an image) is sent as it is, whatever the client accepts.
+    let (head, _) = raw_get(&s, &format!("/api/reports/{id}/chart.png"), "Accept-Encoding: gzip\r\n");
+    assert!(!head.contains("content-encoding"), "{head}");
+}
+
 #[test]
 fn a_malformed_file_fails_clearly_and_the_server_stays_healthy() {
     let dir = tmpdir("bad");

@@ -11,7 +11,7 @@
 //! access except the built frontend's static files); uploads are cut off at `--max-upload`
 //! (413) whatever the transfer encoding; CPU work runs on the blocking pool; 5xx causes are
 //! logged, clients get "internal error"; every response carries `Referrer-Policy: no-referrer`;
-//! no endpoint lists reports.
+//! no endpoint lists reports; API answers are gzipped for clients that accept gzip.
 
 pub mod auth;
 pub mod charts;
@@ -34,7 +34,9 @@ use axum::routing::get;
 use axum::Router;
 pub use error::ApiError;
 pub use state::{AppState, HttpConfig, Shared};
+use tower_http::compression::CompressionLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::CompressionLevel;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -104,6 +106,10 @@ pub fn router(state: Shared) -> Router {
             .load_shed()
             .concurrency_limit(state.config.max_in_flight),
     );
+    // API answers are gzipped for clients that accept it (a timeline answer is ~280 KiB of
+    // JSON, a tenth of that gzipped), at the fastest level: the answer waits on it. Images
+    // and answers of 32 bytes or less go out as they are (tower-http's default predicate).
+    let api = api.layer(CompressionLayer::new().quality(CompressionLevel::Fastest));
     let router = api
         .route("/api/openapi.json", get(ops::openapi))
         .layer(axum::Extension(Arc::new(doc)))
