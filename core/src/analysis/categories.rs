@@ -422,21 +422,16 @@ pub fn category_budget(
     let size = lt_col::SIZE.slice(lifetimes)?;
     let n = Category::ALL.len();
     let slot = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(n - 1);
-    // Each trace entry allocates or frees at most one allocation: its change, by category, is
-    // kept per entry and swept in entry order (no sort).
-    let entries = alloc_idx
-        .iter()
-        .chain(free_idx)
-        .copied()
-        .max()
-        .map_or(0, |m| (m + 1).max(0) as usize);
-    let mut entry_delta = vec![0i64; entries];
-    let mut entry_slot = vec![0u8; entries];
     let mut live = vec![0i64; n];
     let mut at_peak = vec![0i64; n];
     let mut count = vec![0usize; n];
     let mut rules: Vec<Vec<RuleShare>> = vec![Vec::new(); n];
     let peak = peak.map(|p| p as i64);
+    // The allocations by alloc entry and by free entry: their changes are swept in entry order
+    // by merging the two (each entry allocates or frees at most one allocation). Rows are 4
+    // bytes each, not 9 bytes per trace entry; allocations already come in alloc order.
+    let mut by_alloc: Vec<u32> = Vec::new();
+    let mut by_free: Vec<u32> = Vec::new();
     for (r, &(c, rule)) in categories.iter().enumerate() {
         let s = slot(c);
         count[s] += 1;
@@ -455,12 +450,10 @@ pub fn category_budget(
         if a < 0 {
             live[s] += size[r];
         } else {
-            entry_delta[a as usize] += size[r];
-            entry_slot[a as usize] = s as u8;
+            by_alloc.push(r as u32);
         }
         if f >= 0 {
-            entry_delta[f as usize] -= size[r];
-            entry_slot[f as usize] = s as u8;
+            by_free.push(r as u32);
         }
         let live_at_peak = match peak {
             Some(p) => a <= p && (f < 0 || f > p),
@@ -470,26 +463,52 @@ pub fn category_budget(
             at_peak[s] += size[r];
         }
     }
+    by_alloc.sort_by_key(|&r| alloc_idx[r as usize]);
+    by_free.sort_by_key(|&r| free_idx[r as usize]);
+    // One past the last entry that allocates or frees.
+    let entries = alloc_idx
+        .iter()
+        .chain(free_idx)
+        .copied()
+        .max()
+        .map_or(0, |m| (m + 1).max(0) as usize);
+    let changes = merge_by_entry(
+        by_alloc
+            .iter()
+            .map(|&r| (alloc_idx[r as usize] as usize, r, size[r as usize])),
+        by_free
+            .iter()
+            .map(|&r| (free_idx[r as usize] as usize, r, -size[r as usize])),
+    );
     let mut max = live.clone();
     // Per iteration, each category's most bytes (iteration k ends before entry iteration_ends[k]).
     let mut per_iteration: Vec<Vec<i64>> = vec![live.clone(); iteration_ends.len()];
     let mut k = 0;
-    for (entry, (&d, &s)) in entry_delta.iter().zip(&entry_slot).enumerate() {
-        while k < iteration_ends.len() && entry >= iteration_ends[k] {
-            k += 1;
-            if k < iteration_ends.len() {
-                per_iteration[k].clone_from(&live);
+    // Crosses every iteration end at or before `entry`: the next iteration starts from `live`.
+    let cross = |entry: usize, k: &mut usize, live: &[i64], per_iteration: &mut [Vec<i64>]| {
+        while *k < iteration_ends.len() && entry >= iteration_ends[*k] {
+            *k += 1;
+            if *k < iteration_ends.len() {
+                per_iteration[*k].clone_from_slice(live);
             }
         }
+    };
+    for (entry, row, d) in changes {
+        cross(entry, &mut k, &live, &mut per_iteration);
         if d == 0 {
             continue;
         }
-        let s = s as usize;
+        let s = slot(categories[row as usize].0);
         live[s] += d;
         max[s] = max[s].max(live[s]);
         if k < iteration_ends.len() {
             per_iteration[k][s] = per_iteration[k][s].max(live[s]);
         }
+    }
+    // The ends up to the last entry that changed anything are crossed, as a sweep over every
+    // entry would (later ones keep the value from before the trace).
+    if entries > 0 {
+        cross(entries - 1, &mut k, &live, &mut per_iteration);
     }
     let steady = |s: usize| -> Option<i64> {
         let mut v: Vec<i64> = per_iteration.iter().map(|it| it[s]).collect();
@@ -513,6 +532,20 @@ pub fn category_budget(
             }
         })
         .collect())
+}
+
+/// Two streams of `(entry, row, bytes)`, each ascending by entry, merged into one ascending by
+/// entry.
+fn merge_by_entry(
+    a: impl Iterator<Item = (usize, u32, i64)>,
+    b: impl Iterator<Item = (usize, u32, i64)>,
+) -> impl Iterator<Item = (usize, u32, i64)> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if y.0 < x.0 => b.next(),
+        (Some(_), _) => a.next(),
+        (None, _) => b.next(),
+    })
 }
 
 /// Adds each row's category and rule to the lifetimes frame (positions in `Category::ALL` and
