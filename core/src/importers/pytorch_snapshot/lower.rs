@@ -6,7 +6,6 @@
 //! settings, annotations) by schema once decoding is done. Frame lists shared through the
 //! pickle memo become shared stack ids.
 
-
 use super::pickle::{AppendHook, Heap, Kind, PResult, PickleError, Val, V};
 use crate::tables::{
     Action, BlockRows, BlockState, EventNote, FrameTable, SegmentRows, SnapshotColumns, TraceRows, NO_TIME,
