@@ -465,13 +465,6 @@ pub fn category_budget(
     }
     by_alloc.sort_by_key(|&r| alloc_idx[r as usize]);
     by_free.sort_by_key(|&r| free_idx[r as usize]);
-    // One past the last entry that allocates or frees.
-    let entries = alloc_idx
-        .iter()
-        .chain(free_idx)
-        .copied()
-        .max()
-        .map_or(0, |m| (m + 1).max(0) as usize);
     let changes = merge_by_entry(
         by_alloc
             .iter()
@@ -493,8 +486,11 @@ pub fn category_budget(
             }
         }
     };
+    // The last entry that allocates or frees.
+    let mut last_entry = None;
     for (entry, row, d) in changes {
         cross(entry, &mut k, &live, &mut per_iteration);
+        last_entry = Some(entry);
         if d == 0 {
             continue;
         }
@@ -507,8 +503,8 @@ pub fn category_budget(
     }
     // The ends up to the last entry that changed anything are crossed, as a sweep over every
     // entry would (later ones keep the value from before the trace).
-    if entries > 0 {
-        cross(entries - 1, &mut k, &live, &mut per_iteration);
+    if let Some(entry) = last_entry {
+        cross(entry, &mut k, &live, &mut per_iteration);
     }
     let steady = |s: usize| -> Option<i64> {
         let mut v: Vec<i64> = per_iteration.iter().map(|it| it[s]).collect();
