@@ -553,11 +553,13 @@ impl LoadedFile {
             .iter()
             .find(|d| d.device == device)
             .map(default_axis);
-        let built = self
-            .timeline_indexes
-            .lock()
-            .map(|m| m.contains_key(&(device, axis)))
-            .unwrap_or(false);
+        // An index being built holds the map's lock (a page opened right after ingest finds
+        // `prepare_first_view` at work): the stored view answers now instead of waiting on it.
+        let built = match self.timeline_indexes.try_lock() {
+            Ok(m) => m.contains_key(&(device, axis)),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().contains_key(&(device, axis)),
+        };
         if default != Some(axis) || built {
             return Ok(None);
         }
@@ -1015,6 +1017,13 @@ mod tests {
             .expect("read")
             .is_some());
         assert!(fresh.loaded_parts().is_empty(), "{:?}", fresh.loaded_parts());
+        // While an index is being built (its map locked), the stored view answers at once.
+        let building = fresh.timeline_indexes.lock().expect("lock");
+        assert!(fresh
+            .stored_overview(d.device, default_axis(d))
+            .expect("read")
+            .is_some());
+        drop(building);
     }
 
     #[test]
