@@ -49,7 +49,11 @@ pub fn put_all<'a, E: Send>(
                 let Some(job) = queue.lock().ok().and_then(|mut q| q.next()) else {
                     return;
                 };
+                let started = std::time::Instant::now();
                 let bytes = (job.encode)();
+                if let Ok(b) = &bytes {
+                    tracing::debug!(key = %job.key, bytes = b.len(), "encoded in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
+                }
                 if tx.send((job.key, bytes)).is_err() {
                     return;
                 }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use memlens_api::{AnalyzeOutput, FileSummary, SegmentMap};
 use memlens_core::analysis::run::run_overview;
-use memlens_core::analysis::segment_checkpoint_frame::checkpoint_frame;
+use memlens_core::analysis::segment_checkpoint_frame::stored_windows;
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
@@ -154,13 +154,15 @@ pub fn write_file(
             jobs.push(EncodeJob::new(key.clone(), move || overview_bytes(&key, d, ds)));
         }
     }
+    let mut cursors = Vec::with_capacity(checkpoints.len());
     for (dir, ev, cp) in &checkpoints {
-        jobs.extend(segment_checkpoint_jobs(dir, ev, cp));
+        let (at, device_jobs) = segment_checkpoint_jobs(dir, ev, cp);
+        cursors.push((dir, at));
+        jobs.extend(device_jobs);
     }
     encode_pool::put_all(w, jobs, encode_pool::encode_threads(), put)?;
-    for (dir, _, cp) in &checkpoints {
-        let cursors: Vec<usize> = cp.points().iter().map(|p| p.cursor).collect();
-        put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), &cursors)?;
+    for (dir, at) in &cursors {
+        put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), at)?;
     }
     Ok(())
 }
@@ -188,25 +190,25 @@ fn overview_bytes(key: &str, d: &DeviceFrames, ds: &memlens_api::DeviceSummary) 
     })
 }
 
-/// The segment map's checkpoints of a device, one object each with the entries before it
-/// (`{dir}/segments/{k}.parquet`); their cursors go to `{dir}/segments.json`.
+/// The segment map's stored objects of a device (`{dir}/segments/{k}.parquet`, see
+/// [`stored_windows`]), and their cursors (for `{dir}/segments.json`).
 fn segment_checkpoint_jobs<'a>(
     dir: &str,
     ev: &'a DeviceEvents,
     cp: &'a SegmentCheckpoints,
-) -> Vec<EncodeJob<'a, DataError>> {
-    let rows = EntryRows::of(ev);
-    let mut first = 0;
-    let mut jobs = Vec::with_capacity(cp.points().len());
-    for (k, p) in cp.points().iter().enumerate() {
-        let (key, entries) = (format!("{dir}/segments/{k}.parquet"), rows.range(first, p.cursor));
-        let k = key.clone();
-        jobs.push(EncodeJob::new(key, move || {
-            parquet_bytes(&k, &mut checkpoint_frame(p, &entries)?, RowGroups::Default)
-        }));
-        first = p.cursor;
-    }
-    jobs
+) -> (Vec<usize>, Vec<EncodeJob<'a, DataError>>) {
+    let windows = stored_windows(cp.points(), &EntryRows::of(ev));
+    let cursors = windows.iter().map(|w| w.cursor).collect();
+    let jobs = windows
+        .into_iter()
+        .enumerate()
+        .map(|(k, window)| {
+            let key = format!("{dir}/segments/{k}.parquet");
+            let k = key.clone();
+            EncodeJob::new(key, move || parquet_bytes(&k, &mut window.frame()?, RowGroups::Default))
+        })
+        .collect();
+    (cursors, jobs)
 }
 
 /// The cursors of a device's stored segment checkpoints (absent in reports stored before them).

@@ -117,6 +117,55 @@ pub fn checkpoint_frame(state: &FlatState, window: &EntryRows<'_>) -> PolarsResu
     )
 }
 
+/// Stored objects per window between two checkpoints: each window is stored as this many
+/// objects, the states between its checkpoints rewound from the window's end as they are
+/// encoded. A map read back then rewinds at most this fraction of a window and decodes that
+/// fraction of its entries, while the checkpoints held in memory stay as many as they are.
+pub const OBJECTS_PER_WINDOW: usize = 2;
+
+/// One stored object of a device's segment map: the state at `cursor`, with the entries
+/// before it back to the previous object's cursor.
+pub struct StoredWindow<'a> {
+    pub cursor: usize,
+    /// The checkpoint at or after `cursor` the state comes from.
+    point: &'a FlatState,
+    entries: EntryRows<'a>,
+    /// The entries from `cursor` up to the checkpoint, when the state lies before it.
+    later: Option<EntryRows<'a>>,
+}
+
+impl StoredWindow<'_> {
+    /// Its frame ([`checkpoint_frame`]).
+    pub fn frame(&self) -> PolarsResult<DataFrame> {
+        match &self.later {
+            Some(later) => checkpoint_frame(&self.point.rewound_to(later, self.cursor), &self.entries),
+            None => checkpoint_frame(self.point, &self.entries),
+        }
+    }
+}
+
+/// The stored objects of a device's checkpoints `points` (ascending), whose entries are `rows`:
+/// [`OBJECTS_PER_WINDOW`] per window, in cursor order.
+pub fn stored_windows<'a>(points: &'a [FlatState], rows: &EntryRows<'a>) -> Vec<StoredWindow<'a>> {
+    let mut first = rows.first;
+    let mut out = Vec::with_capacity(points.len() * OBJECTS_PER_WINDOW);
+    for point in points {
+        let window = point.cursor - first;
+        let parts = OBJECTS_PER_WINDOW.min(window).max(1);
+        for part in 1..=parts {
+            let (start, end) = (first + window * (part - 1) / parts, first + window * part / parts);
+            out.push(StoredWindow {
+                cursor: end,
+                point,
+                entries: rows.range(start, end),
+                later: (end < point.cursor).then(|| rows.range(end, point.cursor)),
+            });
+        }
+        first = point.cursor;
+    }
+    out
+}
+
 /// A checkpoint read back from its frame.
 pub fn stored_checkpoint(df: &DataFrame) -> PolarsResult<StoredCheckpoint> {
     let slice_u8 = |name: &str| -> PolarsResult<Vec<u8>> { Ok(df.column(name)?.u8()?.into_no_null_iter().collect()) };
@@ -208,17 +257,24 @@ mod tests {
         let points = cp.points();
         assert!(points.len() > 2);
         let all = EntryRows::of(&ev);
-        for (k, p) in points.iter().enumerate() {
-            let first = if k == 0 { 0 } else { points[k - 1].cursor };
-            let frame = checkpoint_frame(p, &all.range(first, p.cursor)).expect("frame");
-            let back = stored_checkpoint(&frame).expect("read back");
-            assert_eq!(&back.state, p);
-            for target in (first..=p.cursor).step_by(((p.cursor - first) / 7).max(1)) {
+        let windows = stored_windows(points, &all);
+        // The first checkpoint (before any entry) is one object; every window after it is split.
+        assert_eq!(windows.len(), 1 + (points.len() - 1) * OBJECTS_PER_WINDOW);
+        assert_eq!(windows.last().map(|w| w.cursor), Some(ev.len()));
+        let mut first = 0;
+        for w in &windows {
+            let back = stored_checkpoint(&w.frame().expect("frame")).expect("read back");
+            assert_eq!(back.state.cursor, w.cursor);
+            if let Some(p) = points.iter().find(|p| p.cursor == w.cursor) {
+                assert_eq!(&back.state, p);
+            }
+            for target in (first..=w.cursor).step_by(((w.cursor - first) / 7).max(1)) {
                 assert!(back.covers(target));
                 let time = target.checked_sub(1).and_then(|i| ev.time_us(i));
                 let full = segment_map_at(&t, &ev, target.checked_sub(1)).expect("map");
                 assert_eq!(back.map_at(target, 0, time, SegmentDetail::FULL), full, "at {target}");
             }
+            first = w.cursor;
         }
         // A frame that does not add up is an error, not a wrong map.
         let p = &points[points.len() - 1];

@@ -2,7 +2,7 @@
 //! snapshot: the checkpoint build (its time and size), then 50 random instants answered from the
 //! checkpoints, each at full detail and at the level of detail the report page asks for (the
 //! largest segments at its canvas width); then the same instants as a stored report answers
-//! them: each checkpoint written as the Parquet object the store keeps (with the entries before
+//! them: the Parquet objects the store keeps ([`stored_windows`]: each with the entries before
 //! it), and a map decoding the one object that covers its entry. Every stored answer is checked
 //! equal to the in-memory one. Defaults to the shared benchmark file. Run it in release mode.
 
@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use common::{bench_file, percentile};
 
-use memlens_core::analysis::segment_checkpoint_frame::{checkpoint_frame, stored_checkpoint};
+use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, stored_windows};
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
@@ -89,17 +89,14 @@ fn main() {
         );
     }
 
-    // As a stored report: one Parquet object per checkpoint, with the entries before it.
+    // As a stored report: the Parquet objects the store keeps, each with the entries before it.
     let written = Instant::now();
-    let rows = EntryRows::of(&ev);
-    let mut first = 0;
     let mut objects = Vec::new();
-    for p in checkpoints.points() {
-        let mut frame = checkpoint_frame(p, &rows.range(first, p.cursor)).expect("frame");
+    for window in stored_windows(checkpoints.points(), &EntryRows::of(&ev)) {
+        let mut frame = window.frame().expect("frame");
         let mut bytes = Vec::new();
         ParquetWriter::new(&mut bytes).finish(&mut frame).expect("parquet");
-        objects.push((p.cursor, bytes));
-        first = p.cursor;
+        objects.push((window.cursor, bytes));
     }
     println!(
         "stored checkpoints   {} objects, {:.1} MiB, written in {:.0} ms",
