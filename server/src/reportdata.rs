@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use memlens_api::{AnalyzeOutput, FileSummary, SegmentMap};
 use memlens_core::analysis::run::run_overview;
-use memlens_core::analysis::segment_checkpoint_frame::stored_windows;
+use memlens_core::analysis::segment_checkpoint_frame::{stored_windows, MAX_ENTRIES_PER_OBJECT};
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
@@ -197,7 +197,7 @@ fn segment_checkpoint_jobs<'a>(
     ev: &'a DeviceEvents,
     cp: &'a SegmentCheckpoints,
 ) -> (Vec<usize>, Vec<EncodeJob<'a, DataError>>) {
-    let windows = stored_windows(cp.points(), &EntryRows::of(ev));
+    let windows = stored_windows(cp.points(), &EntryRows::of(ev), MAX_ENTRIES_PER_OBJECT);
     let cursors = windows.iter().map(|w| w.cursor).collect();
     let jobs = windows
         .into_iter()

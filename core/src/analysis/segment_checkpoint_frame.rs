@@ -117,11 +117,15 @@ pub fn checkpoint_frame(state: &FlatState, window: &EntryRows<'_>) -> PolarsResu
     )
 }
 
-/// Stored objects per window between two checkpoints: each window is stored as this many
-/// objects, the states between its checkpoints rewound from the window's end as they are
-/// encoded. A map read back then rewinds at most this fraction of a window and decodes that
-/// fraction of its entries, while the checkpoints held in memory stay as many as they are.
-pub const OBJECTS_PER_WINDOW: usize = 2;
+/// Entries a stored object holds at most, where its window allows (see [`MAX_PARTS`]): a window
+/// between two checkpoints longer than this is stored as several objects, the states between
+/// its checkpoints rewound from the window's end as they are encoded. A map read back rewinds
+/// at most this many entries (about 5-8 ms), while the checkpoints held in memory stay as many
+/// as they are. Windows of traces up to 12.8 M entries a device fit in one object.
+pub const MAX_ENTRIES_PER_OBJECT: usize = 100_000;
+/// … but a window is split into at most this many objects (each split rewinds from the window's
+/// end, so its cost grows with their number).
+pub const MAX_PARTS: usize = 4;
 
 /// One stored object of a device's segment map: the state at `cursor`, with the entries
 /// before it back to the previous object's cursor.
@@ -144,14 +148,15 @@ impl StoredWindow<'_> {
     }
 }
 
-/// The stored objects of a device's checkpoints `points` (ascending), whose entries are `rows`:
-/// [`OBJECTS_PER_WINDOW`] per window, in cursor order.
-pub fn stored_windows<'a>(points: &'a [FlatState], rows: &EntryRows<'a>) -> Vec<StoredWindow<'a>> {
+/// The stored objects of a device's checkpoints `points` (ascending), whose entries are `rows`,
+/// in cursor order: one per window, or more for a window longer than `max_entries` (the store
+/// passes [`MAX_ENTRIES_PER_OBJECT`]), at most [`MAX_PARTS`].
+pub fn stored_windows<'a>(points: &'a [FlatState], rows: &EntryRows<'a>, max_entries: usize) -> Vec<StoredWindow<'a>> {
     let mut first = rows.first;
-    let mut out = Vec::with_capacity(points.len() * OBJECTS_PER_WINDOW);
+    let mut out = Vec::with_capacity(points.len());
     for point in points {
         let window = point.cursor - first;
-        let parts = OBJECTS_PER_WINDOW.min(window).max(1);
+        let parts = window.div_ceil(max_entries.max(1)).clamp(1, MAX_PARTS);
         for part in 1..=parts {
             let (start, end) = (first + window * (part - 1) / parts, first + window * part / parts);
             out.push(StoredWindow {
@@ -257,10 +262,18 @@ mod tests {
         let points = cp.points();
         assert!(points.len() > 2);
         let all = EntryRows::of(&ev);
-        let windows = stored_windows(points, &all);
-        // The first checkpoint (before any entry) is one object; every window after it is split.
-        assert_eq!(windows.len(), 1 + (points.len() - 1) * OBJECTS_PER_WINDOW);
+        // Objects of at most a third of the checkpoints' spacing: windows are split, each object
+        // holding no more entries than that, and the cursors still end at the last entry.
+        let every = ev.len() / 8;
+        let most = every.div_ceil(3);
+        let windows = stored_windows(points, &all, most);
+        assert!(windows.len() >= 3 * (points.len() - 2), "{}", windows.len());
+        assert!(windows
+            .windows(2)
+            .all(|w| w[1].cursor > w[0].cursor && w[1].cursor - w[0].cursor <= most));
         assert_eq!(windows.last().map(|w| w.cursor), Some(ev.len()));
+        // Windows no longer than the most an object holds are stored whole, one per checkpoint.
+        assert_eq!(stored_windows(points, &all, every).len(), points.len());
         let mut first = 0;
         for w in &windows {
             let back = stored_checkpoint(&w.frame().expect("frame")).expect("read back");

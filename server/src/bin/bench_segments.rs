@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use common::{bench_file, percentile};
 
-use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, stored_windows};
+use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, stored_windows, MAX_ENTRIES_PER_OBJECT};
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
@@ -92,7 +92,7 @@ fn main() {
     // As a stored report: the Parquet objects the store keeps, each with the entries before it.
     let written = Instant::now();
     let mut objects = Vec::new();
-    for window in stored_windows(checkpoints.points(), &EntryRows::of(&ev)) {
+    for window in stored_windows(checkpoints.points(), &EntryRows::of(&ev), MAX_ENTRIES_PER_OBJECT) {
         let mut frame = window.frame().expect("frame");
         let mut bytes = Vec::new();
         ParquetWriter::new(&mut bytes).finish(&mut frame).expect("parquet");
