@@ -1,9 +1,10 @@
 //! The server's cache of loaded report files, bounded by the bytes their loaded parts hold
 //! (`--cache-mb`). The HTTP queries fill it as they read files; the ingest of this process
 //! puts in the device frames of the report it just processed, so that its first timeline is
-//! answered from memory rather than read back from the store.
+//! answered from memory rather than read back from the store. An ingest takes the memory it
+//! will hold out of the same budget while it runs ([`LoadedFiles::reserve`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::reportdata::LoadedFile;
 
@@ -39,6 +40,20 @@ const EXPECTED_FILES: usize = 8;
 pub struct LoadedFiles {
     cache: quick_cache::sync::Cache<(String, usize), CachedFile, FileWeight>,
     budget: u64,
+    /// What running ingests have taken out of the budget.
+    reserved: Mutex<u64>,
+}
+
+/// Bytes taken out of the cache's budget until dropped ([`LoadedFiles::reserve`]).
+pub struct Reservation<'a> {
+    files: &'a LoadedFiles,
+    bytes: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.files.take_out(|reserved| reserved.saturating_sub(self.bytes));
+    }
 }
 
 impl LoadedFiles {
@@ -48,7 +63,24 @@ impl LoadedFiles {
         LoadedFiles {
             cache: quick_cache::sync::Cache::with_weighter(EXPECTED_FILES, budget, FileWeight),
             budget,
+            reserved: Mutex::new(0),
         }
+    }
+
+    /// Takes `bytes` (at most the whole budget) out of the budget while the reservation lives:
+    /// the files used least recently leave until the rest fits, so that an ingest's working
+    /// memory comes out of `--cache-mb` instead of on top of it. Files loaded meanwhile share
+    /// what is left, and may be let go as soon as their query is answered.
+    pub fn reserve(&self, bytes: u64) -> Reservation<'_> {
+        let bytes = bytes.min(self.budget);
+        self.take_out(|reserved| reserved + bytes);
+        Reservation { files: self, bytes }
+    }
+
+    fn take_out(&self, change: impl FnOnce(u64) -> u64) {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        *reserved = change(*reserved);
+        self.cache.set_capacity(self.budget.saturating_sub(*reserved).max(1));
     }
 
     /// File `file` of report `id`, opened by `open` when the cache does not hold it (concurrent

@@ -1068,6 +1068,48 @@ mod tests {
         assert!(files.get("c", 0).is_none());
     }
 
+    #[test]
+    fn an_ingest_takes_its_memory_out_of_the_cache_while_it_runs() {
+        use crate::filecache::LoadedFiles;
+        let id = "00000000000000000000000000000009";
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, "mlp_train.pickle");
+        let summary = &out.files[0];
+        let open = || LoadedFile::open(store.clone(), id, 0, summary);
+        let loaded = |files: &LoadedFiles, name: &str| {
+            let f = files.get_or_open(name, 0, open);
+            f.devices().expect("frames");
+            files.reweigh(name, 0, &f);
+        };
+        let probe = open();
+        probe.devices().expect("frames");
+        // Room for two files' frames.
+        let files = LoadedFiles::new(probe.bytes() * 5 / 2);
+        loaded(&files, "a");
+        loaded(&files, "b");
+        assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
+        {
+            // An ingest that needs room for one and a half: one file stays.
+            let _ingest = files.reserve(probe.bytes() * 3 / 2);
+            assert_eq!(
+                [files.get("a", 0).is_some(), files.get("b", 0).is_some()]
+                    .iter()
+                    .filter(|&&kept| kept)
+                    .count(),
+                1
+            );
+            // One larger than the whole budget takes all of it, and files loaded meanwhile
+            // are let go.
+            let _other = files.reserve(probe.bytes() * 10);
+            loaded(&files, "c");
+            assert!(files.get("a", 0).is_none() && files.get("b", 0).is_none() && files.get("c", 0).is_none());
+        }
+        // Once the ingests end, the budget is whole again.
+        loaded(&files, "a");
+        loaded(&files, "b");
+        assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
+    }
+
     /// Writes like the version before `meta.json`, `event_notes` and category columns.
     struct OldLayout<'a>(&'a mut dyn DataWriter);
     impl DataWriter for OldLayout<'_> {
