@@ -2,6 +2,8 @@
 //! server stores. Snapshots are summarised per device; NVML logs per GPU, after their clock is
 //! lined up with the snapshots of the same report.
 
+use std::sync::{mpsc, OnceLock};
+
 use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
@@ -22,7 +24,7 @@ use crate::analysis::pools::memory_pools;
 use crate::analysis::run::metadata_rank;
 use crate::analysis::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use crate::analysis::stalls::pending_free_stalls;
-use crate::analysis::usage::usage_over_time;
+use crate::analysis::usage::{usage_over_time, Usage};
 use crate::analysis::{devices, DeviceEvents};
 use crate::error::AnalysisError;
 use crate::samples::{GpuSampleTables, SampleClock};
@@ -67,28 +69,57 @@ pub fn analyze_device_keeping(
     checkpoints: bool,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let ev = DeviceEvents::new(t, device)?;
-    let usage = usage_over_time(t, &ev)?;
-    let mut exact = ev.indices_of(Action::Oom);
-    exact.extend(usage.peak_allocated_idx);
-    // The fragmentation replay is the longest analysis and needs only the usage: it runs on a
-    // second thread while the lifetimes, leaks and categories are found.
     let count = checkpoints.then_some(CHECKPOINTS);
+    // The usage, then the fragmentation replay (the longest analysis, which needs only the
+    // usage), run on a second thread, while this one finds what needs neither (lifetimes,
+    // leaks, phases, stalls), then what needs the usage.
+    let usage_slot: OnceLock<Usage> = OnceLock::new();
+    let (ready, usage_ready) = mpsc::channel::<PolarsResult<()>>();
+    let (ev, slot) = (&ev, &usage_slot);
     std::thread::scope(|scope| {
-        let replay = scope.spawn(|| fragmentation_over_time(t, &ev, &usage, FRAGMENTATION_SAMPLES, &exact, count));
-        analyze_device_with(t, &ev, &usage, stacks, rules, || match replay.join() {
-            Ok(frag) => frag,
+        let second = scope.spawn(move || {
+            let usage = match usage_over_time(t, ev) {
+                Ok(u) => slot.get_or_init(|| u),
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return None;
+                }
+            };
+            let _ = ready.send(Ok(()));
+            let mut exact = ev.indices_of(Action::Oom);
+            exact.extend(usage.peak_allocated_idx);
+            Some(fragmentation_over_time(
+                t,
+                ev,
+                usage,
+                FRAGMENTATION_SAMPLES,
+                &exact,
+                count,
+            ))
+        });
+        let usage = || match usage_ready.recv() {
+            Ok(Ok(())) => Ok(slot.get().expect("set before it is announced")),
+            Ok(Err(e)) => Err(e),
+            // The thread ended without a word: it panicked, and joining it says why.
+            Err(_) => Err(PolarsError::ComputeError("the usage thread stopped".into())),
+        };
+        let fragmentation = || match second.join() {
+            Ok(Some(frag)) => frag,
+            Ok(None) => Err(PolarsError::ComputeError("no usage to replay".into())),
             Err(panic) => std::panic::resume_unwind(panic),
-        })
+        };
+        analyze_device_with(t, ev, stacks, rules, usage, fragmentation)
     })
 }
 
-/// [`analyze_device`] once the usage is known; `fragmentation` waits for the replay.
-fn analyze_device_with(
+/// [`analyze_device`] with the usage and the fragmentation replay found elsewhere: `usage`
+/// waits for the one, `fragmentation` for the other.
+fn analyze_device_with<'u>(
     t: &SnapshotTables,
     ev: &DeviceEvents,
-    usage: &crate::analysis::usage::Usage,
     stacks: &StackResolver,
     rules: &FrameRules,
+    usage: impl FnOnce() -> PolarsResult<&'u Usage>,
     fragmentation: impl FnOnce() -> PolarsResult<crate::analysis::fragmentation::Fragmentation>,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let device = ev.device;
@@ -102,6 +133,14 @@ fn analyze_device_with(
     let phases = phase_ranges(t, device)?;
     // The category analysis also reads optimizer steps inferred from frames.
     let structure = with_inferred_optimizer_steps(&phases, ev, stacks);
+    let (mut leaks, iterations) = leak_candidates(ev, &lifetimes, iteration_starts(&phases), stacks)?;
+    let pytorch = t.format.is_pytorch_snapshot();
+    let labels = explicit_labels(&t.event_notes, ev)?;
+    let evidence = Evidence { labels: &labels, rules };
+    let frees_before_trace = frees_of_earlier_memory(&lifetimes)?;
+    let (stalls, pending_peak) = pending_free_stalls(ev, stacks);
+    // From here on, the usage is needed.
+    let usage = usage()?;
     let no_stack = NoStackEvidence {
         stacks_recorded: stacks.any_recorded(),
         autograd: if ev.has_time {
@@ -111,16 +150,12 @@ fn analyze_device_with(
         },
         phases: &phases,
     };
-    let (mut leaks, iterations) = leak_candidates(ev, &lifetimes, iteration_starts(&phases), stacks)?;
     for l in leaks.iter_mut().filter(|l| l.stack.is_empty()) {
         if let Some(id) = l.stack_id {
             l.no_stack_reason = Some(no_stack_reason_of(&lifetimes, id, &no_stack)?);
         }
     }
     let peak_idx = usage.peak_allocated_idx;
-    let pytorch = t.format.is_pytorch_snapshot();
-    let labels = explicit_labels(&t.event_notes, ev)?;
-    let evidence = Evidence { labels: &labels, rules };
     let Placement {
         placed,
         iteration_ends: ends,
@@ -134,8 +169,6 @@ fn analyze_device_with(
         &evidence,
     )?;
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
-    let frees_before_trace = frees_of_earlier_memory(&lifetimes)?;
-    let (stalls, pending_peak) = pending_free_stalls(ev, stacks);
     let peak_stacks = live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?;
     let peak_modules = live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?;
     let mut frag = fragmentation()?;
