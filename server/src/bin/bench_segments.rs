@@ -12,12 +12,13 @@ use std::time::Instant;
 
 use common::{bench_file, percentile};
 
+use memlens::reportdata::segment_object_bytes;
 use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, stored_windows, MAX_ENTRIES_PER_OBJECT};
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_path, Imported};
-use polars::prelude::{ParquetReader, ParquetWriter, SerReader};
+use polars::prelude::{ParquetReader, SerReader};
 
 fn main() {
     let path = bench_file();
@@ -93,9 +94,7 @@ fn main() {
     let written = Instant::now();
     let mut objects = Vec::new();
     for window in stored_windows(checkpoints.points(), &EntryRows::of(&ev), MAX_ENTRIES_PER_OBJECT) {
-        let mut frame = window.frame().expect("frame");
-        let mut bytes = Vec::new();
-        ParquetWriter::new(&mut bytes).finish(&mut frame).expect("parquet");
+        let bytes = segment_object_bytes("segments", &window).expect("parquet");
         objects.push((window.cursor, bytes));
     }
     println!(
