@@ -127,7 +127,7 @@ fn plain_parquet(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
     let batches: Vec<_> = parts
         .iter()
         .flat_map(|p| p.iter_chunks(CompatLevel::newest(), false))
-        .filter(|batch| batch.len() > 0)
+        .filter(|batch| !batch.is_empty())
         .collect();
     let row_groups = RowGroupIterator::try_new(batches.into_iter().map(Ok), &schema, options, encodings.into())?;
     let mut writer = FileWriter::try_new(Vec::new(), schema, options)?;
