@@ -406,7 +406,7 @@ impl Ingest {
 }
 
 /// About what an ingest holds at its peak, for each byte of a snapshot as the importer reads
-/// it: a 2.3 GB pickle peaked at 2.8 GB, the bench's 176 MB at 250 MB.
+/// it, rounded up: a 2.3 GB pickle peaked at 2.4 GB, the bench's 176 MB at 250 MB.
 const PEAK_PER_BYTE: f64 = 1.4;
 /// How many times its size a gzipped upload is counted (PyTorch snapshots deflate about ten
 /// to one; the bench file 9.7).
