@@ -21,33 +21,15 @@ impl PipelineSink for Timings {
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
         if stage == Stage::Analysing && self.analysing_at.is_none() {
             self.analysing_at = Some(Instant::now());
-            self.hwm_after_decode = rss().0;
+            self.hwm_after_decode = common::rss().0;
         }
     }
-}
-
-/// `VmHWM` (peak RSS) and `VmRSS` from /proc, in bytes.
-fn rss() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
-}
-
-fn mib(b: u64) -> f64 {
-    b as f64 / (1u64 << 20) as f64
 }
 
 fn main() {
     let path = common::bench_file();
     let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    let (_, base_rss) = rss();
+    let (_, base_rss) = common::rss();
     let t0 = Instant::now();
     let mut timings = Timings::default();
     let out = match pipeline::run(vec![Input::path(&path)], Default::default(), &mut timings) {
@@ -58,7 +40,7 @@ fn main() {
         }
     };
     let end = Instant::now();
-    let (hwm, _) = rss();
+    let (hwm, _) = common::rss();
     let split = timings.analysing_at.unwrap_or(end);
     let (decode, analysis) = (split - t0, end - split);
     let hwm_decode = timings.hwm_after_decode;
@@ -71,7 +53,7 @@ fn main() {
     println!(
         "file            {} ({:.1} MiB on disk, gzip: {})",
         path.display(),
-        mib(file_len),
+        common::mib(file_len),
         summary.gzip
     );
     println!("trace entries   {rows}");
@@ -80,11 +62,14 @@ fn main() {
     println!("total           {:.3} s", (decode + analysis).as_secs_f64());
     println!(
         "peak RSS        {:.1} MiB (after decode: {:.1} MiB; process baseline {:.1} MiB)",
-        mib(hwm),
-        mib(hwm_decode),
-        mib(base_rss)
+        common::mib(hwm),
+        common::mib(hwm_decode),
+        common::mib(base_rss)
     );
-    println!("peak RSS − baseline {:.1} MiB", mib(hwm.saturating_sub(base_rss)));
+    println!(
+        "peak RSS − baseline {:.1} MiB",
+        common::mib(hwm.saturating_sub(base_rss))
+    );
     if let Some(d) = d {
         println!(
             "peak allocated  {} bytes, peak reserved {} bytes",

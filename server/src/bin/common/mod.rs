@@ -65,3 +65,24 @@ pub fn time_windows(
     timed.zoom.sort_by(f64::total_cmp);
     timed
 }
+
+/// `VmHWM` (peak RSS) and `VmRSS` from /proc, in bytes.
+#[allow(dead_code)]
+pub fn rss() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// Bytes in MiB.
+#[allow(dead_code)]
+pub fn mib(b: u64) -> f64 {
+    b as f64 / (1u64 << 20) as f64
+}

@@ -1,0 +1,106 @@
+//! `memlens-bench-store [FILE]`: times what the server's ingest does with a snapshot, in one
+//! process and without HTTP: the pipeline keeping the tables and the segment map's checkpoints,
+//! then every report object encoded and put into a throwaway local store as the server writes
+//! them (`reportdata::write_file`, the encode pool, fsync). Prints the time to the storing stage,
+//! the storing stage itself, the bytes stored and the peak RSS. Defaults to the shared
+//! benchmark file. Run it in release mode.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use memlens::reportdata;
+use memlens::store::{DataWriter, LocalStore, ReportRecord, ReportState, ReportStore};
+use memlens_api::Stage;
+use memlens_core::pipeline::{self, Input, PipelineSink, SnapshotOutput};
+
+/// Writes each analysed file as the ingest does, noting when storing begins.
+struct StoreSink<'a> {
+    data: &'a mut dyn DataWriter,
+    storing_at: Option<Instant>,
+}
+
+impl PipelineSink for StoreSink<'_> {
+    fn keeps_tables(&self) -> bool {
+        true
+    }
+    fn keeps_segment_checkpoints(&self) -> bool {
+        true
+    }
+    fn stage(&mut self, stage: Stage, _file: Option<&str>) {
+        if stage == Stage::Storing && self.storing_at.is_none() {
+            self.storing_at = Some(Instant::now());
+        }
+    }
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+        reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
+    }
+}
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+                _ => e.metadata().map_or(0, |m| m.len()),
+            })
+            .sum()
+    })
+}
+
+fn main() {
+    let path = common::bench_file();
+    let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
+        eprintln!("memlens-bench-store: {what}: {e}");
+        std::process::exit(2);
+    };
+    let root = tempfile::tempdir().unwrap_or_else(|e| fail("a temporary folder", &e));
+    let store: Arc<dyn ReportStore> = Arc::new(LocalStore::open(root.path()).unwrap_or_else(|e| fail("the store", &e)));
+    let id = "00000000000000000000000000000000";
+    // A report is created from its uploads; this one has an empty one (the bench reads FILE).
+    store
+        .upload_writer(id, "0-bench")
+        .and_then(|w| w.finish())
+        .unwrap_or_else(|e| fail("the upload", &e));
+    store
+        .create(&ReportRecord {
+            id: id.to_owned(),
+            state: ReportState::Processing,
+            created_at: 0,
+            expires_at: None,
+            error: None,
+            files: Vec::new(),
+            delete_token_hash: String::new(),
+            meta: Default::default(),
+        })
+        .unwrap_or_else(|e| fail("the report", &e));
+    let mut data = store.data_writer(id).unwrap_or_else(|e| fail("the data writer", &e));
+    let t0 = Instant::now();
+    let mut sink = StoreSink {
+        data: data.as_mut(),
+        storing_at: None,
+    };
+    let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink)
+        .unwrap_or_else(|e| fail(&path.display().to_string(), &e));
+    let storing_at = sink.storing_at.unwrap_or_else(Instant::now);
+    reportdata::write_summary(data.as_mut(), &out).unwrap_or_else(|e| fail("the summary", &e));
+    data.commit().unwrap_or_else(|e| fail("the commit", &e));
+    let end = Instant::now();
+    println!("file                {}", path.display());
+    println!(
+        "to storing          {:.3} s (decode, tables, analyses)",
+        (storing_at - t0).as_secs_f64()
+    );
+    println!(
+        "storing             {:.3} s (encode, put, commit)",
+        (end - storing_at).as_secs_f64()
+    );
+    println!("total               {:.3} s", (end - t0).as_secs_f64());
+    println!(
+        "stored              {:.1} MiB",
+        common::mib(dir_bytes(&root.path().join("reports")))
+    );
+    println!("peak RSS            {:.1} MiB", common::mib(common::rss().0));
+}
