@@ -12,6 +12,7 @@ pub mod http;
 pub mod ids;
 pub mod ingest;
 pub mod metrics;
+pub mod parquet_object;
 pub mod pre_import;
 pub mod priority;
 pub mod reportdata;

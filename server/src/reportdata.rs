@@ -35,6 +35,7 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::encode_pool::{self, EncodeJob};
+use crate::parquet_object::{self, RowGroups};
 use crate::store::{DataWriter, ReportStore, StoreError};
 use crate::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
 
@@ -56,90 +57,13 @@ pub const SUMMARY: &str = "summary.json";
 pub const CHART_PNG: &str = "chart.png";
 pub const CHART_SVG: &str = "chart.svg";
 
-/// How an object's rows are grouped in its Parquet file.
-#[derive(Clone, Copy)]
-enum RowGroups {
-    /// polars' default, 262,144 rows a group: what the tables are written as.
-    Default,
-    /// One group: it decodes to one chunk per column, so a load has nothing to rechunk. For the
-    /// device frames, which every timeline of a stored report loads. A 2 GB report (25 M
-    /// entries): the server's peak while loading them 1.70 -> 1.33 GB and the first exact
-    /// timeline after a restart 1.4 s -> 0.9 s, for an ingest peak of 2.82 GB instead of 2.44
-    /// (polars' dictionary-encoding writer, used then, held a whole group's encoding state).
-    /// Not for the tables, rarely loaded: one group each took that ingest to 3.05-3.2 GB.
-    One,
-}
-
-/// A frame as Parquet bytes, every column plain-encoded and zstd-compressed (hand-assembled
-/// from polars' own lower-level writer, `polars-parquet`): polars' `ParquetWriter` tries a
-/// dictionary for every integer column, a cardinality estimate and then a hash map over the
-/// column, which took most of an ingest's storing stage and made its objects larger (zstd
-/// finds the repeats in plain values better than in dictionary keys). A 2 GB report: storing
-/// 5.9 -> 3.0 s, data 199 -> 134 MB, the ingest's peak 2.63 -> 2.39 GB; loads as fast.
-fn parquet_bytes(key: &str, df: &mut DataFrame, groups: RowGroups) -> Result<Vec<u8>, DataError> {
-    plain_parquet(df, groups).map_err(|source| DataError::Parquet {
+/// A frame as a Parquet object under `key` ([`parquet_object::encode`]).
+fn parquet_bytes(key: &str, df: &DataFrame, groups: RowGroups) -> Result<Vec<u8>, DataError> {
+    parquet_object::encode(df, groups).map_err(|source| DataError::Parquet {
         key: key.to_owned(),
         source,
     })
 }
-
-fn plain_parquet(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
-    use polars_parquet::write::{
-        get_dtype_encoding, CompressionOptions, Encoding, FileWriter, RowGroupIterator, StatisticsOptions, Version,
-        WriteOptions,
-    };
-    let schema = df.schema().to_arrow(CompatLevel::newest());
-    let encodings: Vec<Vec<Encoding>> = schema
-        .iter_values()
-        .map(|f| {
-            get_dtype_encoding(&f.dtype)
-                .into_iter()
-                .map(|e| {
-                    if e == Encoding::RleDictionary {
-                        Encoding::Plain
-                    } else {
-                        e
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    // What polars' writer writes apart from the encodings.
-    let options = WriteOptions {
-        statistics: StatisticsOptions::default(),
-        version: Version::V1,
-        compression: CompressionOptions::Zstd(None),
-        data_page_size: None,
-    };
-    let rows = match groups {
-        RowGroups::Default => DEFAULT_ROW_GROUP,
-        RowGroups::One => df.height().max(1),
-    };
-    // Each row group one chunk per column.
-    let parts: Vec<DataFrame> = (0..df.height())
-        .step_by(rows)
-        .map(|offset| {
-            let mut part = df.slice(offset as i64, rows);
-            part.rechunk_mut();
-            part
-        })
-        .collect();
-    let batches: Vec<_> = parts
-        .iter()
-        .flat_map(|p| p.iter_chunks(CompatLevel::newest(), false))
-        .filter(|batch| !batch.is_empty())
-        .collect();
-    let row_groups = RowGroupIterator::try_new(batches.into_iter().map(Ok), &schema, options, encodings.into())?;
-    let mut writer = FileWriter::try_new(Vec::new(), schema, options)?;
-    for group in row_groups {
-        writer.write(u64::MAX, group?)?;
-    }
-    writer.end(None)?;
-    Ok(writer.into_inner())
-}
-
-/// Rows a row group holds unless one group is asked for (polars' default).
-const DEFAULT_ROW_GROUP: usize = 512 * 512;
 
 fn put(w: &mut dyn DataWriter, key: &str, bytes: &[u8]) -> Result<(), DataError> {
     w.put(key, bytes).map_err(|source| DataError::Store {
@@ -198,9 +122,9 @@ pub fn write_file(
     frames.sort_by_key(|(_, df, _)| std::cmp::Reverse(df.estimated_size()));
     let mut jobs: Vec<EncodeJob<'_, DataError>> = frames
         .into_iter()
-        .map(|(key, mut df, groups)| {
+        .map(|(key, df, groups)| {
             let k = key.clone();
-            EncodeJob::new(key, move || parquet_bytes(&k, &mut df, groups))
+            EncodeJob::new(key, move || parquet_bytes(&k, &df, groups))
         })
         .collect();
     for d in devices.iter() {
@@ -268,7 +192,7 @@ fn segment_checkpoint_jobs<'a>(
 
 /// A stored segment object's bytes, under `key` (what `memlens-bench-segments` reads back too).
 pub fn segment_object_bytes(key: &str, window: &StoredWindow<'_>) -> Result<Vec<u8>, DataError> {
-    parquet_bytes(key, &mut window.frame()?, RowGroups::Default)
+    parquet_bytes(key, &window.frame()?, RowGroups::Default)
 }
 
 /// The cursors of a device's stored segment checkpoints (absent in reports stored before them).
@@ -868,58 +792,6 @@ mod tests {
             back.column("b").expect("b").null_count(),
             df.column("b").expect("b").null_count()
         );
-    }
-
-    #[test]
-    fn device_frames_are_one_row_group_and_tables_several() {
-        // More rows than polars' default groups hold.
-        let n = 3_000_000i64;
-        let frame =
-            || DataFrame::new(n as usize, vec![Column::new("a".into(), (0..n).collect::<Vec<i64>>())]).expect("frame");
-        let chunks = |groups| {
-            let bytes = parquet_bytes("x.parquet", &mut frame(), groups).expect("write");
-            let back = ParquetReader::new(Cursor::new(bytes)).finish().expect("read");
-            back.column("a").expect("a").as_materialized_series().n_chunks()
-        };
-        assert_eq!(chunks(RowGroups::One), 1);
-        let several = chunks(RowGroups::Default);
-        assert!(several > 1, "{several} chunks");
-    }
-
-    #[test]
-    fn objects_are_plain_encoded_and_read_back_as_written() {
-        let n = 300_000usize;
-        let frame = DataFrame::new(
-            n,
-            vec![
-                // Few values: polars' own writer would make each of these a dictionary.
-                Column::new("size".into(), (0..n).map(|i| (i % 7) as i64 * 512).collect::<Vec<_>>()),
-                Column::new("action".into(), (0..n).map(|i| (i % 3) as u8).collect::<Vec<_>>()),
-                Column::new("stack".into(), (0..n).map(|i| (i % 50) as u32).collect::<Vec<_>>()),
-                Column::new(
-                    "time".into(),
-                    (0..n).map(|i| (i % 5 != 0).then_some(i as i64)).collect::<Vec<_>>(),
-                ),
-                Column::new("name".into(), (0..n).map(|i| format!("f{}", i % 4)).collect::<Vec<_>>()),
-                Column::new("flag".into(), (0..n).map(|i| i % 2 == 0).collect::<Vec<_>>()),
-            ],
-        )
-        .expect("frame");
-        for groups in [RowGroups::Default, RowGroups::One] {
-            let bytes = parquet_bytes("x.parquet", &mut frame.clone(), groups).expect("write");
-            let back = ParquetReader::new(Cursor::new(bytes.clone())).finish().expect("read");
-            assert!(back.equals_missing(&frame));
-            let meta = polars_parquet::read::read_metadata(&mut Cursor::new(bytes)).expect("metadata");
-            for column in meta.row_groups.iter().flat_map(|g| g.parquet_columns()) {
-                assert_eq!(column.dictionary_page_offset(), None, "{:?}", column.descriptor());
-            }
-        }
-        // An empty frame keeps its columns and their types.
-        let empty = frame.slice(0, 0);
-        let bytes = parquet_bytes("x.parquet", &mut empty.clone(), RowGroups::Default).expect("write");
-        let back = ParquetReader::new(Cursor::new(bytes)).finish().expect("read");
-        assert_eq!(back.schema(), empty.schema());
-        assert_eq!(back.height(), 0);
     }
 
     /// Keeps what the pipeline hands over, as the server's ingest does.
