@@ -593,17 +593,16 @@ test('a ready report asks for its first timeline together with the summary, and 
   const timelineRequests = page => page.evaluate(() => performance.getEntriesByType('resource')
     .filter(e => e.name.includes('/timeline?'))
     .map(e => ({ url: e.name, start: e.startTime })));
-  const summaryAt = page => page.evaluate(() => performance.getEntriesByType('resource')
-    .find(e => /\/api\/reports\/[0-9a-f]+$/.test(e.name)).responseEnd);
   const ctx = await browser.newContext({ viewport: { width: 1200, height: 900 } });
   // The first open guesses the canvas width from the window, and remembers what it measured.
   let page = await ctx.newPage();
   await page.goto(`${base}${url}`);
   await waitForTimeline(page);
-  let first = (await timelineRequests(page))[0];
-  assert.ok(first.start < await summaryAt(page), 'the first timeline was asked for before the summary arrived');
   // The page's loader (index.html) sent the first requests before the app had loaded, by the
-  // URLs the app builds: the app took them, so each went out once.
+  // URLs the app builds: the app took them, so each went out once. (Sent before the wasm
+  // arrived is what says the timeline did not wait for the summary: comparing its start with
+  // the summary's end raced on a loaded machine, where a small report's summary can be
+  // answered while the loader's script is descheduled between its two fetches.)
   const early = await page.evaluate(() => {
     const all = performance.getEntriesByType('resource');
     const one = test => all.find(e => test(new URL(e.name).pathname + new URL(e.name).search));
