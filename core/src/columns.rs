@@ -80,10 +80,6 @@ pub mod lifetimes {
     pub const SIZE: Col<Int64Type> = Col::new("size");
     pub const STREAM: Col<Int64Type> = Col::new("stream");
     pub const STACK: Col<UInt32Type> = Col::new("stack");
-    /// Null: allocated before the trace began.
-    pub const T_ALLOC: Col<Int64Type> = Col::new("t_alloc");
-    /// Null: still live at the end.
-    pub const T_FREE: Col<Int64Type> = Col::new("t_free");
     /// Entry index of the alloc, `-1` before the trace.
     pub const ALLOC_IDX: Col<Int64Type> = Col::new("alloc_idx");
     /// Entry index of the free, `-1` when never freed.

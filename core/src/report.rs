@@ -149,6 +149,7 @@ fn analyze_device_with<'u>(
             Vec::new()
         },
         phases: &phases,
+        entry_times: ev.time(),
     };
     for l in leaks.iter_mut().filter(|l| l.stack.is_empty()) {
         if let Some(id) = l.stack_id {

@@ -55,21 +55,17 @@ pub fn encode(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
         RowGroups::Default => DEFAULT_ROW_GROUP,
         RowGroups::One => df.height().max(1),
     };
-    // Each row group one chunk per column.
-    let parts: Vec<DataFrame> = (0..df.height())
-        .step_by(rows)
-        .map(|offset| {
-            let mut part = df.slice(offset as i64, rows);
-            part.rechunk_mut();
-            part
-        })
-        .collect();
-    let batches: Vec<_> = parts
-        .iter()
-        .flat_map(|p| p.iter_chunks(CompatLevel::newest(), false))
-        .filter(|batch| !batch.is_empty())
-        .collect();
-    let row_groups = RowGroupIterator::try_new(batches.into_iter().map(Ok), &schema, options, encodings.into())?;
+    // Each row group one chunk per column, made as the writer reaches it: what a part copies
+    // (a rechunk, a column of nulls kept as one scalar made into an array) is held for that
+    // part only, not for the whole frame at once.
+    let batches = (0..df.height()).step_by(rows).flat_map(move |offset| {
+        let mut part = df.slice(offset as i64, rows);
+        part.rechunk_mut();
+        part.iter_chunks(CompatLevel::newest(), false)
+            .filter(|batch| !batch.is_empty())
+            .collect::<Vec<_>>()
+    });
+    let row_groups = RowGroupIterator::try_new(batches.map(Ok), &schema, options, encodings.into())?;
     let mut writer = FileWriter::try_new(Vec::new(), schema, options)?;
     for group in row_groups {
         writer.write(u64::MAX, group?)?;

@@ -250,6 +250,22 @@ pub(crate) fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Resu
     // stored before, hold many, rechunked one column at a time: each column's chunks go as soon
     // as its copy is made, so a load holds one column twice at most.
     df.rechunk_mut();
+    // A column of nothing but nulls (`device_free` without an OOM, `time_us` without
+    // timestamps) is kept as one scalar, as the pipeline built it, not 8 bytes per row.
+    let height = df.height();
+    let all_null: Vec<(PlSmallStr, DataType)> = df
+        .columns()
+        .iter()
+        .filter(|c| height > 0 && c.null_count() == height && !matches!(c, Column::Scalar(_)))
+        .map(|c| (c.name().clone(), c.dtype().clone()))
+        .collect();
+    for (name, dtype) in all_null {
+        df.with_column(Column::full_null(name.clone(), height, &dtype))
+            .map_err(|source| DataError::Parquet {
+                key: key.to_owned(),
+                source,
+            })?;
+    }
     Ok(df)
 }
 
@@ -490,10 +506,16 @@ impl LoadedFile {
                 });
                 tracing::debug!(report = %self.id, file = self.index, device = d.device,
                     "device frames read in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
+                let mut lifetimes = lifetimes?;
+                // Stored before an allocation's times were read from the entry times: the
+                // columns it had for them are not held.
+                for old in ["t_alloc", "t_free"] {
+                    let _ = lifetimes.drop_in_place(old);
+                }
                 devices.push(DeviceFrames {
                     device: d.device,
                     usage: usage?,
-                    lifetimes: lifetimes?,
+                    lifetimes,
                     fragmentation: self.parquet(&format!("{dir}/fragmentation.parquet"))?,
                     user_metadata,
                     segment_checkpoints: None,
@@ -710,6 +732,48 @@ fn load_tables(store: &dyn ReportStore, id: &str, i: usize, fs: &FileSummary) ->
         } else {
             read_parquet(store, id, &key)?
         };
+    }
+    // A trace of one device, or on one stream, held that column as one scalar when it was
+    // analysed (`SnapshotColumns::into_tables`): it is held so again, as the analyses read it.
+    let events = &mut frames[0];
+    let height = events.height();
+    let one_value = |c: &Column| -> Option<AnyValue<'static>> {
+        let first = c.get(0).ok()?.into_static();
+        let same = match c.dtype() {
+            DataType::Int32 => c
+                .i32()
+                .ok()?
+                .cont_slice()
+                .ok()?
+                .iter()
+                .all(|&x| AnyValue::Int32(x) == first),
+            DataType::Int64 => c
+                .i64()
+                .ok()?
+                .cont_slice()
+                .ok()?
+                .iter()
+                .all(|&x| AnyValue::Int64(x) == first),
+            _ => false,
+        };
+        same.then_some(first)
+    };
+    for name in ["device", "stream"] {
+        let Some(value) = events
+            .column(name)
+            .ok()
+            .filter(|c| c.as_scalar_column().is_none())
+            .and_then(one_value)
+        else {
+            continue;
+        };
+        let dtype = value.dtype();
+        events
+            .with_column(Column::new_scalar(name.into(), Scalar::new(dtype, value), height))
+            .map_err(|source| DataError::Parquet {
+                key: format!("f{i}/events.parquet"),
+                source,
+            })?;
     }
     Ok(SnapshotTables::from_frames(frames, meta))
 }
@@ -1100,6 +1164,22 @@ mod tests {
             for d in out.devices.iter_mut() {
                 let _ = d.lifetimes.drop_in_place("category");
                 let _ = d.lifetimes.drop_in_place("category_rule");
+                // The allocations' times had columns of their own (null outside the trace).
+                let time = d.usage.column("time").expect("time").i64().expect("i64").clone();
+                for (name, idx) in [("t_alloc", "alloc_idx"), ("t_free", "free_idx")] {
+                    let at: Int64Chunked = d
+                        .lifetimes
+                        .column(idx)
+                        .expect("idx")
+                        .i64()
+                        .expect("i64")
+                        .into_no_null_iter()
+                        .map(|i| usize::try_from(i).ok().and_then(|i| time.get(i)))
+                        .collect();
+                    d.lifetimes
+                        .with_column(at.with_name(name.into()).into_column())
+                        .expect("column");
+                }
             }
             write_file(&mut self.0, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
         }
@@ -1117,6 +1197,18 @@ mod tests {
         w.commit().expect("commit");
         let loaded = load(&store, id).expect("an old report loads");
         let f = &loaded.files[0];
+        // Its allocations' own time columns are dropped as it loads; its timeline is the one
+        // the pipeline's own frames draw, band times and all.
+        let devices = f.devices().expect("devices");
+        assert!(devices[0].lifetimes.column("t_alloc").is_err());
+        let mut fresh = memlens_core::pipeline::KeepFrames::default();
+        pipeline::run(vec![Input::path(&path)], Default::default(), &mut fresh).expect("run");
+        let draw = |d: &memlens_core::frames::DeviceFrames| {
+            let t = memlens_core::query::timeline(d, true, (0, 0), None, None, 200).expect("timeline");
+            assert!(t.bands.iter().any(|b| b.t_alloc.is_some() && b.t_free.is_some()));
+            serde_json::to_value(t).expect("json")
+        };
+        assert_eq!(draw(&devices[0]), draw(&fresh.files[0][0]));
         let tables = f.tables().expect("tables");
         assert_eq!(tables.event_notes.height(), 0);
         assert_eq!(tables.format, memlens_api::Format::PytorchSnapshot);

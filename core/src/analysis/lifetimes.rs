@@ -1,10 +1,14 @@
 //! Allocation lifetimes: one row per allocation, from its `alloc` to its `free_completed`.
 //!
 //! Columns: `addr` i64, `size` i64 (requested bytes), `alloc_idx` i64 (−1: allocated before
-//! recording), `free_idx` i64 (−1: live at the end), `t_alloc`/`t_free` i64 (the entries'
-//! times; null outside the trace), `stack` u32 (the alloc's stack, or the
+//! recording), `free_idx` i64 (−1: live at the end), `stack` u32 (the alloc's stack, or the
 //! free's when the alloc was not recorded, or the snapshot block's for blocks that predate the
 //! trace), `stream` i64. Addresses are reused, so allocations are matched per address in order.
+//!
+//! The times of an allocation's ends are not columns of their own: they are the device's entry
+//! times at `alloc_idx` and `free_idx` (the events' `time_us`, stored with the usage as
+//! `time`), read there when needed — two columns fewer, 18 bytes per allocation, in the
+//! analyses, in the store and in every loaded report.
 
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
@@ -26,7 +30,7 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
                 r_alloc.push(i as i64);
                 r_free.push(-1i64);
                 r_stack.push(stack[i]);
-                r_stream.push(stream[i]);
+                r_stream.push(stream.get(i));
                 open.insert(addr[i], row);
             }
             Action::FreeCompleted => match open.remove(&addr[i]) {
@@ -38,7 +42,7 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
                     r_alloc.push(-1);
                     r_free.push(i as i64);
                     r_stack.push(stack[i]);
-                    r_stream.push(stream[i]);
+                    r_stream.push(stream.get(i));
                 }
             },
             _ => {}
@@ -88,18 +92,6 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
         r_stream.push(s);
     }
     let n = r_addr.len();
-    let time = ev.time();
-    let at = |idx: &[i64]| -> Column {
-        Int64Chunked::from_iter_options(
-            "".into(),
-            idx.iter()
-                .map(|&i| (i >= 0).then(|| time.get(i as usize).copied()).flatten()),
-        )
-        .into_series()
-        .into()
-    };
-    let t_alloc = at(&r_alloc).with_name("t_alloc".into());
-    let t_free = at(&r_free).with_name("t_free".into());
     DataFrame::new(
         n,
         vec![
@@ -107,8 +99,6 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
             Int64Chunked::from_vec("size".into(), r_size).into_series().into(),
             Int64Chunked::from_vec("alloc_idx".into(), r_alloc).into_series().into(),
             Int64Chunked::from_vec("free_idx".into(), r_free).into_series().into(),
-            t_alloc,
-            t_free,
             UInt32Chunked::from_vec("stack".into(), r_stack).into_series().into(),
             Int64Chunked::from_vec("stream".into(), r_stream).into_series().into(),
         ],

@@ -62,16 +62,99 @@ pub fn round_size(size: i64) -> i64 {
 pub fn devices(t: &SnapshotTables) -> PolarsResult<Vec<i64>> {
     // One value per run of equal devices (the events come device by device): never a copy of
     // the whole column, which was 8 bytes per entry held through every analysis.
-    let mut out: Vec<i64> = Vec::new();
-    for d in ev_col::DEVICE.of(&t.events)?.into_no_null_iter().map(i64::from) {
-        if out.last() != Some(&d) {
-            out.push(d);
-        }
-    }
+    let mut out: Vec<i64> = device_runs(&t.events)?.into_iter().map(|r| r.device).collect();
     out.extend(t.segments.column("device")?.i64()?.into_no_null_iter());
     out.sort_unstable();
     out.dedup();
     Ok(out)
+}
+
+/// Consecutive rows of `events` on one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceRun {
+    pub device: i64,
+    pub first_row: usize,
+    pub rows: usize,
+}
+
+/// The runs of equal devices in `events.device`, in row order (the events come device by
+/// device, so usually one run per device). A trace of one device keeps the column as one
+/// scalar (see `SnapshotColumns::into_tables`), read here as one run without materialising it.
+pub fn device_runs(events: &DataFrame) -> PolarsResult<Vec<DeviceRun>> {
+    let column = events.column(ev_col::DEVICE.name)?;
+    if let Some(one) = column.as_scalar_column() {
+        polars_ensure!(
+            one.dtype() == &DataType::Int32,
+            SchemaMismatch: "events column `device` is {}, not i32", one.dtype()
+        );
+        if one.is_empty() {
+            return Ok(Vec::new());
+        }
+        let device = one.scalar().value().extract::<i64>();
+        let device = device.ok_or_else(|| polars_err!(ComputeError: "events column `device` is null"))?;
+        return Ok(vec![DeviceRun {
+            device,
+            first_row: 0,
+            rows: one.len(),
+        }]);
+    }
+    let mut runs: Vec<DeviceRun> = Vec::new();
+    for (row, &d) in ev_col::DEVICE.slice(events)?.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run) if run.device == i64::from(d) => run.rows += 1,
+            _ => runs.push(DeviceRun {
+                device: i64::from(d),
+                first_row: row,
+                rows: 1,
+            }),
+        }
+    }
+    Ok(runs)
+}
+
+/// The streams of consecutive trace entries: one for all of them (a trace on one stream keeps
+/// its `stream` column as one scalar), or each entry's.
+#[derive(Debug, Clone, Copy)]
+pub enum Streams<'a> {
+    /// `len` entries, all on `stream`.
+    One {
+        stream: i64,
+        len: usize,
+    },
+    Each(&'a [i64]),
+}
+
+impl<'a> Streams<'a> {
+    /// Entry `i`'s stream.
+    #[inline]
+    pub fn get(&self, i: usize) -> i64 {
+        match self {
+            Streams::One { stream, len } => {
+                assert!(i < *len, "stream of entry {i} of {len}");
+                *stream
+            }
+            Streams::Each(s) => s[i],
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            Streams::One { len, .. } => *len,
+            Streams::Each(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Entries `a` to before `b`.
+    pub fn range(&self, a: usize, b: usize) -> Streams<'a> {
+        match *self {
+            Streams::One { stream, len } => {
+                assert!(a <= b && b <= len, "streams {a}..{b} of {len}");
+                Streams::One { stream, len: b - a }
+            }
+            Streams::Each(s) => Streams::Each(&s[a..b]),
+        }
+    }
 }
 
 /// One device's trace entries as plain slices (zero-copy views into the `events` table).
@@ -91,18 +174,38 @@ pub struct DeviceEvents {
 
 impl DeviceEvents {
     pub fn new(t: &SnapshotTables, device: i64) -> PolarsResult<DeviceEvents> {
-        let dev = ev_col::DEVICE.slice(&t.events)?;
-        let start = dev.iter().position(|&d| i64::from(d) == device).unwrap_or(dev.len());
-        let len = dev[start..].iter().take_while(|&&d| i64::from(d) == device).count();
+        let (start, len) = device_runs(&t.events)?
+            .into_iter()
+            .find(|r| r.device == device)
+            .map_or((t.events.height(), 0), |r| (r.first_row, r.rows));
         let frame = t.events.slice(start as i64, len);
         ev_col::ACTION.slice(&frame)?;
-        for c in [ev_col::ADDR, ev_col::SIZE, ev_col::STREAM] {
+        for c in [ev_col::ADDR, ev_col::SIZE] {
             c.slice(&frame)?;
         }
+        match frame.column(ev_col::STREAM.name)?.as_scalar_column() {
+            Some(one) => {
+                polars_ensure!(
+                    one.dtype() == &DataType::Int64 && !one.scalar().is_null(),
+                    SchemaMismatch: "events column `stream` is {} without a value", one.dtype()
+                );
+            }
+            None => {
+                ev_col::STREAM.slice(&frame)?;
+            }
+        }
         ev_col::STACK.slice(&frame)?;
-        ev_col::DEVICE_FREE.of(&frame)?;
-        let times = ev_col::TIME_US.of(&frame)?;
-        let has_time = len > 0 && times.null_count() == 0;
+        // Typed without being read as a series: a column of nulls (no `oom` entry, or no
+        // timestamps) is kept as one scalar, and materialising it would allocate 8 bytes per
+        // entry for every `DeviceEvents` alive (200 MB each for 25 M entries).
+        for c in [ev_col::DEVICE_FREE, ev_col::TIME_US] {
+            let column = frame.column(c.name)?;
+            polars_ensure!(
+                column.dtype() == &DataType::Int64,
+                SchemaMismatch: "events column `{}` is {}, not i64", c.name, column.dtype()
+            );
+        }
+        let has_time = len > 0 && frame.column(ev_col::TIME_US.name)?.null_count() == 0;
         if has_time {
             ev_col::TIME_US.slice(&frame)?;
         }
@@ -154,8 +257,22 @@ impl DeviceEvents {
     pub fn size(&self) -> &[i64] {
         self.col(ev_col::SIZE)
     }
-    pub fn stream(&self) -> &[i64] {
-        self.col(ev_col::STREAM)
+    pub fn stream(&self) -> Streams<'_> {
+        let column = self
+            .frame
+            .column(ev_col::STREAM.name)
+            .expect("DeviceEvents::new checked this column");
+        match column.as_scalar_column() {
+            Some(one) => Streams::One {
+                stream: one
+                    .scalar()
+                    .value()
+                    .extract::<i64>()
+                    .expect("DeviceEvents::new checked it has a value"),
+                len: one.len(),
+            },
+            None => Streams::Each(self.col(ev_col::STREAM)),
+        }
     }
     pub fn stack(&self) -> &[u32] {
         self.col(ev_col::STACK)
@@ -166,7 +283,12 @@ impl DeviceEvents {
     }
     /// `device_free` of entry `i` (only `oom` entries have one).
     pub fn device_free(&self, i: usize) -> Option<i64> {
-        ev_col::DEVICE_FREE.of(&self.frame).ok()?.get(i)
+        self.frame
+            .column(ev_col::DEVICE_FREE.name)
+            .ok()?
+            .get(i)
+            .ok()?
+            .extract::<i64>()
     }
     /// Time of entry `i`, when the trace has timestamps.
     pub fn time_us(&self, i: usize) -> Option<i64> {

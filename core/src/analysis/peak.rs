@@ -18,6 +18,9 @@ pub struct NoStackEvidence<'a> {
     pub autograd: Vec<(i64, i64)>,
     /// `record_function` ranges, for the phase an allocation was made in.
     pub phases: &'a [PhaseRange],
+    /// When each of the device's entries happened ([`crate::analysis::DeviceEvents::time`]):
+    /// an allocation was made at its `alloc_idx`'s.
+    pub entry_times: &'a [i64],
 }
 
 impl NoStackEvidence<'_> {
@@ -46,7 +49,15 @@ impl NoStackEvidence<'_> {
 struct Live {
     stack: u32,
     size: i64,
-    t_alloc: Option<i64>,
+    /// Entry index of its alloc, `-1` before the trace.
+    alloc_idx: i64,
+}
+
+/// The time of the entry an allocation was made at (`None`: before the trace).
+fn made_at(alloc_idx: i64, entry_times: &[i64]) -> Option<i64> {
+    usize::try_from(alloc_idx)
+        .ok()
+        .and_then(|i| entry_times.get(i).copied())
 }
 
 /// The allocations live right after entry `idx` (`None`: before the first entry).
@@ -56,13 +67,12 @@ fn live_at(lifetimes: &DataFrame, idx: Option<usize>) -> PolarsResult<Vec<Live>>
     let free = lt_col::FREE_IDX.slice(lifetimes)?;
     let size = lt_col::SIZE.slice(lifetimes)?;
     let stack = lt_col::STACK.slice(lifetimes)?;
-    let t_alloc = lt_col::T_ALLOC.of(lifetimes)?;
     Ok((0..lifetimes.height())
         .filter(|&i| alloc[i] <= at && (free[i] == -1 || free[i] > at))
         .map(|i| Live {
             stack: stack[i],
             size: size[i],
-            t_alloc: if alloc[i] < 0 { None } else { t_alloc.get(i) },
+            alloc_idx: alloc[i],
         })
         .collect())
 }
@@ -105,10 +115,11 @@ pub fn live_groups_at(
     for l in live_at(lifetimes, idx)? {
         let frames = folded.entry(l.stack).or_insert_with(|| stacks.user_frames(l.stack));
         let key = if frames.is_empty() {
-            let reason = evidence.reason(l.t_alloc);
+            let t_alloc = made_at(l.alloc_idx, evidence.entry_times);
+            let reason = evidence.reason(t_alloc);
             // The range it was made in; made on the autograd thread, it is backward anyway.
             let phase = evidence
-                .phase_at(l.t_alloc)
+                .phase_at(t_alloc)
                 .map(str::to_owned)
                 .or_else(|| (reason == NoStackReason::AutogradThread).then(|| "backward".to_owned()));
             Key::NoStack(reason_slot(reason), phase)
@@ -183,10 +194,9 @@ pub fn no_stack_reason_of(
     let stacks = lt_col::STACK.slice(lifetimes)?;
     let alloc = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let size = lt_col::SIZE.slice(lifetimes)?;
-    let t_alloc = lt_col::T_ALLOC.of(lifetimes)?;
     let mut bytes = [0i64; 4];
     for i in (0..lifetimes.height()).filter(|&i| stacks[i] == stack) {
-        let t = if alloc[i] < 0 { None } else { t_alloc.get(i) };
+        let t = made_at(alloc[i], evidence.entry_times);
         bytes[reason_slot(evidence.reason(t)) as usize] += size[i];
     }
     let best = (0..4).max_by_key(|&r| (bytes[r], std::cmp::Reverse(r))).unwrap_or(0);

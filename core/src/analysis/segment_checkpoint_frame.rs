@@ -20,6 +20,7 @@ use polars::prelude::*;
 use super::segment_checkpoints::{map_from, FlatSegment, FlatState};
 use super::segment_detail::SegmentDetail;
 use super::segment_map::{Block, EntryRows};
+use super::Streams;
 
 const WINDOW: u8 = 0;
 const SEGMENT: u8 = 1;
@@ -46,7 +47,7 @@ impl StoredCheckpoint {
             addr: &self.addr,
             size: &self.size,
             stack: &self.stack,
-            stream: &self.stream,
+            stream: Streams::Each(&self.stream),
         }
     }
 
@@ -99,7 +100,7 @@ pub fn checkpoint_frame(state: &FlatState, window: &EntryRows<'_>) -> PolarsResu
             ENTRY,
             window.addr[i],
             window.size[i],
-            window.stream[i],
+            window.stream.get(i),
             window.action[i],
             window.stack[i],
         );

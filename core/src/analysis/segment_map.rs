@@ -16,7 +16,7 @@ use polars::prelude::*;
 
 pub use super::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentDetail, SegmentKey};
-use super::{device_segments, round_size, DeviceEvents, MIN_BLOCK, SMALL_SIZE};
+use super::{device_segments, round_size, DeviceEvents, Streams, MIN_BLOCK, SMALL_SIZE};
 use crate::tables::{Action, BlockState, SnapshotTables};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -44,7 +44,7 @@ pub struct EntryRows<'a> {
     pub addr: &'a [i64],
     pub size: &'a [i64],
     pub stack: &'a [u32],
-    pub stream: &'a [i64],
+    pub stream: Streams<'a>,
 }
 
 impl<'a> EntryRows<'a> {
@@ -69,7 +69,7 @@ impl<'a> EntryRows<'a> {
             addr: &self.addr[a..b],
             size: &self.size[a..b],
             stack: &self.stack[a..b],
-            stream: &self.stream[a..b],
+            stream: self.stream.range(a, b),
         }
     }
 
@@ -174,7 +174,7 @@ impl SegmentState {
             self.cursor -= 1;
             let i = self.cursor - rows.first;
             let action = Action::from_code(rows.action[i]);
-            self.undo(action, rows.addr[i], rows.size[i], rows.stack[i], rows.stream[i]);
+            self.undo(action, rows.addr[i], rows.size[i], rows.stack[i], rows.stream.get(i));
         }
     }
 

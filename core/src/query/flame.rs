@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 
 use super::band_index::BandIndex;
 use super::timeline_index::AxisEnds;
-use super::{axis_positions, endpoints, Axis, TimelineIndex};
+use super::{axis_positions, Axis, TimelineIndex};
 use crate::columns::lifetimes as lt_col;
 use crate::frames::DeviceFrames;
 use crate::stacks::StackResolver;
@@ -155,8 +155,9 @@ fn add_every(
     end: i64,
     weights: &mut StackWeights,
 ) -> PolarsResult<()> {
-    let (t_alloc, t_free) = endpoints(&dev.lifetimes, axis)?;
-    for (i, (a, f)) in t_alloc.iter().zip(t_free.iter()).enumerate() {
+    let ends = AxisEnds::of(dev, axis)?;
+    for i in 0..size.len() {
+        let (a, f) = ends.band_ends(i);
         let (a, f) = (a.unwrap_or(start).max(start), f.unwrap_or(end).min(end));
         weights.add(stack[i], size[i], a, f);
     }

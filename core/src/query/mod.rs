@@ -69,22 +69,6 @@ pub fn timeline(
     )
 }
 
-/// Lifetime endpoints on an axis: times, or entry indices (`-1` becomes `None`).
-fn endpoints(lt: &DataFrame, axis: Axis) -> PolarsResult<(Int64Chunked, Int64Chunked)> {
-    match axis {
-        Axis::Time => Ok((lt_col::T_ALLOC.of(lt)?.clone(), lt_col::T_FREE.of(lt)?.clone())),
-        Axis::Event => {
-            let opt = |c: crate::columns::Col<Int64Type>| -> PolarsResult<Int64Chunked> {
-                Ok(c.of(lt)?
-                    .iter()
-                    .map(|v| v.filter(|&x| x >= 0))
-                    .collect::<Int64Chunked>())
-            };
-            Ok((opt(lt_col::ALLOC_IDX)?, opt(lt_col::FREE_IDX)?))
-        }
-    }
-}
-
 /// A band's alloc and free on the timeline's axis (`None`: outside the trace).
 pub type BandEnds = (Option<i64>, Option<i64>);
 
@@ -147,9 +131,10 @@ pub fn timeline_with(
             (found.largest, found.total, ends)
         }
         None => {
-            let (t_alloc, t_free) = endpoints(lt, axis)?;
+            let axis_ends = AxisEnds::of(dev, axis)?;
             let mut hits: Vec<usize> = Vec::new();
-            for (i, (a, f)) in t_alloc.iter().zip(t_free.iter()).enumerate() {
+            for i in 0..lt.height() {
+                let (a, f) = axis_ends.band_ends(i);
                 if a.unwrap_or(i64::MIN) <= end && f.unwrap_or(i64::MAX) >= start {
                     hits.push(i);
                 }
@@ -159,7 +144,7 @@ pub fn timeline_with(
                 hits.select_nth_unstable_by(MAX_BANDS - 1, |&x, &y| largest::larger_row(size, x, y));
                 hits.truncate(MAX_BANDS);
             }
-            let ends = hits.iter().map(|&i| (t_alloc.get(i), t_free.get(i))).collect();
+            let ends = hits.iter().map(|&i| axis_ends.band_ends(i)).collect();
             (hits, total, ends)
         }
     };
@@ -258,8 +243,7 @@ pub fn search_allocations(
     let size = lt_col::SIZE.slice(lt)?;
     let stream = lt_col::STREAM.slice(lt)?;
     let stack = lt_col::STACK.slice(lt)?;
-    let t_alloc = lt_col::T_ALLOC.of(lt)?;
-    let t_free = lt_col::T_FREE.of(lt)?;
+    let ends = AxisEnds::of(dev, Axis::Time)?;
     let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
     let needle = stack_substring.map(str::to_lowercase);
     let mut stack_match: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
@@ -282,11 +266,12 @@ pub fn search_allocations(
         }
         total += 1;
         if out.len() < limit {
+            let (t_alloc, t_free) = ends.band_ends(i);
             out.push(Band {
                 addr: a[i],
                 size: size[i],
-                t_alloc: t_alloc.get(i),
-                t_free: t_free.get(i),
+                t_alloc,
+                t_free,
                 stack_id: stack[i],
                 stream: stream[i],
                 user_metadata: dev.user_metadata.get(&alloc_idx[i]).cloned(),

@@ -31,14 +31,14 @@ impl TimelineIndex {
         let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
         let reserved = usage_col::RESERVED.slice(&dev.usage)?;
         let size = lt_col::SIZE.slice(&dev.lifetimes)?;
-        let ends = AxisEnds::checked(dev, axis)?;
+        let ends = AxisEnds::of(dev, axis)?;
         let (usage, bands) = std::thread::scope(|scope| {
             let usage = scope.spawn(|| {
                 positions
                     .sorted()
                     .then(|| [MinMaxPyramid::build(allocated), MinMaxPyramid::build(reserved)])
             });
-            let bands = ends.and_then(|ends| BandIndex::build(&ends, size, super::MAX_BANDS));
+            let bands = BandIndex::build(&ends, size, super::MAX_BANDS);
             (usage.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), bands)
         });
         Ok(TimelineIndex {
@@ -79,52 +79,27 @@ pub fn axis_positions(dev: &DeviceFrames, axis: Axis) -> PolarsResult<Positions<
 }
 
 /// The allocations' endpoints on an axis, read in place: the entry indices (`-1`: outside the
-/// trace), or the times at those indices.
+/// trace), or the device's entry times at those indices.
 pub struct AxisEnds<'a> {
     alloc_idx: &'a [i64],
     free_idx: &'a [i64],
-    /// `t_alloc` and `t_free` on the time axis (their values where the index is not `-1`).
-    times: Option<(&'a [i64], &'a [i64])>,
+    /// The entry times (the usage's `time`) on the time axis.
+    times: Option<&'a [i64]>,
 }
 
 impl<'a> AxisEnds<'a> {
-    /// `None` when the time columns are not one chunk each, or their nulls are not exactly
-    /// where the entry index is `-1` (then the timeline scans).
-    fn checked(dev: &'a DeviceFrames, axis: Axis) -> PolarsResult<Option<AxisEnds<'a>>> {
-        if axis == Axis::Time {
-            let lt = &dev.lifetimes;
-            let nulls_where_outside = |col: &Int64Chunked, idx: &[i64]| {
-                col.len() == idx.len()
-                    && col.chunks().len() == 1
-                    && col.iter().zip(idx).all(|(v, &i)| v.is_none() == (i < 0))
-            };
-            if !nulls_where_outside(lt_col::T_ALLOC.of(lt)?, lt_col::ALLOC_IDX.slice(lt)?)
-                || !nulls_where_outside(lt_col::T_FREE.of(lt)?, lt_col::FREE_IDX.slice(lt)?)
-            {
-                return Ok(None);
-            }
-        }
-        Self::in_place(dev, axis)
-    }
-
-    /// The endpoints of a device whose index has a band index (checked when it was built).
-    fn in_place(dev: &'a DeviceFrames, axis: Axis) -> PolarsResult<Option<AxisEnds<'a>>> {
+    /// The endpoints on `axis`. An index past the last entry (a frame not written by the
+    /// pipeline) reads as outside the trace.
+    pub fn of(dev: &'a DeviceFrames, axis: Axis) -> PolarsResult<AxisEnds<'a>> {
         let lt = &dev.lifetimes;
-        let values = |col: &'a Int64Chunked| -> Option<&'a [i64]> {
-            (col.chunks().len() == 1).then(|| col.downcast_as_array().values().as_slice())
-        };
-        let times = match axis {
-            Axis::Event => None,
-            Axis::Time => match (values(lt_col::T_ALLOC.of(lt)?), values(lt_col::T_FREE.of(lt)?)) {
-                (Some(a), Some(f)) => Some((a, f)),
-                _ => return Ok(None),
-            },
-        };
-        Ok(Some(AxisEnds {
+        Ok(AxisEnds {
             alloc_idx: lt_col::ALLOC_IDX.slice(lt)?,
             free_idx: lt_col::FREE_IDX.slice(lt)?,
-            times,
-        }))
+            times: match axis {
+                Axis::Event => None,
+                Axis::Time => Some(usage_col::TIME.slice(&dev.usage)?),
+            },
+        })
     }
 
     /// The band index and the endpoints it was built over, when `index` has one.
@@ -133,15 +108,14 @@ impl<'a> AxisEnds<'a> {
         index: &'a TimelineIndex,
     ) -> PolarsResult<Option<(&'a BandIndex, AxisEnds<'a>)>> {
         match index.bands() {
-            Some(bands) => Ok(Self::in_place(dev, index.axis)?.map(|ends| (bands, ends))),
+            Some(bands) => Ok(Some((bands, Self::of(dev, index.axis)?))),
             None => Ok(None),
         }
     }
 
     /// Allocation `i`'s endpoints as a band shows them (`None`: outside the trace).
     pub fn band_ends(&self, i: usize) -> super::BandEnds {
-        let (a, f) = (self.alloc(i), self.free(i));
-        ((a != i64::MIN).then_some(a), (f != i64::MAX).then_some(f))
+        (self.at(self.alloc_idx[i]), self.at(self.free_idx[i]))
     }
 }
 
@@ -152,19 +126,23 @@ impl Endpoints for AxisEnds<'_> {
 
     #[inline]
     fn alloc(&self, i: usize) -> i64 {
-        match (self.alloc_idx[i], self.times) {
-            (idx, _) if idx < 0 => i64::MIN,
-            (_, Some((t, _))) => t[i],
-            (idx, None) => idx,
-        }
+        self.at(self.alloc_idx[i]).unwrap_or(i64::MIN)
     }
 
     #[inline]
     fn free(&self, i: usize) -> i64 {
-        match (self.free_idx[i], self.times) {
-            (idx, _) if idx < 0 => i64::MAX,
-            (_, Some((_, t))) => t[i],
-            (idx, None) => idx,
+        self.at(self.free_idx[i]).unwrap_or(i64::MAX)
+    }
+}
+
+impl AxisEnds<'_> {
+    /// Entry `idx`'s position on the axis (`None`: outside the trace).
+    #[inline]
+    fn at(&self, idx: i64) -> Option<i64> {
+        let i = usize::try_from(idx).ok()?;
+        match self.times {
+            Some(t) => t.get(i).copied(),
+            None => Some(idx),
         }
     }
 }

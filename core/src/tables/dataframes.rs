@@ -105,10 +105,22 @@ impl SnapshotColumns {
             sorted.iter().zip(device_ranges.iter()).all(|(a, b)| a == b)
         };
         let n = covered;
-        let mut device: Vec<i32> = Vec::with_capacity(n);
-        for (d, (s, e)) in &device_ranges {
-            device.extend(std::iter::repeat_n(*d as i32, (e - s) as usize));
-        }
+        // A trace of one device (the usual case) keeps its device as one scalar, not 4 bytes
+        // per entry; `analysis::device_runs` reads either form.
+        let device: Column = match device_ranges.first() {
+            Some(&(d, _)) if device_ranges.iter().all(|&(x, _)| x == d) => Column::new_scalar(
+                ev::DEVICE.name.into(),
+                Scalar::new(DataType::Int32, AnyValue::Int32(d as i32)),
+                n,
+            ),
+            _ => {
+                let mut device: Vec<i32> = Vec::with_capacity(n);
+                for (d, (s, e)) in &device_ranges {
+                    device.extend(std::iter::repeat_n(*d as i32, (e - s) as usize));
+                }
+                ev::DEVICE.build(device)
+            }
+        };
         let TraceRows {
             action,
             addr,
@@ -170,14 +182,23 @@ impl SnapshotColumns {
                 .into_series()
                 .into()
         };
+        // A trace on one stream keeps it as one scalar too (`analysis::Streams`).
+        let stream: Column = match stream.first() {
+            Some(&one) if stream.iter().all(|&s| s == one) => Column::new_scalar(
+                ev::STREAM.name.into(),
+                Scalar::new(DataType::Int64, AnyValue::Int64(one)),
+                n,
+            ),
+            _ => ev::STREAM.build(stream),
+        };
         let events = DataFrame::new(
             n,
             vec![
-                ev::DEVICE.build(device),
+                device,
                 ev::ACTION.build(action),
                 ev::ADDR.build(addr),
                 ev::SIZE.build(size),
-                ev::STREAM.build(stream),
+                stream,
                 time_col,
                 ev::STACK.build(stack),
                 free_col,
