@@ -6,6 +6,8 @@ use std::marker::PhantomData;
 
 use polars::prelude::*;
 
+use crate::tables::OneOrEach;
+
 /// A column of polars numeric type `T`.
 pub struct Col<T: PolarsNumericType> {
     pub name: &'static str,
@@ -39,6 +41,45 @@ impl<T: PolarsNumericType> Col<T> {
         ChunkedArray::<T>::from_vec(self.name.into(), values)
             .into_series()
             .into()
+    }
+}
+
+/// `column` (of i32 or i64) as one scalar when it has rows, no nulls and one value throughout (the device of a
+/// trace of one device, the stream of a trace on one stream): polars reads it the same, and it
+/// holds no memory per row. Readers that want a slice of such a column read it with
+/// [`crate::analysis::device_runs`] or [`crate::analysis::Streams`], which never materialise it.
+pub fn one_value_as_scalar(column: Column) -> Column {
+    if column.is_empty() || column.as_scalar_column().is_some() || column.null_count() > 0 {
+        return column;
+    }
+    let Ok(first) = column.get(0).map(|v| v.into_static()) else {
+        return column;
+    };
+    // A plain pass over the values (polars' comparison kernels would start its thread pool).
+    fn one_value<T: PartialEq>(values: PolarsResult<&[T]>) -> bool {
+        values.is_ok_and(|v| v.iter().all(|x| *x == v[0]))
+    }
+    let same = match column.dtype() {
+        DataType::Int32 => column.i32().is_ok_and(|c| one_value(c.cont_slice())),
+        DataType::Int64 => column.i64().is_ok_and(|c| one_value(c.cont_slice())),
+        _ => false,
+    };
+    if !same {
+        return column;
+    }
+    Column::new_scalar(
+        column.name().clone(),
+        Scalar::new(column.dtype().clone(), first),
+        column.len(),
+    )
+}
+
+/// A column of i64 `values` named `name`: one scalar when they are one value (a trace's
+/// stream, usually), else an array. [`crate::analysis::Streams`] reads either form.
+pub fn one_or_each_column(name: &str, values: OneOrEach) -> Column {
+    match values.into_parts() {
+        Ok((one, len)) => Column::new_scalar(name.into(), Scalar::new(DataType::Int64, AnyValue::Int64(one)), len),
+        Err(each) => Int64Chunked::from_vec(name.into(), each).into_series().into(),
     }
 }
 

@@ -507,6 +507,7 @@ impl LoadedFile {
                 tracing::debug!(report = %self.id, file = self.index, device = d.device,
                     "device frames read in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
                 let mut lifetimes = lifetimes?;
+                one_values_as_scalars(&mut lifetimes, &["stream"], &format!("{dir}/lifetimes.parquet"))?;
                 // Stored before an allocation's times were read from the entry times: the
                 // columns it had for them are not held.
                 for old in ["t_alloc", "t_free"] {
@@ -712,6 +713,22 @@ pub struct LoadedReport {
 }
 
 /// The canonical tables of one analysed file of a report.
+/// Each of `columns` of `df` (read from the object `key`) held as one scalar when it has one
+/// value throughout ([`memlens_core::columns::one_value_as_scalar`]).
+fn one_values_as_scalars(df: &mut DataFrame, columns: &[&str], key: &str) -> Result<(), DataError> {
+    for &name in columns {
+        let Ok(column) = df.column(name) else { continue };
+        let column = memlens_core::columns::one_value_as_scalar(column.clone());
+        if column.as_scalar_column().is_some() {
+            df.with_column(column).map_err(|source| DataError::Parquet {
+                key: key.to_owned(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
 fn load_tables(store: &dyn ReportStore, id: &str, i: usize, fs: &FileSummary) -> Result<SnapshotTables, DataError> {
     // Reports written before `meta.json` and `event_notes` were stored still load: their
     // meta comes from the summary, their notes are empty.
@@ -735,46 +752,7 @@ fn load_tables(store: &dyn ReportStore, id: &str, i: usize, fs: &FileSummary) ->
     }
     // A trace of one device, or on one stream, held that column as one scalar when it was
     // analysed (`SnapshotColumns::into_tables`): it is held so again, as the analyses read it.
-    let events = &mut frames[0];
-    let height = events.height();
-    let one_value = |c: &Column| -> Option<AnyValue<'static>> {
-        let first = c.get(0).ok()?.into_static();
-        let same = match c.dtype() {
-            DataType::Int32 => c
-                .i32()
-                .ok()?
-                .cont_slice()
-                .ok()?
-                .iter()
-                .all(|&x| AnyValue::Int32(x) == first),
-            DataType::Int64 => c
-                .i64()
-                .ok()?
-                .cont_slice()
-                .ok()?
-                .iter()
-                .all(|&x| AnyValue::Int64(x) == first),
-            _ => false,
-        };
-        same.then_some(first)
-    };
-    for name in ["device", "stream"] {
-        let Some(value) = events
-            .column(name)
-            .ok()
-            .filter(|c| c.as_scalar_column().is_none())
-            .and_then(one_value)
-        else {
-            continue;
-        };
-        let dtype = value.dtype();
-        events
-            .with_column(Column::new_scalar(name.into(), Scalar::new(dtype, value), height))
-            .map_err(|source| DataError::Parquet {
-                key: format!("f{i}/events.parquet"),
-                source,
-            })?;
-    }
+    one_values_as_scalars(&mut frames[0], &["device", "stream"], &format!("f{i}/events.parquet"))?;
     Ok(SnapshotTables::from_frames(frames, meta))
 }
 

@@ -14,13 +14,21 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::{device_segments, DeviceEvents};
+use crate::columns::one_or_each_column;
+use crate::tables::OneOrEach;
 use crate::tables::{Action, BlockState, SnapshotTables};
 
 pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
     let (action, addr, size, stack, stream) = (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
     let mut open: FxHashMap<i64, usize> = FxHashMap::default();
-    let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        OneOrEach::default(),
+    );
     for i in 0..action.len() {
         match Action::from_code(action[i]) {
             Action::Alloc => {
@@ -100,7 +108,8 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
             Int64Chunked::from_vec("alloc_idx".into(), r_alloc).into_series().into(),
             Int64Chunked::from_vec("free_idx".into(), r_free).into_series().into(),
             UInt32Chunked::from_vec("stack".into(), r_stack).into_series().into(),
-            Int64Chunked::from_vec("stream".into(), r_stream).into_series().into(),
+            // One stream throughout (the usual case) is held as one scalar (see `Streams`).
+            one_or_each_column("stream", r_stream),
         ],
     )
 }

@@ -125,6 +125,23 @@ pub enum Streams<'a> {
 }
 
 impl<'a> Streams<'a> {
+    /// The i64 column `name` of `df` (the events' or the lifetimes' `stream`), in either form.
+    pub fn of(df: &'a DataFrame, name: &str) -> PolarsResult<Streams<'a>> {
+        let column = df.column(name)?;
+        match column.as_scalar_column() {
+            Some(one) => {
+                polars_ensure!(
+                    one.dtype() == &DataType::Int64,
+                    SchemaMismatch: "column `{name}` is {}, not i64", one.dtype()
+                );
+                let stream = one.scalar().value().extract::<i64>();
+                let stream = stream.ok_or_else(|| polars_err!(ComputeError: "column `{name}` is null"))?;
+                Ok(Streams::One { stream, len: one.len() })
+            }
+            None => Ok(Streams::Each(column.i64()?.cont_slice()?)),
+        }
+    }
+
     /// Entry `i`'s stream.
     #[inline]
     pub fn get(&self, i: usize) -> i64 {
@@ -183,17 +200,7 @@ impl DeviceEvents {
         for c in [ev_col::ADDR, ev_col::SIZE] {
             c.slice(&frame)?;
         }
-        match frame.column(ev_col::STREAM.name)?.as_scalar_column() {
-            Some(one) => {
-                polars_ensure!(
-                    one.dtype() == &DataType::Int64 && !one.scalar().is_null(),
-                    SchemaMismatch: "events column `stream` is {} without a value", one.dtype()
-                );
-            }
-            None => {
-                ev_col::STREAM.slice(&frame)?;
-            }
-        }
+        Streams::of(&frame, ev_col::STREAM.name)?;
         ev_col::STACK.slice(&frame)?;
         // Typed without being read as a series: a column of nulls (no `oom` entry, or no
         // timestamps) is kept as one scalar, and materialising it would allocate 8 bytes per
@@ -258,21 +265,7 @@ impl DeviceEvents {
         self.col(ev_col::SIZE)
     }
     pub fn stream(&self) -> Streams<'_> {
-        let column = self
-            .frame
-            .column(ev_col::STREAM.name)
-            .expect("DeviceEvents::new checked this column");
-        match column.as_scalar_column() {
-            Some(one) => Streams::One {
-                stream: one
-                    .scalar()
-                    .value()
-                    .extract::<i64>()
-                    .expect("DeviceEvents::new checked it has a value"),
-                len: one.len(),
-            },
-            None => Streams::Each(self.col(ev_col::STREAM)),
-        }
+        Streams::of(&self.frame, ev_col::STREAM.name).expect("DeviceEvents::new checked this column")
     }
     pub fn stack(&self) -> &[u32] {
         self.col(ev_col::STACK)

@@ -28,6 +28,7 @@ use pyramid::{Positions, NO_BLOCKS};
 pub use timeline_index::TimelineIndex;
 use timeline_index::{axis_positions, AxisEnds};
 
+use crate::analysis::Streams;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
 use crate::stacks::StackResolver;
@@ -117,7 +118,7 @@ pub fn timeline_with(
     let lt = &dev.lifetimes;
     let size = lt_col::SIZE.slice(lt)?;
     let addr = lt_col::ADDR.slice(lt)?;
-    let stream = lt_col::STREAM.slice(lt)?;
+    let stream = Streams::of(lt, lt_col::STREAM.name)?;
     let stack = lt_col::STACK.slice(lt)?;
     let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
     let indexed = match index {
@@ -170,7 +171,7 @@ pub fn timeline_with(
                 t_alloc: a,
                 t_free: f,
                 stack_id: stack[i],
-                stream: stream[i],
+                stream: stream.get(i),
                 user_metadata: dev.user_metadata.get(&alloc_idx[i]).cloned(),
             }
         })
@@ -241,7 +242,7 @@ pub fn search_allocations(
     let lt = &dev.lifetimes;
     let a = lt_col::ADDR.slice(lt)?;
     let size = lt_col::SIZE.slice(lt)?;
-    let stream = lt_col::STREAM.slice(lt)?;
+    let stream = Streams::of(lt, lt_col::STREAM.name)?;
     let stack = lt_col::STACK.slice(lt)?;
     let ends = AxisEnds::of(dev, Axis::Time)?;
     let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
@@ -273,7 +274,7 @@ pub fn search_allocations(
                 t_alloc,
                 t_free,
                 stack_id: stack[i],
-                stream: stream[i],
+                stream: stream.get(i),
                 user_metadata: dev.user_metadata.get(&alloc_idx[i]).cloned(),
             });
         }

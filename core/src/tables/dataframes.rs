@@ -6,8 +6,8 @@ use polars::prelude::*;
 
 use memlens_api::SourceInfo;
 
-use super::{SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
-use crate::columns::events as ev;
+use super::{OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
+use crate::columns::{events as ev, one_or_each_column};
 
 /// The canonical tables of one imported snapshot.
 pub struct SnapshotTables {
@@ -105,12 +105,10 @@ impl SnapshotColumns {
             sorted.iter().zip(device_ranges.iter()).all(|(a, b)| a == b)
         };
         let n = covered;
-        // A trace of one device (the usual case) keeps its device as one scalar, not 4 bytes
-        // per entry; `analysis::device_runs` reads either form.
         let device: Column = match device_ranges.first() {
-            Some(&(d, _)) if device_ranges.iter().all(|&(x, _)| x == d) => Column::new_scalar(
+            Some(&(one, _)) if device_ranges.iter().all(|&(d, _)| d == one) => Column::new_scalar(
                 ev::DEVICE.name.into(),
-                Scalar::new(DataType::Int32, AnyValue::Int32(d as i32)),
+                Scalar::new(DataType::Int32, AnyValue::Int32(one as i32)),
                 n,
             ),
             _ => {
@@ -146,7 +144,13 @@ impl SnapshotColumns {
                 rows.iter().map(|&r| action[r]).collect(),
                 rows.iter().map(|&r| addr[r]).collect(),
                 rows.iter().map(|&r| size[r]).collect(),
-                rows.iter().map(|&r| stream[r]).collect(),
+                {
+                    let mut picked = OneOrEach::default();
+                    for &r in &rows {
+                        picked.push(stream.get(r).unwrap_or(0));
+                    }
+                    picked
+                },
                 rows.iter().map(|&r| time_us[r]).collect(),
                 rows.iter().map(|&r| stack[r]).collect(),
                 Some(map),
@@ -182,23 +186,16 @@ impl SnapshotColumns {
                 .into_series()
                 .into()
         };
-        // A trace on one stream keeps it as one scalar too (`analysis::Streams`).
-        let stream: Column = match stream.first() {
-            Some(&one) if stream.iter().all(|&s| s == one) => Column::new_scalar(
-                ev::STREAM.name.into(),
-                Scalar::new(DataType::Int64, AnyValue::Int64(one)),
-                n,
-            ),
-            _ => ev::STREAM.build(stream),
-        };
         let events = DataFrame::new(
             n,
             vec![
+                // A trace of one device (the usual case), or on one stream, keeps that column
+                // as one scalar, not 4 or 8 bytes per entry.
                 device,
                 ev::ACTION.build(action),
                 ev::ADDR.build(addr),
                 ev::SIZE.build(size),
-                stream,
+                one_or_each_column(ev::STREAM.name, stream),
                 time_col,
                 ev::STACK.build(stack),
                 free_col,

@@ -96,7 +96,8 @@ pub struct TraceRows {
     pub action: Vec<u8>,
     pub addr: Vec<i64>,
     pub size: Vec<i64>,
-    pub stream: Vec<i64>,
+    /// One stream for every entry so far, or each entry's (most traces have one stream).
+    pub stream: OneOrEach,
     pub time_us: Vec<i64>,
     pub stack: Vec<u32>,
     /// Sparse `(row, device_free)`.
@@ -144,6 +145,63 @@ impl TraceRows {
         self.stream.push(stream);
         self.time_us.push(time_us);
         self.stack.push(stack);
+    }
+}
+
+/// i64 values pushed one by one, held as one value and a count while they are all the same,
+/// and as a vector from the first that differs: a column that is usually one value (a trace's
+/// stream) costs nothing per row until it is not. `dataframes` makes it a polars scalar or an
+/// array.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OneOrEach {
+    /// The value of every row while `each` is empty.
+    one: Option<i64>,
+    len: usize,
+    each: Vec<i64>,
+}
+
+impl OneOrEach {
+    pub fn push(&mut self, value: i64) {
+        if self.each.is_empty() {
+            match self.one {
+                Some(one) if one == value => {
+                    self.len += 1;
+                    return;
+                }
+                None => {
+                    self.one = Some(value);
+                    self.len = 1;
+                    return;
+                }
+                Some(one) => {
+                    self.each.reserve(self.len * 2);
+                    self.each.resize(self.len, one);
+                }
+            }
+        }
+        self.each.push(value);
+        self.len += 1;
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Row `i`'s value.
+    pub fn get(&self, i: usize) -> Option<i64> {
+        if self.each.is_empty() {
+            self.one.filter(|_| i < self.len)
+        } else {
+            self.each.get(i).copied()
+        }
+    }
+    /// The one value of every row, or every row's value.
+    pub fn into_parts(self) -> Result<(i64, usize), Vec<i64>> {
+        match self.one {
+            Some(one) if self.each.is_empty() => Ok((one, self.len)),
+            _ => Err(self.each),
+        }
     }
 }
 
