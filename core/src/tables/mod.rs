@@ -6,7 +6,7 @@
 //!
 //! | table | columns |
 //! |---|---|
-//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64, `size` i64, `stream` i64, `time_us` i64 (null when absent), `stack` u32, `device_free` i64 (null unless `oom`) |
+//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64, `size` i64, `stream` i64, `time_us` i64 (null when absent), `stack` u32, `device_free` i64 (null unless `oom`); a column of one value (one device, one stream, all null) is a polars scalar column |
 //! | `segments` | `device`, `address`, `total_size`, `allocated_size`, `active_size`, `requested_size`, `stream` (i64), `segment_type` str, `pool_a`/`pool_b` i64, `is_expandable` bool, `stack` u32 |
 //! | `blocks` | `device` i64, `segment` u32 (row in `segments`), `address`, `size`, `requested_size` i64, `state` u8 ([`BlockState`]), `stack` u32 |
 //! | `frames` | `frame` u32, `name` str, `filename` str, `line` i64 |
@@ -411,3 +411,29 @@ pub struct SnapshotMeta {
 mod dataframes;
 #[cfg(feature = "analysis")]
 pub use dataframes::SnapshotTables;
+
+#[cfg(test)]
+mod tests {
+    use super::OneOrEach;
+
+    #[test]
+    fn one_or_each_holds_one_value_until_another_arrives() {
+        let mut v = OneOrEach::default();
+        assert!(v.is_empty());
+        assert_eq!(v.get(0), None);
+        for _ in 0..3 {
+            v.push(7);
+        }
+        assert_eq!((v.len(), v.get(2), v.get(3)), (3, Some(7), None));
+        assert_eq!(v.clone().into_parts(), Ok((7, 3)));
+        v.push(9);
+        v.push(7);
+        assert_eq!(v.len(), 5);
+        assert_eq!(
+            (0..6).map(|i| v.get(i)).collect::<Vec<_>>(),
+            [Some(7), Some(7), Some(7), Some(9), Some(7), None]
+        );
+        assert_eq!(v.into_parts(), Err(vec![7, 7, 7, 9, 7]));
+        assert_eq!(OneOrEach::default().into_parts(), Err(vec![]));
+    }
+}
