@@ -1,0 +1,260 @@
+//! One device's trace entries, read from the `events` table: the runs of each device
+//! ([`device_runs`]), the entries' streams in either stored form ([`Streams`]), and
+//! [`DeviceEvents`], the slices every analysis reads.
+
+use polars::prelude::*;
+
+use crate::columns::{events as ev_col, Col};
+use crate::tables::{Action, SnapshotTables};
+
+/// Consecutive rows of `events` on one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceRun {
+    pub device: i64,
+    pub first_row: usize,
+    pub rows: usize,
+}
+
+/// The runs of equal devices in `events.device`, in row order (the events come device by
+/// device, so usually one run per device). A trace of one device keeps the column as one
+/// scalar (see `SnapshotColumns::into_tables`), read here as one run without materialising it.
+pub fn device_runs(events: &DataFrame) -> PolarsResult<Vec<DeviceRun>> {
+    let column = events.column(ev_col::DEVICE.name)?;
+    if let Some(one) = column.as_scalar_column() {
+        polars_ensure!(
+            one.dtype() == &DataType::Int32,
+            SchemaMismatch: "events column `device` is {}, not i32", one.dtype()
+        );
+        if one.is_empty() {
+            return Ok(Vec::new());
+        }
+        let device = one.scalar().value().extract::<i64>();
+        let device = device.ok_or_else(|| polars_err!(ComputeError: "events column `device` is null"))?;
+        return Ok(vec![DeviceRun {
+            device,
+            first_row: 0,
+            rows: one.len(),
+        }]);
+    }
+    let mut runs: Vec<DeviceRun> = Vec::new();
+    for (row, &d) in ev_col::DEVICE.slice(events)?.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run) if run.device == i64::from(d) => run.rows += 1,
+            _ => runs.push(DeviceRun {
+                device: i64::from(d),
+                first_row: row,
+                rows: 1,
+            }),
+        }
+    }
+    Ok(runs)
+}
+
+/// The streams of consecutive trace entries: one for all of them (a trace on one stream keeps
+/// its `stream` column as one scalar), or each entry's.
+#[derive(Debug, Clone, Copy)]
+pub enum Streams<'a> {
+    /// `len` entries, all on `stream`.
+    One {
+        stream: i64,
+        len: usize,
+    },
+    Each(&'a [i64]),
+}
+
+impl<'a> Streams<'a> {
+    /// The i64 column `name` of `df` (the events' or the lifetimes' `stream`), in either form.
+    pub fn of(df: &'a DataFrame, name: &str) -> PolarsResult<Streams<'a>> {
+        let column = df.column(name)?;
+        match column.as_scalar_column() {
+            Some(one) => {
+                polars_ensure!(
+                    one.dtype() == &DataType::Int64,
+                    SchemaMismatch: "column `{name}` is {}, not i64", one.dtype()
+                );
+                let stream = one.scalar().value().extract::<i64>();
+                let stream = stream.ok_or_else(|| polars_err!(ComputeError: "column `{name}` is null"))?;
+                Ok(Streams::One { stream, len: one.len() })
+            }
+            None => Ok(Streams::Each(column.i64()?.cont_slice()?)),
+        }
+    }
+
+    /// Entry `i`'s stream.
+    #[inline]
+    pub fn get(&self, i: usize) -> i64 {
+        match self {
+            Streams::One { stream, len } => {
+                assert!(i < *len, "stream of entry {i} of {len}");
+                *stream
+            }
+            Streams::Each(s) => s[i],
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            Streams::One { len, .. } => *len,
+            Streams::Each(s) => s.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Entries `a` to before `b`.
+    pub fn range(&self, a: usize, b: usize) -> Streams<'a> {
+        match *self {
+            Streams::One { stream, len } => {
+                assert!(a <= b && b <= len, "streams {a}..{b} of {len}");
+                Streams::One { stream, len: b - a }
+            }
+            Streams::Each(s) => Streams::Each(&s[a..b]),
+        }
+    }
+}
+
+/// One device's trace entries as plain slices (zero-copy views into the `events` table).
+///
+/// Invariant: [`DeviceEvents::new`] checks that every column the accessors read exists with its
+/// type as one contiguous slice, so the accessors cannot fail; a table without them is an error
+/// there, never an empty trace.
+pub struct DeviceEvents {
+    pub device: i64,
+    pub frame: DataFrame,
+    /// Row of the device's first entry in the `events` table (entry `i` is row `offset + i`).
+    pub offset: usize,
+    /// Entry indices, kept only when the trace has no timestamps (they are its time axis).
+    order: Vec<i64>,
+    pub has_time: bool,
+}
+
+impl DeviceEvents {
+    pub fn new(t: &SnapshotTables, device: i64) -> PolarsResult<DeviceEvents> {
+        let (start, len) = device_runs(&t.events)?
+            .into_iter()
+            .find(|r| r.device == device)
+            .map_or((t.events.height(), 0), |r| (r.first_row, r.rows));
+        let frame = t.events.slice(start as i64, len);
+        ev_col::ACTION.slice(&frame)?;
+        for c in [ev_col::ADDR, ev_col::SIZE] {
+            c.slice(&frame)?;
+        }
+        Streams::of(&frame, ev_col::STREAM.name)?;
+        ev_col::STACK.slice(&frame)?;
+        // Typed without being read as a series: a column of nulls (no `oom` entry, or no
+        // timestamps) is kept as one scalar, and materialising it would allocate 8 bytes per
+        // entry for every `DeviceEvents` alive (200 MB each for 25 M entries).
+        for c in [ev_col::DEVICE_FREE, ev_col::TIME_US] {
+            let column = frame.column(c.name)?;
+            polars_ensure!(
+                column.dtype() == &DataType::Int64,
+                SchemaMismatch: "events column `{}` is {}, not i64", c.name, column.dtype()
+            );
+        }
+        let has_time = len > 0 && frame.column(ev_col::TIME_US.name)?.null_count() == 0;
+        if has_time {
+            ev_col::TIME_US.slice(&frame)?;
+        }
+        let order = if has_time {
+            Vec::new()
+        } else {
+            (0..len as i64).collect()
+        };
+        Ok(DeviceEvents {
+            device,
+            frame,
+            offset: start,
+            order,
+            has_time,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.frame.height()
+    }
+    /// Time of each entry: `time_us`, or the entry index when the trace has no timestamps.
+    pub fn time(&self) -> &[i64] {
+        if self.has_time {
+            self.col(ev_col::TIME_US)
+        } else {
+            &self.order
+        }
+    }
+    /// [`DeviceEvents::time`] as a column named `name`; with timestamps it shares the events
+    /// table's memory instead of copying it.
+    pub fn time_column(&self, name: &str) -> PolarsResult<Column> {
+        Ok(if self.has_time {
+            let mut c = self.frame.column(ev_col::TIME_US.name)?.clone();
+            c.rename(name.into());
+            c
+        } else {
+            Column::new(name.into(), &self.order)
+        })
+    }
+    pub fn is_empty(&self) -> bool {
+        self.frame.height() == 0
+    }
+    pub fn action(&self) -> &[u8] {
+        self.col(ev_col::ACTION)
+    }
+    pub fn addr(&self) -> &[i64] {
+        self.col(ev_col::ADDR)
+    }
+    pub fn size(&self) -> &[i64] {
+        self.col(ev_col::SIZE)
+    }
+    pub fn stream(&self) -> Streams<'_> {
+        Streams::of(&self.frame, ev_col::STREAM.name).expect("DeviceEvents::new checked this column")
+    }
+    pub fn stack(&self) -> &[u32] {
+        self.col(ev_col::STACK)
+    }
+    /// A column [`DeviceEvents::new`] checked.
+    fn col<T: PolarsNumericType>(&self, c: Col<T>) -> &[T::Native] {
+        c.slice(&self.frame).expect("DeviceEvents::new checked this column")
+    }
+    /// `device_free` of entry `i` (only `oom` entries have one).
+    pub fn device_free(&self, i: usize) -> Option<i64> {
+        self.frame
+            .column(ev_col::DEVICE_FREE.name)
+            .ok()?
+            .get(i)
+            .ok()?
+            .extract::<i64>()
+    }
+    /// Time of entry `i`, when the trace has timestamps.
+    pub fn time_us(&self, i: usize) -> Option<i64> {
+        self.has_time.then(|| self.time().get(i).copied()).flatten()
+    }
+    /// Indices of entries with `action`.
+    pub fn indices_of(&self, action: Action) -> Vec<usize> {
+        let a = action as u8;
+        self.action()
+            .iter()
+            .enumerate()
+            .filter(|(_, &x)| x == a)
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+/// The device's entries whose `event_notes` row has a string in `column` (`user_metadata`,
+/// `category`, …): `(entry index on the device, the string)`, in note order. A column that a
+/// stored report predates reads as empty.
+pub fn device_notes<'a>(
+    event_notes: &'a DataFrame,
+    ev: &DeviceEvents,
+    column: &str,
+) -> PolarsResult<Vec<(usize, &'a str)>> {
+    let (Ok(rows), Ok(values)) = (event_notes.column("row"), event_notes.column(column)) else {
+        return Ok(Vec::new());
+    };
+    let (rows, values) = (rows.u32()?, values.str()?);
+    Ok(rows
+        .iter()
+        .zip(values.iter())
+        .filter_map(|(row, v)| {
+            let i = (row? as usize).checked_sub(ev.offset).filter(|&i| i < ev.len())?;
+            Some((i, v?))
+        })
+        .collect())
+}
