@@ -1,5 +1,6 @@
-//! The store's Parquet objects: how a frame's rows are grouped ([`RowGroups`]) and how it is
-//! encoded ([`encode`]: plain pages under zstd, assembled from polars' own lower-level writer).
+//! The store's Parquet objects: how a frame's rows are grouped ([`RowGroups`]), how it is
+//! encoded ([`encode`]: plain pages under zstd, assembled from polars' own lower-level writer)
+//! and decoded into the form queries read ([`decode`]).
 
 use polars::prelude::*;
 
@@ -76,6 +77,29 @@ pub fn encode(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
 
 /// Rows a row group holds unless one group is asked for (polars' default).
 const DEFAULT_ROW_GROUP: usize = 512 * 512;
+
+/// A stored object's frame, each column one contiguous chunk.
+pub fn decode(bytes: Vec<u8>) -> PolarsResult<DataFrame> {
+    let mut df = ParquetReader::new(std::io::Cursor::new(bytes)).finish()?;
+    // Parquet row groups come back as chunks; queries read columns as contiguous slices.
+    // Device frames are written as one row group (nothing to do here); the tables, and frames
+    // stored before, hold many, rechunked one column at a time: each column's chunks go as soon
+    // as its copy is made, so a load holds one column twice at most.
+    df.rechunk_mut();
+    // A column of nothing but nulls (`device_free` without an OOM, `time_us` without
+    // timestamps) is kept as one scalar, as the pipeline built it, not 8 bytes per row.
+    let height = df.height();
+    let all_null: Vec<(PlSmallStr, DataType)> = df
+        .columns()
+        .iter()
+        .filter(|c| height > 0 && c.null_count() == height && c.as_scalar_column().is_none())
+        .map(|c| (c.name().clone(), c.dtype().clone()))
+        .collect();
+    for (name, dtype) in all_null {
+        df.with_column(Column::full_null(name, height, &dtype))?;
+    }
+    Ok(df)
+}
 
 #[cfg(test)]
 mod tests {

@@ -17,7 +17,6 @@
 //! ```
 
 use std::collections::HashMap;
-use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -239,34 +238,10 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
 
 pub(crate) fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Result<DataFrame, DataError> {
     let bytes = read_required(store, id, key)?;
-    let mut df = ParquetReader::new(Cursor::new(bytes))
-        .finish()
-        .map_err(|source| DataError::Parquet {
-            key: key.to_owned(),
-            source,
-        })?;
-    // Parquet row groups come back as chunks; queries read columns as contiguous slices.
-    // Device frames are written as one row group (nothing to do here); the tables, and frames
-    // stored before, hold many, rechunked one column at a time: each column's chunks go as soon
-    // as its copy is made, so a load holds one column twice at most.
-    df.rechunk_mut();
-    // A column of nothing but nulls (`device_free` without an OOM, `time_us` without
-    // timestamps) is kept as one scalar, as the pipeline built it, not 8 bytes per row.
-    let height = df.height();
-    let all_null: Vec<(PlSmallStr, DataType)> = df
-        .columns()
-        .iter()
-        .filter(|c| height > 0 && c.null_count() == height && !matches!(c, Column::Scalar(_)))
-        .map(|c| (c.name().clone(), c.dtype().clone()))
-        .collect();
-    for (name, dtype) in all_null {
-        df.with_column(Column::full_null(name.clone(), height, &dtype))
-            .map_err(|source| DataError::Parquet {
-                key: key.to_owned(),
-                source,
-            })?;
-    }
-    Ok(df)
+    crate::parquet_object::decode(bytes).map_err(|source| DataError::Parquet {
+        key: key.to_owned(),
+        source,
+    })
 }
 
 /// The stored summary; reports stored before run overviews existed get theirs from their files.
@@ -691,7 +666,7 @@ fn user_metadata_from(key: &str, bytes: Vec<u8>) -> Result<FxHashMap<i64, String
         key: key.to_owned(),
         source,
     };
-    let df = ParquetReader::new(Cursor::new(bytes)).finish().map_err(parquet)?;
+    let df = crate::parquet_object::decode(bytes).map_err(parquet)?;
     let idx = df.column("alloc_idx").and_then(|c| c.i64().cloned()).map_err(parquet)?;
     let text = df
         .column("user_metadata")
