@@ -109,7 +109,6 @@ pub mod usage {
     /// The stored frame's time axis (µs, or the entry index).
     pub const TIME: Col<Int64Type> = Col::new("time");
     pub const ALLOCATED: Col<Int64Type> = Col::new("allocated");
-    pub const RESERVED: Col<Int64Type> = Col::new("reserved");
 }
 
 /// Per-device `lifetimes` frames: one row per allocation.

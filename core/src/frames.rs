@@ -7,15 +7,17 @@ use rustc_hash::FxHashMap;
 
 use crate::analysis::segment_checkpoints::SegmentCheckpoints;
 use crate::analysis::{device_notes, DeviceEvents};
+use crate::entry_steps::EntrySteps;
 use crate::tables::{Action, SnapshotTables};
 
 /// One analysed device's derived frames, as stored for level-of-detail queries.
 #[derive(Default)]
 pub struct DeviceFrames {
     pub device: i64,
-    /// `time` (µs, or the entry index without timestamps), `allocated`, `active`, `reserved`
-    /// after every entry.
+    /// `time` (µs, or the entry index without timestamps) and `allocated` after every entry.
     pub usage: DataFrame,
+    /// Reserved bytes after every entry, as their changes (they change only on segment events).
+    pub reserved: EntrySteps,
     pub lifetimes: DataFrame,
     pub fragmentation: DataFrame,
     /// The `user_metadata` of the device's allocations that carry one, by the alloc's entry

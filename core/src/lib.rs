@@ -15,6 +15,8 @@
 pub mod analysis;
 #[cfg(feature = "analysis")]
 pub mod columns;
+#[cfg(feature = "analysis")]
+pub mod entry_steps;
 pub mod error;
 #[cfg(feature = "analysis")]
 pub mod frames;

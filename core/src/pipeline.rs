@@ -238,14 +238,10 @@ pub fn run_with(
         for a in &analyses {
             let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(e.into()))?;
             if ev.has_time {
-                let reserved = crate::columns::usage::RESERVED
-                    .slice(&a.usage)
-                    .map_err(|e| internal(e.into()))?;
-                reserved_steps.push(ReservedSteps::from_series(
+                reserved_steps.push(ReservedSteps::from_entry_steps(
                     a.summary.device,
                     ev.time(),
-                    reserved,
-                    a.summary.initial_reserved_bytes,
+                    &a.reserved,
                 ));
             }
         }
@@ -260,6 +256,7 @@ pub fn run_with(
                 devices.push(DeviceFrames {
                     device: a.summary.device,
                     usage,
+                    reserved: a.reserved,
                     lifetimes: a.lifetimes,
                     fragmentation: a.fragmentation,
                     user_metadata: alloc_metadata(&tables, a.summary.device).map_err(|e| internal(e.into()))?,

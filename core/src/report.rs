@@ -26,6 +26,7 @@ use crate::analysis::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use crate::analysis::stalls::pending_free_stalls;
 use crate::analysis::usage::{usage_over_time, Usage};
 use crate::analysis::{devices, DeviceEvents};
+use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
 use crate::samples::{GpuSampleTables, SampleClock};
 use crate::stacks::StackResolver;
@@ -40,9 +41,11 @@ pub const TOP_STACKS: usize = 10;
 /// stores for its queries.
 pub struct DeviceAnalysis {
     pub summary: DeviceSummary,
-    /// `allocated`, `active`, `reserved` after every entry (row `i` is the device's entry `i`;
-    /// the time axis is the events' `time_us`, see [`DeviceEvents::time`]).
+    /// `allocated` after every entry (row `i` is the device's entry `i`; the time axis is the
+    /// events' `time_us`, see [`DeviceEvents::time`]).
     pub usage: DataFrame,
+    /// Reserved bytes after every entry, as their changes.
+    pub reserved: EntrySteps,
     pub lifetimes: DataFrame,
     pub fragmentation: DataFrame,
     /// The segment map's checkpoints, when the run keeps them (see [`analyze_snapshot_with`]).
@@ -218,6 +221,7 @@ fn analyze_device_with<'u>(
         summary,
         // A shallow copy: polars columns are shared, not copied.
         usage: usage.frame.clone(),
+        reserved: usage.reserved.clone(),
         lifetimes,
         fragmentation: frag.frame,
         segment_checkpoints: frag.checkpoints.take(),

@@ -106,7 +106,8 @@ fn usage_counts_requested_bytes_and_reserved_segments() {
     let ev = DeviceEvents::new(&t, 0).expect("events");
     let u = usage_over_time(&t, &ev).expect("usage");
     assert_eq!(u.allocated(), &[0, 1000, 1512, 1512, 512]);
-    assert_eq!(u.reserved(), &[2 * MIB; 5]);
+    assert_eq!(u.reserved.values().collect::<Vec<_>>(), vec![2 * MIB; 5]);
+    assert_eq!(u.reserved.changes().collect::<Vec<_>>(), vec![(0, 2 * MIB)]);
     assert_eq!((u.peak_allocated, u.peak_allocated_idx), (1512, Some(2)));
     assert_eq!((u.initial_allocated, u.initial_reserved), (0, 0));
     assert_eq!((u.final_allocated, u.final_reserved), (512, 2 * MIB));

@@ -13,7 +13,7 @@ use plotters::style::{register_font, FontStyle};
 use polars::prelude::DataFrame;
 
 use memlens_core::pipeline::DeviceFrames;
-use memlens_core::query::bucket_min_max;
+use memlens_core::query::{bucket_min_max, bucket_min_max_steps};
 
 pub const WIDTH: u32 = 1200;
 pub const HEIGHT: u32 = 630;
@@ -59,12 +59,11 @@ where
     let usage = &dev.usage;
     let time = usage.column("time")?.i64()?.cont_slice()?;
     let allocated = usage.column("allocated")?.i64()?.cont_slice()?;
-    let reserved = usage.column("reserved")?.i64()?.cont_slice()?;
     let has_time = d.peak_time_us.is_some() || matches!(d.time_axis, memlens_api::TimeAxis::TimeUs);
     let t0 = time.first().copied().unwrap_or(0);
     let t1 = time.last().copied().unwrap_or(0).max(t0 + 1);
     let (_, a_max) = bucket_min_max(time, allocated, d.initial_allocated_bytes, t0, t1, POINTS);
-    let (_, r_max) = bucket_min_max(time, reserved, d.initial_reserved_bytes, t0, t1, POINTS);
+    let (_, r_max) = bucket_min_max_steps(time, &dev.reserved, t0, t1, POINTS);
     let ymax = d.peak_reserved_bytes.max(d.peak_allocated_bytes).max(1);
     let (div, unit_name) = unit(ymax);
     let x_of = |t: i64| {

@@ -7,7 +7,8 @@
 //! f<i>/meta.json               SnapshotMeta (source facts, max_split_size, format)
 //! f<i>/<table>.parquet         every table of TABLE_NAMES (events, …, event_notes)
 //! f<i>/d<device>/user_metadata.parquet  alloc_idx, user_metadata (what the script set)
-//! f<i>/d<device>/usage.parquet        time, allocated, reserved (reports stored before 2026-12 also have active, never read)
+//! f<i>/d<device>/usage.parquet        time, allocated (reports stored before 2026-12 also have active, and reserved)
+//! f<i>/d<device>/reserved.parquet     entry, reserved: reserved bytes at entry -1 (before the trace) and where they change
 //! f<i>/d<device>/lifetimes.parquet
 //! f<i>/d<device>/fragmentation.parquet
 //! f<i>/d<device>/overview.json        the timeline's first view (whole range, default axis, 1500 wide)
@@ -26,6 +27,7 @@ use memlens_core::analysis::segment_checkpoint_frame::{stored_windows, StoredWin
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
+use memlens_core::entry_steps::EntrySteps;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{Axis, CategoryIndex, TimelineIndex};
 use memlens_core::stacks::StackResolver;
@@ -108,6 +110,11 @@ pub fn write_file(
         let metadata = user_metadata_frame(&d.user_metadata)?;
         frames.push((format!("{dir}/{USER_METADATA}"), metadata, RowGroups::One));
         frames.push((format!("{dir}/usage.parquet"), d.usage.clone(), RowGroups::One));
+        frames.push((
+            format!("{dir}/{RESERVED}"),
+            d.reserved.frame(RESERVED_COLUMN)?,
+            RowGroups::One,
+        ));
         frames.push((format!("{dir}/lifetimes.parquet"), d.lifetimes.clone(), RowGroups::One));
         frames.push((
             format!("{dir}/fragmentation.parquet"),
@@ -351,6 +358,7 @@ impl<T> Part<T> {
 /// What a device's frames hold in memory, estimated.
 fn device_frames_bytes(d: &DeviceFrames) -> usize {
     d.usage.estimated_size()
+        + d.reserved.bytes()
         + d.lifetimes.estimated_size()
         + d.fragmentation.estimated_size()
         + d.user_metadata.values().map(|m| m.len() + 16).sum::<usize>()
@@ -411,7 +419,7 @@ impl LoadedFile {
         self.summary
             .devices
             .iter()
-            .map(|d| d.event_count as u64 * 24 + (d.alloc_count + d.frees_before_trace) as u64 * 62)
+            .map(|d| d.event_count as u64 * 16 + (d.alloc_count + d.frees_before_trace) as u64 * 62)
             .sum()
     }
 
@@ -488,9 +496,12 @@ impl LoadedFile {
                 for old in ["t_alloc", "t_free"] {
                     let _ = lifetimes.drop_in_place(old);
                 }
+                let mut usage = usage?;
+                let reserved = self.reserved_steps(&dir, &mut usage, d.initial_reserved_bytes)?;
                 devices.push(DeviceFrames {
                     device: d.device,
-                    usage: usage?,
+                    usage,
+                    reserved,
                     lifetimes,
                     fragmentation: self.parquet(&format!("{dir}/fragmentation.parquet"))?,
                     user_metadata,
@@ -500,6 +511,31 @@ impl LoadedFile {
             let size = devices.iter().map(device_frames_bytes).sum();
             Ok((devices, size))
         })
+    }
+
+    /// A device's reserved bytes as their changes: the object stored beside its usage, or, for
+    /// a report stored before there was one, the usage's `reserved` column, which (with the
+    /// `active` column such reports also have) is not held.
+    fn reserved_steps(&self, dir: &str, usage: &mut DataFrame, initial: i64) -> Result<EntrySteps, DataError> {
+        let key = format!("f{}/{dir}/{RESERVED}", self.index);
+        let invalid = |source| DataError::Parquet {
+            key: key.clone(),
+            source,
+        };
+        if let Some(bytes) = read_object(self.store.as_ref(), &self.id, &key)? {
+            let df = parquet_object::decode(bytes).map_err(invalid)?;
+            return EntrySteps::from_frame(&df, RESERVED_COLUMN, usage.height()).map_err(invalid);
+        }
+        let key = format!("f{}/{dir}/usage.parquet", self.index);
+        let invalid = |source| DataError::Parquet {
+            key: key.clone(),
+            source,
+        };
+        let column = usage.drop_in_place(RESERVED_COLUMN).map_err(invalid)?;
+        let _ = usage.drop_in_place("active");
+        let values = column.i64().map_err(invalid)?.rechunk();
+        let values = values.cont_slice().map_err(invalid)?;
+        Ok(EntrySteps::from_values(initial, values))
     }
 
     /// The segment map of `device` at `at`, listing what `detail` asks for, from the stored
@@ -645,6 +681,9 @@ fn kept<K: std::hash::Hash + Eq, T>(
 
 /// Each device's `user_metadata` map, stored beside its frames (alloc entry index, text).
 const USER_METADATA: &str = "user_metadata.parquet";
+/// A device's reserved bytes, as their changes ([`EntrySteps::frame`]).
+const RESERVED: &str = "reserved.parquet";
+const RESERVED_COLUMN: &str = "reserved";
 
 fn user_metadata_frame(m: &FxHashMap<i64, String>) -> PolarsResult<DataFrame> {
     let mut rows: Vec<(&i64, &String)> = m.iter().collect();
@@ -1099,7 +1138,11 @@ mod tests {
     struct OldLayout<'a>(&'a mut dyn DataWriter);
     impl DataWriter for OldLayout<'_> {
         fn put(&mut self, key: &str, bytes: &[u8]) -> crate::store::StoreResult<()> {
-            if key.ends_with("meta.json") || key.ends_with("event_notes.parquet") || key.ends_with(USER_METADATA) {
+            if key.ends_with("meta.json")
+                || key.ends_with("event_notes.parquet")
+                || key.ends_with(USER_METADATA)
+                || key.ends_with(RESERVED)
+            {
                 return Ok(());
             }
             self.0.put(key, bytes)
@@ -1117,6 +1160,14 @@ mod tests {
             for d in out.devices.iter_mut() {
                 let _ = d.lifetimes.drop_in_place("category");
                 let _ = d.lifetimes.drop_in_place("category_rule");
+                // The usage had reserved (and active) bytes as columns of their own.
+                let reserved: Vec<i64> = d.reserved.values().collect();
+                d.usage
+                    .with_column(Column::new("active".into(), reserved.clone()))
+                    .expect("column");
+                d.usage
+                    .with_column(Column::new("reserved".into(), reserved))
+                    .expect("column");
                 // The allocations' times had columns of their own (null outside the trace).
                 let time = d.usage.column("time").expect("time").i64().expect("i64").clone();
                 for (name, idx) in [("t_alloc", "alloc_idx"), ("t_free", "free_idx")] {
@@ -1156,6 +1207,10 @@ mod tests {
         assert!(devices[0].lifetimes.column("t_alloc").is_err());
         let mut fresh = memlens_core::pipeline::KeepFrames::default();
         pipeline::run(vec![Input::path(&path)], Default::default(), &mut fresh).expect("run");
+        // Its reserved column is read as the changes and not held.
+        assert_eq!(devices[0].usage.get_column_names(), ["time", "allocated"]);
+        assert_eq!(devices[0].reserved, fresh.files[0][0].reserved);
+        assert!(devices[0].reserved.changes().len() > 0);
         let draw = |d: &memlens_core::frames::DeviceFrames| {
             let t = memlens_core::query::timeline(d, true, (0, 0), None, None, 200).expect("timeline");
             assert!(t.bands.iter().any(|b| b.t_alloc.is_some() && b.t_free.is_some()));

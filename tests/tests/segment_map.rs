@@ -78,7 +78,7 @@ fn replay_tracks_reserved_bytes_at_every_sampled_entry() {
             check_tiling(name, &map);
             assert_eq!(
                 map.reserved_bytes,
-                usage.reserved()[i],
+                usage.reserved.after(i),
                 "{name}: reserved after entry {i}"
             );
             assert!(

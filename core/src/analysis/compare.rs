@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 use super::lifetimes::live_by_stack;
 use super::phases::iteration_spans;
 use crate::columns::usage as usage_col;
+use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
 use crate::frames::DeviceFrames;
 use crate::stacks::StackResolver;
@@ -184,7 +185,7 @@ fn category_deltas(a: &DeviceSummary, b: &DeviceSummary) -> Vec<CategoryDelta> {
 struct SideSeries<'a> {
     time: &'a [i64],
     allocated: &'a [i64],
-    reserved: &'a [i64],
+    reserved: &'a EntrySteps,
     iterations: Option<Vec<(i64, i64)>>,
 }
 
@@ -199,7 +200,7 @@ impl<'a> SideSeries<'a> {
         Ok(SideSeries {
             time: usage_col::TIME.slice(u)?,
             allocated: usage_col::ALLOCATED.slice(u)?,
-            reserved: usage_col::RESERVED.slice(u)?,
+            reserved: &side.frames.reserved,
             iterations,
         })
     }
@@ -244,10 +245,10 @@ fn x_on(anchors: &[i64], t: i64) -> f64 {
 }
 
 /// Per bucket the most of `values`, held across empty buckets, `None` past the side's end.
-fn bucketed(xs: &[f64], values: &[i64], x_max: f64, width: usize) -> Vec<Option<i64>> {
+fn bucketed(xs: &[f64], values: impl IntoIterator<Item = i64>, x_max: f64, width: usize) -> Vec<Option<i64>> {
     let mut out: Vec<Option<i64>> = vec![None; width];
     let mut last_bucket = 0;
-    for (&x, &v) in xs.iter().zip(values) {
+    for (&x, v) in xs.iter().zip(values) {
         let b = ((x / x_max * width as f64) as usize).min(width - 1);
         out[b] = Some(out[b].map_or(v, |o: i64| o.max(v)));
         last_bucket = last_bucket.max(b);
@@ -287,10 +288,10 @@ fn aligned(a: &SideSeries, b: &SideSeries, width: usize) -> AlignedTimelines {
         axis,
         x_max,
         width,
-        allocated_a: bucketed(&xa, a.allocated, x_max, width),
-        allocated_b: bucketed(&xb, b.allocated, x_max, width),
-        reserved_a: bucketed(&xa, a.reserved, x_max, width),
-        reserved_b: bucketed(&xb, b.reserved, x_max, width),
+        allocated_a: bucketed(&xa, a.allocated.iter().copied(), x_max, width),
+        allocated_b: bucketed(&xb, b.allocated.iter().copied(), x_max, width),
+        reserved_a: bucketed(&xa, a.reserved.values(), x_max, width),
+        reserved_b: bucketed(&xb, b.reserved.values(), x_max, width),
     }
 }
 
@@ -396,7 +397,7 @@ mod tests {
 
     #[test]
     fn buckets_hold_their_value_and_end_with_the_side() {
-        let b = bucketed(&[0.0, 0.1, 0.5], &[1, 5, 3], 1.0, 10);
+        let b = bucketed(&[0.0, 0.1, 0.5], [1, 5, 3], 1.0, 10);
         assert_eq!(
             b,
             vec![

@@ -5,6 +5,7 @@
 use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary, ProcessSummary};
 use polars::prelude::*;
 
+use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
 use crate::samples::{GpuSampleTables, UsedMeaning};
 
@@ -285,16 +286,13 @@ pub struct ReservedSteps {
 }
 
 impl ReservedSteps {
-    /// The change points of `reserved` (after each entry at `time`), starting from `initial`.
-    pub fn from_series(device: i64, time: &[i64], reserved: &[i64], initial: i64) -> ReservedSteps {
+    /// The change points of `reserved` (the value after each entry at `time`), from the value
+    /// before the first entry.
+    pub fn from_entry_steps(device: i64, time: &[i64], reserved: &EntrySteps) -> ReservedSteps {
         let mut steps = Vec::new();
         if let Some(&t0) = time.first() {
-            steps.push((t0, initial));
-        }
-        for (&t, &r) in time.iter().zip(reserved) {
-            if steps.last().is_none_or(|&(_, last)| last != r) {
-                steps.push((t, r));
-            }
+            steps.push((t0, reserved.initial()));
+            steps.extend(reserved.changes().filter_map(|(i, r)| Some((*time.get(i)?, r))));
         }
         if let (Some(&t_end), Some(&(_, r))) = (time.last(), steps.last()) {
             steps.push((t_end, r));

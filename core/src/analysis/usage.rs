@@ -7,18 +7,24 @@
 //! buffer, segments mapped earlier — is recovered from the snapshot's final state: the value
 //! before the first entry is the final state (Σ segment `requested_size` / `total_size`) minus
 //! everything the trace added.
+//!
+//! Reserved bytes change only on segment events, so they are held as their changes
+//! ([`EntrySteps`]), not one value per entry.
 
 use polars::prelude::*;
 
 use super::{device_segments, sum_i64, DeviceEvents};
-use crate::columns::{usage as usage_col, Col};
+use crate::columns::usage as usage_col;
+use crate::entry_steps::EntrySteps;
 use crate::tables::{Action, SnapshotTables};
 
 /// One device's usage series and its landmarks.
 pub struct Usage {
-    /// Columns `allocated` (requested bytes) and `reserved`: the values right after each entry
-    /// (row `i` pairs with entry `i` of the device's events, whose `time_us` is the time axis).
+    /// Column `allocated` (requested bytes): the value right after each entry (row `i` pairs
+    /// with entry `i` of the device's events, whose `time_us` is the time axis).
     pub frame: DataFrame,
+    /// Reserved bytes after each entry, as their changes.
+    pub reserved: EntrySteps,
     pub initial_allocated: i64,
     pub initial_reserved: i64,
     pub final_allocated: i64,
@@ -32,14 +38,9 @@ pub struct Usage {
 
 impl Usage {
     pub fn allocated(&self) -> &[i64] {
-        self.column(usage_col::ALLOCATED)
-    }
-    pub fn reserved(&self) -> &[i64] {
-        self.column(usage_col::RESERVED)
-    }
-    /// A column [`usage_over_time`] built (so it exists, contiguous).
-    fn column(&self, c: Col<Int64Type>) -> &[i64] {
-        c.slice(&self.frame).expect("usage_over_time builds this column")
+        usage_col::ALLOCATED
+            .slice(&self.frame)
+            .expect("usage_over_time builds this column")
     }
     /// Allocated bytes just before entry `i`.
     pub fn allocated_before(&self, i: usize) -> i64 {
@@ -50,11 +51,7 @@ impl Usage {
         }
     }
     pub fn reserved_before(&self, i: usize) -> i64 {
-        if i == 0 {
-            self.initial_reserved
-        } else {
-            self.reserved().get(i - 1).copied().unwrap_or(self.final_reserved)
-        }
+        self.reserved.before(i)
     }
 }
 
@@ -89,7 +86,7 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
 
     let n = action.len();
     let mut allocated = Vec::with_capacity(n);
-    let mut reserved = Vec::with_capacity(n);
+    let mut reserved = EntrySteps::starting_at(initial_reserved);
     let (mut a_now, mut r_now) = (initial_allocated, initial_reserved);
     let (mut peak_a, mut peak_a_idx, mut peak_r, mut peak_r_idx) = (a_now, None, r_now, None);
     for i in 0..n {
@@ -107,15 +104,10 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
         allocated.push(a_now);
         reserved.push(r_now);
     }
-    let frame = DataFrame::new(
-        n,
-        vec![
-            usage_col::ALLOCATED.build(allocated),
-            usage_col::RESERVED.build(reserved),
-        ],
-    )?;
+    let frame = DataFrame::new(n, vec![usage_col::ALLOCATED.build(allocated)])?;
     Ok(Usage {
         frame,
+        reserved,
         initial_allocated,
         initial_reserved,
         final_allocated: if n == 0 { initial_allocated } else { a_now },

@@ -42,7 +42,7 @@ pub fn category_timeline_with(
     let width = width.clamp(1, super::MAX_WIDTH);
     let indexed = index
         .filter(|(tl, cats)| tl.fits(dev, axis) && cats.fits(dev))
-        .and_then(|(tl, cats)| tl.usage().map(|(allocated, _)| (allocated, cats)));
+        .and_then(|(tl, cats)| tl.allocated().map(|allocated| (allocated, cats)));
     let (mut best_total, mut best) = match indexed {
         Some((pyramid, cats)) => peaks_from_index(dev, positions, pyramid, cats, start, end, width)?,
         None => peaks_by_scan(dev, positions, start, end, width)?,

@@ -17,6 +17,7 @@ mod category_index;
 mod flame;
 mod largest;
 mod pyramid;
+mod step_buckets;
 mod timeline_index;
 
 pub use categories::{category_timeline, category_timeline_with};
@@ -30,6 +31,7 @@ use timeline_index::{axis_positions, AxisEnds};
 
 use crate::analysis::Streams;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
+use crate::entry_steps::EntrySteps;
 use crate::frames::DeviceFrames;
 use crate::stacks::StackResolver;
 
@@ -49,6 +51,18 @@ pub fn bucket_min_max(
     width: usize,
 ) -> (Vec<i64>, Vec<i64>) {
     pyramid::bucket_min_max_by_blocks(Positions::Times(time), values, &NO_BLOCKS, before, start, end, width)
+}
+
+/// [`bucket_min_max`] of a series held as its changes (the value before the first entry is
+/// the series' own).
+pub fn bucket_min_max_steps(
+    time: &[i64],
+    steps: &EntrySteps,
+    start: i64,
+    end: i64,
+    width: usize,
+) -> (Vec<i64>, Vec<i64>) {
+    step_buckets::bucket_min_max_of_steps(Positions::Times(time), steps, None, start, end, width)
 }
 
 /// The timeline of one device between `start` and `end` (defaults: the whole trace).
@@ -101,18 +115,17 @@ pub fn timeline_with(
     let positions = axis_positions(dev, axis)?;
     let has_time = axis == Axis::Time;
     let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
-    let reserved = usage_col::RESERVED.slice(&dev.usage)?;
     let (full_start, full_end) = positions.full_range();
     let start = start.unwrap_or(full_start);
     let end = end.unwrap_or(full_end).max(start + 1);
     let width = width.clamp(1, MAX_WIDTH);
-    let (pyramid_allocated, pyramid_reserved) =
-        index.and_then(TimelineIndex::usage).unwrap_or((&NO_BLOCKS, &NO_BLOCKS));
-    let series = |values, pyramid, before| {
-        pyramid::bucket_min_max_by_blocks(positions, values, pyramid, before, start, end, width)
-    };
-    let (allocated_min, allocated_max) = series(allocated, pyramid_allocated, initial.0);
-    let (reserved_min, reserved_max) = series(reserved, pyramid_reserved, initial.1);
+    let pyramid_allocated = index.and_then(TimelineIndex::allocated).unwrap_or(&NO_BLOCKS);
+    let (allocated_min, allocated_max) =
+        pyramid::bucket_min_max_by_blocks(positions, allocated, pyramid_allocated, initial.0, start, end, width);
+    // The reserved steps start from their own initial value (the summary's `initial.1`).
+    let sorted = index.map(TimelineIndex::positions_sorted);
+    let (reserved_min, reserved_max) =
+        step_buckets::bucket_min_max_of_steps(positions, &dev.reserved, sorted, start, end, width);
 
     // Allocations overlapping the window: the largest MAX_BANDS, in alloc order.
     let lt = &dev.lifetimes;

@@ -1,5 +1,6 @@
 //! What a device's timeline keeps between queries, per axis: a min/max pyramid of allocated
-//! and of reserved bytes ([`super::pyramid`]) and the allocations' band index
+//! bytes ([`super::pyramid`]; reserved bytes, held as their few changes, need none) and the
+//! allocations' band index
 //! ([`super::band_index`]). Built once from the device frames (a few hundred milliseconds for
 //! 25 M entries), it makes a timeline query cost about `width` × a few hundred steps plus the
 //! bands drawn, instead of a pass over every entry and every allocation. The answers are the
@@ -19,40 +20,35 @@ pub struct TimelineIndex {
     axis: Axis,
     entries: usize,
     allocations: usize,
-    /// Allocated and reserved bytes; `None` when the positions are not sorted.
-    usage: Option<[MinMaxPyramid; 2]>,
+    /// Allocated bytes; `None` when the positions are not sorted.
+    allocated: Option<MinMaxPyramid>,
     bands: Option<BandIndex>,
 }
 
 impl TimelineIndex {
-    /// Builds the usage pyramids and the band index side by side.
+    /// Builds the allocated pyramid and the band index side by side.
     pub fn build(dev: &DeviceFrames, axis: Axis) -> PolarsResult<TimelineIndex> {
         let positions = axis_positions(dev, axis)?;
         let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
-        let reserved = usage_col::RESERVED.slice(&dev.usage)?;
         let size = lt_col::SIZE.slice(&dev.lifetimes)?;
         let ends = AxisEnds::of(dev, axis)?;
-        let (usage, bands) = std::thread::scope(|scope| {
-            let usage = scope.spawn(|| {
-                positions
-                    .sorted()
-                    .then(|| [MinMaxPyramid::build(allocated), MinMaxPyramid::build(reserved)])
-            });
+        let (allocated, bands) = std::thread::scope(|scope| {
+            let allocated = scope.spawn(|| positions.sorted().then(|| MinMaxPyramid::build(allocated)));
             let bands = BandIndex::build(&ends, size, super::MAX_BANDS);
-            (usage.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), bands)
+            (allocated.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), bands)
         });
         Ok(TimelineIndex {
             axis,
             entries: dev.usage.height(),
             allocations: dev.lifetimes.height(),
-            usage,
+            allocated,
             bands,
         })
     }
 
     /// Heap bytes held.
     pub fn bytes(&self) -> usize {
-        self.usage.as_ref().map_or(0, |u| u[0].bytes() + u[1].bytes()) + self.bands.as_ref().map_or(0, BandIndex::bytes)
+        self.allocated.as_ref().map_or(0, MinMaxPyramid::bytes) + self.bands.as_ref().map_or(0, BandIndex::bytes)
     }
 
     /// Whether this index was built from `dev` on `axis`.
@@ -60,9 +56,14 @@ impl TimelineIndex {
         self.axis == axis && self.entries == dev.usage.height() && self.allocations == dev.lifetimes.height()
     }
 
-    /// The allocated and the reserved pyramid, where the positions are sorted.
-    pub fn usage(&self) -> Option<(&MinMaxPyramid, &MinMaxPyramid)> {
-        self.usage.as_ref().map(|[a, r]| (a, r))
+    /// The allocated pyramid, where the positions are sorted.
+    pub fn allocated(&self) -> Option<&MinMaxPyramid> {
+        self.allocated.as_ref()
+    }
+
+    /// Whether the positions on this axis never decrease (found as the index was built).
+    pub fn positions_sorted(&self) -> bool {
+        self.allocated.is_some()
     }
 
     pub fn bands(&self) -> Option<&BandIndex> {

@@ -1,0 +1,110 @@
+//! A timeline's per-bucket min/max of a series held as its changes ([`EntrySteps`]): exactly
+//! [`super::bucket_min_max`]'s answer over the values the changes stand for, in time that
+//! grows with the buckets and the changes inside the window instead of with the entries.
+
+use super::pyramid::{bucket_min_max_by_blocks, Positions, NO_BLOCKS};
+use crate::entry_steps::EntrySteps;
+
+/// The min and max of `steps` in each of `width` buckets between `start` and `end` over
+/// `positions`. `sorted` says the positions never decrease (the index knows; otherwise it is
+/// checked); positions that go backwards are answered entry by entry, as the scan does.
+pub fn bucket_min_max_of_steps(
+    positions: Positions<'_>,
+    steps: &EntrySteps,
+    sorted: Option<bool>,
+    start: i64,
+    end: i64,
+    width: usize,
+) -> (Vec<i64>, Vec<i64>) {
+    if !sorted.unwrap_or_else(|| positions.sorted()) {
+        let values: Vec<i64> = steps.values().collect();
+        return bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, steps.initial(), start, end, width);
+    }
+    let width = width.max(1);
+    let span = (end - start).max(1) as i128;
+    let next_edge = |b: usize| -> i64 { start + ((span * (b as i128 + 1) + width as i128 - 1) / width as i128) as i64 };
+    let n = positions.len().min(steps.len());
+    // Entry b of a bucket's range: from the first at or after `start` to the last at or before
+    // `end`; bucket b ends before the first entry at its right edge (the last takes the rest).
+    let first = positions.before(start).min(n);
+    let last_end = positions.before(end.saturating_add(1)).clamp(first, n);
+    let mut current = steps.before(first);
+    let (mut mins, mut maxs) = (Vec::with_capacity(width), Vec::with_capacity(width));
+    let mut lo = first;
+    for b in 0..width {
+        let hi = if b + 1 < width {
+            positions.before(next_edge(b)).clamp(lo, last_end)
+        } else {
+            last_end
+        };
+        let (mut min, mut max) = (current, current);
+        for (_, v) in steps.changes_in(lo, hi) {
+            min = min.min(v);
+            max = max.max(v);
+            current = v;
+        }
+        mins.push(min);
+        maxs.push(max);
+        lo = hi;
+    }
+    (mins, maxs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::xorshift;
+
+    #[test]
+    fn steps_give_the_entry_by_entry_answer() {
+        let mut next = xorshift(0x9E3779B97F4A7C15);
+        let n = 200_000;
+        let mut t = 1_000i64;
+        let times: Vec<i64> = (0..n)
+            .map(|_| {
+                if !next().is_multiple_of(3) {
+                    t += (next() % 40) as i64;
+                }
+                t
+            })
+            .collect();
+        // Changes now and then, some back to the value before.
+        let mut v = 50i64;
+        let values: Vec<i64> = (0..n)
+            .map(|_| {
+                if next().is_multiple_of(500) {
+                    v = (next() % 8) as i64 * 10;
+                }
+                v
+            })
+            .collect();
+        let steps = EntrySteps::from_values(7, &values);
+        let mut backwards = times.clone();
+        backwards.swap(10, 50_000);
+        let (first, last) = Positions::Times(&times).full_range();
+        let mut windows = vec![(first, last, 1), (first, last, 1500), (first - 500, last + 500, 8192)];
+        for _ in 0..80 {
+            let span = ((last - first) as f64 * 10f64.powf(-5.0 * (next() % 1000) as f64 / 1000.0)) as i64 + 1;
+            let start = first + (next() % (last - first) as u64) as i64 - span / 2;
+            windows.push((start, start + span, 1 + (next() % 3000) as usize));
+        }
+        for (start, end, width) in windows {
+            for positions in [
+                Positions::Times(&times),
+                Positions::EntryIndex(n),
+                Positions::Times(&backwards),
+            ] {
+                let (s, e) = match positions {
+                    Positions::Times(_) => (start, end),
+                    Positions::EntryIndex(_) => (
+                        (start - first) * n as i64 / (last - first),
+                        (end - first) * n as i64 / (last - first),
+                    ),
+                };
+                let by_steps = bucket_min_max_of_steps(positions, &steps, None, s, e, width);
+                let by_entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, 7, s, e, width);
+                assert!(by_steps == by_entries, "window {s}..{e} at width {width}");
+            }
+        }
+    }
+}
