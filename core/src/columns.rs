@@ -114,16 +114,17 @@ pub mod usage {
 /// Per-device `lifetimes` frames: one row per allocation.
 pub mod lifetimes {
     use super::Col;
-    use polars::prelude::{Int64Type, UInt32Type, UInt8Type};
+    use polars::prelude::{Int32Type, Int64Type, UInt32Type, UInt8Type};
 
     pub const ADDR: Col<Int64Type> = Col::new("addr");
     pub const SIZE: Col<Int64Type> = Col::new("size");
     pub const STREAM: Col<Int64Type> = Col::new("stream");
     pub const STACK: Col<UInt32Type> = Col::new("stack");
-    /// Entry index of the alloc, `-1` before the trace.
-    pub const ALLOC_IDX: Col<Int64Type> = Col::new("alloc_idx");
+    /// Entry index of the alloc, `-1` before the trace (32 bits: a device's trace holds fewer
+    /// than 2^31 entries, see [`crate::analysis::lifetimes::MAX_ENTRIES`]).
+    pub const ALLOC_IDX: Col<Int32Type> = Col::new("alloc_idx");
     /// Entry index of the free, `-1` when never freed.
-    pub const FREE_IDX: Col<Int64Type> = Col::new("free_idx");
+    pub const FREE_IDX: Col<Int32Type> = Col::new("free_idx");
     /// Position in `Category::ALL` (added by the categories analysis).
     pub const CATEGORY: Col<UInt8Type> = Col::new("category");
     /// Position in `CategoryRule::ALL`.

@@ -121,10 +121,10 @@ fn lifetimes_pair_allocs_with_their_completed_frees() {
     assert_eq!(lt.height(), 2);
     let alloc = lt
         .column("alloc_idx")
-        .and_then(|c| c.i64().cloned())
+        .and_then(|c| c.i32().cloned())
         .expect("alloc_idx");
-    let free = lt.column("free_idx").and_then(|c| c.i64().cloned()).expect("free_idx");
-    let pairs: Vec<(Option<i64>, Option<i64>)> = alloc.iter().zip(free.iter()).collect();
+    let free = lt.column("free_idx").and_then(|c| c.i32().cloned()).expect("free_idx");
+    let pairs: Vec<(Option<i32>, Option<i32>)> = alloc.iter().zip(free.iter()).collect();
     assert!(pairs.contains(&(Some(1), Some(4))), "{pairs:?}");
     assert!(pairs.contains(&(Some(2), Some(-1))), "{pairs:?}");
 }

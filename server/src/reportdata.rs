@@ -27,6 +27,7 @@ use memlens_core::analysis::segment_checkpoint_frame::{stored_windows, StoredWin
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
+use memlens_core::columns::lifetimes as lt_col;
 use memlens_core::entry_steps::EntrySteps;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{Axis, CategoryIndex, TimelineIndex};
@@ -414,12 +415,14 @@ impl LoadedFile {
     }
 
     /// What the device frames will hold once loaded, estimated from the summary: the usage
-    /// columns per entry, the lifetimes' per allocation (as [`device_frames_bytes`] counts them).
+    /// columns per entry (time, allocated), the lifetimes' per allocation (addr, size, stack,
+    /// 32-bit entry indexes, category and rule; a stream column where there are several), as
+    /// [`device_frames_bytes`] counts them.
     fn frames_estimate(&self) -> u64 {
         self.summary
             .devices
             .iter()
-            .map(|d| d.event_count as u64 * 16 + (d.alloc_count + d.frees_before_trace) as u64 * 62)
+            .map(|d| d.event_count as u64 * 16 + (d.alloc_count + d.frees_before_trace) as u64 * 38)
             .sum()
     }
 
@@ -492,10 +495,11 @@ impl LoadedFile {
                 let mut lifetimes = lifetimes?;
                 one_values_as_scalars(&mut lifetimes, &["stream"], &format!("{dir}/lifetimes.parquet"))?;
                 // Stored before an allocation's times were read from the entry times: the
-                // columns it had for them are not held.
+                // columns it had for them are not held; its entry indexes were 64-bit.
                 for old in ["t_alloc", "t_free"] {
                     let _ = lifetimes.drop_in_place(old);
                 }
+                entry_indexes_as_i32(&mut lifetimes, &format!("{dir}/lifetimes.parquet"))?;
                 let mut usage = usage?;
                 let reserved = self.reserved_steps(&dir, &mut usage, d.initial_reserved_bytes)?;
                 devices.push(DeviceFrames {
@@ -729,6 +733,23 @@ pub struct LoadedReport {
 /// The canonical tables of one analysed file of a report.
 /// Each of `columns` of `df` (read from the object `key`) held as one scalar when it has one
 /// value throughout ([`memlens_core::columns::one_value_as_scalar`]).
+/// A stored `lifetimes` frame's entry indexes as the 32 bits the analyses read (reports stored
+/// before 2026-12 wrote 64).
+fn entry_indexes_as_i32(lifetimes: &mut DataFrame, key: &str) -> Result<(), DataError> {
+    let invalid = |source| DataError::Parquet {
+        key: key.to_owned(),
+        source,
+    };
+    for name in [lt_col::ALLOC_IDX.name, lt_col::FREE_IDX.name] {
+        let column = lifetimes.column(name).map_err(invalid)?;
+        if column.dtype() != &DataType::Int32 {
+            let narrowed = column.strict_cast(&DataType::Int32).map_err(invalid)?;
+            lifetimes.with_column(narrowed).map_err(invalid)?;
+        }
+    }
+    Ok(())
+}
+
 fn one_values_as_scalars(df: &mut DataFrame, columns: &[&str], key: &str) -> Result<(), DataError> {
     for &name in columns {
         let Ok(column) = df.column(name) else { continue };
@@ -1145,6 +1166,16 @@ mod tests {
             {
                 return Ok(());
             }
+            if key.ends_with("lifetimes.parquet") {
+                // Its entry indexes were 64-bit.
+                let mut df = crate::parquet_object::decode(bytes.to_vec()).expect("decode");
+                for idx in ["alloc_idx", "free_idx"] {
+                    let wide = df.column(idx).expect("idx").cast(&DataType::Int64).expect("cast");
+                    df.with_column(wide).expect("column");
+                }
+                let bytes = crate::parquet_object::encode(&df, RowGroups::One).expect("encode");
+                return self.0.put(key, &bytes);
+            }
             self.0.put(key, bytes)
         }
         fn commit(self: Box<Self>) -> crate::store::StoreResult<()> {
@@ -1171,10 +1202,13 @@ mod tests {
                 // The allocations' times had columns of their own (null outside the trace).
                 let time = d.usage.column("time").expect("time").i64().expect("i64").clone();
                 for (name, idx) in [("t_alloc", "alloc_idx"), ("t_free", "free_idx")] {
-                    let at: Int64Chunked = d
+                    let wide = d
                         .lifetimes
                         .column(idx)
                         .expect("idx")
+                        .cast(&DataType::Int64)
+                        .expect("cast");
+                    let at: Int64Chunked = wide
                         .i64()
                         .expect("i64")
                         .into_no_null_iter()
@@ -1205,6 +1239,10 @@ mod tests {
         // the pipeline's own frames draw, band times and all.
         let devices = f.devices().expect("devices");
         assert!(devices[0].lifetimes.column("t_alloc").is_err());
+        assert_eq!(
+            devices[0].lifetimes.column("free_idx").expect("free_idx").dtype(),
+            &DataType::Int32
+        );
         let mut fresh = memlens_core::pipeline::KeepFrames::default();
         pipeline::run(vec![Input::path(&path)], Default::default(), &mut fresh).expect("run");
         // Its reserved column is read as the changes and not held.

@@ -323,7 +323,7 @@ pub fn categorize(
     let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
     let stack = lt_col::STACK.slice(lifetimes)?;
-    let at = |i: i64| (i >= 0).then(|| time.get(i as usize).copied()).flatten();
+    let at = |i: i32| usize::try_from(i).ok().and_then(|i| time.get(i).copied());
     let mut module_to = rustc_hash::FxHashMap::<u32, bool>::default();
     let mut workspace = rustc_hash::FxHashMap::<u32, bool>::default();
     let mut is_workspace = |s: u32| *workspace.entry(s).or_insert_with(|| library_workspace(stacks, s));
@@ -446,7 +446,7 @@ pub fn category_budget(
                 bytes: size[r],
             }),
         }
-        let (a, f) = (alloc_idx[r], free_idx[r]);
+        let (a, f) = (i64::from(alloc_idx[r]), i64::from(free_idx[r]));
         if a < 0 {
             live[s] += size[r];
         } else {
@@ -566,7 +566,8 @@ pub fn live_by_category_at(
     let at = idx.map_or(-1, |i| i as i64);
     let mut bytes = vec![0i64; Category::ALL.len()];
     for (r, &(c, _)) in placed.iter().enumerate() {
-        if alloc_idx[r] <= at && (free_idx[r] < 0 || free_idx[r] > at) {
+        let (a, f) = (i64::from(alloc_idx[r]), i64::from(free_idx[r]));
+        if a <= at && (f < 0 || f > at) {
             bytes[Category::ALL.iter().position(|&x| x == c).unwrap_or(0)] += size[r];
         }
     }

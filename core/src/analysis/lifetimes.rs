@@ -1,7 +1,8 @@
 //! Allocation lifetimes: one row per allocation, from its `alloc` to its `free_completed`.
 //!
-//! Columns: `addr` i64, `size` i64 (requested bytes), `alloc_idx` i64 (−1: allocated before
-//! recording), `free_idx` i64 (−1: live at the end), `stack` u32 (the alloc's stack, or the
+//! Columns: `addr` i64, `size` i64 (requested bytes), `alloc_idx` i32 (−1: allocated before
+//! recording), `free_idx` i32 (−1: live at the end; entry indexes take 32 bits, a device's
+//! trace being refused beyond [`MAX_ENTRIES`]), `stack` u32 (the alloc's stack, or the
 //! free's when the alloc was not recorded, or the snapshot block's for blocks that predate the
 //! trace), `stream` i64. Addresses are reused, so allocations are matched per address in order.
 //!
@@ -18,8 +19,17 @@ use crate::columns::one_or_each_column;
 use crate::tables::OneOrEach;
 use crate::tables::{Action, BlockState, SnapshotTables};
 
+/// Most entries one device's trace may hold: its entry indexes are 32-bit (2^31 entries would
+/// be a snapshot of some 150 GB).
+pub const MAX_ENTRIES: usize = i32::MAX as usize;
+
 pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
     let (action, addr, size, stack, stream) = (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
+    polars_ensure!(
+        action.len() <= MAX_ENTRIES,
+        ComputeError: "device {} has {} trace entries; at most {MAX_ENTRIES} are supported", ev.device, action.len()
+    );
+    let entry = |i: usize| i as i32;
     let mut open: FxHashMap<i64, usize> = FxHashMap::default();
     let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) = (
         Vec::new(),
@@ -35,20 +45,20 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
                 let row = r_addr.len();
                 r_addr.push(addr[i]);
                 r_size.push(size[i]);
-                r_alloc.push(i as i64);
-                r_free.push(-1i64);
+                r_alloc.push(entry(i));
+                r_free.push(-1i32);
                 r_stack.push(stack[i]);
                 r_stream.push(stream.get(i));
                 open.insert(addr[i], row);
             }
             Action::FreeCompleted => match open.remove(&addr[i]) {
-                Some(row) => r_free[row] = i as i64,
+                Some(row) => r_free[row] = entry(i),
                 None => {
                     // Allocated before recording (or evicted from the ring buffer).
                     r_addr.push(addr[i]);
                     r_size.push(size[i]);
                     r_alloc.push(-1);
-                    r_free.push(i as i64);
+                    r_free.push(entry(i));
                     r_stack.push(stack[i]);
                     r_stream.push(stream.get(i));
                 }
@@ -105,8 +115,8 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
         vec![
             Int64Chunked::from_vec("addr".into(), r_addr).into_series().into(),
             Int64Chunked::from_vec("size".into(), r_size).into_series().into(),
-            Int64Chunked::from_vec("alloc_idx".into(), r_alloc).into_series().into(),
-            Int64Chunked::from_vec("free_idx".into(), r_free).into_series().into(),
+            Int32Chunked::from_vec("alloc_idx".into(), r_alloc).into_series().into(),
+            Int32Chunked::from_vec("free_idx".into(), r_free).into_series().into(),
             UInt32Chunked::from_vec("stack".into(), r_stack).into_series().into(),
             // One stream throughout (the usual case) is held as one scalar (see `Streams`).
             one_or_each_column("stream", r_stream),
@@ -117,14 +127,14 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
 /// Allocations live right after entry `idx` (`None`: before the first entry), grouped by
 /// stack: columns `stack`, `bytes`, `count`, largest first, at most `top` rows.
 pub fn live_by_stack(lifetimes: &DataFrame, idx: Option<usize>, top: usize) -> PolarsResult<DataFrame> {
-    let at = idx.map_or(-1, |i| i as i64);
+    let at = idx.map_or(-1, |i| i32::try_from(i).unwrap_or(i32::MAX));
     lifetimes
         .clone()
         .lazy()
         .filter(
             col("alloc_idx")
                 .lt_eq(lit(at))
-                .and(col("free_idx").eq(lit(-1i64)).or(col("free_idx").gt(lit(at)))),
+                .and(col("free_idx").eq(lit(-1i32)).or(col("free_idx").gt(lit(at)))),
         )
         .group_by([col("stack")])
         .agg([col("size").sum().alias("bytes"), col("size").count().alias("count")])

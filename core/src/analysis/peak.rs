@@ -50,11 +50,11 @@ struct Live {
     stack: u32,
     size: i64,
     /// Entry index of its alloc, `-1` before the trace.
-    alloc_idx: i64,
+    alloc_idx: i32,
 }
 
 /// The time of the entry an allocation was made at (`None`: before the trace).
-fn made_at(alloc_idx: i64, entry_times: &[i64]) -> Option<i64> {
+fn made_at(alloc_idx: i32, entry_times: &[i64]) -> Option<i64> {
     usize::try_from(alloc_idx)
         .ok()
         .and_then(|i| entry_times.get(i).copied())
@@ -68,7 +68,7 @@ fn live_at(lifetimes: &DataFrame, idx: Option<usize>) -> PolarsResult<Vec<Live>>
     let size = lt_col::SIZE.slice(lifetimes)?;
     let stack = lt_col::STACK.slice(lifetimes)?;
     Ok((0..lifetimes.height())
-        .filter(|&i| alloc[i] <= at && (free[i] == -1 || free[i] > at))
+        .filter(|&i| i64::from(alloc[i]) <= at && (free[i] == -1 || i64::from(free[i]) > at))
         .map(|i| Live {
             stack: stack[i],
             size: size[i],

@@ -266,10 +266,10 @@ fn replay(run: &RunFacts, f: &Factors) -> PolarsResult<(i64, Vec<CategoryBytes>)
         if alloc[r] < 0 {
             live[s] += b;
         } else {
-            events.push((alloc[r], s, b));
+            events.push((i64::from(alloc[r]), s, b));
         }
         if free[r] >= 0 {
-            events.push((free[r], s, -b));
+            events.push((i64::from(free[r]), s, -b));
         }
     }
     events.sort_by_key(|e| e.0);

@@ -56,7 +56,7 @@ impl CategoryIndex {
             return Ok(None);
         }
         let slots: Vec<u8> = categories_of(lt)?.into_iter().map(|(c, _)| slot_of(c) as u8).collect();
-        let by_entry = |idx: &[i64]| {
+        let by_entry = |idx: &[i32]| {
             let mut rows: Vec<u32> = (0..idx.len() as u32).filter(|&r| idx[r as usize] >= 0).collect();
             rows.sort_by_key(|&r| idx[r as usize]);
             rows
@@ -125,9 +125,12 @@ impl CategoryIndex {
         let c = e / SPACING;
         let mut live = self.checkpoints[c * k..(c + 1) * k].to_vec();
         let from = (c * SPACING) as i64;
-        let mut apply = |rows: &[u32], idx: &[i64], sign: i64| {
-            let first = rows.partition_point(|&r| idx[r as usize] < from);
-            for &r in rows[first..].iter().take_while(|&&r| idx[r as usize] <= e as i64) {
+        let mut apply = |rows: &[u32], idx: &[i32], sign: i64| {
+            let first = rows.partition_point(|&r| i64::from(idx[r as usize]) < from);
+            for &r in rows[first..]
+                .iter()
+                .take_while(|&&r| i64::from(idx[r as usize]) <= e as i64)
+            {
                 live[self.slots[r as usize] as usize] += sign * size[r as usize];
             }
         };

@@ -185,7 +185,7 @@ pub fn timeline_with(
                 t_free: f,
                 stack_id: stack[i],
                 stream: stream.get(i),
-                user_metadata: dev.user_metadata.get(&alloc_idx[i]).cloned(),
+                user_metadata: dev.user_metadata.get(&i64::from(alloc_idx[i])).cloned(),
             }
         })
         .collect();
@@ -288,7 +288,7 @@ pub fn search_allocations(
                 t_free,
                 stack_id: stack[i],
                 stream: stream.get(i),
-                user_metadata: dev.user_metadata.get(&alloc_idx[i]).cloned(),
+                user_metadata: dev.user_metadata.get(&i64::from(alloc_idx[i])).cloned(),
             });
         }
     }

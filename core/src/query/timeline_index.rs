@@ -82,8 +82,8 @@ pub fn axis_positions(dev: &DeviceFrames, axis: Axis) -> PolarsResult<Positions<
 /// The allocations' endpoints on an axis, read in place: the entry indices (`-1`: outside the
 /// trace), or the device's entry times at those indices.
 pub struct AxisEnds<'a> {
-    alloc_idx: &'a [i64],
-    free_idx: &'a [i64],
+    alloc_idx: &'a [i32],
+    free_idx: &'a [i32],
     /// The entry times (the usage's `time`) on the time axis.
     times: Option<&'a [i64]>,
 }
@@ -139,11 +139,11 @@ impl Endpoints for AxisEnds<'_> {
 impl AxisEnds<'_> {
     /// Entry `idx`'s position on the axis (`None`: outside the trace).
     #[inline]
-    fn at(&self, idx: i64) -> Option<i64> {
+    fn at(&self, idx: i32) -> Option<i64> {
         let i = usize::try_from(idx).ok()?;
         match self.times {
             Some(t) => t.get(i).copied(),
-            None => Some(idx),
+            None => Some(i64::from(idx)),
         }
     }
 }
