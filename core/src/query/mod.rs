@@ -307,6 +307,53 @@ pub(crate) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
     }
 }
 
+/// `n` entry times for the query tests: each a step of up to `max_step` after the one before,
+/// one in `hold_one_in` the same as it (runs of equal times).
+#[cfg(test)]
+pub(crate) fn test_times(next: &mut impl FnMut() -> u64, n: usize, hold_one_in: u64, max_step: u64) -> Vec<i64> {
+    let mut t = 1_000i64;
+    (0..n)
+        .map(|_| {
+            if !next().is_multiple_of(hold_one_in) {
+                t += (next() % max_step) as i64;
+            }
+            t
+        })
+        .collect()
+}
+
+/// Timeline windows over the times `first..last` for the query tests, as (start, end, width):
+/// the whole range at widths 1 and 1500, a wider one at 8192, then `zooms` random zooms from
+/// 1e-5 of the range to all of it, at widths up to 3000.
+#[cfg(test)]
+pub(crate) fn test_windows(
+    next: &mut impl FnMut() -> u64,
+    first: i64,
+    last: i64,
+    zooms: usize,
+) -> Vec<(i64, i64, usize)> {
+    let mut windows = vec![(first, last, 1), (first, last, 1500), (first - 500, last + 500, 8192)];
+    for _ in 0..zooms {
+        let span = ((last - first) as f64 * 10f64.powf(-5.0 * (next() % 1000) as f64 / 1000.0)) as i64 + 1;
+        let start = first + (next() % (last - first) as u64) as i64 - span / 2;
+        windows.push((start, start + span, 1 + (next() % 3000) as usize));
+    }
+    windows
+}
+
+/// A window on the times `first..last` as the same share of `positions` (the entry indices,
+/// or the times themselves).
+#[cfg(test)]
+pub(crate) fn test_window_on(positions: Positions<'_>, (start, end): (i64, i64), first: i64, last: i64) -> (i64, i64) {
+    match positions {
+        Positions::Times(_) => (start, end),
+        Positions::EntryIndex(n) => (
+            (start - first) * n as i64 / (last - first),
+            (end - first) * n as i64 / (last - first),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,21 +53,13 @@ pub fn bucket_min_max_of_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::xorshift;
+    use crate::query::{test_times, test_window_on, test_windows, xorshift};
 
     #[test]
     fn steps_give_the_entry_by_entry_answer() {
         let mut next = xorshift(0x9E3779B97F4A7C15);
         let n = 200_000;
-        let mut t = 1_000i64;
-        let times: Vec<i64> = (0..n)
-            .map(|_| {
-                if !next().is_multiple_of(3) {
-                    t += (next() % 40) as i64;
-                }
-                t
-            })
-            .collect();
+        let times = test_times(&mut next, n, 3, 40);
         // Changes now and then, some back to the value before.
         let mut v = 50i64;
         let values: Vec<i64> = (0..n)
@@ -82,25 +74,13 @@ mod tests {
         let mut backwards = times.clone();
         backwards.swap(10, 50_000);
         let (first, last) = Positions::Times(&times).full_range();
-        let mut windows = vec![(first, last, 1), (first, last, 1500), (first - 500, last + 500, 8192)];
-        for _ in 0..80 {
-            let span = ((last - first) as f64 * 10f64.powf(-5.0 * (next() % 1000) as f64 / 1000.0)) as i64 + 1;
-            let start = first + (next() % (last - first) as u64) as i64 - span / 2;
-            windows.push((start, start + span, 1 + (next() % 3000) as usize));
-        }
-        for (start, end, width) in windows {
+        for (start, end, width) in test_windows(&mut next, first, last, 80) {
             for positions in [
                 Positions::Times(&times),
                 Positions::EntryIndex(n),
                 Positions::Times(&backwards),
             ] {
-                let (s, e) = match positions {
-                    Positions::Times(_) => (start, end),
-                    Positions::EntryIndex(_) => (
-                        (start - first) * n as i64 / (last - first),
-                        (end - first) * n as i64 / (last - first),
-                    ),
-                };
+                let (s, e) = test_window_on(positions, (start, end), first, last);
                 let by_steps = bucket_min_max_of_steps(positions, &steps, None, s, e, width);
                 let by_entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, 7, s, e, width);
                 assert!(by_steps == by_entries, "window {s}..{e} at width {width}");
