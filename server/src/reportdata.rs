@@ -168,8 +168,14 @@ pub fn default_axis(d: &memlens_api::DeviceSummary) -> Axis {
 }
 
 fn overview_bytes(key: &str, d: &DeviceFrames, ds: &memlens_api::DeviceSummary) -> Result<Vec<u8>, DataError> {
-    let initial = (ds.initial_allocated_bytes, ds.initial_reserved_bytes);
-    let tl = memlens_core::query::timeline_on(d, default_axis(ds), initial, None, None, OVERVIEW_WIDTH)?;
+    let tl = memlens_core::query::timeline_on(
+        d,
+        default_axis(ds),
+        ds.initial_allocated_bytes,
+        None,
+        None,
+        OVERVIEW_WIDTH,
+    )?;
     serde_json::to_vec(&tl).map_err(|source| DataError::Json {
         key: key.to_owned(),
         source,
@@ -1041,9 +1047,15 @@ mod tests {
                     .expect("read")
                     .expect("stored at ingest");
                 let frames = devices.iter().find(|f| f.device == d.device).expect("device");
-                let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
-                let computed = memlens_core::query::timeline_on(frames, axis, initial, None, None, OVERVIEW_WIDTH)
-                    .expect("timeline");
+                let computed = memlens_core::query::timeline_on(
+                    frames,
+                    axis,
+                    d.initial_allocated_bytes,
+                    None,
+                    None,
+                    OVERVIEW_WIDTH,
+                )
+                .expect("timeline");
                 assert_eq!(overview, computed, "{name} device {}", d.device);
                 // Only the default axis is stored.
                 let other = if axis == Axis::Time { Axis::Event } else { Axis::Time };
@@ -1250,7 +1262,7 @@ mod tests {
         assert_eq!(devices[0].reserved, fresh.files[0][0].reserved);
         assert!(devices[0].reserved.changes().len() > 0);
         let draw = |d: &memlens_core::frames::DeviceFrames| {
-            let t = memlens_core::query::timeline(d, true, (0, 0), None, None, 200).expect("timeline");
+            let t = memlens_core::query::timeline(d, true, 0, None, None, 200).expect("timeline");
             assert!(t.bands.iter().any(|b| b.t_alloc.is_some() && b.t_free.is_some()));
             serde_json::to_value(t).expect("json")
         };

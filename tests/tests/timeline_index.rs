@@ -33,7 +33,7 @@ fn indexed_timelines_categories_and_flames_equal_scanned_ones_on_every_committed
         let name = path.display();
         for ((summary, frames), stacks) in out.files.iter().zip(&keep.files).zip(&keep.stacks) {
             for (d, dev) in summary.devices.iter().zip(frames) {
-                let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
+                let initial = d.initial_allocated_bytes;
                 let categories = CategoryIndex::build(dev).expect("category index");
                 devices += 1;
                 with_category_index += usize::from(categories.is_some());

@@ -65,11 +65,13 @@ pub fn bucket_min_max_steps(
     step_buckets::bucket_min_max_of_steps(Positions::Times(time), steps, None, start, end, width)
 }
 
-/// The timeline of one device between `start` and `end` (defaults: the whole trace).
+/// The timeline of one device between `start` and `end` (defaults: the whole trace), from
+/// `initial_allocated`, the allocated bytes before its first entry (the summary's; reserved
+/// bytes carry their own).
 pub fn timeline(
     dev: &DeviceFrames,
     has_time: bool,
-    initial: (i64, i64),
+    initial_allocated: i64,
     start: Option<i64>,
     end: Option<i64>,
     width: usize,
@@ -77,7 +79,7 @@ pub fn timeline(
     timeline_on(
         dev,
         if has_time { Axis::Time } else { Axis::Event },
-        initial,
+        initial_allocated,
         start,
         end,
         width,
@@ -92,12 +94,12 @@ pub type BandEnds = (Option<i64>, Option<i64>);
 pub fn timeline_on(
     dev: &DeviceFrames,
     axis: Axis,
-    initial: (i64, i64),
+    initial_allocated: i64,
     start: Option<i64>,
     end: Option<i64>,
     width: usize,
 ) -> PolarsResult<Timeline> {
-    timeline_with(dev, axis, None, initial, start, end, width)
+    timeline_with(dev, axis, None, initial_allocated, start, end, width)
 }
 
 /// The timeline on a chosen axis, answered from `index` where it was built for this device
@@ -106,7 +108,7 @@ pub fn timeline_with(
     dev: &DeviceFrames,
     axis: Axis,
     index: Option<&TimelineIndex>,
-    initial: (i64, i64),
+    initial_allocated: i64,
     start: Option<i64>,
     end: Option<i64>,
     width: usize,
@@ -120,9 +122,16 @@ pub fn timeline_with(
     let end = end.unwrap_or(full_end).max(start + 1);
     let width = width.clamp(1, MAX_WIDTH);
     let pyramid_allocated = index.and_then(TimelineIndex::allocated).unwrap_or(&NO_BLOCKS);
-    let (allocated_min, allocated_max) =
-        pyramid::bucket_min_max_by_blocks(positions, allocated, pyramid_allocated, initial.0, start, end, width);
-    // The reserved steps start from their own initial value (the summary's `initial.1`).
+    let (allocated_min, allocated_max) = pyramid::bucket_min_max_by_blocks(
+        positions,
+        allocated,
+        pyramid_allocated,
+        initial_allocated,
+        start,
+        end,
+        width,
+    );
+    // The reserved bytes' changes start from their own value before the trace.
     let sorted = index.map(TimelineIndex::positions_sorted);
     let (reserved_min, reserved_max) =
         step_buckets::bucket_min_max_of_steps(positions, &dev.reserved, sorted, start, end, width);

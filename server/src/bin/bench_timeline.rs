@@ -38,7 +38,7 @@ fn main() {
         eprintln!("memlens-bench-timeline: {}: no snapshot device", path.display());
         std::process::exit(2);
     };
-    let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
+    let initial = d.initial_allocated_bytes;
     let time = dev
         .usage
         .column("time")

@@ -106,7 +106,7 @@ pub async fn timeline(
     let s = summary_of(&st, &id).await?;
     let (fi, d) = pick(&s, q.file, q.device)?;
     let device = d.device;
-    let initial = (d.initial_allocated_bytes, d.initial_reserved_bytes);
+    let initial = d.initial_allocated_bytes;
     let axis = axis_of(&q, d);
     let overview = q.overview == Some(true) && q.start.is_none() && q.end.is_none();
     let tl = with_file(&st, &id, fi, move |f| {
