@@ -27,7 +27,7 @@ use memlens_core::analysis::segment_checkpoint_frame::{stored_windows, StoredWin
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
-use memlens_core::columns::lifetimes as lt_col;
+use memlens_core::columns::{held_bytes, lifetimes as lt_col};
 use memlens_core::entry_steps::EntrySteps;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{Axis, CategoryIndex, TimelineIndex};
@@ -126,7 +126,7 @@ pub fn write_file(
             checkpoints.push((dir, DeviceEvents::new(t, d.device)?, cp));
         }
     }
-    frames.sort_by_key(|(_, df, _)| std::cmp::Reverse(df.estimated_size()));
+    frames.sort_by_key(|(_, df, _)| std::cmp::Reverse(held_bytes(df)));
     let mut jobs: Vec<EncodeJob<'_, DataError>> = frames
         .into_iter()
         .map(|(key, df, groups)| {
@@ -364,10 +364,10 @@ impl<T> Part<T> {
 
 /// What a device's frames hold in memory, estimated.
 fn device_frames_bytes(d: &DeviceFrames) -> usize {
-    d.usage.estimated_size()
+    held_bytes(&d.usage)
         + d.reserved.bytes()
-        + d.lifetimes.estimated_size()
-        + d.fragmentation.estimated_size()
+        + held_bytes(&d.lifetimes)
+        + held_bytes(&d.fragmentation)
         + d.user_metadata.values().map(|m| m.len() + 16).sum::<usize>()
 }
 
@@ -459,7 +459,7 @@ impl LoadedFile {
             let entries: u64 = self.summary.devices.iter().map(|d| d.event_count as u64).sum();
             self.before_loading(entries * 48);
             let tables = load_tables(self.store.as_ref(), &self.id, self.index, &self.summary)?;
-            let size = tables.frames_ref().iter().map(|f| f.estimated_size()).sum();
+            let size = tables.frames_ref().iter().map(|f| held_bytes(f)).sum();
             Ok((tables, size))
         })
     }
@@ -468,7 +468,7 @@ impl LoadedFile {
     pub fn stacks(&self) -> Result<Arc<StackResolver>, DataError> {
         self.stacks.get_or_load(&self.bytes, || {
             let (frames, stack_frames) = (self.parquet("frames.parquet")?, self.parquet("stack_frames.parquet")?);
-            let size = frames.estimated_size() + stack_frames.estimated_size();
+            let size = held_bytes(&frames) + held_bytes(&stack_frames);
             Ok((StackResolver::new(&frames, &stack_frames)?, size))
         })
     }
@@ -1123,6 +1123,26 @@ mod tests {
         let c = files.get_or_open("c", 0, open);
         files.make_room("c", 0, &c, probe.bytes() * 2);
         assert!(files.get("c", 0).is_none());
+    }
+
+    #[test]
+    fn a_loaded_file_weighs_its_parts_without_making_their_one_value_columns() {
+        let id = "0000000000000000000000000000000a";
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, "mlp_train.pickle");
+        let f = LoadedFile::open(store.clone(), id, 0, &out.files[0]);
+        let (tables, devices) = (f.tables().expect("tables"), f.devices().expect("frames"));
+        // One device on one stream: those columns stay scalars once weighed.
+        let unmade = |df: &DataFrame, name: &str| {
+            df.column(name)
+                .expect(name)
+                .as_scalar_column()
+                .is_some_and(|s| s.lazy_as_materialized_series().is_none())
+        };
+        assert!(unmade(&tables.events, "device") && unmade(&tables.events, "stream"));
+        assert!(unmade(&devices[0].lifetimes, "stream"));
+        let entries = tables.events.height() as u64;
+        assert!(f.bytes() > entries * 16, "{} bytes for {entries} entries", f.bytes());
     }
 
     #[test]
