@@ -37,6 +37,7 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::encode_pool::{self, EncodeJob};
+use crate::free_memory;
 use crate::parquet_object::{self, RowGroups};
 use crate::store::{DataWriter, ReportStore, StoreError};
 use crate::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
@@ -298,31 +299,16 @@ pub struct LoadedFile {
 /// Called with the bytes (estimated) a part of a file is about to load.
 pub type MakeRoom = Box<dyn Fn(u64) + Send + Sync>;
 
-/// Gives the heap's free memory back to the system. Loading a large part frees as many
-/// buffers as it keeps (Parquet pages, the chunks that rechunking copies), and a file leaving
-/// memory frees all of its own; most of them lie below glibc's mmap threshold, so without this
-/// the server's resident memory stays at its high-water mark however small the cache is.
-fn give_back_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free memory of glibc's arenas to the system.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// Parts smaller than this leave too little behind to be worth a trim.
-const TRIM_ABOVE: u64 = 64 << 20;
-
 impl Drop for LoadedFile {
     fn drop(&mut self) {
-        if self.bytes() > TRIM_ABOVE {
+        if self.bytes() > free_memory::TRIM_ABOVE {
             // Drop the parts first, then give the freed pages back.
             self.devices = Part::default();
             self.tables = Part::default();
             self.timeline_indexes = Mutex::new(HashMap::new());
             self.category_indexes = Mutex::new(HashMap::new());
             self.checkpoints = Mutex::new(HashMap::new());
-            give_back_free_memory();
+            free_memory::give_back();
         }
     }
 }
@@ -351,8 +337,8 @@ impl<T> Part<T> {
         let value = Arc::new(value);
         *slot = Some(value.clone());
         bytes.fetch_add(size as u64, Ordering::Relaxed);
-        if size as u64 > TRIM_ABOVE {
-            give_back_free_memory();
+        if size as u64 > free_memory::TRIM_ABOVE {
+            free_memory::give_back();
         }
         Ok(value)
     }
