@@ -30,6 +30,7 @@ pub mod labels;
 pub mod leaks;
 pub mod lifetimes;
 pub mod oom;
+mod packed_blocks;
 pub mod peak;
 pub mod phases;
 pub mod pools;

@@ -17,6 +17,7 @@
 use memlens_api::{BlockState, SegmentMap};
 use polars::prelude::*;
 
+use super::packed_blocks::PackedBlocks;
 use super::segment_checkpoints::{map_from, FlatSegment, FlatState};
 use super::segment_detail::SegmentDetail;
 use super::segment_map::{Block, EntryRows};
@@ -92,8 +93,8 @@ pub fn checkpoint_frame(state: &FlatState, window: &EntryRows<'_>) -> PolarsResu
     for (a, seg) in &state.segs {
         row(SEGMENT, *a, seg.size, seg.stream, u8::from(seg.expandable), seg.blocks);
     }
-    for (a, b) in &state.blocks {
-        row(BLOCK, *a, b.size, b.requested, b.state as u8, b.stack);
+    for (a, b) in state.blocks.iter() {
+        row(BLOCK, a, b.size, b.requested, b.state as u8, b.stack);
     }
     for i in 0..window.action.len() {
         row(
@@ -197,7 +198,7 @@ pub fn stored_checkpoint(df: &DataFrame) -> PolarsResult<StoredCheckpoint> {
         state: FlatState {
             cursor,
             segs: Vec::new(),
-            blocks: Vec::new(),
+            blocks: PackedBlocks::default(),
         },
         first,
         action: Vec::new(),
@@ -217,15 +218,15 @@ pub fn stored_checkpoint(df: &DataFrame) -> PolarsResult<StoredCheckpoint> {
                     blocks: stack[i],
                 },
             )),
-            BLOCK => out.state.blocks.push((
+            BLOCK => out.state.blocks.push(
                 address[i],
-                Block {
+                &Block {
                     size: size[i],
                     requested: extra[i],
                     state: BlockState::from_code(code[i]),
                     stack: stack[i],
                 },
-            )),
+            ),
             ENTRY => {
                 out.addr.push(address[i]);
                 out.size.push(size[i]);

@@ -8,8 +8,9 @@
 use memlens_api::SegmentMap;
 use polars::prelude::*;
 
+use super::packed_blocks::PackedBlocks;
 use super::segment_detail::SegmentDetail;
-use super::segment_map::{Block, EntryRows, Segment, SegmentState};
+use super::segment_map::{EntryRows, Segment, SegmentState};
 use super::DeviceEvents;
 use crate::tables::SnapshotTables;
 
@@ -27,8 +28,8 @@ pub struct FlatState {
     /// The state is the one right after entry `cursor - 1`.
     pub cursor: usize,
     pub(super) segs: Vec<(i64, FlatSegment)>,
-    /// Every segment's blocks, one segment after the other.
-    pub(super) blocks: Vec<(i64, Block)>,
+    /// Every segment's blocks, one segment after the other, packed (about 7 bytes a block).
+    pub(super) blocks: PackedBlocks,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -41,12 +42,14 @@ pub(super) struct FlatSegment {
 
 impl FlatState {
     pub fn of(state: &SegmentState) -> FlatState {
-        let mut blocks = Vec::with_capacity(state.segs.values().map(|s| s.blocks.len()).sum());
+        let mut blocks = PackedBlocks::with_capacity(state.segs.values().map(|s| s.blocks.len()).sum());
         let segs = state
             .segs
             .iter()
             .map(|(&a, seg)| {
-                blocks.extend(seg.blocks.iter().map(|(&ba, b)| (ba, b.clone())));
+                for (&ba, b) in &seg.blocks {
+                    blocks.push(ba, b);
+                }
                 let flat = FlatSegment {
                     size: seg.size,
                     stream: seg.stream,
@@ -73,7 +76,7 @@ impl FlatState {
                     size: seg.size,
                     stream: seg.stream,
                     expandable: seg.expandable,
-                    blocks: blocks.by_ref().take(seg.blocks as usize).cloned().collect(),
+                    blocks: blocks.by_ref().take(seg.blocks as usize).collect(),
                 };
                 (*a, segment)
             })
@@ -93,8 +96,7 @@ impl FlatState {
     }
 
     pub fn bytes(&self) -> usize {
-        self.segs.capacity() * std::mem::size_of::<(i64, FlatSegment)>()
-            + self.blocks.capacity() * std::mem::size_of::<(i64, Block)>()
+        self.segs.capacity() * std::mem::size_of::<(i64, FlatSegment)>() + self.blocks.bytes()
     }
 }
 
