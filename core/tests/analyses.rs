@@ -109,8 +109,8 @@ fn usage_counts_requested_bytes_and_reserved_segments() {
     assert_eq!(u.reserved.values().collect::<Vec<_>>(), vec![2 * MIB; 5]);
     assert_eq!(u.reserved.changes().collect::<Vec<_>>(), vec![(0, 2 * MIB)]);
     assert_eq!((u.peak_allocated, u.peak_allocated_idx), (1512, Some(2)));
-    assert_eq!((u.initial_allocated, u.initial_reserved), (0, 0));
-    assert_eq!((u.final_allocated, u.final_reserved), (512, 2 * MIB));
+    assert_eq!((u.initial_allocated, u.initial_reserved()), (0, 0));
+    assert_eq!((u.final_allocated, u.final_reserved()), (512, 2 * MIB));
 }
 
 #[test]

@@ -97,7 +97,7 @@ fn mlp_train_replays_back_to_an_empty_allocator() {
     let ev = DeviceEvents::new(&t, 0).expect("device 0");
     let usage = usage_over_time(&t, &ev).expect("usage");
     let before = segment_map_at(&t, &ev, None).expect("map");
-    assert_eq!(before.reserved_bytes, usage.initial_reserved);
+    assert_eq!(before.reserved_bytes, usage.initial_reserved());
     assert_eq!(before.event_index, None);
     // By time: the state at the first entry's timestamp is the state after that entry.
     let first = ev.time()[0];

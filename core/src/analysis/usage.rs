@@ -26,9 +26,7 @@ pub struct Usage {
     /// Reserved bytes after each entry, as their changes.
     pub reserved: EntrySteps,
     pub initial_allocated: i64,
-    pub initial_reserved: i64,
     pub final_allocated: i64,
-    pub final_reserved: i64,
     pub peak_allocated: i64,
     /// First entry that reached the allocated peak (`None`: the peak predates the trace).
     pub peak_allocated_idx: Option<usize>,
@@ -49,6 +47,14 @@ impl Usage {
         } else {
             self.allocated().get(i - 1).copied().unwrap_or(self.final_allocated)
         }
+    }
+    /// Reserved bytes before the first entry.
+    pub fn initial_reserved(&self) -> i64 {
+        self.reserved.initial()
+    }
+    /// Reserved bytes after the last entry.
+    pub fn final_reserved(&self) -> i64 {
+        self.reserved.last()
     }
     pub fn reserved_before(&self, i: usize) -> i64 {
         self.reserved.before(i)
@@ -109,9 +115,7 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
         frame,
         reserved,
         initial_allocated,
-        initial_reserved,
         final_allocated: if n == 0 { initial_allocated } else { a_now },
-        final_reserved: if n == 0 { initial_reserved } else { r_now },
         peak_allocated: peak_a,
         peak_allocated_idx: peak_a_idx,
         peak_reserved: peak_r,
