@@ -22,6 +22,9 @@ use std::io::Read;
 
 use rustc_hash::FxHashMap;
 
+mod memo;
+use memo::Memo;
+
 /// Limits that keep hostile input from exhausting the process.
 #[derive(Debug, Clone, Copy)]
 pub struct PickleLimits {
@@ -399,7 +402,7 @@ impl Heap {
 
     /// Drops one reference; dead containers are freed (iteratively), memoized ones are
     /// replaced in the memo by their compact stand-in when they have one, kept otherwise.
-    fn decref(&mut self, v: Val, memo: &mut [Val]) {
+    fn decref(&mut self, v: Val, memo: &mut Memo) {
         let Some(i) = v.obj() else { return };
         let mut work = std::mem::take(&mut self.dying);
         work.push(i);
@@ -409,16 +412,18 @@ impl Heap {
             if o.rc > 0 || o.kind == Kind::Free {
                 continue;
             }
-            match o.memo_slot {
+            let (memo_slot, lowered) = (o.memo_slot, o.lowered);
+            match memo_slot {
                 NO_SLOT => {}
                 MANY_SLOTS => continue,
                 slot => {
-                    if o.lowered == Val::UNSET {
+                    if lowered == Val::UNSET {
                         continue; // still reachable through the memo, keep it
                     }
-                    memo[slot as usize] = o.lowered;
+                    self.mem += memo.set(slot as usize, lowered);
                 }
             }
+            let o = &mut self.objs[i as usize];
             let mut items = std::mem::take(&mut o.items);
             o.kind = Kind::Free;
             self.mem = self.mem.saturating_sub(64 + items.len() * 8);
@@ -612,7 +617,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
     let mut heap = Heap::new(&limits);
     let mut stack: Vec<Val> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
-    let mut memo: Vec<Val> = Vec::new();
+    let mut memo = Memo::default();
     // Values taken off the stack by POP_MARK, kept between opcodes.
     let mut scratch: Vec<Val> = Vec::new();
 
@@ -896,10 +901,11 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                     if slot - memo.len() > 1 << 16 {
                         malformed!(at, "memo index {slot} far beyond the {} entries stored", memo.len());
                     }
-                    heap.charge((slot + 1 - memo.len()) * 8, at)?;
-                    memo.resize(slot + 1, Val::NONE);
+                    heap.charge((slot + 1 - memo.len()) * 4, at)?;
+                    memo.grow_to(slot + 1);
                 }
-                memo[slot] = v;
+                let aside = memo.set(slot, v);
+                heap.charge(aside, at)?;
                 if let Some(i) = v.obj() {
                     let o = &mut heap.objs[i as usize];
                     o.memo_slot = if o.memo_slot == NO_SLOT {
@@ -916,7 +922,7 @@ pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dy
                 } else {
                     u32::from_le_bytes(input.array("a LONG_BINGET index")?) as usize
                 };
-                let Some(&v) = memo.get(slot) else {
+                let Some(v) = memo.get(slot) else {
                     malformed!(at, "memo index {slot} was never stored");
                 };
                 heap.incref(v);
@@ -968,7 +974,7 @@ fn container(heap: &Heap, v: Val, want: &[Kind], at: u64, op: &str) -> PResult<u
     }
 }
 
-fn append(heap: &mut Heap, memo: &mut [Val], hook: &mut dyn AppendHook, list: u32, item: Val, at: u64) -> PResult<()> {
+fn append(heap: &mut Heap, memo: &mut Memo, hook: &mut dyn AppendHook, list: u32, item: Val, at: u64) -> PResult<()> {
     if heap.objs[list as usize].kind == Kind::List && hook.on_append(heap, list, item, at)? {
         heap.decref(item, memo);
         return Ok(());
