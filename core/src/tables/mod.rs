@@ -215,6 +215,8 @@ pub struct FrameTable {
     pub flat: Vec<u32>,
     pub offsets: Vec<u32>,
     stack_ids: FxHashMap<Box<[u32]>, u32>,
+    /// The frames of the stack being lowered, kept between stacks (an importer lowers millions).
+    pub(crate) pending: Vec<u32>,
 }
 
 impl FrameTable {
@@ -227,6 +229,7 @@ impl FrameTable {
             flat: Vec::new(),
             offsets: vec![0],
             stack_ids: FxHashMap::default(),
+            pending: Vec::new(),
         };
         t.intern_stack(&[]);
         t

@@ -157,6 +157,9 @@ impl Default for TraceLowering {
 }
 
 impl AppendHook for TraceLowering {
+    /// Frame dicts, appended to frame lists several times as often as entries to a trace, are
+    /// turned away here (inlined into the VM); entries go on to [`TraceLowering::lower_entry`].
+    #[inline]
     fn on_append(&mut self, heap: &mut Heap, list: u32, item: Val, offset: u64) -> PResult<bool> {
         let d = match heap.get(item) {
             V::Obj(d) if heap.kind(d) == Kind::Dict => d,
@@ -168,11 +171,18 @@ impl AppendHook for TraceLowering {
             }
             _ => return Ok(false),
         };
-        // A dict already lowered to a frame is no trace entry: frames are appended to frame
-        // lists several times as often as entries to a trace.
+        // A dict already lowered to a frame is no trace entry.
         if let V::Frame(_) = heap.get(heap.objs[d as usize].lowered) {
             return Ok(false);
         }
+        self.lower_entry(heap, list, d, offset)
+    }
+}
+
+impl TraceLowering {
+    /// Turns entry dict `d`, appended to `list`, into a trace row; `false` when it is no entry.
+    #[inline(never)]
+    fn lower_entry(&mut self, heap: &mut Heap, list: u32, d: u32, offset: u64) -> PResult<bool> {
         let keys = self.keys.get_or_insert_with(|| Keys::intern(heap));
         let f = keys.fields(heap, d);
         let frame_keys = keys.frame;
@@ -242,12 +252,14 @@ impl FrameTable {
                     return Ok(id);
                 }
                 let n = heap.seq(l).len();
-                let mut ids = Vec::with_capacity(n);
+                let mut ids = std::mem::take(&mut self.pending);
+                ids.clear();
                 for i in 0..n {
                     let f = heap.seq(l)[i];
                     self.frames_of(heap, f, keys, offset, &mut ids)?;
                 }
                 let id = self.intern_stack(&ids);
+                self.pending = ids;
                 heap.objs[l as usize].lowered = Val::stack(id);
                 Ok(id)
             }

@@ -613,7 +613,7 @@ pub struct Decoded {
 }
 
 /// Decodes one pickle from `input`, offering every list item to `hook`.
-pub fn decode<R: Read>(input: &mut Input<R>, limits: PickleLimits, hook: &mut dyn AppendHook) -> PResult<Decoded> {
+pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits, hook: &mut H) -> PResult<Decoded> {
     let mut heap = Heap::new(&limits);
     let mut stack: Vec<Val> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
@@ -974,7 +974,8 @@ fn container(heap: &Heap, v: Val, want: &[Kind], at: u64, op: &str) -> PResult<u
     }
 }
 
-fn append(heap: &mut Heap, memo: &mut Memo, hook: &mut dyn AppendHook, list: u32, item: Val, at: u64) -> PResult<()> {
+#[inline]
+fn append<H: AppendHook>(heap: &mut Heap, memo: &mut Memo, hook: &mut H, list: u32, item: Val, at: u64) -> PResult<()> {
     if heap.objs[list as usize].kind == Kind::List && hook.on_append(heap, list, item, at)? {
         heap.decref(item, memo);
         return Ok(());
