@@ -915,6 +915,38 @@ fn after_a_restart_the_first_view_comes_from_its_stored_overview_then_any_width_
 }
 
 #[test]
+fn a_stored_first_view_has_its_zoom_indexes_built_behind_it() {
+    let dir = tmpdir("warming");
+    let s = Server::serve_on(&dir, &[]);
+    let id = upload_trace(&s, "mlp_train.pickle")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    s.kill();
+    let s = Server::serve_on(&dir, &[]);
+    let overview = || {
+        let (code, v) = get_json(&s, &format!("/api/reports/{id}/timeline?overview=true&width=700"));
+        assert_eq!(code, 200, "{v}");
+        v
+    };
+    assert_eq!(overview()["width"], 1500, "the stored first view");
+    // Nothing else is asked: the frames load and the timeline index is built behind the stored
+    // view, after which the same request is answered at its own width (the stored view steps
+    // aside once the index exists) — what a first zoom then finds ready.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = overview();
+        if v["width"] == 700 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the index was never built: {}", v["width"]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(file_loads(&s), 1);
+}
+
+#[test]
 fn a_run_of_64_ranks_answers_its_overview_without_loading_any_rank() {
     let dir = tmpdir("ranks64");
     let s = Server::serve_on(&dir, &[]);

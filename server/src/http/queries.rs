@@ -109,16 +109,17 @@ pub async fn timeline(
     let initial = d.initial_allocated_bytes;
     let axis = axis_of(&q, d);
     let overview = q.overview == Some(true) && q.start.is_none() && q.end.is_none();
-    let tl = with_file(&st, &id, fi, move |f| {
+    let f = loaded_file(&st, &id, fi).await?;
+    let (tl, stored) = blocking(f.clone(), move |f| {
         if overview {
             if let Some(tl) = f.stored_overview(device, axis).map_err(internal)? {
-                return Ok(tl);
+                return Ok((tl, true));
             }
         }
         let devices = f.devices().map_err(internal)?;
         let frames = frames_of(&devices, device)?;
         let index = f.timeline_index(frames, axis).map_err(internal)?;
-        query::timeline_with(
+        let tl = query::timeline_with(
             frames,
             axis,
             Some(&index),
@@ -127,10 +128,29 @@ pub async fn timeline(
             q.end,
             q.width.unwrap_or(1000),
         )
-        .map_err(internal)
+        .map_err(internal)?;
+        Ok((tl, false))
     })
     .await?;
+    st.files.reweigh(&id, fi, &f);
+    if stored && f.claim_warming() {
+        warm_view(st, id, fi, f, device, axis);
+    }
     Ok(Json(tl))
+}
+
+/// Builds a device's view indexes on the blocking pool behind a stored first view: the page
+/// that asked for it zooms next.
+fn warm_view(st: Shared, id: String, file: usize, f: Arc<LoadedFile>, device: i64, axis: TimelineAxis) {
+    tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        match f.prepare_view(device, axis) {
+            Ok(()) => tracing::debug!(report = %id, file, device,
+                "view indexes built behind the stored first view in {:.0} ms", started.elapsed().as_secs_f64() * 1e3),
+            Err(e) => tracing::warn!(report = %id, file, device, "view indexes: {e}"),
+        }
+        st.files.reweigh(&id, file, &f);
+    });
 }
 
 /// The axis a timeline query asked for: traces without timestamps have only entry order.
