@@ -182,12 +182,7 @@ impl SegmentState {
         match action {
             Action::Alloc => {
                 if let Some(seg) = self.seg_mut(addr) {
-                    if let Some(b) = seg.blocks.get_mut(&addr) {
-                        b.state = BlockState::Inactive;
-                        b.requested = 0;
-                        b.stack = 0;
-                        merge_free(seg, addr);
-                    }
+                    free_block(seg, addr);
                 }
             }
             Action::FreeRequested => {
@@ -305,7 +300,7 @@ impl SegmentState {
                     }
                 }
             }
-            merge_free(&mut seg, addr);
+            free_block(&mut seg, addr);
         }
         self.segs.insert(start, seg);
     }
@@ -386,36 +381,52 @@ impl SegmentState {
     }
 }
 
-/// Merges the free block at `addr` with free neighbours.
-fn merge_free(seg: &mut Segment, addr: i64) {
-    let Some(size) = seg.blocks.get(&addr).map(|b| b.size) else {
+/// Makes the block at `addr` free (no request, no stack) and merges it with the free blocks
+/// right before and after it. Each step reads the map once where it can (the block and the one
+/// after it in one descent, the one before in another): this runs once per `alloc` undone.
+/// A block of no size is freed but not merged.
+fn free_block(seg: &mut Segment, addr: i64) {
+    let mut from = seg.blocks.range_mut(addr..);
+    let Some((&at, cur)) = from.next() else {
         return;
     };
-    let next_addr = addr + size;
-    let next_free = seg
-        .blocks
-        .get(&next_addr)
-        .filter(|n| n.state == BlockState::Inactive)
-        .map(|n| n.size);
-    if next_free.is_some() {
-        seg.blocks.remove(&next_addr);
+    if at != addr {
+        return;
     }
-    let merged = size + next_free.unwrap_or(0);
+    cur.state = BlockState::Inactive;
+    cur.requested = 0;
+    cur.stack = 0;
+    if cur.size <= 0 {
+        return;
+    }
+    let next_free = match from.next() {
+        Some((&n, next)) if n == addr + cur.size && next.state == BlockState::Inactive => Some((n, next.size)),
+        _ => None,
+    };
+    if let Some((_, next_size)) = next_free {
+        cur.size += next_size;
+    }
+    let merged = cur.size;
+    if let Some((n, _)) = next_free {
+        seg.blocks.remove(&n);
+    }
     if let Some((&p, prev)) = seg.blocks.range_mut(..addr).next_back() {
         if prev.state == BlockState::Inactive && p + prev.size == addr {
             prev.size += merged;
             seg.blocks.remove(&addr);
-            return;
         }
-    }
-    if let Some(cur) = seg.blocks.get_mut(&addr) {
-        cur.size = merged;
     }
 }
 
 /// Puts a block freed by `free_completed` back into the free block that now covers `addr`.
 fn carve(seg: &mut Segment, addr: i64, requested: i64, stack: u32) {
-    let Some((&fstart, free)) = seg.blocks.range(..=addr).next_back() else {
+    // The allocator does not split off remainders too small to be useful.
+    let split_min = if seg.size <= 2 * SMALL_SIZE {
+        MIN_BLOCK
+    } else {
+        SMALL_SIZE + 1
+    };
+    let Some((&fstart, free)) = seg.blocks.range_mut(..=addr).next_back() else {
         return;
     };
     if free.state != BlockState::Inactive || addr >= fstart + free.size {
@@ -423,32 +434,22 @@ fn carve(seg: &mut Segment, addr: i64, requested: i64, stack: u32) {
     }
     let fend = fstart + free.size;
     let mut size = round_size(requested).min(fend - addr);
-    let rest = fend - addr - size;
-    // The allocator does not split off remainders too small to be useful.
-    let split_min = if seg.size <= 2 * SMALL_SIZE {
-        MIN_BLOCK
-    } else {
-        SMALL_SIZE + 1
-    };
-    if rest < split_min {
+    if fend - addr - size < split_min {
         size = fend - addr;
     }
+    let carved = Block {
+        size,
+        requested,
+        state: BlockState::ActivePendingFree,
+        stack,
+    };
+    // The free block keeps what lies before `addr`, or becomes the carved block.
     if fstart < addr {
-        if let Some(f) = seg.blocks.get_mut(&fstart) {
-            f.size = addr - fstart;
-        }
+        free.size = addr - fstart;
+        seg.blocks.insert(addr, carved);
     } else {
-        seg.blocks.remove(&fstart);
+        *free = carved;
     }
-    seg.blocks.insert(
-        addr,
-        Block {
-            size,
-            requested,
-            state: BlockState::ActivePendingFree,
-            stack,
-        },
-    );
     if addr + size < fend {
         seg.blocks.insert(
             addr + size,
