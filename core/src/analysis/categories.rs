@@ -430,8 +430,8 @@ pub fn category_budget(
     // The allocations by alloc entry and by free entry: their changes are swept in entry order
     // by merging the two (each entry allocates or frees at most one allocation). Rows are 4
     // bytes each, not 9 bytes per trace entry; allocations already come in alloc order.
-    let mut by_alloc: Vec<u32> = Vec::new();
-    let mut by_free: Vec<u32> = Vec::new();
+    let mut by_alloc: Vec<u32> = Vec::with_capacity(categories.len());
+    let mut by_free: Vec<u32> = Vec::with_capacity(categories.len());
     for (r, &(c, rule)) in categories.iter().enumerate() {
         let s = slot(c);
         count[s] += 1;
@@ -463,8 +463,10 @@ pub fn category_budget(
             at_peak[s] += size[r];
         }
     }
-    by_alloc.sort_by_key(|&r| alloc_idx[r as usize]);
-    by_free.sort_by_key(|&r| free_idx[r as usize]);
+    // Each entry allocates or frees at most one allocation: the keys are distinct, and an
+    // unstable sort needs no scratch copy.
+    by_alloc.sort_unstable_by_key(|&r| alloc_idx[r as usize]);
+    by_free.sort_unstable_by_key(|&r| free_idx[r as usize]);
     let changes = merge_by_entry(
         by_alloc
             .iter()

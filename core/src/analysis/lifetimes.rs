@@ -31,12 +31,15 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
     );
     let entry = |i: usize| i as i32;
     let mut open: FxHashMap<i64, usize> = FxHashMap::default();
+    // One row per alloc (and a few for frees of memory allocated before the trace): sized once,
+    // so the columns are not copied as they grow while the trace they come from is held.
+    let allocs = action.iter().filter(|&&a| a == Action::Alloc as u8).count();
     let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) = (
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
+        Vec::with_capacity(allocs),
+        Vec::with_capacity(allocs),
+        Vec::with_capacity(allocs),
+        Vec::with_capacity(allocs),
+        Vec::with_capacity(allocs),
         OneOrEach::default(),
     );
     for i in 0..action.len() {
