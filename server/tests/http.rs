@@ -878,17 +878,21 @@ fn a_report_just_processed_answers_its_first_queries_from_memory_as_after_a_rest
     }
 }
 
-#[test]
-fn after_a_restart_the_first_view_comes_from_its_stored_overview_then_any_width_from_the_frames() {
-    let dir = tmpdir("overview");
+/// A server that processed `trace` into a fresh data directory (kept while the first value
+/// lives), then was killed and started again on it; and the report's id.
+fn processed_then_restarted(tag: &str, trace: &str) -> (TestDir, Server, String) {
+    let dir = tmpdir(tag);
     let s = Server::serve_on(&dir, &[]);
-    let id = upload_trace(&s, "mlp_train.pickle")["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let id = upload_trace(&s, trace)["id"].as_str().expect("id").to_owned();
     assert_eq!(wait_done(&s, &id)["state"], "ready");
     s.kill();
     let s = Server::serve_on(&dir, &[]);
+    (dir, s, id)
+}
+
+#[test]
+fn after_a_restart_the_first_view_comes_from_its_stored_overview_then_any_width_from_the_frames() {
+    let (_dir, s, id) = processed_then_restarted("overview", "mlp_train.pickle");
     let tl = |q: &str| {
         let (code, v) = get_json(&s, &format!("/api/reports/{id}/timeline?{q}"));
         assert_eq!(code, 200, "{q}: {v}");
@@ -916,15 +920,7 @@ fn after_a_restart_the_first_view_comes_from_its_stored_overview_then_any_width_
 
 #[test]
 fn a_stored_first_view_has_its_zoom_indexes_built_behind_it() {
-    let dir = tmpdir("warming");
-    let s = Server::serve_on(&dir, &[]);
-    let id = upload_trace(&s, "mlp_train.pickle")["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
-    s.kill();
-    let s = Server::serve_on(&dir, &[]);
+    let (_dir, s, id) = processed_then_restarted("warming", "mlp_train.pickle");
     let overview = || {
         let (code, v) = get_json(&s, &format!("/api/reports/{id}/timeline?overview=true&width=700"));
         assert_eq!(code, 200, "{v}");
