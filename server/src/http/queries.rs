@@ -139,14 +139,21 @@ pub async fn timeline(
     Ok(Json(tl))
 }
 
+/// One view is warmed at a time: pages opened together after a restart (a team following
+/// several links) load their frames in turn, each making room in the cache before it loads,
+/// instead of all at once over the cache's bound.
+static WARMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Builds a device's view indexes on the blocking pool behind a stored first view: the page
 /// that asked for it zooms next.
 fn warm_view(st: Shared, id: String, file: usize, f: Arc<LoadedFile>, device: i64, axis: TimelineAxis) {
     tokio::task::spawn_blocking(move || {
+        let _one_at_a_time = WARMING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let started = std::time::Instant::now();
         match f.prepare_view(device, axis) {
             Ok(()) => tracing::debug!(report = %id, file, device,
-                "view indexes built behind the stored first view in {:.0} ms", started.elapsed().as_secs_f64() * 1e3),
+                "view indexes built behind the stored first view in {:.0} ms (the file holds {} bytes)",
+                started.elapsed().as_secs_f64() * 1e3, f.bytes()),
             Err(e) => tracing::warn!(report = %id, file, device, "view indexes: {e}"),
         }
         st.files.reweigh(&id, file, &f);
