@@ -4,6 +4,7 @@
 //! answered from memory rather than read back from the store. An ingest takes the memory it
 //! will hold out of the same budget while it runs ([`LoadedFiles::reserve`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::reportdata::LoadedFile;
@@ -14,13 +15,8 @@ use crate::reportdata::LoadedFile;
 struct CachedFile {
     file: Arc<LoadedFile>,
     bytes: u64,
-}
-
-impl CachedFile {
-    fn new(file: Arc<LoadedFile>) -> CachedFile {
-        let bytes = file.bytes();
-        CachedFile { file, bytes }
-    }
+    /// When it was last asked for ([`LoadedFiles::tick`]), shared by the entry's clones.
+    used: Arc<AtomicU64>,
 }
 
 /// Weighs a cached file by the memory its loaded parts held when it was put in.
@@ -42,6 +38,10 @@ pub struct LoadedFiles {
     budget: u64,
     /// What running ingests have taken out of the budget.
     reserved: Mutex<u64>,
+    /// The budget less what is reserved: what the cached files may hold now.
+    capacity: AtomicU64,
+    /// Counts requests for files: the order files were last used in.
+    clock: AtomicU64,
 }
 
 /// Bytes taken out of the cache's budget until dropped ([`LoadedFiles::reserve`]).
@@ -64,6 +64,8 @@ impl LoadedFiles {
             cache: quick_cache::sync::Cache::with_weighter(EXPECTED_FILES, budget, FileWeight),
             budget,
             reserved: Mutex::new(0),
+            capacity: AtomicU64::new(budget),
+            clock: AtomicU64::new(0),
         }
     }
 
@@ -80,7 +82,9 @@ impl LoadedFiles {
     fn take_out(&self, change: impl FnOnce(u64) -> u64) {
         let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
         *reserved = change(*reserved);
-        self.cache.set_capacity(self.budget.saturating_sub(*reserved).max(1));
+        let capacity = self.budget.saturating_sub(*reserved).max(1);
+        self.capacity.store(capacity, Ordering::Relaxed);
+        self.cache.set_capacity(capacity);
     }
 
     /// File `file` of report `id`, opened by `open` when the cache does not hold it (concurrent
@@ -88,26 +92,30 @@ impl LoadedFiles {
     pub fn get_or_open(&self, id: &str, file: usize, open: impl FnOnce() -> LoadedFile) -> Arc<LoadedFile> {
         let key = (id.to_owned(), file);
         match self.cache.get_or_insert_with(&key, || {
-            Ok::<_, std::convert::Infallible>(CachedFile::new(Arc::new(open())))
+            let f = Arc::new(open());
+            let bytes = f.bytes();
+            Ok::<_, std::convert::Infallible>(self.entry(f, bytes))
         }) {
-            Ok(c) => c.file,
+            Ok(c) => {
+                c.used.store(self.tick(), Ordering::Relaxed);
+                c.file
+            }
             Err(never) => match never {},
         }
     }
 
     /// File `file` of report `id` if the cache holds it.
     pub fn get(&self, id: &str, file: usize) -> Option<Arc<LoadedFile>> {
-        self.cache.get(&(id.to_owned(), file)).map(|c| c.file)
+        self.cache.get(&(id.to_owned(), file)).map(|c| {
+            c.used.store(self.tick(), Ordering::Relaxed);
+            c.file
+        })
     }
 
     /// Puts a file in (one larger than the whole budget is not kept).
     pub fn insert(&self, id: &str, file: usize, f: Arc<LoadedFile>) {
-        let key = (id.to_owned(), file);
-        if f.bytes() > self.budget {
-            self.cache.remove(&key);
-        } else {
-            self.cache.insert(key, CachedFile::new(f));
-        }
+        let bytes = f.bytes();
+        self.put((id.to_owned(), file), f, bytes);
     }
 
     /// Weighs a cached file again after a query loaded more of it (or did not load what it
@@ -133,12 +141,52 @@ impl LoadedFiles {
         if !self.cache.get(&key).is_some_and(|cur| Arc::ptr_eq(&cur.file, f)) {
             return;
         }
-        let bytes = f.bytes() + extra;
+        self.put(key, f.clone(), f.bytes() + extra);
+    }
+
+    /// Puts `f` in weighing `bytes`, after letting other files go, least recently used first,
+    /// until it fits beside those that stay; one over the whole budget leaves instead. The
+    /// cache's own policy cannot be left to choose: it keeps a file already in ahead of a
+    /// newcomer that does not fit beside it, so a 2 GB report browsed first stayed, and each
+    /// one opened after it, as large, was let go as it made room for its frames: loaded again
+    /// by every query, while both were in memory (1.6 GB under `--cache-mb 1300`).
+    fn put(&self, key: (String, usize), f: Arc<LoadedFile>, bytes: u64) {
         if bytes > self.budget {
             self.cache.remove(&key);
-        } else {
-            self.cache.insert(key, CachedFile { file: f.clone(), bytes });
+            return;
         }
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        let mut others: Vec<((String, usize), u64, u64)> = self
+            .cache
+            .iter()
+            .filter(|(k, _)| *k != key)
+            .map(|(k, c)| (k, c.bytes.max(1), c.used.load(Ordering::Relaxed)))
+            .collect();
+        let mut total = others.iter().map(|o| o.1).sum::<u64>() + bytes.max(1);
+        others.sort_unstable_by_key(|o| o.2);
+        for (other, weight, _) in others {
+            if total <= capacity {
+                break;
+            }
+            self.cache.remove(&other);
+            total -= weight;
+        }
+        let entry = self.entry(f, bytes);
+        self.cache.insert(key, entry);
+    }
+
+    /// A cache entry for `f` weighing `bytes`, used now.
+    fn entry(&self, file: Arc<LoadedFile>, bytes: u64) -> CachedFile {
+        CachedFile {
+            file,
+            bytes,
+            used: Arc::new(AtomicU64::new(self.tick())),
+        }
+    }
+
+    /// The next tick of the clock files are ordered by use with.
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Drops every file of report `id`.

@@ -1129,6 +1129,38 @@ mod tests {
     }
 
     #[test]
+    fn a_file_about_to_load_takes_the_place_of_the_one_used_before_it() {
+        use crate::filecache::LoadedFiles;
+        let id = "0000000000000000000000000000000b";
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, "mlp_train.pickle");
+        let open = || LoadedFile::open(store.clone(), id, 0, &out.files[0]);
+        // Files that have loaded nothing yet, weighed by what they are about to load: room for
+        // one, not two.
+        let files = LoadedFiles::new(1000);
+        let a = files.get_or_open("a", 0, open);
+        files.make_room("a", 0, &a, 600);
+        // Weighed again once loaded (as `reweigh` does), then read by its queries.
+        files.make_room("a", 0, &a, 580);
+        for _ in 0..3 {
+            assert!(files.get("a", 0).is_some(), "a is read by its queries");
+        }
+        let b = files.get_or_open("b", 0, open);
+        files.make_room("b", 0, &b, 600);
+        assert!(files.get("b", 0).is_some(), "the file about to load is kept");
+        assert!(files.get("a", 0).is_none(), "the one used before it made room");
+        // Used more recently than b, c stays when d comes; b goes.
+        let c = files.get_or_open("c", 0, open);
+        files.make_room("c", 0, &c, 300);
+        assert!(files.get("b", 0).is_some() && files.get("c", 0).is_some());
+        assert!(files.get("c", 0).is_some());
+        let d = files.get_or_open("d", 0, open);
+        files.make_room("d", 0, &d, 600);
+        assert!(files.get("b", 0).is_none(), "the least recently used left");
+        assert!(files.get("c", 0).is_some() && files.get("d", 0).is_some());
+    }
+
+    #[test]
     fn a_loaded_file_weighs_its_parts_without_making_their_one_value_columns() {
         let id = "0000000000000000000000000000000a";
         let (_root, store) = store_with_report(id);

@@ -149,6 +149,15 @@ static WARMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn warm_view(st: Shared, id: String, file: usize, f: Arc<LoadedFile>, device: i64, axis: TimelineAxis) {
     tokio::task::spawn_blocking(move || {
         let _one_at_a_time = WARMING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // While it waited, the cache may have let the file go (or a query opened it again):
+        // warm the one queries will find, so that it is kept.
+        let f = match st.files.get(&id, file) {
+            Some(cached) => cached,
+            None => {
+                st.files.insert(&id, file, f.clone());
+                f
+            }
+        };
         let started = std::time::Instant::now();
         match f.prepare_view(device, axis) {
             Ok(()) => tracing::debug!(report = %id, file, device,
