@@ -61,7 +61,20 @@ impl LoadedFiles {
     pub fn new(budget: u64) -> LoadedFiles {
         let budget = budget.max(1);
         LoadedFiles {
-            cache: quick_cache::sync::Cache::with_weighter(EXPECTED_FILES, budget, FileWeight),
+            cache: quick_cache::sync::Cache::with_options(
+                quick_cache::OptionsBuilder::new()
+                    .estimated_items_capacity(EXPECTED_FILES)
+                    .weight_capacity(budget)
+                    // Every file up to the whole budget is admitted: by default 3 % is kept for
+                    // newcomers and a file heavier than the rest is refused. Which files leave
+                    // is decided by `put`.
+                    .hot_allocation(1.0)
+                    .build()
+                    .expect("valid cache options"),
+                FileWeight,
+                Default::default(),
+                Default::default(),
+            ),
             budget,
             reserved: Mutex::new(0),
             capacity: AtomicU64::new(budget),

@@ -1158,6 +1158,11 @@ mod tests {
         files.make_room("d", 0, &d, 600);
         assert!(files.get("b", 0).is_none(), "the least recently used left");
         assert!(files.get("c", 0).is_some() && files.get("d", 0).is_some());
+        // A file of nearly the whole budget is kept too, alone.
+        let e = files.get_or_open("e", 0, open);
+        files.make_room("e", 0, &e, 990);
+        assert!(files.get("e", 0).is_some(), "a file of 99 % of the budget is kept");
+        assert!(files.get("c", 0).is_none() && files.get("d", 0).is_none());
     }
 
     #[test]
