@@ -1,6 +1,6 @@
 //! memlens-core: everything between an uploaded file and the numbers in a report, with no
 //! HTTP. [`pipeline::run`] is the one entry point the CLI, the server and the benches call:
-//! [`source`] opens (and un-gzips) → [`importers::sniff`] names the format from the format table →
+//! [`source`] opens (and un-gzips; [`prefetch`] asks for a file ahead) → [`importers::sniff`] names the format from the format table →
 //! [`importers`] (one folder per format) fill the canonical [`tables`] (allocator history) and
 //! [`samples`] (whole-GPU samples from NVML logs) → [`analysis`] functions over polars frames →
 //! [`report`] assembles the summary the CLI and the server return. [`query`] answers
@@ -24,6 +24,7 @@ pub mod importers;
 pub mod names;
 #[cfg(feature = "analysis")]
 pub mod pipeline;
+pub mod prefetch;
 #[cfg(feature = "analysis")]
 pub mod query;
 #[cfg(feature = "analysis")]

@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use crate::error::ImportError;
 
@@ -51,10 +51,12 @@ pub struct Source {
 }
 
 impl Source {
+    /// A file on disk; from 4 MiB on, the kernel is asked for its next megabytes ahead of
+    /// the importer (see [`crate::prefetch`]).
     pub fn open(path: &Path, limits: SourceLimits) -> Result<Source, ImportError> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();
-        Source::from_reader(Box::new(file), len, limits)
+        Source::from_reader(crate::prefetch::reader(file, len), len, limits)
     }
 
     /// `len` is the raw (possibly compressed) length.
@@ -70,7 +72,7 @@ impl Source {
             let limit = limits
                 .max_decompressed
                 .min((len.saturating_mul(limits.max_ratio)).max(256 << 20));
-            let reader: Box<dyn Read + Send> = Box::new(GunzipPipe::spawn(raw, limit));
+            let reader: Box<dyn Read + Send> = Box::new(ChunkPipe::gunzip(raw, limit));
             return Source::with_head(reader, limit, true);
         }
         Source::with_head(raw, len, false)
@@ -123,61 +125,79 @@ pub enum PipeError {
     Gzip(String),
 }
 
-/// Decompresses on its own thread and hands 1 MiB chunks to the reader through a bounded
-/// channel, so inflating and decoding overlap on two cores. Dropping the pipe stops the thread
-/// and waits for it (at most the chunk it is inflating), so none outlives its reader.
-struct GunzipPipe {
+/// Bytes a pipe hands over at a time.
+const CHUNK: usize = 1 << 20;
+/// Chunks a pipe's thread may be ahead of its reader.
+const CHUNKS_AHEAD: usize = 4;
+
+/// Chunks made on a thread of their own (a gzip stream inflated) handed to the reader through
+/// a bounded channel, so inflating and decoding overlap on two cores; read chunks go back to
+/// the thread for reuse. Dropping the pipe stops the thread and waits for it (at most the
+/// chunk it is making), so none outlives its reader.
+struct ChunkPipe {
     /// `None` only while dropping.
-    rx: Option<Receiver<Result<Vec<u8>, PipeError>>>,
+    rx: Option<Receiver<std::io::Result<Vec<u8>>>>,
+    spare: SyncSender<Vec<u8>>,
     thread: Option<std::thread::JoinHandle<()>>,
     chunk: Vec<u8>,
     pos: usize,
     done: bool,
 }
 
-impl GunzipPipe {
-    fn spawn(raw: Box<dyn Read + Send>, limit: u64) -> GunzipPipe {
-        let (tx, rx) = sync_channel::<Result<Vec<u8>, PipeError>>(4);
-        let spawned = std::thread::Builder::new()
-            .name("memlens-gunzip".into())
-            .spawn(move || {
-                let mut dec = flate2::read::MultiGzDecoder::new(BufReader::with_capacity(256 << 10, raw));
-                let mut total = 0u64;
-                loop {
-                    let mut buf = vec![0u8; 1 << 20];
-                    let n = match read_up_to(&mut dec, &mut buf) {
-                        Ok(n) => n,
-                        Err(e) => {
-                            let _ = tx.send(Err(PipeError::Gzip(e.to_string())));
-                            return;
-                        }
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    total += n as u64;
-                    if total > limit {
-                        let _ = tx.send(Err(PipeError::TooLarge(limit)));
-                        return;
-                    }
+impl ChunkPipe {
+    /// Runs `produce` on a thread named `name`: it fills each buffer it is given (`fill`
+    /// returns how many bytes it wrote, 0 at the end) until the end, an error, or the reader
+    /// going away.
+    fn spawn<P>(name: &str, mut produce: P) -> ChunkPipe
+    where
+        P: FnMut(&mut [u8]) -> std::io::Result<usize> + Send + 'static,
+    {
+        let (tx, rx) = sync_channel::<std::io::Result<Vec<u8>>>(CHUNKS_AHEAD);
+        let (spare, spares) = sync_channel::<Vec<u8>>(CHUNKS_AHEAD);
+        let spawned = std::thread::Builder::new().name(name.into()).spawn(move || loop {
+            let mut buf = spares.try_recv().unwrap_or_default();
+            buf.resize(CHUNK, 0);
+            match produce(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
                     buf.truncate(n);
                     if tx.send(Ok(buf)).is_err() {
                         return; // reader gone
                     }
                 }
-            });
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        });
         let done = spawned.is_err();
-        GunzipPipe {
+        ChunkPipe {
             rx: Some(rx),
+            spare,
             thread: spawned.ok(),
             chunk: Vec::new(),
             pos: 0,
             done,
         }
     }
+
+    /// `raw` inflated (every gzip member), at most `limit` bytes of it.
+    fn gunzip(raw: Box<dyn Read + Send>, limit: u64) -> ChunkPipe {
+        let mut dec = flate2::read::MultiGzDecoder::new(BufReader::with_capacity(256 << 10, raw));
+        let mut total = 0u64;
+        ChunkPipe::spawn("memlens-gunzip", move |buf| {
+            let n = read_up_to(&mut dec, buf).map_err(|e| std::io::Error::other(PipeError::Gzip(e.to_string())))?;
+            total += n as u64;
+            if total > limit {
+                return Err(std::io::Error::other(PipeError::TooLarge(limit)));
+            }
+            Ok(n)
+        })
+    }
 }
 
-impl Drop for GunzipPipe {
+impl Drop for ChunkPipe {
     fn drop(&mut self) {
         // The thread's next send fails once the receiver is gone, and it returns.
         drop(self.rx.take());
@@ -187,7 +207,7 @@ impl Drop for GunzipPipe {
     }
 }
 
-impl Read for GunzipPipe {
+impl Read for ChunkPipe {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         while self.pos >= self.chunk.len() {
             if self.done {
@@ -196,12 +216,14 @@ impl Read for GunzipPipe {
             let Some(rx) = &self.rx else { return Ok(0) };
             match rx.recv() {
                 Ok(Ok(c)) => {
-                    self.chunk = c;
+                    let read = std::mem::replace(&mut self.chunk, c);
+                    // Full when the thread has its own spares; then it makes a new one.
+                    let _ = self.spare.try_send(read);
                     self.pos = 0;
                 }
                 Ok(Err(e)) => {
                     self.done = true;
-                    return Err(std::io::Error::other(e));
+                    return Err(e);
                 }
                 Err(_) => {
                     self.done = true;
@@ -222,15 +244,13 @@ mod tests {
 
     use super::*;
 
-    /// Threads of this process named `memlens-gunzip` (Linux: `/proc/self/task/*/comm`).
-    fn gunzip_threads() -> usize {
+    /// Threads of this process named `name` (Linux: `/proc/self/task/*/comm`).
+    fn threads_named(name: &str) -> usize {
         std::fs::read_dir("/proc/self/task")
             .map(|tasks| {
                 tasks
                     .filter_map(|t| t.ok())
-                    .filter(|t| {
-                        std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "memlens-gunzip")
-                    })
+                    .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
                     .count()
             })
             .unwrap_or(0)
@@ -250,8 +270,8 @@ mod tests {
         assert!(source.gzip);
         let mut some = vec![0u8; 3 << 20];
         source.reader.read_exact(&mut some).expect("read");
-        assert_eq!(gunzip_threads(), 1, "still inflating the rest");
+        assert_eq!(threads_named("memlens-gunzip"), 1, "still inflating the rest");
         drop(source);
-        assert_eq!(gunzip_threads(), 0, "the pipe waited for its thread");
+        assert_eq!(threads_named("memlens-gunzip"), 0, "the pipe waited for its thread");
     }
 }

@@ -14,6 +14,7 @@ use memlens_core::pipeline::{self, Input, PipelineSink};
 #[derive(Default)]
 struct Timings {
     analysing_at: Option<Instant>,
+    cpu_at_analysis: f64,
     hwm_after_decode: u64,
 }
 
@@ -21,6 +22,7 @@ impl PipelineSink for Timings {
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
         if stage == Stage::Analysing && self.analysing_at.is_none() {
             self.analysing_at = Some(Instant::now());
+            self.cpu_at_analysis = common::cpu_seconds();
             self.hwm_after_decode = common::rss().0;
         }
     }
@@ -30,6 +32,7 @@ fn main() {
     let path = common::bench_file();
     let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let (_, base_rss) = common::rss();
+    let cpu0 = common::cpu_seconds();
     let t0 = Instant::now();
     let mut timings = Timings::default();
     let out = match pipeline::run(vec![Input::path(&path)], Default::default(), &mut timings) {
@@ -40,6 +43,7 @@ fn main() {
         }
     };
     let end = Instant::now();
+    let cpu_end = common::cpu_seconds();
     let (hwm, _) = common::rss();
     let split = timings.analysing_at.unwrap_or(end);
     let (decode, analysis) = (split - t0, end - split);
@@ -57,9 +61,26 @@ fn main() {
         summary.gzip
     );
     println!("trace entries   {rows}");
-    println!("decode+tables   {:.3} s", decode.as_secs_f64());
-    println!("analysis        {:.3} s", analysis.as_secs_f64());
-    println!("total           {:.3} s", (decode + analysis).as_secs_f64());
+    let cpu_split = if timings.analysing_at.is_some() {
+        timings.cpu_at_analysis
+    } else {
+        cpu_end
+    };
+    println!(
+        "decode+tables   {:.3} s (cpu {:.3} s)",
+        decode.as_secs_f64(),
+        cpu_split - cpu0
+    );
+    println!(
+        "analysis        {:.3} s (cpu {:.3} s)",
+        analysis.as_secs_f64(),
+        cpu_end - cpu_split
+    );
+    println!(
+        "total           {:.3} s (cpu {:.3} s)",
+        (decode + analysis).as_secs_f64(),
+        cpu_end - cpu0
+    );
     println!(
         "peak RSS        {:.1} MiB (after decode: {:.1} MiB; process baseline {:.1} MiB)",
         common::mib(hwm),

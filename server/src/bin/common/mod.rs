@@ -81,6 +81,19 @@ pub fn rss() -> (u64, u64) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+/// CPU seconds this process has used so far, user and system, all threads (`getrusage`): set
+/// against a stage's wall time it says how many cores the stage kept busy.
+#[allow(dead_code)]
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes the struct it is given and nothing else.
+    let mut usage = unsafe { std::mem::zeroed::<libc::rusage>() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
 /// Bytes in MiB.
 #[allow(dead_code)]
 pub fn mib(b: u64) -> f64 {
