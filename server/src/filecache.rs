@@ -125,6 +125,11 @@ impl LoadedFiles {
         })
     }
 
+    /// Whether a file of `bytes` could be kept at all (it is at most the whole budget).
+    pub fn could_keep(&self, bytes: u64) -> bool {
+        bytes <= self.budget
+    }
+
     /// Puts a file in (one larger than the whole budget is not kept).
     pub fn insert(&self, id: &str, file: usize, f: Arc<LoadedFile>) {
         let bytes = f.bytes();

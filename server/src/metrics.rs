@@ -19,6 +19,7 @@ pub struct Metrics {
     ingest_failed: Counter,
     ingest_seconds: Histogram,
     file_loads: Counter,
+    view_warms: Counter,
     imports_ahead: Counter,
     imports_ahead_pending: Gauge,
 }
@@ -34,6 +35,7 @@ impl Default for Metrics {
             ingest_failed: Counter::default(),
             ingest_seconds: Histogram::new(BUCKETS),
             file_loads: Counter::default(),
+            view_warms: Counter::default(),
             imports_ahead: Counter::default(),
             imports_ahead_pending: Gauge::default(),
         };
@@ -65,6 +67,11 @@ impl Default for Metrics {
             "memlens_file_loads",
             "Snapshot files of reports loaded from the store for queries",
             m.file_loads.clone(),
+        );
+        m.registry.register(
+            "memlens_view_warms",
+            "Views whose zoom indexes were built behind a stored first view (a page opened after a restart)",
+            m.view_warms.clone(),
         );
         m.registry.register(
             "memlens_imports_ahead",
@@ -102,6 +109,11 @@ impl Metrics {
     /// A report's snapshot file was loaded from the store (not found in the cache).
     pub fn file_loaded(&self) {
         self.file_loads.inc();
+    }
+
+    /// A view's zoom indexes began to be built behind its stored first view.
+    pub fn view_warm_begun(&self) {
+        self.view_warms.inc();
     }
 
     /// An upload's import began while it arrived.

@@ -414,7 +414,7 @@ impl LoadedFile {
     /// columns per entry (time, allocated), the lifetimes' per allocation (addr, size, stack,
     /// 32-bit entry indexes, category and rule; a stream column where there are several), as
     /// [`device_frames_bytes`] counts them.
-    fn frames_estimate(&self) -> u64 {
+    pub fn frames_estimate(&self) -> u64 {
         self.summary
             .devices
             .iter()

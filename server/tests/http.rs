@@ -811,15 +811,7 @@ fn ranks_uploaded_together_get_a_run_overview_and_any_two_compare_like_the_cli()
 
 /// `memlens_file_loads_total` from `/metrics`.
 fn file_loads(s: &Server) -> u64 {
-    let m = ureq::get(&s.url("/metrics"))
-        .call()
-        .expect("metrics")
-        .into_string()
-        .expect("text");
-    m.lines()
-        .find_map(|l| l.strip_prefix("memlens_file_loads_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no file-load counter in {m}"))
+    counter(s, "memlens_file_loads")
 }
 
 #[test]
@@ -881,13 +873,31 @@ fn a_report_just_processed_answers_its_first_queries_from_memory_as_after_a_rest
 /// A server that processed `trace` into a fresh data directory (kept while the first value
 /// lives), then was killed and started again on it; and the report's id.
 fn processed_then_restarted(tag: &str, trace: &str) -> (TestDir, Server, String) {
+    processed_then_restarted_with(tag, trace, &[])
+}
+
+/// [`processed_then_restarted`], the server restarted with `args`.
+fn processed_then_restarted_with(tag: &str, trace: &str, args: &[&str]) -> (TestDir, Server, String) {
     let dir = tmpdir(tag);
     let s = Server::serve_on(&dir, &[]);
     let id = upload_trace(&s, trace)["id"].as_str().expect("id").to_owned();
     assert_eq!(wait_done(&s, &id)["state"], "ready");
     s.kill();
-    let s = Server::serve_on(&dir, &[]);
+    let s = Server::serve_on(&dir, args);
     (dir, s, id)
+}
+
+/// A counter of `/metrics` by name.
+fn counter(s: &Server, name: &str) -> u64 {
+    let m = ureq::get(&s.url("/metrics"))
+        .call()
+        .expect("metrics")
+        .into_string()
+        .expect("text");
+    m.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}_total ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no counter {name} in {m}"))
 }
 
 #[test]
@@ -940,6 +950,24 @@ fn a_stored_first_view_has_its_zoom_indexes_built_behind_it() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(file_loads(&s), 1);
+    assert_eq!(counter(&s, "memlens_view_warms"), 1);
+}
+
+#[test]
+fn a_report_too_large_for_the_cache_is_not_warmed_behind_its_stored_first_view() {
+    // No room for any file: each query loads what it reads and lets it go, so building the
+    // indexes behind the first view would load the frames for nothing.
+    let (_dir, s, id) = processed_then_restarted_with("nowarm", "mlp_train.pickle", &["--cache-mb", "0"]);
+    let (code, v) = get_json(&s, &format!("/api/reports/{id}/timeline?overview=true&width=700"));
+    assert_eq!(
+        (code, &v["width"]),
+        (200, &serde_json::json!(1500)),
+        "the stored first view: {v}"
+    );
+    // A zoom is answered all the same, from frames loaded for it.
+    let (code, v) = get_json(&s, &format!("/api/reports/{id}/timeline?width=700"));
+    assert_eq!((code, &v["width"]), (200, &serde_json::json!(700)), "{v}");
+    assert_eq!(counter(&s, "memlens_view_warms"), 0);
 }
 
 #[test]

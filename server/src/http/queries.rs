@@ -133,7 +133,10 @@ pub async fn timeline(
     })
     .await?;
     st.files.reweigh(&id, fi, &f);
-    if stored && f.claim_warming() {
+    // A file whose frames alone are over the cache's whole budget is loaded by each query and
+    // dropped after: warming it would load its frames for nothing.
+    if stored && st.files.could_keep(f.frames_estimate()) && f.claim_warming() {
+        st.metrics.view_warm_begun();
         warm_view(st, id, fi, f, device, axis);
     }
     Ok(Json(tl))

@@ -198,7 +198,10 @@ impl ReportStore for LocalStore {
 
     fn open_upload(&self, id: &str, key: &str) -> StoreResult<Box<dyn Read + Send>> {
         check_key(key)?;
-        Ok(Box::new(File::open(self.report_dir(id)?.join("uploads").join(key))?))
+        let file = File::open(self.report_dir(id)?.join("uploads").join(key))?;
+        let len = file.metadata()?.len();
+        // Asked of the disk ahead of the import, as a file the CLI analyses is.
+        Ok(memlens_core::prefetch::reader(file, len))
     }
 
     fn data_writer(&self, id: &str) -> StoreResult<Box<dyn DataWriter>> {
