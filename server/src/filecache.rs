@@ -45,12 +45,12 @@ pub struct LoadedFiles {
 }
 
 /// Bytes taken out of the cache's budget until dropped ([`LoadedFiles::reserve`]).
-pub struct Reservation<'a> {
-    files: &'a LoadedFiles,
+pub struct Reservation {
+    files: Arc<LoadedFiles>,
     bytes: u64,
 }
 
-impl Drop for Reservation<'_> {
+impl Drop for Reservation {
     fn drop(&mut self) {
         self.files.take_out(|reserved| reserved.saturating_sub(self.bytes));
     }
@@ -86,10 +86,13 @@ impl LoadedFiles {
     /// the files used least recently leave until the rest fits, so that an ingest's working
     /// memory comes out of `--cache-mb` instead of on top of it. Files loaded meanwhile share
     /// what is left, and may be let go as soon as their query is answered.
-    pub fn reserve(&self, bytes: u64) -> Reservation<'_> {
+    pub fn reserve(self: &Arc<Self>, bytes: u64) -> Reservation {
         let bytes = bytes.min(self.budget);
         self.take_out(|reserved| reserved + bytes);
-        Reservation { files: self, bytes }
+        Reservation {
+            files: self.clone(),
+            bytes,
+        }
     }
 
     fn take_out(&self, change: impl FnOnce(u64) -> u64) {

@@ -217,6 +217,18 @@ impl Ingest {
         Some(feed)
     }
 
+    /// Takes what the import begun for upload `key` of report `id` will hold out of the cache's
+    /// budget, from now until its job has the tables (the job's own reservation covers the
+    /// rest): the files used least recently leave before the import grows, instead of staying
+    /// beside it while the upload arrives. `size_bound` is the upload's declared length;
+    /// `head`, its first bytes, says whether it is gzipped.
+    pub fn reserve_for_pre_import(&self, id: &str, key: &str, size_bound: u64, head: &[u8]) {
+        if let Some(files) = &self.files {
+            let gzip = head.starts_with(&[0x1f, 0x8b]);
+            self.pre_imports.hold(id, key, files.reserve(peak_of(size_bound, gzip)));
+        }
+    }
+
     /// Forgets what was begun for the uploads of report `id` (refused, or never created).
     pub fn forget_pre_imports(&self, id: &str) {
         self.pre_imports.forget(id);
@@ -354,7 +366,7 @@ impl Ingest {
         // Dropped before the report just processed goes into the cache.
         let reservation = self
             .files
-            .as_deref()
+            .as_ref()
             .map(|files| files.reserve(self.peak_bytes(id, &record.files)));
         let inputs = record
             .files
@@ -418,7 +430,7 @@ impl Ingest {
     /// room for it while the ingest runs): gzipped uploads, known by their first two bytes,
     /// count as [`GZIP_RATIO`] times their size.
     fn peak_bytes(&self, id: &str, files: &[crate::store::StoredFile]) -> u64 {
-        let content: u64 = files
+        files
             .iter()
             .map(|f| {
                 let mut magic = [0u8; 2];
@@ -427,15 +439,16 @@ impl Ingest {
                     .open_upload(id, &f.key)
                     .and_then(|mut r| r.read_exact(&mut magic).map_err(Into::into))
                     .is_ok_and(|()| magic == [0x1f, 0x8b]);
-                if gzip {
-                    f.size.saturating_mul(GZIP_RATIO)
-                } else {
-                    f.size
-                }
+                peak_of(f.size, gzip)
             })
-            .sum();
-        (content as f64 * PEAK_PER_BYTE) as u64
+            .sum()
     }
+}
+
+/// What importing and analysing an upload of `size` bytes holds at its peak, roughly.
+fn peak_of(size: u64, gzip: bool) -> u64 {
+    let content = if gzip { size.saturating_mul(GZIP_RATIO) } else { size };
+    (content as f64 * PEAK_PER_BYTE) as u64
 }
 
 /// Whether an error's text is the disk running out of space: ENOSPC as Rust's `io::Error` shows

@@ -24,6 +24,7 @@ use memlens_core::pipeline::PendingImport;
 use memlens_core::source::Source;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::filecache::Reservation;
 use crate::store::ReportStore;
 
 /// How far an upload has been written, and how it ended.
@@ -135,10 +136,12 @@ impl Read for FollowingReader {
     }
 }
 
-/// An import begun for one upload, with the slot it holds.
+/// An import begun for one upload, with the slot it holds and what it takes out of the file
+/// cache's budget while it waits for its job.
 struct Begun {
     import: memlens_core::importers::BegunImport,
     slot: OwnedSemaphorePermit,
+    reservation: Option<Reservation>,
 }
 
 /// The imports begun while uploads arrive, by (report, upload key).
@@ -190,18 +193,36 @@ impl PreImports {
             }
         };
         if let Ok(mut m) = self.begun.lock() {
-            m.insert((id.to_owned(), key.to_owned()), Begun { import, slot });
+            m.insert(
+                (id.to_owned(), key.to_owned()),
+                Begun {
+                    import,
+                    slot,
+                    reservation: None,
+                },
+            );
         }
         Some(FeedGuard { feed, done: false })
     }
 
+    /// Keeps `reservation` with the import begun for upload `key` of report `id` until it is
+    /// taken or forgotten (dropped at once when there is none).
+    pub fn hold(&self, id: &str, key: &str, reservation: Reservation) {
+        if let Ok(mut m) = self.begun.lock() {
+            if let Some(b) = m.get_mut(&(id.to_owned(), key.to_owned())) {
+                b.reservation = Some(reservation);
+            }
+        }
+    }
+
     /// The import begun for upload `key` of report `id`, as a pipeline input's import; its
-    /// slot is given back once the tables are handed over.
+    /// slot and its reservation are given back once the tables are handed over.
     pub fn take(&self, id: &str, key: &str) -> Option<PendingImport> {
         let begun = self.begun.lock().ok()?.remove(&(id.to_owned(), key.to_owned()))?;
         Some(Box::new(move || {
             let imported: Result<ImportedFile, _> = begun.import.wait();
             drop(begun.slot);
+            drop(begun.reservation);
             imported
         }))
     }

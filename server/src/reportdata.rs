@@ -1201,7 +1201,7 @@ mod tests {
         let probe = open();
         probe.devices().expect("frames");
         // Room for two files' frames.
-        let files = LoadedFiles::new(probe.bytes() * 5 / 2);
+        let files = Arc::new(LoadedFiles::new(probe.bytes() * 5 / 2));
         loaded(&files, "a");
         loaded(&files, "b");
         assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());

@@ -837,6 +837,65 @@ fn loaded_reports_are_kept_within_the_cache_budget_and_one_larger_is_not_kept() 
 }
 
 #[test]
+fn an_upload_imported_while_it_arrives_makes_room_in_the_cache_before_it_grows() {
+    // A cache of 1 MiB holds the small report just processed; an upload of 1.6 MB, imported
+    // while it arrives, will hold more than the whole budget: the report leaves as soon as the
+    // upload's first bytes are in, not once the upload is over (its queries then load it again).
+    let s = Server::serve_in(tmpdir("room"), &["--cache-mb", "1"]);
+    if shared_backend().is_some() {
+        return; // A shared store's uploads are imported by their jobs, after they arrive.
+    }
+    let kept = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &kept)["state"], "ready");
+    let query = || {
+        let (code, v) = get_json(&s, &format!("/api/reports/{kept}/timeline?width=300"));
+        assert_eq!(code, 200, "{v}");
+    };
+    query();
+    query();
+    assert_eq!(file_loads(&s), 0, "the report just processed is in the cache");
+
+    use std::io::{Read, Write};
+    let name = "kv_cache_inference.pickle";
+    let bytes = std::fs::read(trace(name)).expect("trace");
+    let addr = s.base.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        c,
+        "POST /api/reports?name={name} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        bytes.len()
+    )
+    .expect("head");
+    c.write_all(&bytes[..bytes.len() / 2]).expect("half");
+    c.flush().expect("flush");
+    let start = Instant::now();
+    while file_loads(&s) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the cached report stayed while the upload arrived"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        query();
+    }
+    assert_eq!(counter(&s, "memlens_imports_ahead"), 2);
+    // The rest arrives; the upload is a report like any other.
+    c.write_all(&bytes[bytes.len() / 2..]).expect("rest");
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let body = &answer[answer.find("\r\n\r\n").expect("head") + 4..];
+    let v: Value = serde_json::from_str(body).expect("json");
+    let id = v["id"].as_str().expect("id");
+    assert_eq!(wait_done(&s, id)["state"], "ready");
+    let (_, summary) = get_json(&s, &format!("/api/reports/{id}"));
+    assert_eq!(
+        summary["files"][0]["devices"][0]["peak_allocated_bytes"],
+        oracle_value_of(name),
+        "{summary}"
+    );
+}
+
+#[test]
 fn a_report_just_processed_answers_its_first_queries_from_memory_as_after_a_restart() {
     let dir = tmpdir("warm");
     let s = Server::serve_on(&dir, &[]);

@@ -159,9 +159,11 @@ where
         .map_err(internal)?
         .map_err(store_error)?;
     // Dropped on any early return below: the import ahead then fails and ends.
-    let feed = import_ahead.and_then(|bound| st.ingest.begin_pre_import(id, key, bound.min(*budget)));
+    let bound = import_ahead.map(|bound| bound.min(*budget));
+    let feed = bound.and_then(|bound| st.ingest.begin_pre_import(id, key, bound));
     let mut written = 0u64;
     let mut stored = 0u64;
+    let mut reserved = false;
     let mut batch = Vec::with_capacity(WRITE_BATCH);
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
@@ -170,6 +172,16 @@ where
             return Err(ApiError::TooLarge(limit));
         }
         batch.extend_from_slice(&chunk);
+        if let (false, Some(_), Some(bound), Some(head)) = (reserved, &feed, bound, batch.get(..2)) {
+            // The import ahead is about to grow: the cache makes room for it first, as soon as
+            // the first bytes say whether it is gzipped (files leaving memory are freed on the
+            // blocking pool).
+            let (ingest, id, key, head) = (st.ingest.clone(), id.to_owned(), key.to_owned(), head.to_vec());
+            tokio::task::spawn_blocking(move || ingest.reserve_for_pre_import(&id, &key, bound, &head))
+                .await
+                .map_err(internal)?;
+            reserved = true;
+        }
         if batch.len() >= WRITE_BATCH {
             stored += batch.len() as u64;
             writer = write_batch(writer, std::mem::replace(&mut batch, Vec::with_capacity(WRITE_BATCH))).await?;
