@@ -6,6 +6,7 @@
 //! settings, annotations) by schema once decoding is done. Frame lists shared through the
 //! pickle memo become shared stack ids.
 
+use super::pickle::flat::{FlatDict, FlatKeys, ITEMS};
 use super::pickle::{AppendHook, Heap, Kind, PResult, PickleError, Val, V};
 use crate::tables::{
     Action, BlockRows, BlockState, EventNote, FrameTable, SegmentRows, SnapshotColumns, TraceRows, NO_TIME,
@@ -38,6 +39,8 @@ struct Keys {
     /// an entry instead of a scan of the entry per field.
     field_of: Vec<u8>,
     frame: FrameKeys,
+    /// `action` (an entry's first key as PyTorch writes it) and `frames` (its one list).
+    flat: FlatKeys,
 }
 
 impl Keys {
@@ -63,7 +66,20 @@ impl Keys {
             }
             field_of[id] = field as u8;
         }
-        Keys { field_of, frame }
+        let flat = FlatKeys {
+            first: heap.strings.intern("action"),
+            list: heap.strings.intern("frames"),
+        };
+        Keys { field_of, frame, flat }
+    }
+
+    /// The [`Field`] an interned key names.
+    #[inline]
+    fn field(&self, key: u32) -> Option<usize> {
+        match self.field_of.get(key as usize) {
+            Some(&f) if f != NOT_A_FIELD => Some(f as usize),
+            _ => None,
+        }
     }
 
     /// The values of an entry dict's fields; when a key repeats, the last one wins (as in
@@ -72,10 +88,20 @@ impl Keys {
         let mut found = [None; FIELDS];
         for kv in heap.objs[dict as usize].items.chunks_exact(2) {
             if let V::Str(id) = heap.get(kv[0]) {
-                match self.field_of.get(id as usize) {
-                    Some(&f) if f != NOT_A_FIELD => found[f as usize] = Some(kv[1]),
-                    _ => {}
+                if let Some(f) = self.field(id) {
+                    found[f] = Some(kv[1]);
                 }
+            }
+        }
+        found
+    }
+
+    /// The values of a flat entry's fields, the last one winning.
+    fn flat_fields(&self, entry: &FlatDict) -> [Option<Val>; FIELDS] {
+        let mut found = [None; FIELDS];
+        for &(key, v) in &entry.pairs {
+            if let Some(f) = self.field(key) {
+                found[f] = Some(v);
             }
         }
         found
@@ -161,6 +187,9 @@ impl AppendHook for TraceLowering {
     /// turned away here (inlined into the VM); entries go on to [`TraceLowering::lower_entry`].
     #[inline]
     fn on_append(&mut self, heap: &mut Heap, list: u32, item: Val, offset: u64) -> PResult<bool> {
+        if item == Val::LOWERED_ENTRY {
+            return Ok(true); // lowered where it was read (`lower_flat`)
+        }
         let d = match heap.get(item) {
             V::Obj(d) if heap.kind(d) == Kind::Dict => d,
             V::Consumed => {
@@ -177,6 +206,18 @@ impl AppendHook for TraceLowering {
         }
         self.lower_entry(heap, list, d, offset)
     }
+
+    fn flat_keys(&mut self, heap: &mut Heap) -> Option<FlatKeys> {
+        Some(self.keys.get_or_insert_with(|| Keys::intern(heap)).flat)
+    }
+
+    fn lower_flat(&mut self, heap: &mut Heap, list: u32, entry: &FlatDict, offset: u64) -> PResult<Option<Val>> {
+        let keys = self.keys.get_or_insert_with(|| Keys::intern(heap));
+        let f = keys.flat_fields(entry);
+        Ok(self
+            .lower_fields(heap, list, &f, &entry.items, offset)?
+            .map(Val::stack))
+    }
 }
 
 impl TraceLowering {
@@ -185,9 +226,30 @@ impl TraceLowering {
     fn lower_entry(&mut self, heap: &mut Heap, list: u32, d: u32, offset: u64) -> PResult<bool> {
         let keys = self.keys.get_or_insert_with(|| Keys::intern(heap));
         let f = keys.fields(heap, d);
+        if self.lower_fields(heap, list, &f, &[], offset)?.is_none() {
+            return Ok(false);
+        }
+        heap.objs[d as usize].lowered = Val::consumed();
+        Ok(true)
+    }
+
+    /// Turns an entry's fields, appended to `list`, into a trace row: the row's stack id, or
+    /// `None` (and nothing changed) when they are no entry. A `frames` value [`ITEMS`] is a
+    /// list read flat, whose items are `items`.
+    fn lower_fields(
+        &mut self,
+        heap: &mut Heap,
+        list: u32,
+        f: &[Option<Val>; FIELDS],
+        items: &[Val],
+        offset: u64,
+    ) -> PResult<Option<u32>> {
+        let Some(keys) = self.keys.as_ref() else {
+            return Ok(None);
+        };
         let frame_keys = keys.frame;
         let Some(V::Str(action_id)) = f[Field::Action as usize].map(|v| heap.get(v)) else {
-            return Ok(false);
+            return Ok(None);
         };
         let action = self.action(heap, action_id);
         let int = |field: Field| f[field as usize].and_then(|v| heap.int_of(v));
@@ -203,6 +265,7 @@ impl TraceLowering {
         let category = text(Field::Category).map(str::to_owned);
         let action_name = (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
         let stack = match f[Field::Frames as usize] {
+            Some(ITEMS) => self.frames.stack_of_items(heap, items, &frame_keys, offset)?,
             Some(v) => self.frames.stack_of(heap, v, &frame_keys, offset)?,
             None => self.frames.empty_stack(),
         };
@@ -236,8 +299,7 @@ impl TraceLowering {
                 })
             }
         };
-        heap.objs[d as usize].lowered = Val::consumed();
-        Ok(true)
+        Ok(Some(stack))
     }
 }
 
@@ -269,6 +331,18 @@ impl FrameTable {
                 msg: "`frames` is not a list".into(),
             }),
         }
+    }
+
+    /// The stack id of a frame list read flat: its items.
+    fn stack_of_items(&mut self, heap: &mut Heap, items: &[Val], keys: &FrameKeys, offset: u64) -> PResult<u32> {
+        let mut ids = std::mem::take(&mut self.pending);
+        ids.clear();
+        for &f in items {
+            self.frames_of(heap, f, keys, offset, &mut ids)?;
+        }
+        let id = self.intern_stack(&ids);
+        self.pending = ids;
+        Ok(id)
     }
 
     /// The frame(s) one frame value stands for, appended to `out`: the frame itself, and for a

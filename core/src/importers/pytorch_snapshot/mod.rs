@@ -35,9 +35,35 @@ impl Importer for PytorchSnapshotImporter {
 
 /// Decodes a snapshot into column builders.
 pub fn decode_snapshot(source: Source, options: &ImportOptions) -> Result<crate::tables::SnapshotColumns, ImportError> {
+    decode_with(source, options, lower::TraceLowering::new(), |l| l)
+}
+
+/// [`decode_snapshot`] with every dict made by the general machine, none read flat
+/// ([`pickle::flat`]): the reference flat reads are checked against.
+pub fn decode_snapshot_by_machine(
+    source: Source,
+    options: &ImportOptions,
+) -> Result<crate::tables::SnapshotColumns, ImportError> {
+    decode_with(source, options, MachineOnly(lower::TraceLowering::new()), |m| m.0)
+}
+
+/// The trace lowering without its flat reads.
+struct MachineOnly(lower::TraceLowering);
+
+impl pickle::AppendHook for MachineOnly {
+    fn on_append(&mut self, heap: &mut pickle::Heap, list: u32, item: pickle::Val, offset: u64) -> pickle::PResult<bool> {
+        self.0.on_append(heap, list, item, offset)
+    }
+}
+
+fn decode_with<H: pickle::AppendHook>(
+    source: Source,
+    options: &ImportOptions,
+    mut hook: H,
+    lowering: fn(H) -> lower::TraceLowering,
+) -> Result<crate::tables::SnapshotColumns, ImportError> {
     let mut input = pickle::Input::new(source.reader, source.bound);
-    let mut lowering = lower::TraceLowering::new();
-    let decoded = pickle::decode(&mut input, options.pickle, &mut lowering).map_err(|e| match e {
+    let decoded = pickle::decode(&mut input, options.pickle, &mut hook).map_err(|e| match e {
         pickle::PickleError::Input(_) => match input_error(&mut input) {
             Some(err) => err,
             None => ImportError::Pickle(e),
@@ -45,7 +71,7 @@ pub fn decode_snapshot(source: Source, options: &ImportOptions) -> Result<crate:
         other => ImportError::Pickle(other),
     })?;
     let pickle::Decoded { root, mut heap } = decoded;
-    Ok(lower::lower_root(&mut heap, root, lowering)?)
+    Ok(lower::lower_root(&mut heap, root, lowering(hook))?)
 }
 
 /// Re-reads the reader's error to recover typed gzip errors (limit, corrupt stream).

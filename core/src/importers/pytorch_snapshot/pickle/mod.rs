@@ -13,6 +13,8 @@
 //!   stack id, a frame id) so that later memo references still resolve, and its slot is reused;
 //! - every item appended to a list is first offered to the hook, which turns trace entries
 //!   into table rows on the spot: the trace never exists as an object tree.
+//! - a dict about to be appended to a list may instead be read flat from its bytes and handed
+//!   to the hook ([`flat`]): a trace entry then never exists as a dict at all.
 //!
 //! Bounds on hostile input: nesting depth, open MARKs, memo index density and a total memory
 //! budget are capped; every length prefix is checked against what the input can still hold
@@ -22,7 +24,9 @@ use std::io::Read;
 
 use rustc_hash::FxHashMap;
 
+pub mod flat;
 mod memo;
+use flat::{FlatDict, FlatKeys, Memoized};
 use memo::Memo;
 
 /// Limits that keep hostile input from exhausting the process.
@@ -68,6 +72,10 @@ const T_OBJ: u64 = 8;
 const T_STACK: u64 = 9;
 const T_FRAME: u64 = 10;
 const T_CONSUMED: u64 = 11;
+/// A list read flat ([`flat::ITEMS`]).
+const T_ITEMS: u64 = 12;
+/// A trace entry lowered where it was read ([`Val::LOWERED_ENTRY`]).
+const T_LOWERED: u64 = 13;
 const T_UNSET: u64 = 15;
 
 /// A decoded value, as seen by code outside the VM.
@@ -92,6 +100,9 @@ pub enum V {
 
 impl Val {
     pub const NONE: Val = Val(T_NONE);
+    /// What stands on the stack for a trace entry read flat and already lowered into a row of
+    /// the list it will be appended to ([`flat`]): the append hook takes it as consumed.
+    pub const LOWERED_ENTRY: Val = Val(T_LOWERED);
     const UNSET: Val = Val(T_UNSET);
     #[inline]
     fn tag(self) -> u64 {
@@ -443,6 +454,19 @@ pub trait AppendHook {
     /// Returns `true` when the hook consumed `item` (the VM then drops its reference and does
     /// not store it in `list`).
     fn on_append(&mut self, heap: &mut Heap, list: u32, item: Val, offset: u64) -> PResult<bool>;
+
+    /// The keys of the dicts the hook would consume if read flat ([`flat`]); `None` (the
+    /// default): every dict is made by the machine.
+    fn flat_keys(&mut self, _heap: &mut Heap) -> Option<FlatKeys> {
+        None
+    }
+
+    /// Consumes a dict read flat, about to be appended to `list` (a list below the innermost
+    /// MARK): `Ok(None)` when the hook would not consume it (the machine then reads it), else
+    /// what the memo is to hold for the dict's list (when it has one).
+    fn lower_flat(&mut self, _heap: &mut Heap, _list: u32, _dict: &FlatDict, _offset: u64) -> PResult<Option<Val>> {
+        Ok(None)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -590,6 +614,19 @@ impl<R: Read> Input<R> {
         Ok(out)
     }
 
+    /// The bytes from the current position on, at least `want` of them unless the input ends
+    /// first (reading more when fewer are buffered); nothing is consumed.
+    fn window(&mut self, want: usize) -> PResult<&[u8]> {
+        while self.end - self.pos < want && self.fill()? {}
+        Ok(&self.buf[self.pos..self.end])
+    }
+
+    /// Consumes `n` bytes of the last [`Input::window`].
+    fn skip(&mut self, n: usize) {
+        debug_assert!(self.pos + n <= self.end);
+        self.pos += n;
+    }
+
     /// Bytes left after the current position (reads to the end).
     fn count_rest(&mut self) -> PResult<u64> {
         let mut n = (self.end - self.pos) as u64;
@@ -620,6 +657,12 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
     let mut memo = Memo::default();
     // Values taken off the stack by POP_MARK, kept between opcodes.
     let mut scratch: Vec<Val> = Vec::new();
+    // Trace entries read flat (`flat`), when the hook reads them so.
+    let mut flat_keys: Option<Option<FlatKeys>> = None;
+    let mut flat_dict = FlatDict::default();
+    // Lists with a dict made by the machine waiting on the stack to be appended: until it is,
+    // no entry for them is read flat, since it would become a row before that dict's.
+    let mut waiting: Vec<u32> = Vec::new();
 
     let first_offset = input.offset();
     let first = input.u8("the PROTO opcode")?;
@@ -785,6 +828,41 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                 let v = Val::with(T_BYTES, (heap.bytes.len() - 1) as u32);
                 push(&mut stack, &mut heap, v, at)?;
             }
+            // EMPTY_DICT of a trace entry, read flat when it can be (see `flat`).
+            b'}' if flat_candidate(&stack, &marks, &heap).is_some() => {
+                let keys = *flat_keys.get_or_insert_with(|| hook.flat_keys(&mut heap));
+                let list = flat_candidate(&stack, &marks, &heap).unwrap_or_default();
+                let read = match keys {
+                    Some(keys) if !waiting.contains(&list) => {
+                        let bytes = input.window(FLAT_WINDOW)?;
+                        flat::read(bytes, &mut heap, &memo, keys, &mut flat_dict)
+                    }
+                    _ => None,
+                };
+                let lowered = match read {
+                    Some(_) => hook.lower_flat(&mut heap, list, &flat_dict, at)?,
+                    None => None,
+                };
+                if let (Some(n), Some(list_value)) = (read, lowered) {
+                    for m in &flat_dict.memoized {
+                        let v = match *m {
+                            Memoized::Dict => Val::consumed(),
+                            Memoized::Str(id) => Val::with(T_STR, id),
+                            Memoized::List => list_value,
+                        };
+                        memoize_next(&mut memo, &mut heap, v, at)?;
+                    }
+                    input.skip(n);
+                    push(&mut stack, &mut heap, Val::LOWERED_ENTRY, at)?;
+                } else {
+                    if !waiting.contains(&list) {
+                        waiting.push(list);
+                    }
+                    let items = heap.items_vec();
+                    let v = heap.new_obj(Kind::Dict, items, at)?;
+                    push(&mut stack, &mut heap, v, at)?;
+                }
+            }
             // EMPTY_DICT, EMPTY_LIST, EMPTY_TUPLE, EMPTY_SET
             b'}' | b']' | b')' | 0x8f => {
                 let kind = match op {
@@ -836,6 +914,7 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                 let item = stack.pop().unwrap_or(Val::NONE);
                 let list = container(&heap, stack[stack.len() - 1], &[Kind::List], at, "APPEND")?;
                 append(&mut heap, &mut memo, hook, list, item, at)?;
+                waiting.retain(|&l| l != list);
             }
             // APPENDS, ADDITEMS
             b'e' | 0x90 => {
@@ -850,6 +929,7 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                     append(&mut heap, &mut memo, hook, list, item, at)?;
                 }
                 stack.truncate(m);
+                waiting.retain(|&l| l != list);
             }
             // SETITEM
             b's' => {
@@ -931,6 +1011,27 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
             _ => return Err(refused(op, at)),
         }
     }
+}
+
+/// Bytes a flat read may look at: far more than any trace entry takes.
+const FLAT_WINDOW: usize = 4096;
+
+/// The list a dict about to be made would be appended to when it is a trace entry: the one
+/// below the innermost MARK (an APPENDS batch), if that is a list.
+#[inline]
+fn flat_candidate(stack: &[Val], marks: &[usize], heap: &Heap) -> Option<u32> {
+    let m = *marks.last()?;
+    let list = stack.get(m.checked_sub(1)?)?.obj()?;
+    (heap.objs[list as usize].kind == Kind::List).then_some(list)
+}
+
+/// Stores `v` in the next memo slot, as MEMOIZE does.
+fn memoize_next(memo: &mut Memo, heap: &mut Heap, v: Val, at: u64) -> PResult<()> {
+    let slot = memo.len();
+    heap.charge(4, at)?;
+    memo.grow_to(slot + 1);
+    let aside = memo.set(slot, v);
+    heap.charge(aside, at)
 }
 
 #[inline]

@@ -1,0 +1,249 @@
+//! Trace entries read straight from their bytes, without building their dicts.
+//!
+//! A trace entry is a dict of scalars and one frames list, written by Python's pickler the same
+//! way millions of times: `EMPTY_DICT MEMOIZE MARK`, key/value pairs (keys and recurring
+//! strings fetched from the memo, numbers inline, a new `compile_context` string, a new frames
+//! list of frame dicts fetched from the memo), `SETITEMS`. Run through the general machine, each
+//! entry's dict and list are made, filled, scanned by the lowering and freed again — most of
+//! decoding. Here such an entry is read as a flat list of pairs ([`FlatDict`]) and handed to the
+//! hook to lower; only then does anything change: the memo slots the entry's opcodes would have
+//! filled are filled with what the machine would have left in them (the entry consumed, its
+//! strings, its frames list's stack id), and the bytes are consumed.
+//!
+//! Anything else — another opcode, a new frame dict, a value the machine would have to build,
+//! a reference to a slot the entry itself fills, an entry cut by the end of the read buffer, a
+//! dict that is no trace entry — and nothing was read: the machine decodes those bytes as it
+//! always does (`tests/tests/fast_entries.rs` checks both ways give the same tables on every
+//! committed snapshot).
+
+use super::{intern_bytes, Heap, Memo, Val, T_INT, T_STR};
+
+/// A value of a [`FlatDict`] pair that the machine would have had to build: the dict's list,
+/// whose items are [`FlatDict::items`].
+pub const ITEMS: Val = Val(super::T_ITEMS);
+
+/// What an entry's MEMOIZE opcodes stored, in order.
+#[derive(Clone, Copy)]
+pub enum Memoized {
+    /// The entry's own dict.
+    Dict,
+    /// A string it read.
+    Str(u32),
+    /// Its list.
+    List,
+}
+
+/// An entry dict read by [`read`]: its pairs in order, its one list's items, what it memoized.
+#[derive(Default)]
+pub struct FlatDict {
+    /// (key string id, value); a value [`ITEMS`] is the list.
+    pub pairs: Vec<(u32, Val)>,
+    /// The list's items (memo values: frame dicts, or frames already interned).
+    pub items: Vec<Val>,
+    pub memoized: Vec<Memoized>,
+}
+
+/// Keys a flat read is for: the first key of an entry, and the only key whose value may be a
+/// list.
+#[derive(Clone, Copy)]
+pub struct FlatKeys {
+    pub first: u32,
+    pub list: u32,
+}
+
+/// Pairs and list items an entry may have before it is left to the machine.
+const MAX_PAIRS: usize = 64;
+const MAX_ITEMS: usize = 256;
+
+/// A cursor over the bytes after an entry's `EMPTY_DICT`: `None` past the end.
+struct Bytes<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Bytes<'_> {
+    /// Steps over FRAME opcodes (protocol 4's buffering hints, between any two opcodes: one
+    /// every 64 KiB, so inside an entry every thousand or so).
+    #[inline]
+    fn frames(&mut self) {
+        while self.b.get(self.at) == Some(&0x95) {
+            self.at += 9;
+        }
+    }
+    /// The next opcode, not consumed.
+    #[inline]
+    fn peek_op(&mut self) -> Option<u8> {
+        self.frames();
+        self.b.get(self.at).copied()
+    }
+    /// The next opcode.
+    #[inline]
+    fn op(&mut self) -> Option<u8> {
+        let v = self.peek_op()?;
+        self.at += 1;
+        Some(v)
+    }
+    /// Consumes the next opcode when it is `op`.
+    #[inline]
+    fn eat(&mut self, op: u8) -> bool {
+        let hit = self.peek_op() == Some(op);
+        self.at += hit as usize;
+        hit
+    }
+    /// An argument byte.
+    #[inline]
+    fn byte(&mut self) -> Option<u8> {
+        let v = self.b.get(self.at).copied()?;
+        self.at += 1;
+        Some(v)
+    }
+    /// `n` argument bytes.
+    #[inline]
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.b.get(self.at..self.at + n)?;
+        self.at += n;
+        Some(s)
+    }
+}
+
+/// Reads an entry dict from `b` (the bytes after its `EMPTY_DICT`) into `out`; the bytes read
+/// (through its `SETITEMS`), or `None` when the machine is to read it. Interns the strings it
+/// reads (as the machine would); changes nothing else.
+pub(super) fn read(b: &[u8], heap: &mut Heap, memo: &Memo, keys: FlatKeys, out: &mut FlatDict) -> Option<usize> {
+    out.pairs.clear();
+    out.items.clear();
+    out.memoized.clear();
+    let mut c = Bytes { b, at: 0 };
+    if c.eat(0x94) {
+        out.memoized.push(Memoized::Dict);
+    }
+    if !c.eat(b'(') {
+        return None;
+    }
+    let mut list_read = false;
+    loop {
+        if c.eat(b'u') {
+            return (!out.pairs.is_empty()).then_some(c.at);
+        }
+        if out.pairs.len() == MAX_PAIRS {
+            return None;
+        }
+        let key = match scalar(&mut c, heap, memo, out)? {
+            k if k.tag() == T_STR => k.idx(),
+            _ => return None,
+        };
+        if out.pairs.is_empty() && key != keys.first {
+            return None;
+        }
+        let value = if c.peek_op() == Some(b']') {
+            if key != keys.list || list_read {
+                return None;
+            }
+            list_read = true;
+            list(&mut c, memo, out)?;
+            ITEMS
+        } else {
+            // One copy of the value's dispatch per position in the entry: the writer puts the
+            // same kind of value at the same position entry after entry (a number, a string, a
+            // memo reference), which a branch per position predicts and one shared branch
+            // does not (it was a third of reading an entry).
+            macro_rules! by_position {
+                ($($i:literal)*) => {
+                    match out.pairs.len() {
+                        $($i => scalar(&mut c, heap, memo, out)?,)*
+                        _ => scalar(&mut c, heap, memo, out)?,
+                    }
+                };
+            }
+            by_position!(0 1 2 3 4 5 6 7 8 9 10 11)
+        };
+        out.pairs.push((key, value));
+    }
+}
+
+/// An int, `None`, a bool, a string (memoized or not) or a memo reference.
+#[inline(always)]
+fn scalar(c: &mut Bytes<'_>, heap: &mut Heap, memo: &Memo, out: &mut FlatDict) -> Option<Val> {
+    let v = match c.op()? {
+        b'h' => got(memo, c.byte()? as usize)?,
+        b'j' => got(memo, u32::from_le_bytes(c.take(4)?.try_into().ok()?) as usize)?,
+        b'K' => int(c.byte()? as i64)?,
+        b'M' => int(u16::from_le_bytes(c.take(2)?.try_into().ok()?) as i64)?,
+        b'J' => int(i32::from_le_bytes(c.take(4)?.try_into().ok()?) as i64)?,
+        0x8a => {
+            let n = c.byte()? as usize;
+            if n > 8 {
+                return None;
+            }
+            int(super::decode_short_long(c.take(n)?))?
+        }
+        b'N' => Val::NONE,
+        0x88 => Val::bool(true),
+        0x89 => Val::bool(false),
+        op @ (0x8c | b'X') => {
+            let len = if op == 0x8c {
+                c.byte()? as usize
+            } else {
+                u32::from_le_bytes(c.take(4)?.try_into().ok()?) as usize
+            };
+            if len > 4096 {
+                return None;
+            }
+            let id = intern_bytes(&mut heap.strings, c.take(len)?);
+            if c.eat(0x94) {
+                out.memoized.push(Memoized::Str(id));
+            }
+            Val::with(T_STR, id)
+        }
+        _ => return None,
+    };
+    Some(v)
+}
+
+/// A memo slot's value; `None` when the machine is to look (a slot past the end — perhaps one
+/// the entry fills itself —, or a container, which the machine would count a reference to).
+#[inline]
+fn got(memo: &Memo, slot: usize) -> Option<Val> {
+    memo.get(slot).filter(|v| v.obj().is_none())
+}
+
+/// A memo reference to a frame: a frame dict (a container, which the lowering reads without
+/// keeping) or a frame already interned.
+#[inline]
+fn item(c: &mut Bytes<'_>, memo: &Memo) -> Option<Val> {
+    let slot = match c.op()? {
+        b'h' => c.byte()? as usize,
+        b'j' => u32::from_le_bytes(c.take(4)?.try_into().ok()?) as usize,
+        _ => return None,
+    };
+    memo.get(slot)
+}
+
+/// A new list of memo references: `EMPTY_LIST [MEMOIZE]`, then nothing, one item and `APPEND`,
+/// or `MARK`, items, `APPENDS`.
+fn list(c: &mut Bytes<'_>, memo: &Memo, out: &mut FlatDict) -> Option<()> {
+    c.op()?; // EMPTY_LIST
+    if c.eat(0x94) {
+        out.memoized.push(Memoized::List);
+    }
+    if c.eat(b'(') {
+        while !c.eat(b'e') {
+            if out.items.len() == MAX_ITEMS {
+                return None;
+            }
+            out.items.push(item(c, memo)?);
+        }
+    } else if matches!(c.peek_op(), Some(b'h' | b'j')) {
+        out.items.push(item(c, memo)?);
+        if !c.eat(b'a') {
+            return None;
+        }
+    }
+    Some(())
+}
+
+/// An int as the machine holds it inline (`None` beyond 60 bits: the machine keeps those aside).
+#[inline]
+fn int(i: i64) -> Option<Val> {
+    ((i << 4) >> 4 == i).then_some(Val(((i as u64) << 4) | T_INT))
+}

@@ -1,0 +1,36 @@
+//! Trace entries read flat (`pickle/flat.rs`) give exactly the tables the general machine
+//! gives, on every committed snapshot: each decoded both ways, every table compared.
+
+use memlens_core::importers::pytorch_snapshot::{decode_snapshot, decode_snapshot_by_machine};
+use memlens_core::importers::ImportOptions;
+use memlens_core::source::{Source, SourceLimits};
+use memlens_tests::{snapshots_in, traces_dir};
+
+#[test]
+fn entries_read_flat_give_the_tables_the_machine_gives() {
+    let options = ImportOptions::default();
+    let mut checked = 0;
+    for path in snapshots_in(&traces_dir()) {
+        let open = || Source::open(&path, SourceLimits::default()).expect("open");
+        if open().head.first() != Some(&0x80) {
+            continue; // a JSON snapshot
+        }
+        let name = path.display();
+        let flat = decode_snapshot(open(), &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let machine = decode_snapshot_by_machine(open(), &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (flat, machine) = (
+            flat.into_tables().expect("tables"),
+            machine.into_tables().expect("tables"),
+        );
+        for ((table, a), b) in memlens_core::tables::TABLE_NAMES
+            .iter()
+            .zip(flat.frames_ref())
+            .zip(machine.frames_ref())
+        {
+            assert!(a.equals_missing(b), "{name}: {table} differs:\n{a}\n{b}");
+        }
+        assert_eq!(flat.meta(), machine.meta(), "{name}");
+        checked += 1;
+    }
+    assert!(checked >= 40, "only {checked} snapshots checked");
+}
