@@ -106,6 +106,20 @@ fn huge_length_prefixes_fail_before_allocating() {
     assert!(msg.contains("exceeds"), "{msg}");
 }
 
+#[test]
+fn dicts_left_unappended_under_many_lists_do_not_slow_the_decoder() {
+    // 200,000 lists kept on the stack, each with a dict made under a MARK and popped before it
+    // is appended: every such list would be followed, and each later dict looked up among them.
+    let mut bytes = P4.to_vec();
+    bytes.push(b'(');
+    for _ in 0..200_000 {
+        bytes.extend_from_slice(b"](}1");
+    }
+    bytes.extend_from_slice(b"t.");
+    let err = refused("unappended dicts", bytes);
+    assert!(err.contains("snapshot"), "{err}");
+}
+
 fn short_str(bytes: &mut Vec<u8>, s: &str) {
     bytes.push(0x8c);
     bytes.push(s.len() as u8);

@@ -855,8 +855,14 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                     input.skip(n);
                     push(&mut stack, &mut heap, Val::LOWERED_ENTRY, at)?;
                 } else {
-                    if !waiting.contains(&list) {
+                    if keys.is_some() && !waiting.contains(&list) {
                         waiting.push(list);
+                        if waiting.len() > MAX_WAITING {
+                            // Lists that never have their dicts appended (no writer does
+                            // this): the rest is read by the machine alone, rather than each
+                            // dict looked up in an ever longer list.
+                            flat_keys = Some(None);
+                        }
                     }
                     let items = heap.items_vec();
                     let v = heap.new_obj(Kind::Dict, items, at)?;
@@ -1012,6 +1018,9 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
         }
     }
 }
+
+/// Lists [`decode`] follows with dicts waiting to be appended before it stops reading flat.
+const MAX_WAITING: usize = 64;
 
 /// Bytes a flat read may look at: far more than any trace entry takes.
 const FLAT_WINDOW: usize = 4096;
