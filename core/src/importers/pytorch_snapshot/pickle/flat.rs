@@ -41,6 +41,8 @@ pub struct FlatDict {
     /// The list's items (memo values: frame dicts, or frames already interned).
     pub items: Vec<Val>,
     pub memoized: Vec<Memoized>,
+    /// Bytes of the strings it read (charged to the memory budget as the machine charges them).
+    pub string_bytes: usize,
 }
 
 /// Keys a flat read is for: the first key of an entry, and the only key whose value may be a
@@ -113,6 +115,7 @@ pub(super) fn read(b: &[u8], heap: &mut Heap, memo: &Memo, keys: FlatKeys, out: 
     out.pairs.clear();
     out.items.clear();
     out.memoized.clear();
+    out.string_bytes = 0;
     let mut c = Bytes { b, at: 0 };
     if c.eat(0x94) {
         out.memoized.push(Memoized::Dict);
@@ -190,6 +193,7 @@ fn scalar(c: &mut Bytes<'_>, heap: &mut Heap, memo: &Memo, out: &mut FlatDict) -
                 return None;
             }
             let id = intern_bytes(&mut heap.strings, c.take(len)?);
+            out.string_bytes += len;
             if c.eat(0x94) {
                 out.memoized.push(Memoized::Str(id));
             }

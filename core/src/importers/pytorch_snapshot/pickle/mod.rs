@@ -844,6 +844,7 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                     None => None,
                 };
                 if let (Some(n), Some(list_value)) = (read, lowered) {
+                    heap.charge(flat_dict.string_bytes / 4, at)?;
                     for m in &flat_dict.memoized {
                         let v = match *m {
                             Memoized::Dict => Val::consumed(),
