@@ -1,16 +1,22 @@
 //! Trace entries read flat (`pickle/flat.rs`) give exactly the tables the general machine
-//! gives, on every committed snapshot: each decoded both ways, every table compared.
+//! gives, on every committed snapshot and every shared one (`../shared/traces/pytorch`, with
+//! the bench file, when it is there): each decoded both ways, every table compared.
 
 use memlens_core::importers::pytorch_snapshot::{decode_snapshot, decode_snapshot_by_machine};
 use memlens_core::importers::ImportOptions;
 use memlens_core::source::{Source, SourceLimits};
-use memlens_tests::{snapshots_in, traces_dir};
+use memlens_tests::{shared_traces_dir, snapshots_in, traces_dir};
 
 #[test]
 fn entries_read_flat_give_the_tables_the_machine_gives() {
     let options = ImportOptions::default();
     let mut checked = 0;
-    for path in snapshots_in(&traces_dir()) {
+    let mut paths = snapshots_in(&traces_dir());
+    if let Some(shared) = shared_traces_dir() {
+        paths.extend(snapshots_in(&shared.join("pytorch")));
+        paths.extend(snapshots_in(&shared.join("bench")));
+    }
+    for path in paths {
         let open = || Source::open(&path, SourceLimits::default()).expect("open");
         if open().head.first() != Some(&0x80) {
             continue; // a JSON snapshot
