@@ -46,7 +46,7 @@ pub struct FlatDict {
 }
 
 /// Keys a flat read is for: the first key of an entry, and the only key whose value may be a
-/// list.
+/// list (new, or shared from the memo).
 #[derive(Clone, Copy)]
 pub struct FlatKeys {
     pub first: u32,
@@ -145,6 +145,10 @@ pub(super) fn read(b: &[u8], heap: &mut Heap, memo: &Memo, keys: FlatKeys, out: 
             list_read = true;
             list(&mut c, memo, out)?;
             ITEMS
+        } else if key == keys.list && matches!(c.peek_op(), Some(b'h' | b'j')) {
+            // A frames list shared from the memo (a container): the hook reads it without
+            // keeping it, as it reads a frame dict of a list.
+            item(&mut c, memo)?
         } else {
             // One copy of the value's dispatch per position in the entry: the writer puts the
             // same kind of value at the same position entry after entry (a number, a string, a
