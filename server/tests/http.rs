@@ -227,18 +227,7 @@ fn uploads_are_imported_while_they_arrive_and_one_cut_off_leaves_nothing_behind(
         "{summary}"
     );
     // Cut off halfway: a declared length the body never reaches, then the connection closes.
-    {
-        use std::io::Write;
-        let addr = s.base.trim_start_matches("http://");
-        let mut c = std::net::TcpStream::connect(addr).expect("connect");
-        write!(
-            c,
-            "POST /api/reports?name=cut.pickle.gz HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
-            bytes.len()
-        )
-        .expect("head");
-        c.write_all(&bytes[..bytes.len() / 2]).expect("half");
-    }
+    drop(half_an_upload(&s, "cut.pickle.gz", &bytes));
     // The refusal is counted and the import begun for it is gone.
     let start = Instant::now();
     let metrics = loop {
@@ -258,6 +247,23 @@ fn uploads_are_imported_while_they_arrive_and_one_cut_off_leaves_nothing_behind(
     assert_eq!(wait_done(&s, &again)["state"], "ready");
     let (_, summary2) = get_json(&s, &format!("/api/reports/{again}"));
     assert_eq!(summary2["files"][0]["devices"], summary["files"][0]["devices"]);
+}
+
+/// The first half of an upload of `bytes` named `name`, its whole length declared, on a
+/// connection left open (closed by the server once the rest is sent and answered).
+fn half_an_upload(s: &Server, name: &str, bytes: &[u8]) -> std::net::TcpStream {
+    use std::io::Write;
+    let addr = s.base.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        c,
+        "POST /api/reports?name={name} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        bytes.len()
+    )
+    .expect("head");
+    c.write_all(&bytes[..bytes.len() / 2]).expect("half");
+    c.flush().expect("flush");
+    c
 }
 
 /// A GET on loopback with `headers`, answered in full: (head, body).
@@ -858,16 +864,7 @@ fn an_upload_imported_while_it_arrives_makes_room_in_the_cache_before_it_grows()
     use std::io::{Read, Write};
     let name = "kv_cache_inference.pickle";
     let bytes = std::fs::read(trace(name)).expect("trace");
-    let addr = s.base.trim_start_matches("http://");
-    let mut c = std::net::TcpStream::connect(addr).expect("connect");
-    write!(
-        c,
-        "POST /api/reports?name={name} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        bytes.len()
-    )
-    .expect("head");
-    c.write_all(&bytes[..bytes.len() / 2]).expect("half");
-    c.flush().expect("flush");
+    let mut c = half_an_upload(&s, name, &bytes);
     let start = Instant::now();
     while file_loads(&s) == 0 {
         assert!(
