@@ -217,15 +217,15 @@ impl Ingest {
         Some(feed)
     }
 
-    /// Takes what the import begun for upload `key` of report `id` will hold out of the cache's
-    /// budget, from now until its job has the tables (the job's own reservation covers the
-    /// rest): the files used least recently leave before the import grows, instead of staying
-    /// beside it while the upload arrives. `size_bound` is the upload's declared length;
-    /// `head`, its first bytes, says whether it is gzipped.
-    pub fn reserve_for_pre_import(&self, id: &str, key: &str, size_bound: u64, head: &[u8]) {
+    /// Takes what the import begun for upload `key` of report `id` will hold once `upto` bytes
+    /// of it are in out of the cache's budget, from now until its job has the tables (the
+    /// job's own reservation covers the rest), in place of what it took before: the files used
+    /// least recently leave before the import grows, instead of staying beside it while the
+    /// upload arrives. `head`, the upload's first bytes, says whether it is gzipped.
+    pub fn reserve_for_pre_import(&self, id: &str, key: &str, upto: u64, head: &[u8]) {
         if let Some(files) = &self.files {
             let gzip = head.starts_with(&[0x1f, 0x8b]);
-            self.pre_imports.hold(id, key, files.reserve(peak_of(size_bound, gzip)));
+            self.pre_imports.hold(id, key, files.reserve(peak_of(upto, gzip)));
         }
     }
 

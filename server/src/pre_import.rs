@@ -206,7 +206,9 @@ impl PreImports {
     }
 
     /// Keeps `reservation` with the import begun for upload `key` of report `id` until it is
-    /// taken or forgotten (dropped at once when there is none).
+    /// taken or forgotten, in place of the one it kept (made before that one is given back, so
+    /// the budget never has room for both files and the import); dropped at once when there is
+    /// no such import.
     pub fn hold(&self, id: &str, key: &str, reservation: Reservation) {
         if let Ok(mut m) = self.begun.lock() {
             if let Some(b) = m.get_mut(&(id.to_owned(), key.to_owned())) {

@@ -893,6 +893,58 @@ fn an_upload_imported_while_it_arrives_makes_room_in_the_cache_before_it_grows()
 }
 
 #[test]
+fn an_upload_that_declares_no_length_makes_room_for_what_arrives_not_for_the_largest_allowed() {
+    // A chunked upload (as `memlens upload` streams) of 1.6 MB, half of it in, under a cache of
+    // 64 MiB holding a small report: the import ahead takes room for a few MB, and the report
+    // stays (taken for the largest upload allowed, the whole budget, it would leave).
+    let s = Server::serve_in(tmpdir("chunked"), &["--cache-mb", "64"]);
+    if shared_backend().is_some() {
+        return; // A shared store's uploads are imported by their jobs, after they arrive.
+    }
+    let kept = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &kept)["state"], "ready");
+    let query = || {
+        let (code, v) = get_json(&s, &format!("/api/reports/{kept}/timeline?width=300"));
+        assert_eq!(code, 200, "{v}");
+    };
+    query();
+    assert_eq!(file_loads(&s), 0, "the report just processed is in the cache");
+
+    use std::io::{Read, Write};
+    let name = "kv_cache_inference.pickle";
+    let bytes = std::fs::read(trace(name)).expect("trace");
+    let addr = s.base.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    let half = bytes.len() / 2;
+    write!(
+        c,
+        "POST /api/reports?name={name} HTTP/1.1\r\nHost: {addr}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{half:x}\r\n"
+    )
+    .expect("head");
+    c.write_all(&bytes[..half]).expect("half");
+    c.write_all(b"\r\n").expect("chunk end");
+    c.flush().expect("flush");
+    let start = Instant::now();
+    while counter(&s, "memlens_imports_ahead") < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the upload was never imported ahead"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Its first bytes are taken in right after the import begins.
+    std::thread::sleep(Duration::from_millis(300));
+    query();
+    assert_eq!(file_loads(&s), 0, "the cached report was let go for a small upload");
+    write!(c, "{:x}\r\n", bytes.len() - half).expect("chunk head");
+    c.write_all(&bytes[half..]).expect("rest");
+    c.write_all(b"\r\n0\r\n\r\n").expect("last chunk");
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+}
+
+#[test]
 fn a_report_just_processed_answers_its_first_queries_from_memory_as_after_a_restart() {
     let dir = tmpdir("warm");
     let s = Server::serve_on(&dir, &[]);

@@ -163,7 +163,10 @@ where
     let feed = bound.and_then(|bound| st.ingest.begin_pre_import(id, key, bound));
     let mut written = 0u64;
     let mut stored = 0u64;
-    let mut reserved = false;
+    // The upload's first bytes (whether it is gzipped), and how much of it the cache has made
+    // room for so far.
+    let mut head: Option<[u8; 2]> = None;
+    let mut covered = 0u64;
     let mut batch = Vec::with_capacity(WRITE_BATCH);
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
@@ -172,15 +175,22 @@ where
             return Err(ApiError::TooLarge(limit));
         }
         batch.extend_from_slice(&chunk);
-        if let (false, Some(_), Some(bound), Some(head)) = (reserved, &feed, bound, batch.get(..2)) {
-            // The import ahead is about to grow: the cache makes room for it first, as soon as
-            // the first bytes say whether it is gzipped (files leaving memory are freed on the
-            // blocking pool).
-            let (ingest, id, key, head) = (st.ingest.clone(), id.to_owned(), key.to_owned(), head.to_vec());
-            tokio::task::spawn_blocking(move || ingest.reserve_for_pre_import(&id, &key, bound, &head))
-                .await
-                .map_err(internal)?;
-            reserved = true;
+        if head.is_none() && stored == 0 {
+            head = batch.get(..2).and_then(|h| h.try_into().ok());
+        }
+        if let (Some(_), Some(bound), Some(head)) = (&feed, bound, head) {
+            // The import ahead grows with what arrives: the cache makes room for it ahead of
+            // it, from the first bytes on (which say whether it is gzipped), for twice to four
+            // times what has arrived (so a few times in all), never beyond the upload's declared
+            // length — an upload that declares none (chunked) is not taken for the largest
+            // allowed. Files leaving memory are freed on the blocking pool.
+            if covered < bound && written.saturating_mul(2) > covered {
+                covered = bound.min(written.saturating_mul(4).max(WRITE_BATCH as u64));
+                let (ingest, id, key, upto) = (st.ingest.clone(), id.to_owned(), key.to_owned(), covered);
+                tokio::task::spawn_blocking(move || ingest.reserve_for_pre_import(&id, &key, upto, &head))
+                    .await
+                    .map_err(internal)?;
+            }
         }
         if batch.len() >= WRITE_BATCH {
             stored += batch.len() as u64;
