@@ -842,24 +842,34 @@ fn loaded_reports_are_kept_within_the_cache_budget_and_one_larger_is_not_kept() 
     }
 }
 
+/// A server on the embedded store (`None` on the shared one, whose uploads are imported by
+/// their jobs) with `--cache-mb cache_mb`, holding a small report it just processed, and a
+/// query on that report; the report was read from memory, not loaded.
+fn a_report_in_the_cache(tag: &str, cache_mb: &str) -> Option<(Server, impl Fn(&Server))> {
+    if shared_backend().is_some() {
+        return None;
+    }
+    let s = Server::serve_in(tmpdir(tag), &["--cache-mb", cache_mb]);
+    let kept = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(&s, &kept)["state"], "ready");
+    let query = move |s: &Server| {
+        let (code, v) = get_json(s, &format!("/api/reports/{kept}/timeline?width=300"));
+        assert_eq!(code, 200, "{v}");
+    };
+    query(&s);
+    assert_eq!(file_loads(&s), 0, "the report just processed is in the cache");
+    Some((s, query))
+}
+
 #[test]
 fn an_upload_imported_while_it_arrives_makes_room_in_the_cache_before_it_grows() {
     // A cache of 1 MiB holds the small report just processed; an upload of 1.6 MB, imported
     // while it arrives, will hold more than the whole budget: the report leaves as soon as the
     // upload's first bytes are in, not once the upload is over (its queries then load it again).
-    let s = Server::serve_in(tmpdir("room"), &["--cache-mb", "1"]);
-    if shared_backend().is_some() {
+    let Some((s, query)) = a_report_in_the_cache("room", "1") else {
         return; // A shared store's uploads are imported by their jobs, after they arrive.
-    }
-    let kept = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &kept)["state"], "ready");
-    let query = || {
-        let (code, v) = get_json(&s, &format!("/api/reports/{kept}/timeline?width=300"));
-        assert_eq!(code, 200, "{v}");
     };
-    query();
-    query();
-    assert_eq!(file_loads(&s), 0, "the report just processed is in the cache");
+    query(&s);
 
     use std::io::{Read, Write};
     let name = "kv_cache_inference.pickle";
@@ -872,7 +882,7 @@ fn an_upload_imported_while_it_arrives_makes_room_in_the_cache_before_it_grows()
             "the cached report stayed while the upload arrived"
         );
         std::thread::sleep(Duration::from_millis(50));
-        query();
+        query(&s);
     }
     assert_eq!(counter(&s, "memlens_imports_ahead"), 2);
     // The rest arrives; the upload is a report like any other.
@@ -897,18 +907,9 @@ fn an_upload_that_declares_no_length_makes_room_for_what_arrives_not_for_the_lar
     // A chunked upload (as `memlens upload` streams) of 1.6 MB, half of it in, under a cache of
     // 64 MiB holding a small report: the import ahead takes room for a few MB, and the report
     // stays (taken for the largest upload allowed, the whole budget, it would leave).
-    let s = Server::serve_in(tmpdir("chunked"), &["--cache-mb", "64"]);
-    if shared_backend().is_some() {
+    let Some((s, query)) = a_report_in_the_cache("chunked", "64") else {
         return; // A shared store's uploads are imported by their jobs, after they arrive.
-    }
-    let kept = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &kept)["state"], "ready");
-    let query = || {
-        let (code, v) = get_json(&s, &format!("/api/reports/{kept}/timeline?width=300"));
-        assert_eq!(code, 200, "{v}");
     };
-    query();
-    assert_eq!(file_loads(&s), 0, "the report just processed is in the cache");
 
     use std::io::{Read, Write};
     let name = "kv_cache_inference.pickle";
@@ -934,7 +935,7 @@ fn an_upload_that_declares_no_length_makes_room_for_what_arrives_not_for_the_lar
     }
     // Its first bytes are taken in right after the import begins.
     std::thread::sleep(Duration::from_millis(300));
-    query();
+    query(&s);
     assert_eq!(file_loads(&s), 0, "the cached report was let go for a small upload");
     write!(c, "{:x}\r\n", bytes.len() - half).expect("chunk head");
     c.write_all(&bytes[half..]).expect("rest");
