@@ -157,18 +157,8 @@ mod tests {
 
     use super::*;
 
-    /// Threads of this process named `memlens-ahead` (Linux: `/proc/self/task/*/comm`).
     fn prefetch_threads() -> usize {
-        std::fs::read_dir("/proc/self/task")
-            .map(|tasks| {
-                tasks
-                    .filter_map(|t| t.ok())
-                    .filter(|t| {
-                        std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "memlens-ahead")
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
+        crate::source::threads_named("memlens-ahead")
     }
 
     #[test]

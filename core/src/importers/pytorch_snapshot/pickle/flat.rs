@@ -16,7 +16,9 @@
 //! always does (`tests/tests/fast_entries.rs` checks both ways give the same tables on every
 //! committed snapshot).
 
-use super::{intern_bytes, Heap, Memo, Val, T_INT, T_STR};
+use std::io::Read;
+
+use super::{intern_bytes, memoize_next, AppendHook, Heap, Input, Memo, PResult, Val, T_INT, T_STR};
 
 /// A value of a [`FlatDict`] pair that the machine would have had to build: the dict's list,
 /// whose items are [`FlatDict::items`].
@@ -51,6 +53,79 @@ pub struct FlatDict {
 pub struct FlatKeys {
     pub first: u32,
     pub list: u32,
+}
+
+/// Lists followed with dicts waiting to be appended before flat reads stop.
+const MAX_WAITING: usize = 64;
+
+/// Bytes a flat read may look at: far more than any trace entry takes.
+const WINDOW: usize = 4096;
+
+/// What the machine keeps for its flat reads.
+#[derive(Default)]
+pub(super) struct FlatReader {
+    /// The hook's keys, once asked; `None` inside: every dict is made by the machine.
+    keys: Option<Option<FlatKeys>>,
+    dict: FlatDict,
+    /// Lists with a dict made by the machine waiting on the stack to be appended: until it
+    /// is, no entry for them is read flat, since it would become a row before that dict's.
+    waiting: Vec<u32>,
+}
+
+impl FlatReader {
+    /// Reads the dict whose `EMPTY_DICT` was just read (at `at`), about to be appended to
+    /// `list`, flat and has `hook` lower it: `true` when done (its memo slots filled, its bytes
+    /// consumed), `false` when the machine is to make it (nothing was consumed).
+    pub(super) fn entry<R: Read, H: AppendHook>(
+        &mut self,
+        input: &mut Input<R>,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        hook: &mut H,
+        list: u32,
+        at: u64,
+    ) -> PResult<bool> {
+        let keys = *self.keys.get_or_insert_with(|| hook.flat_keys(heap));
+        let Some(keys) = keys else {
+            return Ok(false);
+        };
+        let read = match self.waiting.contains(&list) {
+            true => None,
+            false => read(input.window(WINDOW)?, heap, memo, keys, &mut self.dict),
+        };
+        let lowered = match read {
+            Some(_) => hook.lower_flat(heap, list, &self.dict, at)?,
+            None => None,
+        };
+        let (Some(n), Some(list_value)) = (read, lowered) else {
+            if !self.waiting.contains(&list) {
+                self.waiting.push(list);
+                if self.waiting.len() > MAX_WAITING {
+                    // Lists that never have their dicts appended (no writer does this): the
+                    // rest is read by the machine alone, rather than each dict looked up in an
+                    // ever longer list.
+                    self.keys = Some(None);
+                }
+            }
+            return Ok(false);
+        };
+        heap.charge(self.dict.string_bytes / 4, at)?;
+        for m in &self.dict.memoized {
+            let v = match *m {
+                Memoized::Dict => Val::consumed(),
+                Memoized::Str(id) => Val::with(T_STR, id),
+                Memoized::List => list_value,
+            };
+            memoize_next(memo, heap, v, at)?;
+        }
+        input.skip(n);
+        Ok(true)
+    }
+
+    /// Items were appended to `list`: the dicts waiting for it are in.
+    pub(super) fn appended(&mut self, list: u32) {
+        self.waiting.retain(|&l| l != list);
+    }
 }
 
 /// Pairs and list items an entry may have before it is left to the machine.

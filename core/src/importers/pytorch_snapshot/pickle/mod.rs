@@ -26,7 +26,7 @@ use rustc_hash::FxHashMap;
 
 pub mod flat;
 mod memo;
-use flat::{FlatDict, FlatKeys, Memoized};
+use flat::{FlatDict, FlatKeys, FlatReader};
 use memo::Memo;
 
 /// Limits that keep hostile input from exhausting the process.
@@ -657,12 +657,8 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
     let mut memo = Memo::default();
     // Values taken off the stack by POP_MARK, kept between opcodes.
     let mut scratch: Vec<Val> = Vec::new();
-    // Trace entries read flat (`flat`), when the hook reads them so.
-    let mut flat_keys: Option<Option<FlatKeys>> = None;
-    let mut flat_dict = FlatDict::default();
-    // Lists with a dict made by the machine waiting on the stack to be appended: until it is,
-    // no entry for them is read flat, since it would become a row before that dict's.
-    let mut waiting: Vec<u32> = Vec::new();
+    // Trace entries read flat, when the hook reads them so.
+    let mut flat = FlatReader::default();
 
     let first_offset = input.offset();
     let first = input.u8("the PROTO opcode")?;
@@ -828,50 +824,15 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                 let v = Val::with(T_BYTES, (heap.bytes.len() - 1) as u32);
                 push(&mut stack, &mut heap, v, at)?;
             }
-            // EMPTY_DICT of a trace entry, read flat when it can be (see `flat`).
-            b'}' if flat_candidate(&stack, &marks, &heap).is_some() => {
-                let keys = *flat_keys.get_or_insert_with(|| hook.flat_keys(&mut heap));
-                let list = flat_candidate(&stack, &marks, &heap).unwrap_or_default();
-                let read = match keys {
-                    Some(keys) if !waiting.contains(&list) => {
-                        let bytes = input.window(FLAT_WINDOW)?;
-                        flat::read(bytes, &mut heap, &memo, keys, &mut flat_dict)
-                    }
-                    _ => None,
-                };
-                let lowered = match read {
-                    Some(_) => hook.lower_flat(&mut heap, list, &flat_dict, at)?,
-                    None => None,
-                };
-                if let (Some(n), Some(list_value)) = (read, lowered) {
-                    heap.charge(flat_dict.string_bytes / 4, at)?;
-                    for m in &flat_dict.memoized {
-                        let v = match *m {
-                            Memoized::Dict => Val::consumed(),
-                            Memoized::Str(id) => Val::with(T_STR, id),
-                            Memoized::List => list_value,
-                        };
-                        memoize_next(&mut memo, &mut heap, v, at)?;
-                    }
-                    input.skip(n);
-                    push(&mut stack, &mut heap, Val::LOWERED_ENTRY, at)?;
-                } else {
-                    if keys.is_some() && !waiting.contains(&list) {
-                        waiting.push(list);
-                        if waiting.len() > MAX_WAITING {
-                            // Lists that never have their dicts appended (no writer does
-                            // this): the rest is read by the machine alone, rather than each
-                            // dict looked up in an ever longer list.
-                            flat_keys = Some(None);
-                        }
-                    }
-                    let items = heap.items_vec();
-                    let v = heap.new_obj(Kind::Dict, items, at)?;
-                    push(&mut stack, &mut heap, v, at)?;
-                }
-            }
             // EMPTY_DICT, EMPTY_LIST, EMPTY_TUPLE, EMPTY_SET
             b'}' | b']' | b')' | 0x8f => {
+                // A trace entry's dict is read flat when it can be (see `flat`).
+                if let (b'}', Some(list)) = (op, flat_candidate(&stack, &marks, &heap)) {
+                    if flat.entry(input, &mut heap, &mut memo, hook, list, at)? {
+                        push(&mut stack, &mut heap, Val::LOWERED_ENTRY, at)?;
+                        continue;
+                    }
+                }
                 let kind = match op {
                     b'}' => Kind::Dict,
                     b']' => Kind::List,
@@ -921,7 +882,7 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                 let item = stack.pop().unwrap_or(Val::NONE);
                 let list = container(&heap, stack[stack.len() - 1], &[Kind::List], at, "APPEND")?;
                 append(&mut heap, &mut memo, hook, list, item, at)?;
-                waiting.retain(|&l| l != list);
+                flat.appended(list);
             }
             // APPENDS, ADDITEMS
             b'e' | 0x90 => {
@@ -936,7 +897,7 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                     append(&mut heap, &mut memo, hook, list, item, at)?;
                 }
                 stack.truncate(m);
-                waiting.retain(|&l| l != list);
+                flat.appended(list);
             }
             // SETITEM
             b's' => {
@@ -1019,12 +980,6 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
         }
     }
 }
-
-/// Lists [`decode`] follows with dicts waiting to be appended before it stops reading flat.
-const MAX_WAITING: usize = 64;
-
-/// Bytes a flat read may look at: far more than any trace entry takes.
-const FLAT_WINDOW: usize = 4096;
 
 /// The list a dict about to be made would be appended to when it is a trace entry: the one
 /// below the innermost MARK (an APPENDS batch), if that is a list.
