@@ -40,3 +40,18 @@ fn entries_read_flat_give_the_tables_the_machine_gives() {
     }
     assert!(checked >= 40, "only {checked} snapshots checked");
 }
+
+#[test]
+fn the_differential_check_tells_two_snapshots_apart() {
+    use memlens_core::importers::pytorch_snapshot::flat_reads_agree;
+    let (a, b) = (traces_dir().join("mlp_train.pickle"), traces_dir().join("leak.pickle"));
+    let open = |p: &std::path::Path| Source::open(p, SourceLimits::default()).expect("open");
+    let options = ImportOptions::default();
+    assert_eq!(flat_reads_agree(open(&a), open(&a), &options), Ok(()));
+    let differ = flat_reads_agree(open(&a), open(&b), &options).expect_err("two snapshots");
+    assert!(differ.contains("other columns"), "{differ}");
+    let truncated = std::io::Cursor::new(std::fs::read(&a).expect("read")[..5000].to_vec());
+    let cut = Source::from_reader(Box::new(truncated), 5000, SourceLimits::default()).expect("source");
+    let fails = flat_reads_agree(open(&a), cut, &options).expect_err("one fails");
+    assert!(fails.contains("by the machine it fails"), "{fails}");
+}

@@ -2,11 +2,12 @@
 //! `core/fuzz/seeds/<format>/` (small cuts of real traces) imports with its own format's importer
 //! and is recognised as that format by the guesser, and every input in
 //! `core/fuzz/regressions/<target>/` (one that once crashed a target) now ends in a value or an
-//! error, never a panic.
+//! error, never a panic (and, for the differential target, decodes alike both ways).
 
 use std::path::{Path, PathBuf};
 
 use memlens_api::Format;
+use memlens_core::importers::pytorch_snapshot::flat_reads_agree;
 use memlens_core::importers::{parse_source, ImportOptions, REGISTRY};
 use memlens_core::source::{Source, SourceLimits};
 use memlens_core::ImportError;
@@ -31,6 +32,18 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
 fn source(path: &Path) -> Result<Source, ImportError> {
     Source::open(path, SourceLimits::default())
 }
+
+fn source_of(bytes: &[u8]) -> Result<Source, ImportError> {
+    Source::from_reader(
+        Box::new(std::io::Cursor::new(bytes.to_vec())),
+        bytes.len() as u64,
+        SourceLimits::default(),
+    )
+}
+
+/// The differential target: its inputs once decoded differently with trace entries read flat
+/// than by the general machine, and must now agree.
+const DIFFERENTIAL: &str = "pytorch_snapshot_flat";
 
 /// Runs `f`, turning a panic into a test failure that names the file.
 fn no_panic<T>(path: &Path, f: impl FnOnce() -> T) -> T {
@@ -70,16 +83,18 @@ fn every_regression_input_ends_in_a_value_or_an_error() {
             let format = Format::from_name(&target);
             replayed += 1;
             let _ = no_panic(&input, || {
-                let src = Source::from_reader(
-                    Box::new(std::io::Cursor::new(bytes.clone())),
-                    bytes.len() as u64,
-                    SourceLimits::default(),
-                )?;
+                let src = source_of(&bytes)?;
                 match format.and_then(|f| REGISTRY.iter().find(|(g, _)| *g == f)) {
                     Some((_, importer)) => importer.import(src, &ImportOptions::default()).map(|_| ()),
                     None => parse_source(src, &ImportOptions::default()).map(|_| ()),
                 }
             });
+            if target == DIFFERENTIAL {
+                let open = || source_of(&bytes).expect("a source");
+                if let Err(e) = flat_reads_agree(open(), open(), &ImportOptions::default()) {
+                    panic!("{}: {e}", input.display());
+                }
+            }
         }
     }
     assert!(replayed > 0, "no regression inputs found");

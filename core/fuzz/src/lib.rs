@@ -2,7 +2,9 @@
 //! guesser, and the upload path's parsing (query string, multipart body, file names, the size
 //! budget). The invariant everywhere is the importers' own: any input ends in a value or an
 //! error, never a panic, within bounded memory (the limits below are tighter than the server's
-//! so that libFuzzer's 2 GB RSS limit is never the one that trips).
+//! so that libFuzzer's 2 GB RSS limit is never the one that trips). One target is differential:
+//! a pickle's trace entries read flat must give what the general machine gives
+//! ([`flat_reads_match_the_machine`]).
 
 use std::io::Cursor;
 use std::pin::pin;
@@ -10,6 +12,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use memlens_api::{Format, UploadParams};
+use memlens_core::importers::pytorch_snapshot::flat_reads_agree;
 use memlens_core::importers::pytorch_snapshot::pickle::PickleLimits;
 use memlens_core::importers::{parse_source, ImportOptions, REGISTRY};
 use memlens_core::names::{is_safe_file_name, upload_name};
@@ -49,6 +52,16 @@ pub fn import_as(format: Format, data: &[u8]) {
 pub fn sniff_and_import(data: &[u8]) {
     if let Some(src) = source(data) {
         let _ = parse_source(src, &options());
+    }
+}
+
+/// A pickle decoded twice, its trace entries read flat and by the general machine alone: they
+/// must agree ([`flat_reads_agree`]).
+pub fn flat_reads_match_the_machine(data: &[u8]) {
+    if let (Some(flat), Some(machine)) = (source(data), source(data)) {
+        if let Err(e) = flat_reads_agree(flat, machine, &options()) {
+            panic!("{e}");
+        }
     }
 }
 

@@ -91,7 +91,7 @@ impl Action {
 pub use memlens_api::BlockState;
 
 /// Trace rows in arrival order (all devices; [`SnapshotColumns::device_ranges`] splits them).
-#[derive(Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct TraceRows {
     pub action: Vec<u8>,
     pub addr: Vec<i64>,
@@ -107,7 +107,7 @@ pub struct TraceRows {
 }
 
 /// The strings a trace entry carries beyond its numbers, each `None` when default.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct EventNote {
     /// Row in the trace.
     pub row: u32,
@@ -206,6 +206,7 @@ impl OneOrEach {
 }
 
 /// Interned frames and stacks (a stack is a list of frame ids, innermost first).
+#[derive(Debug)]
 pub struct FrameTable {
     pub names: Vec<String>,
     pub files: Vec<String>,
@@ -265,13 +266,22 @@ impl FrameTable {
     }
 }
 
+/// Two tables are equal when they hold the same frames and stacks under the same ids (the
+/// lookups follow from those, the scratch is nobody's business).
+impl PartialEq for FrameTable {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.names, &self.files, &self.lines, &self.flat, &self.offsets)
+            == (&other.names, &other.files, &other.lines, &other.flat, &other.offsets)
+    }
+}
+
 impl Default for FrameTable {
     fn default() -> Self {
         Self::new()
     }
 }
 
-#[derive(Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct SegmentRows {
     pub device: Vec<i64>,
     pub address: Vec<i64>,
@@ -324,7 +334,7 @@ impl SegmentRows {
     }
 }
 
-#[derive(Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct BlockRows {
     pub device: Vec<i64>,
     pub segment: Vec<u32>,
@@ -357,7 +367,7 @@ impl BlockRows {
     }
 }
 
-#[derive(Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct AnnotationRows {
     pub device: Vec<i64>,
     pub name: Vec<String>,
@@ -375,7 +385,7 @@ impl AnnotationRows {
 }
 
 /// Everything an importer extracted from a snapshot, as column builders.
-#[derive(Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct SnapshotColumns {
     pub trace: TraceRows,
     /// `(device, (first row, end row))` for each `device_traces` list.

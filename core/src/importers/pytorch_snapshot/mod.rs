@@ -47,6 +47,29 @@ pub fn decode_snapshot_by_machine(
     decode_with(source, options, MachineOnly(lower::TraceLowering::new()), |m| m.0)
 }
 
+/// Whether a snapshot decodes the same with its trace entries read flat as by the machine
+/// alone (`flat` and `machine` open the same bytes): the same columns, or an error both ways —
+/// not always the same error, on input wrong in more than one place (a flat read lowers an
+/// entry as it reads it, the machine when it appends it, and either may come first to its own
+/// fault). The memory budget is charged differently too (flat reads make no dict), so either
+/// way may be the one to run out: that is no disagreement. What the differential fuzz target
+/// and its regressions check.
+pub fn flat_reads_agree(flat: Source, machine: Source, options: &ImportOptions) -> Result<(), String> {
+    let (f, m) = (decode_snapshot(flat, options), decode_snapshot_by_machine(machine, options));
+    let over_budget =
+        |r: &Result<_, ImportError>| matches!(r, Err(ImportError::Pickle(pickle::PickleError::MemoryBudget { .. })));
+    if over_budget(&f) || over_budget(&m) {
+        return Ok(());
+    }
+    match (f, m) {
+        (Ok(f), Ok(m)) if f == m => Ok(()),
+        (Ok(_), Ok(_)) => Err("entries read flat give other columns than the machine".into()),
+        (Err(_), Err(_)) => Ok(()),
+        (Ok(_), Err(m)) => Err(format!("read flat it decodes; by the machine it fails: {m}")),
+        (Err(f), Ok(_)) => Err(format!("by the machine it decodes; read flat it fails: {f}")),
+    }
+}
+
 /// The trace lowering without its flat reads.
 struct MachineOnly(lower::TraceLowering);
 
