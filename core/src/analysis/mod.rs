@@ -31,6 +31,7 @@ pub mod leaks;
 pub mod lifetimes;
 pub mod oom;
 mod packed_blocks;
+mod packed_entries;
 pub mod peak;
 pub mod phases;
 pub mod pools;
@@ -41,6 +42,7 @@ pub mod segment_detail;
 pub mod segment_map;
 pub mod stalls;
 pub mod usage;
+mod varint;
 pub mod whatif;
 
 use polars::prelude::*;

@@ -7,6 +7,7 @@
 //! would cost the replay thread, the ingest's critical path, far more time.
 
 use super::segment_map::Block;
+use super::varint::{checked_get, checked_get_signed, get, get_signed, put, put_signed};
 use crate::tables::BlockState;
 
 /// Blocks in address order, packed.
@@ -70,37 +71,31 @@ impl PackedBlocks {
     pub fn bytes(&self) -> usize {
         self.bytes.capacity()
     }
-}
 
-fn put(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
+    /// The packed bytes (what a stored segment object keeps of its blocks).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
     }
-    out.push(v as u8);
-}
 
-/// Zigzag: small magnitudes of either sign take few bytes.
-fn put_signed(out: &mut Vec<u8>, v: i64) {
-    put(out, ((v << 1) ^ (v >> 63)) as u64);
-}
-
-fn get(bytes: &[u8], at: &mut usize) -> u64 {
-    let (mut v, mut shift) = (0u64, 0u32);
-    loop {
-        let b = bytes[*at];
-        *at += 1;
-        v |= u64::from(b & 0x7F) << shift;
-        if b < 0x80 {
-            return v;
+    /// `len` blocks packed by [`PackedBlocks::push`], read back from their bytes; `None`
+    /// unless `bytes` holds exactly that many well-formed blocks (checked here once, so that
+    /// [`PackedBlocks::iter`] never reads past them).
+    pub fn from_bytes(bytes: Vec<u8>, len: usize) -> Option<PackedBlocks> {
+        let (mut at, mut end) = (0usize, 0i64);
+        for _ in 0..len {
+            let addr = end.wrapping_add(checked_get_signed(&bytes, &mut at)?);
+            let size = checked_get_signed(&bytes, &mut at)?;
+            checked_get_signed(&bytes, &mut at)?;
+            u32::try_from(checked_get(&bytes, &mut at)?).ok()?;
+            let state = *bytes.get(at)?;
+            if BlockState::from_code(state) as u8 != state {
+                return None;
+            }
+            at += 1;
+            end = addr.wrapping_add(size);
         }
-        shift += 7;
+        (at == bytes.len()).then_some(PackedBlocks { bytes, len, end })
     }
-}
-
-fn get_signed(bytes: &[u8], at: &mut usize) -> i64 {
-    let v = get(bytes, at);
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
 #[cfg(test)]
@@ -139,5 +134,34 @@ mod tests {
             tiled.push(k * 512, &block(512, 512, BlockState::ActiveAllocated, 3));
         }
         assert_eq!(tiled.bytes.len(), 6 * 1000);
+
+        // Stored and read back: the same blocks; bytes that are not exactly that many blocks are
+        // refused, never read past.
+        let stored = packed.as_bytes().to_vec();
+        let read = PackedBlocks::from_bytes(stored.clone(), blocks.len()).expect("well formed");
+        assert_eq!(read, packed);
+        assert_eq!(read.iter().collect::<Vec<_>>(), blocks);
+        assert!(
+            PackedBlocks::from_bytes(stored.clone(), blocks.len() + 1).is_none(),
+            "one block short"
+        );
+        assert!(
+            PackedBlocks::from_bytes(stored.clone(), blocks.len() - 1).is_none(),
+            "bytes left over"
+        );
+        for cut in 1..stored.len() {
+            assert!(
+                PackedBlocks::from_bytes(stored[..cut].to_vec(), blocks.len()).is_none(),
+                "cut at {cut}"
+            );
+        }
+        let mut bad_state = stored.clone();
+        *bad_state.last_mut().expect("bytes") = 3;
+        assert!(
+            PackedBlocks::from_bytes(bad_state, blocks.len()).is_none(),
+            "no such state"
+        );
+        let endless = vec![0xFF; 11];
+        assert!(PackedBlocks::from_bytes(endless, 1).is_none(), "a number past 64 bits");
     }
 }
