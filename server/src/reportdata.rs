@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex};
 
 use memlens_api::{AnalyzeOutput, FileSummary, SegmentMap};
 use memlens_core::analysis::run::run_overview;
-use memlens_core::analysis::segment_checkpoint_frame::{stored_windows, StoredWindow, MAX_ENTRIES_PER_OBJECT};
+use memlens_core::analysis::segment_checkpoint_frame::{
+    frames_of_parts, stored_window_parts, StoredWindow, MAX_ENTRIES_PER_OBJECT,
+};
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
@@ -184,29 +186,40 @@ fn overview_bytes(key: &str, d: &DeviceFrames, ds: &memlens_api::DeviceSummary) 
 }
 
 /// The segment map's stored objects of a device (`{dir}/segments/{k}.parquet`, see
-/// [`stored_windows`]), and their cursors (for `{dir}/segments.json`).
+/// [`stored_windows`]), and their cursors (for `{dir}/segments.json`): one job a window, its
+/// parts made together ([`frames_of_parts`]).
 fn segment_checkpoint_jobs<'a>(
     dir: &str,
     ev: &'a DeviceEvents,
     cp: &'a SegmentCheckpoints,
 ) -> (Vec<usize>, Vec<EncodeJob<'a, DataError>>) {
-    let windows = stored_windows(cp.points(), &EntryRows::of(ev), MAX_ENTRIES_PER_OBJECT);
-    let cursors = windows.iter().map(|w| w.cursor).collect();
-    let jobs = windows
+    let runs = stored_window_parts(cp.points(), &EntryRows::of(ev), MAX_ENTRIES_PER_OBJECT);
+    let cursors = runs.iter().flatten().map(|w| w.cursor).collect();
+    let mut k = 0;
+    let jobs = runs
         .into_iter()
-        .enumerate()
-        .map(|(k, window)| {
-            let key = format!("{dir}/segments/{k}.parquet");
-            let k = key.clone();
-            EncodeJob::new(key, move || segment_object_bytes(&k, &window))
+        .map(|parts| {
+            let keys: Vec<String> = (k..k + parts.len())
+                .map(|k| format!("{dir}/segments/{k}.parquet"))
+                .collect();
+            k += parts.len();
+            EncodeJob::many(keys.clone(), move || segment_objects_bytes(&keys, &parts))
         })
         .collect();
     (cursors, jobs)
 }
 
-/// A stored segment object's bytes, under `key` (what `memlens-bench-segments` reads back too).
-pub fn segment_object_bytes(key: &str, window: &StoredWindow<'_>) -> Result<Vec<u8>, DataError> {
-    parquet_bytes(key, &window.frame()?, RowGroups::Default)
+/// The stored objects of one window's parts, under `keys` (one a part; what
+/// `memlens-bench-segments` reads back too).
+pub fn segment_objects_bytes(keys: &[String], parts: &[StoredWindow<'_>]) -> Result<Vec<Vec<u8>>, DataError> {
+    let frames = frames_of_parts(parts).map_err(|source| DataError::Parquet {
+        key: keys.first().cloned().unwrap_or_default(),
+        source,
+    })?;
+    keys.iter()
+        .zip(&frames)
+        .map(|(key, frame)| parquet_bytes(key, frame, RowGroups::Default))
+        .collect()
 }
 
 /// The cursors of a device's stored segment checkpoints (absent in reports stored before them).

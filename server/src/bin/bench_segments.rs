@@ -2,8 +2,8 @@
 //! snapshot: the checkpoint build (its time and size), then 50 random instants answered from the
 //! checkpoints, each at full detail and at the level of detail the report page asks for (the
 //! largest segments at its canvas width); then the same instants as a stored report answers
-//! them: the Parquet objects the store keeps ([`stored_windows`]: each with the entries before
-//! it), and a map decoding the one object that covers its entry. Every stored answer is checked
+//! them: the Parquet objects the store keeps ([`stored_window_parts`]: each with the entries
+//! before it, a window's parts made together), and a map decoding the one object that covers its entry. Every stored answer is checked
 //! equal to the in-memory one. Defaults to the shared benchmark file. Run it in release mode.
 
 mod common;
@@ -12,8 +12,10 @@ use std::time::Instant;
 
 use common::{bench_file, percentile};
 
-use memlens::reportdata::segment_object_bytes;
-use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, stored_windows, MAX_ENTRIES_PER_OBJECT};
+use memlens::reportdata::segment_objects_bytes;
+use memlens_core::analysis::segment_checkpoint_frame::{
+    stored_checkpoint, stored_window_parts, MAX_ENTRIES_PER_OBJECT,
+};
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
@@ -93,9 +95,10 @@ fn main() {
     // As a stored report: the Parquet objects the store keeps, each with the entries before it.
     let written = Instant::now();
     let mut objects = Vec::new();
-    for window in stored_windows(checkpoints.points(), &EntryRows::of(&ev), MAX_ENTRIES_PER_OBJECT) {
-        let bytes = segment_object_bytes("segments", &window).expect("parquet");
-        objects.push((window.cursor, bytes));
+    for parts in stored_window_parts(checkpoints.points(), &EntryRows::of(&ev), MAX_ENTRIES_PER_OBJECT) {
+        let keys = vec!["segments".to_owned(); parts.len()];
+        let bytes = segment_objects_bytes(&keys, &parts).expect("parquet");
+        objects.extend(parts.iter().map(|w| w.cursor).zip(bytes));
     }
     println!(
         "stored checkpoints   {} objects, {:.1} MiB, written in {:.0} ms",
