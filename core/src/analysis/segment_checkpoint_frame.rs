@@ -151,12 +151,10 @@ pub struct StoredWindow<'a> {
 }
 
 impl StoredWindow<'_> {
-    /// Its frame ([`checkpoint_frame`]).
+    /// Its frame alone ([`frames_of_parts`] of it: its state rewound from its checkpoint).
     pub fn frame(&self) -> PolarsResult<DataFrame> {
-        match &self.later {
-            Some(later) => checkpoint_frame(&self.point.rewound_to(later, self.cursor), &self.entries),
-            None => checkpoint_frame(self.point, &self.entries),
-        }
+        let mut frames = frames_of_parts(std::slice::from_ref(self))?;
+        frames.pop().ok_or_else(|| polars_err!(ComputeError: "no frame made"))
     }
 }
 

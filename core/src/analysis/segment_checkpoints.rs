@@ -87,14 +87,6 @@ impl FlatState {
         }
     }
 
-    /// This state rewound to `cursor` over `rows` (which hold every entry from `cursor` up to
-    /// this state's), kept flat: a checkpoint between two taken ones.
-    pub fn rewound_to(&self, rows: &EntryRows<'_>, cursor: usize) -> FlatState {
-        let mut state = self.state();
-        state.rewind_over(rows, cursor.checked_sub(1));
-        FlatState::of(&state)
-    }
-
     pub fn bytes(&self) -> usize {
         self.segs.capacity() * std::mem::size_of::<(i64, FlatSegment)>() + self.blocks.bytes()
     }
