@@ -1,0 +1,173 @@
+//! A stored report read back: its objects, its summary, a file's tables, and the conversions
+//! that let reports stored by earlier versions load as the analyses now read them.
+
+use std::sync::Arc;
+
+use memlens_api::{AnalyzeOutput, FileSummary};
+use memlens_core::analysis::run::run_overview;
+use memlens_core::columns::lifetimes as lt_col;
+use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
+use polars::prelude::*;
+use rustc_hash::FxHashMap;
+
+use super::{DataError, LoadedFile, SUMMARY};
+use crate::store::ReportStore;
+
+/// Reads one data object of a report; `None` when it has none by that key.
+pub fn read_object(store: &dyn ReportStore, id: &str, key: &str) -> Result<Option<Vec<u8>>, DataError> {
+    store.read_data(id, key).map_err(|source| DataError::Store {
+        key: key.to_owned(),
+        source,
+    })
+}
+
+fn read_required(store: &dyn ReportStore, id: &str, key: &str) -> Result<Vec<u8>, DataError> {
+    read_object(store, id, key)?.ok_or_else(|| DataError::Missing { key: key.to_owned() })
+}
+
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+    store: &dyn ReportStore,
+    id: &str,
+    key: &str,
+) -> Result<T, DataError> {
+    let bytes = read_required(store, id, key)?;
+    serde_json::from_slice(&bytes).map_err(|source| DataError::Json {
+        key: key.to_owned(),
+        source,
+    })
+}
+
+pub(crate) fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Result<DataFrame, DataError> {
+    let bytes = read_required(store, id, key)?;
+    crate::parquet_object::decode(bytes).map_err(|source| DataError::Parquet {
+        key: key.to_owned(),
+        source,
+    })
+}
+
+/// The stored summary; reports stored before run overviews existed get theirs from their files.
+pub fn read_summary(store: &dyn ReportStore, id: &str) -> Result<AnalyzeOutput, DataError> {
+    let mut summary: AnalyzeOutput = read_json(store, id, SUMMARY)?;
+    if summary.run.is_none() {
+        summary.run = run_overview(&summary.files);
+    }
+    Ok(summary)
+}
+
+pub(super) fn user_metadata_from(key: &str, bytes: Vec<u8>) -> Result<FxHashMap<i64, String>, DataError> {
+    let parquet = |source| DataError::Parquet {
+        key: key.to_owned(),
+        source,
+    };
+    let df = crate::parquet_object::decode(bytes).map_err(parquet)?;
+    let idx = df.column("alloc_idx").and_then(|c| c.i64().cloned()).map_err(parquet)?;
+    let text = df
+        .column("user_metadata")
+        .and_then(|c| c.str().cloned())
+        .map_err(parquet)?;
+    Ok(idx
+        .iter()
+        .zip(text.iter())
+        .filter_map(|(i, t)| Some((i?, t?.to_owned())))
+        .collect())
+}
+
+/// A whole report, loaded for queries.
+pub struct LoadedReport {
+    pub summary: AnalyzeOutput,
+    pub files: Vec<LoadedFile>,
+    /// Samples of each NVML log, in `summary.gpu_logs` order.
+    pub gpu_logs: Vec<DataFrame>,
+}
+
+/// A stored `lifetimes` frame's entry indexes as the 32 bits the analyses read (reports stored
+/// before 2026-12 wrote 64).
+pub(super) fn entry_indexes_as_i32(lifetimes: &mut DataFrame, key: &str) -> Result<(), DataError> {
+    let invalid = |source| DataError::Parquet {
+        key: key.to_owned(),
+        source,
+    };
+    for name in [lt_col::ALLOC_IDX.name, lt_col::FREE_IDX.name] {
+        let column = lifetimes.column(name).map_err(invalid)?;
+        if column.dtype() != &DataType::Int32 {
+            let narrowed = column.strict_cast(&DataType::Int32).map_err(invalid)?;
+            lifetimes.with_column(narrowed).map_err(invalid)?;
+        }
+    }
+    Ok(())
+}
+
+/// Each of `columns` of `df` (read from the object `key`) held as one scalar when it has one
+/// value throughout ([`memlens_core::columns::one_value_as_scalar`]).
+pub(super) fn one_values_as_scalars(df: &mut DataFrame, columns: &[&str], key: &str) -> Result<(), DataError> {
+    for &name in columns {
+        let Ok(column) = df.column(name) else { continue };
+        let column = memlens_core::columns::one_value_as_scalar(column.clone());
+        if column.as_scalar_column().is_some() {
+            df.with_column(column).map_err(|source| DataError::Parquet {
+                key: key.to_owned(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The canonical tables of one analysed file of a report.
+pub(super) fn load_tables(
+    store: &dyn ReportStore,
+    id: &str,
+    i: usize,
+    fs: &FileSummary,
+) -> Result<SnapshotTables, DataError> {
+    // Reports written before `meta.json` and `event_notes` were stored still load: their
+    // meta comes from the summary, their notes are empty.
+    let meta_key = format!("f{i}/meta.json");
+    let meta: SnapshotMeta = match read_object(store, id, &meta_key)? {
+        Some(_) => read_json(store, id, &meta_key)?,
+        None => SnapshotMeta {
+            source: fs.source.clone(),
+            max_split_size: None,
+            format: fs.format,
+        },
+    };
+    let mut frames: [DataFrame; 7] = Default::default();
+    for (slot, name) in frames.iter_mut().zip(TABLE_NAMES) {
+        let key = format!("f{i}/{name}.parquet");
+        *slot = if name == "event_notes" && read_object(store, id, &key)?.is_none() {
+            DataFrame::empty()
+        } else {
+            read_parquet(store, id, &key)?
+        };
+    }
+    // A trace of one device, or on one stream, held that column as one scalar when it was
+    // analysed (`SnapshotColumns::into_tables`): it is held so again, as the analyses read it.
+    one_values_as_scalars(&mut frames[0], &["device", "stream"], &format!("f{i}/events.parquet"))?;
+    Ok(SnapshotTables::from_frames(frames, meta))
+}
+
+/// The samples of each NVML log of a report, in `summary.gpu_logs` order.
+pub fn load_gpu_logs(store: &dyn ReportStore, id: &str, summary: &AnalyzeOutput) -> Result<Vec<DataFrame>, DataError> {
+    (0..summary.gpu_logs.len())
+        .map(|j| read_parquet(store, id, &format!("g{j}/samples.parquet")))
+        .collect()
+}
+
+/// Loads a report's published data, every part of every file of it.
+pub fn load(store: &Arc<dyn ReportStore>, id: &str) -> Result<LoadedReport, DataError> {
+    let summary = read_summary(store.as_ref(), id)?;
+    let mut files = Vec::new();
+    for (i, fs) in summary.files.iter().enumerate() {
+        let f = LoadedFile::open(store.clone(), id, i, fs);
+        f.tables()?;
+        f.stacks()?;
+        f.devices()?;
+        files.push(f);
+    }
+    let gpu_logs = load_gpu_logs(store.as_ref(), id, &summary)?;
+    Ok(LoadedReport {
+        summary,
+        files,
+        gpu_logs,
+    })
+}

@@ -1,0 +1,535 @@
+//! The stored report's round trips: written at ingest, loaded back part by part, answering
+//! as the in-memory report did; reports stored by earlier versions still load.
+
+use std::sync::{Arc, Mutex};
+
+use memlens_api::AnalyzeOutput;
+use memlens_core::analysis::segment_map::SegmentCheckpoints;
+use memlens_core::analysis::DeviceEvents;
+use memlens_core::query::CategoryIndex;
+use memlens_core::tables::{SnapshotMeta, SnapshotTables};
+use polars::prelude::*;
+
+use super::write::put_parquet;
+use super::*;
+use crate::parquet_object::RowGroups;
+use crate::store::{DataWriter, ReportStore};
+use crate::store::{LocalStore, ReportRecord, ReportState};
+use memlens_core::pipeline::{self, Input, PipelineSink, SnapshotOutput};
+
+fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
+    let root = tempfile::tempdir().expect("tmp");
+    let store: Arc<dyn ReportStore> = Arc::new(LocalStore::open(root.path()).expect("open"));
+    store.upload_writer(id, "0-x").expect("w").finish().expect("finish");
+    store
+        .create(&ReportRecord {
+            id: id.to_owned(),
+            state: ReportState::Queued,
+            created_at: 0,
+            expires_at: None,
+            error: None,
+            files: Vec::new(),
+            delete_token_hash: String::new(),
+            meta: Default::default(),
+        })
+        .expect("create");
+    (root, store)
+}
+
+#[test]
+fn large_frames_come_back_contiguous() {
+    let id = "00000000000000000000000000000001";
+    let (_root, store) = store_with_report(id);
+    let n = 3_000_000i64;
+    let mut df = DataFrame::new(
+        n as usize,
+        vec![
+            Column::new("a".into(), (0..n).collect::<Vec<i64>>()),
+            Column::new(
+                "b".into(),
+                (0..n).map(|x| (x % 7 != 0).then_some(x)).collect::<Vec<Option<i64>>>(),
+            ),
+        ],
+    )
+    .expect("frame");
+    let mut w = store.data_writer(id).expect("writer");
+    put_parquet(w.as_mut(), "x.parquet", &mut df).expect("write");
+    w.commit().expect("commit");
+    let back = read_parquet(store.as_ref(), id, "x.parquet").expect("read");
+    let a = back.column("a").expect("a").i64().expect("i64");
+    assert_eq!(a.chunks().len(), 1);
+    assert!(a.cont_slice().is_ok());
+    assert_eq!(
+        back.column("b").expect("b").null_count(),
+        df.column("b").expect("b").null_count()
+    );
+}
+
+/// Keeps what the pipeline hands over, as the server's ingest does.
+struct Keep<'a>(&'a mut dyn DataWriter, Vec<(Vec<DataFrame>, SnapshotMeta)>);
+impl PipelineSink for Keep<'_> {
+    fn keeps_tables(&self) -> bool {
+        true
+    }
+    fn keeps_segment_checkpoints(&self) -> bool {
+        true
+    }
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+        self.1.push((
+            out.tables.frames_mut().into_iter().map(|(_, df)| df.clone()).collect(),
+            out.tables.meta(),
+        ));
+        write_file(self.0, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
+    }
+}
+
+/// Processes trace `name` into report `id` of `store` as the ingest does: what was
+/// written (each file's tables and meta) and the summary.
+fn process_into(
+    store: &Arc<dyn ReportStore>,
+    id: &str,
+    name: &str,
+) -> (Vec<(Vec<DataFrame>, SnapshotMeta)>, AnalyzeOutput) {
+    let mut w = store.data_writer(id).expect("writer");
+    let mut keep = Keep(w.as_mut(), Vec::new());
+    let path = memlens_tests_trace(name);
+    let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+    let written = std::mem::take(&mut keep.1);
+    write_summary(w.as_mut(), &out).expect("summary");
+    w.commit().expect("commit");
+    (written, out)
+}
+
+#[test]
+fn a_stored_report_loads_back_with_every_table_it_was_written_with() {
+    let id = "00000000000000000000000000000002";
+    let (_root, store) = store_with_report(id);
+    // A snapshot with event notes (user_metadata / compile_context) and settings.
+    let (written, _) = process_into(&store, id, "leak.pickle");
+    let loaded = load(&store, id).expect("load");
+    let (frames, meta) = &written[0];
+    let tables = loaded.files[0].tables().expect("tables");
+    let mut back = SnapshotTables::from_frames(tables.frames_ref().map(|f| f.clone()), tables.meta());
+    assert_eq!(&back.meta(), meta);
+    for ((name, got), want) in back.frames_mut().into_iter().zip(frames) {
+        assert!(got.equals_missing(want), "{name} differs after a round trip");
+    }
+}
+
+#[test]
+fn a_timeline_reads_only_the_device_frames_and_their_stored_user_metadata() {
+    let id = "00000000000000000000000000000004";
+    let (_root, store) = store_with_report(id);
+    // traces/capture/labels.py: batches allocated under `_set_memory_metadata`.
+    let (_, out) = process_into(&store, id, "labels.pickle");
+    let f = LoadedFile::open(store.clone(), id, 0, &out.files[0]);
+    assert_eq!(f.bytes(), 0);
+    let devices = f.devices().expect("devices");
+    assert_eq!(f.loaded_parts(), ["devices"], "the trace itself stays unread");
+    let with_devices = f.bytes();
+    assert!(with_devices > 0);
+    // The timeline index is built once and weighs on the file.
+    let index = f.timeline_index(&devices[0], Axis::Time).expect("index");
+    let with_index = f.bytes();
+    assert_eq!(with_index, with_devices + index.bytes() as u64);
+    assert!(Arc::ptr_eq(
+        &index,
+        &f.timeline_index(&devices[0], Axis::Time).expect("index")
+    ));
+    assert_eq!(f.bytes(), with_index);
+    // The stored map equals the one found from the trace.
+    let tables = f.tables().expect("tables");
+    assert!(f.bytes() > with_index);
+    let mut any = false;
+    for d in devices.iter() {
+        let from_trace = memlens_core::frames::alloc_metadata(&tables, d.device).expect("metadata");
+        any |= !from_trace.is_empty();
+        assert_eq!(d.user_metadata, from_trace);
+    }
+    assert!(any, "labels.pickle sets user metadata on some allocations");
+}
+
+#[test]
+fn a_first_view_builds_the_focus_devices_indexes_that_its_queries_then_use() {
+    let id = "00000000000000000000000000000005";
+    let (_root, store) = store_with_report(id);
+    // Two devices: the report opens on device 1, where the leak is.
+    let (_, out) = process_into(&store, id, "leak.two_devices.pickle");
+    let summary = &out.files[0];
+    assert_eq!(summary.focus_device, Some(1));
+    let f = LoadedFile::open(store.clone(), id, 0, summary);
+    let devices = f.devices().expect("devices");
+    let before = f.bytes();
+    f.prepare_first_view().expect("first view");
+    let prepared = f.bytes();
+    let focus = devices.iter().find(|d| d.device == 1).expect("device 1");
+    let (timeline, categories) = (
+        f.timeline_index(focus, Axis::Time).expect("timeline index"),
+        f.category_index(focus).expect("category index"),
+    );
+    let built = timeline.bytes() + categories.as_ref().as_ref().map_or(0, CategoryIndex::bytes);
+    assert!(categories.is_some());
+    assert_eq!(prepared, before + built as u64, "the first view built both");
+    assert_eq!(f.bytes(), prepared, "and its queries found them built");
+    assert_eq!(f.loaded_parts(), ["devices"]);
+}
+
+#[test]
+fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace() {
+    use crate::stored_segments::SegmentAt;
+    use memlens_core::analysis::segment_detail::SegmentDetail;
+    let id = "00000000000000000000000000000006";
+    for name in ["expandable_oom_fragmentation.pickle", "leak.two_devices.pickle"] {
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, name);
+        let summary = &out.files[0];
+        let stored = LoadedFile::open(store.clone(), id, 0, summary);
+        let replayed = LoadedFile::open(store.clone(), id, 0, summary);
+        let tables = replayed.tables().expect("tables");
+        for d in &summary.devices {
+            let ev = DeviceEvents::new(&tables, d.device).expect("device");
+            let cp = SegmentCheckpoints::build_every(&tables, &ev, ev.len() / 16).expect("checkpoints");
+            let n = ev.len();
+            let mut asked = vec![
+                SegmentAt::End,
+                SegmentAt::Entry(0),
+                SegmentAt::Entry(n - 1),
+                SegmentAt::Entry(n + 5),
+                SegmentAt::Time(i64::MIN),
+                SegmentAt::Time(ev.time()[n / 2]),
+                SegmentAt::Time(i64::MAX),
+            ];
+            asked.extend((0..n).step_by((n / 40).max(1)).map(SegmentAt::Entry));
+            for at in asked {
+                let detail = SegmentDetail::FULL;
+                let from_store = stored
+                    .stored_segment_map(d.device, at, detail)
+                    .expect("read")
+                    .expect("stored checkpoints");
+                let from_trace = match at {
+                    SegmentAt::Entry(e) => cp.map_at(&ev, Some(e), detail),
+                    SegmentAt::Time(t) => cp.map_at_time(&ev, t, detail),
+                    SegmentAt::End => cp.map_at(&ev, n.checked_sub(1), detail),
+                };
+                assert_eq!(Some(from_store), from_trace, "{name} device {} at {at:?}", d.device);
+            }
+        }
+        assert_eq!(stored.loaded_parts(), ["devices"], "{name}: the trace stays unread");
+    }
+}
+
+#[test]
+fn a_stored_report_answers_its_first_view_without_loading_its_frames() {
+    let id = "00000000000000000000000000000007";
+    for name in ["mlp_train.pickle", "leak.two_devices.pickle", "many_small.pickle.gz"] {
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, name);
+        let summary = &out.files[0];
+        let stored = LoadedFile::open(store.clone(), id, 0, summary);
+        let live = LoadedFile::open(store.clone(), id, 0, summary);
+        let devices = live.devices().expect("frames");
+        for d in &summary.devices {
+            let axis = default_axis(d);
+            let overview = stored
+                .stored_overview(d.device, axis)
+                .expect("read")
+                .expect("stored at ingest");
+            let frames = devices.iter().find(|f| f.device == d.device).expect("device");
+            let computed =
+                memlens_core::query::timeline_on(frames, axis, d.initial_allocated_bytes, None, None, OVERVIEW_WIDTH)
+                    .expect("timeline");
+            assert_eq!(overview, computed, "{name} device {}", d.device);
+            // Only the default axis is stored.
+            let other = if axis == Axis::Time { Axis::Event } else { Axis::Time };
+            assert_eq!(stored.stored_overview(d.device, other).expect("read"), None);
+            // Once the index is built, any width is as fast: the stored view steps aside.
+            stored.timeline_index(frames, axis).expect("index");
+            assert_eq!(stored.stored_overview(d.device, axis).expect("read"), None);
+        }
+        assert_eq!(live.loaded_parts(), ["devices"], "{name}");
+    }
+    // Before the index is built, the stored view is read without any frames.
+    let (_root, store) = store_with_report(id);
+    let (_, out) = process_into(&store, id, "mlp_train.pickle");
+    let fresh = LoadedFile::open(store.clone(), id, 0, &out.files[0]);
+    let d = &out.files[0].devices[0];
+    assert!(fresh
+        .stored_overview(d.device, default_axis(d))
+        .expect("read")
+        .is_some());
+    assert!(fresh.loaded_parts().is_empty(), "{:?}", fresh.loaded_parts());
+    // While an index is being built (its map locked), the stored view answers at once.
+    let building = fresh.timeline_indexes.lock().expect("lock");
+    assert!(fresh
+        .stored_overview(d.device, default_axis(d))
+        .expect("read")
+        .is_some());
+    drop(building);
+}
+
+#[test]
+fn the_cache_lets_other_files_go_before_a_file_loads_its_frames() {
+    use crate::filecache::LoadedFiles;
+    let id = "00000000000000000000000000000008";
+    let (_root, store) = store_with_report(id);
+    let (_, out) = process_into(&store, id, "mlp_train.pickle");
+    let summary = &out.files[0];
+    let probe = LoadedFile::open(store.clone(), id, 0, summary);
+    probe.devices().expect("frames");
+    // Room for one file's frames, not two.
+    let files = Arc::new(LoadedFiles::new(probe.bytes() * 3 / 2));
+    let open = || LoadedFile::open(store.clone(), id, 0, summary);
+    let a = files.get_or_open("a", 0, open);
+    a.devices().expect("frames");
+    files.reweigh("a", 0, &a);
+    assert!(files.get("a", 0).is_some());
+    let b = files.get_or_open("b", 0, open);
+    let a_kept_when_b_loads = Arc::new(Mutex::new(None));
+    {
+        let (files, me, seen) = (files.clone(), Arc::downgrade(&b), a_kept_when_b_loads.clone());
+        b.set_make_room(Box::new(move |extra| {
+            let me = me.upgrade().expect("b");
+            files.make_room("b", 0, &me, extra);
+            *seen.lock().unwrap() = Some(files.get("a", 0).is_some());
+        }));
+    }
+    b.devices().expect("frames");
+    assert_eq!(
+        *a_kept_when_b_loads.lock().unwrap(),
+        Some(false),
+        "a left before b loaded"
+    );
+    files.reweigh("b", 0, &b);
+    assert!(files.get("b", 0).is_some(), "b, loaded, fits");
+    // A file that could never fit leaves the cache as soon as it says what it will load.
+    let c = files.get_or_open("c", 0, open);
+    files.make_room("c", 0, &c, probe.bytes() * 2);
+    assert!(files.get("c", 0).is_none());
+}
+
+#[test]
+fn a_file_about_to_load_takes_the_place_of_the_one_used_before_it() {
+    use crate::filecache::LoadedFiles;
+    let id = "0000000000000000000000000000000b";
+    let (_root, store) = store_with_report(id);
+    let (_, out) = process_into(&store, id, "mlp_train.pickle");
+    let open = || LoadedFile::open(store.clone(), id, 0, &out.files[0]);
+    // Files that have loaded nothing yet, weighed by what they are about to load: room for
+    // one, not two.
+    let files = LoadedFiles::new(1000);
+    let a = files.get_or_open("a", 0, open);
+    files.make_room("a", 0, &a, 600);
+    // Weighed again once loaded (as `reweigh` does), then read by its queries.
+    files.make_room("a", 0, &a, 580);
+    for _ in 0..3 {
+        assert!(files.get("a", 0).is_some(), "a is read by its queries");
+    }
+    let b = files.get_or_open("b", 0, open);
+    files.make_room("b", 0, &b, 600);
+    assert!(files.get("b", 0).is_some(), "the file about to load is kept");
+    assert!(files.get("a", 0).is_none(), "the one used before it made room");
+    // Used more recently than b, c stays when d comes; b goes.
+    let c = files.get_or_open("c", 0, open);
+    files.make_room("c", 0, &c, 300);
+    assert!(files.get("b", 0).is_some() && files.get("c", 0).is_some());
+    assert!(files.get("c", 0).is_some());
+    let d = files.get_or_open("d", 0, open);
+    files.make_room("d", 0, &d, 600);
+    assert!(files.get("b", 0).is_none(), "the least recently used left");
+    assert!(files.get("c", 0).is_some() && files.get("d", 0).is_some());
+    // A file of nearly the whole budget is kept too, alone.
+    let e = files.get_or_open("e", 0, open);
+    files.make_room("e", 0, &e, 990);
+    assert!(files.get("e", 0).is_some(), "a file of 99 % of the budget is kept");
+    assert!(files.get("c", 0).is_none() && files.get("d", 0).is_none());
+}
+
+#[test]
+fn a_loaded_file_weighs_its_parts_without_making_their_one_value_columns() {
+    let id = "0000000000000000000000000000000a";
+    let (_root, store) = store_with_report(id);
+    let (_, out) = process_into(&store, id, "mlp_train.pickle");
+    let f = LoadedFile::open(store.clone(), id, 0, &out.files[0]);
+    let (tables, devices) = (f.tables().expect("tables"), f.devices().expect("frames"));
+    // One device on one stream: those columns stay scalars once weighed.
+    let unmade = |df: &DataFrame, name: &str| {
+        df.column(name)
+            .expect(name)
+            .as_scalar_column()
+            .is_some_and(|s| s.lazy_as_materialized_series().is_none())
+    };
+    assert!(unmade(&tables.events, "device") && unmade(&tables.events, "stream"));
+    assert!(unmade(&devices[0].lifetimes, "stream"));
+    let entries = tables.events.height() as u64;
+    assert!(f.bytes() > entries * 16, "{} bytes for {entries} entries", f.bytes());
+}
+
+#[test]
+fn an_ingest_takes_its_memory_out_of_the_cache_while_it_runs() {
+    use crate::filecache::LoadedFiles;
+    let id = "00000000000000000000000000000009";
+    let (_root, store) = store_with_report(id);
+    let (_, out) = process_into(&store, id, "mlp_train.pickle");
+    let summary = &out.files[0];
+    let open = || LoadedFile::open(store.clone(), id, 0, summary);
+    let loaded = |files: &LoadedFiles, name: &str| {
+        let f = files.get_or_open(name, 0, open);
+        f.devices().expect("frames");
+        files.reweigh(name, 0, &f);
+    };
+    let probe = open();
+    probe.devices().expect("frames");
+    // Room for two files' frames.
+    let files = Arc::new(LoadedFiles::new(probe.bytes() * 5 / 2));
+    loaded(&files, "a");
+    loaded(&files, "b");
+    assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
+    {
+        // An ingest that needs room for one and a half: one file stays.
+        let _ingest = files.reserve(probe.bytes() * 3 / 2);
+        assert_eq!(
+            [files.get("a", 0).is_some(), files.get("b", 0).is_some()]
+                .iter()
+                .filter(|&&kept| kept)
+                .count(),
+            1
+        );
+        // One larger than the whole budget takes all of it, and files loaded meanwhile
+        // are let go.
+        let _other = files.reserve(probe.bytes() * 10);
+        loaded(&files, "c");
+        assert!(files.get("a", 0).is_none() && files.get("b", 0).is_none() && files.get("c", 0).is_none());
+    }
+    // Once the ingests end, the budget is whole again.
+    loaded(&files, "a");
+    loaded(&files, "b");
+    assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
+}
+
+/// Writes like the version before `meta.json`, `event_notes` and category columns.
+struct OldLayout<'a>(&'a mut dyn DataWriter);
+impl DataWriter for OldLayout<'_> {
+    fn put(&mut self, key: &str, bytes: &[u8]) -> crate::store::StoreResult<()> {
+        if key.ends_with("meta.json")
+            || key.ends_with("event_notes.parquet")
+            || key.ends_with(USER_METADATA)
+            || key.ends_with(RESERVED)
+        {
+            return Ok(());
+        }
+        if key.ends_with("lifetimes.parquet") {
+            // Its entry indexes were 64-bit.
+            let mut df = crate::parquet_object::decode(bytes.to_vec()).expect("decode");
+            for idx in ["alloc_idx", "free_idx"] {
+                let wide = df.column(idx).expect("idx").cast(&DataType::Int64).expect("cast");
+                df.with_column(wide).expect("column");
+            }
+            let bytes = crate::parquet_object::encode(&df, RowGroups::One).expect("encode");
+            return self.0.put(key, &bytes);
+        }
+        self.0.put(key, bytes)
+    }
+    fn commit(self: Box<Self>) -> crate::store::StoreResult<()> {
+        Ok(())
+    }
+}
+struct WriteOld<'a>(OldLayout<'a>);
+impl PipelineSink for WriteOld<'_> {
+    fn keeps_tables(&self) -> bool {
+        true
+    }
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+        for d in out.devices.iter_mut() {
+            let _ = d.lifetimes.drop_in_place("category");
+            let _ = d.lifetimes.drop_in_place("category_rule");
+            // The usage had reserved (and active) bytes as columns of their own.
+            let reserved: Vec<i64> = d.reserved.values().collect();
+            d.usage
+                .with_column(Column::new("active".into(), reserved.clone()))
+                .expect("column");
+            d.usage
+                .with_column(Column::new("reserved".into(), reserved))
+                .expect("column");
+            // The allocations' times had columns of their own (null outside the trace).
+            let time = d.usage.column("time").expect("time").i64().expect("i64").clone();
+            for (name, idx) in [("t_alloc", "alloc_idx"), ("t_free", "free_idx")] {
+                let wide = d
+                    .lifetimes
+                    .column(idx)
+                    .expect("idx")
+                    .cast(&DataType::Int64)
+                    .expect("cast");
+                let at: Int64Chunked = wide
+                    .i64()
+                    .expect("i64")
+                    .into_no_null_iter()
+                    .map(|i| usize::try_from(i).ok().and_then(|i| time.get(i)))
+                    .collect();
+                d.lifetimes
+                    .with_column(at.with_name(name.into()).into_column())
+                    .expect("column");
+            }
+        }
+        write_file(&mut self.0, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
+    }
+}
+
+#[test]
+fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
+    let id = "00000000000000000000000000000003";
+    let (_root, store) = store_with_report(id);
+    let mut w = store.data_writer(id).expect("writer");
+    let mut sink = WriteOld(OldLayout(w.as_mut()));
+    let path = memlens_tests_trace("leak.pickle");
+    let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink).expect("run");
+    write_summary(w.as_mut(), &out).expect("summary");
+    w.commit().expect("commit");
+    let loaded = load(&store, id).expect("an old report loads");
+    let f = &loaded.files[0];
+    // Its allocations' own time columns are dropped as it loads; its timeline is the one
+    // the pipeline's own frames draw, band times and all.
+    let devices = f.devices().expect("devices");
+    assert!(devices[0].lifetimes.column("t_alloc").is_err());
+    assert_eq!(
+        devices[0].lifetimes.column("free_idx").expect("free_idx").dtype(),
+        &DataType::Int32
+    );
+    let mut fresh = memlens_core::pipeline::KeepFrames::default();
+    pipeline::run(vec![Input::path(&path)], Default::default(), &mut fresh).expect("run");
+    // Its reserved column is read as the changes and not held.
+    assert_eq!(devices[0].usage.get_column_names(), ["time", "allocated"]);
+    assert_eq!(devices[0].reserved, fresh.files[0][0].reserved);
+    assert!(devices[0].reserved.changes().len() > 0);
+    let draw = |d: &memlens_core::frames::DeviceFrames| {
+        let t = memlens_core::query::timeline(d, true, 0, None, None, 200).expect("timeline");
+        assert!(t.bands.iter().any(|b| b.t_alloc.is_some() && b.t_free.is_some()));
+        serde_json::to_value(t).expect("json")
+    };
+    assert_eq!(draw(&devices[0]), draw(&fresh.files[0][0]));
+    let tables = f.tables().expect("tables");
+    assert_eq!(tables.event_notes.height(), 0);
+    assert_eq!(tables.format, memlens_api::Format::PytorchSnapshot);
+    // What-if on it replays the run unchanged (its allocations read as unplaced).
+    let w = memlens_core::analysis::whatif::what_if_file(
+        &loaded.summary.files[0],
+        &f.devices().expect("devices"),
+        &[],
+        &memlens_api::WhatIfParams::default(),
+    )
+    .expect("what-if");
+    assert_eq!(
+        w.devices[0].predicted_peak_allocated_bytes,
+        loaded.summary.files[0].devices[0].peak_allocated_bytes
+    );
+    // It has no stored segment checkpoints: its maps are replayed from the trace.
+    let at = crate::stored_segments::SegmentAt::End;
+    let detail = memlens_core::analysis::segment_detail::SegmentDetail::FULL;
+    assert_eq!(f.stored_segment_map(0, at, detail).expect("read"), None);
+}
+
+fn memlens_tests_trace(name: &str) -> std::path::PathBuf {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.join("..").join("traces").join(name)
+}
