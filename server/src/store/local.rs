@@ -3,8 +3,9 @@
 //!
 //! Writes are atomic: uploads are received under `incoming/` and renamed into the report's
 //! folder when it is created; data is written into a staging folder (a `tempfile` directory,
-//! removed if dropped) and renamed into place; index changes are single statements. A crash
-//! (even `kill -9`) mid-ingest leaves either the old state or the new one.
+//! removed if dropped) and renamed into place once every object in it is fsynced (all at
+//! commit, together); index changes are single statements. A crash (even `kill -9`) mid-ingest
+//! leaves either the old state or the new one.
 //!
 //! Layout under the data directory:
 //! ```text
@@ -113,6 +114,46 @@ fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<IndexRow> {
     })
 }
 
+/// Starts writing a file's data to disk without waiting for it, so that the fsync that
+/// makes it durable later has little left to do (Linux; elsewhere that fsync does it all).
+fn start_writeback(f: &File) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is open for the duration of the call; a zero length means
+        // "to the end of the file"; the call only schedules writeback (no memory effects).
+        unsafe {
+            let _ = libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = f;
+}
+
+/// How many files [`sync_all_of`] fsyncs at once.
+const SYNC_THREADS: usize = 16;
+
+/// fsyncs every file and folder of `paths`, several at a time: a report's data is hundreds of
+/// objects (a 2 GB snapshot's: about 400), and fsyncs issued together share the file system's
+/// journal commits where one after another each waits for its own (on this project's 2-core
+/// test machine, the bench report's storing stage spent about 1 ms per object on it).
+fn sync_all_of(paths: &[PathBuf]) -> StoreResult<()> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let per_thread = paths.len().div_ceil(SYNC_THREADS);
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = paths
+            .chunks(per_thread)
+            .map(|chunk| scope.spawn(move || chunk.iter().try_for_each(|p| File::open(p)?.sync_all())))
+            .collect();
+        threads
+            .into_iter()
+            .try_for_each(|t| t.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })?;
+    Ok(())
+}
+
 /// fsyncs a directory so a rename inside it is durable.
 fn sync_dir(dir: &Path) {
     if let Ok(f) = File::open(dir) {
@@ -142,6 +183,9 @@ impl BlobWriter for LocalBlobWriter {
 struct LocalDataWriter {
     report_dir: PathBuf,
     staging: tempfile::TempDir,
+    /// The files and folders written so far, not yet made durable: [`DataWriter::commit`]
+    /// fsyncs them all at once, before the data is renamed into place.
+    unsynced: Vec<PathBuf>,
 }
 
 impl DataWriter for LocalDataWriter {
@@ -149,15 +193,22 @@ impl DataWriter for LocalDataWriter {
         check_key(key)?;
         let path = self.staging.path().join(key);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
+            if !parent.exists() {
+                std::fs::create_dir_all(parent)?;
+                self.unsynced.push(parent.to_owned());
+            }
         }
         let mut f = File::create(&path)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        start_writeback(&f);
+        self.unsynced.push(path);
         Ok(())
     }
 
-    fn commit(self: Box<Self>) -> StoreResult<()> {
+    fn commit(mut self: Box<Self>) -> StoreResult<()> {
+        // The files, the folders holding them, and the staging folder's own entries.
+        self.unsynced.push(self.staging.path().to_owned());
+        sync_all_of(&self.unsynced)?;
         let data = self.report_dir.join("data");
         let old = self.report_dir.join("data.old");
         if data.exists() {
@@ -207,7 +258,11 @@ impl ReportStore for LocalStore {
     fn data_writer(&self, id: &str) -> StoreResult<Box<dyn DataWriter>> {
         let report_dir = self.report_dir(id)?;
         let staging = tempfile::Builder::new().prefix("staging-").tempdir_in(&report_dir)?;
-        Ok(Box::new(LocalDataWriter { report_dir, staging }))
+        Ok(Box::new(LocalDataWriter {
+            report_dir,
+            staging,
+            unsynced: Vec::new(),
+        }))
     }
 
     fn read_data(&self, id: &str, key: &str) -> StoreResult<Option<Vec<u8>>> {
@@ -370,5 +425,36 @@ mod tests {
         store.delete(id).expect("delete");
         assert!(store.get(id).expect("get").is_none());
         assert_eq!(store.read_data(id, "summary.json").expect("read"), None);
+    }
+
+    #[test]
+    fn a_commit_that_cannot_make_every_object_durable_publishes_nothing() {
+        let root = tempfile::tempdir().expect("tmp");
+        let store = LocalStore::open(root.path()).expect("open");
+        let id = "0123456789abcdef0123456789abcdef";
+        store
+            .upload_writer(id, "0-a.pickle")
+            .expect("writer")
+            .finish()
+            .expect("finish");
+        store.create(&record(id)).expect("create");
+        let mut d = store.data_writer(id).expect("data");
+        d.put("summary.json", b"{}").expect("put");
+        d.commit().expect("commit");
+
+        let mut d = store.data_writer(id).expect("data");
+        d.put("summary.json", b"{\"new\":1}").expect("put");
+        d.put("f0/d0/segments/0.parquet", b"s").expect("put");
+        // The object goes before its fsync at commit (as a failing disk would refuse it).
+        let staging = std::fs::read_dir(root.path().join("reports").join(id))
+            .expect("report folder")
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with("staging-"))
+            .expect("a staging folder")
+            .path();
+        std::fs::remove_file(staging.join("f0/d0/segments/0.parquet")).expect("remove");
+        assert!(d.commit().is_err(), "an object that cannot be synced fails the commit");
+        assert_eq!(store.read_data(id, "summary.json").expect("read"), Some(b"{}".to_vec()));
+        assert_eq!(store.read_data(id, "f0/d0/segments/0.parquet").expect("read"), None);
     }
 }
