@@ -4,8 +4,12 @@
 //! The store's interface is synchronous and runs on blocking threads; each call here blocks
 //! its thread on the Tokio runtime the store was opened in. Uploads are streamed as multipart
 //! uploads (a part every [`PART_BYTES`], at most [`PARTS_IN_FLIGHT`] in flight), so an upload's
-//! size never sits in memory; an upload dropped before it finished is aborted.
+//! size never sits in memory; an upload dropped before it finished is aborted. A report's data
+//! objects are sent without waiting for each ([`Objects::put_soon`], at most
+//! [`PUTS_IN_FLIGHT`] and [`PUT_BYTES_IN_FLIGHT`] under way) and all waited for before the
+//! data is published.
 
+use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -16,6 +20,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 
 use super::{StoreError, StoreResult};
 
@@ -76,11 +81,47 @@ impl Objects {
         }
     }
 
-    pub fn put(&self, key: &str, bytes: &[u8]) -> StoreResult<()> {
-        let path = self.path(key);
+    /// Sends object `key` without waiting for it to be stored, as one of `puts`: a report's
+    /// data is hundreds of objects, and put one after another each would wait for its own
+    /// round trip. Waits first while [`Puts`]' bounds are reached; a put that failed before is
+    /// returned then, or by [`Objects::finish`].
+    pub fn put_soon(&self, puts: &mut Puts, key: &str, bytes: &[u8]) -> StoreResult<()> {
+        while !puts.in_flight.is_empty()
+            && (puts.in_flight.len() >= PUTS_IN_FLIGHT || puts.bytes + bytes.len() > PUT_BYTES_IN_FLIGHT)
+        {
+            self.wait_oldest(puts)?;
+        }
+        let (store, path) = (self.store.clone(), self.path(key));
         let payload = PutPayload::from(Bytes::copy_from_slice(bytes));
-        self.rt.block_on(self.store.put(&path, payload))?;
+        let put = self
+            .rt
+            .spawn(async move { store.put(&path, payload).await.map(|_| ()) });
+        puts.in_flight.push_back((put, bytes.len()));
+        puts.bytes += bytes.len();
         Ok(())
+    }
+
+    /// Waits for every put of `puts`: the first that failed, if any did.
+    pub fn finish(&self, puts: &mut Puts) -> StoreResult<()> {
+        let mut first = Ok(());
+        while !puts.in_flight.is_empty() {
+            let waited = self.wait_oldest(puts);
+            if first.is_ok() {
+                first = waited;
+            }
+        }
+        first
+    }
+
+    fn wait_oldest(&self, puts: &mut Puts) -> StoreResult<()> {
+        let Some((put, bytes)) = puts.in_flight.pop_front() else {
+            return Ok(());
+        };
+        puts.bytes -= bytes;
+        match self.rt.block_on(put) {
+            Ok(done) => Ok(done?),
+            Err(e) => Err(StoreError::Objects(format!("a put stopped: {e}"))),
+        }
     }
 
     /// The whole object; `None` when there is none by that key.
@@ -134,16 +175,34 @@ impl Objects {
         Ok(())
     }
 
-    /// Removes `prefix` in the background (for what is dropped on a path that cannot wait).
-    pub fn delete_prefix_later(self: &Arc<Self>, prefix: String) {
+    /// Removes `prefix` in the background (for what is dropped on a path that cannot wait),
+    /// once `puts` still under way are done (they are stopped first).
+    pub fn delete_prefix_later(self: &Arc<Self>, prefix: String, puts: Puts) {
         let this = self.clone();
         self.rt.spawn_blocking(move || {
+            for (put, _) in puts.in_flight {
+                put.abort();
+                let _ = this.rt.block_on(put);
+            }
             if let Err(e) = this.delete_prefix(&prefix) {
                 tracing::warn!("removing objects under {prefix}: {e}");
             }
         });
     }
 }
+
+/// Objects put and not waited for yet ([`Objects::put_soon`]): at most [`PUTS_IN_FLIGHT`]
+/// of them, and [`PUT_BYTES_IN_FLIGHT`] bytes unless a single object is larger.
+#[derive(Default)]
+pub struct Puts {
+    in_flight: VecDeque<(JoinHandle<object_store::Result<()>>, usize)>,
+    bytes: usize,
+}
+
+/// Objects a data writer sends at once.
+const PUTS_IN_FLIGHT: usize = 16;
+/// Bytes a data writer holds in puts under way (its largest objects come first).
+const PUT_BYTES_IN_FLIGHT: usize = 64 << 20;
 
 /// Reads an object's byte stream synchronously.
 struct ObjectReader {

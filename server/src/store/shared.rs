@@ -16,7 +16,7 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::objects::{ObjectWriter, Objects, S3Config};
+use super::objects::{ObjectWriter, Objects, Puts, S3Config};
 use super::postgres::{Claim, PgIndex};
 use super::{check_key, BlobWriter, DataWriter, JobQueue, ReportRecord, ReportState, ReportStore, StoreResult};
 
@@ -71,17 +71,23 @@ struct SharedDataWriter {
     objects: Arc<Objects>,
     wrote_any: bool,
     committed: bool,
+    /// Objects sent and not yet known to be stored: all are, before the prefix is published.
+    puts: Puts,
 }
 
 impl DataWriter for SharedDataWriter {
     fn put(&mut self, key: &str, bytes: &[u8]) -> StoreResult<()> {
         check_key(key)?;
         self.wrote_any = true;
-        self.objects
-            .put(&format!("reports/{}/{}/{key}", self.id, self.prefix), bytes)
+        self.objects.put_soon(
+            &mut self.puts,
+            &format!("reports/{}/{}/{key}", self.id, self.prefix),
+            bytes,
+        )
     }
 
     fn commit(mut self: Box<Self>) -> StoreResult<()> {
+        self.objects.finish(&mut self.puts)?;
         let old = self.index.publish_data(&self.id, &self.prefix)?;
         self.committed = true;
         if let Some(old) = old.filter(|o| *o != self.prefix) {
@@ -96,8 +102,9 @@ impl DataWriter for SharedDataWriter {
 impl Drop for SharedDataWriter {
     fn drop(&mut self) {
         if !self.committed && self.wrote_any {
+            let puts = std::mem::take(&mut self.puts);
             self.objects
-                .delete_prefix_later(format!("reports/{}/{}", self.id, self.prefix));
+                .delete_prefix_later(format!("reports/{}/{}", self.id, self.prefix), puts);
         }
     }
 }
@@ -130,6 +137,7 @@ impl ReportStore for SharedStore {
             objects: self.objects.clone(),
             wrote_any: false,
             committed: false,
+            puts: Puts::default(),
         }))
     }
 
