@@ -18,7 +18,7 @@ pub enum RowGroups {
     One,
 }
 
-/// A frame as Parquet bytes, each column plain- or delta-encoded ([`deltas_pay`]) and
+/// A frame as Parquet bytes, each column plain- or delta-encoded (`deltas_pay`) and
 /// zstd-compressed, never dictionary-encoded (hand-assembled
 /// from polars' own lower-level writer, `polars-parquet`): polars' `ParquetWriter` tries a
 /// dictionary for every integer column, a cardinality estimate and then a hash map over the

@@ -173,7 +173,7 @@ impl LoadedFile {
     /// What the device frames will hold once loaded, estimated from the summary: the usage
     /// columns per entry (time, allocated), the lifetimes' per allocation (addr, size, stack,
     /// 32-bit entry indexes, category and rule; a stream column where there are several), as
-    /// [`device_frames_bytes`] counts them.
+    /// `device_frames_bytes` counts them.
     pub fn frames_estimate(&self) -> u64 {
         self.summary
             .devices
@@ -323,7 +323,7 @@ impl LoadedFile {
         self.segments.map_at(self, &self.bytes, device, cursor, time_us, detail)
     }
 
-    /// The first view stored for `device` on `axis` at ingest ([`OVERVIEW_WIDTH`], the whole
+    /// The first view stored for `device` on `axis` at ingest ([`OVERVIEW_WIDTH`](super::OVERVIEW_WIDTH), the whole
     /// range), when one is stored and `axis` is the device's default; `None` also once the
     /// device's timeline index on that axis is built (then any width is answered as fast).
     pub fn stored_overview(&self, device: i64, axis: Axis) -> Result<Option<memlens_api::Timeline>, DataError> {

@@ -1,8 +1,8 @@
 //! A processed report as store objects, and loaded back for queries: `summary.json` plus, per
 //! analysed snapshot, every canonical table and each device's derived frames as Parquet, and
 //! per NVML log its samples. Everything goes through the [`ReportStore`](crate::store::ReportStore)'s
-//! blob interface: [`write`] makes the objects at ingest, [`read`] reads them back, and
-//! [`loaded_file`] holds a stored file's parts for queries, loading each when first asked for.
+//! blob interface: `write.rs` makes the objects at ingest, `read.rs` reads them back, and
+//! `loaded_file.rs` holds a stored file's parts for queries, loading each when first asked for.
 //!
 //! ```text
 //! summary.json                 AnalyzeOutput (what GET /api/reports/{id} returns)
