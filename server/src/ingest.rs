@@ -30,6 +30,8 @@ pub struct Progress {
     pub bytes_read: AtomicU64,
     pub bytes_total: AtomicU64,
     stage: Mutex<Stage>,
+    /// When the job began (the stages' times are logged from it).
+    began: Instant,
 }
 
 impl Default for Progress {
@@ -38,6 +40,7 @@ impl Default for Progress {
             bytes_read: AtomicU64::new(0),
             bytes_total: AtomicU64::new(0),
             stage: Mutex::new(Stage::Queued),
+            began: Instant::now(),
         }
     }
 }
@@ -45,6 +48,9 @@ impl Default for Progress {
 impl Progress {
     fn set_stage(&self, s: Stage) {
         if let Ok(mut g) = self.stage.lock() {
+            if *g != s {
+                tracing::debug!(stage = ?s, "job stage begins {:.0} ms in", self.began.elapsed().as_secs_f64() * 1e3);
+            }
             *g = s;
         }
     }
@@ -374,6 +380,7 @@ impl Ingest {
             .map(|f| {
                 if let Some(import) = self.pre_imports.take(id, &f.key) {
                     // Read while it arrived: its bytes are in.
+                    tracing::debug!(report = %id, "upload {} imported while it arrived", f.key);
                     progress.bytes_read.fetch_add(f.size, Ordering::Relaxed);
                     return Input::begun(f.name.clone(), import);
                 }

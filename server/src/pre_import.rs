@@ -192,6 +192,7 @@ impl PreImports {
                 return None;
             }
         };
+        tracing::debug!(report = %id, "importing upload {key} as it arrives");
         if let Ok(mut m) = self.begun.lock() {
             m.insert(
                 (id.to_owned(), key.to_owned()),
