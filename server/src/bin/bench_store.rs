@@ -66,16 +66,7 @@ fn main() {
         .and_then(|w| w.finish())
         .unwrap_or_else(|e| fail("the upload", &e));
     store
-        .create(&ReportRecord {
-            id: id.to_owned(),
-            state: ReportState::Processing,
-            created_at: 0,
-            expires_at: None,
-            error: None,
-            files: Vec::new(),
-            delete_token_hash: String::new(),
-            meta: Default::default(),
-        })
+        .create(&ReportRecord::bare(id, ReportState::Processing))
         .unwrap_or_else(|e| fail("the report", &e));
     let mut data = store.data_writer(id).unwrap_or_else(|e| fail("the data writer", &e));
     let t0 = Instant::now();

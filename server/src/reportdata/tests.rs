@@ -22,16 +22,7 @@ fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
     let store: Arc<dyn ReportStore> = Arc::new(LocalStore::open(root.path()).expect("open"));
     store.upload_writer(id, "0-x").expect("w").finish().expect("finish");
     store
-        .create(&ReportRecord {
-            id: id.to_owned(),
-            state: ReportState::Queued,
-            created_at: 0,
-            expires_at: None,
-            error: None,
-            files: Vec::new(),
-            delete_token_hash: String::new(),
-            meta: Default::default(),
-        })
+        .create(&ReportRecord::bare(id, ReportState::Queued))
         .expect("create");
     (root, store)
 }

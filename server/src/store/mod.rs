@@ -87,6 +87,23 @@ pub struct ReportRecord {
     pub meta: memlens_api::ReportMeta,
 }
 
+impl ReportRecord {
+    /// A report in `state` with no uploads listed, no owner token, created at time 0: one that
+    /// the benches and tests write data for directly, without the upload path.
+    pub fn bare(id: &str, state: ReportState) -> ReportRecord {
+        ReportRecord {
+            id: id.to_owned(),
+            state,
+            created_at: 0,
+            expires_at: None,
+            error: None,
+            files: Vec::new(),
+            delete_token_hash: String::new(),
+            meta: Default::default(),
+        }
+    }
+}
+
 /// Receives one upload's bytes; nothing is visible until the report is created.
 pub trait BlobWriter: Send {
     fn write(&mut self, bytes: &[u8]) -> StoreResult<()>;
