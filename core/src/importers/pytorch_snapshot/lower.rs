@@ -41,6 +41,10 @@ struct Keys {
     frame: FrameKeys,
     /// `action` (an entry's first key as PyTorch writes it) and `frames` (its one list).
     flat: FlatKeys,
+    /// The strings `""` and `"N/A"`: most entries' `user_metadata` and `compile_context`, which
+    /// are not kept, known by their values without reading them.
+    empty: Val,
+    not_available: Val,
 }
 
 impl Keys {
@@ -70,7 +74,15 @@ impl Keys {
             first: heap.strings.intern("action"),
             list: heap.strings.intern("frames"),
         };
-        Keys { field_of, frame, flat }
+        let empty = Val::string(heap.strings.intern(""));
+        let not_available = Val::string(heap.strings.intern("N/A"));
+        Keys {
+            field_of,
+            frame,
+            flat,
+            empty,
+            not_available,
+        }
     }
 
     /// The [`Field`] an interned key names.
@@ -247,7 +259,7 @@ impl TraceLowering {
         let Some(keys) = self.keys.as_ref() else {
             return Ok(None);
         };
-        let frame_keys = keys.frame;
+        let (frame_keys, empty, not_available) = (keys.frame, keys.empty, keys.not_available);
         let Some(V::Str(action_id)) = f[Field::Action as usize].map(|v| heap.get(v)) else {
             return Ok(None);
         };
@@ -258,11 +270,19 @@ impl TraceLowering {
         let stream = int(Field::Stream).unwrap_or(0);
         let time = int(Field::TimeUs);
         let device_free = int(Field::DeviceFree);
-        // Strings are copied only when kept (most entries' `compile_context` is "N/A").
-        let text = |field: Field| f[field as usize].and_then(|v| heap.str_of(v)).filter(|s| !s.is_empty());
-        let compile_context = text(Field::CompileContext).filter(|s| *s != "N/A").map(str::to_owned);
-        let user_metadata = text(Field::UserMetadata).map(str::to_owned);
-        let category = text(Field::Category).map(str::to_owned);
+        // Strings are copied only when kept: not empty, and for `compile_context` not "N/A"
+        // (most entries'), both known first by their values.
+        let text = |field: Field, unless: Val| {
+            f[field as usize]
+                .filter(|&v| v != empty && v != unless)
+                .and_then(|v| heap.str_of(v))
+                .filter(|s| !s.is_empty())
+        };
+        let compile_context = text(Field::CompileContext, not_available)
+            .filter(|s| *s != "N/A")
+            .map(str::to_owned);
+        let user_metadata = text(Field::UserMetadata, empty).map(str::to_owned);
+        let category = text(Field::Category, empty).map(str::to_owned);
         let action_name = (action == Action::Other).then(|| heap.strings.get(action_id).to_owned());
         let stack = match f[Field::Frames as usize] {
             Some(ITEMS) => self.frames.stack_of_items(heap, items, &frame_keys, offset)?,
@@ -277,15 +297,14 @@ impl TraceLowering {
         if let Some(v) = device_free {
             self.trace.device_free.push((row, v));
         }
-        let note = EventNote {
-            row,
-            compile_context,
-            user_metadata,
-            action_name,
-            category,
-        };
-        if !note.is_empty() {
-            self.trace.notes.push(note);
+        if compile_context.is_some() || user_metadata.is_some() || action_name.is_some() || category.is_some() {
+            self.trace.notes.push(EventNote {
+                row,
+                compile_context,
+                user_metadata,
+                action_name,
+                category,
+            });
         }
 
         let l = &mut heap.objs[list as usize];
@@ -338,7 +357,11 @@ impl FrameTable {
         let mut ids = std::mem::take(&mut self.pending);
         ids.clear();
         for &f in items {
-            self.frames_of(heap, f, keys, offset, &mut ids)?;
+            // A frame seen before (nearly every one) is its id; a new frame dict is read.
+            match heap.interned_frame(f) {
+                Some(id) => ids.push(id),
+                None => self.frames_of(heap, f, keys, offset, &mut ids)?,
+            }
         }
         let id = self.intern_stack(&ids);
         self.pending = ids;

@@ -18,7 +18,7 @@
 
 use std::io::Read;
 
-use super::{intern_bytes, memoize_next, AppendHook, Heap, Input, Memo, PResult, Val, T_INT, T_STR};
+use super::{intern_bytes, AppendHook, Heap, Input, Memo, PResult, Val, T_INT, T_STR};
 
 /// A value of a [`FlatDict`] pair that the machine would have had to build: the dict's list,
 /// whose items are [`FlatDict::items`].
@@ -109,15 +109,18 @@ impl FlatReader {
             }
             return Ok(false);
         };
-        heap.charge(self.dict.string_bytes / 4, at)?;
+        // What the machine charges for the strings and for each MEMOIZE, charged at once.
+        heap.charge(self.dict.string_bytes / 4 + 4 * self.dict.memoized.len(), at)?;
+        let mut aside = 0;
         for m in &self.dict.memoized {
             let v = match *m {
                 Memoized::Dict => Val::consumed(),
                 Memoized::Str(id) => Val::with(T_STR, id),
                 Memoized::List => list_value,
             };
-            memoize_next(memo, heap, v, at)?;
+            aside += memo.push(v);
         }
+        heap.charge(aside, at)?;
         input.skip(n);
         Ok(true)
     }
@@ -132,18 +135,20 @@ impl FlatReader {
 const MAX_PAIRS: usize = 64;
 const MAX_ITEMS: usize = 256;
 
-/// A cursor over the bytes after an entry's `EMPTY_DICT`: `None` past the end.
-struct Bytes<'a> {
+/// A cursor over the bytes after an entry's `EMPTY_DICT`: `None` past the end. With `FRAMES`
+/// it steps over FRAME opcodes between any two opcodes; without, a FRAME is an opcode it does
+/// not know (the read stops there), which costs a FRAME check before every opcode less.
+struct Bytes<'a, const FRAMES: bool> {
     b: &'a [u8],
     at: usize,
 }
 
-impl Bytes<'_> {
+impl<const FRAMES: bool> Bytes<'_, FRAMES> {
     /// Steps over FRAME opcodes (protocol 4's buffering hints, between any two opcodes: one
     /// every 64 KiB, so inside an entry every thousand or so).
     #[inline]
     fn frames(&mut self) {
-        while self.b.get(self.at) == Some(&0x95) {
+        while FRAMES && self.b.get(self.at) == Some(&0x95) {
             self.at += 9;
         }
     }
@@ -187,11 +192,23 @@ impl Bytes<'_> {
 /// (through its `SETITEMS`), or `None` when the machine is to read it. Interns the strings it
 /// reads (as the machine would); changes nothing else.
 pub(super) fn read(b: &[u8], heap: &mut Heap, memo: &Memo, keys: FlatKeys, out: &mut FlatDict) -> Option<usize> {
+    // Most entries hold no FRAME (one comes every 64 KiB, every thousand entries or so): read
+    // without looking for one first, and again looking for them where that read stops.
+    read_with::<false>(b, heap, memo, keys, out).or_else(|| read_with::<true>(b, heap, memo, keys, out))
+}
+
+fn read_with<const FRAMES: bool>(
+    b: &[u8],
+    heap: &mut Heap,
+    memo: &Memo,
+    keys: FlatKeys,
+    out: &mut FlatDict,
+) -> Option<usize> {
     out.pairs.clear();
     out.items.clear();
     out.memoized.clear();
     out.string_bytes = 0;
-    let mut c = Bytes { b, at: 0 };
+    let mut c = Bytes::<FRAMES> { b, at: 0 };
     if c.eat(0x94) {
         out.memoized.push(Memoized::Dict);
     }
@@ -245,7 +262,7 @@ pub(super) fn read(b: &[u8], heap: &mut Heap, memo: &Memo, keys: FlatKeys, out: 
 
 /// An int, `None`, a bool, a string (memoized or not) or a memo reference.
 #[inline(always)]
-fn scalar(c: &mut Bytes<'_>, heap: &mut Heap, memo: &Memo, out: &mut FlatDict) -> Option<Val> {
+fn scalar<const FRAMES: bool>(c: &mut Bytes<'_, FRAMES>, heap: &mut Heap, memo: &Memo, out: &mut FlatDict) -> Option<Val> {
     let v = match c.op()? {
         b'h' => got(memo, c.byte()? as usize)?,
         b'j' => got(memo, u32::from_le_bytes(c.take(4)?.try_into().ok()?) as usize)?,
@@ -293,7 +310,7 @@ fn got(memo: &Memo, slot: usize) -> Option<Val> {
 /// A memo reference to a frame: a frame dict (a container, which the lowering reads without
 /// keeping) or a frame already interned.
 #[inline]
-fn item(c: &mut Bytes<'_>, memo: &Memo) -> Option<Val> {
+fn item<const FRAMES: bool>(c: &mut Bytes<'_, FRAMES>, memo: &Memo) -> Option<Val> {
     let slot = match c.op()? {
         b'h' => c.byte()? as usize,
         b'j' => u32::from_le_bytes(c.take(4)?.try_into().ok()?) as usize,
@@ -304,7 +321,7 @@ fn item(c: &mut Bytes<'_>, memo: &Memo) -> Option<Val> {
 
 /// A new list of memo references: `EMPTY_LIST [MEMOIZE]`, then nothing, one item and `APPEND`,
 /// or `MARK`, items, `APPENDS`.
-fn list(c: &mut Bytes<'_>, memo: &Memo, out: &mut FlatDict) -> Option<()> {
+fn list<const FRAMES: bool>(c: &mut Bytes<'_, FRAMES>, memo: &Memo, out: &mut FlatDict) -> Option<()> {
     c.op()?; // EMPTY_LIST
     if c.eat(0x94) {
         out.memoized.push(Memoized::List);

@@ -45,6 +45,19 @@ impl Memo {
         Some(Val(word as u64))
     }
 
+    /// Stores `v` in a new slot after the last (what MEMOIZE does); returns the bytes kept
+    /// aside for it.
+    #[inline]
+    pub fn push(&mut self, v: Val) -> usize {
+        let word = compact(v);
+        self.slots.push(word);
+        if word == WIDE {
+            self.wide.insert((self.slots.len() - 1) as u32, v);
+            return 16;
+        }
+        0
+    }
+
     /// Stores `v` in `slot` (below [`Memo::len`]); returns the bytes kept aside for it.
     #[inline]
     pub fn set(&mut self, slot: usize, v: Val) -> usize {

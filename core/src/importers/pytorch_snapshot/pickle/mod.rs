@@ -126,6 +126,10 @@ impl Val {
     pub fn frame(id: u32) -> Val {
         Val::with(T_FRAME, id)
     }
+    /// The interned string `id`.
+    pub fn string(id: u32) -> Val {
+        Val::with(T_STR, id)
+    }
     pub fn consumed() -> Val {
         Val(T_CONSUMED)
     }
@@ -278,6 +282,20 @@ impl Heap {
             T_FRAME => V::Frame(v.idx()),
             T_CONSUMED => V::Consumed,
             _ => V::None,
+        }
+    }
+
+    /// The frame id `v` stands for when its frame is interned already: a frame, or a frame dict
+    /// lowered to one (what nearly every frame of a trace entry is).
+    #[inline]
+    pub fn interned_frame(&self, v: Val) -> Option<u32> {
+        match v.tag() {
+            T_FRAME => Some(v.idx()),
+            T_OBJ => {
+                let lowered = self.objs.get(v.idx() as usize)?.lowered;
+                (lowered.tag() == T_FRAME).then(|| lowered.idx())
+            }
+            _ => None,
         }
     }
 
@@ -988,15 +1006,6 @@ fn flat_candidate(stack: &[Val], marks: &[usize], heap: &Heap) -> Option<u32> {
     let m = *marks.last()?;
     let list = stack.get(m.checked_sub(1)?)?.obj()?;
     (heap.objs[list as usize].kind == Kind::List).then_some(list)
-}
-
-/// Stores `v` in the next memo slot, as MEMOIZE does.
-fn memoize_next(memo: &mut Memo, heap: &mut Heap, v: Val, at: u64) -> PResult<()> {
-    let slot = memo.len();
-    heap.charge(4, at)?;
-    memo.grow_to(slot + 1);
-    let aside = memo.set(slot, v);
-    heap.charge(aside, at)
 }
 
 #[inline]
