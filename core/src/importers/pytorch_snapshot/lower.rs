@@ -6,7 +6,7 @@
 //! settings, annotations) by schema once decoding is done. Frame lists shared through the
 //! pickle memo become shared stack ids.
 
-use super::pickle::flat::{FlatDict, FlatKeys, ITEMS};
+use super::pickle::flat::{FlatDict, FlatKeys, FLAT_FIELDS, ITEMS};
 use super::pickle::{AppendHook, Heap, Kind, PResult, PickleError, Val, V};
 use crate::tables::{
     Action, BlockRows, BlockState, EventNote, FrameTable, SegmentRows, SnapshotColumns, TraceRows, NO_TIME,
@@ -28,8 +28,9 @@ enum Field {
     Category,
 }
 
-/// How many [`Field`]s there are.
+/// How many [`Field`]s there are (each a slot of a flat read's fields).
 const FIELDS: usize = 10;
+const _: () = assert!(FIELDS <= FLAT_FIELDS);
 /// `Keys::field_of` for a string that names no field.
 const NOT_A_FIELD: u8 = u8::MAX;
 
@@ -73,6 +74,7 @@ impl Keys {
         let flat = FlatKeys {
             first: heap.strings.intern("action"),
             list: heap.strings.intern("frames"),
+            field_of: field_of.clone(),
         };
         let empty = Val::string(heap.strings.intern(""));
         let not_available = Val::string(heap.strings.intern("N/A"));
@@ -108,16 +110,6 @@ impl Keys {
         found
     }
 
-    /// The values of a flat entry's fields, the last one winning.
-    fn flat_fields(&self, entry: &FlatDict) -> [Option<Val>; FIELDS] {
-        let mut found = [None; FIELDS];
-        for &(key, v) in &entry.pairs {
-            if let Some(f) = self.field(key) {
-                found[f] = Some(v);
-            }
-        }
-        found
-    }
 }
 
 /// Interned ids of a frame dict's keys: `name`, `filename`, `line`, and the FX debug fields
@@ -220,14 +212,17 @@ impl AppendHook for TraceLowering {
     }
 
     fn flat_keys(&mut self, heap: &mut Heap) -> Option<FlatKeys> {
-        Some(self.keys.get_or_insert_with(|| Keys::intern(heap)).flat)
+        Some(self.keys.get_or_insert_with(|| Keys::intern(heap)).flat.clone())
     }
 
     fn lower_flat(&mut self, heap: &mut Heap, list: u32, entry: &FlatDict, offset: u64) -> PResult<Option<Val>> {
-        let keys = self.keys.get_or_insert_with(|| Keys::intern(heap));
-        let f = keys.flat_fields(entry);
+        self.keys.get_or_insert_with(|| Keys::intern(heap));
+        // The read put each field's value in its slot (`Keys::field_of`).
+        let Ok(f) = <&[Option<Val>; FIELDS]>::try_from(&entry.fields[..FIELDS]) else {
+            return Ok(None);
+        };
         Ok(self
-            .lower_fields(heap, list, &f, &entry.items, offset)?
+            .lower_fields(heap, list, f, &entry.items, offset)?
             .map(Val::stack))
     }
 }

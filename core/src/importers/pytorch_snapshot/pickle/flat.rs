@@ -35,11 +35,18 @@ pub enum Memoized {
     List,
 }
 
-/// An entry dict read by [`read`]: its pairs in order, its one list's items, what it memoized.
+/// Slots of [`FlatDict::fields`].
+pub const FLAT_FIELDS: usize = 16;
+
+/// An entry dict read by [`read`]: the values of the keys the hook reads, its one list's items,
+/// what it memoized.
 #[derive(Default)]
 pub struct FlatDict {
-    /// (key string id, value); a value [`ITEMS`] is the list.
-    pub pairs: Vec<(u32, Val)>,
+    /// The value of each key [`FlatKeys::field_of`] gives a slot, by slot (the last one when a
+    /// key repeats, as in Python); a value [`ITEMS`] is the list.
+    pub fields: [Option<Val>; FLAT_FIELDS],
+    /// How many key/value pairs it has.
+    pub pairs: usize,
     /// The list's items (memo values: frame dicts, or frames already interned).
     pub items: Vec<Val>,
     pub memoized: Vec<Memoized>,
@@ -47,12 +54,15 @@ pub struct FlatDict {
     pub string_bytes: usize,
 }
 
-/// Keys a flat read is for: the first key of an entry, and the only key whose value may be a
-/// list (new, or shared from the memo).
-#[derive(Clone, Copy)]
+/// Keys a flat read is for: the first key of an entry, the only key whose value may be a list
+/// (new, or shared from the memo), and where the value of each key the hook reads goes.
+#[derive(Clone)]
 pub struct FlatKeys {
     pub first: u32,
     pub list: u32,
+    /// A key's interned string id → its slot of [`FlatDict::fields`] ([`FLAT_FIELDS`] or more,
+    /// or past the end: a key the hook does not read).
+    pub field_of: Vec<u8>,
 }
 
 /// Lists followed with dicts waiting to be appended before flat reads stop.
@@ -85,8 +95,7 @@ impl FlatReader {
         list: u32,
         at: u64,
     ) -> PResult<bool> {
-        let keys = *self.keys.get_or_insert_with(|| hook.flat_keys(heap));
-        let Some(keys) = keys else {
+        let Some(keys) = self.keys.get_or_insert_with(|| hook.flat_keys(heap)) else {
             return Ok(false);
         };
         let read = match self.waiting.contains(&list) {
@@ -191,7 +200,7 @@ impl<const FRAMES: bool> Bytes<'_, FRAMES> {
 /// Reads an entry dict from `b` (the bytes after its `EMPTY_DICT`) into `out`; the bytes read
 /// (through its `SETITEMS`), or `None` when the machine is to read it. Interns the strings it
 /// reads (as the machine would); changes nothing else.
-pub(super) fn read(b: &[u8], heap: &mut Heap, memo: &Memo, keys: FlatKeys, out: &mut FlatDict) -> Option<usize> {
+pub(super) fn read(b: &[u8], heap: &mut Heap, memo: &Memo, keys: &FlatKeys, out: &mut FlatDict) -> Option<usize> {
     // Most entries hold no FRAME (one comes every 64 KiB, every thousand entries or so): read
     // without looking for one first, and again looking for them where that read stops.
     read_with::<false>(b, heap, memo, keys, out).or_else(|| read_with::<true>(b, heap, memo, keys, out))
@@ -201,10 +210,11 @@ fn read_with<const FRAMES: bool>(
     b: &[u8],
     heap: &mut Heap,
     memo: &Memo,
-    keys: FlatKeys,
+    keys: &FlatKeys,
     out: &mut FlatDict,
 ) -> Option<usize> {
-    out.pairs.clear();
+    out.fields = [None; FLAT_FIELDS];
+    out.pairs = 0;
     out.items.clear();
     out.memoized.clear();
     out.string_bytes = 0;
@@ -218,16 +228,16 @@ fn read_with<const FRAMES: bool>(
     let mut list_read = false;
     loop {
         if c.eat(b'u') {
-            return (!out.pairs.is_empty()).then_some(c.at);
+            return (out.pairs > 0).then_some(c.at);
         }
-        if out.pairs.len() == MAX_PAIRS {
+        if out.pairs == MAX_PAIRS {
             return None;
         }
         let key = match scalar(&mut c, heap, memo, out)? {
             k if k.tag() == T_STR => k.idx(),
             _ => return None,
         };
-        if out.pairs.is_empty() && key != keys.first {
+        if out.pairs == 0 && key != keys.first {
             return None;
         }
         let value = if c.peek_op() == Some(b']') {
@@ -248,7 +258,7 @@ fn read_with<const FRAMES: bool>(
             // does not (it was a third of reading an entry).
             macro_rules! by_position {
                 ($($i:literal)*) => {
-                    match out.pairs.len() {
+                    match out.pairs {
                         $($i => scalar(&mut c, heap, memo, out)?,)*
                         _ => scalar(&mut c, heap, memo, out)?,
                     }
@@ -256,7 +266,12 @@ fn read_with<const FRAMES: bool>(
             }
             by_position!(0 1 2 3 4 5 6 7 8 9 10 11)
         };
-        out.pairs.push((key, value));
+        if let Some(slot) = keys.field_of.get(key as usize).map(|&s| s as usize) {
+            if slot < FLAT_FIELDS {
+                out.fields[slot] = Some(value);
+            }
+        }
+        out.pairs += 1;
     }
 }
 
