@@ -5,8 +5,9 @@
 //! strings fetched from the memo, numbers inline, a new `compile_context` string, a new frames
 //! list of frame dicts fetched from the memo), `SETITEMS`. Run through the general machine, each
 //! entry's dict and list are made, filled, scanned by the lowering and freed again — most of
-//! decoding. Here such an entry is read as a flat list of pairs ([`FlatDict`]) and handed to the
-//! hook to lower; only then does anything change: the memo slots the entry's opcodes would have
+//! decoding. Here such an entry is read flat, each value into the slot the hook gives its key
+//! ([`FlatDict`]), and handed to the hook to lower; only then does anything change: the memo
+//! slots the entry's opcodes would have
 //! filled are filled with what the machine would have left in them (the entry consumed, its
 //! strings, its frames list's stack id), and the bytes are consumed.
 //!
