@@ -40,6 +40,7 @@ pub mod segment_checkpoint_frame;
 pub mod segment_checkpoints;
 pub mod segment_detail;
 pub mod segment_map;
+mod segments_by_address;
 pub mod stalls;
 pub mod usage;
 mod varint;

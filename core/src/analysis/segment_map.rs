@@ -16,6 +16,7 @@ use polars::prelude::*;
 
 pub use super::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentDetail, SegmentKey};
+use super::segments_by_address::SegmentsByAddress;
 use super::{device_segments, round_size, DeviceEvents, Streams, MIN_BLOCK, SMALL_SIZE};
 use crate::tables::{Action, BlockState, SnapshotTables};
 
@@ -93,7 +94,7 @@ pub struct StateStats {
 /// A replayable allocator state for one device.
 #[derive(Clone)]
 pub struct SegmentState {
-    pub(super) segs: BTreeMap<i64, Segment>,
+    pub(super) segs: SegmentsByAddress,
     /// Entries `>= cursor` have been undone: the state is the one right after entry `cursor - 1`.
     pub(super) cursor: usize,
 }
@@ -106,19 +107,17 @@ impl SegmentState {
         let s_size = segs.column("total_size")?.i64()?;
         let s_stream = segs.column("stream")?.i64()?;
         let s_exp = segs.column("is_expandable")?.bool()?;
-        let mut map = BTreeMap::new();
-        for i in 0..segs.height() {
-            let a = s_addr.get(i).unwrap_or(0);
-            map.insert(
-                a,
-                Segment {
+        let map = (0..segs.height())
+            .map(|i| {
+                let segment = Segment {
                     size: s_size.get(i).unwrap_or(0),
                     stream: s_stream.get(i).unwrap_or(0),
                     expandable: s_exp.get(i).unwrap_or(false),
                     blocks: BTreeMap::new(),
-                },
-            );
-        }
+                };
+                (s_addr.get(i).unwrap_or(0), segment)
+            })
+            .collect();
         let b_addr = blocks.column("address")?.i64()?;
         let b_size = blocks.column("size")?.i64()?;
         let b_req = blocks.column("requested_size")?.i64()?;
@@ -149,13 +148,11 @@ impl SegmentState {
     }
 
     fn seg_key(&self, addr: i64) -> Option<i64> {
-        let (&start, seg) = self.segs.range(..=addr).next_back()?;
-        (addr < start + seg.size).then_some(start)
+        self.segs.start_holding(addr)
     }
 
     fn seg_mut(&mut self, addr: i64) -> Option<&mut Segment> {
-        let (&start, seg) = self.segs.range_mut(..=addr).next_back()?;
-        (addr < start + seg.size).then_some(seg)
+        self.segs.holding_mut(addr)
     }
 
     /// Undoes entries until the state is the one right after entry `idx` (`None`: before all).
@@ -211,7 +208,7 @@ impl SegmentState {
         let Some(start) = self.seg_key(addr) else {
             return;
         };
-        let Some(seg) = self.segs.remove(&start) else {
+        let Some(seg) = self.segs.remove(start) else {
             return;
         };
         let end = start + seg.size;
@@ -282,9 +279,9 @@ impl SegmentState {
         let mut start = addr;
         if expandable {
             // Re-join the neighbouring mapped ranges, as the snapshot shows one segment per range.
-            if let Some((&p, prev)) = self.segs.range(..addr).next_back() {
+            if let Some((p, prev)) = self.segs.last_before(addr) {
                 if p + prev.size == addr && prev.expandable && prev.stream == stream {
-                    let mut prev = self.segs.remove(&p).unwrap_or(seg.clone());
+                    let mut prev = self.segs.remove(p).unwrap_or(seg.clone());
                     prev.size += seg.size;
                     prev.blocks.append(&mut seg.blocks);
                     seg = prev;
@@ -292,9 +289,9 @@ impl SegmentState {
                 }
             }
             let end = start + seg.size;
-            if let Some(next) = self.segs.get(&end) {
+            if let Some(next) = self.segs.get(end) {
                 if next.expandable && next.stream == stream {
-                    if let Some(mut next) = self.segs.remove(&end) {
+                    if let Some(mut next) = self.segs.remove(end) {
                         seg.size += next.size;
                         seg.blocks.append(&mut next.blocks);
                     }
