@@ -24,7 +24,7 @@ use crate::analysis::pools::memory_pools;
 use crate::analysis::run::metadata_rank;
 use crate::analysis::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use crate::analysis::stalls::pending_free_stalls;
-use crate::analysis::usage::{usage_over_time, Usage};
+use crate::analysis::usage::{peak_allocated_entry, usage_over_time, Usage};
 use crate::analysis::{devices, DeviceEvents};
 use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
@@ -73,56 +73,44 @@ pub fn analyze_device_keeping(
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let ev = DeviceEvents::new(t, device)?;
     let count = checkpoints.then_some(CHECKPOINTS);
-    // The usage, then the fragmentation replay (the longest analysis, which needs only the
-    // usage), run on a second thread, while this one finds what needs neither (lifetimes,
-    // leaks, phases, stalls), then what needs the usage.
+    // The fragmentation replay (the longest analysis) runs on a second thread from the start:
+    // it finds the peak it samples on its own and needs the usage only at its end, while this
+    // thread finds the usage, then everything else.
     let usage_slot: OnceLock<Usage> = OnceLock::new();
-    let (ready, usage_ready) = mpsc::channel::<PolarsResult<()>>();
+    let (ready, usage_ready) = mpsc::channel::<()>();
     let (ev, slot) = (&ev, &usage_slot);
     std::thread::scope(|scope| {
         let second = scope.spawn(move || {
-            let usage = match usage_over_time(t, ev) {
-                Ok(u) => slot.get_or_init(|| u),
-                Err(e) => {
-                    let _ = ready.send(Err(e));
-                    return None;
-                }
-            };
-            let _ = ready.send(Ok(()));
             let mut exact = ev.indices_of(Action::Oom);
-            exact.extend(usage.peak_allocated_idx);
-            Some(fragmentation_over_time(
-                t,
-                ev,
-                usage,
-                FRAGMENTATION_SAMPLES,
-                &exact,
-                count,
-            ))
+            exact.extend(peak_allocated_entry(ev.action(), ev.size()));
+            let usage = || match usage_ready.recv() {
+                Ok(()) => Ok(slot.get().expect("set before it is announced")),
+                // This thread's usage failed, and says why itself.
+                Err(_) => Err(PolarsError::ComputeError("no usage to sample".into())),
+            };
+            fragmentation_over_time(t, ev, usage, FRAGMENTATION_SAMPLES, &exact, count)
         });
-        let usage = || match usage_ready.recv() {
-            Ok(Ok(())) => Ok(slot.get().expect("set before it is announced")),
-            Ok(Err(e)) => Err(e),
-            // The thread ended without a word: it panicked, and joining it says why.
-            Err(_) => Err(PolarsError::ComputeError("the usage thread stopped".into())),
-        };
+        let usage = usage_over_time(t, ev).map(|u| slot.get_or_init(|| u));
+        if usage.is_ok() {
+            let _ = ready.send(());
+        }
+        drop(ready);
         let fragmentation = || match second.join() {
-            Ok(Some(frag)) => frag,
-            Ok(None) => Err(PolarsError::ComputeError("no usage to replay".into())),
+            Ok(frag) => frag,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        analyze_device_with(t, ev, stacks, rules, usage, fragmentation)
+        analyze_device_with(t, ev, stacks, rules, usage?, fragmentation)
     })
 }
 
-/// [`analyze_device`] with the usage and the fragmentation replay found elsewhere: `usage`
-/// waits for the one, `fragmentation` for the other.
-fn analyze_device_with<'u>(
+/// [`analyze_device`] with the usage found and the fragmentation replay found elsewhere:
+/// `fragmentation` waits for it.
+fn analyze_device_with(
     t: &SnapshotTables,
     ev: &DeviceEvents,
     stacks: &StackResolver,
     rules: &FrameRules,
-    usage: impl FnOnce() -> PolarsResult<&'u Usage>,
+    usage: &Usage,
     fragmentation: impl FnOnce() -> PolarsResult<crate::analysis::fragmentation::Fragmentation>,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let device = ev.device;
@@ -142,8 +130,6 @@ fn analyze_device_with<'u>(
     let evidence = Evidence { labels: &labels, rules };
     let frees_before_trace = frees_of_earlier_memory(&lifetimes)?;
     let (stalls, pending_peak) = pending_free_stalls(ev, stacks);
-    // From here on, the usage is needed.
-    let usage = usage()?;
     let no_stack = NoStackEvidence {
         stacks_recorded: stacks.any_recorded(),
         autograd: if ev.has_time {

@@ -47,10 +47,12 @@ pub fn point(ev: &DeviceEvents, idx: usize, s: &StateStats) -> FragmentationPoin
     }
 }
 
-pub fn fragmentation_over_time(
+/// The fragmentation series over `samples` evenly spaced entries and those in `exact`;
+/// `usage` is asked for only once the replay is done (its `allocated` column is sampled too).
+pub fn fragmentation_over_time<'u>(
     t: &SnapshotTables,
     ev: &DeviceEvents,
-    usage: &Usage,
+    usage: impl FnOnce() -> PolarsResult<&'u Usage>,
     samples: usize,
     exact: &[usize],
     checkpoints: Option<usize>,
@@ -85,7 +87,7 @@ pub fn fragmentation_over_time(
         .filter_map(|&i| points.binary_search(&i).ok().map(|j| (i, stats[j])))
         .collect();
 
-    let alloc = usage.allocated();
+    let alloc = usage()?.allocated();
     let frame = DataFrame::new(
         points.len(),
         vec![

@@ -72,6 +72,22 @@ pub fn deltas(action: u8, size: i64) -> (i64, i64) {
     }
 }
 
+/// The entry after which the allocated bytes are highest above where the trace starts (the
+/// first such entry), `None` when they never rise above it: [`Usage::peak_allocated_idx`]
+/// without the series, from the two columns it needs, so the fragmentation replay can sample
+/// the peak without waiting for the usage.
+pub fn peak_allocated_entry(action: &[u8], size: &[i64]) -> Option<usize> {
+    let (mut now, mut peak, mut at) = (0i64, 0i64, None);
+    for (i, (&a, &s)) in action.iter().zip(size).enumerate() {
+        now += deltas(a, s).0;
+        if now > peak {
+            peak = now;
+            at = Some(i);
+        }
+    }
+    at
+}
+
 pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Usage> {
     let (segs, _) = device_segments(t, ev.device)?;
     let final_allocated = sum_i64(&segs, "requested_size")?;
