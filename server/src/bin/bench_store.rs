@@ -3,7 +3,7 @@
 //! then every report object encoded and put into a throwaway local store as the server writes
 //! them (`reportdata::write_file`, the encode pool, fsync). Prints the time to the storing stage,
 //! the storing stage itself, the bytes stored and the peak RSS; then loads the stored report's
-//! device frames and tables back as a restarted server does, timing each. Defaults to the shared
+//! device frames and stacks back as a restarted server does, timing each. Defaults to the shared
 //! benchmark file. Run it in release mode.
 
 mod common;
@@ -95,8 +95,8 @@ fn main() {
         common::mib(dir_bytes(&root.path().join("reports")))
     );
     println!("peak RSS            {:.1} MiB", common::mib(common::rss().0));
-    // What a restarted server reads on a report's first zoom (its device frames), and for a
-    // segment map or a what-if from the trace (its tables).
+    // What a restarted server reads on a report's first zoom (its device frames), and for the
+    // stacks of a band, a flame graph or the findings (its two stack tables).
     let Some(summary) = out.files.first() else { return };
     let file = reportdata::LoadedFile::open(store.clone(), id, 0, summary);
     let t = Instant::now();
@@ -106,6 +106,6 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
     let t = Instant::now();
-    file.tables().unwrap_or_else(|e| fail("loading the tables", &e));
-    println!("loading tables      {:.3} s", t.elapsed().as_secs_f64());
+    file.stacks().unwrap_or_else(|e| fail("loading the stacks", &e));
+    println!("loading stacks      {:.3} s", t.elapsed().as_secs_f64());
 }

@@ -203,7 +203,9 @@ impl LoadedFile {
         read_parquet(self.store.as_ref(), &self.id, &format!("f{}/{name}", self.index))
     }
 
-    /// The snapshot's canonical tables (the trace itself: the largest part).
+    /// The snapshot's canonical tables (the trace itself: the largest part), which only a
+    /// report stored before 2026-12 has (see [`QUERY_TABLES`](super::QUERY_TABLES)): read
+    /// where it has no checkpoints or no `user_metadata` object.
     pub fn tables(&self) -> Result<Arc<SnapshotTables>, DataError> {
         self.tables.get_or_load(&self.bytes, || {
             let entries: u64 = self.summary.devices.iter().map(|d| d.event_count as u64).sum();

@@ -1,13 +1,15 @@
 //! A processed report as store objects, and loaded back for queries: `summary.json` plus, per
-//! analysed snapshot, every canonical table and each device's derived frames as Parquet, and
-//! per NVML log its samples. Everything goes through the [`ReportStore`](crate::store::ReportStore)'s
+//! analysed snapshot, the tables its queries read ([`QUERY_TABLES`]: the stacks) and each
+//! device's derived frames as Parquet, and per NVML log its samples. The trace and the rest of
+//! the canonical tables are what the analyses read at ingest: their answers are the stored
+//! frames and the segment map's checkpoints, and the upload they came from is kept. Everything goes through the [`ReportStore`](crate::store::ReportStore)'s
 //! blob interface: `write.rs` makes the objects at ingest, `read.rs` reads them back, and
 //! `loaded_file.rs` holds a stored file's parts for queries, loading each when first asked for.
 //!
 //! ```text
 //! summary.json                 AnalyzeOutput (what GET /api/reports/{id} returns)
 //! f<i>/meta.json               SnapshotMeta (source facts, max_split_size, format)
-//! f<i>/<table>.parquet         every table of TABLE_NAMES (events, …, event_notes)
+//! f<i>/<table>.parquet         the tables of QUERY_TABLES (frames, stack_frames); reports stored before 2026-12 have every table of TABLE_NAMES (events, …, event_notes)
 //! f<i>/d<device>/user_metadata.parquet  alloc_idx, user_metadata (what the script set)
 //! f<i>/d<device>/usage.parquet        time, allocated (reports stored before 2026-12 also have active, and reserved)
 //! f<i>/d<device>/reserved.parquet     entry, reserved: reserved bytes at entry -1 (before the trace) and where they change
@@ -48,6 +50,13 @@ pub enum DataError {
 }
 
 pub const SUMMARY: &str = "summary.json";
+
+/// The canonical tables a stored report's queries read (the stacks: stack ids to frames).
+/// The others, the trace above all, are read only by the analyses at ingest, so they are not
+/// stored (it was a third of a report's bytes and of its storing stage): a report stored
+/// before 2026-12 has them all, and reads them where it has no checkpoints or no
+/// `user_metadata` object.
+pub const QUERY_TABLES: [&str; 2] = ["frames", "stack_frames"];
 pub const CHART_PNG: &str = "chart.png";
 pub const CHART_SVG: &str = "chart.svg";
 

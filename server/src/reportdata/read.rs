@@ -113,7 +113,8 @@ pub(super) fn one_values_as_scalars(df: &mut DataFrame, columns: &[&str], key: &
     Ok(())
 }
 
-/// The canonical tables of one analysed file of a report.
+/// The canonical tables of one analysed file of a report stored before 2026-12 (later
+/// reports store only [`QUERY_TABLES`](super::QUERY_TABLES): this finds their trace missing).
 pub(super) fn load_tables(
     store: &dyn ReportStore,
     id: &str,
@@ -153,13 +154,14 @@ pub fn load_gpu_logs(store: &dyn ReportStore, id: &str, summary: &AnalyzeOutput)
         .collect()
 }
 
-/// Loads a report's published data, every part of every file of it.
+/// Loads a report's published data: every file's stacks and device frames, and the NVML
+/// samples (the trace tables of a report stored before 2026-12 only when asked for,
+/// [`LoadedFile::tables`]).
 pub fn load(store: &Arc<dyn ReportStore>, id: &str) -> Result<LoadedReport, DataError> {
     let summary = read_summary(store.as_ref(), id)?;
     let mut files = Vec::new();
     for (i, fs) in summary.files.iter().enumerate() {
         let f = LoadedFile::open(store.clone(), id, i, fs);
-        f.tables()?;
         f.stacks()?;
         f.devices()?;
         files.push(f);

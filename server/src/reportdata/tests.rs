@@ -7,9 +7,10 @@ use memlens_api::AnalyzeOutput;
 use memlens_core::analysis::segment_map::SegmentCheckpoints;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::query::CategoryIndex;
-use memlens_core::tables::{SnapshotMeta, SnapshotTables};
+use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
 
+use super::read::{read_json, read_parquet};
 use super::write::put_parquet;
 use super::*;
 use crate::parquet_object::RowGroups;
@@ -91,20 +92,54 @@ fn process_into(
     (written, out)
 }
 
+/// The tables file `i` was analysed from, as [`process_into`] kept them.
+fn written_tables(written: &[(Vec<DataFrame>, SnapshotMeta)], i: usize) -> SnapshotTables {
+    let (frames, meta) = &written[i];
+    let frames: [DataFrame; 7] = frames.clone().try_into().expect("seven tables");
+    SnapshotTables::from_frames(frames, meta.clone())
+}
+
+/// Puts the tables a report stored before 2026-12 also had (the trace, segments, blocks,
+/// annotations, event notes), as that version wrote them.
+fn put_trace_tables(w: &mut dyn DataWriter, index: usize, t: &mut SnapshotTables) {
+    for (name, df) in t.frames_mut() {
+        if !QUERY_TABLES.contains(&name) {
+            put_parquet(w, &format!("f{index}/{name}.parquet"), df).expect("put");
+        }
+    }
+}
+
 #[test]
-fn a_stored_report_loads_back_with_every_table_it_was_written_with() {
+fn a_stored_report_keeps_the_tables_its_queries_read_and_not_the_trace() {
     let id = "00000000000000000000000000000002";
     let (_root, store) = store_with_report(id);
     // A snapshot with event notes (user_metadata / compile_context) and settings.
-    let (written, _) = process_into(&store, id, "leak.pickle");
-    let loaded = load(&store, id).expect("load");
+    let (written, out) = process_into(&store, id, "leak.pickle");
     let (frames, meta) = &written[0];
-    let tables = loaded.files[0].tables().expect("tables");
-    let mut back = SnapshotTables::from_frames(tables.frames_ref().map(|f| f.clone()), tables.meta());
-    assert_eq!(&back.meta(), meta);
-    for ((name, got), want) in back.frames_mut().into_iter().zip(frames) {
-        assert!(got.equals_missing(want), "{name} differs after a round trip");
+    assert_eq!(
+        &read_json::<SnapshotMeta>(store.as_ref(), id, "f0/meta.json").expect("meta"),
+        meta
+    );
+    for (name, want) in TABLE_NAMES.iter().zip(frames) {
+        let key = format!("f0/{name}.parquet");
+        if QUERY_TABLES.contains(name) {
+            let got = read_parquet(store.as_ref(), id, &key).expect("stored");
+            assert!(got.equals_missing(want), "{name} differs after a round trip");
+        } else {
+            assert!(
+                read_object(store.as_ref(), id, &key).expect("read").is_none(),
+                "{key} is stored"
+            );
+        }
     }
+    // The report loads whole without them; asked for, the trace is missing, by name.
+    let loaded = load(&store, id).expect("load");
+    assert_eq!(loaded.files[0].loaded_parts(), ["stacks", "devices"]);
+    let missing = LoadedFile::open(store.clone(), id, 0, &out.files[0]).tables().err();
+    assert!(
+        missing.is_some_and(|e| e.to_string().contains("f0/events.parquet")),
+        "the trace of a new report is not stored"
+    );
 }
 
 #[test]
@@ -112,7 +147,7 @@ fn a_timeline_reads_only_the_device_frames_and_their_stored_user_metadata() {
     let id = "00000000000000000000000000000004";
     let (_root, store) = store_with_report(id);
     // traces/capture/labels.py: batches allocated under `_set_memory_metadata`.
-    let (_, out) = process_into(&store, id, "labels.pickle");
+    let (written, out) = process_into(&store, id, "labels.pickle");
     let f = LoadedFile::open(store.clone(), id, 0, &out.files[0]);
     assert_eq!(f.bytes(), 0);
     let devices = f.devices().expect("devices");
@@ -129,8 +164,7 @@ fn a_timeline_reads_only_the_device_frames_and_their_stored_user_metadata() {
     ));
     assert_eq!(f.bytes(), with_index);
     // The stored map equals the one found from the trace.
-    let tables = f.tables().expect("tables");
-    assert!(f.bytes() > with_index);
+    let tables = written_tables(&written, 0);
     let mut any = false;
     for d in devices.iter() {
         let from_trace = memlens_core::frames::alloc_metadata(&tables, d.device).expect("metadata");
@@ -172,11 +206,10 @@ fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace()
     let id = "00000000000000000000000000000006";
     for name in ["expandable_oom_fragmentation.pickle", "leak.two_devices.pickle"] {
         let (_root, store) = store_with_report(id);
-        let (_, out) = process_into(&store, id, name);
+        let (written, out) = process_into(&store, id, name);
         let summary = &out.files[0];
         let stored = LoadedFile::open(store.clone(), id, 0, summary);
-        let replayed = LoadedFile::open(store.clone(), id, 0, summary);
-        let tables = replayed.tables().expect("tables");
+        let tables = written_tables(&written, 0);
         for d in &summary.devices {
             let ev = DeviceEvents::new(&tables, d.device).expect("device");
             let cp = SegmentCheckpoints::build_every(&tables, &ev, ev.len() / 16).expect("checkpoints");
@@ -339,7 +372,15 @@ fn a_file_about_to_load_takes_the_place_of_the_one_used_before_it() {
 fn a_loaded_file_weighs_its_parts_without_making_their_one_value_columns() {
     let id = "0000000000000000000000000000000a";
     let (_root, store) = store_with_report(id);
-    let (_, out) = process_into(&store, id, "mlp_train.pickle");
+    // As a report stored before 2026-12, with its trace.
+    let mut w = store.data_writer(id).expect("writer");
+    let mut keep = Keep(w.as_mut(), Vec::new());
+    let path = memlens_tests_trace("mlp_train.pickle");
+    let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+    let mut t = written_tables(&keep.1, 0);
+    put_trace_tables(w.as_mut(), 0, &mut t);
+    write_summary(w.as_mut(), &out).expect("summary");
+    w.commit().expect("commit");
     let f = LoadedFile::open(store.clone(), id, 0, &out.files[0]);
     let (tables, devices) = (f.tables().expect("tables"), f.devices().expect("frames"));
     // One device on one stream: those columns stay scalars once weighed.
@@ -461,6 +502,7 @@ impl PipelineSink for WriteOld<'_> {
                     .expect("column");
             }
         }
+        put_trace_tables(&mut self.0, out.index, out.tables);
         write_file(&mut self.0, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
     }
 }

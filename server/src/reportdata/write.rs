@@ -1,4 +1,4 @@
-//! A processed file as store objects: its tables, each device's frames and first view, and the
+//! A processed file as store objects: the tables its queries read, each device's frames and first view, and the
 //! segment map's stored checkpoints, encoded on the [`encode_pool`](crate::encode_pool) and put
 //! through a [`DataWriter`]; the summary, charts and NVML samples beside them.
 
@@ -15,7 +15,7 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::{
-    default_axis, DataError, CHART_PNG, CHART_SVG, OVERVIEW, OVERVIEW_WIDTH, RESERVED, RESERVED_COLUMN,
+    default_axis, DataError, CHART_PNG, CHART_SVG, OVERVIEW, OVERVIEW_WIDTH, QUERY_TABLES, RESERVED, RESERVED_COLUMN,
     SEGMENT_CHECKPOINTS, SUMMARY, USER_METADATA,
 };
 use crate::encode_pool::{self, EncodeJob};
@@ -66,6 +66,7 @@ pub fn write_file(
     let mut frames: Vec<(String, DataFrame, RowGroups)> = TABLE_NAMES
         .iter()
         .zip(t.frames_ref())
+        .filter(|(name, _)| QUERY_TABLES.contains(name))
         .map(|(name, df)| (format!("f{index}/{name}.parquet"), df.clone(), RowGroups::Default))
         .collect();
     let mut checkpoints = Vec::new();
