@@ -189,6 +189,23 @@ impl<const FRAMES: bool> Bytes<'_, FRAMES> {
         self.at += 1;
         Some(v)
     }
+    /// A LONG1's `n` (at most 8) bytes as the number they write. Where 8 bytes are there to
+    /// load (all but the input's last few), one load and two shifts sign-extend the `n` low
+    /// ones, instead of a loop over the bytes (addresses and times are LONG1s: two an entry).
+    #[inline(always)]
+    fn short_long(&mut self, n: usize) -> Option<i64> {
+        debug_assert!(n <= 8);
+        let Some(eight) = self.b.get(self.at..self.at + 8) else {
+            return self.take(n).map(super::decode_short_long);
+        };
+        let raw = u64::from_le_bytes(eight.try_into().ok()?);
+        self.at += n;
+        let unused = 64 - 8 * n as u32;
+        Some(match n {
+            0 => 0,
+            _ => ((raw << unused) as i64) >> unused,
+        })
+    }
     /// `n` argument bytes.
     #[inline]
     fn take(&mut self, n: usize) -> Option<&[u8]> {
@@ -290,7 +307,7 @@ fn scalar<const FRAMES: bool>(c: &mut Bytes<'_, FRAMES>, heap: &mut Heap, memo: 
             if n > 8 {
                 return None;
             }
-            int(super::decode_short_long(c.take(n)?))?
+            int(c.short_long(n)?)?
         }
         b'N' => Val::NONE,
         0x88 => Val::bool(true),
@@ -362,4 +379,50 @@ fn list<const FRAMES: bool>(c: &mut Bytes<'_, FRAMES>, memo: &Memo, out: &mut Fl
 #[inline]
 fn int(i: i64) -> Option<Val> {
     ((i << 4) >> 4 == i).then_some(Val(((i as u64) << 4) | T_INT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A LONG1 read with one 8-byte load (bytes to spare after it) and byte by byte (at the
+    /// end of the input) is the number Python wrote, every length and sign.
+    #[test]
+    fn a_long1_loaded_at_once_is_the_number_read_byte_by_byte() {
+        let numbers = [
+            0i64,
+            1,
+            -1,
+            127,
+            128,
+            -128,
+            -129,
+            255,
+            65_535,
+            -65_536,
+            139_948_354_782_208,
+            1_795_962_106_085_519,
+            -1_795_962_106_085_519,
+            i64::MAX,
+            i64::MIN,
+        ];
+        for x in numbers {
+            let full = x.to_le_bytes();
+            for n in 0..=8usize {
+                let bytes = &full[..n];
+                let want = super::super::decode_short_long(bytes);
+                // Python writes the fewest bytes that hold the number; any prefix still reads
+                // as the same two's complement number both ways.
+                let mut spare = bytes.to_vec();
+                spare.extend_from_slice(&[0xAB; 9]);
+                for (b, how) in [(&spare[..], "with bytes after"), (bytes, "at the end")] {
+                    let mut c = Bytes::<false> { b, at: 0 };
+                    assert_eq!(c.short_long(n), Some(want), "{x} in {n} bytes, {how}");
+                    assert_eq!(c.at, n, "{x} in {n} bytes, {how}: consumed");
+                }
+            }
+        }
+        let mut short = Bytes::<false> { b: &[1, 2], at: 0 };
+        assert_eq!(short.short_long(3), None, "cut by the end of the input");
+    }
 }
