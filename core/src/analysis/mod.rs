@@ -36,6 +36,7 @@ pub mod peak;
 pub mod phases;
 pub mod pools;
 pub mod run;
+mod segment_blocks;
 pub mod segment_checkpoint_frame;
 pub mod segment_checkpoints;
 pub mod segment_detail;

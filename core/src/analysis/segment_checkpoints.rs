@@ -47,7 +47,7 @@ impl FlatState {
             .segs
             .iter()
             .map(|(&a, seg)| {
-                for (&ba, b) in &seg.blocks {
+                for (ba, b) in seg.blocks.iter() {
                     blocks.push(ba, b);
                 }
                 let flat = FlatSegment {

@@ -9,11 +9,10 @@
 //! puts it back (merging with an adjacent expandable range). States are therefore exact at the
 //! end of the trace and estimated, to within allocator rounding, before it.
 
-use std::collections::BTreeMap;
-
 use memlens_api::{BlockView, SegmentMap};
 use polars::prelude::*;
 
+use super::segment_blocks::SegmentBlocks;
 pub use super::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentDetail, SegmentKey};
 use super::segments_by_address::SegmentsByAddress;
@@ -34,7 +33,7 @@ pub(super) struct Segment {
     pub(super) stream: i64,
     pub(super) expandable: bool,
     /// Keyed by block address; blocks tile the segment.
-    pub(super) blocks: BTreeMap<i64, Block>,
+    pub(super) blocks: SegmentBlocks,
 }
 
 /// The columns undoing reads of consecutive trace entries: row `i` is entry `first + i`.
@@ -113,7 +112,7 @@ impl SegmentState {
                     size: s_size.get(i).unwrap_or(0),
                     stream: s_stream.get(i).unwrap_or(0),
                     expandable: s_exp.get(i).unwrap_or(false),
-                    blocks: BTreeMap::new(),
+                    blocks: SegmentBlocks::default(),
                 };
                 (s_addr.get(i).unwrap_or(0), segment)
             })
@@ -179,12 +178,12 @@ impl SegmentState {
         match action {
             Action::Alloc => {
                 if let Some(seg) = self.seg_mut(addr) {
-                    free_block(seg, addr);
+                    seg.blocks.free_block(addr);
                 }
             }
             Action::FreeRequested => {
                 if let Some(seg) = self.seg_mut(addr) {
-                    if let Some(b) = seg.blocks.get_mut(&addr) {
+                    if let Some(b) = seg.blocks.get_mut(addr) {
                         if b.state == BlockState::ActivePendingFree {
                             b.state = BlockState::ActiveAllocated;
                         }
@@ -217,15 +216,15 @@ impl SegmentState {
             size: addr - start,
             stream: seg.stream,
             expandable: seg.expandable,
-            blocks: BTreeMap::new(),
+            blocks: SegmentBlocks::default(),
         };
         let mut after = Segment {
             size: end - cut_end,
             stream: seg.stream,
             expandable: seg.expandable,
-            blocks: BTreeMap::new(),
+            blocks: SegmentBlocks::default(),
         };
-        for (a, b) in seg.blocks {
+        for (a, b) in seg.blocks.into_vec() {
             let b_end = a + b.size;
             if b_end <= addr {
                 before.blocks.insert(a, b);
@@ -274,7 +273,7 @@ impl SegmentState {
             size,
             stream,
             expandable,
-            blocks: BTreeMap::from([(addr, free)]),
+            blocks: SegmentBlocks::one(addr, free),
         };
         let mut start = addr;
         if expandable {
@@ -283,7 +282,7 @@ impl SegmentState {
                 if p + prev.size == addr && prev.expandable && prev.stream == stream {
                     let mut prev = self.segs.remove(p).unwrap_or(seg.clone());
                     prev.size += seg.size;
-                    prev.blocks.append(&mut seg.blocks);
+                    prev.blocks.append(std::mem::take(&mut seg.blocks));
                     seg = prev;
                     start = p;
                 }
@@ -293,11 +292,11 @@ impl SegmentState {
                 if next.expandable && next.stream == stream {
                     if let Some(mut next) = self.segs.remove(end) {
                         seg.size += next.size;
-                        seg.blocks.append(&mut next.blocks);
+                        seg.blocks.append(std::mem::take(&mut next.blocks));
                     }
                 }
             }
-            free_block(&mut seg, addr);
+            seg.blocks.free_block(addr);
         }
         self.segs.insert(start, seg);
     }
@@ -350,7 +349,7 @@ impl SegmentState {
             .iter()
             .map(|&i| {
                 let (&a, seg) = segs[i];
-                let blocks = seg.blocks.iter().map(|(&ba, b)| BlockView {
+                let blocks = seg.blocks.iter().map(|(ba, b)| BlockView {
                     address: ba,
                     size: b.size,
                     requested_bytes: b.requested,
@@ -378,43 +377,6 @@ impl SegmentState {
     }
 }
 
-/// Makes the block at `addr` free (no request, no stack) and merges it with the free blocks
-/// right before and after it. Each step reads the map once where it can (the block and the one
-/// after it in one descent, the one before in another): this runs once per `alloc` undone.
-/// A block of no size is freed but not merged.
-fn free_block(seg: &mut Segment, addr: i64) {
-    let mut from = seg.blocks.range_mut(addr..);
-    let Some((&at, cur)) = from.next() else {
-        return;
-    };
-    if at != addr {
-        return;
-    }
-    cur.state = BlockState::Inactive;
-    cur.requested = 0;
-    cur.stack = 0;
-    if cur.size <= 0 {
-        return;
-    }
-    let next_free = match from.next() {
-        Some((&n, next)) if n == addr + cur.size && next.state == BlockState::Inactive => Some((n, next.size)),
-        _ => None,
-    };
-    if let Some((_, next_size)) = next_free {
-        cur.size += next_size;
-    }
-    let merged = cur.size;
-    if let Some((n, _)) = next_free {
-        seg.blocks.remove(&n);
-    }
-    if let Some((&p, prev)) = seg.blocks.range_mut(..addr).next_back() {
-        if prev.state == BlockState::Inactive && p + prev.size == addr {
-            prev.size += merged;
-            seg.blocks.remove(&addr);
-        }
-    }
-}
-
 /// Puts a block freed by `free_completed` back into the free block that now covers `addr`.
 fn carve(seg: &mut Segment, addr: i64, requested: i64, stack: u32) {
     // The allocator does not split off remainders too small to be useful.
@@ -423,7 +385,7 @@ fn carve(seg: &mut Segment, addr: i64, requested: i64, stack: u32) {
     } else {
         SMALL_SIZE + 1
     };
-    let Some((&fstart, free)) = seg.blocks.range_mut(..=addr).next_back() else {
+    let Some((fstart, free)) = seg.blocks.last_at_or_before_mut(addr) else {
         return;
     };
     if free.state != BlockState::Inactive || addr >= fstart + free.size {

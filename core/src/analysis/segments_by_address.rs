@@ -97,8 +97,6 @@ impl FromIterator<(i64, Segment)> for SegmentsByAddress {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     fn seg(size: i64, stream: i64) -> Segment {
@@ -106,7 +104,7 @@ mod tests {
             size,
             stream,
             expandable: false,
-            blocks: BTreeMap::new(),
+            blocks: Default::default(),
         }
     }
 

@@ -1,0 +1,346 @@
+//! `SegmentBlocks`: one segment's blocks by address, as the segment-map replay changes them.
+//!
+//! The replay finds, frees, carves and merges blocks for nearly every trace entry it undoes.
+//! A segment holds tens of blocks most of the time (30–80 on the bench file's 2 MiB segments),
+//! a few hold thousands (an expandable segment, a fragmented large one). Few blocks are a
+//! vector sorted by address — a binary search, and a move of at most [`TO_MAP`] blocks on an
+//! insert or a remove —, far cheaper than a `BTreeMap`'s range searches at that size (they
+//! were most of the replay); many are a `BTreeMap`, whose cost does not grow with them. A
+//! segment moves to the map above [`TO_MAP`] blocks and back below [`TO_VEC`]. Both hold the
+//! same map from address to block: the tests apply random operations to both and to a plain
+//! `BTreeMap`.
+
+use std::collections::BTreeMap;
+
+use super::segment_map::Block;
+
+/// Blocks above which a segment's blocks are a `BTreeMap`.
+const TO_MAP: usize = 128;
+/// Blocks below which they are a sorted vector again.
+const TO_VEC: usize = 32;
+
+/// A segment's blocks, keyed by address, at most one per address, in address order.
+#[derive(Debug, Clone)]
+pub(crate) enum SegmentBlocks {
+    Few(Vec<(i64, Block)>),
+    Many(BTreeMap<i64, Block>),
+}
+
+impl Default for SegmentBlocks {
+    fn default() -> SegmentBlocks {
+        SegmentBlocks::Few(Vec::new())
+    }
+}
+
+impl SegmentBlocks {
+    /// One block.
+    pub(crate) fn one(addr: i64, block: Block) -> SegmentBlocks {
+        SegmentBlocks::Few(vec![(addr, block)])
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            SegmentBlocks::Few(v) => v.len(),
+            SegmentBlocks::Many(m) => m.len(),
+        }
+    }
+
+    /// `(address, block)` in address order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (i64, &Block)> + '_ {
+        let (few, many) = match self {
+            SegmentBlocks::Few(v) => (Some(v.iter().map(|(a, b)| (*a, b))), None),
+            SegmentBlocks::Many(m) => (None, Some(m.iter().map(|(a, b)| (*a, b)))),
+        };
+        few.into_iter().flatten().chain(many.into_iter().flatten())
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Block> + '_ {
+        self.iter().map(|(_, b)| b)
+    }
+
+    /// The blocks, in address order.
+    pub(crate) fn into_vec(self) -> Vec<(i64, Block)> {
+        match self {
+            SegmentBlocks::Few(v) => v,
+            SegmentBlocks::Many(m) => m.into_iter().collect(),
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, addr: i64) -> Option<&mut Block> {
+        match self {
+            SegmentBlocks::Few(v) => {
+                let i = v.binary_search_by_key(&addr, |e| e.0).ok()?;
+                Some(&mut v[i].1)
+            }
+            SegmentBlocks::Many(m) => m.get_mut(&addr),
+        }
+    }
+
+    /// The block that starts last at or before `addr`.
+    pub(crate) fn last_at_or_before_mut(&mut self, addr: i64) -> Option<(i64, &mut Block)> {
+        match self {
+            SegmentBlocks::Few(v) => {
+                let i = v.partition_point(|e| e.0 <= addr).checked_sub(1)?;
+                let (a, b) = &mut v[i];
+                Some((*a, b))
+            }
+            SegmentBlocks::Many(m) => m.range_mut(..=addr).next_back().map(|(&a, b)| (a, b)),
+        }
+    }
+
+    /// Puts `block` at `addr`, replacing the block that started there.
+    pub(crate) fn insert(&mut self, addr: i64, block: Block) {
+        match self {
+            SegmentBlocks::Few(v) => {
+                match v.binary_search_by_key(&addr, |e| e.0) {
+                    Ok(i) => v[i].1 = block,
+                    Err(i) => v.insert(i, (addr, block)),
+                }
+                if v.len() > TO_MAP {
+                    *self = SegmentBlocks::Many(std::mem::take(v).into_iter().collect());
+                }
+            }
+            SegmentBlocks::Many(m) => {
+                m.insert(addr, block);
+            }
+        }
+    }
+
+    /// Takes out the block at `addr` (the replay removes blocks only by merging them:
+    /// [`SegmentBlocks::free_block`]).
+    #[cfg(test)]
+    pub(crate) fn remove(&mut self, addr: i64) -> Option<Block> {
+        let removed = match self {
+            SegmentBlocks::Few(v) => {
+                let i = v.binary_search_by_key(&addr, |e| e.0).ok()?;
+                return Some(v.remove(i).1);
+            }
+            SegmentBlocks::Many(m) => m.remove(&addr),
+        };
+        self.few_again();
+        removed
+    }
+
+    /// Moves every block of `other` in (at addresses after these, when segments join).
+    pub(crate) fn append(&mut self, other: SegmentBlocks) {
+        for (a, b) in other.into_vec() {
+            self.insert(a, b);
+        }
+    }
+
+    /// Back to a vector once the map holds few blocks.
+    fn few_again(&mut self) {
+        if let SegmentBlocks::Many(m) = self {
+            if m.len() < TO_VEC {
+                *self = SegmentBlocks::Few(std::mem::take(m).into_iter().collect());
+            }
+        }
+    }
+
+    /// Makes the block at `addr` free (no request, no stack) and merges it with the free blocks
+    /// right before and after it. A block of no size is freed but not merged.
+    pub(crate) fn free_block(&mut self, addr: i64) {
+        use memlens_api::BlockState::Inactive;
+        match self {
+            SegmentBlocks::Few(v) => {
+                let Ok(i) = v.binary_search_by_key(&addr, |e| e.0) else {
+                    return;
+                };
+                let cur = &mut v[i].1;
+                cur.state = Inactive;
+                cur.requested = 0;
+                cur.stack = 0;
+                if cur.size <= 0 {
+                    return;
+                }
+                let next = v.get(i + 1).map(|(n, b)| (*n, b.size, b.state));
+                if let Some((n, size, state)) = next {
+                    if n == addr + v[i].1.size && state == Inactive {
+                        v[i].1.size += size;
+                        v.remove(i + 1);
+                    }
+                }
+                let prev = i.checked_sub(1).map(|j| (v[j].0, v[j].1.size, v[j].1.state));
+                if let Some((p, size, state)) = prev {
+                    if state == Inactive && p + size == addr {
+                        v[i - 1].1.size += v[i].1.size;
+                        v.remove(i);
+                    }
+                }
+            }
+            SegmentBlocks::Many(m) => {
+                free_block_in_map(m, addr);
+                self.few_again();
+            }
+        }
+    }
+}
+
+/// [`SegmentBlocks::free_block`] on a map. Each step reads the map once where it can (the
+/// block and the one after it in one descent, the one before in another).
+fn free_block_in_map(blocks: &mut BTreeMap<i64, Block>, addr: i64) {
+    use memlens_api::BlockState::Inactive;
+    let mut from = blocks.range_mut(addr..);
+    let Some((&at, cur)) = from.next() else {
+        return;
+    };
+    if at != addr {
+        return;
+    }
+    cur.state = Inactive;
+    cur.requested = 0;
+    cur.stack = 0;
+    if cur.size <= 0 {
+        return;
+    }
+    let next_free = match from.next() {
+        Some((&n, next)) if n == addr + cur.size && next.state == Inactive => Some((n, next.size)),
+        _ => None,
+    };
+    if let Some((_, next_size)) = next_free {
+        cur.size += next_size;
+    }
+    let merged = cur.size;
+    if let Some((n, _)) = next_free {
+        blocks.remove(&n);
+    }
+    if let Some((&p, prev)) = blocks.range_mut(..addr).next_back() {
+        if prev.state == Inactive && p + prev.size == addr {
+            prev.size += merged;
+            blocks.remove(&addr);
+        }
+    }
+}
+
+impl FromIterator<(i64, Block)> for SegmentBlocks {
+    /// Of two blocks at one address, the later one stays (as inserting them one by one would
+    /// leave).
+    fn from_iter<I: IntoIterator<Item = (i64, Block)>>(iter: I) -> SegmentBlocks {
+        let mut pairs: Vec<(i64, Block)> = iter.into_iter().collect();
+        pairs.sort_by_key(|e| e.0);
+        let mut v: Vec<(i64, Block)> = Vec::with_capacity(pairs.len());
+        for pair in pairs {
+            match v.last_mut() {
+                Some(last) if last.0 == pair.0 => *last = pair,
+                _ => v.push(pair),
+            }
+        }
+        match v.len() > TO_MAP {
+            true => SegmentBlocks::Many(v.into_iter().collect()),
+            false => SegmentBlocks::Few(v),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use memlens_api::BlockState;
+
+    use super::*;
+
+    fn block(size: i64, state: BlockState) -> Block {
+        Block {
+            size,
+            requested: size,
+            state,
+            stack: 7,
+        }
+    }
+
+    /// `free_block` as it was on a plain map: the reference.
+    fn free_in(m: &mut BTreeMap<i64, Block>, addr: i64) {
+        free_block_in_map(m, addr)
+    }
+
+    /// A small deterministic generator (no crate for one test's numbers).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    /// Random inserts, removes, frees, look-ups and joins, on blocks that tile a range and
+    /// on blocks that do not: the vector, the map and the switch between them always hold
+    /// what a plain `BTreeMap` holds, and answer as it does.
+    #[test]
+    fn few_or_many_blocks_hold_and_answer_what_a_map_does() {
+        let states = [
+            BlockState::Inactive,
+            BlockState::ActiveAllocated,
+            BlockState::ActivePendingFree,
+        ];
+        let mut was_many = false;
+        for seed in 0..40u64 {
+            let mut rng = Lcg(seed);
+            let mut ours = SegmentBlocks::default();
+            let mut want: BTreeMap<i64, Block> = BTreeMap::new();
+            // Up to 400 blocks of 512 bytes: the vector, the map and both switches.
+            let span = 200 + 200 * (seed % 2) as i64;
+            for step in 0..4000 {
+                let addr = 512 * rng.next(span as u64) as i64;
+                match rng.next(6) {
+                    0 | 1 if rng.next(3) > 0 || want.len() < 8 => {
+                        let b = block(512 * (1 + rng.next(3) as i64), states[rng.next(3) as usize]);
+                        ours.insert(addr, b.clone());
+                        want.insert(addr, b);
+                    }
+                    0 | 1 => assert_eq!(ours.remove(addr), want.remove(&addr), "seed {seed} step {step}"),
+                    2 => {
+                        ours.free_block(addr);
+                        free_in(&mut want, addr);
+                    }
+                    3 => {
+                        let got = ours.last_at_or_before_mut(addr).map(|(a, b)| (a, b.clone()));
+                        let exp = want.range(..=addr).next_back().map(|(&a, b)| (a, b.clone()));
+                        assert_eq!(got, exp, "seed {seed} step {step}");
+                    }
+                    4 => {
+                        if let Some(b) = ours.get_mut(addr) {
+                            b.stack += 1;
+                        }
+                        if let Some(b) = want.get_mut(&addr) {
+                            b.stack += 1;
+                        }
+                    }
+                    _ => {
+                        // A segment splitting and joining again.
+                        let (low, high): (Vec<_>, Vec<_>) =
+                            ours.clone().into_vec().into_iter().partition(|e| e.0 < addr);
+                        let mut joined: SegmentBlocks = low.into_iter().collect();
+                        joined.append(high.into_iter().collect());
+                        ours = joined;
+                    }
+                }
+                was_many |= matches!(ours, SegmentBlocks::Many(_));
+                assert_eq!(ours.len(), want.len(), "seed {seed} step {step}");
+                if step % 97 == 0 {
+                    let got: Vec<(i64, Block)> = ours.iter().map(|(a, b)| (a, b.clone())).collect();
+                    let exp: Vec<(i64, Block)> = want.iter().map(|(&a, b)| (a, b.clone())).collect();
+                    assert_eq!(got, exp, "seed {seed} step {step}");
+                }
+            }
+            let got: Vec<(i64, Block)> = ours.into_vec();
+            let exp: Vec<(i64, Block)> = want.into_iter().collect();
+            assert_eq!(got, exp, "seed {seed}");
+        }
+        assert!(was_many, "the map was never used");
+    }
+
+    #[test]
+    fn blocks_of_one_address_keep_the_last_as_inserting_them_would() {
+        let b = |size| block(size, BlockState::Inactive);
+        let ours: SegmentBlocks = vec![(1024, b(512)), (0, b(1024)), (1024, b(2048))]
+            .into_iter()
+            .collect();
+        let got: Vec<(i64, i64)> = ours.iter().map(|(a, b)| (a, b.size)).collect();
+        assert_eq!(got, vec![(0, 1024), (1024, 2048)]);
+        let many: SegmentBlocks = (0..300).map(|i| (512 * i, b(512))).collect();
+        assert!(matches!(many, SegmentBlocks::Many(_)));
+        assert_eq!(many.len(), 300);
+    }
+}
