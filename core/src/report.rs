@@ -4,7 +4,7 @@
 
 use std::sync::{mpsc, OnceLock};
 
-use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, TimeAxis};
+use memlens_api::{DeviceSummary, FileSummary, FreeStall, GpuLogSummary, TimeAxis};
 use polars::prelude::*;
 
 use crate::analysis::categories::{
@@ -74,8 +74,9 @@ pub fn analyze_device_keeping(
     let ev = DeviceEvents::new(t, device)?;
     let count = checkpoints.then_some(CHECKPOINTS);
     // The fragmentation replay (the longest analysis) runs on a second thread from the start:
-    // it finds the peak it samples on its own and needs the usage only at its end, while this
-    // thread finds the usage, then everything else.
+    // it finds the peak it samples on its own and needs the usage only at its end; then the
+    // pending-free stalls, which need nothing else. This thread finds the usage, then the
+    // rest (about as long on the bench file).
     let usage_slot: OnceLock<Usage> = OnceLock::new();
     let (ready, usage_ready) = mpsc::channel::<()>();
     let (ev, slot) = (&ev, &usage_slot);
@@ -88,30 +89,31 @@ pub fn analyze_device_keeping(
                 // This thread's usage failed, and says why itself.
                 Err(_) => Err(PolarsError::ComputeError("no usage to sample".into())),
             };
-            fragmentation_over_time(t, ev, usage, FRAGMENTATION_SAMPLES, &exact, count)
+            let fragmentation = fragmentation_over_time(t, ev, usage, FRAGMENTATION_SAMPLES, &exact, count);
+            (fragmentation, pending_free_stalls(ev, stacks))
         });
         let usage = usage_over_time(t, ev).map(|u| slot.get_or_init(|| u));
         if usage.is_ok() {
             let _ = ready.send(());
         }
         drop(ready);
-        let fragmentation = || match second.join() {
-            Ok(frag) => frag,
+        let second = || match second.join() {
+            Ok((frag, stalls)) => frag.map(|f| (f, stalls)),
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        analyze_device_with(t, ev, stacks, rules, usage?, fragmentation)
+        analyze_device_with(t, ev, stacks, rules, usage?, second)
     })
 }
 
-/// [`analyze_device`] with the usage found and the fragmentation replay found elsewhere:
-/// `fragmentation` waits for it.
+/// [`analyze_device`] with the usage found, and the fragmentation replay and the pending-free
+/// stalls found elsewhere: `second` waits for them.
 fn analyze_device_with(
     t: &SnapshotTables,
     ev: &DeviceEvents,
     stacks: &StackResolver,
     rules: &FrameRules,
     usage: &Usage,
-    fragmentation: impl FnOnce() -> PolarsResult<crate::analysis::fragmentation::Fragmentation>,
+    second: impl FnOnce() -> PolarsResult<(crate::analysis::fragmentation::Fragmentation, (Vec<FreeStall>, i64))>,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let device = ev.device;
     let mut lifetimes = allocation_lifetimes(t, ev)?;
@@ -129,7 +131,6 @@ fn analyze_device_with(
     let labels = explicit_labels(&t.event_notes, ev)?;
     let evidence = Evidence { labels: &labels, rules };
     let frees_before_trace = frees_of_earlier_memory(&lifetimes)?;
-    let (stalls, pending_peak) = pending_free_stalls(ev, stacks);
     let no_stack = NoStackEvidence {
         stacks_recorded: stacks.any_recorded(),
         autograd: if ev.has_time {
@@ -161,7 +162,7 @@ fn analyze_device_with(
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     let peak_stacks = live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?;
     let peak_modules = live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?;
-    let mut frag = fragmentation()?;
+    let (mut frag, (stalls, pending_peak)) = second()?;
     let mut ooms = explain_ooms(ev, usage, &frag, &lifetimes, stacks, expandable, &no_stack)?;
     for o in &mut ooms {
         with_categories(
