@@ -44,6 +44,52 @@ struct Iteration {
 struct Structure {
     iterations: Vec<Iteration>,
     zero_grads: Vec<Span>,
+    /// Where [`locate`] and the zero_grad test look, found once: every allocation asks.
+    index: PhaseIndex,
+}
+
+/// What answers "which iteration and phase is this instant in" and "is it in a zero_grad"
+/// with a binary search instead of a scan of every iteration (a long run has thousands, and
+/// each of its millions of allocations asks both) — where the answer is the scan's: when the
+/// instants each iteration can place follow each other without overlapping (as a run's
+/// iterations do), only the one whose range holds an instant can place it; else every
+/// instant scans them all, as before.
+struct PhaseIndex {
+    /// Per iteration that can place any instant: the first and last instants it can place,
+    /// and its number; `None` when those ranges overlap or are out of order.
+    iterations: Option<Vec<(i64, i64, usize)>>,
+    /// Whether the zero_grad ranges (sorted) follow each other without overlapping.
+    zero_grads_apart: bool,
+}
+
+impl PhaseIndex {
+    fn new(iterations: &[Iteration], zero_grads: &[Span]) -> PhaseIndex {
+        // The instants `locate` places in each: the step's closed range, and the half-open
+        // backward and forward ones (the last instant inside a half-open one is end − 1).
+        let placeable = |it: &Iteration| {
+            let ranges = [
+                (it.step.0, it.step.1),
+                (it.backward.0, it.backward.1.saturating_sub(1)),
+                (it.forward.0, it.forward.1.saturating_sub(1)),
+            ];
+            ranges
+                .into_iter()
+                .filter(|r| r.0 <= r.1)
+                .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+        };
+        let ranges: Vec<(i64, i64, usize)> = iterations
+            .iter()
+            .enumerate()
+            .filter_map(|(k, it)| placeable(it).map(|(first, last)| (first, last, k)))
+            .collect();
+        let apart = |a: &(i64, i64), b: &(i64, i64)| a.1 < b.0;
+        let iterations_apart = ranges.windows(2).all(|w| apart(&(w[0].0, w[0].1), &(w[1].0, w[1].1)));
+        let nonempty: Vec<&Span> = zero_grads.iter().filter(|z| z.0 <= z.1).collect();
+        PhaseIndex {
+            iterations: iterations_apart.then_some(ranges),
+            zero_grads_apart: nonempty.windows(2).all(|w| apart(w[0], w[1])),
+        }
+    }
 }
 
 fn lower(name: &str) -> String {
@@ -58,6 +104,33 @@ fn spans(phases: &[PhaseRange], pick: impl Fn(&str) -> bool) -> Vec<Span> {
         .collect();
     v.sort_unstable();
     v
+}
+
+/// Ranges sorted by start, for finding the first inside a window.
+struct SortedSpans {
+    spans: Vec<Span>,
+    /// Whether any ends before it starts (such a range can be inside a window it starts after).
+    any_reversed: bool,
+}
+
+impl SortedSpans {
+    fn new(spans: Vec<Span>) -> SortedSpans {
+        let any_reversed = spans.iter().any(|s| s.1 < s.0);
+        SortedSpans { spans, any_reversed }
+    }
+
+    /// The first range inside `window`, looked for from the first starting in it, not by a
+    /// scan from the first of a long run's thousands; past the window's end only a reversed
+    /// range can be inside, so the look stops there when there is none.
+    fn first_inside(&self, window: Span) -> Option<Span> {
+        let inside = |s: &Span| s.0 >= window.0 && s.1 <= window.1;
+        let from = self.spans.partition_point(|s| s.0 < window.0);
+        self.spans[from..]
+            .iter()
+            .take_while(|s| self.any_reversed || s.0 <= window.1)
+            .find(|s| inside(s))
+            .copied()
+    }
 }
 
 /// When allocated bytes (after each entry) first peak inside `span`.
@@ -80,8 +153,8 @@ fn structure(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) -> Option<S
     if steps.is_empty() {
         return None;
     }
-    let forwards = spans(phases, |n| n == "forward" || n.ends_with(".forward"));
-    let backwards = spans(phases, |n| n == "backward" || n.ends_with(".backward"));
+    let forwards = SortedSpans::new(spans(phases, |n| n == "forward" || n.ends_with(".forward")));
+    let backwards = SortedSpans::new(spans(phases, |n| n == "backward" || n.ends_with(".backward")));
     let zero_grads = spans(phases, |n| n.contains("zero_grad"));
     let first_iteration = phases
         .iter()
@@ -95,13 +168,9 @@ fn structure(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) -> Option<S
     let mut iterations = Vec::new();
     for &step in &steps {
         let window = (prev_end, step.0);
-        let inside = |s: &Span| s.0 >= window.0 && s.1 <= window.1;
-        let (forward, backward) = match (
-            forwards.iter().find(|s| inside(s)),
-            backwards.iter().find(|s| inside(s)),
-        ) {
+        let (forward, backward) = match (forwards.first_inside(window), backwards.first_inside(window)) {
             // The gap before an explicit forward holds the batch (see `Category::Input`).
-            (Some(&f), Some(&b)) => ((f.0, f.1), (f.1, window.1.max(b.1))),
+            (Some(f), Some(b)) => ((f.0, f.1), (f.1, window.1.max(b.1))),
             _ => {
                 let split = peak_time_in(time, allocated, window).unwrap_or(window.1);
                 ((window.0, split), (split, window.1))
@@ -112,16 +181,22 @@ fn structure(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) -> Option<S
             backward,
             step,
         });
-        // zero_grad may follow the step: the next forward starts after it.
+        // zero_grad may follow the step: the next forward starts after it. (The ranges are
+        // sorted: the first starting at or after the step's end is the one to look at.)
+        let after = zero_grads.partition_point(|z| z.0 < step.1);
         prev_end = zero_grads
-            .iter()
-            .filter(|z| z.0 >= step.1 && z.0 <= step.1 + (step.1 - window.0).max(0))
+            .get(after)
+            .filter(|z| z.0 <= step.1 + (step.1 - window.0).max(0))
             .map(|z| z.1)
-            .next()
             .unwrap_or(step.1)
             .max(step.1);
     }
-    Some(Structure { iterations, zero_grads })
+    let index = PhaseIndex::new(&iterations, &zero_grads);
+    Some(Structure {
+        iterations,
+        zero_grads,
+        index,
+    })
 }
 
 /// Where backward may run: each training iteration's forward and backward together (from its
@@ -151,17 +226,37 @@ fn within(t: i64, s: Span) -> bool {
 
 /// Where an instant falls: (iteration, phase) with phase 0 forward, 1 backward, 2 step.
 fn locate(st: &Structure, t: i64) -> Option<(usize, u8)> {
-    st.iterations.iter().enumerate().find_map(|(k, it)| {
-        if within(t, it.step) {
-            Some((k, 2))
-        } else if t >= it.backward.0 && t < it.backward.1 && it.backward.1 > it.backward.0 {
-            Some((k, 1))
-        } else if t >= it.forward.0 && t < it.forward.1 {
-            Some((k, 0))
-        } else {
-            None
-        }
-    })
+    if let Some(ranges) = &st.index.iterations {
+        let j = ranges.partition_point(|r| r.0 <= t).checked_sub(1)?;
+        let (_, last, k) = ranges[j];
+        return (t <= last).then(|| place(k, &st.iterations[k], t)).flatten();
+    }
+    st.iterations.iter().enumerate().find_map(|(k, it)| place(k, it, t))
+}
+
+/// Where an instant falls in iteration `k`, if in it.
+fn place(k: usize, it: &Iteration, t: i64) -> Option<(usize, u8)> {
+    if within(t, it.step) {
+        Some((k, 2))
+    } else if t >= it.backward.0 && t < it.backward.1 && it.backward.1 > it.backward.0 {
+        Some((k, 1))
+    } else if t >= it.forward.0 && t < it.forward.1 {
+        Some((k, 0))
+    } else {
+        None
+    }
+}
+
+/// Whether an instant is inside a zero_grad range.
+fn in_zero_grad(st: &Structure, t: i64) -> bool {
+    if st.index.zero_grads_apart {
+        // The last range starting at or before `t` is the only one that can hold it (ranges
+        // that hold nothing sort anywhere, but hold nothing).
+        let z = &st.zero_grads;
+        let i = z.partition_point(|r| r.0 <= t);
+        return z[..i].iter().rev().find(|r| r.0 <= r.1).is_some_and(|r| within(t, *r));
+    }
+    st.zero_grads.iter().any(|z| within(t, *z))
 }
 
 /// One allocation's lifetime on the trace's time axis (`None`: before the trace / never freed).
@@ -199,7 +294,7 @@ fn classify_training(st: &Structure, l: Life, weights_moved: bool) -> (Category,
         }
     }
     if let Some(f) = l.free {
-        if st.zero_grads.iter().any(|z| within(f, *z)) && at.is_none_or(|(_, p)| p != 2) {
+        if in_zero_grad(st, f) && at.is_none_or(|(_, p)| p != 2) {
             return (Category::Gradient, CategoryRule::FreedByZeroGrad);
         }
     }
@@ -324,19 +419,19 @@ pub fn categorize(
     let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
     let stack = lt_col::STACK.slice(lifetimes)?;
     let at = |i: i32| usize::try_from(i).ok().and_then(|i| time.get(i).copied());
-    let mut module_to = rustc_hash::FxHashMap::<u32, bool>::default();
-    let mut workspace = rustc_hash::FxHashMap::<u32, bool>::default();
-    let mut is_workspace = |s: u32| *workspace.entry(s).or_insert_with(|| library_workspace(stacks, s));
+    let mut module_to = PerStack::new(stacks);
+    let mut workspace = PerStack::new(stacks);
+    let mut is_workspace = |s: u32| workspace.get(s, || library_workspace(stacks, s));
     // Each allocation's life is made where it is placed, not kept for all at once (40 bytes
     // per allocation); whether any moved weights is a pass over the stacks first.
-    let mut moved = |s: u32| pytorch && *module_to.entry(s).or_insert_with(|| moved_by_module_to(stacks, s));
+    let mut moved = |s: u32| pytorch && module_to.get(s, || moved_by_module_to(stacks, s));
     let weights_moved = stack.iter().any(|&s| moved(s));
     let lives = (0..lifetimes.height()).map(|r| Life {
         alloc: at(alloc_idx[r]),
         free: at(free_idx[r]),
         moved_by_module_to: moved(stack[r]),
     });
-    let mut by_rule = rustc_hash::FxHashMap::<u32, Option<Category>>::default();
+    let mut by_rule = PerStack::new(stacks);
     let ooms: Vec<i64> = ev
         .indices_of(crate::tables::Action::Oom)
         .into_iter()
@@ -357,7 +452,7 @@ pub fn categorize(
         .zip(alloc_idx)
         .zip(stack)
         .map(|((life, &a), &s)| match (&st, pytorch) {
-            _ if a >= 0 && labels.contains_key(&(a as usize)) => labels[&(a as usize)],
+            _ if !labels.is_empty() && a >= 0 && labels.contains_key(&(a as usize)) => labels[&(a as usize)],
             _ if pytorch && is_workspace(s) => (Category::Cache, CategoryRule::LibraryWorkspace),
             (Some(st), _) => classify_training(st, life, weights_moved),
             (None, true) => classify_plain(life, span, &failed_forwards),
@@ -368,9 +463,7 @@ pub fn categorize(
             if evidence.rules.is_empty() || !open_to_rules(placed) {
                 return placed;
             }
-            let hit = *by_rule
-                .entry(st)
-                .or_insert_with(|| evidence.rules.category_of(&stacks.frames(st)));
+            let hit = by_rule.get(st, || evidence.rules.category_of(&stacks.frames(st)));
             hit.map_or(placed, |c| (c, CategoryRule::FrameRule))
         })
         .collect();
@@ -382,6 +475,30 @@ pub fn categorize(
             .collect()
     });
     Ok(Placement { placed, iteration_ends })
+}
+
+/// A fact about each stack, found once per stack and kept by stack id (ids are dense): a
+/// look-up for every allocation is an index, not a hash.
+struct PerStack<T> {
+    known: Vec<Option<T>>,
+}
+
+impl<T: Copy> PerStack<T> {
+    fn new(stacks: &StackResolver) -> PerStack<T> {
+        PerStack {
+            known: vec![None; stacks.stack_count()],
+        }
+    }
+
+    /// The fact about stack `s`, found by `find` the first time (every time for an id
+    /// beyond the stacks, which has no frames).
+    fn get(&mut self, s: u32, find: impl FnOnce() -> T) -> T {
+        match self.known.get_mut(s as usize) {
+            Some(Some(v)) => *v,
+            Some(slot) => *slot.insert(find()),
+            None => find(),
+        }
+    }
 }
 
 /// A gradient has its parameter's size: what backward made and kept at a size no parameter
@@ -585,4 +702,79 @@ pub fn live_by_category_at(
         .filter(|(_, b)| *b > 0)
         .map(|(&category, bytes)| memlens_api::CategoryBytes { category, bytes })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (no crate for one test's numbers).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> i64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((self.0 >> 33) % n) as i64
+        }
+    }
+
+    /// Iterations one after another as a run's are (`overlap` 0), or overlapping and out of
+    /// order, with empty phases now and then; zero_grads between them or anywhere.
+    fn structure(rng: &mut Lcg, overlap: i64) -> Structure {
+        let mut t = rng.next(50);
+        let mut iterations = Vec::new();
+        let mut zero_grads = Vec::new();
+        for _ in 0..1 + rng.next(40) {
+            let f = (t, t + rng.next(30));
+            let b = (f.1, f.1 + rng.next(30));
+            let s = (b.1 + rng.next(3), b.1 + 3 + rng.next(10));
+            iterations.push(Iteration {
+                forward: f,
+                backward: b,
+                step: s,
+            });
+            let z = (s.1 + 1, s.1 + 1 + rng.next(5) - rng.next(2));
+            zero_grads.push(z);
+            t = z.1.max(s.1) + 2 - overlap * rng.next(60);
+        }
+        zero_grads.sort_unstable();
+        let index = PhaseIndex::new(&iterations, &zero_grads);
+        Structure {
+            iterations,
+            zero_grads,
+            index,
+        }
+    }
+
+    /// Found by binary search or by a scan of every iteration, an instant lands in the same
+    /// iteration and phase, and in a zero_grad or not, alike; the search is used where the
+    /// iterations follow each other, and only there.
+    #[test]
+    fn an_instant_is_placed_by_search_as_by_a_scan() {
+        let mut rng = Lcg(7);
+        let (mut searched, mut scanned, mut zero_grads_searched) = (0, 0, 0);
+        for case in 0..400 {
+            let st = structure(&mut rng, case % 2);
+            if st.index.iterations.is_some() {
+                searched += 1;
+            } else {
+                scanned += 1;
+            }
+            zero_grads_searched += usize::from(st.index.zero_grads_apart);
+            let end = st.zero_grads.last().map_or(0, |z| z.1) + 10;
+            for t in -5..end {
+                let scan = st.iterations.iter().enumerate().find_map(|(k, it)| place(k, it, t));
+                assert_eq!(locate(&st, t), scan, "case {case} at {t}");
+                let any = st.zero_grads.iter().any(|z| within(t, *z));
+                assert_eq!(in_zero_grad(&st, t), any, "case {case} at {t}");
+            }
+        }
+        assert!(searched > 100 && scanned > 50, "{searched} searched, {scanned} scanned");
+        assert!(
+            (100..350).contains(&zero_grads_searched),
+            "{zero_grads_searched} of 400"
+        );
+    }
 }

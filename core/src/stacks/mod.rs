@@ -174,6 +174,11 @@ impl StackResolver {
         !self.frame_ids(stack).is_empty()
     }
 
+    /// How many stacks there are: their ids are `0..stack_count()`.
+    pub fn stack_count(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
     /// Whether any stack of the file has a frame (the recording kept stacks).
     pub fn any_recorded(&self) -> bool {
         !self.flat.is_empty()
