@@ -545,12 +545,14 @@ pub fn category_budget(
     let mut rules: Vec<Vec<RuleShare>> = vec![Vec::new(); n];
     let peak = peak.map(|p| p as i64);
     // The allocations by alloc entry and by free entry: their changes are swept in entry order
-    // by merging the two (each entry allocates or frees at most one allocation). Each is the
-    // entry and the row in one `u64` (8 bytes an allocation, not 9 bytes per trace entry),
-    // sorted by value: no look-up of the key per comparison (that made sorting the frees most
-    // of this function). Allocations already come in alloc order.
+    // by merging the two (each entry allocates or frees at most one allocation). Allocations
+    // come in alloc order: they are read as they are (sorted only if they are not). The frees
+    // are the entry and the row in one `u64` (8 bytes an allocation, not 9 bytes per trace
+    // entry), sorted by value: no look-up of the key per comparison (that made sorting them
+    // most of this function).
     let entry_and_row = |entry: i64, r: usize| ((entry as u64) << 32) | r as u64;
-    let mut by_alloc: Vec<u64> = Vec::with_capacity(categories.len());
+    let mut in_alloc_order = true;
+    let mut last_alloc = -1i64;
     let mut by_free: Vec<u64> = Vec::with_capacity(categories.len());
     for (r, &(c, rule)) in categories.iter().enumerate() {
         let s = slot(c);
@@ -570,7 +572,8 @@ pub fn category_budget(
         if a < 0 {
             live[s] += size[r];
         } else {
-            by_alloc.push(entry_and_row(a, r));
+            in_alloc_order &= a > last_alloc;
+            last_alloc = a;
         }
         if f >= 0 {
             by_free.push(entry_and_row(f, r));
@@ -585,17 +588,21 @@ pub fn category_budget(
     }
     // Each entry allocates or frees at most one allocation: the values are distinct, and an
     // unstable sort needs no scratch copy.
-    by_alloc.sort_unstable();
     by_free.sort_unstable();
-    let split = |v: u64| ((v >> 32) as usize, v as u32);
+    let made = (0..categories.len() as u32).filter(|&r| alloc_idx[r as usize] >= 0);
+    let allocs: Box<dyn Iterator<Item = u32>> = match in_alloc_order {
+        true => Box::new(made),
+        false => {
+            let mut rows: Vec<u32> = made.collect();
+            rows.sort_unstable_by_key(|&r| alloc_idx[r as usize]);
+            Box::new(rows.into_iter())
+        }
+    };
     let changes = merge_by_entry(
-        by_alloc
-            .iter()
-            .map(|&v| split(v))
-            .map(|(e, r)| (e, r, size[r as usize])),
+        allocs.map(|r| (alloc_idx[r as usize] as usize, r, size[r as usize])),
         by_free
             .iter()
-            .map(|&v| split(v))
+            .map(|&v| ((v >> 32) as usize, v as u32))
             .map(|(e, r)| (e, r, -size[r as usize])),
     );
     let mut max = live.clone();
