@@ -8,18 +8,23 @@ use std::process::Command;
 use memlens_core::pipeline::summarize_file;
 use memlens_tests::repo_root;
 
+/// Runs `scripts/gen-snapshot` with `args` into `path`: what it declares.
+fn generate(path: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new("python3")
+        .arg(repo_root().join("scripts/gen-snapshot"))
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("python3 runs scripts/gen-snapshot");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("the generator's JSON")
+}
+
 #[test]
 fn a_generated_snapshot_has_the_peak_and_leak_its_generator_declares() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let path = dir.path().join("generated.pickle");
-    let out = Command::new("python3")
-        .arg(repo_root().join("scripts/gen-snapshot"))
-        .arg(&path)
-        .args(["--entries", "60000"])
-        .output()
-        .expect("python3 runs scripts/gen-snapshot");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let declared: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the generator's JSON");
+    let declared = generate(&path, &["--entries", "60000"]);
     let says = |key: &str| {
         declared[key]
             .as_i64()
@@ -51,14 +56,7 @@ fn an_annotated_long_run_places_activations_and_step_state_by_its_phases() {
     use memlens_api::{Category, CategoryRule};
     let dir = tempfile::tempdir().expect("a temporary folder");
     let path = dir.path().join("annotated.pickle");
-    let out = Command::new("python3")
-        .arg(repo_root().join("scripts/gen-snapshot"))
-        .arg(&path)
-        .args(["--entries", "200000", "--annotate"])
-        .output()
-        .expect("python3 runs scripts/gen-snapshot");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let declared: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the generator's JSON");
+    let declared = generate(&path, &["--entries", "200000", "--annotate"]);
     let iterations = declared["iterations"].as_u64().expect("iterations") as usize;
     assert!(iterations > 1000, "{iterations} iterations");
 

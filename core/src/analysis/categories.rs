@@ -713,38 +713,28 @@ pub fn live_by_category_at(
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_rng::Lcg;
     use super::*;
-
-    /// A small deterministic generator (no crate for one test's numbers).
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self, n: u64) -> i64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((self.0 >> 33) % n) as i64
-        }
-    }
 
     /// Iterations one after another as a run's are (`overlap` 0), or overlapping and out of
     /// order, with empty phases now and then; zero_grads between them or anywhere.
     fn structure(rng: &mut Lcg, overlap: i64) -> Structure {
-        let mut t = rng.next(50);
+        let mut n = |k: u64| rng.below(k) as i64;
+        let mut t = n(50);
         let mut iterations = Vec::new();
         let mut zero_grads = Vec::new();
-        for _ in 0..1 + rng.next(40) {
-            let f = (t, t + rng.next(30));
-            let b = (f.1, f.1 + rng.next(30));
-            let s = (b.1 + rng.next(3), b.1 + 3 + rng.next(10));
+        for _ in 0..1 + n(40) {
+            let f = (t, t + n(30));
+            let b = (f.1, f.1 + n(30));
+            let s = (b.1 + n(3), b.1 + 3 + n(10));
             iterations.push(Iteration {
                 forward: f,
                 backward: b,
                 step: s,
             });
-            let z = (s.1 + 1, s.1 + 1 + rng.next(5) - rng.next(2));
+            let z = (s.1 + 1, s.1 + 1 + n(5) - n(2));
             zero_grads.push(z);
-            t = z.1.max(s.1) + 2 - overlap * rng.next(60);
+            t = z.1.max(s.1) + 2 - overlap * n(60);
         }
         zero_grads.sort_unstable();
         let index = PhaseIndex::new(&iterations, &zero_grads);

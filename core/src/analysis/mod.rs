@@ -43,6 +43,8 @@ pub mod segment_detail;
 pub mod segment_map;
 mod segments_by_address;
 pub mod stalls;
+#[cfg(test)]
+mod test_rng;
 pub mod usage;
 mod varint;
 pub mod whatif;

@@ -236,6 +236,7 @@ impl FromIterator<(i64, Block)> for SegmentBlocks {
 mod tests {
     use memlens_api::BlockState;
 
+    use super::super::test_rng::Lcg;
     use super::*;
 
     fn block(size: i64, state: BlockState) -> Block {
@@ -250,18 +251,6 @@ mod tests {
     /// `free_block` as it was on a plain map: the reference.
     fn free_in(m: &mut BTreeMap<i64, Block>, addr: i64) {
         free_block_in_map(m, addr)
-    }
-
-    /// A small deterministic generator (no crate for one test's numbers).
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self, n: u64) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (self.0 >> 33) % n
-        }
     }
 
     /// Random inserts, removes, frees, look-ups and joins, on blocks that tile a range and
@@ -282,10 +271,10 @@ mod tests {
             // Up to 400 blocks of 512 bytes: the vector, the map and both switches.
             let span = 200 + 200 * (seed % 2) as i64;
             for step in 0..4000 {
-                let addr = 512 * rng.next(span as u64) as i64;
-                match rng.next(6) {
-                    0 | 1 if rng.next(3) > 0 || want.len() < 8 => {
-                        let b = block(512 * (1 + rng.next(3) as i64), states[rng.next(3) as usize]);
+                let addr = 512 * rng.below(span as u64) as i64;
+                match rng.below(6) {
+                    0 | 1 if rng.below(3) > 0 || want.len() < 8 => {
+                        let b = block(512 * (1 + rng.below(3) as i64), states[rng.below(3) as usize]);
                         ours.insert(addr, b.clone());
                         want.insert(addr, b);
                     }
