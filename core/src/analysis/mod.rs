@@ -45,6 +45,7 @@ mod segments_by_address;
 pub mod stalls;
 #[cfg(test)]
 mod test_rng;
+mod training_structure;
 pub mod usage;
 mod varint;
 pub mod whatif;
