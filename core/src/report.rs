@@ -2,6 +2,7 @@
 //! server stores. Snapshots are summarised per device; NVML logs per GPU, after their clock is
 //! lined up with the snapshots of the same report.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, OnceLock};
 
 use memlens_api::{DeviceSummary, FileSummary, FreeStall, GpuLogSummary, TimeAxis};
@@ -74,10 +75,13 @@ pub fn analyze_device_keeping(
     let ev = DeviceEvents::new(t, device)?;
     let count = checkpoints.then_some(CHECKPOINTS);
     // The fragmentation replay (the longest analysis) runs on a second thread from the start:
-    // it finds the peak it samples on its own and needs the usage only at its end; then the
-    // pending-free stalls, which need nothing else. This thread finds the usage, then the
-    // rest (about as long on the bench file).
+    // it finds the peak it samples on its own and needs the usage only at its end. This
+    // thread finds the usage, then the rest. The pending-free stalls, which need nothing
+    // else, go to whichever thread is free first: the second on the bench file, this one on
+    // a long trace whose replay outlasts the rest.
     let usage_slot: OnceLock<Usage> = OnceLock::new();
+    let stalls_taken = AtomicBool::new(false);
+    let take_stalls = || !stalls_taken.swap(true, Ordering::AcqRel);
     let (ready, usage_ready) = mpsc::channel::<()>();
     let (ev, slot) = (&ev, &usage_slot);
     std::thread::scope(|scope| {
@@ -90,23 +94,26 @@ pub fn analyze_device_keeping(
                 Err(_) => Err(PolarsError::ComputeError("no usage to sample".into())),
             };
             let fragmentation = fragmentation_over_time(t, ev, usage, FRAGMENTATION_SAMPLES, &exact, count);
-            (fragmentation, pending_free_stalls(ev, stacks))
+            (fragmentation, take_stalls().then(|| pending_free_stalls(ev, stacks)))
         });
         let usage = usage_over_time(t, ev).map(|u| slot.get_or_init(|| u));
         if usage.is_ok() {
             let _ = ready.send(());
         }
         drop(ready);
-        let second = || match second.join() {
-            Ok((frag, stalls)) => frag.map(|f| (f, stalls)),
-            Err(panic) => std::panic::resume_unwind(panic),
+        let second = || {
+            let mine = take_stalls().then(|| pending_free_stalls(ev, stacks));
+            match second.join() {
+                Ok((frag, theirs)) => frag.map(|f| (f, mine.or(theirs).expect("one thread found the stalls"))),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
         };
         analyze_device_with(t, ev, stacks, rules, usage?, second)
     })
 }
 
-/// [`analyze_device`] with the usage found, and the fragmentation replay and the pending-free
-/// stalls found elsewhere: `second` waits for them.
+/// [`analyze_device`] with the usage found; `second` gives the fragmentation replay, found
+/// elsewhere, and the pending-free stalls (found here when the replay's thread has not).
 fn analyze_device_with(
     t: &SnapshotTables,
     ev: &DeviceEvents,
