@@ -1,0 +1,308 @@
+//! What the analyses say of a file: `memlens analyze --json`'s output, a snapshot's summary per
+//! device (peak, pools, categories, OOMs, leaks, iterations, phases) and where it came from.
+
+use serde::{Deserialize, Serialize};
+
+use crate::*;
+
+/// What `memlens analyze --json` prints: one entry per input file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AnalyzeOutput {
+    /// Allocator snapshots, one summary each.
+    pub files: Vec<FileSummary>,
+    /// NVML-based logs (nvidia-smi CSV, dmon, pynvml JSON lines), one summary each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_logs: Vec<GpuLogSummary>,
+    /// Files recognised but not analysed (a format this version cannot import yet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedFile>,
+    /// With several snapshot files: the ranks of one job side by side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunOverview>,
+}
+
+/// A file a report kept but could not analyse, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SkippedFile {
+    pub file: String,
+    pub reason: String,
+}
+
+/// The summary of one analysed input file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FileSummary {
+    /// The file name as given.
+    pub file: String,
+    /// The sniffed format, e.g. `pytorch_snapshot`.
+    pub format: Format,
+    /// Whether the input was gzip-compressed.
+    pub gzip: bool,
+    /// Facts about the snapshot's shape (PyTorch version era, settings).
+    pub source: SourceInfo,
+    /// One summary per device that has a trace or segments.
+    pub devices: Vec<DeviceSummary>,
+    /// The device a report opens on: the one with OOMs (the most), else the one with the
+    /// largest leak, else the highest peak.
+    #[serde(default)]
+    pub focus_device: Option<i64>,
+}
+
+/// What the importer learnt about the producer of the file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SourceInfo {
+    /// `true` when trace entries carry `time_us` (PyTorch ≥ 2.2); otherwise times are event indices.
+    pub has_time_us: bool,
+    /// `expandable_segments` from `allocator_settings`, when present.
+    pub expandable_segments: Option<bool>,
+    /// The raw `PYTORCH_CUDA_ALLOC_CONF` string, when present.
+    pub alloc_conf: Option<String>,
+    /// Number of `external_annotations` entries (`record_function` START/END markers).
+    pub annotation_count: usize,
+    /// Number of distinct stack traces (frame lists) in the file.
+    pub stack_count: usize,
+    /// Top-level keys the importer did not know and ignored.
+    pub ignored_keys: Vec<String>,
+    /// What the producer can and cannot see, for formats other than PyTorch snapshots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The distributed rank the script wrote into `user_metadata` (`rank=3`), when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+}
+
+/// Per-device headline numbers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeviceSummary {
+    pub device: i64,
+    /// `time_us` or `event_order` (PyTorch < 2.2 snapshots have no timestamps).
+    pub time_axis: TimeAxis,
+    pub event_count: usize,
+    /// Number of `alloc` trace entries.
+    pub alloc_count: usize,
+    /// Peak of requested bytes (PyTorch's `requested_bytes.all.peak`).
+    pub peak_allocated_bytes: i64,
+    /// When the peak was first reached (µs since the Unix epoch); `None` without timestamps.
+    pub peak_time_us: Option<i64>,
+    /// Index of the trace entry that reached the peak; `None` when the peak predates the trace.
+    pub peak_event_index: Option<usize>,
+    /// Peak of reserved bytes (PyTorch's `reserved_bytes.all.peak`).
+    pub peak_reserved_bytes: i64,
+    /// Requested bytes live before the first trace entry (allocated before recording began).
+    pub initial_allocated_bytes: i64,
+    pub initial_reserved_bytes: i64,
+    pub final_allocated_bytes: i64,
+    pub final_reserved_bytes: i64,
+    /// Live allocations at the peak, grouped by folded stack, largest first.
+    pub peak_stacks: Vec<StackGroup>,
+    /// Live allocations at the peak, grouped by the model-code frame that asked, largest first.
+    #[serde(default)]
+    pub peak_modules: Vec<ModuleGroup>,
+    /// Fragmentation at the peak.
+    pub fragmentation_at_peak: Option<FragmentationPoint>,
+    pub oom_count: usize,
+    pub ooms: Vec<OomExplanation>,
+    pub leaks: Vec<LeakCandidate>,
+    /// Iterations the leak analysis used, and where they came from.
+    pub iterations: IterationInfo,
+    /// `record_function` ranges of this device, in start order.
+    pub phases: Vec<PhaseRange>,
+    /// What the memory is made of: every category with allocations, in `Category` order.
+    #[serde(default)]
+    pub categories: Vec<CategorySummary>,
+    /// The trace does not reach back to the start of the run: it frees memory it never saw
+    /// allocated (the ring buffer, `max_entries`, dropped its start, or recording began late).
+    /// What predates it is counted from the final state.
+    #[serde(default)]
+    pub trace_truncated: bool,
+    /// With a truncated trace: when its history is complete from (its first entry, µs; `None`
+    /// without timestamps), and how many of its frees are of memory from before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complete_from_us: Option<i64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub frees_before_trace: usize,
+    /// The allocator's pools on this device, the default one first.
+    #[serde(default)]
+    pub pools: Vec<PoolSummary>,
+    /// Frees that waited on another stream (`record_stream`) for a millisecond or more, by the
+    /// stack that allocated the block, most bytes × wait first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_free_stalls: Vec<FreeStall>,
+    /// The most bytes those stalled frees held at once (freed, not yet reusable).
+    #[serde(default, skip_serializing_if = "is_zero_bytes")]
+    pub pending_free_peak_bytes: i64,
+}
+
+fn is_zero_bytes(n: &i64) -> bool {
+    *n == 0
+}
+
+/// One memory pool of a device.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PoolSummary {
+    /// `segment_pool_id`: `[0, 0]` the default pool, `[0, n]` a MemPool, `[n, 0]` a CUDA graph's.
+    pub pool_id: [i64; 2],
+    pub kind: PoolKind,
+    /// The pool's name, when the snapshot says it: `pool=NAME` (or `pool_name`, `mempool`) in
+    /// the `user_metadata` of what was allocated in it (`_set_memory_metadata("pool=kv_cache")`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The most the pool reserved at once (segments freed before the end count in the default pool).
+    pub peak_reserved_bytes: i64,
+    pub final_reserved_bytes: i64,
+    pub final_allocated_bytes: i64,
+    pub segments_at_end: usize,
+    /// A private pool's reserved bytes over the trace, for drawing its envelope: one point per
+    /// change, or the most of each of at most [`POOL_SERIES_POINTS`] runs of changes. `x` is on
+    /// the device's time axis (µs, or the entry index without timestamps). Empty for the
+    /// default pool, which is the device's reserved less the private ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_series: Vec<AxisPoint>,
+}
+
+/// How many points a pool's `reserved_series` has at most.
+pub const POOL_SERIES_POINTS: usize = 256;
+
+/// A value at one place on a device's time axis.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AxisPoint {
+    pub x: i64,
+    pub bytes: i64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// One category's share of a device's memory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CategorySummary {
+    pub category: Category,
+    /// Requested bytes of this category live at the allocated peak.
+    pub bytes_at_peak: i64,
+    /// The most requested bytes of this category live at any one time.
+    pub max_bytes: i64,
+    /// The steady state: this category's most bytes within one training iteration, median over
+    /// the iterations (`None` without iterations).
+    #[serde(default)]
+    pub steady_bytes: Option<i64>,
+    /// Allocations placed in this category.
+    pub count: usize,
+    /// The rules that placed them, with how many allocations and bytes each.
+    pub rules: Vec<RuleShare>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleShare {
+    pub rule: CategoryRule,
+    pub count: usize,
+    /// Σ requested bytes of those allocations (over the whole run, not at one time).
+    pub bytes: i64,
+}
+
+/// The x axis of a device's trace.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TimeAxis {
+    TimeUs,
+    EventOrder,
+}
+
+/// Fragmentation of the cached segments at one instant.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FragmentationPoint {
+    pub event_index: usize,
+    pub time_us: Option<i64>,
+    pub reserved_bytes: i64,
+    /// Bytes in blocks handed out (block sizes, after rounding).
+    pub active_bytes: i64,
+    /// Reserved bytes in free (inactive) blocks.
+    pub reserved_free_bytes: i64,
+    pub largest_free_block_bytes: i64,
+    /// `1 - largest_free / reserved_free`: 0 when all free memory is one block, near 1 when it is shattered.
+    pub fragmentation_index: f64,
+}
+
+/// Why an allocation failed, in numbers, and what to do about it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OomExplanation {
+    pub event_index: usize,
+    pub time_us: Option<i64>,
+    /// Bytes the failing request asked for (already rounded by the allocator).
+    pub requested_bytes: i64,
+    /// Bytes CUDA reported free on the device at the failure.
+    pub device_free_bytes: Option<i64>,
+    pub reserved_bytes: i64,
+    pub allocated_bytes: i64,
+    /// Reserved bytes sitting in free blocks of cached segments.
+    pub reserved_free_bytes: i64,
+    pub largest_free_block_bytes: i64,
+    /// `fragmentation`, `capacity`, `limit` or `unknown`.
+    pub cause: OomCause,
+    /// One or more concrete remedies, in plain words.
+    pub remedy: String,
+    /// What was live at the failure, grouped by stack, largest first.
+    pub live_stacks: Vec<StackGroup>,
+    /// What was live at the failure, by category (see `DeviceSummary::categories`).
+    #[serde(default)]
+    pub live_categories: Vec<CategoryBytes>,
+    /// The stack of the failing request.
+    pub stack: Vec<String>,
+}
+
+/// Allocations still live at the end that piled up over iterations.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LeakCandidate {
+    pub stack_id: Option<u32>,
+    /// The folded stack (see [`StackGroup::stack`]).
+    pub stack: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_stack_reason: Option<NoStackReason>,
+    /// Bytes (requested) live at the end from this stack.
+    pub bytes: i64,
+    /// Allocations live at the end from this stack.
+    pub count: usize,
+    /// How many distinct iterations those allocations were made in (without iterations: at how
+    /// many separate moments of the run they were made).
+    pub iterations_seen: usize,
+    /// Average bytes added per iteration (or per moment of growth).
+    pub bytes_per_iteration: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct IterationInfo {
+    /// `annotations:<name>` when taken from `record_function` ranges, `allocation_pattern` when
+    /// taken from the repeating allocation rhythm, `none` when the run shows no iteration.
+    pub source: String,
+    /// Iterations found (0 with `none`).
+    pub count: usize,
+    /// With `none`: what leak detection did instead, in plain words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A `record_function` range from `external_annotations`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PhaseRange {
+    pub device: i64,
+    pub name: String,
+    pub start_us: i64,
+    /// `None` when the END marker is missing (range still open at dump time).
+    pub end_us: Option<i64>,
+}
