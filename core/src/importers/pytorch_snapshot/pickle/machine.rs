@@ -10,7 +10,7 @@ use super::interner::intern_bytes;
 use super::memo::Memo;
 use super::numbers::{decode_long, decode_short_long};
 use super::value::*;
-use super::{AppendHook, PResult, PickleError, PickleLimits};
+use super::{drop_aside, AppendHook, PResult, PickleError, PickleLimits};
 
 /// What decoding produced: the root value and the heap it lives in.
 pub struct Decoded {
@@ -67,6 +67,9 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                     return Err(PickleError::Trailing { offset: at, extra });
                 }
                 let root = stack.pop().unwrap_or(Val::NONE);
+                // Four bytes a slot: tens to hundreds of megabytes on a long trace.
+                let memo_bytes = memo.len() * 4;
+                drop_aside(memo, memo_bytes);
                 return Ok(Decoded { root, heap });
             }
             // FRAME: a buffering hint
