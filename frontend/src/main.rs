@@ -13,6 +13,7 @@ mod api;
 mod client;
 mod compare;
 mod format;
+mod fragmentation_chart;
 mod report;
 mod timeline;
 mod upload;

@@ -15,7 +15,8 @@ use memlens_api::{
 use super::gpu_logs::gpu_of_device;
 use super::prefetch;
 use super::{context_2d, now_ms};
-use crate::timeline::{draw_fragmentation, TimelineView, LEFT, RIGHT};
+use crate::fragmentation_chart::draw_fragmentation;
+use crate::timeline::{TimelineView, LEFT, RIGHT};
 use crate::{api, client};
 
 pub const TIMELINE_H: f64 = 380.0;
