@@ -14,11 +14,7 @@ fn loaded_reports_are_kept_within_the_cache_budget_and_one_larger_is_not_kept() 
         let dir = tmpdir(&format!("cache-{cache_mb}"));
         let s = Server::serve_on(&dir, &["--cache-mb", cache_mb]);
         // Its device frames alone (what a timeline reads) are over 1 MB.
-        let id = upload_trace(&s, "many_small.pickle.gz")["id"]
-            .as_str()
-            .expect("id")
-            .to_owned();
-        assert_eq!(wait_done(&s, &id)["state"], "ready");
+        let id = ready_report(&s, "many_small.pickle.gz");
         // A new process: what it holds comes from the queries alone.
         s.kill();
         let s = Server::serve_on(&dir, &["--cache-mb", cache_mb]);
@@ -38,8 +34,7 @@ fn a_report_in_the_cache(tag: &str, cache_mb: &str) -> Option<(Server, impl Fn(&
         return None;
     }
     let s = Server::serve_in(tmpdir(tag), &["--cache-mb", cache_mb]);
-    let kept = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &kept)["state"], "ready");
+    let kept = ready_report(&s, "labels.pickle");
     let query = move |s: &Server| {
         let (code, v) = get_json(s, &format!("/api/reports/{kept}/timeline?width=300"));
         assert_eq!(code, 200, "{v}");
@@ -137,8 +132,7 @@ fn an_upload_that_declares_no_length_makes_room_for_what_arrives_not_for_the_lar
 fn a_report_just_processed_answers_its_first_queries_from_memory_as_after_a_restart() {
     let dir = tmpdir("warm");
     let s = Server::serve_on(&dir, &[]);
-    let id = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let id = ready_report(&s, "labels.pickle");
     let queries = [
         "timeline?width=300",
         "categories?width=300",
@@ -177,8 +171,7 @@ fn processed_then_restarted(tag: &str, trace: &str) -> (TestDir, Server, String)
 fn processed_then_restarted_with(tag: &str, trace: &str, args: &[&str]) -> (TestDir, Server, String) {
     let dir = tmpdir(tag);
     let s = Server::serve_on(&dir, &[]);
-    let id = upload_trace(&s, trace)["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let id = ready_report(&s, trace);
     s.kill();
     let s = Server::serve_on(&dir, args);
     (dir, s, id)

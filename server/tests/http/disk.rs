@@ -61,8 +61,7 @@ fn server_on_small_disk(tag: &str, size: &str, first: &str) -> Option<(Tmpfs, Se
     };
     let data = fs.path.clone();
     let s = Server::serve_on(&data, &[]);
-    let id = upload_trace(&s, first)["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let id = ready_report(&s, first);
     Some((fs, s, data, id))
 }
 

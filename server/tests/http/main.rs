@@ -24,9 +24,15 @@ use serde_json::Value;
 /// A server in a fresh data directory `tag` holding one ready report of `name`, and its id.
 fn server_with_report(tag: &str, extra: &[&str], name: &str) -> (Server, String) {
     let s = Server::serve_in(tmpdir(tag), extra);
-    let id = upload_trace(&s, name)["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let id = ready_report(&s, name);
     (s, id)
+}
+
+/// Uploads the trace `name` to `s` and waits for its report to be ready; its id.
+fn ready_report(s: &Server, name: &str) -> String {
+    let id = upload_trace(s, name)["id"].as_str().expect("id").to_owned();
+    assert_eq!(wait_done(s, &id)["state"], "ready");
+    id
 }
 
 /// Runs the CLI and checks it refused with exit status 2 and a message naming `needle`.

@@ -289,8 +289,7 @@ fn user_metadata_rides_on_the_bands_it_labelled_before_and_after_a_restart() {
     // traces/capture/labels.py: each batch allocated under `_set_memory_metadata("category=input")`.
     let dir = tmpdir("metadata");
     let s = Server::serve_on(&dir, &[]);
-    let id = upload_trace(&s, "labels.pickle")["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &id)["state"], "ready");
+    let id = ready_report(&s, "labels.pickle");
     let labelled = |s: &Server, q: &str| -> Vec<String> {
         let (code, v) = get_json(s, &format!("/api/reports/{id}/{q}"));
         assert_eq!(code, 200, "{v}");

@@ -59,8 +59,7 @@ fn uploads_are_imported_while_they_arrive_and_one_cut_off_leaves_nothing_behind(
         "{metrics}"
     );
     // Nothing else was kept, and the server goes on: the same upload at once is the same report.
-    let again = upload_trace(&s, name)["id"].as_str().expect("id").to_owned();
-    assert_eq!(wait_done(&s, &again)["state"], "ready");
+    let again = ready_report(&s, name);
     let (_, summary2) = get_json(&s, &format!("/api/reports/{again}"));
     assert_eq!(summary2["files"][0]["devices"], summary["files"][0]["devices"]);
 }
