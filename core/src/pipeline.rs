@@ -9,6 +9,7 @@
 //! A [`PipelineSink`] sees the stages as they change and, when it asks for them, each file's
 //! tables and derived per-device frames (the server stores them for its queries).
 
+use std::collections::VecDeque;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -19,7 +20,7 @@ use crate::analysis::gpu_samples::{link_process_gpus, ReservedSteps};
 use crate::analysis::run::run_overview;
 use crate::analysis::DeviceEvents;
 use crate::error::{AnalysisError, ImportError};
-use crate::importers::{import_on_thread, ImportOptions, Imported, ImportedFile};
+use crate::importers::{begin_import, import_on_thread, BegunImport, ImportOptions, Imported, ImportedFile};
 use crate::report::{analyze_gpu_log, analyze_snapshot_with, snapshot_time_range};
 use crate::samples::GpuSampleTables;
 use crate::source::Source;
@@ -195,15 +196,28 @@ pub fn run_with(
     let mut logs: Vec<(String, Format, bool, Box<GpuSampleTables>)> = Vec::new();
     let mut snapshot_ranges = Vec::new();
     let mut reserved_steps: Vec<ReservedSteps> = Vec::new();
-    for input in inputs {
-        let name = input.name.clone();
-        sink.stage(Stage::Importing, Some(&name));
-        let imported = match input.open {
-            InputOpener::Begun(import) => import(),
-            open => import_on_thread(move || open_source(open, input.size, options), options),
+    let mut queue: VecDeque<Next> = inputs.into_iter().map(Next::Waiting).collect();
+    while let Some(next) = queue.pop_front() {
+        let (name, imported) = match next {
+            Next::Waiting(input) => {
+                let name = input.name.clone();
+                sink.stage(Stage::Importing, Some(&name));
+                let imported = match input.open {
+                    InputOpener::Begun(import) => import(),
+                    open => import_on_thread(move || open_source(open, input.size, options), options),
+                };
+                (name, imported)
+            }
+            Next::Ahead { name, import } => {
+                sink.stage(Stage::Importing, Some(&name));
+                (name, import.and_then(BegunImport::wait))
+            }
         };
         let imported = match imported {
-            Ok(i) => i,
+            Ok(i) => {
+                begin_next_import(&mut queue, options);
+                i
+            }
             Err(ImportError::NotSupported { format }) => {
                 out.skipped.push(SkippedFile {
                     file: name,
@@ -306,6 +320,75 @@ pub fn run_with(
     Ok(out)
 }
 
+/// Inputs of at most this many bytes once decompressed ([`expanded_size`]) are imported while
+/// the file before them is analysed and stored: the importer is one thread and the analyses
+/// leave a core idle part of the time, so a run of ranks' snapshots finishes sooner. A larger
+/// one waits its turn, so that at most one large file's tables are held at a time.
+const IMPORT_AHEAD_BYTES: u64 = 256 << 20;
+/// How much larger than an upload its content is taken to be, as it may be gzip (the shared
+/// bench file inflates 9.7×).
+const GZIP_RATIO: u64 = 10;
+
+/// How many bytes an input may hold once decompressed, as far as can be told without reading
+/// it: a plain file's size; a gzip file's own record of it (its last four bytes: the last
+/// member's size modulo 4 GiB, never taken below the file's own); an upload's size times
+/// [`GZIP_RATIO`], as it may be gzip.
+fn expanded_size(input: &Input) -> Option<u64> {
+    match &input.open {
+        InputOpener::Path(path) => file_expanded_size(path).ok(),
+        InputOpener::Reader(_) => input.size.map(|s| s.saturating_mul(GZIP_RATIO)),
+        InputOpener::Begun(_) => None,
+    }
+}
+
+fn file_expanded_size(path: &Path) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut magic = [0u8; 2];
+    // A gzip member is at least 18 bytes: header, trailer and an empty body.
+    if len < 18 || file.read_exact(&mut magic).is_err() || magic != [0x1f, 0x8b] {
+        return Ok(len);
+    }
+    file.seek(SeekFrom::End(-4))?;
+    let mut recorded = [0u8; 4];
+    file.read_exact(&mut recorded)?;
+    Ok(u64::from(u32::from_le_bytes(recorded)).max(len))
+}
+
+/// An input on its way to being imported.
+enum Next {
+    /// Imported in its turn.
+    Waiting(Input),
+    /// Imported while the file before it is analysed.
+    Ahead {
+        name: String,
+        import: Result<BegunImport, ImportError>,
+    },
+}
+
+/// Begins the import of the next input in `queue` when it is small enough to be held beside
+/// the file being analysed ([`IMPORT_AHEAD_BYTES`]); it stays waiting otherwise (and an
+/// import begun elsewhere goes on as it is).
+fn begin_next_import(queue: &mut VecDeque<Next>, options: ImportOptions) {
+    let Some(Next::Waiting(input)) = queue.front() else {
+        return;
+    };
+    if expanded_size(input).is_none_or(|s| s > IMPORT_AHEAD_BYTES) {
+        return;
+    }
+    let Some(Next::Waiting(input)) = queue.pop_front() else {
+        return;
+    };
+    let (open, size) = (input.open, input.size);
+    // A thread that cannot be started fails the import in its turn, as importing it then would.
+    let import = begin_import(move || open_source(open, size, options), options);
+    queue.push_front(Next::Ahead {
+        name: input.name,
+        import,
+    });
+}
+
 fn open_source(open: InputOpener, size: Option<u64>, options: ImportOptions) -> Result<Source, ImportError> {
     match open {
         InputOpener::Path(path) => Source::open(&path, options.source),
@@ -331,4 +414,36 @@ pub fn summarize_file(path: &Path) -> Result<FileSummary, PipelineError> {
         file: path.display().to_string(),
         error: ImportError::Log("an NVML log, not an allocator snapshot".into()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    /// A plain file counts its size; a gzip file what its trailer records (not below its own
+    /// size); an upload, which may be gzip, ten times its size.
+    #[test]
+    fn inputs_are_sized_by_what_they_hold_once_decompressed() {
+        let content = vec![b'x'; 100_000];
+        let plain = tempfile::NamedTempFile::new().expect("temp");
+        std::fs::write(plain.path(), &content).expect("write");
+        let gzip = tempfile::NamedTempFile::new().expect("temp");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&content).expect("gzip");
+        std::fs::write(gzip.path(), enc.finish().expect("gzip")).expect("write");
+        let short = tempfile::NamedTempFile::new().expect("temp");
+        std::fs::write(short.path(), [0x1f, 0x8b, 8]).expect("write");
+        assert_eq!(expanded_size(&Input::path(plain.path())), Some(100_000));
+        assert_eq!(expanded_size(&Input::path(gzip.path())), Some(100_000));
+        assert_eq!(expanded_size(&Input::path(short.path())), Some(3));
+        assert_eq!(expanded_size(&Input::path(Path::new("/no/such/file"))), None);
+        let upload = Input::reader(
+            "up.pickle",
+            1_000,
+            Box::new(|| Ok(Box::new(std::io::empty()) as Box<dyn Read + Send>)),
+        );
+        assert_eq!(expanded_size(&upload), Some(10_000));
+    }
 }

@@ -194,6 +194,33 @@ fn one_snapshot_is_no_run_and_unnumbered_files_go_by_upload_order() {
     assert!(!run.imbalanced || run.max_peak_bytes - run.median_peak_bytes >= 64 << 20);
 }
 
+/// Each file after the first is imported while the one before it is analysed: a run's files
+/// still come out in their order, each as it does alone, and a file at fault among them fails
+/// the run naming it, whichever file was being imported then.
+#[test]
+fn a_runs_files_imported_ahead_come_out_in_order_each_as_alone() {
+    let names = ["leak.pickle", "mlp_train.pickle", "gpt_train.pickle", "labels.pickle"];
+    let together = pipeline::analyze_paths(&names.map(trace)).expect("run");
+    assert_eq!(together.files.len(), names.len());
+    for (i, name) in names.iter().enumerate() {
+        let alone = pipeline::analyze_paths(&[trace(name)]).expect("alone");
+        assert_eq!(together.files[i], alone.files[0], "{name}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("cut.pickle");
+    let whole = std::fs::read(trace("mlp_train.pickle")).expect("read");
+    std::fs::write(&bad, &whole[..whole.len() / 2]).expect("write");
+    for run in [
+        vec![trace("leak.pickle"), bad.clone(), trace("mlp_train.pickle")],
+        vec![trace("leak.pickle"), trace("mlp_train.pickle"), bad.clone()],
+    ] {
+        match pipeline::analyze_paths(&run) {
+            Err(pipeline::PipelineError::Input { file, .. }) => assert_eq!(file, bad.display().to_string()),
+            other => panic!("a cut file in a run: {:?}", other.map(|o| o.files.len())),
+        }
+    }
+}
+
 #[test]
 fn the_diff_of_the_checkpointing_pair_matches_its_reviewed_snapshot() {
     let mut c = compare_paths(&trace("gpt_train.pickle"), &trace("gpt_train_ckpt.pickle"), 24);
