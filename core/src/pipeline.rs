@@ -325,9 +325,10 @@ pub fn run_with(
 /// leave a core idle part of the time, so a run of ranks' snapshots finishes sooner. A larger
 /// one waits its turn, so that at most one large file's tables are held at a time.
 const IMPORT_AHEAD_BYTES: u64 = 256 << 20;
-/// How much larger than an upload its content is taken to be, as it may be gzip (the shared
-/// bench file inflates 9.7×).
-const GZIP_RATIO: u64 = 10;
+/// How many times its size gzipped content is taken to hold once inflated (PyTorch snapshots
+/// deflate about ten to one; the shared bench file 9.7): what an upload that may be gzip counts
+/// as here, and a gzipped upload in the server's memory reservation for an ingest.
+pub const GZIP_RATIO: u64 = 10;
 
 /// How many bytes an input may hold once decompressed, as far as can be told without reading
 /// it: a plain file's size; a gzip file's own record of it (its last four bytes: the last

@@ -15,7 +15,7 @@ use std::time::Instant;
 use memlens_api::{FileSummary, ReportState, Stage};
 use memlens_core::analysis::categories::FrameRules;
 use memlens_core::importers::ImportOptions;
-use memlens_core::pipeline::{self, DeviceFrames, GpuLogOutput, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{self, DeviceFrames, GpuLogOutput, Input, PipelineSink, SnapshotOutput, GZIP_RATIO};
 use tokio::sync::Semaphore;
 
 use crate::charts::{self, Chart};
@@ -428,9 +428,6 @@ impl Ingest {
 /// it, rounded up (`memlens-bench-store`): the 2 GB generated pickle peaks at 1.6 GB (0.74 a
 /// byte), the bench's 176 MB at 217 MB (1.23 a byte, the binary and its baseline included).
 const PEAK_PER_BYTE: f64 = 1.25;
-/// How many times its size a gzipped upload is counted (PyTorch snapshots deflate about ten
-/// to one; the bench file 9.7).
-const GZIP_RATIO: u64 = 10;
 
 impl Ingest {
     /// What processing `files` of report `id` will hold at its peak, roughly (the cache makes
