@@ -14,6 +14,7 @@
 //! | `annotations` | `device` i64, `name` str, `stage` str, `time_us` i64 |
 //! | `event_notes` | `row` u32 (row in `events`), `compile_context`, `user_metadata`, `action_name`, `category` str (null when default) |
 
+use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 
 use memlens_api::SourceInfo;
@@ -215,7 +216,11 @@ pub struct FrameTable {
     /// Flat frame ids of all stacks; stack `s` is `flat[offsets[s]..offsets[s+1]]`.
     pub flat: Vec<u32>,
     pub offsets: Vec<u32>,
-    stack_ids: FxHashMap<Box<[u32]>, u32>,
+    /// Stack ids by their frames, which are `flat`'s (no second copy of each stack): an
+    /// importer looks up one stack per trace entry, millions of short slices, and a map keyed
+    /// by boxed slices spent more on hashing them generically and comparing them through
+    /// `memcmp` than on anything else it did per entry.
+    stack_ids: HashTable<u32>,
     /// The frames of the stack being lowered, kept between stacks (an importer lowers millions).
     pub(crate) pending: Vec<u32>,
 }
@@ -229,7 +234,7 @@ impl FrameTable {
             frame_ids: FxHashMap::default(),
             flat: Vec::new(),
             offsets: vec![0],
-            stack_ids: FxHashMap::default(),
+            stack_ids: HashTable::new(),
             pending: Vec::new(),
         };
         t.intern_stack(&[]);
@@ -252,18 +257,40 @@ impl FrameTable {
         id
     }
     pub fn intern_stack(&mut self, frames: &[u32]) -> u32 {
-        if let Some(&id) = self.stack_ids.get(frames) {
+        let (flat, offsets) = (&self.flat, &self.offsets);
+        let stack = |id: u32| &flat[offsets[id as usize] as usize..offsets[id as usize + 1] as usize];
+        let hash = stack_hash(frames);
+        if let Some(&id) = self.stack_ids.find(hash, |&id| same_frames(stack(id), frames)) {
             return id;
         }
         let id = (self.offsets.len() - 1) as u32;
         self.flat.extend_from_slice(frames);
         self.offsets.push(self.flat.len() as u32);
-        self.stack_ids.insert(frames.into(), id);
+        let (flat, offsets) = (&self.flat, &self.offsets);
+        let stack = |id: u32| &flat[offsets[id as usize] as usize..offsets[id as usize + 1] as usize];
+        self.stack_ids.insert_unique(hash, id, |&id| stack_hash(stack(id)));
         id
     }
     pub fn stack_count(&self) -> usize {
         self.offsets.len() - 1
     }
+}
+
+/// A stack's hash: its frame ids folded in with one multiply each (FxHash's step), the
+/// rotation last so that the bits the table indexes by depend on every id.
+fn stack_hash(frames: &[u32]) -> u64 {
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+    let mut h = (frames.len() as u64).wrapping_mul(K);
+    for &f in frames {
+        h = (h ^ u64::from(f)).wrapping_mul(K);
+    }
+    h.rotate_left(26)
+}
+
+/// Slice equality as a loop: stacks are a few ids long, where a call to `memcmp` (what `==`
+/// on `[u32]` becomes) costs more than the comparison.
+fn same_frames(a: &[u32], b: &[u32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// Two tables are equal when they hold the same frames and stacks under the same ids (the
