@@ -289,9 +289,29 @@ pub fn analyze_snapshot_with(
 }
 
 /// The span of a snapshot's timestamps (µs), `None` without `time_us`.
+///
+/// One pass over the column (the NVML logs of a report are lined up with it, and it is found
+/// before every snapshot's analyses, so on their way); a trace without timestamps holds one
+/// null scalar there, which is read as that, never materialised as a column.
 pub fn snapshot_time_range(t: &SnapshotTables) -> Result<Option<(i64, i64)>, AnalysisError> {
-    let time = t.events.column("time_us")?.i64()?;
-    Ok(time.min().zip(time.max()))
+    let column = t.events.column("time_us")?;
+    if let Column::Scalar(s) = column {
+        return Ok(s.scalar().value().extract::<i64>().map(|v| (v, v)));
+    }
+    let time = column.i64()?;
+    if time.null_count() > 0 {
+        return Ok(time.min().zip(time.max()));
+    }
+    let mut range: Option<(i64, i64)> = None;
+    for chunk in time.downcast_iter() {
+        let values = chunk.values().as_slice();
+        let Some(&first) = values.first() else { continue };
+        let (lo, hi) = values
+            .iter()
+            .fold((first, first), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        range = Some(range.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+    }
+    Ok(range)
 }
 
 /// Lines an NVML log up with the snapshots of the same report and summarises it.

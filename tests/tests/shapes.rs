@@ -112,3 +112,28 @@ fn pytorch_1_13_block_history_gives_sizes_and_stacks() {
     assert_eq!(groups(&d.peak_stacks), groups(&now.devices[0].peak_stacks));
     assert!(d.peak_stacks.iter().any(|g| !g.stack.is_empty()), "{:?}", d.peak_stacks);
 }
+
+#[test]
+fn time_range_is_read_in_one_pass_and_a_trace_without_timestamps_stays_one_scalar() {
+    use memlens_core::importers::{import_path, Imported};
+    use memlens_core::report::snapshot_time_range;
+    let tables = |name: &str| match import_path(&trace(name), Default::default()).map(|f| f.data) {
+        Ok(Imported::Snapshot(t)) => t,
+        Ok(_) => panic!("{name}: not a snapshot"),
+        Err(e) => panic!("{name}: {e}"),
+    };
+    let timed = tables("mlp_train.pickle");
+    let time = timed.events.column("time_us").and_then(|c| c.i64()).expect("time_us");
+    let values = time.cont_slice().expect("one chunk without nulls");
+    let expected = values.iter().min().copied().zip(values.iter().max().copied());
+    assert!(matches!(expected, Some((lo, hi)) if lo < hi));
+    assert_eq!(snapshot_time_range(&timed).expect("range"), expected);
+
+    let untimed = tables("mlp_train.pt21_shape.pickle");
+    assert_eq!(snapshot_time_range(&untimed).expect("range"), None);
+    // Read as the one null it is, not made into a column of a null per entry.
+    let column = untimed.events.column("time_us").expect("time_us");
+    assert!(column
+        .as_scalar_column()
+        .is_some_and(|s| s.lazy_as_materialized_series().is_none()));
+}

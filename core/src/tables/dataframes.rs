@@ -160,7 +160,10 @@ impl SnapshotColumns {
             None => Some(r),
             Some(m) => Some(m[r as usize]).filter(|&x| x != u32::MAX),
         };
-        let time_col: Column = if time_us.contains(&NO_TIME) {
+        // A trace without timestamps holds one null there, not a null per entry.
+        let time_col: Column = if !time_us.is_empty() && time_us.iter().all(|&t| t == NO_TIME) {
+            Column::full_null(ev::TIME_US.name.into(), n, &DataType::Int64)
+        } else if time_us.contains(&NO_TIME) {
             Int64Chunked::from_iter_options(
                 ev::TIME_US.name.into(),
                 time_us.iter().map(|&t| (t != NO_TIME).then_some(t)),
