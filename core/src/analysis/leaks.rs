@@ -166,6 +166,9 @@ fn growth_candidates(
     ))
 }
 
+/// The most repetitions a rhythm may have (more: a per-allocation pattern, not a step).
+const MOST_REPETITIONS: usize = 100_000;
+
 /// Iteration starts from the allocation pattern: the times of the stack that allocates most
 /// regularly (gaps within 30% of their mean) across at least half of the trace, with the fewest
 /// repetitions (at least 3) — a
@@ -173,17 +176,23 @@ fn growth_candidates(
 /// coarsest regular rhythm is the step. `None` when nothing repeats regularly.
 pub fn repeating_pattern(ev: &DeviceEvents) -> Option<Vec<i64>> {
     let (action, stack, time) = (ev.action(), ev.stack(), ev.time());
+    // A stack's times are kept up to one more than a rhythm may have: past that it is out
+    // whatever they are, and keeping them all (a stack allocating every step of a long run)
+    // was hundreds of MB of fresh pages on a GB-scale trace.
     let mut by_stack: rustc_hash::FxHashMap<u32, Vec<i64>> = rustc_hash::FxHashMap::default();
     for i in 0..action.len() {
         if action[i] == crate::tables::Action::Alloc as u8 && stack[i] != 0 {
-            by_stack.entry(stack[i]).or_default().push(time[i]);
+            let times = by_stack.entry(stack[i]).or_default();
+            if times.len() <= MOST_REPETITIONS {
+                times.push(time[i]);
+            }
         }
     }
     let span = (time.last().copied().unwrap_or(0) - time.first().copied().unwrap_or(0)).max(1);
     let mut best: Option<(usize, u64, u32, Vec<i64>)> = None;
     for (s, times) in by_stack {
         // A rhythm, not a burst: it must cover most of the trace.
-        if times.len() < 3 || times.len() > 100_000 || (times[times.len() - 1] - times[0]) * 2 < span {
+        if times.len() < 3 || times.len() > MOST_REPETITIONS || (times[times.len() - 1] - times[0]) * 2 < span {
             continue;
         }
         let gaps: Vec<f64> = times.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
