@@ -39,42 +39,36 @@ pub fn pending_free_stalls(ev: &DeviceEvents, stacks: &StackResolver) -> (Vec<Fr
         return (Vec::new(), 0);
     }
     let (action, addr, size, stack, time) = (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.time());
-    let mut alloc_stack: FxHashMap<i64, u32> = FxHashMap::default();
-    let mut requested: FxHashMap<i64, (i64, i64)> = FxHashMap::default(); // addr → (time, size)
-                                                                          // Each stalled wait as (time, ±bytes), for the most held at once.
-    let mut held: Vec<(i64, i64)> = Vec::new();
-    let mut groups: FxHashMap<Vec<String>, Waits> = FxHashMap::default();
-    for i in 0..action.len() {
-        match Action::from_code(action[i]) {
-            Action::Alloc => {
-                alloc_stack.insert(addr[i], stack[i]);
-            }
-            Action::FreeRequested => {
-                requested.insert(addr[i], (time[i], size[i]));
-            }
-            Action::FreeCompleted => {
-                let Some((t0, bytes)) = requested.remove(&addr[i]) else {
-                    continue;
-                };
-                let wait = time[i] - t0;
-                if wait < MIN_WAIT_US {
-                    continue;
-                }
-                held.push((t0, bytes));
-                held.push((time[i], -bytes));
-                let id = alloc_stack.get(&addr[i]).copied().unwrap_or(stack[i]);
-                let g = groups.entry(stacks.user_frames(id)).or_insert(Waits {
+    let stalled = stalled_frees(action, addr, size, time);
+    let alloc_stacks = allocating_stacks(&stalled, action, addr, stack);
+    // Each stalled wait as (time, ±bytes), for the most held at once.
+    let mut held: Vec<(i64, i64)> = Vec::with_capacity(2 * stalled.len());
+    // Groups by folded stack, found once per stack id (folding a stack allocates its frames'
+    // text).
+    let mut groups: Vec<(Vec<String>, Waits)> = Vec::new();
+    let mut group_of_frames: FxHashMap<Vec<String>, usize> = FxHashMap::default();
+    let mut group_of_stack: FxHashMap<u32, usize> = FxHashMap::default();
+    for (free, id) in stalled.iter().zip(alloc_stacks) {
+        let (bytes, wait) = (free.bytes, time[free.completed] - free.requested_at);
+        held.push((free.requested_at, bytes));
+        held.push((time[free.completed], -bytes));
+        let group = *group_of_stack.entry(id).or_insert_with(|| {
+            let frames = stacks.user_frames(id);
+            *group_of_frames.entry(frames.clone()).or_insert_with(|| {
+                let first = Waits {
                     stack_id: id,
                     ..Waits::default()
-                });
-                g.count += 1;
-                g.largest = g.largest.max(bytes);
-                g.longest = g.longest.max(wait);
-                g.total += wait;
-                g.held += bytes as f64 * wait as f64 * 1e-6;
-            }
-            _ => {}
-        }
+                };
+                groups.push((frames, first));
+                groups.len() - 1
+            })
+        });
+        let g = &mut groups[group].1;
+        g.count += 1;
+        g.largest = g.largest.max(bytes);
+        g.longest = g.longest.max(wait);
+        g.total += wait;
+        g.held += bytes as f64 * wait as f64 * 1e-6;
     }
     // Ends before starts at one instant: a block done as another starts is not held twice.
     held.sort_unstable();
@@ -105,4 +99,155 @@ pub fn pending_free_stalls(ev: &DeviceEvents, stacks: &StackResolver) -> (Vec<Fr
     // Without a stall worth listing, nothing was held worth saying.
     let peak = if out.is_empty() { 0 } else { peak };
     (out, peak)
+}
+
+/// A `free_completed` that came at least [`MIN_WAIT_US`] after its block's `free_requested`.
+struct StalledFree {
+    /// The `free_completed` entry.
+    completed: usize,
+    requested_at: i64,
+    bytes: i64,
+}
+
+/// The stalled frees, in entry order. A block's `free_completed` nearly always comes before
+/// any other block's `free_requested`, so the one request waiting is held aside and a map is
+/// used only for requests outstanding together (a per-entry hash insert and remove cost more
+/// than the rest of this analysis on a long trace).
+fn stalled_frees(action: &[u8], addr: &[i64], size: &[i64], time: &[i64]) -> Vec<StalledFree> {
+    let mut latest: Option<(i64, (i64, i64))> = None; // addr → (time, size), the newest request
+    let mut earlier: FxHashMap<i64, (i64, i64)> = FxHashMap::default();
+    let mut stalled = Vec::new();
+    for i in 0..action.len() {
+        match Action::from_code(action[i]) {
+            Action::FreeRequested => {
+                if let Some((a, request)) = latest.take() {
+                    earlier.insert(a, request);
+                }
+                // A newer request for an address replaces any older one.
+                if !earlier.is_empty() {
+                    earlier.remove(&addr[i]);
+                }
+                latest = Some((addr[i], (time[i], size[i])));
+            }
+            Action::FreeCompleted => {
+                let request = match latest {
+                    Some((a, request)) if a == addr[i] => {
+                        latest = None;
+                        Some(request)
+                    }
+                    _ if earlier.is_empty() => None,
+                    _ => earlier.remove(&addr[i]),
+                };
+                let Some((requested_at, bytes)) = request else {
+                    continue;
+                };
+                if time[i] - requested_at >= MIN_WAIT_US {
+                    stalled.push(StalledFree {
+                        completed: i,
+                        requested_at,
+                        bytes,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    stalled
+}
+
+/// The stack of the allocation each stalled free frees: the latest `alloc` of its address
+/// before it, else the free's own. Only addresses that stalled are followed (none, most
+/// often: then the trace is not read).
+fn allocating_stacks(stalled: &[StalledFree], action: &[u8], addr: &[i64], stack: &[u32]) -> Vec<u32> {
+    let Some(last) = stalled.last() else {
+        return Vec::new();
+    };
+    let followed: rustc_hash::FxHashSet<i64> = stalled.iter().map(|f| addr[f.completed]).collect();
+    let mut alloc_stack: FxHashMap<i64, u32> = FxHashMap::default();
+    let mut out = Vec::with_capacity(stalled.len());
+    let mut next = stalled.iter().peekable();
+    for i in 0..=last.completed {
+        if action[i] == Action::Alloc as u8 && followed.contains(&addr[i]) {
+            alloc_stack.insert(addr[i], stack[i]);
+        }
+        while let Some(f) = next.next_if(|f| f.completed == i) {
+            out.push(alloc_stack.get(&addr[i]).copied().unwrap_or(stack[f.completed]));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a map of every outstanding request gives (the reading before the one held aside).
+    fn stalled_by_map(action: &[u8], addr: &[i64], size: &[i64], time: &[i64]) -> Vec<(usize, i64, i64)> {
+        let mut requested: FxHashMap<i64, (i64, i64)> = FxHashMap::default();
+        let mut out = Vec::new();
+        for i in 0..action.len() {
+            match Action::from_code(action[i]) {
+                Action::FreeRequested => {
+                    requested.insert(addr[i], (time[i], size[i]));
+                }
+                Action::FreeCompleted => {
+                    if let Some((t0, bytes)) = requested.remove(&addr[i]) {
+                        if time[i] - t0 >= MIN_WAIT_US {
+                            out.push((i, t0, bytes));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_request_held_aside_gives_what_a_map_of_every_request_gives() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let actions = [
+            Action::Alloc,
+            Action::FreeRequested,
+            Action::FreeCompleted,
+            Action::FreeCompleted,
+        ];
+        for _ in 0..200 {
+            let n = 1 + next(300) as usize;
+            let (mut action, mut addr, mut size, mut time) = (vec![], vec![], vec![], vec![]);
+            let mut t = 0;
+            for _ in 0..n {
+                action.push(actions[next(4) as usize] as u8);
+                // Few addresses, so that requests overlap, repeat and complete out of order.
+                addr.push(next(4) as i64 * 512);
+                size.push(512 * (1 + next(8) as i64));
+                t += next(2 * MIN_WAIT_US as u64) as i64;
+                time.push(t);
+            }
+            let found: Vec<(usize, i64, i64)> = stalled_frees(&action, &addr, &size, &time)
+                .iter()
+                .map(|f| (f.completed, f.requested_at, f.bytes))
+                .collect();
+            assert_eq!(found, stalled_by_map(&action, &addr, &size, &time));
+
+            let stack: Vec<u32> = (0..n as u32).collect();
+            let stalled = stalled_frees(&action, &addr, &size, &time);
+            let expected: Vec<u32> = stalled
+                .iter()
+                .map(|f| {
+                    (0..f.completed)
+                        .rev()
+                        .find(|&j| action[j] == Action::Alloc as u8 && addr[j] == addr[f.completed])
+                        .map_or(stack[f.completed], |j| stack[j])
+                })
+                .collect();
+            assert_eq!(allocating_stacks(&stalled, &action, &addr, &stack), expected);
+        }
+    }
 }
