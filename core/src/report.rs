@@ -169,6 +169,11 @@ fn analyze_device_with(
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     let peak_stacks = live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?;
     let peak_modules = live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?;
+    // What needs nothing of the replay is done before waiting for it (on a long trace, the
+    // replay's thread is the last to finish).
+    add_category_columns(&mut lifetimes, &placed)?;
+    let alloc_count = ev.action().iter().filter(|&&a| a == Action::Alloc as u8).count();
+    let pools = memory_pools(t, ev)?;
     let (mut frag, (stalls, pending_peak)) = second()?;
     let mut ooms = explain_ooms(ev, usage, &frag, &lifetimes, stacks, expandable, &no_stack)?;
     for o in &mut ooms {
@@ -177,7 +182,6 @@ fn analyze_device_with(
             live_by_category_at(&lifetimes, &placed, o.event_index.checked_sub(1))?,
         );
     }
-    add_category_columns(&mut lifetimes, &placed)?;
     let summary = DeviceSummary {
         device,
         time_axis: if ev.has_time {
@@ -186,7 +190,7 @@ fn analyze_device_with(
             TimeAxis::EventOrder
         },
         event_count: ev.len(),
-        alloc_count: ev.action().iter().filter(|&&a| a == Action::Alloc as u8).count(),
+        alloc_count,
         peak_allocated_bytes: usage.peak_allocated,
         peak_time_us: peak_idx.and_then(|i| ev.time_us(i)),
         peak_event_index: peak_idx,
@@ -207,7 +211,7 @@ fn analyze_device_with(
         trace_truncated: frees_before_trace > 0,
         complete_from_us: (frees_before_trace > 0).then(|| ev.time_us(0)).flatten(),
         frees_before_trace,
-        pools: memory_pools(t, ev)?,
+        pools,
         pending_free_stalls: stalls,
         pending_free_peak_bytes: pending_peak,
     };
