@@ -15,6 +15,7 @@
 pub mod analysis;
 #[cfg(feature = "analysis")]
 pub mod columns;
+pub mod drop_aside;
 #[cfg(feature = "analysis")]
 pub mod entry_steps;
 pub mod error;

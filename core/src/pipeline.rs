@@ -19,6 +19,7 @@ use crate::analysis::categories::FrameRules;
 use crate::analysis::gpu_samples::{link_process_gpus, ReservedSteps};
 use crate::analysis::run::run_overview;
 use crate::analysis::DeviceEvents;
+use crate::drop_aside::drop_aside;
 use crate::error::{AnalysisError, ImportError};
 use crate::importers::{begin_import, import_on_thread, BegunImport, ImportOptions, Imported, ImportedFile};
 use crate::report::{analyze_gpu_log, analyze_snapshot_with, snapshot_time_range};
@@ -284,6 +285,12 @@ pub fn run_with(
                 devices: &mut devices,
             })
             .map_err(PipelineError::Sink)?;
+        } else {
+            // Nothing keeps them: their memory (a GB on a GB-scale trace) is handed back on a
+            // thread of its own, not before the next file or the caller's answer. (A sink that
+            // keeps tables has them freed here, where its memory accounting expects it.)
+            let bytes = crate::columns::held_bytes(&tables.events);
+            drop_aside((tables, analyses), bytes);
         }
         out.files.push(summary);
     }

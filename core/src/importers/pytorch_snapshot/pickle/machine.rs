@@ -10,7 +10,8 @@ use super::interner::intern_bytes;
 use super::memo::Memo;
 use super::numbers::{decode_long, decode_short_long};
 use super::value::*;
-use super::{drop_aside, AppendHook, PResult, PickleError, PickleLimits};
+use super::{AppendHook, PResult, PickleError, PickleLimits};
+use crate::drop_aside::drop_aside;
 
 /// What decoding produced: the root value and the heap it lives in.
 pub struct Decoded {

@@ -87,23 +87,6 @@ pub trait AppendHook {
     }
 }
 
-/// Below this many bytes a value is dropped where it is.
-const DROP_ASIDE_FROM: usize = 8 << 20;
-
-/// Drops `value`, which holds about `bytes` of memory, on a thread of its own when that is a
-/// lot: handing hundreds of megabytes back to the kernel (unmapping, freeing their pages) is
-/// time the importer, which the analyses wait for, need not spend.
-pub fn drop_aside<T: Send + 'static>(value: T, bytes: usize) {
-    if bytes < DROP_ASIDE_FROM {
-        return;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("memlens-drop".into())
-        .spawn(move || drop(value));
-    // Without a thread it is dropped here, as it would have been.
-    drop(spawned);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,24 +122,6 @@ mod tests {
         };
         let ints: Vec<_> = d.heap.seq(l).iter().map(|v| d.heap.int_of(*v)).collect();
         assert_eq!(ints, vec![Some(1), Some(1 << 40), Some(-1)]);
-    }
-
-
-
-    #[test]
-    fn values_dropped_aside_are_dropped_here_or_on_their_own_thread() {
-        struct Signals(std::sync::mpsc::Sender<std::thread::ThreadId>);
-        impl Drop for Signals {
-            fn drop(&mut self) {
-                let _ = self.0.send(std::thread::current().id());
-            }
-        }
-        let (tx, rx) = std::sync::mpsc::channel();
-        drop_aside(Signals(tx.clone()), 1 << 10);
-        assert_eq!(rx.try_recv(), Ok(std::thread::current().id()), "a small value, here and now");
-        drop_aside(Signals(tx), DROP_ASIDE_FROM);
-        let on = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("dropped");
-        assert_ne!(on, std::thread::current().id(), "a large one, elsewhere");
     }
 
     #[test]
