@@ -257,23 +257,30 @@ impl FrameTable {
         id
     }
     pub fn intern_stack(&mut self, frames: &[u32]) -> u32 {
-        let (flat, offsets) = (&self.flat, &self.offsets);
-        let stack = |id: u32| &flat[offsets[id as usize] as usize..offsets[id as usize + 1] as usize];
         let hash = stack_hash(frames);
-        if let Some(&id) = self.stack_ids.find(hash, |&id| same_frames(stack(id), frames)) {
+        let (flat, offsets) = (&self.flat, &self.offsets);
+        if let Some(&id) = self
+            .stack_ids
+            .find(hash, |&id| same_frames(stack_in(flat, offsets, id), frames))
+        {
             return id;
         }
         let id = (self.offsets.len() - 1) as u32;
         self.flat.extend_from_slice(frames);
         self.offsets.push(self.flat.len() as u32);
         let (flat, offsets) = (&self.flat, &self.offsets);
-        let stack = |id: u32| &flat[offsets[id as usize] as usize..offsets[id as usize + 1] as usize];
-        self.stack_ids.insert_unique(hash, id, |&id| stack_hash(stack(id)));
+        self.stack_ids
+            .insert_unique(hash, id, |&id| stack_hash(stack_in(flat, offsets, id)));
         id
     }
     pub fn stack_count(&self) -> usize {
         self.offsets.len() - 1
     }
+}
+
+/// Stack `id`'s frames in a table's `flat` ids (stack `s` is `flat[offsets[s]..offsets[s+1]]`).
+fn stack_in<'a>(flat: &'a [u32], offsets: &[u32], id: u32) -> &'a [u32] {
+    &flat[offsets[id as usize] as usize..offsets[id as usize + 1] as usize]
 }
 
 /// A stack's hash: its frame ids folded in with one multiply each (FxHash's step), the
