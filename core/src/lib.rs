@@ -19,6 +19,7 @@ pub mod drop_aside;
 #[cfg(feature = "analysis")]
 pub mod entry_steps;
 pub mod error;
+pub mod fault_ahead;
 #[cfg(feature = "analysis")]
 pub mod frames;
 pub mod importers;

@@ -84,7 +84,7 @@ impl SnapshotColumns {
     /// Moves the builders into polars frames (numeric vectors are handed over without copying).
     pub fn into_tables(self) -> PolarsResult<SnapshotTables> {
         let SnapshotColumns {
-            trace,
+            mut trace,
             device_ranges,
             frames,
             segments,
@@ -94,6 +94,7 @@ impl SnapshotColumns {
             mut source,
             format,
         } = self;
+        trace.shrink_to_fit();
         source.annotation_count = annotations.name.len();
         source.stack_count = frames.stack_count();
 

@@ -91,6 +91,8 @@ impl Action {
 /// Block states, stored as `u8` in `blocks.state` (the wire enum of `memlens-api`).
 pub use memlens_api::BlockState;
 
+use crate::fault_ahead::FaultAhead;
+
 /// Trace rows in arrival order (all devices; [`SnapshotColumns::device_ranges`] splits them).
 #[derive(Debug, Default, PartialEq)]
 pub struct TraceRows {
@@ -146,6 +148,28 @@ impl TraceRows {
         self.stream.push(stream);
         self.time_us.push(time_us);
         self.stack.push(stack);
+    }
+
+    /// Gives back the capacity reserved past the rows (pages a [`FaultAhead`] had faulted in).
+    pub fn shrink_to_fit(&mut self) {
+        self.action.shrink_to_fit();
+        self.addr.shrink_to_fit();
+        self.size.shrink_to_fit();
+        self.time_us.shrink_to_fit();
+        self.stack.shrink_to_fit();
+    }
+
+    /// [`FaultAhead::after_push`] for each column a row adds to (`ahead` holds their states,
+    /// kept by the caller: they are no part of the rows).
+    #[inline]
+    pub fn fault_ahead(&mut self, ahead: &mut [FaultAhead; 5]) {
+        if self.action.len().is_multiple_of(crate::fault_ahead::STEP) {
+            ahead[0].after_push(&mut self.action);
+            ahead[1].after_push(&mut self.addr);
+            ahead[2].after_push(&mut self.size);
+            ahead[3].after_push(&mut self.time_us);
+            ahead[4].after_push(&mut self.stack);
+        }
     }
 }
 

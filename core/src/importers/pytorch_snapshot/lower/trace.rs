@@ -5,6 +5,7 @@
 use super::super::pickle::flat::{FlatDict, FlatKeys, FLAT_FIELDS, ITEMS};
 use super::super::pickle::{AppendHook, Heap, Kind, PResult, PickleError, Val, V};
 use super::FrameKeys;
+use crate::fault_ahead::FaultAhead;
 use crate::tables::{Action, EventNote, FrameTable, TraceRows, NO_TIME};
 
 /// The fields of a trace entry the importer reads, in [`Keys::field_of`] order.
@@ -116,6 +117,8 @@ pub struct TraceLowering {
     pub frames: FrameTable,
     /// Set once any entry had `time_us`.
     pub saw_time: bool,
+    /// The trace's columns' pages asked for ahead of their rows (see [`crate::fault_ahead`]).
+    columns_ahead: [FaultAhead; 5],
 }
 
 impl TraceLowering {
@@ -126,6 +129,7 @@ impl TraceLowering {
             trace: TraceRows::default(),
             frames: FrameTable::new(),
             saw_time: false,
+            columns_ahead: Default::default(),
         }
     }
 
@@ -253,6 +257,7 @@ impl TraceLowering {
         self.saw_time |= time.is_some();
         self.trace
             .push(action, addr, size, stream, time.unwrap_or(NO_TIME), stack);
+        self.trace.fault_ahead(&mut self.columns_ahead);
         if let Some(v) = device_free {
             self.trace.device_free.push((row, v));
         }

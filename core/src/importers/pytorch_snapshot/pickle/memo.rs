@@ -18,6 +18,8 @@ const WIDE: u32 = u32::MAX;
 #[derive(Default)]
 pub(super) struct Memo {
     slots: Vec<u32>,
+    /// Its pages asked for ahead of its slots (see [`crate::fault_ahead`]).
+    ahead: crate::fault_ahead::FaultAhead,
     wide: FxHashMap<u32, Val>,
 }
 
@@ -51,6 +53,7 @@ impl Memo {
     pub fn push(&mut self, v: Val) -> usize {
         let word = compact(v);
         self.slots.push(word);
+        self.ahead.after_push(&mut self.slots);
         if word == WIDE {
             self.wide.insert((self.slots.len() - 1) as u32, v);
             return 16;
