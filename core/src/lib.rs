@@ -36,6 +36,8 @@ pub mod source;
 #[cfg(feature = "analysis")]
 pub mod stacks;
 pub mod tables;
+#[cfg(test)]
+mod test_rng;
 
 #[cfg(feature = "analysis")]
 pub use error::AnalysisError;

@@ -48,15 +48,22 @@ pub struct Source {
     pub gzip: bool,
     /// Upper bound on the content length (file size, or the decompression limit).
     pub bound: u64,
+    /// Whether an importer that reads it whole should have a thread of its own read it
+    /// ahead (a plain file of [`crate::prefetch::PREFETCH_FROM`] or more: its `read` calls
+    /// copy from the page cache, work the decoder's thread need not do; a gzip stream is
+    /// already decompressed on a thread of its own).
+    pub read_ahead: bool,
 }
 
 impl Source {
     /// A file on disk; from 4 MiB on, the kernel is asked for its next megabytes ahead of
-    /// the importer (see [`crate::prefetch`]).
+    /// the importer (see [`crate::prefetch`]), and a plain one is to be [`Source::read_ahead`].
     pub fn open(path: &Path, limits: SourceLimits) -> Result<Source, ImportError> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();
-        Source::from_reader(crate::prefetch::reader(file, len), len, limits)
+        let mut source = Source::from_reader(crate::prefetch::reader(file, len), len, limits)?;
+        source.read_ahead = !source.gzip && len >= crate::prefetch::PREFETCH_FROM;
+        Ok(source)
     }
 
     /// `len` is the raw (possibly compressed) length.
@@ -91,6 +98,7 @@ impl Source {
             reader,
             gzip,
             bound,
+            read_ahead: false,
         })
     }
 }

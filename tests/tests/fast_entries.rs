@@ -1,6 +1,8 @@
 //! Trace entries read flat (`pickle/flat.rs`) give exactly the tables the general machine
 //! gives, on every committed snapshot and every shared one (`../shared/traces/pytorch`, with
-//! the bench file, when it is there): each decoded both ways, every table compared.
+//! the bench file, when it is there): each decoded both ways, every table compared. The flat
+//! decode reads its input through a thread that reads ahead (`pickle/read_ahead.rs`, which
+//! `Source::open` turns on for large plain files only), the machine's on its own thread.
 
 use memlens_core::importers::pytorch_snapshot::{decode_snapshot, decode_snapshot_by_machine};
 use memlens_core::importers::ImportOptions;
@@ -22,8 +24,10 @@ fn entries_read_flat_give_the_tables_the_machine_gives() {
             continue; // a JSON snapshot
         }
         let name = path.display();
-        let flat = decode_snapshot(open(), &options).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let machine = decode_snapshot_by_machine(open(), &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (mut read_ahead, mut read_here) = (open(), open());
+        (read_ahead.read_ahead, read_here.read_ahead) = (true, false);
+        let flat = decode_snapshot(read_ahead, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let machine = decode_snapshot_by_machine(read_here, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
         let (flat, machine) = (
             flat.into_tables().expect("tables"),
             machine.into_tables().expect("tables"),

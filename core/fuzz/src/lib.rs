@@ -55,10 +55,11 @@ pub fn sniff_and_import(data: &[u8]) {
     }
 }
 
-/// A pickle decoded twice, its trace entries read flat and by the general machine alone: they
-/// must agree ([`flat_reads_agree`]).
+/// A pickle decoded twice, its trace entries read flat (its bytes read ahead on a thread of
+/// their own) and by the general machine alone: they must agree ([`flat_reads_agree`]).
 pub fn flat_reads_match_the_machine(data: &[u8]) {
-    if let (Some(flat), Some(machine)) = (source(data), source(data)) {
+    if let (Some(mut flat), Some(machine)) = (source(data), source(data)) {
+        flat.read_ahead = true;
         if let Err(e) = flat_reads_agree(flat, machine, &options()) {
             panic!("{e}");
         }

@@ -43,8 +43,6 @@ pub mod segment_detail;
 pub mod segment_map;
 mod segments_by_address;
 pub mod stalls;
-#[cfg(test)]
-mod test_rng;
 mod training_structure;
 pub mod usage;
 mod varint;

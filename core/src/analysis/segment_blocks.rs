@@ -236,8 +236,8 @@ impl FromIterator<(i64, Block)> for SegmentBlocks {
 mod tests {
     use memlens_api::BlockState;
 
-    use super::super::test_rng::Lcg;
     use super::*;
+    use crate::test_rng::Lcg;
 
     fn block(size: i64, state: BlockState) -> Block {
         Block {

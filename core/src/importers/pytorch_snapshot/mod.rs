@@ -85,7 +85,10 @@ fn decode_with<H: pickle::AppendHook>(
     mut hook: H,
     lowering: fn(H) -> lower::TraceLowering,
 ) -> Result<crate::tables::SnapshotColumns, ImportError> {
-    let mut input = pickle::Input::new(source.reader, source.bound);
+    let mut input = match source.read_ahead {
+        true => pickle::Input::read_ahead(source.reader, source.bound),
+        false => pickle::Input::new(source.reader, source.bound),
+    };
     let decoded = pickle::decode(&mut input, options.pickle, &mut hook).map_err(|e| match e {
         pickle::PickleError::Input(_) => match input_error(&mut input) {
             Some(err) => err,

@@ -37,6 +37,8 @@ impl Importer for SnapshotJsonImporter {
             gzip: source.gzip,
             // Pickle opcodes can take more bytes than the JSON text they stand for.
             bound: source.bound.saturating_mul(4).saturating_add(1 << 20),
+            // The transcoder's pipe is already a thread of its own.
+            read_ahead: false,
         };
         let decoded = decode_snapshot(pickled, options);
         let transcoded = transcoder

@@ -31,6 +31,7 @@ mod interner;
 mod machine;
 mod memo;
 mod numbers;
+mod read_ahead;
 mod value;
 
 use flat::{FlatDict, FlatKeys};

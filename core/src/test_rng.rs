@@ -1,11 +1,11 @@
-//! A small deterministic number generator for the analyses' randomised tests (a linear
+//! A small deterministic number generator for randomised tests (a linear
 //! congruential one: no crate for a few tests' numbers).
 
-pub(super) struct Lcg(pub(super) u64);
+pub(crate) struct Lcg(pub(crate) u64);
 
 impl Lcg {
     /// The next number below `n`.
-    pub(super) fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6_364_136_223_846_793_005)
