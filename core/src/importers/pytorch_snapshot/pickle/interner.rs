@@ -14,6 +14,29 @@ pub struct Interner {
     /// memoize them, `compile_context` "N/A" when it did): a hit skips both the UTF-8 check and
     /// the hash look-up.
     recent: Option<Box<[u32; RECENT]>>,
+    /// Ids of short strings (up to 7 bytes: `"N/A"`, most keys) read before, by their bytes and
+    /// length in one word ([`short_word`]): found by one compare, without reading the string
+    /// itself (a memory load and a `memcmp` call each time were a tenth of decoding).
+    short: Option<Box<[(u64, u32); SHORT]>>,
+}
+
+/// Slots of [`Interner::short`].
+const SHORT: usize = 256;
+/// A [`Interner::short`] slot that holds nothing (no short string's word: its length byte is
+/// at most 7).
+const NO_WORD: u64 = u64::MAX;
+
+/// A string of at most 7 bytes as one word: its bytes, then its length in the top byte.
+#[inline]
+fn short_word(bytes: &[u8]) -> Option<u64> {
+    if bytes.len() > 7 {
+        return None;
+    }
+    let mut w = (bytes.len() as u64) << 56;
+    for (i, &b) in bytes.iter().enumerate() {
+        w |= u64::from(b) << (8 * i);
+    }
+    Some(w)
 }
 
 /// Slots of [`Interner::recent`].
@@ -48,6 +71,23 @@ impl Interner {
 }
 
 pub(super) fn intern_bytes(strings: &mut Interner, bytes: &[u8]) -> u32 {
+    if let Some(w) = short_word(bytes) {
+        let slot = (w.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % SHORT;
+        let short = strings.short.get_or_insert_with(|| Box::new([(NO_WORD, 0); SHORT]));
+        if short[slot].0 == w {
+            return short[slot].1;
+        }
+        let id = intern_new(strings, bytes);
+        if let Some(short) = strings.short.as_mut() {
+            short[slot] = (w, id);
+        }
+        return id;
+    }
+    intern_new(strings, bytes)
+}
+
+/// [`intern_bytes`] for a string not found by its word.
+fn intern_new(strings: &mut Interner, bytes: &[u8]) -> u32 {
     let slot = seen(bytes);
     let recent = strings.recent.get_or_insert_with(|| Box::new([u32::MAX; RECENT]));
     let guess = recent[slot];
@@ -87,5 +127,18 @@ mod tests {
         }
         let distinct: std::collections::HashSet<u32> = first.iter().copied().collect();
         assert_eq!(distinct.len(), words.len());
+        // Short strings (found by their word) of every length up to 8, sharing slots, and the
+        // same bytes as a longer string's start.
+        let short: Vec<Vec<u8>> = (0..3_000u32)
+            .map(|i| i.to_le_bytes().iter().cycle().take((i % 9) as usize).copied().collect())
+            .chain([b"N/A".to_vec(), b"N/A\0".to_vec(), b"N/A\0\0\0\0".to_vec(), vec![0xff]])
+            .collect();
+        let ids: Vec<u32> = short.iter().map(|w| intern_bytes(&mut interner, w)).collect();
+        for round in 0..3 {
+            for (w, &id) in short.iter().zip(&ids).rev() {
+                assert_eq!(intern_bytes(&mut interner, w), id, "round {round}");
+                assert_eq!(interner.get(id), &*String::from_utf8_lossy(w), "round {round}");
+            }
+        }
     }
 }
