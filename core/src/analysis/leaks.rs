@@ -29,8 +29,12 @@ const MOMENT_GAP: f64 = 0.02;
 fn survivors(lifetimes: &DataFrame) -> PolarsResult<Vec<(usize, usize)>> {
     let alloc_idx = lt_col::ALLOC_IDX.of(lifetimes)?;
     let free_idx = lt_col::FREE_IDX.of(lifetimes)?;
-    Ok((0..lifetimes.height())
-        .filter_map(|i| match (alloc_idx.get(i), free_idx.get(i)) {
+    // Walked chunk by chunk, not looked up row by row (11.7 M rows on the 2 GB file).
+    Ok(alloc_idx
+        .iter()
+        .zip(free_idx.iter())
+        .enumerate()
+        .filter_map(|(i, ends)| match ends {
             (Some(a), Some(-1)) if a >= 0 => Some((i, a as usize)),
             _ => None,
         })
