@@ -41,24 +41,20 @@ pub struct Input<R: Read> {
 impl<R: Read + Send + 'static> Input<R> {
     /// An input whose bytes a thread of its own reads from `r` ahead of the decoder.
     pub fn read_ahead(r: R, total_bound: u64) -> Self {
-        Input {
-            feed: Feed::Ahead(ReadAhead::start(Box::new(r))),
-            buf: Box::default(),
-            pos: 0,
-            end: 0,
-            before: 0,
-            eof: false,
-            last_io_error: None,
-            total_bound,
-        }
+        Input::fed(Feed::Ahead(ReadAhead::start(Box::new(r))), Box::default(), total_bound)
     }
 }
 
 impl<R: Read> Input<R> {
     pub fn new(r: R, total_bound: u64) -> Self {
+        Input::fed(Feed::Direct(r), vec![0u8; BUF].into_boxed_slice(), total_bound)
+    }
+
+    /// An input at offset 0 with nothing buffered yet.
+    fn fed(feed: Feed<R>, buf: Box<[u8]>, total_bound: u64) -> Self {
         Input {
-            feed: Feed::Direct(r),
-            buf: vec![0u8; BUF].into_boxed_slice(),
+            feed,
+            buf,
             pos: 0,
             end: 0,
             before: 0,
