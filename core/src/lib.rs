@@ -1,7 +1,7 @@
 //! memlens-core: everything between an uploaded file and the numbers in a report, with no
 //! HTTP. [`pipeline::run`] is the one entry point the CLI, the server and the benches call:
 //! [`source`] opens (and un-gzips; [`prefetch`] asks for a file ahead) → [`importers::sniff`] names the format from the format table →
-//! [`importers`] (one folder per format) fill the canonical [`tables`] (allocator history) and
+//! [`importers`] (one folder per format; [`fault_ahead`] faults their growing columns' pages in on another thread) fill the canonical [`tables`] (allocator history) and
 //! [`samples`] (whole-GPU samples from NVML logs) → [`analysis`] functions over polars frames →
 //! [`report`] assembles the summary the CLI and the server return. [`query`] answers
 //! level-of-detail questions over the stored frames.
