@@ -112,7 +112,7 @@ impl<R: Read> Input<R> {
         let Feed::Ahead(ahead) = &mut self.feed else {
             unreachable!("called for a feed that reads ahead");
         };
-        let (next, n) = match ahead.next() {
+        let (mut next, n) = match ahead.next() {
             Ok(Some(filled)) => filled,
             Ok(None) => {
                 self.eof = true;
@@ -127,7 +127,6 @@ impl<R: Read> Input<R> {
         let tail = self.end - self.pos;
         let old = if tail <= HEADROOM {
             let start = HEADROOM - tail;
-            let mut next = next;
             next[start..HEADROOM].copy_from_slice(&self.buf[self.pos..self.end]);
             self.before = offset.wrapping_sub(start as u64);
             self.pos = start;
