@@ -2,35 +2,24 @@
 //! (its tables, each device's frames, the segment map's checkpoints) take most of an ingest's
 //! "storing" stage, and encoding one of them is single-threaded. [`put_all`] runs the
 //! encodings on up to one thread per core and hands each finished object to the
-//! [`DataWriter`] on the calling thread as soon as it is ready, so at most one finished job's
-//! objects per encoding thread wait in memory (a job makes one object, or a few that share
-//! work: [`EncodeJob::many`]).
+//! [`DataWriter`] on the calling thread as soon as it is ready, so at most one finished object
+//! per encoding thread waits in memory.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 
 use crate::store::DataWriter;
 
-/// Objects to write made by one encoding: their keys, and how to make their bytes (one byte
-/// string a key, in order).
+/// An object to write: its key, and how to make its bytes.
 pub struct EncodeJob<'a, E> {
-    pub keys: Vec<String>,
-    pub encode: Box<dyn FnOnce() -> Result<Vec<Vec<u8>>, E> + Send + 'a>,
+    pub key: String,
+    pub encode: Box<dyn FnOnce() -> Result<Vec<u8>, E> + Send + 'a>,
 }
 
 impl<'a, E> EncodeJob<'a, E> {
-    /// One object.
     pub fn new(key: String, encode: impl FnOnce() -> Result<Vec<u8>, E> + Send + 'a) -> Self {
         EncodeJob {
-            keys: vec![key],
-            encode: Box::new(move || encode().map(|bytes| vec![bytes])),
-        }
-    }
-
-    /// Objects made together because they share work (the parts of one segment-map window).
-    pub fn many(keys: Vec<String>, encode: impl FnOnce() -> Result<Vec<Vec<u8>>, E> + Send + 'a) -> Self {
-        EncodeJob {
-            keys,
+            key,
             encode: Box::new(encode),
         }
     }
@@ -61,20 +50,12 @@ pub fn put_all<'a, E: Send>(
                     return;
                 };
                 let started = std::time::Instant::now();
-                let made = match (job.encode)() {
-                    Ok(objects) => {
-                        debug_assert_eq!(objects.len(), job.keys.len(), "one byte string a key");
-                        job.keys.into_iter().zip(objects).map(|(k, b)| (k, Ok(b))).collect()
-                    }
-                    Err(e) => vec![(job.keys.into_iter().next().unwrap_or_default(), Err(e))],
-                };
-                for (key, bytes) in made {
-                    if let Ok(b) = &bytes {
-                        tracing::debug!(key = %key, bytes = b.len(), "encoded in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
-                    }
-                    if tx.send((key, bytes)).is_err() {
-                        return;
-                    }
+                let bytes = (job.encode)();
+                if let Ok(b) = &bytes {
+                    tracing::debug!(key = %job.key, bytes = b.len(), "encoded in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
+                }
+                if tx.send((job.key, bytes)).is_err() {
+                    return;
                 }
             });
         }

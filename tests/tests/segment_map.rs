@@ -123,14 +123,14 @@ fn checkpoints_give_the_same_maps_as_a_full_replay() {
         for p in points {
             let full = segment_map_at(&t, &ev, p).expect("map");
             assert_eq!(
-                cp.map_at(&ev, p, SegmentDetail::FULL).as_ref(),
+                cp.map_at(&ev, p, SegmentDetail::FULL).expect("replayed").as_ref(),
                 Some(&full),
                 "{name} at {p:?}"
             );
         }
         let t_mid = ev.time()[n / 2];
         assert_eq!(
-            cp.map_at_time(&ev, t_mid, SegmentDetail::FULL),
+            cp.map_at_time(&ev, t_mid, SegmentDetail::FULL).expect("replayed"),
             Some(segment_map_at_time(&t, &ev, t_mid).expect("map"))
         );
     }
@@ -152,7 +152,7 @@ fn a_map_at_page_detail_lists_the_largest_segments_and_keeps_every_byte_and_tota
         let cp = SegmentCheckpoints::build_every(&t, &ev, ev.len() / 16).expect("checkpoints");
         let n = ev.len();
         for p in (0..n).step_by((n / 10).max(1)).map(Some).chain([None, Some(n - 1)]) {
-            let full = cp.map_at(&ev, p, SegmentDetail::FULL).expect("full");
+            let full = cp.map_at(&ev, p, SegmentDetail::FULL).expect("replayed").expect("full");
             assert_eq!(full.segment_count, full.segments.len(), "{name}");
             assert_eq!(
                 full.block_count,
@@ -164,7 +164,7 @@ fn a_map_at_page_detail_lists_the_largest_segments_and_keeps_every_byte_and_tota
                     max_segments: Some(max_segments),
                     width: Some(width),
                 };
-                let lod = cp.map_at(&ev, p, detail).expect("lod");
+                let lod = cp.map_at(&ev, p, detail).expect("replayed").expect("lod");
                 let at = format!("{name} at {p:?}, {max_segments} segments at {width} px");
                 // Totals are the whole state's.
                 assert_eq!(

@@ -75,13 +75,13 @@ pub fn fragmentation_over_time<'u>(
     let mut stats = Vec::with_capacity(points.len());
     for &p in points.iter().rev() {
         if let Some(taker) = taker.as_mut() {
-            taker.rewind_taking(&mut state, ev, p + 1);
+            taker.rewind_taking(&mut state, ev, p + 1)?;
         }
         state.rewind_to(ev, Some(p));
         stats.push(state.stats());
     }
     stats.reverse();
-    let checkpoints = taker.map(|taker| taker.finish(&mut state, ev));
+    let checkpoints = taker.map(|taker| taker.finish(&mut state, ev)).transpose()?;
     let at: FxHashMap<usize, StateStats> = exact
         .iter()
         .filter_map(|&i| points.binary_search(&i).ok().map(|j| (i, stats[j])))

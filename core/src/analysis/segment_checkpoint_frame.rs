@@ -26,7 +26,7 @@ use polars::prelude::*;
 
 use super::packed_blocks::PackedBlocks;
 use super::packed_entries;
-use super::segment_checkpoints::{map_from, FlatSegment, FlatState};
+use super::segment_checkpoints::{map_from, FlatSegment, FlatState, SegmentCheckpoints};
 use super::segment_detail::SegmentDetail;
 use super::segment_map::{Block, EntryRows};
 use super::Streams;
@@ -128,100 +128,41 @@ fn on_window_row(name: &str, bytes: &[u8], rows: usize) -> Column {
     column.finish().into_column()
 }
 
-/// Entries a stored object holds at most, where its window allows (see [`MAX_PARTS`]): a window
-/// between two checkpoints longer than this is stored as several objects, the states between
-/// its checkpoints rewound from the window's end as they are encoded. A map read back rewinds
-/// at most this many entries (about 5-8 ms), while the checkpoints held in memory stay as many
-/// as they are. Windows of traces up to 12.8 M entries a device fit in one object.
-pub const MAX_ENTRIES_PER_OBJECT: usize = 100_000;
-/// … but a window is split into at most this many objects (each split rewinds from the window's
-/// end, so its cost grows with their number).
-pub const MAX_PARTS: usize = 4;
-
-/// One stored object of a device's segment map: the state at `cursor`, with the entries
-/// before it back to the previous object's cursor.
+/// One stored object of a device's segment map: checkpoint `k` of a device's checkpoints,
+/// with the entries before it back to the checkpoint before.
 #[derive(Clone, Copy)]
-pub struct StoredWindow<'a> {
+pub struct StoredObject<'a> {
     pub cursor: usize,
-    /// The checkpoint at or after `cursor` the state comes from.
-    point: &'a FlatState,
+    k: usize,
+    checkpoints: &'a SegmentCheckpoints,
     entries: EntryRows<'a>,
-    /// The entries from `cursor` up to the checkpoint, when the state lies before it.
-    later: Option<EntryRows<'a>>,
 }
 
-impl StoredWindow<'_> {
-    /// Its frame alone ([`frames_of_parts`] of it: its state rewound from its checkpoint).
+impl StoredObject<'_> {
+    /// Its frame ([`checkpoint_frame`]).
     pub fn frame(&self) -> PolarsResult<DataFrame> {
-        let mut frames = frames_of_parts(std::slice::from_ref(self))?;
-        frames.pop().ok_or_else(|| polars_err!(ComputeError: "no frame made"))
+        checkpoint_frame(&self.checkpoints.state(self.k)?, &self.entries)
     }
 }
 
-/// The frames of the parts of one window (consecutive [`StoredWindow`]s of one checkpoint, in
-/// cursor order), made together: the checkpoint's state is built once and rewound from the last
-/// part to the first, instead of built and rewound again for each part (on the 2 GB generated
-/// snapshot that was most of the cost of its objects: a state of 181 K blocks).
-pub fn frames_of_parts(parts: &[StoredWindow<'_>]) -> PolarsResult<Vec<DataFrame>> {
-    let mut frames = Vec::with_capacity(parts.len());
-    let mut state = None;
-    for (k, part) in parts.iter().enumerate().rev() {
-        polars_ensure!(
-            std::ptr::eq(part.point, parts[parts.len() - 1].point) && (k == 0 || parts[k - 1].cursor < part.cursor),
-            ComputeError: "the parts of one window, in order, are made together"
-        );
-        let frame = match &part.later {
-            None => checkpoint_frame(part.point, &part.entries)?,
-            Some(later) => {
-                let state = state.get_or_insert_with(|| part.point.state());
-                state.rewind_over(later, part.cursor.checked_sub(1));
-                checkpoint_frame(&FlatState::of(state), &part.entries)?
-            }
-        };
-        frames.push(frame);
-    }
-    frames.reverse();
-    Ok(frames)
-}
-
-/// [`stored_windows`] in runs that share a checkpoint: the parts of each window, whose frames
-/// [`frames_of_parts`] makes together.
-pub fn stored_window_parts<'a>(
-    points: &'a [FlatState],
-    rows: &EntryRows<'a>,
-    max_entries: usize,
-) -> Vec<Vec<StoredWindow<'a>>> {
-    let mut runs: Vec<Vec<StoredWindow<'a>>> = Vec::new();
-    for w in stored_windows(points, rows, max_entries) {
-        match runs.last_mut() {
-            Some(run) if std::ptr::eq(run[0].point, w.point) => run.push(w),
-            _ => runs.push(vec![w]),
-        }
-    }
-    runs
-}
-
-/// The stored objects of a device's checkpoints `points` (ascending), whose entries are `rows`,
-/// in cursor order: one per window, or more for a window longer than `max_entries` (the store
-/// passes [`MAX_ENTRIES_PER_OBJECT`]), at most [`MAX_PARTS`].
-pub fn stored_windows<'a>(points: &'a [FlatState], rows: &EntryRows<'a>, max_entries: usize) -> Vec<StoredWindow<'a>> {
+/// The stored objects of a device's checkpoints `cp`, whose entries are `rows`, in cursor
+/// order: one a checkpoint (no more than [`super::segment_checkpoints::MAX_SPACING`] entries
+/// apart on a trace of up to 51.2 M entries a device).
+pub fn stored_objects<'a>(cp: &'a SegmentCheckpoints, rows: &EntryRows<'a>) -> Vec<StoredObject<'a>> {
     let mut first = rows.first;
-    let mut out = Vec::with_capacity(points.len());
-    for point in points {
-        let window = point.cursor - first;
-        let parts = window.div_ceil(max_entries.max(1)).clamp(1, MAX_PARTS);
-        for part in 1..=parts {
-            let (start, end) = (first + window * (part - 1) / parts, first + window * part / parts);
-            out.push(StoredWindow {
-                cursor: end,
-                point,
-                entries: rows.range(start, end),
-                later: (end < point.cursor).then(|| rows.range(end, point.cursor)),
-            });
-        }
-        first = point.cursor;
-    }
-    out
+    cp.cursors()
+        .enumerate()
+        .map(|(k, cursor)| {
+            let object = StoredObject {
+                cursor,
+                k,
+                checkpoints: cp,
+                entries: rows.range(first, cursor),
+            };
+            first = cursor;
+            object
+        })
+        .collect()
 }
 
 /// A checkpoint read back from its frame.
@@ -320,7 +261,6 @@ pub fn stored_checkpoint(df: &DataFrame) -> PolarsResult<StoredCheckpoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::segment_checkpoints::SegmentCheckpoints;
     use crate::analysis::segment_map::segment_map_at;
     use crate::analysis::DeviceEvents;
     use crate::importers::{import_path, Imported};
@@ -333,60 +273,35 @@ mod tests {
             panic!("a snapshot");
         };
         let ev = DeviceEvents::new(&t, 0).expect("device 0");
-        let cp = SegmentCheckpoints::build_every(&t, &ev, ev.len() / 8).expect("checkpoints");
-        let points = cp.points();
-        assert!(points.len() > 2);
-        let all = EntryRows::of(&ev);
-        // Objects of at most a third of the checkpoints' spacing: windows are split, each object
-        // holding no more entries than that, and the cursors still end at the last entry.
         let every = ev.len() / 8;
-        let most = every.div_ceil(3);
-        let windows = stored_windows(points, &all, most);
-        assert!(windows.len() >= 3 * (points.len() - 2), "{}", windows.len());
-        assert!(windows
+        let cp = SegmentCheckpoints::build_every(&t, &ev, every).expect("checkpoints");
+        assert!(cp.len() > 2);
+        let all = EntryRows::of(&ev);
+        // One object a checkpoint, each holding the entries back to the one before; the cursors
+        // end at the last entry.
+        let objects = stored_objects(&cp, &all);
+        assert_eq!(objects.len(), cp.len());
+        assert!(objects
             .windows(2)
-            .all(|w| w[1].cursor > w[0].cursor && w[1].cursor - w[0].cursor <= most));
-        assert_eq!(windows.last().map(|w| w.cursor), Some(ev.len()));
-        // A window's parts made together are the frames made one by one.
-        let runs = stored_window_parts(points, &all, most);
-        assert_eq!(runs.iter().map(Vec::len).sum::<usize>(), windows.len());
-        assert!(runs.iter().any(|r| r.len() == 3), "windows split in three");
-        for run in &runs {
-            for (together, part) in frames_of_parts(run).expect("frames").iter().zip(run) {
-                assert!(
-                    together.equals_missing(&part.frame().expect("frame")),
-                    "at {}",
-                    part.cursor
-                );
-            }
-        }
-        let split = runs.iter().find(|r| r.len() == 3).expect("split");
-        let other = runs
-            .iter()
-            .find(|r| !std::ptr::eq(r[0].point, split[0].point))
-            .expect("another window");
-        assert!(frames_of_parts(&[split[1], split[0]]).is_err(), "out of order");
-        assert!(frames_of_parts(&[other[0], split[2]]).is_err(), "two windows");
-        // Windows no longer than the most an object holds are stored whole, one per checkpoint.
-        assert_eq!(stored_windows(points, &all, every).len(), points.len());
+            .all(|w| w[1].cursor > w[0].cursor && w[1].cursor - w[0].cursor <= every));
+        assert_eq!(objects.first().map(|o| o.cursor), Some(0));
+        assert_eq!(objects.last().map(|o| o.cursor), Some(ev.len()));
         let mut first = 0;
-        for w in &windows {
-            let back = stored_checkpoint(&w.frame().expect("frame")).expect("read back");
-            assert_eq!(back.state.cursor, w.cursor);
-            if let Some(p) = points.iter().find(|p| p.cursor == w.cursor) {
-                assert_eq!(&back.state, p);
-            }
-            for target in (first..=w.cursor).step_by(((w.cursor - first) / 7).max(1)) {
+        for (k, o) in objects.iter().enumerate() {
+            let back = stored_checkpoint(&o.frame().expect("frame")).expect("read back");
+            assert_eq!(back.state.cursor, o.cursor);
+            assert_eq!(back.state, cp.state(k).expect("held state"));
+            for target in (first..=o.cursor).step_by(((o.cursor - first) / 7).max(1)) {
                 assert!(back.covers(target));
                 let time = target.checked_sub(1).and_then(|i| ev.time_us(i));
                 let full = segment_map_at(&t, &ev, target.checked_sub(1)).expect("map");
                 assert_eq!(back.map_at(target, 0, time, SegmentDetail::FULL), full, "at {target}");
             }
-            first = w.cursor;
+            first = o.cursor;
         }
         // A frame that does not add up is an error, not a wrong map.
-        let p = &points[points.len() - 1];
-        let window = all.range(points[points.len() - 2].cursor, p.cursor);
+        let p = &cp.state(cp.len() - 1).expect("held state");
+        let window = all.range(objects[objects.len() - 2].cursor, p.cursor);
         let frame = checkpoint_frame(p, &window).expect("frame");
         assert!(stored_checkpoint(&frame.slice(0, frame.height() - 1)).is_err());
         // Nor are packed blocks cut short.

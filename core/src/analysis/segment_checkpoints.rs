@@ -1,9 +1,15 @@
 //! Checkpoints of the segment-map replay: flat copies of the allocator state taken every
-//! `n / CHECKPOINTS` entries on one backward pass (the fragmentation replay's, at ingest), so
-//! that the map at any entry costs at most that many undo steps from the checkpoint after it.
-//! A stored report keeps each checkpoint as an object of its own together with the entries
-//! before it ([`super::segment_checkpoint_frame`]), and answers a segment map from that one
-//! object without loading the trace.
+//! `n / CHECKPOINTS` entries (at most [`MAX_SPACING`] apart) on one backward pass (the
+//! fragmentation replay's, at ingest), so that the map at any entry costs at most that many undo
+//! steps from the checkpoint after it. A stored report keeps each checkpoint as an object of its
+//! own together with the entries before it ([`super::segment_checkpoint_frame`]), and answers a
+//! segment map from that one object without loading the trace.
+//!
+//! Held until stored, a checkpoint's packed blocks are compressed (zstd, [`HELD_LEVEL`]): an
+//! ingest of the 2 GB generated snapshot holds 350 states of up to 181 K blocks each, 244 MiB
+//! packed, 3 MiB compressed. Taking a state for every stored object on the replay, instead of
+//! one for every three and rewinding the others from it as they are stored, was most of the
+//! storing stage of a GB-scale report (see `memlens-bench-store`).
 
 use memlens_api::SegmentMap;
 use polars::prelude::*;
@@ -18,8 +24,27 @@ use crate::tables::SnapshotTables;
 /// 1/`CHECKPOINTS` of the trace in undo steps …
 pub const CHECKPOINTS: usize = 128;
 /// … but checkpoints are never closer than this many entries: undoing them takes well under a
-/// millisecond, and a small trace is not stored as a hundred objects.
+/// millisecond, and a small trace is not stored as a hundred objects …
 pub const MIN_SPACING: usize = 8192;
+/// … nor farther apart than this: a map read back from a stored object rewinds at most this
+/// many entries (about 5-8 ms) on a trace of any length …
+pub const MAX_SPACING: usize = 100_000;
+/// … unless that would make more than this many times [`CHECKPOINTS`] (a device's trace of
+/// more than 51.2 M entries): a report's objects stay a few hundred.
+pub const MAX_SPACING_FACTOR: usize = 4;
+
+/// The zstd level of the blocks of a held checkpoint: the fastest of the standard levels
+/// (the replay thread that compresses them is an ingest's critical path).
+pub const HELD_LEVEL: i32 = 1;
+
+/// The entries between checkpoints of a device of `n` entries, for about `count` of them.
+pub fn spacing(n: usize, count: usize) -> usize {
+    let count = count.max(1);
+    n.div_ceil(count)
+        .min(MAX_SPACING)
+        .max(n.div_ceil(count.saturating_mul(MAX_SPACING_FACTOR)))
+        .max(MIN_SPACING)
+}
 
 /// A state kept flat, segments and blocks in address order: about half the bytes of its
 /// B-trees, and rebuilt into them in one sorted pass.
@@ -92,6 +117,51 @@ impl FlatState {
     }
 }
 
+/// A checkpoint as it is held until stored: a [`FlatState`] with its packed blocks compressed.
+#[derive(Debug, Clone)]
+struct HeldState {
+    cursor: usize,
+    segs: Vec<(i64, FlatSegment)>,
+    /// The packed blocks' bytes, zstd-compressed.
+    blocks: Vec<u8>,
+    block_count: usize,
+    packed_len: usize,
+}
+
+impl HeldState {
+    fn of(state: &SegmentState) -> PolarsResult<HeldState> {
+        let flat = FlatState::of(state);
+        let packed = flat.blocks.as_bytes();
+        let mut blocks = zstd::bulk::compress(packed, HELD_LEVEL)
+            .map_err(|e| polars_err!(ComputeError: "compressing a segment checkpoint: {e}"))?;
+        // Made with room for the compressor's worst case.
+        blocks.shrink_to_fit();
+        Ok(HeldState {
+            cursor: flat.cursor,
+            block_count: flat.blocks.len(),
+            packed_len: packed.len(),
+            blocks,
+            segs: flat.segs,
+        })
+    }
+
+    fn flat(&self) -> PolarsResult<FlatState> {
+        let packed = zstd::bulk::decompress(&self.blocks, self.packed_len)
+            .map_err(|e| polars_err!(ComputeError: "a held segment checkpoint: {e}"))?;
+        let blocks = PackedBlocks::from_bytes(packed, self.block_count)
+            .ok_or_else(|| polars_err!(ComputeError: "a held segment checkpoint's blocks are malformed"))?;
+        Ok(FlatState {
+            cursor: self.cursor,
+            segs: self.segs.clone(),
+            blocks,
+        })
+    }
+
+    fn bytes(&self) -> usize {
+        self.segs.capacity() * std::mem::size_of::<(i64, FlatSegment)>() + self.blocks.capacity()
+    }
+}
+
 /// Takes checkpoints of a state while it is rewound: at the end state, then every `every`
 /// entries down to the state before the first entry.
 pub struct CheckpointTaker {
@@ -99,14 +169,13 @@ pub struct CheckpointTaker {
     /// The cursor of the next checkpoint to take.
     next: Option<usize>,
     /// Taken so far, in descending cursor order.
-    points: Vec<FlatState>,
+    points: Vec<HeldState>,
 }
 
 impl CheckpointTaker {
-    /// For a device of `n` entries, about `count` checkpoints (fewer where they would be
-    /// closer than [`MIN_SPACING`]).
+    /// For a device of `n` entries, about `count` checkpoints ([`spacing`]).
     pub fn new(n: usize, count: usize) -> CheckpointTaker {
-        CheckpointTaker::every(n, n.div_ceil(count.max(1)).max(MIN_SPACING))
+        CheckpointTaker::every(n, spacing(n, count))
     }
 
     /// For a device of `n` entries, one checkpoint every `every` entries.
@@ -120,60 +189,95 @@ impl CheckpointTaker {
 
     /// Rewinds `state` (at or above the next checkpoint) down to the last checkpoint at or
     /// above cursor `down_to`, taking each on the way.
-    pub fn rewind_taking(&mut self, state: &mut SegmentState, ev: &DeviceEvents, down_to: usize) {
+    pub fn rewind_taking(&mut self, state: &mut SegmentState, ev: &DeviceEvents, down_to: usize) -> PolarsResult<()> {
         while let Some(c) = self.next.filter(|&c| c >= down_to) {
             state.rewind_to(ev, c.checked_sub(1));
-            self.points.push(FlatState::of(state));
+            self.points.push(HeldState::of(state)?);
             self.next = (c > 0).then(|| c.saturating_sub(self.every));
         }
+        Ok(())
     }
 
     /// Takes the rest, down to the state before the first entry.
-    pub fn finish(mut self, state: &mut SegmentState, ev: &DeviceEvents) -> SegmentCheckpoints {
-        self.rewind_taking(state, ev, 0);
+    pub fn finish(mut self, state: &mut SegmentState, ev: &DeviceEvents) -> PolarsResult<SegmentCheckpoints> {
+        self.rewind_taking(state, ev, 0)?;
         self.points.reverse();
-        SegmentCheckpoints { points: self.points }
+        Ok(SegmentCheckpoints { points: self.points })
     }
 }
 
-/// A device's checkpoints, in ascending cursor order (the last is the end state).
+/// A device's checkpoints, in ascending cursor order (the first is the state before the first
+/// entry, the last the end state).
 pub struct SegmentCheckpoints {
-    points: Vec<FlatState>,
+    points: Vec<HeldState>,
 }
 
 impl SegmentCheckpoints {
-    /// One backward pass over the whole trace, keeping about `count` states.
+    /// One backward pass over the whole trace, keeping about `count` states ([`spacing`]).
     pub fn build(t: &SnapshotTables, ev: &DeviceEvents, count: usize) -> PolarsResult<SegmentCheckpoints> {
         let mut state = SegmentState::at_end(t, ev)?;
-        Ok(CheckpointTaker::new(ev.len(), count).finish(&mut state, ev))
+        CheckpointTaker::new(ev.len(), count).finish(&mut state, ev)
     }
 
     /// One backward pass, keeping a state every `every` entries.
     pub fn build_every(t: &SnapshotTables, ev: &DeviceEvents, every: usize) -> PolarsResult<SegmentCheckpoints> {
         let mut state = SegmentState::at_end(t, ev)?;
-        Ok(CheckpointTaker::every(ev.len(), every).finish(&mut state, ev))
+        CheckpointTaker::every(ev.len(), every).finish(&mut state, ev)
     }
 
-    pub fn points(&self) -> &[FlatState] {
-        &self.points
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// The checkpoints' cursors, ascending.
+    pub fn cursors(&self) -> impl Iterator<Item = usize> + '_ {
+        self.points.iter().map(|p| p.cursor)
+    }
+
+    /// Checkpoint `k`'s state, made flat again.
+    pub fn state(&self, k: usize) -> PolarsResult<FlatState> {
+        self.points
+            .get(k)
+            .ok_or_else(|| polars_err!(ComputeError: "no segment checkpoint {k}"))?
+            .flat()
     }
 
     /// What the checkpoints hold in memory.
     pub fn bytes(&self) -> usize {
-        self.points.iter().map(FlatState::bytes).sum()
+        self.points.iter().map(HeldState::bytes).sum()
     }
 
     /// The segment map right after entry `idx` (`None`: before the first entry), listing what
-    /// `detail` asks for.
-    pub fn map_at(&self, ev: &DeviceEvents, idx: Option<usize>, detail: SegmentDetail) -> Option<SegmentMap> {
+    /// `detail` asks for; `None` where no checkpoint covers it (none taken).
+    pub fn map_at(
+        &self,
+        ev: &DeviceEvents,
+        idx: Option<usize>,
+        detail: SegmentDetail,
+    ) -> PolarsResult<Option<SegmentMap>> {
         let target = idx.map_or(0, |i| i.saturating_add(1).min(ev.len()));
-        let start = self.points.get(self.points.partition_point(|p| p.cursor < target))?;
+        let k = self.points.partition_point(|p| p.cursor < target);
+        if k == self.points.len() {
+            return Ok(None);
+        }
+        let start = self.state(k)?;
         let time = target.checked_sub(1).and_then(|i| ev.time_us(i));
-        Some(map_from(start, &EntryRows::of(ev), target, ev.device, time, detail))
+        Ok(Some(map_from(
+            &start,
+            &EntryRows::of(ev),
+            target,
+            ev.device,
+            time,
+            detail,
+        )))
     }
 
     /// The segment map at time `time`: after the last entry at or before it.
-    pub fn map_at_time(&self, ev: &DeviceEvents, time: i64, detail: SegmentDetail) -> Option<SegmentMap> {
+    pub fn map_at_time(&self, ev: &DeviceEvents, time: i64, detail: SegmentDetail) -> PolarsResult<Option<SegmentMap>> {
         let n = ev.time().partition_point(|&x| x <= time);
         self.map_at(ev, n.checked_sub(1), detail)
     }
@@ -191,4 +295,30 @@ pub fn map_from(
     let mut state = start.state();
     state.rewind_over(rows, target.checked_sub(1));
     state.view(device, time_us, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_are_n_over_count_apart_within_the_bounds() {
+        // A small trace: never closer than MIN_SPACING.
+        assert_eq!(spacing(1_000, CHECKPOINTS), MIN_SPACING);
+        assert_eq!(spacing(0, CHECKPOINTS), MIN_SPACING);
+        // n / count where that lies between the bounds.
+        assert_eq!(spacing(5_000_000, CHECKPOINTS), 5_000_000usize.div_ceil(128));
+        // A long trace: no farther apart than MAX_SPACING (the 2 GB generated snapshot: 350
+        // checkpoints) …
+        assert_eq!(spacing(12_800_000, CHECKPOINTS), MAX_SPACING);
+        assert_eq!(spacing(35_000_000, CHECKPOINTS), MAX_SPACING);
+        // … unless that would make more than MAX_SPACING_FACTOR × count of them.
+        assert_eq!(spacing(51_200_000, CHECKPOINTS), MAX_SPACING);
+        assert_eq!(spacing(100_000_000, CHECKPOINTS), 100_000_000usize.div_ceil(512));
+        for n in [1, 8191, 8193, 1 << 20, 12_800_001, 51_200_001, 1 << 31] {
+            let every = spacing(n, CHECKPOINTS);
+            assert!(n.div_ceil(every) <= CHECKPOINTS * MAX_SPACING_FACTOR, "{n}");
+            assert!(every >= MIN_SPACING, "{n}");
+        }
+    }
 }

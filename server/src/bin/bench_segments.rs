@@ -2,9 +2,9 @@
 //! snapshot: the checkpoint build (its time and size), then 50 random instants answered from the
 //! checkpoints, each at full detail and at the level of detail the report page asks for (the
 //! largest segments at its canvas width); then the same instants as a stored report answers
-//! them: the Parquet objects the store keeps ([`stored_window_parts`]: each with the entries
-//! before it, a window's parts made together), and a map decoding the one object that covers its entry. Every stored answer is checked
-//! equal to the in-memory one. Defaults to the shared benchmark file. Run it in release mode.
+//! them: the Parquet objects the store keeps ([`stored_objects`]: one a checkpoint, each with
+//! the entries before it), and a map decoding the one object that covers its entry. Every
+//! stored answer is checked equal to the in-memory one. Defaults to the shared benchmark file. Run it in release mode.
 
 mod common;
 
@@ -12,10 +12,8 @@ use std::time::Instant;
 
 use common::{bench_file, percentile};
 
-use memlens::reportdata::segment_objects_bytes;
-use memlens_core::analysis::segment_checkpoint_frame::{
-    stored_checkpoint, stored_window_parts, MAX_ENTRIES_PER_OBJECT,
-};
+use memlens::reportdata::segment_object_bytes;
+use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, stored_objects};
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
@@ -49,7 +47,8 @@ fn main() {
     let built = Instant::now();
     let checkpoints = SegmentCheckpoints::build(&tables, &ev, CHECKPOINTS).expect("checkpoints");
     println!(
-        "{CHECKPOINTS} checkpoints built in {:.0} ms, {:.1} MiB",
+        "{} checkpoints built in {:.0} ms, {:.1} MiB",
+        checkpoints.len(),
         built.elapsed().as_secs_f64() * 1e3,
         checkpoints.bytes() as f64 / (1024.0 * 1024.0)
     );
@@ -78,7 +77,7 @@ fn main() {
         let mut max_bytes = 0;
         for &i in &instants {
             let s = Instant::now();
-            let map = checkpoints.map_at(&ev, Some(i), detail).expect("map");
+            let map = checkpoints.map_at(&ev, Some(i), detail).expect("map").expect("covered");
             let json = serde_json::to_vec(&map).expect("json");
             ms.push(s.elapsed().as_secs_f64() * 1e3);
             max_bytes = max_bytes.max(json.len());
@@ -95,10 +94,11 @@ fn main() {
     // As a stored report: the Parquet objects the store keeps, each with the entries before it.
     let written = Instant::now();
     let mut objects = Vec::new();
-    for parts in stored_window_parts(checkpoints.points(), &EntryRows::of(&ev), MAX_ENTRIES_PER_OBJECT) {
-        let keys = vec!["segments".to_owned(); parts.len()];
-        let bytes = segment_objects_bytes(&keys, &parts).expect("parquet");
-        objects.extend(parts.iter().map(|w| w.cursor).zip(bytes));
+    for object in stored_objects(&checkpoints, &EntryRows::of(&ev)) {
+        objects.push((
+            object.cursor,
+            segment_object_bytes("segments", &object).expect("parquet"),
+        ));
     }
     println!(
         "stored checkpoints   {} objects, {:.1} MiB, written in {:.0} ms",
@@ -123,7 +123,7 @@ fn main() {
         let map = cp.map_at(cursor, ev.device, ev.time_us(i), detail);
         let json = serde_json::to_vec(&map).expect("json");
         total.push(s.elapsed().as_secs_f64() * 1e3);
-        let in_memory = checkpoints.map_at(&ev, Some(i), detail).expect("map");
+        let in_memory = checkpoints.map_at(&ev, Some(i), detail).expect("map").expect("covered");
         if map != in_memory || json.is_empty() {
             eprintln!("memlens-bench-segments: the stored checkpoint's map at entry {i} differs");
             std::process::exit(1);

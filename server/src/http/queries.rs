@@ -254,6 +254,7 @@ pub async fn segments(
             (None, Some(time)) => cp.map_at_time(&ev, time, detail),
             (None, None) => cp.map_at(&ev, ev.len().checked_sub(1), detail),
         }
+        .map_err(internal)?
         .ok_or_else(|| ApiError::Internal("no segment checkpoint covers the entry".into()))
     })
     .await?;

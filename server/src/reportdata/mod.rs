@@ -28,7 +28,7 @@ mod write;
 pub use loaded_file::{LoadedFile, MakeRoom};
 pub use read::{load, load_gpu_logs, read_object, read_summary, LoadedReport};
 pub(crate) use read::{read_json, read_parquet};
-pub use write::{segment_objects_bytes, write_charts, write_file, write_gpu_log, write_summary};
+pub use write::{segment_object_bytes, write_charts, write_file, write_gpu_log, write_summary};
 
 use memlens_core::query::Axis;
 use polars::prelude::PolarsError;

@@ -234,7 +234,8 @@ fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace()
                     SegmentAt::Entry(e) => cp.map_at(&ev, Some(e), detail),
                     SegmentAt::Time(t) => cp.map_at_time(&ev, t, detail),
                     SegmentAt::End => cp.map_at(&ev, n.checked_sub(1), detail),
-                };
+                }
+                .expect("replayed");
                 assert_eq!(Some(from_store), from_trace, "{name} device {} at {at:?}", d.device);
             }
         }

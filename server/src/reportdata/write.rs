@@ -3,9 +3,7 @@
 //! through a [`DataWriter`]; the summary, charts and NVML samples beside them.
 
 use memlens_api::{AnalyzeOutput, FileSummary};
-use memlens_core::analysis::segment_checkpoint_frame::{
-    frames_of_parts, stored_window_parts, StoredWindow, MAX_ENTRIES_PER_OBJECT,
-};
+use memlens_core::analysis::segment_checkpoint_frame::{stored_objects, StoredObject};
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::columns::held_bytes;
@@ -132,41 +130,34 @@ fn overview_bytes(key: &str, d: &DeviceFrames, ds: &memlens_api::DeviceSummary) 
     })
 }
 
-/// The segment map's stored objects of a device (`{dir}/segments/{k}.parquet`, see
-/// [`stored_windows`]), and their cursors (for `{dir}/segments.json`): one job a window, its
-/// parts made together ([`frames_of_parts`]).
+/// The segment map's stored objects of a device (`{dir}/segments/{k}.parquet`, one a
+/// checkpoint: [`stored_objects`]), and their cursors (for `{dir}/segments.json`).
 fn segment_checkpoint_jobs<'a>(
     dir: &str,
     ev: &'a DeviceEvents,
     cp: &'a SegmentCheckpoints,
 ) -> (Vec<usize>, Vec<EncodeJob<'a, DataError>>) {
-    let runs = stored_window_parts(cp.points(), &EntryRows::of(ev), MAX_ENTRIES_PER_OBJECT);
-    let cursors = runs.iter().flatten().map(|w| w.cursor).collect();
-    let mut k = 0;
-    let jobs = runs
+    let objects = stored_objects(cp, &EntryRows::of(ev));
+    let cursors = objects.iter().map(|o| o.cursor).collect();
+    let jobs = objects
         .into_iter()
-        .map(|parts| {
-            let keys: Vec<String> = (k..k + parts.len())
-                .map(|k| format!("{dir}/segments/{k}.parquet"))
-                .collect();
-            k += parts.len();
-            EncodeJob::many(keys.clone(), move || segment_objects_bytes(&keys, &parts))
+        .enumerate()
+        .map(|(k, object)| {
+            let key = format!("{dir}/segments/{k}.parquet");
+            EncodeJob::new(key.clone(), move || segment_object_bytes(&key, &object))
         })
         .collect();
     (cursors, jobs)
 }
 
-/// The stored objects of one window's parts, under `keys` (one a part; what
-/// `memlens-bench-segments` reads back too).
-pub fn segment_objects_bytes(keys: &[String], parts: &[StoredWindow<'_>]) -> Result<Vec<Vec<u8>>, DataError> {
-    let frames = frames_of_parts(parts).map_err(|source| DataError::Parquet {
-        key: keys.first().cloned().unwrap_or_default(),
+/// A stored object of the segment map, under `key` (what `memlens-bench-segments` reads back
+/// too).
+pub fn segment_object_bytes(key: &str, object: &StoredObject<'_>) -> Result<Vec<u8>, DataError> {
+    let frame = object.frame().map_err(|source| DataError::Parquet {
+        key: key.to_owned(),
         source,
     })?;
-    keys.iter()
-        .zip(&frames)
-        .map(|(key, frame)| parquet_bytes(key, frame, RowGroups::Default))
-        .collect()
+    parquet_bytes(key, &frame, RowGroups::Default)
 }
 
 /// Writes one NVML log's samples under `g<index>/`.
