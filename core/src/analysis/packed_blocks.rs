@@ -77,6 +77,18 @@ impl PackedBlocks {
         &self.bytes
     }
 
+    /// Where the last block ends (what [`PackedBlocks::of_own_bytes`] takes back).
+    pub fn end(&self) -> i64 {
+        self.end
+    }
+
+    /// Blocks this process packed, given back their bytes (a held checkpoint's, decompressed),
+    /// `len` and [`PackedBlocks::end`], unchecked: only [`PackedBlocks::from_bytes`] reads
+    /// bytes from elsewhere.
+    pub(super) fn of_own_bytes(bytes: Vec<u8>, len: usize, end: i64) -> PackedBlocks {
+        PackedBlocks { bytes, len, end }
+    }
+
     /// `len` blocks packed by [`PackedBlocks::push`], read back from their bytes; `None`
     /// unless `bytes` holds exactly that many well-formed blocks (checked here once, so that
     /// [`PackedBlocks::iter`] never reads past them).
