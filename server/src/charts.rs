@@ -48,22 +48,39 @@ fn unit(max: i64) -> (f64, &'static str) {
     }
 }
 
+/// A snapshot device's series as its chart draws them: bucketed once, however many times the
+/// chart is drawn (the ingest draws a PNG and an SVG; each bucketing reads every entry).
+struct DeviceSeries {
+    t0: i64,
+    t1: i64,
+    a_max: Vec<i64>,
+    r_max: Vec<i64>,
+}
+
+impl DeviceSeries {
+    fn of(dev: &DeviceFrames, d: &DeviceSummary) -> Result<DeviceSeries, ChartError> {
+        let usage = &dev.usage;
+        let time = usage.column("time")?.i64()?.cont_slice()?;
+        let allocated = usage.column("allocated")?.i64()?.cont_slice()?;
+        let t0 = time.first().copied().unwrap_or(0);
+        let t1 = time.last().copied().unwrap_or(0).max(t0 + 1);
+        let (_, a_max) = bucket_min_max(time, allocated, d.initial_allocated_bytes, t0, t1, POINTS);
+        let (_, r_max) = bucket_min_max_steps(time, &dev.reserved, t0, t1, POINTS);
+        Ok(DeviceSeries { t0, t1, a_max, r_max })
+    }
+}
+
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, plotters::coord::Shift>,
-    dev: &DeviceFrames,
     d: &DeviceSummary,
+    series: &DeviceSeries,
 ) -> Result<(), ChartError>
 where
     DB::ErrorType: 'static,
 {
-    let usage = &dev.usage;
-    let time = usage.column("time")?.i64()?.cont_slice()?;
-    let allocated = usage.column("allocated")?.i64()?.cont_slice()?;
+    let DeviceSeries { t0, t1, a_max, r_max } = series;
+    let (t0, t1) = (*t0, *t1);
     let has_time = d.peak_time_us.is_some() || matches!(d.time_axis, memlens_api::TimeAxis::TimeUs);
-    let t0 = time.first().copied().unwrap_or(0);
-    let t1 = time.last().copied().unwrap_or(0).max(t0 + 1);
-    let (_, a_max) = bucket_min_max(time, allocated, d.initial_allocated_bytes, t0, t1, POINTS);
-    let (_, r_max) = bucket_min_max_steps(time, &dev.reserved, t0, t1, POINTS);
     let ymax = d.peak_reserved_bytes.max(d.peak_allocated_bytes).max(1);
     let (div, unit_name) = unit(ymax);
     let x_of = |t: i64| {
@@ -178,13 +195,29 @@ pub enum Chart<'a> {
     Gpu(&'a DataFrame, &'a GpuLogSummary, &'a GpuSeriesSummary),
 }
 
-fn draw_chart<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, c: &Chart) -> Result<(), ChartError>
+/// A chart with what it draws read from its frames.
+enum Prepared<'a> {
+    Device(&'a DeviceSummary, DeviceSeries),
+    Gpu(&'a DataFrame, &'a GpuLogSummary, &'a GpuSeriesSummary),
+}
+
+fn prepare<'a>(c: &Chart<'a>) -> Result<Prepared<'a>, ChartError> {
+    Ok(match *c {
+        Chart::Device(dev, d) => Prepared::Device(d, DeviceSeries::of(dev, d)?),
+        Chart::Gpu(samples, log, g) => Prepared::Gpu(samples, log, g),
+    })
+}
+
+fn draw_chart<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    c: &Prepared<'_>,
+) -> Result<(), ChartError>
 where
     DB::ErrorType: 'static,
 {
     match c {
-        Chart::Device(dev, d) => draw(root, dev, d),
-        Chart::Gpu(samples, log, g) => draw_gpu(root, samples, log, g),
+        Prepared::Device(d, series) => draw(root, d, series),
+        Prepared::Gpu(samples, log, g) => draw_gpu(root, samples, log, g),
     }
 }
 
@@ -306,6 +339,21 @@ where
 
 /// The chart as PNG bytes.
 pub fn render_png(c: &Chart) -> Result<Vec<u8>, ChartError> {
+    png_of(&prepare(c)?)
+}
+
+/// The chart as an SVG document.
+pub fn render_svg(c: &Chart) -> Result<String, ChartError> {
+    svg_of(&prepare(c)?)
+}
+
+/// The chart as PNG bytes and as an SVG document, its series read once.
+pub fn render_png_and_svg(c: &Chart) -> Result<(Vec<u8>, String), ChartError> {
+    let prepared = prepare(c)?;
+    Ok((png_of(&prepared)?, svg_of(&prepared)?))
+}
+
+fn png_of(c: &Prepared<'_>) -> Result<Vec<u8>, ChartError> {
     register();
     let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
     {
@@ -318,8 +366,7 @@ pub fn render_png(c: &Chart) -> Result<Vec<u8>, ChartError> {
     Ok(png)
 }
 
-/// The chart as an SVG document.
-pub fn render_svg(c: &Chart) -> Result<String, ChartError> {
+fn svg_of(c: &Prepared<'_>) -> Result<String, ChartError> {
     register();
     let mut svg = String::new();
     {

@@ -163,8 +163,7 @@ impl PipelineSink for StoreSink<'_> {
 
 impl StoreSink<'_> {
     fn chart(&mut self, chart: &Chart<'_>) -> Result<(), String> {
-        let png = charts::render_png(chart).map_err(|e| e.to_string())?;
-        let svg = charts::render_svg(chart).map_err(|e| e.to_string())?;
+        let (png, svg) = charts::render_png_and_svg(chart).map_err(|e| e.to_string())?;
         reportdata::write_charts(self.data, &png, &svg).map_err(|e| e.to_string())?;
         self.charted = true;
         Ok(())

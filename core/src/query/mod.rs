@@ -50,7 +50,12 @@ pub fn bucket_min_max(
     end: i64,
     width: usize,
 ) -> (Vec<i64>, Vec<i64>) {
-    pyramid::bucket_min_max_by_blocks(Positions::Times(time), values, &NO_BLOCKS, before, start, end, width)
+    let positions = Positions::Times(time);
+    if positions.sorted() {
+        pyramid::bucket_min_max_sorted(positions, values, before, start, end, width)
+    } else {
+        pyramid::bucket_min_max_by_blocks(positions, values, &NO_BLOCKS, before, start, end, width)
+    }
 }
 
 /// [`bucket_min_max`] of a series held as its changes (the value before the first entry is
@@ -122,19 +127,26 @@ pub fn timeline_with(
     let end = end.unwrap_or(full_end).max(start + 1);
     let width = width.clamp(1, MAX_WIDTH);
     let pyramid_allocated = index.and_then(TimelineIndex::allocated).unwrap_or(&NO_BLOCKS);
-    let (allocated_min, allocated_max) = pyramid::bucket_min_max_by_blocks(
-        positions,
-        allocated,
-        pyramid_allocated,
-        initial_allocated,
-        start,
-        end,
-        width,
-    );
+    // Whether the positions never decrease: the index knows, else both series ask.
+    let sorted = index
+        .map(TimelineIndex::positions_sorted)
+        .unwrap_or_else(|| positions.sorted());
+    let (allocated_min, allocated_max) = if pyramid_allocated.is_empty() && sorted {
+        pyramid::bucket_min_max_sorted(positions, allocated, initial_allocated, start, end, width)
+    } else {
+        pyramid::bucket_min_max_by_blocks(
+            positions,
+            allocated,
+            pyramid_allocated,
+            initial_allocated,
+            start,
+            end,
+            width,
+        )
+    };
     // The reserved bytes' changes start from their own value before the trace.
-    let sorted = index.map(TimelineIndex::positions_sorted);
     let (reserved_min, reserved_max) =
-        step_buckets::bucket_min_max_of_steps(positions, &dev.reserved, sorted, start, end, width);
+        step_buckets::bucket_min_max_of_steps(positions, &dev.reserved, Some(sorted), start, end, width);
 
     // Allocations overlapping the window: the largest MAX_BANDS, in alloc order.
     let lt = &dev.lifetimes;

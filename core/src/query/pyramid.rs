@@ -122,6 +122,11 @@ impl MinMaxPyramid {
         self.levels.iter().map(|l| (l.min.len() + l.max.len()) * 8).sum()
     }
 
+    /// Whether it has no blocks (every entry is read one by one).
+    pub fn is_empty(&self) -> bool {
+        self.levels.is_empty()
+    }
+
     /// The levels with a block starting at entry `i` that ends within the first `len` entries,
     /// coarsest first, with their position in `levels`.
     #[inline]
@@ -175,8 +180,53 @@ impl MinMaxPyramid {
     }
 }
 
-/// [`super::bucket_min_max`] over `positions`, folding whole blocks of `pyramid` (built over
-/// `values`) into a bucket wherever they lie inside it.
+/// [`super::bucket_min_max`] over positions that never decrease ([`Positions::sorted`]): each
+/// bucket's entries found by a binary search for its right edge, then the min and max of that
+/// run of values, both in one pass (two folds, one for each, took six times as long) — the
+/// entry-by-entry answer of [`bucket_min_max_by_blocks`] without blocks, in a fraction of its
+/// time on a 2 GB snapshot's first view (35 M entries), which every ingest draws, and its chart.
+pub fn bucket_min_max_sorted(
+    positions: Positions<'_>,
+    values: &[i64],
+    before: i64,
+    start: i64,
+    end: i64,
+    width: usize,
+) -> (Vec<i64>, Vec<i64>) {
+    let width = width.max(1);
+    let span = (end - start).max(1) as i128;
+    let next_edge = |b: usize| -> i64 { start + ((span * (b as i128 + 1) + width as i128 - 1) / width as i128) as i64 };
+    let n = positions.len().min(values.len());
+    // From the first entry at or after `start` to the last at or before `end`; bucket b ends
+    // before the first entry at its right edge (the last takes the rest).
+    let first = positions.before(start).min(n);
+    let last_end = positions.before(end.saturating_add(1)).clamp(first, n);
+    let mut current = if first == 0 { before } else { values[first - 1] };
+    let (mut mins, mut maxs) = (Vec::with_capacity(width), Vec::with_capacity(width));
+    let mut lo = first;
+    for b in 0..width {
+        let hi = if b + 1 < width {
+            positions.before(next_edge(b)).clamp(lo, last_end)
+        } else {
+            last_end
+        };
+        let run = &values[lo..hi];
+        let (min, max) = run
+            .iter()
+            .fold((current, current), |(min, max), &v| (min.min(v), max.max(v)));
+        if let Some(&last) = run.last() {
+            current = last;
+        }
+        mins.push(min);
+        maxs.push(max);
+        lo = hi;
+    }
+    (mins, maxs)
+}
+
+/// [`super::bucket_min_max`] over `positions`, in any order (an entry goes to the bucket the
+/// last one went to or a later one), entry by entry, folding whole blocks of `pyramid` (built
+/// over `values`) into a bucket wherever they lie inside it.
 pub fn bucket_min_max_by_blocks(
     positions: Positions<'_>,
     values: &[i64],
@@ -257,6 +307,11 @@ mod tests {
                 let by_blocks = bucket_min_max_by_blocks(positions, &values, &pyramid, 7, s, e, width);
                 let by_entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, 7, s, e, width);
                 assert!(by_blocks == by_entries, "window {s}..{e} at width {width}");
+                let by_buckets = bucket_min_max_sorted(positions, &values, 7, s, e, width);
+                assert!(
+                    by_buckets == by_entries,
+                    "a bucket at a time, window {s}..{e} at width {width}"
+                );
             }
         }
         for _ in 0..300 {
@@ -265,6 +320,26 @@ mod tests {
             let max = values[lo..hi].iter().max().copied();
             let first = values[lo..hi].iter().position(|&v| Some(v) == max).map(|p| lo + p);
             assert_eq!(Some(pyramid.first_max(&values, lo, hi)), first, "{lo}..{hi}");
+        }
+    }
+
+    #[test]
+    fn a_bucket_at_a_time_is_the_entry_by_entry_answer() {
+        let mut next = xorshift(0x9E3779B97F4A7C15);
+        for (n, hold, step) in [(0, 2, 5), (1, 2, 5), (7, 2, 3), (5_000, 3, 40), (50_000, 1, 2)] {
+            let times = test_times(&mut next, n, hold, step);
+            let values: Vec<i64> = (0..n).map(|_| (next() % 1000) as i64 - 500).collect();
+            let (first, last) = Positions::Times(&times).full_range();
+            for (start, end, width) in test_windows(&mut next, first, last.max(first + 2), 40) {
+                for positions in [Positions::Times(&times), Positions::EntryIndex(n)] {
+                    let (s, e) = test_window_on(positions, (start, end), first, last.max(first + 2));
+                    let e = e.max(s + 1);
+                    let sorted = bucket_min_max_sorted(positions, &values, -9, s, e, width);
+                    let entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, -9, s, e, width);
+                    assert!(sorted == entries, "{n} entries, window {s}..{e} at width {width}");
+                    assert_eq!(sorted.0.len(), width.max(1));
+                }
+            }
         }
     }
 }
