@@ -180,6 +180,56 @@ impl MinMaxPyramid {
     }
 }
 
+/// Where each of `width` buckets between `start` and `end` ends: the first position past bucket
+/// `b`.
+#[derive(Clone, Copy)]
+pub(super) struct BucketEdges {
+    start: i64,
+    span: i128,
+    width: usize,
+}
+
+impl BucketEdges {
+    pub(super) fn new(start: i64, end: i64, width: usize) -> BucketEdges {
+        BucketEdges {
+            start,
+            span: (end - start).max(1) as i128,
+            width: width.max(1),
+        }
+    }
+
+    pub(super) fn after(&self, b: usize) -> i64 {
+        let w = self.width as i128;
+        self.start + ((self.span * (b as i128 + 1) + w - 1) / w) as i64
+    }
+}
+
+/// The entries of each of `width` buckets between `start` and `end`, over the first `n` of
+/// `positions`, which never decrease: the first entry at or after `start`, and where each
+/// bucket's run of entries ends (bucket b before the first entry at its right edge, the last
+/// at the last entry at or before `end`).
+pub(super) fn sorted_bucket_ends(
+    positions: Positions<'_>,
+    n: usize,
+    start: i64,
+    end: i64,
+    width: usize,
+) -> (usize, impl Iterator<Item = usize> + '_) {
+    let edges = BucketEdges::new(start, end, width);
+    let first = positions.before(start).min(n);
+    let last_end = positions.before(end.saturating_add(1)).clamp(first, n);
+    let mut lo = first;
+    let ends = (0..edges.width).map(move |b| {
+        lo = if b + 1 < edges.width {
+            positions.before(edges.after(b)).clamp(lo, last_end)
+        } else {
+            last_end
+        };
+        lo
+    });
+    (first, ends)
+}
+
 /// [`super::bucket_min_max`] over positions that never decrease ([`Positions::sorted`]): each
 /// bucket's entries found by a binary search for its right edge, then the min and max of that
 /// run of values, both in one pass (two folds, one for each, took six times as long) — the
@@ -193,23 +243,12 @@ pub fn bucket_min_max_sorted(
     end: i64,
     width: usize,
 ) -> (Vec<i64>, Vec<i64>) {
-    let width = width.max(1);
-    let span = (end - start).max(1) as i128;
-    let next_edge = |b: usize| -> i64 { start + ((span * (b as i128 + 1) + width as i128 - 1) / width as i128) as i64 };
     let n = positions.len().min(values.len());
-    // From the first entry at or after `start` to the last at or before `end`; bucket b ends
-    // before the first entry at its right edge (the last takes the rest).
-    let first = positions.before(start).min(n);
-    let last_end = positions.before(end.saturating_add(1)).clamp(first, n);
+    let (first, ends) = sorted_bucket_ends(positions, n, start, end, width);
     let mut current = if first == 0 { before } else { values[first - 1] };
-    let (mut mins, mut maxs) = (Vec::with_capacity(width), Vec::with_capacity(width));
+    let (mut mins, mut maxs) = (Vec::with_capacity(width.max(1)), Vec::with_capacity(width.max(1)));
     let mut lo = first;
-    for b in 0..width {
-        let hi = if b + 1 < width {
-            positions.before(next_edge(b)).clamp(lo, last_end)
-        } else {
-            last_end
-        };
+    for hi in ends {
         let run = &values[lo..hi];
         let (min, max) = run
             .iter()
@@ -237,8 +276,8 @@ pub fn bucket_min_max_by_blocks(
     width: usize,
 ) -> (Vec<i64>, Vec<i64>) {
     let width = width.max(1);
-    let span = (end - start).max(1) as i128;
-    let next_edge = |b: usize| -> i64 { start + ((span * (b as i128 + 1) + width as i128 - 1) / width as i128) as i64 };
+    let edges = BucketEdges::new(start, end, width);
+    let next_edge = |b: usize| edges.after(b);
     let n = positions.len().min(values.len());
     let first = positions.before(start).min(n);
     let mut current = if first == 0 { before } else { values[first - 1] };

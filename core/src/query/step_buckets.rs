@@ -2,7 +2,7 @@
 //! [`super::bucket_min_max`]'s answer over the values the changes stand for, in time that
 //! grows with the buckets and the changes inside the window instead of with the entries.
 
-use super::pyramid::{bucket_min_max_by_blocks, Positions, NO_BLOCKS};
+use super::pyramid::{bucket_min_max_by_blocks, sorted_bucket_ends, Positions, NO_BLOCKS};
 use crate::entry_steps::EntrySteps;
 
 /// The min and max of `steps` in each of `width` buckets between `start` and `end` over
@@ -20,23 +20,12 @@ pub fn bucket_min_max_of_steps(
         let values: Vec<i64> = steps.values().collect();
         return bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, steps.initial(), start, end, width);
     }
-    let width = width.max(1);
-    let span = (end - start).max(1) as i128;
-    let next_edge = |b: usize| -> i64 { start + ((span * (b as i128 + 1) + width as i128 - 1) / width as i128) as i64 };
     let n = positions.len().min(steps.len());
-    // Entry b of a bucket's range: from the first at or after `start` to the last at or before
-    // `end`; bucket b ends before the first entry at its right edge (the last takes the rest).
-    let first = positions.before(start).min(n);
-    let last_end = positions.before(end.saturating_add(1)).clamp(first, n);
+    let (first, ends) = sorted_bucket_ends(positions, n, start, end, width);
     let mut current = steps.before(first);
-    let (mut mins, mut maxs) = (Vec::with_capacity(width), Vec::with_capacity(width));
+    let (mut mins, mut maxs) = (Vec::with_capacity(width.max(1)), Vec::with_capacity(width.max(1)));
     let mut lo = first;
-    for b in 0..width {
-        let hi = if b + 1 < width {
-            positions.before(next_edge(b)).clamp(lo, last_end)
-        } else {
-            last_end
-        };
+    for hi in ends {
         let (mut min, mut max) = (current, current);
         for (_, v) in steps.changes_in(lo, hi) {
             min = min.min(v);
