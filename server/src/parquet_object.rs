@@ -76,19 +76,25 @@ pub fn encode(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
 }
 
 /// Whether `column` is stored as deltas (bit-packed) rather than plain values: entry indexes
-/// (32-bit) and 64-bit columns that never decrease (times). Either way zstd compresses the
+/// (32-bit), 64-bit columns that never decrease (times), and running totals
+/// ([`RUNNING_TOTALS`]), whose changes are the trace's sizes. Either way zstd compresses the
 /// pages after. Deltas make such columns a fraction of their plain size and decode faster, but
 /// decode slower than plain values where they jump about (addresses, sizes). Measured with
 /// `memlens-bench-store` on the 2 GB generated snapshot, plain / these deltas / deltas for
 /// every integer column: stored 137 / 46 / 15 MiB, storing 4.0 / 2.8 / 2.8 s, its frames read
 /// back in 0.72-0.84 / 0.51 / 0.42 s, its tables in 1.36-1.43 / 1.16 / 2.56 s. The bench
-/// report: 28.5 / 20.9 / 19.9 MiB.
+/// report: 28.5 / 20.9 / 19.9 MiB. The running totals as deltas too (the trace's tables no
+/// longer stored; a slower machine, two runs each): the 2 GB snapshot stored 39.4 -> 6.0 MiB,
+/// storing 1.63-2.06 -> 1.50-1.64 s, its frames read back in 0.79-0.93 -> 0.58-0.63 s; the
+/// bench report 14.3 -> 13.0 MiB, frames read back in 0.082 -> 0.068-0.077 s (deltas for
+/// every 64-bit column as well: 13.5 MiB, 0.066-0.075 s).
 fn deltas_pay(column: &Column) -> bool {
     if column.as_scalar_column().is_some() {
         return false;
     }
     match column.dtype() {
         DataType::Int32 => true,
+        DataType::Int64 if RUNNING_TOTALS.contains(&column.name().as_str()) => true,
         DataType::Int64 => column.i64().is_ok_and(|c| {
             let mut last = i64::MIN;
             c.downcast_iter().all(|chunk| {
@@ -103,6 +109,10 @@ fn deltas_pay(column: &Column) -> bool {
         _ => false,
     }
 }
+
+/// Columns that are running totals of the trace's sizes: the allocated bytes after each entry
+/// (`usage`). Their deltas are one request's size, never the whole total.
+const RUNNING_TOTALS: [&str; 1] = [memlens_core::columns::usage::ALLOCATED.name];
 
 /// Rows a row group holds unless one group is asked for (polars' default).
 const DEFAULT_ROW_GROUP: usize = 512 * 512;
@@ -187,7 +197,7 @@ mod tests {
                 ),
                 Column::new("name".into(), (0..n).map(|i| format!("f{}", i % 4)).collect::<Vec<_>>()),
                 Column::new("flag".into(), (0..n).map(|i| i % 2 == 0).collect::<Vec<_>>()),
-                // Delta-encoded: entry indexes and times that never decrease.
+                // Delta-encoded: entry indexes, times that never decrease, running totals.
                 Column::new(
                     "free_idx".into(),
                     (0..n)
@@ -198,6 +208,13 @@ mod tests {
                     "t".into(),
                     (0..n).map(|i| 1_700_000_000_000 + (i / 4) as i64).collect::<Vec<_>>(),
                 ),
+                // A running total, which goes down as well as up.
+                Column::new(
+                    "allocated".into(),
+                    (0..n)
+                        .map(|i| (1 << 30) + ((i % 11) as i64 - 5) * 4096)
+                        .collect::<Vec<_>>(),
+                ),
             ],
         )
         .expect("frame");
@@ -207,7 +224,7 @@ mod tests {
             .filter(|c| deltas_pay(c))
             .map(|c| c.name().as_str())
             .collect();
-        assert_eq!(delta, ["free_idx", "t"]);
+        assert_eq!(delta, ["free_idx", "t", "allocated"]);
         for groups in [RowGroups::Default, RowGroups::One] {
             let bytes = encode(&frame, groups).expect("write");
             let back = ParquetReader::new(Cursor::new(bytes.clone())).finish().expect("read");
