@@ -29,6 +29,25 @@ pub struct DeviceFrames {
     pub segment_checkpoints: Option<SegmentCheckpoints>,
 }
 
+/// A device's usage and lifetimes as soon as they are final, while the rest of its analyses
+/// (the fragmentation replay, the longest, on a thread of its own) still run: what
+/// [`crate::report::Keeping::frames_final`] is called with, so that a sink storing them can
+/// encode them in time the analysis thread would spend waiting. The same frames come again in
+/// the device's [`DeviceFrames`].
+pub struct FinalFrames<'a> {
+    pub device: i64,
+    /// The device's events: the stored usage's time axis is theirs
+    /// ([`DeviceEvents::time_column`]).
+    pub events: &'a DeviceEvents,
+    /// `allocated` after every entry, without the `time` column [`DeviceFrames::usage`] has
+    /// first.
+    pub usage: &'a DataFrame,
+    pub lifetimes: &'a DataFrame,
+    /// Whether the device's other analyses are still running (work beyond that point delays
+    /// the device's summary instead of filling a wait).
+    pub others_running: &'a dyn Fn() -> bool,
+}
+
 /// The `user_metadata` of a device's alloc entries, by entry index on the device.
 pub fn alloc_metadata(t: &SnapshotTables, device: i64) -> PolarsResult<FxHashMap<i64, String>> {
     if t.event_notes.height() == 0 {

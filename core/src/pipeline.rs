@@ -22,7 +22,7 @@ use crate::analysis::DeviceEvents;
 use crate::drop_aside::drop_aside;
 use crate::error::{AnalysisError, ImportError};
 use crate::importers::{begin_import, import_on_thread, BegunImport, ImportOptions, Imported, ImportedFile};
-use crate::report::{analyze_gpu_log, analyze_snapshot_with, snapshot_time_range};
+use crate::report::{analyze_gpu_log, analyze_snapshot_with, snapshot_time_range, Keeping, OnFramesFinal};
 use crate::samples::GpuSampleTables;
 use crate::source::Source;
 use crate::stacks::StackResolver;
@@ -101,7 +101,7 @@ impl PipelineError {
 }
 
 use crate::frames::alloc_metadata;
-pub use crate::frames::DeviceFrames;
+pub use crate::frames::{DeviceFrames, FinalFrames};
 
 /// What a run hands its sink for each analysed snapshot.
 pub struct SnapshotOutput<'a> {
@@ -121,6 +121,13 @@ pub struct GpuLogOutput<'a> {
     pub samples: &'a mut GpuSampleTables,
 }
 
+/// Told of a device's frames once they are final ([`PipelineSink::early_frames`]), on that
+/// device's analysis thread.
+pub trait EarlyFrames: Sync {
+    /// Snapshot `index` (as in [`SnapshotOutput::index`]): the device's usage and lifetimes.
+    fn frames_final(&self, index: usize, frames: FinalFrames<'_>);
+}
+
 /// Receives progress and, when [`PipelineSink::keeps_tables`], each file's tables.
 pub trait PipelineSink {
     /// The run moved to `stage` (for the input `file`, when there is one).
@@ -134,6 +141,13 @@ pub trait PipelineSink {
     /// fragmentation replay; what a stored report answers segment maps from).
     fn keeps_segment_checkpoints(&self) -> bool {
         false
+    }
+    /// Where each device's usage and lifetimes go as soon as they are final, before its other
+    /// analyses end (asked only when [`PipelineSink::keeps_tables`]): a sink that stores them
+    /// can encode them on the analysis thread that would otherwise wait for the fragmentation
+    /// replay. They still come in [`PipelineSink::snapshot`] after.
+    fn early_frames(&self) -> Option<&dyn EarlyFrames> {
+        None
     }
     fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), String> {
         Ok(())
@@ -246,9 +260,16 @@ pub fn run_with(
             message: e.to_string(),
         };
         snapshot_ranges.extend(snapshot_time_range(&tables).map_err(internal)?);
-        let checkpoints = sink.keeps_tables() && sink.keeps_segment_checkpoints();
-        let (summary, analyses) =
-            analyze_snapshot_with(&tables, &name, imported.gzip, rules, checkpoints).map_err(internal)?;
+        let (summary, analyses) = {
+            let index = out.files.len();
+            let early = sink.keeps_tables().then(|| sink.early_frames()).flatten();
+            let on_final = early.map(|e| move |frames: FinalFrames<'_>| e.frames_final(index, frames));
+            let keeping = Keeping {
+                checkpoints: sink.keeps_tables() && sink.keeps_segment_checkpoints(),
+                frames_final: on_final.as_ref().map(|f| f as OnFramesFinal<'_>),
+            };
+            analyze_snapshot_with(&tables, &name, imported.gzip, rules, keeping).map_err(internal)?
+        };
         // PyTorch's reserved over time, for the memory outside it an NVML log of the run shows.
         for a in &analyses {
             let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(e.into()))?;

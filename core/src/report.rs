@@ -29,6 +29,7 @@ use crate::analysis::usage::{peak_allocated_entry, usage_over_time, Usage};
 use crate::analysis::{devices, DeviceEvents};
 use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
+use crate::frames::FinalFrames;
 use crate::samples::{GpuSampleTables, SampleClock};
 use crate::stacks::StackResolver;
 use crate::tables::{Action, SnapshotTables};
@@ -49,8 +50,22 @@ pub struct DeviceAnalysis {
     pub reserved: EntrySteps,
     pub lifetimes: DataFrame,
     pub fragmentation: DataFrame,
-    /// The segment map's checkpoints, when the run keeps them (see [`analyze_snapshot_with`]).
+    /// The segment map's checkpoints, when the run keeps them ([`Keeping::checkpoints`]).
     pub segment_checkpoints: Option<SegmentCheckpoints>,
+}
+
+/// Told of a device's usage and lifetimes once they are final ([`Keeping::frames_final`]).
+pub type OnFramesFinal<'a> = &'a (dyn Fn(FinalFrames<'_>) + Sync);
+
+/// What a run keeps of each device's analyses beyond its summary and frames.
+#[derive(Clone, Copy, Default)]
+pub struct Keeping<'a> {
+    /// The segment map's checkpoints the fragmentation replay takes (what a stored report
+    /// answers segment maps from).
+    pub checkpoints: bool,
+    /// Called on the device's analysis thread once its usage and lifetimes are final, while
+    /// the fragmentation replay still runs beside it ([`FinalFrames`]).
+    pub frames_final: Option<OnFramesFinal<'a>>,
 }
 
 /// Runs every analysis for one device.
@@ -60,20 +75,19 @@ pub fn analyze_device(
     stacks: &StackResolver,
     rules: &FrameRules,
 ) -> Result<DeviceAnalysis, AnalysisError> {
-    analyze_device_keeping(t, device, stacks, rules, false)
+    analyze_device_keeping(t, device, stacks, rules, Keeping::default())
 }
 
-/// [`analyze_device`], keeping the segment map's checkpoints the fragmentation replay takes
-/// when `checkpoints` is set (what a stored report answers segment maps from).
+/// [`analyze_device`], keeping what `keeping` asks for.
 pub fn analyze_device_keeping(
     t: &SnapshotTables,
     device: i64,
     stacks: &StackResolver,
     rules: &FrameRules,
-    checkpoints: bool,
+    keeping: Keeping<'_>,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let ev = DeviceEvents::new(t, device)?;
-    let count = checkpoints.then_some(CHECKPOINTS);
+    let count = keeping.checkpoints.then_some(CHECKPOINTS);
     // The fragmentation replay (the longest analysis) runs on a second thread from the start:
     // it finds the peak it samples on its own and needs the usage only at its end. This
     // thread finds the usage, then the rest. The pending-free stalls, which need nothing
@@ -83,7 +97,8 @@ pub fn analyze_device_keeping(
     let stalls_taken = AtomicBool::new(false);
     let take_stalls = || !stalls_taken.swap(true, Ordering::AcqRel);
     let (ready, usage_ready) = mpsc::channel::<()>();
-    let (ev, slot) = (&ev, &usage_slot);
+    let replay_done = AtomicBool::new(false);
+    let (ev, slot, done) = (&ev, &usage_slot, &replay_done);
     std::thread::scope(|scope| {
         let second = scope.spawn(move || {
             let mut exact = ev.indices_of(Action::Oom);
@@ -94,7 +109,9 @@ pub fn analyze_device_keeping(
                 Err(_) => Err(PolarsError::ComputeError("no usage to sample".into())),
             };
             let fragmentation = fragmentation_over_time(t, ev, usage, FRAGMENTATION_SAMPLES, &exact, count);
-            (fragmentation, take_stalls().then(|| pending_free_stalls(ev, stacks)))
+            let stalls = take_stalls().then(|| pending_free_stalls(ev, stacks));
+            done.store(true, Ordering::Release);
+            (fragmentation, stalls)
         });
         let usage = usage_over_time(t, ev).map(|u| slot.get_or_init(|| u));
         if usage.is_ok() {
@@ -108,18 +125,22 @@ pub fn analyze_device_keeping(
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         };
-        analyze_device_with(t, ev, stacks, rules, usage?, second)
+        let others_running = || !done.load(Ordering::Acquire);
+        let frames_final = keeping.frames_final.map(|f| (f, &others_running as &dyn Fn() -> bool));
+        analyze_device_with(t, ev, stacks, rules, usage?, frames_final, second)
     })
 }
 
 /// [`analyze_device`] with the usage found; `second` gives the fragmentation replay, found
-/// elsewhere, and the pending-free stalls (found here when the replay's thread has not).
+/// elsewhere, and the pending-free stalls (found here when the replay's thread has not);
+/// `frames_final` is told of the usage and lifetimes before waiting for it.
 fn analyze_device_with(
     t: &SnapshotTables,
     ev: &DeviceEvents,
     stacks: &StackResolver,
     rules: &FrameRules,
     usage: &Usage,
+    frames_final: Option<(OnFramesFinal<'_>, &dyn Fn() -> bool)>,
     second: impl FnOnce() -> PolarsResult<(crate::analysis::fragmentation::Fragmentation, (Vec<FreeStall>, i64))>,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let device = ev.device;
@@ -174,6 +195,15 @@ fn analyze_device_with(
     add_category_columns(&mut lifetimes, &placed)?;
     let alloc_count = ev.action().iter().filter(|&&a| a == Action::Alloc as u8).count();
     let pools = memory_pools(t, ev)?;
+    if let Some((call, others_running)) = frames_final {
+        call(FinalFrames {
+            device,
+            events: ev,
+            usage: &usage.frame,
+            lifetimes: &lifetimes,
+            others_running,
+        });
+    }
     let (mut frag, (stalls, pending_peak)) = second()?;
     let mut ooms = explain_ooms(ev, usage, &frag, &lifetimes, stacks, expandable, &no_stack)?;
     for o in &mut ooms {
@@ -261,22 +291,21 @@ pub fn analyze_snapshot(
     gzip: bool,
     rules: &FrameRules,
 ) -> Result<(FileSummary, Vec<DeviceAnalysis>), AnalysisError> {
-    analyze_snapshot_with(t, file, gzip, rules, false)
+    analyze_snapshot_with(t, file, gzip, rules, Keeping::default())
 }
 
-/// [`analyze_snapshot`], keeping each device's segment-map checkpoints when `checkpoints` is
-/// set.
+/// [`analyze_snapshot`], keeping of each device what `keeping` asks for.
 pub fn analyze_snapshot_with(
     t: &SnapshotTables,
     file: &str,
     gzip: bool,
     rules: &FrameRules,
-    checkpoints: bool,
+    keeping: Keeping<'_>,
 ) -> Result<(FileSummary, Vec<DeviceAnalysis>), AnalysisError> {
     let stacks = StackResolver::new(&t.frames, &t.stack_frames)?;
     let analyses = devices(t)?
         .into_iter()
-        .map(|d| analyze_device_keeping(t, d, &stacks, rules, checkpoints))
+        .map(|d| analyze_device_keeping(t, d, &stacks, rules, keeping))
         .collect::<Result<Vec<_>, _>>()?;
     let mut source = t.source.clone();
     source.rank = metadata_rank(&t.event_notes)?;

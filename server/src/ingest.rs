@@ -15,7 +15,9 @@ use std::time::Instant;
 use memlens_api::{FileSummary, ReportState, Stage};
 use memlens_core::analysis::categories::FrameRules;
 use memlens_core::importers::ImportOptions;
-use memlens_core::pipeline::{self, DeviceFrames, GpuLogOutput, Input, PipelineSink, SnapshotOutput, GZIP_RATIO};
+use memlens_core::pipeline::{
+    self, DeviceFrames, EarlyFrames, GpuLogOutput, Input, PipelineSink, SnapshotOutput, GZIP_RATIO,
+};
 use tokio::sync::Semaphore;
 
 use crate::charts::{self, Chart};
@@ -116,6 +118,8 @@ struct StoreSink<'a> {
     /// ranks opens on its worst rank, known only at the end); kept only with a cache to fill.
     sole_file: Option<SoleFile>,
     keep_frames: bool,
+    /// Frames encoded while their analyses still ran.
+    early: reportdata::EarlyObjects,
 }
 
 /// The one snapshot file of a report just processed, as the cache will hold it.
@@ -134,8 +138,12 @@ impl PipelineSink for StoreSink<'_> {
     fn keeps_segment_checkpoints(&self) -> bool {
         true
     }
+    fn early_frames(&self) -> Option<&dyn EarlyFrames> {
+        Some(&self.early)
+    }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
-        reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices)
+        let early = self.early.take(out.index);
+        reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices, early)
             .map_err(|e| e.to_string())?;
         if !self.charted {
             if let (Some(dev), Some(d)) = (out.devices.first(), out.summary.devices.first()) {
@@ -402,6 +410,7 @@ impl Ingest {
             charted: false,
             sole_file: None,
             keep_frames: self.files.is_some(),
+            early: Default::default(),
         };
         let out = pipeline::run_with(inputs, self.options, &self.category_rules, &mut sink).map_err(|e| {
             if e.is_input_error() {

@@ -14,12 +14,13 @@ use std::time::Instant;
 use memlens::reportdata;
 use memlens::store::{DataWriter, LocalStore, ReportRecord, ReportState, ReportStore};
 use memlens_api::Stage;
-use memlens_core::pipeline::{self, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{self, EarlyFrames, Input, PipelineSink, SnapshotOutput};
 
 /// Writes each analysed file as the ingest does, noting when storing begins.
 struct StoreSink<'a> {
     data: &'a mut dyn DataWriter,
     storing_at: Option<Instant>,
+    early: reportdata::EarlyObjects,
 }
 
 impl PipelineSink for StoreSink<'_> {
@@ -34,8 +35,13 @@ impl PipelineSink for StoreSink<'_> {
             self.storing_at = Some(Instant::now());
         }
     }
+    fn early_frames(&self) -> Option<&dyn EarlyFrames> {
+        Some(&self.early)
+    }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
-        reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
+        let early = self.early.take(out.index);
+        reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices, early)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -73,6 +79,7 @@ fn main() {
     let mut sink = StoreSink {
         data: data.as_mut(),
         storing_at: None,
+        early: Default::default(),
     };
     let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink)
         .unwrap_or_else(|e| fail(&path.display().to_string(), &e));

@@ -21,10 +21,12 @@
 //! chart.png, chart.svg         the first device's usage chart (else the first GPU log's)
 //! ```
 
+mod early;
 mod loaded_file;
 mod read;
 mod write;
 
+pub use early::EarlyObjects;
 pub use loaded_file::{LoadedFile, MakeRoom};
 pub use read::{load, load_gpu_logs, read_object, read_summary, LoadedReport};
 pub(crate) use read::{read_json, read_parquet};

@@ -16,7 +16,7 @@ use super::*;
 use crate::parquet_object::RowGroups;
 use crate::store::{DataWriter, ReportStore};
 use crate::store::{LocalStore, ReportRecord, ReportState};
-use memlens_core::pipeline::{self, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{self, EarlyFrames, FinalFrames, Input, PipelineSink, SnapshotOutput};
 
 fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
     let root = tempfile::tempdir().expect("tmp");
@@ -57,8 +57,50 @@ fn large_frames_come_back_contiguous() {
     );
 }
 
-/// Keeps what the pipeline hands over, as the server's ingest does.
-struct Keep<'a>(&'a mut dyn DataWriter, Vec<(Vec<DataFrame>, SnapshotMeta)>);
+/// Encodes each device's usage and lifetimes during the analyses as an ingest does while the
+/// replay runs, told it runs (`true`: every time, `false`: never, whatever the threads did).
+struct Early {
+    objects: EarlyObjects,
+    replay_running: bool,
+}
+impl EarlyFrames for Early {
+    fn frames_final(&self, index: usize, frames: FinalFrames<'_>) {
+        let running = || self.replay_running;
+        self.objects.frames_final(
+            index,
+            FinalFrames {
+                others_running: &running,
+                ..frames
+            },
+        );
+    }
+}
+
+/// Keeps what the pipeline hands over, as the server's ingest does; its usage and lifetimes
+/// encoded during the analyses (as when the replay outlasts the rest).
+struct Keep<'a> {
+    data: &'a mut dyn DataWriter,
+    written: Vec<(Vec<DataFrame>, SnapshotMeta)>,
+    early: Early,
+    /// The keys of the objects encoded early, and every device frame as the pipeline gave it.
+    early_keys: Vec<String>,
+    frames: Vec<(String, DataFrame)>,
+}
+impl<'a> Keep<'a> {
+    fn new(data: &'a mut dyn DataWriter, replay_running: bool) -> Self {
+        let early = Early {
+            objects: EarlyObjects::default(),
+            replay_running,
+        };
+        Keep {
+            data,
+            written: Vec::new(),
+            early,
+            early_keys: Vec::new(),
+            frames: Vec::new(),
+        }
+    }
+}
 impl PipelineSink for Keep<'_> {
     fn keeps_tables(&self) -> bool {
         true
@@ -66,12 +108,23 @@ impl PipelineSink for Keep<'_> {
     fn keeps_segment_checkpoints(&self) -> bool {
         true
     }
+    fn early_frames(&self) -> Option<&dyn EarlyFrames> {
+        Some(&self.early)
+    }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
-        self.1.push((
+        self.written.push((
             out.tables.frames_mut().into_iter().map(|(_, df)| df.clone()).collect(),
             out.tables.meta(),
         ));
-        write_file(self.0, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
+        for d in out.devices.iter() {
+            let dir = format!("f{}/d{}", out.index, d.device);
+            self.frames.push((format!("{dir}/usage.parquet"), d.usage.clone()));
+            self.frames
+                .push((format!("{dir}/lifetimes.parquet"), d.lifetimes.clone()));
+        }
+        let early = self.early.objects.take(out.index);
+        self.early_keys.extend(early.iter().map(|(key, _)| key.clone()));
+        write_file(self.data, out.index, out.summary, out.tables, out.devices, early).map_err(|e| e.to_string())
     }
 }
 
@@ -83,13 +136,38 @@ fn process_into(
     name: &str,
 ) -> (Vec<(Vec<DataFrame>, SnapshotMeta)>, AnalyzeOutput) {
     let mut w = store.data_writer(id).expect("writer");
-    let mut keep = Keep(w.as_mut(), Vec::new());
+    let mut keep = Keep::new(w.as_mut(), true);
     let path = memlens_tests_trace(name);
     let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
-    let written = std::mem::take(&mut keep.1);
+    let written = std::mem::take(&mut keep.written);
     write_summary(w.as_mut(), &out).expect("summary");
     w.commit().expect("commit");
     (written, out)
+}
+
+#[test]
+fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_store_them() {
+    for replay_running in [true, false] {
+        let id = "0000000000000000000000000000000c";
+        let (_root, store) = store_with_report(id);
+        let mut w = store.data_writer(id).expect("writer");
+        let mut keep = Keep::new(w.as_mut(), replay_running);
+        let path = memlens_tests_trace("leak.pickle");
+        pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+        let (early_keys, frames) = (std::mem::take(&mut keep.early_keys), std::mem::take(&mut keep.frames));
+        w.commit().expect("commit");
+        let mut all: Vec<&String> = frames.iter().map(|(key, _)| key).collect();
+        all.sort();
+        let mut early: Vec<&String> = early_keys.iter().collect();
+        early.sort();
+        // Timestamped devices only: without them the time axis would be made twice.
+        assert_eq!(early, if replay_running { all } else { vec![] });
+        assert!(!frames.is_empty());
+        for (key, want) in &frames {
+            let got = read_parquet(store.as_ref(), id, key).expect("stored");
+            assert!(got.equals_missing(want), "{key} differs after a round trip");
+        }
+    }
 }
 
 /// The tables file `i` was analysed from, as [`process_into`] kept them.
@@ -375,10 +453,10 @@ fn a_loaded_file_weighs_its_parts_without_making_their_one_value_columns() {
     let (_root, store) = store_with_report(id);
     // As a report stored before 2026-12, with its trace.
     let mut w = store.data_writer(id).expect("writer");
-    let mut keep = Keep(w.as_mut(), Vec::new());
+    let mut keep = Keep::new(w.as_mut(), true);
     let path = memlens_tests_trace("mlp_train.pickle");
     let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
-    let mut t = written_tables(&keep.1, 0);
+    let mut t = written_tables(&keep.written, 0);
     put_trace_tables(w.as_mut(), 0, &mut t);
     write_summary(w.as_mut(), &out).expect("summary");
     w.commit().expect("commit");
@@ -504,7 +582,7 @@ impl PipelineSink for WriteOld<'_> {
             }
         }
         put_trace_tables(&mut self.0, out.index, out.tables);
-        write_file(&mut self.0, out.index, out.summary, out.tables, out.devices).map_err(|e| e.to_string())
+        write_file(&mut self.0, out.index, out.summary, out.tables, out.devices, Vec::new()).map_err(|e| e.to_string())
     }
 }
 

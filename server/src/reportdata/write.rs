@@ -20,8 +20,17 @@ use crate::encode_pool::{self, EncodeJob};
 use crate::parquet_object::{self, RowGroups};
 use crate::store::DataWriter;
 
+/// A device's usage and lifetimes objects (under [`device_dir`]).
+pub(super) const USAGE: &str = "usage.parquet";
+pub(super) const LIFETIMES: &str = "lifetimes.parquet";
+
+/// Where snapshot `index`'s `device` keeps its objects.
+pub(super) fn device_dir(index: usize, device: i64) -> String {
+    format!("f{index}/d{device}")
+}
+
 /// A frame as a Parquet object under `key` ([`parquet_object::encode`]).
-fn parquet_bytes(key: &str, df: &DataFrame, groups: RowGroups) -> Result<Vec<u8>, DataError> {
+pub(super) fn parquet_bytes(key: &str, df: &DataFrame, groups: RowGroups) -> Result<Vec<u8>, DataError> {
     parquet_object::encode(df, groups).map_err(|source| DataError::Parquet {
         key: key.to_owned(),
         source,
@@ -48,17 +57,22 @@ fn put_json<T: serde::Serialize>(w: &mut dyn DataWriter, key: &str, value: &T) -
     put(w, key, &bytes)
 }
 
-/// Writes one analysed file's tables and device frames under `f<index>/`: every Parquet
-/// object is encoded on the [`encode_pool`](crate::encode_pool) (the largest first), and put
-/// through `w` as it is ready.
+/// Writes one analysed file's tables and device frames under `f<index>/`: the objects
+/// `early` already holds (encoded during the analyses: [`EarlyObjects`](super::EarlyObjects))
+/// are put as they are; every other Parquet object is encoded on the
+/// [`encode_pool`](crate::encode_pool) (the largest first), and put through `w` as it is ready.
 pub fn write_file(
     w: &mut dyn DataWriter,
     index: usize,
     summary: &FileSummary,
     t: &mut SnapshotTables,
     devices: &mut [DeviceFrames],
+    early: Vec<(String, Vec<u8>)>,
 ) -> Result<(), DataError> {
     put_json(w, &format!("f{index}/meta.json"), &t.meta())?;
+    for (key, bytes) in &early {
+        put(w, key, bytes)?;
+    }
     let t = &*t;
     // Frames are cloned into their jobs (columns are shared, not copied).
     let mut frames: Vec<(String, DataFrame, RowGroups)> = TABLE_NAMES
@@ -69,16 +83,16 @@ pub fn write_file(
         .collect();
     let mut checkpoints = Vec::new();
     for d in devices.iter_mut() {
-        let dir = format!("f{index}/d{}", d.device);
+        let dir = device_dir(index, d.device);
         let metadata = user_metadata_frame(&d.user_metadata)?;
         frames.push((format!("{dir}/{USER_METADATA}"), metadata, RowGroups::One));
-        frames.push((format!("{dir}/usage.parquet"), d.usage.clone(), RowGroups::One));
+        frames.push((format!("{dir}/{USAGE}"), d.usage.clone(), RowGroups::One));
         frames.push((
             format!("{dir}/{RESERVED}"),
             d.reserved.frame(RESERVED_COLUMN)?,
             RowGroups::One,
         ));
-        frames.push((format!("{dir}/lifetimes.parquet"), d.lifetimes.clone(), RowGroups::One));
+        frames.push((format!("{dir}/{LIFETIMES}"), d.lifetimes.clone(), RowGroups::One));
         frames.push((
             format!("{dir}/fragmentation.parquet"),
             d.fragmentation.clone(),
@@ -88,6 +102,7 @@ pub fn write_file(
             checkpoints.push((dir, DeviceEvents::new(t, d.device)?, cp));
         }
     }
+    frames.retain(|(key, _, _)| !early.iter().any(|(done, _)| done == key));
     frames.sort_by_key(|(_, df, _)| std::cmp::Reverse(held_bytes(df)));
     let mut jobs: Vec<EncodeJob<'_, DataError>> = frames
         .into_iter()
