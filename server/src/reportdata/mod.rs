@@ -3,7 +3,8 @@
 //! device's derived frames as Parquet, and per NVML log its samples. The trace and the rest of
 //! the canonical tables are what the analyses read at ingest: their answers are the stored
 //! frames and the segment map's checkpoints, and the upload they came from is kept. Everything goes through the [`ReportStore`](crate::store::ReportStore)'s
-//! blob interface: `write.rs` makes the objects at ingest, `read.rs` reads them back, and
+//! blob interface: `write.rs` makes the objects at ingest (`early.rs` holds those encoded
+//! while the analyses still run), `read.rs` reads them back, and
 //! `loaded_file.rs` holds a stored file's parts for queries, loading each when first asked for.
 //!
 //! ```text
