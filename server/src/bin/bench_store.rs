@@ -1,8 +1,10 @@
 //! `memlens-bench-store [FILE]`: times what the server's ingest does with a snapshot, in one
 //! process and without HTTP: the pipeline keeping the tables and the segment map's checkpoints,
 //! then every report object encoded and put into a throwaway local store as the server writes
-//! them (`reportdata::write_file`, the encode pool, fsync). Prints the time to the storing stage,
-//! the storing stage itself, the bytes stored and the peak RSS; then loads the stored report's
+//! them (`reportdata::write_file`, the encode pool, fsync). Prints the time to the storing stage
+//! (and of it the analyses, apart from the decode, whose time varies more between runs), the
+//! storing stage itself (`MEMLENS_BENCH_EARLY=0`: no frame encoded before it, as the ingest
+//! did before `early_frames`), the bytes stored and the peak RSS; then loads the stored report's
 //! device frames and stacks back as a restarted server does, timing each. Defaults to the shared
 //! benchmark file. Run it in release mode.
 
@@ -19,6 +21,7 @@ use memlens_core::pipeline::{self, EarlyFrames, Input, PipelineSink, SnapshotOut
 /// Writes each analysed file as the ingest does, noting when storing begins.
 struct StoreSink<'a> {
     data: &'a mut dyn DataWriter,
+    analysing_at: Option<Instant>,
     storing_at: Option<Instant>,
     early: reportdata::EarlyObjects,
 }
@@ -31,12 +34,16 @@ impl PipelineSink for StoreSink<'_> {
         true
     }
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
-        if stage == Stage::Storing && self.storing_at.is_none() {
-            self.storing_at = Some(Instant::now());
-        }
+        let at = match stage {
+            Stage::Analysing => &mut self.analysing_at,
+            Stage::Storing => &mut self.storing_at,
+            _ => return,
+        };
+        at.get_or_insert_with(Instant::now);
     }
     fn early_frames(&self) -> Option<&dyn EarlyFrames> {
-        Some(&self.early)
+        // `MEMLENS_BENCH_EARLY=0`: every frame encoded in the storing stage, for comparison.
+        (std::env::var("MEMLENS_BENCH_EARLY").as_deref() != Ok("0")).then_some(&self.early as &dyn EarlyFrames)
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
         let early = self.early.take(out.index);
@@ -78,12 +85,14 @@ fn main() {
     let t0 = Instant::now();
     let mut sink = StoreSink {
         data: data.as_mut(),
+        analysing_at: None,
         storing_at: None,
         early: Default::default(),
     };
     let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink)
         .unwrap_or_else(|e| fail(&path.display().to_string(), &e));
     let storing_at = sink.storing_at.unwrap_or_else(Instant::now);
+    let analysing_at = sink.analysing_at.unwrap_or(storing_at);
     reportdata::write_summary(data.as_mut(), &out).unwrap_or_else(|e| fail("the summary", &e));
     data.commit().unwrap_or_else(|e| fail("the commit", &e));
     let end = Instant::now();
@@ -91,6 +100,10 @@ fn main() {
     println!(
         "to storing          {:.3} s (decode, tables, analyses)",
         (storing_at - t0).as_secs_f64()
+    );
+    println!(
+        "  analyses          {:.3} s (with the frames encoded while the replay runs)",
+        (storing_at - analysing_at).as_secs_f64()
     );
     println!(
         "storing             {:.3} s (encode, put, commit)",
