@@ -29,6 +29,13 @@ pub struct DeviceFrames {
     pub segment_checkpoints: Option<SegmentCheckpoints>,
 }
 
+/// [`DeviceFrames::usage`] from a device's `allocated` series (its analyses' usage frame): the
+/// events' time axis put first.
+pub fn stored_usage(mut allocated: DataFrame, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
+    allocated.insert_column(0, ev.time_column(crate::columns::usage::TIME.name)?)?;
+    Ok(allocated)
+}
+
 /// A device's usage and lifetimes as soon as they are final, while the rest of its analyses
 /// (the fragmentation replay, the longest, on a thread of its own) still run: what
 /// [`crate::report::Keeping::frames_final`] is called with, so that a sink storing them can

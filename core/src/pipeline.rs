@@ -100,7 +100,7 @@ impl PipelineError {
     }
 }
 
-use crate::frames::alloc_metadata;
+use crate::frames::{alloc_metadata, stored_usage};
 pub use crate::frames::{DeviceFrames, FinalFrames};
 
 /// What a run hands its sink for each analysed snapshot.
@@ -286,9 +286,7 @@ pub fn run_with(
             let mut devices = Vec::with_capacity(analyses.len());
             for a in analyses {
                 let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(e.into()))?;
-                let mut usage = a.usage;
-                let time = ev.time_column("time").map_err(|e| internal(e.into()))?;
-                usage.insert_column(0, time).map_err(|e| internal(e.into()))?;
+                let usage = stored_usage(a.usage, &ev).map_err(|e| internal(e.into()))?;
                 devices.push(DeviceFrames {
                     device: a.summary.device,
                     usage,

@@ -6,6 +6,7 @@
 
 use std::sync::Mutex;
 
+use memlens_core::frames::stored_usage;
 use memlens_core::pipeline::{EarlyFrames, FinalFrames};
 use polars::prelude::*;
 
@@ -47,11 +48,7 @@ impl EarlyFrames for EarlyObjects {
             return;
         }
         let dir = device_dir(index, frames.device);
-        let usage = || -> PolarsResult<DataFrame> {
-            let mut usage = frames.usage.clone();
-            usage.insert_column(0, frames.events.time_column("time")?)?;
-            Ok(usage)
-        };
+        let usage = || stored_usage(frames.usage.clone(), frames.events);
         let jobs: [(&str, &dyn Fn() -> PolarsResult<DataFrame>); 2] =
             [(USAGE, &usage), (LIFETIMES, &|| Ok(frames.lifetimes.clone()))];
         for (name, frame) in jobs {
