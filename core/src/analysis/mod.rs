@@ -21,6 +21,7 @@
 //! Invariant: analyses read tables, never raw input, and never panic on odd but well-typed
 //! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
 
+mod block_chunks;
 pub mod categories;
 pub mod compare;
 mod device_events;

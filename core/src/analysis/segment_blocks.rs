@@ -2,19 +2,23 @@
 //!
 //! The replay finds, frees, carves and merges blocks for nearly every trace entry it undoes.
 //! A segment holds tens of blocks most of the time (30–80 on the bench file's 2 MiB segments),
-//! a few hold thousands (an expandable segment, a fragmented large one). Few blocks are a
-//! vector sorted by address — a binary search, and a move of at most [`TO_MAP`] blocks on an
-//! insert or a remove —, far cheaper than a `BTreeMap`'s range searches at that size (they
-//! were most of the replay); many are a `BTreeMap`, whose cost does not grow with them. A
-//! segment moves to the map above [`TO_MAP`] blocks and back below [`TO_VEC`]. Both hold the
-//! same map from address to block: the tests apply random operations to both and to a plain
-//! `BTreeMap`.
+//! a few hold thousands (an expandable segment, a fragmented large one, one a leak fills). Few
+//! blocks are one vector sorted by address — a binary search, and a move of at most
+//! [`TO_MAP`] blocks on an insert or a remove —, far cheaper than a `BTreeMap`'s range
+//! searches at that size (they were most of the replay); many are [`BlockChunks`], short
+//! sorted vectors whose cost barely grows with them (they were a `BTreeMap`, whose descents
+//! were most of the replay of a segment that gathers a leaked block each iteration). A
+//! segment moves to the chunks above
+//! [`TO_MAP`] blocks and back below [`TO_VEC`]. Both hold the same map from address to block:
+//! the tests apply random operations to both and to a plain `BTreeMap`.
 
+#[cfg(test)]
 use std::collections::BTreeMap;
 
+use super::block_chunks::BlockChunks;
 use super::segment_map::Block;
 
-/// Blocks above which a segment's blocks are a `BTreeMap`.
+/// Blocks above which a segment's blocks are [`BlockChunks`].
 const TO_MAP: usize = 128;
 /// Blocks below which they are a sorted vector again.
 const TO_VEC: usize = 32;
@@ -23,7 +27,7 @@ const TO_VEC: usize = 32;
 #[derive(Debug, Clone)]
 pub(crate) enum SegmentBlocks {
     Few(Vec<(i64, Block)>),
-    Many(BTreeMap<i64, Block>),
+    Many(BlockChunks),
 }
 
 impl Default for SegmentBlocks {
@@ -49,7 +53,7 @@ impl SegmentBlocks {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (i64, &Block)> + '_ {
         let (few, many) = match self {
             SegmentBlocks::Few(v) => (Some(v.iter().map(|(a, b)| (*a, b))), None),
-            SegmentBlocks::Many(m) => (None, Some(m.iter().map(|(a, b)| (*a, b)))),
+            SegmentBlocks::Many(m) => (None, Some(m.iter())),
         };
         few.into_iter().flatten().chain(many.into_iter().flatten())
     }
@@ -62,7 +66,7 @@ impl SegmentBlocks {
     pub(crate) fn into_vec(self) -> Vec<(i64, Block)> {
         match self {
             SegmentBlocks::Few(v) => v,
-            SegmentBlocks::Many(m) => m.into_iter().collect(),
+            SegmentBlocks::Many(m) => m.into_vec(),
         }
     }
 
@@ -72,7 +76,7 @@ impl SegmentBlocks {
                 let i = v.binary_search_by_key(&addr, |e| e.0).ok()?;
                 Some(&mut v[i].1)
             }
-            SegmentBlocks::Many(m) => m.get_mut(&addr),
+            SegmentBlocks::Many(m) => m.get_mut(addr),
         }
     }
 
@@ -84,7 +88,7 @@ impl SegmentBlocks {
                 let (a, b) = &mut v[i];
                 Some((*a, b))
             }
-            SegmentBlocks::Many(m) => m.range_mut(..=addr).next_back().map(|(&a, b)| (a, b)),
+            SegmentBlocks::Many(m) => m.last_at_or_before_mut(addr),
         }
     }
 
@@ -97,7 +101,7 @@ impl SegmentBlocks {
                     Err(i) => v.insert(i, (addr, block)),
                 }
                 if v.len() > TO_MAP {
-                    *self = SegmentBlocks::Many(std::mem::take(v).into_iter().collect());
+                    *self = SegmentBlocks::Many(BlockChunks::from_sorted(std::mem::take(v)));
                 }
             }
             SegmentBlocks::Many(m) => {
@@ -115,7 +119,7 @@ impl SegmentBlocks {
                 let i = v.binary_search_by_key(&addr, |e| e.0).ok()?;
                 return Some(v.remove(i).1);
             }
-            SegmentBlocks::Many(m) => m.remove(&addr),
+            SegmentBlocks::Many(m) => m.remove(addr),
         };
         self.few_again();
         removed
@@ -132,7 +136,7 @@ impl SegmentBlocks {
     fn few_again(&mut self) {
         if let SegmentBlocks::Many(m) = self {
             if m.len() < TO_VEC {
-                *self = SegmentBlocks::Few(std::mem::take(m).into_iter().collect());
+                *self = SegmentBlocks::Few(std::mem::take(m).into_vec());
             }
         }
     }
@@ -169,16 +173,16 @@ impl SegmentBlocks {
                 }
             }
             SegmentBlocks::Many(m) => {
-                free_block_in_map(m, addr);
+                m.free_block(addr);
                 self.few_again();
             }
         }
     }
 }
 
-/// [`SegmentBlocks::free_block`] on a map. Each step reads the map once where it can (the
-/// block and the one after it in one descent, the one before in another).
-fn free_block_in_map(blocks: &mut BTreeMap<i64, Block>, addr: i64) {
+/// [`SegmentBlocks::free_block`] on a plain map: what the tests hold both forms to.
+#[cfg(test)]
+pub(super) fn free_block_in_map(blocks: &mut BTreeMap<i64, Block>, addr: i64) {
     use memlens_api::BlockState::Inactive;
     let mut from = blocks.range_mut(addr..);
     let Some((&at, cur)) = from.next() else {
@@ -226,7 +230,7 @@ impl FromIterator<(i64, Block)> for SegmentBlocks {
             }
         }
         match v.len() > TO_MAP {
-            true => SegmentBlocks::Many(v.into_iter().collect()),
+            true => SegmentBlocks::Many(BlockChunks::from_sorted(v)),
             false => SegmentBlocks::Few(v),
         }
     }
