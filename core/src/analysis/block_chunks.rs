@@ -300,72 +300,35 @@ mod tests {
 
     use memlens_api::BlockState;
 
+    use super::super::block_map_tests::{block, random_step, same_blocks, STATES};
     use super::*;
     use crate::test_rng::Lcg;
 
-    fn block(size: i64, state: BlockState) -> Block {
-        Block {
-            size,
-            requested: size,
-            state,
-            stack: 3,
-        }
-    }
-
-    /// Thousands of blocks (chunks split, empty and join), from random inserts, removes,
-    /// frees and look-ups: always what a plain `BTreeMap` holds and answers, with the
+    /// Thousands of blocks (chunks split, empty and are rebuilt), from random inserts,
+    /// removes, frees and look-ups: always what a plain `BTreeMap` holds and answers, with the
     /// invariants intact.
     #[test]
     fn many_blocks_hold_and_answer_what_a_map_does() {
-        let states = [
-            BlockState::Inactive,
-            BlockState::ActiveAllocated,
-            BlockState::ActivePendingFree,
-        ];
         for seed in 0..12u64 {
             let mut rng = Lcg(seed);
-            let start: Vec<(i64, Block)> = (0..500).map(|i| (1024 * i, block(512, states[i as usize % 3]))).collect();
+            let start: Vec<(i64, Block)> = (0..500).map(|i| (1024 * i, block(512, STATES[i as usize % 3]))).collect();
             let mut want: BTreeMap<i64, Block> = start.iter().cloned().collect();
             let mut ours = BlockChunks::from_sorted(start);
             let span = 4000u64;
             let (mut most, mut chunks_most) = (0, 0);
             for step in 0..30_000 {
+                let at = format!("seed {seed} step {step}");
                 let addr = 512 * rng.below(span) as i64;
                 // Three inserts to a remove early on, so that chunks split and the map grows
                 // to thousands; the reverse later.
                 let grow = (step < 15_000) == (rng.below(4) > 0);
-                match rng.below(5) {
-                    0 | 1 if grow => {
-                        let b = block(512 * (1 + rng.below(3) as i64), states[rng.below(3) as usize]);
-                        ours.insert(addr, b.clone());
-                        want.insert(addr, b);
-                    }
-                    0 | 1 => assert_eq!(ours.remove(addr), want.remove(&addr), "seed {seed} step {step}"),
-                    2 => {
-                        ours.free_block(addr);
-                        super::super::segment_blocks::free_block_in_map(&mut want, addr);
-                    }
-                    3 => {
-                        let got = ours.last_at_or_before_mut(addr).map(|(a, b)| (a, b.clone()));
-                        let exp = want.range(..=addr).next_back().map(|(&a, b)| (a, b.clone()));
-                        assert_eq!(got, exp, "seed {seed} step {step}");
-                    }
-                    _ => {
-                        if let Some(b) = ours.get_mut(addr) {
-                            b.stack += 1;
-                        }
-                        if let Some(b) = want.get_mut(&addr) {
-                            b.stack += 1;
-                        }
-                    }
-                }
-                assert_eq!(ours.len(), want.len(), "seed {seed} step {step}");
+                let op = rng.below(5);
+                random_step(&mut ours, &mut want, &mut rng, op, addr, grow, &at);
+                assert_eq!(ours.len(), want.len(), "{at}");
                 (most, chunks_most) = (most.max(ours.len()), chunks_most.max(ours.chunks.len()));
                 if step % 211 == 0 {
                     ours.check();
-                    let got: Vec<(i64, Block)> = ours.iter().map(|(a, b)| (a, b.clone())).collect();
-                    let exp: Vec<(i64, Block)> = want.iter().map(|(&a, b)| (a, b.clone())).collect();
-                    assert_eq!(got, exp, "seed {seed} step {step}");
+                    same_blocks(&ours, &want, &at);
                 }
             }
             // Nine blocks in ten taken out: chunks empty, and the index is rebuilt smaller.

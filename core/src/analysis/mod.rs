@@ -22,6 +22,8 @@
 //! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
 
 mod block_chunks;
+#[cfg(test)]
+mod block_map_tests;
 pub mod categories;
 pub mod compare;
 mod device_events;

@@ -12,9 +12,6 @@
 //! [`TO_MAP`] blocks and back below [`TO_VEC`]. Both hold the same map from address to block:
 //! the tests apply random operations to both and to a plain `BTreeMap`.
 
-#[cfg(test)]
-use std::collections::BTreeMap;
-
 use super::block_chunks::BlockChunks;
 use super::segment_map::Block;
 
@@ -180,42 +177,6 @@ impl SegmentBlocks {
     }
 }
 
-/// [`SegmentBlocks::free_block`] on a plain map: what the tests hold both forms to.
-#[cfg(test)]
-pub(super) fn free_block_in_map(blocks: &mut BTreeMap<i64, Block>, addr: i64) {
-    use memlens_api::BlockState::Inactive;
-    let mut from = blocks.range_mut(addr..);
-    let Some((&at, cur)) = from.next() else {
-        return;
-    };
-    if at != addr {
-        return;
-    }
-    cur.state = Inactive;
-    cur.requested = 0;
-    cur.stack = 0;
-    if cur.size <= 0 {
-        return;
-    }
-    let next_free = match from.next() {
-        Some((&n, next)) if n == addr + cur.size && next.state == Inactive => Some((n, next.size)),
-        _ => None,
-    };
-    if let Some((_, next_size)) = next_free {
-        cur.size += next_size;
-    }
-    let merged = cur.size;
-    if let Some((n, _)) = next_free {
-        blocks.remove(&n);
-    }
-    if let Some((&p, prev)) = blocks.range_mut(..addr).next_back() {
-        if prev.state == Inactive && p + prev.size == addr {
-            prev.size += merged;
-            blocks.remove(&addr);
-        }
-    }
-}
-
 impl FromIterator<(i64, Block)> for SegmentBlocks {
     /// Of two blocks at one address, the later one stays (as inserting them one by one would
     /// leave).
@@ -238,69 +199,31 @@ impl FromIterator<(i64, Block)> for SegmentBlocks {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use memlens_api::BlockState;
 
+    use super::super::block_map_tests::{block, random_step, same_blocks};
     use super::*;
     use crate::test_rng::Lcg;
 
-    fn block(size: i64, state: BlockState) -> Block {
-        Block {
-            size,
-            requested: size,
-            state,
-            stack: 7,
-        }
-    }
-
-    /// `free_block` as it was on a plain map: the reference.
-    fn free_in(m: &mut BTreeMap<i64, Block>, addr: i64) {
-        free_block_in_map(m, addr)
-    }
-
     /// Random inserts, removes, frees, look-ups and joins, on blocks that tile a range and
-    /// on blocks that do not: the vector, the map and the switch between them always hold
+    /// on blocks that do not: the vector, the chunks and the switch between them always hold
     /// what a plain `BTreeMap` holds, and answer as it does.
     #[test]
     fn few_or_many_blocks_hold_and_answer_what_a_map_does() {
-        let states = [
-            BlockState::Inactive,
-            BlockState::ActiveAllocated,
-            BlockState::ActivePendingFree,
-        ];
         let mut was_many = false;
         for seed in 0..40u64 {
             let mut rng = Lcg(seed);
             let mut ours = SegmentBlocks::default();
             let mut want: BTreeMap<i64, Block> = BTreeMap::new();
-            // Up to 400 blocks of 512 bytes: the vector, the map and both switches.
+            // Up to 400 blocks of 512 bytes: the vector, the chunks and both switches.
             let span = 200 + 200 * (seed % 2) as i64;
             for step in 0..4000 {
+                let at = format!("seed {seed} step {step}");
                 let addr = 512 * rng.below(span as u64) as i64;
                 match rng.below(6) {
-                    0 | 1 if rng.below(3) > 0 || want.len() < 8 => {
-                        let b = block(512 * (1 + rng.below(3) as i64), states[rng.below(3) as usize]);
-                        ours.insert(addr, b.clone());
-                        want.insert(addr, b);
-                    }
-                    0 | 1 => assert_eq!(ours.remove(addr), want.remove(&addr), "seed {seed} step {step}"),
-                    2 => {
-                        ours.free_block(addr);
-                        free_in(&mut want, addr);
-                    }
-                    3 => {
-                        let got = ours.last_at_or_before_mut(addr).map(|(a, b)| (a, b.clone()));
-                        let exp = want.range(..=addr).next_back().map(|(&a, b)| (a, b.clone()));
-                        assert_eq!(got, exp, "seed {seed} step {step}");
-                    }
-                    4 => {
-                        if let Some(b) = ours.get_mut(addr) {
-                            b.stack += 1;
-                        }
-                        if let Some(b) = want.get_mut(&addr) {
-                            b.stack += 1;
-                        }
-                    }
-                    _ => {
+                    5 => {
                         // A segment splitting and joining again.
                         let (low, high): (Vec<_>, Vec<_>) =
                             ours.clone().into_vec().into_iter().partition(|e| e.0 < addr);
@@ -308,20 +231,20 @@ mod tests {
                         joined.append(high.into_iter().collect());
                         ours = joined;
                     }
+                    op => {
+                        let grow = rng.below(3) > 0 || want.len() < 8;
+                        random_step(&mut ours, &mut want, &mut rng, op, addr, grow, &at);
+                    }
                 }
                 was_many |= matches!(ours, SegmentBlocks::Many(_));
-                assert_eq!(ours.len(), want.len(), "seed {seed} step {step}");
+                assert_eq!(ours.len(), want.len(), "{at}");
                 if step % 97 == 0 {
-                    let got: Vec<(i64, Block)> = ours.iter().map(|(a, b)| (a, b.clone())).collect();
-                    let exp: Vec<(i64, Block)> = want.iter().map(|(&a, b)| (a, b.clone())).collect();
-                    assert_eq!(got, exp, "seed {seed} step {step}");
+                    same_blocks(&ours, &want, &at);
                 }
             }
-            let got: Vec<(i64, Block)> = ours.into_vec();
-            let exp: Vec<(i64, Block)> = want.into_iter().collect();
-            assert_eq!(got, exp, "seed {seed}");
+            same_blocks(&ours, &want, &format!("seed {seed}"));
         }
-        assert!(was_many, "the map was never used");
+        assert!(was_many, "the chunks were never used");
     }
 
     #[test]
