@@ -286,7 +286,10 @@ impl BlockChunks {
             assert!(chunk.len() <= CHUNK, "chunk {c} holds {}", chunk.len());
             if let (Some(first), Some(last)) = (chunk.first(), chunk.last()) {
                 assert_eq!(self.bounds[c], first.0, "chunk {c}");
-                assert!(self.bounds.get(c + 1).is_none_or(|&b| last.0 < b), "chunk {c} reaches past its range");
+                assert!(
+                    self.bounds.get(c + 1).is_none_or(|&b| last.0 < b),
+                    "chunk {c} reaches past its range"
+                );
             }
         }
         let addrs: Vec<i64> = self.iter().map(|(a, _)| a).collect();
@@ -311,7 +314,9 @@ mod tests {
     fn many_blocks_hold_and_answer_what_a_map_does() {
         for seed in 0..12u64 {
             let mut rng = Lcg(seed);
-            let start: Vec<(i64, Block)> = (0..500).map(|i| (1024 * i, block(512, STATES[i as usize % 3]))).collect();
+            let start: Vec<(i64, Block)> = (0..500)
+                .map(|i| (1024 * i, block(512, STATES[i as usize % 3])))
+                .collect();
             let mut want: BTreeMap<i64, Block> = start.iter().cloned().collect();
             let mut ours = BlockChunks::from_sorted(start);
             let span = 4000u64;
@@ -341,7 +346,10 @@ mod tests {
             ours.check();
             assert!(most > 2_000, "seed {seed}: at most {most} blocks");
             let chunks = ours.chunks.len();
-            assert!(chunks < chunks_most / 2, "seed {seed}: the index kept {chunks} of {chunks_most} chunks");
+            assert!(
+                chunks < chunks_most / 2,
+                "seed {seed}: the index kept {chunks} of {chunks_most} chunks"
+            );
             assert_eq!(ours.into_vec(), want.into_iter().collect::<Vec<_>>(), "seed {seed}");
         }
     }
@@ -390,6 +398,9 @@ mod tests {
         }
         ours.check();
         assert_eq!(ours.len(), 1);
-        assert_eq!(ours.iter().map(|(a, b)| (a, b.size)).collect::<Vec<_>>(), vec![(0, 512 * 200)]);
+        assert_eq!(
+            ours.iter().map(|(a, b)| (a, b.size)).collect::<Vec<_>>(),
+            vec![(0, 512 * 200)]
+        );
     }
 }
