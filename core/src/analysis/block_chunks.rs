@@ -11,15 +11,16 @@
 //! sit next to it, or in the next or previous chunk.
 //!
 //! The replay churns: undoing an iteration carves tens of blocks out of one free range and
-//! merges them back, all in one stretch of the segment. So the last look-up's chunk is tried
-//! first, and a chunk that empties stays, as a slot that the next split beside it fills,
+//! merges them back, all in one stretch of the segment. So the last look-up's chunk and its
+//! two neighbours are tried first, and a chunk that empties stays, as a slot that the next split beside it fills,
 //! rather than shifting the index of thousands of chunks each time (a first version that
 //! shifted it was no faster than the `BTreeMap`). The index is rebuilt whole only once empty
 //! or split chunks make it twice the size a fresh build has.
 //!
 //! On the generated 2 GB snapshot (`scripts/gen-snapshot`: one segment that gathers 180,000
-//! leaked blocks), the checkpoint build's replay took 3.2–4.1 s with the `BTreeMap` and
-//! 1.6–2.3 s with these chunks (`memlens-bench-segments`, old and new run side by side).
+//! leaked blocks), the checkpoint build's replay took 3.2–4.1 s with the `BTreeMap`, 1.6–2.3 s
+//! with these chunks trying the last chunk alone, 1.3–1.75 s trying its neighbours too
+//! (`memlens-bench-segments`, each pair of versions run side by side).
 //!
 //! Invariants: `bounds` rise strictly; chunk `c` holds addresses from `bounds[c]` to before
 //! `bounds[c + 1]`, rising, and a chunk that holds any starts at `bounds[c]`; at most [`CHUNK`]
@@ -94,11 +95,16 @@ impl BlockChunks {
     /// The chunk whose range holds `addr`.
     fn chunk_of(&self, addr: i64) -> Option<usize> {
         // The replay works on one stretch of a segment for many entries in a row: the chunk
-        // of the last look-up usually holds the next one.
+        // of the last look-up, or one beside it, usually holds the next one.
         let hint = self.last_chunk.get();
-        if let Some(&lower) = self.bounds.get(hint) {
-            if lower <= addr && self.bounds.get(hint + 1).is_none_or(|&upper| addr < upper) {
-                return Some(hint);
+        for near in [hint, hint.wrapping_add(1), hint.wrapping_sub(1)] {
+            let holds = |c: usize| {
+                self.bounds.get(c).is_some_and(|&lower| lower <= addr)
+                    && self.bounds.get(c + 1).is_none_or(|&upper| addr < upper)
+            };
+            if holds(near) {
+                self.last_chunk.set(near);
+                return Some(near);
             }
         }
         let chunk = self.bounds.partition_point(|&f| f <= addr).checked_sub(1)?;
