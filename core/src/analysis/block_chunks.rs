@@ -85,11 +85,7 @@ impl BlockChunks {
 
     /// The blocks, in address order.
     pub(crate) fn into_vec(self) -> Vec<(i64, Block)> {
-        let mut out = Vec::with_capacity(self.len);
-        for chunk in self.chunks {
-            out.extend(chunk);
-        }
-        out
+        self.chunks.into_iter().flatten().collect()
     }
 
     /// The chunk whose range holds `addr`.
@@ -97,11 +93,11 @@ impl BlockChunks {
         // The replay works on one stretch of a segment for many entries in a row: the chunk
         // of the last look-up, or one beside it, usually holds the next one.
         let hint = self.last_chunk.get();
+        let holds = |c: usize| {
+            self.bounds.get(c).is_some_and(|&lower| lower <= addr)
+                && self.bounds.get(c + 1).is_none_or(|&upper| addr < upper)
+        };
         for near in [hint, hint.wrapping_add(1), hint.wrapping_sub(1)] {
-            let holds = |c: usize| {
-                self.bounds.get(c).is_some_and(|&lower| lower <= addr)
-                    && self.bounds.get(c + 1).is_none_or(|&upper| addr < upper)
-            };
             if holds(near) {
                 self.last_chunk.set(near);
                 return Some(near);
@@ -252,9 +248,7 @@ impl BlockChunks {
             return;
         };
         let cur = &mut self.at_mut(at).1;
-        cur.state = Inactive;
-        cur.requested = 0;
-        cur.stack = 0;
+        cur.set_free();
         if cur.size <= 0 {
             return;
         }

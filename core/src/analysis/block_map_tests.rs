@@ -119,9 +119,7 @@ fn free_block_in_map(blocks: &mut BTreeMap<i64, Block>, addr: i64) {
     if at != addr {
         return;
     }
-    cur.state = Inactive;
-    cur.requested = 0;
-    cur.stack = 0;
+    cur.set_free();
     if cur.size <= 0 {
         return;
     }

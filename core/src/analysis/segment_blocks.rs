@@ -148,9 +148,7 @@ impl SegmentBlocks {
                     return;
                 };
                 let cur = &mut v[i].1;
-                cur.state = Inactive;
-                cur.requested = 0;
-                cur.stack = 0;
+                cur.set_free();
                 if cur.size <= 0 {
                     return;
                 }

@@ -27,6 +27,15 @@ pub(super) struct Block {
     pub(super) stack: u32,
 }
 
+impl Block {
+    /// Makes the block free: no request, no stack.
+    pub(super) fn set_free(&mut self) {
+        self.state = BlockState::Inactive;
+        self.requested = 0;
+        self.stack = 0;
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(super) struct Segment {
     pub(super) size: i64,
