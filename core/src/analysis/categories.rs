@@ -23,6 +23,7 @@ use memlens_api::{Category, CategoryRule, CategorySummary, PhaseRange, RuleShare
 use polars::prelude::*;
 
 pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, Labels};
+use super::rows_in_entry_order::rows_in_entry_order;
 pub use super::training_structure::autograd_windows;
 use super::training_structure::{in_zero_grad, locate, spans_or_open, structure, within, Span, Structure};
 use super::DeviceEvents;
@@ -317,13 +318,9 @@ pub fn category_budget(
     // The allocations by alloc entry and by free entry: their changes are swept in entry order
     // by merging the two (each entry allocates or frees at most one allocation). Allocations
     // come in alloc order: they are read as they are (sorted only if they are not). The frees
-    // are the entry and the row in one `u64` (8 bytes an allocation, not 9 bytes per trace
-    // entry), sorted by value: no look-up of the key per comparison (that made sorting them
-    // most of this function).
-    let entry_and_row = |entry: i64, r: usize| ((entry as u64) << 32) | r as u64;
+    // are put in entry order by their ranks among the free entries (4 bytes a free, no sort).
     let mut in_alloc_order = true;
     let mut last_alloc = -1i64;
-    let mut by_free: Vec<u64> = Vec::with_capacity(categories.len());
     for (r, &(c, rule)) in categories.iter().enumerate() {
         let s = slot(c);
         count[s] += 1;
@@ -345,9 +342,6 @@ pub fn category_budget(
             in_alloc_order &= a > last_alloc;
             last_alloc = a;
         }
-        if f >= 0 {
-            by_free.push(entry_and_row(f, r));
-        }
         let live_at_peak = match peak {
             Some(p) => a <= p && (f < 0 || f > p),
             None => a < 0,
@@ -356,9 +350,7 @@ pub fn category_budget(
             at_peak[s] += size[r];
         }
     }
-    // Each entry allocates or frees at most one allocation: the values are distinct, and an
-    // unstable sort needs no scratch copy.
-    by_free.sort_unstable();
+    let by_free = rows_in_entry_order(free_idx);
     let made = (0..categories.len() as u32).filter(|&r| alloc_idx[r as usize] >= 0);
     let allocs: Box<dyn Iterator<Item = u32>> = match in_alloc_order {
         true => Box::new(made),
@@ -372,8 +364,7 @@ pub fn category_budget(
         allocs.map(|r| (alloc_idx[r as usize] as usize, r, size[r as usize])),
         by_free
             .iter()
-            .map(|&v| ((v >> 32) as usize, v as u32))
-            .map(|(e, r)| (e, r, -size[r as usize])),
+            .map(|&r| (free_idx[r as usize] as usize, r, -size[r as usize])),
     );
     let mut max = live.clone();
     // Per iteration, each category's most bytes (iteration k ends before entry iteration_ends[k]).

@@ -38,6 +38,7 @@ mod packed_entries;
 pub mod peak;
 pub mod phases;
 pub mod pools;
+mod rows_in_entry_order;
 pub mod run;
 mod segment_blocks;
 pub mod segment_checkpoint_frame;
