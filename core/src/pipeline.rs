@@ -265,6 +265,7 @@ pub fn run_with(
             let early = sink.keeps_tables().then(|| sink.early_frames()).flatten();
             let on_final = early.map(|e| move |frames: FinalFrames<'_>| e.frames_final(index, frames));
             let keeping = Keeping {
+                frames: sink.keeps_tables(),
                 checkpoints: sink.keeps_tables() && sink.keeps_segment_checkpoints(),
                 frames_final: on_final.as_ref().map(|f| f as OnFramesFinal<'_>),
             };
@@ -286,7 +287,11 @@ pub fn run_with(
             let mut devices = Vec::with_capacity(analyses.len());
             for a in analyses {
                 let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(e.into()))?;
-                let usage = stored_usage(a.usage, &ev).map_err(|e| internal(e.into()))?;
+                let usage = a.usage.ok_or_else(|| PipelineError::Internal {
+                    file: name.clone(),
+                    message: "the analyses kept no usage series".to_owned(),
+                })?;
+                let usage = stored_usage(usage, &ev).map_err(|e| internal(e.into()))?;
                 devices.push(DeviceFrames {
                     device: a.summary.device,
                     usage,

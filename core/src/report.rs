@@ -44,8 +44,9 @@ pub const TOP_STACKS: usize = 10;
 pub struct DeviceAnalysis {
     pub summary: DeviceSummary,
     /// `allocated` after every entry (row `i` is the device's entry `i`; the time axis is the
-    /// events' `time_us`, see [`DeviceEvents::time`]).
-    pub usage: DataFrame,
+    /// events' `time_us`, see [`DeviceEvents::time`]), when the run keeps the frames
+    /// ([`Keeping::frames`]).
+    pub usage: Option<DataFrame>,
     /// Reserved bytes after every entry, as their changes.
     pub reserved: EntrySteps,
     pub lifetimes: DataFrame,
@@ -60,6 +61,9 @@ pub type OnFramesFinal<'a> = &'a (dyn Fn(FinalFrames<'_>) + Sync);
 /// What a run keeps of each device's analyses beyond its summary and frames.
 #[derive(Clone, Copy, Default)]
 pub struct Keeping<'a> {
+    /// The device's frames beyond those every run makes: the whole usage series
+    /// ([`DeviceAnalysis::usage`]).
+    pub frames: bool,
     /// The segment map's checkpoints the fragmentation replay takes (what a stored report
     /// answers segment maps from).
     pub checkpoints: bool,
@@ -126,9 +130,21 @@ pub fn analyze_device_keeping(
             }
         };
         let others_running = || !done.load(Ordering::Acquire);
-        let frames_final = keeping.frames_final.map(|f| (f, &others_running as &dyn Fn() -> bool));
-        analyze_device_with(t, ev, stacks, rules, usage?, frames_final, second)
+        let frames = FramesOut {
+            keep: keeping.frames,
+            on_final: keeping.frames_final.map(|f| (f, &others_running as &dyn Fn() -> bool)),
+        };
+        analyze_device_with(t, ev, stacks, rules, usage?, frames, second)
     })
+}
+
+/// What [`analyze_device_with`] makes of a device's frames beyond its analyses' own.
+struct FramesOut<'a> {
+    /// Whether the whole usage series is made ([`Keeping::frames`]).
+    keep: bool,
+    /// Told of the usage and lifetimes once they are final, with whether the replay still
+    /// runs ([`Keeping::frames_final`]; only when `keep`).
+    on_final: Option<(OnFramesFinal<'a>, &'a dyn Fn() -> bool)>,
 }
 
 /// [`analyze_device`] with the usage found; `second` gives the fragmentation replay, found
@@ -140,7 +156,7 @@ fn analyze_device_with(
     stacks: &StackResolver,
     rules: &FrameRules,
     usage: &Usage,
-    frames_final: Option<(OnFramesFinal<'_>, &dyn Fn() -> bool)>,
+    frames: FramesOut<'_>,
     second: impl FnOnce() -> PolarsResult<(crate::analysis::fragmentation::Fragmentation, (Vec<FreeStall>, i64))>,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let device = ev.device;
@@ -162,7 +178,7 @@ fn analyze_device_with(
     let no_stack = NoStackEvidence {
         stacks_recorded: stacks.any_recorded(),
         autograd: if ev.has_time {
-            autograd_windows(&structure, ev.time(), usage.allocated())
+            autograd_windows(&structure, ev.time(), usage)
         } else {
             Vec::new()
         },
@@ -178,15 +194,7 @@ fn analyze_device_with(
     let Placement {
         placed,
         iteration_ends: ends,
-    } = categorize(
-        ev,
-        usage.allocated(),
-        &lifetimes,
-        &structure,
-        stacks,
-        pytorch,
-        &evidence,
-    )?;
+    } = categorize(ev, usage, &lifetimes, &structure, stacks, pytorch, &evidence)?;
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     let peak_stacks = live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?;
     let peak_modules = live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?;
@@ -195,11 +203,14 @@ fn analyze_device_with(
     add_category_columns(&mut lifetimes, &placed)?;
     let alloc_count = ev.action().iter().filter(|&&a| a == Action::Alloc as u8).count();
     let pools = memory_pools(t, ev)?;
-    if let Some((call, others_running)) = frames_final {
+    // The whole usage series is made only for a run that keeps it, and only now: through the
+    // analyses above it was not held beside the trace and the lifetimes.
+    let usage_frame = frames.keep.then(|| usage.frame()).transpose()?;
+    if let (Some((call, others_running)), Some(usage_frame)) = (frames.on_final, &usage_frame) {
         call(FinalFrames {
             device,
             events: ev,
-            usage: &usage.frame,
+            usage: usage_frame,
             lifetimes: &lifetimes,
             others_running,
         });
@@ -247,8 +258,7 @@ fn analyze_device_with(
     };
     Ok(DeviceAnalysis {
         summary,
-        // A shallow copy: polars columns are shared, not copied.
-        usage: usage.frame.clone(),
+        usage: usage_frame,
         reserved: usage.reserved.clone(),
         lifetimes,
         fragmentation: frag.frame,

@@ -105,7 +105,7 @@ fn usage_counts_requested_bytes_and_reserved_segments() {
     let t = two_allocations();
     let ev = DeviceEvents::new(&t, 0).expect("events");
     let u = usage_over_time(&t, &ev).expect("usage");
-    assert_eq!(u.allocated(), &[0, 1000, 1512, 1512, 512]);
+    assert_eq!(u.allocated_from(0).collect::<Vec<_>>(), [0, 1000, 1512, 1512, 512]);
     assert_eq!(u.reserved.values().collect::<Vec<_>>(), vec![2 * MIB; 5]);
     assert_eq!(u.reserved.changes().collect::<Vec<_>>(), vec![(0, 2 * MIB)]);
     assert_eq!((u.peak_allocated, u.peak_allocated_idx), (1512, Some(2)));

@@ -82,7 +82,7 @@ fn replay_tracks_reserved_bytes_at_every_sampled_entry() {
                 "{name}: reserved after entry {i}"
             );
             assert!(
-                map.active_bytes >= usage.allocated()[i],
+                map.active_bytes >= usage.allocated_after(i).expect("an entry"),
                 "{name}: blocks hold the requests after entry {i}"
             );
             assert_eq!(map.event_index, Some(i));

@@ -26,6 +26,7 @@ pub use super::labels::{explicit_labels, label_category, profiler_category, Fram
 use super::rows_in_entry_order::rows_in_entry_order;
 pub use super::training_structure::autograd_windows;
 use super::training_structure::{in_zero_grad, locate, spans_or_open, structure, within, Span, Structure};
+use super::usage::Usage;
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
 use crate::stacks::StackResolver;
@@ -171,7 +172,7 @@ pub struct Placement {
 /// Every lifetime row's category and rule.
 pub fn categorize(
     ev: &DeviceEvents,
-    allocated: &[i64],
+    usage: &Usage,
     lifetimes: &DataFrame,
     phases: &[PhaseRange],
     stacks: &StackResolver,
@@ -182,7 +183,7 @@ pub fn categorize(
     let time = ev.time();
     let span = (time.first().copied().unwrap_or(0), time.last().copied().unwrap_or(0));
     let st = if pytorch && ev.has_time {
-        structure(phases, time, allocated)
+        structure(phases, time, usage)
     } else {
         None
     };

@@ -49,10 +49,10 @@ pub fn point(ev: &DeviceEvents, idx: usize, s: &StateStats) -> FragmentationPoin
 
 /// The fragmentation series over `samples` evenly spaced entries and those in `exact`;
 /// `usage` is asked for only once the replay is done (its `allocated` column is sampled too).
-pub fn fragmentation_over_time<'u>(
+pub fn fragmentation_over_time<'u, 'e: 'u>(
     t: &SnapshotTables,
     ev: &DeviceEvents,
-    usage: impl FnOnce() -> PolarsResult<&'u Usage>,
+    usage: impl FnOnce() -> PolarsResult<&'u Usage<'e>>,
     samples: usize,
     exact: &[usize],
     checkpoints: Option<usize>,
@@ -87,7 +87,7 @@ pub fn fragmentation_over_time<'u>(
         .filter_map(|&i| points.binary_search(&i).ok().map(|j| (i, stats[j])))
         .collect();
 
-    let alloc = usage()?.allocated();
+    let usage = usage()?;
     let frame = DataFrame::new(
         points.len(),
         vec![
@@ -100,7 +100,7 @@ pub fn fragmentation_over_time<'u>(
                 "allocated".into(),
                 points
                     .iter()
-                    .map(|&p| alloc.get(p).copied().unwrap_or(0))
+                    .map(|&p| usage.allocated_after(p).unwrap_or(0))
                     .collect::<Vec<_>>(),
             ),
             Column::new("reserved".into(), stats.iter().map(|s| s.reserved).collect::<Vec<_>>()),

@@ -4,6 +4,7 @@
 //! [`in_zero_grad`]), asked for every allocation by [`super::categories`], answered by binary
 //! search where a run's iterations follow each other (a long run has thousands).
 
+use super::usage::Usage;
 use memlens_api::PhaseRange;
 
 /// A time interval `[start, end]` on the trace's axis.
@@ -113,18 +114,21 @@ impl SortedSpans {
 }
 
 /// When allocated bytes (after each entry) first peak inside `span`.
-fn peak_time_in(time: &[i64], allocated: &[i64], span: Span) -> Option<i64> {
+fn peak_time_in(time: &[i64], usage: &Usage, span: Span) -> Option<i64> {
     let a = time.partition_point(|&t| t < span.0);
     let b = time.partition_point(|&t| t <= span.1);
     (a < b).then(|| {
-        let i = (a..b)
-            .max_by_key(|&i| (allocated[i], std::cmp::Reverse(i)))
-            .unwrap_or(a);
-        time[i]
+        let mut peak = (i64::MIN, a);
+        for (i, allocated) in (a..b).zip(usage.allocated_from(a)) {
+            if allocated > peak.0 {
+                peak = (allocated, i);
+            }
+        }
+        time[peak.1]
     })
 }
 
-pub(super) fn structure(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) -> Option<Structure> {
+pub(super) fn structure(phases: &[PhaseRange], time: &[i64], usage: &Usage) -> Option<Structure> {
     let mut steps = spans(phases, |n| n.starts_with("optimizer.step"));
     if steps.is_empty() {
         steps = spans(phases, |n| n.contains("optimizer") && !n.contains("zero_grad"));
@@ -151,7 +155,7 @@ pub(super) fn structure(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) 
             // The gap before an explicit forward holds the batch (see `Category::Input`).
             (Some(f), Some(b)) => ((f.0, f.1), (f.1, window.1.max(b.1))),
             _ => {
-                let split = peak_time_in(time, allocated, window).unwrap_or(window.1);
+                let split = peak_time_in(time, usage, window).unwrap_or(window.1);
                 ((window.0, split), (split, window.1))
             }
         };
@@ -181,8 +185,8 @@ pub(super) fn structure(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) 
 /// Where backward may run: each training iteration's forward and backward together (from its
 /// start to its optimizer step; forward runs on the Python thread, so an allocation there
 /// without frames was made on the autograd thread), else the explicit `backward` ranges.
-pub fn autograd_windows(phases: &[PhaseRange], time: &[i64], allocated: &[i64]) -> Vec<(i64, i64)> {
-    match structure(phases, time, allocated) {
+pub fn autograd_windows(phases: &[PhaseRange], time: &[i64], usage: &Usage) -> Vec<(i64, i64)> {
+    match structure(phases, time, usage) {
         Some(st) => st.iterations.iter().map(|i| (i.forward.0, i.backward.1)).collect(),
         None => spans(phases, |n| n == "backward" || n.ends_with(".backward")),
     }

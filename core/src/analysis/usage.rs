@@ -9,7 +9,12 @@
 //! everything the trace added.
 //!
 //! Reserved bytes change only on segment events, so they are held as their changes
-//! ([`EntrySteps`]), not one value per entry.
+//! ([`EntrySteps`]), not one value per entry. Allocated bytes change on almost every entry, so
+//! they are held as one value every [`STRIDE`] entries and recomputed from the entries between
+//! (a prefix sum of their sizes) when read: the analyses read them at a few points and over
+//! the training windows, and a whole series (8 bytes an entry, 280 MB on the 2 GB generated
+//! snapshot, held beside the trace through every analysis) is made only for a run that keeps
+//! the frames ([`Usage::frame`]).
 
 use polars::prelude::*;
 
@@ -18,11 +23,15 @@ use crate::columns::usage as usage_col;
 use crate::entry_steps::EntrySteps;
 use crate::tables::{Action, SnapshotTables};
 
-/// One device's usage series and its landmarks.
-pub struct Usage {
-    /// Column `allocated` (requested bytes): the value right after each entry (row `i` pairs
-    /// with entry `i` of the device's events, whose `time_us` is the time axis).
-    pub frame: DataFrame,
+/// Entries between two held values of the allocated bytes.
+const STRIDE: usize = 1024;
+
+/// One device's usage series and its landmarks, read from its events `action` and `size`.
+pub struct Usage<'a> {
+    action: &'a [u8],
+    size: &'a [i64],
+    /// Allocated bytes before entry `k * STRIDE`, for each `k` with entries there.
+    marks: Vec<i64>,
     /// Reserved bytes after each entry, as their changes.
     pub reserved: EntrySteps,
     pub initial_allocated: i64,
@@ -34,19 +43,44 @@ pub struct Usage {
     pub peak_reserved_idx: Option<usize>,
 }
 
-impl Usage {
-    pub fn allocated(&self) -> &[i64] {
-        usage_col::ALLOCATED
-            .slice(&self.frame)
-            .expect("usage_over_time builds this column")
+impl Usage<'_> {
+    /// Entries the series covers.
+    pub fn len(&self) -> usize {
+        self.action.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.action.is_empty()
+    }
+    /// Allocated bytes right after each entry from entry `from` on.
+    pub fn allocated_from(&self, from: usize) -> impl Iterator<Item = i64> + '_ {
+        let from = from.min(self.len());
+        let k = from / STRIDE;
+        let mut now = self.marks.get(k).copied().unwrap_or(self.final_allocated);
+        for j in k * STRIDE..from {
+            now += deltas(self.action[j], self.size[j]).0;
+        }
+        (from..self.len()).map(move |j| {
+            now += deltas(self.action[j], self.size[j]).0;
+            now
+        })
+    }
+    /// Allocated bytes right after entry `i` (`None` past the last entry).
+    pub fn allocated_after(&self, i: usize) -> Option<i64> {
+        (i < self.len()).then(|| self.allocated_from(i).next()).flatten()
     }
     /// Allocated bytes just before entry `i`.
     pub fn allocated_before(&self, i: usize) -> i64 {
         if i == 0 {
             self.initial_allocated
         } else {
-            self.allocated().get(i - 1).copied().unwrap_or(self.final_allocated)
+            self.allocated_after(i - 1).unwrap_or(self.final_allocated)
         }
+    }
+    /// Column `allocated`, the value right after each entry (row `i` pairs with entry `i` of
+    /// the device's events, whose `time_us` is the time axis): the whole series, made here.
+    pub fn frame(&self) -> PolarsResult<DataFrame> {
+        let allocated: Vec<i64> = self.allocated_from(0).collect();
+        DataFrame::new(allocated.len(), vec![usage_col::ALLOCATED.build(allocated)])
     }
     /// Reserved bytes before the first entry.
     pub fn initial_reserved(&self) -> i64 {
@@ -88,7 +122,7 @@ pub fn peak_allocated_entry(action: &[u8], size: &[i64]) -> Option<usize> {
     at
 }
 
-pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Usage> {
+pub fn usage_over_time<'a>(t: &SnapshotTables, ev: &'a DeviceEvents) -> PolarsResult<Usage<'a>> {
     let (segs, _) = device_segments(t, ev.device)?;
     let final_allocated = sum_i64(&segs, "requested_size")?;
     let final_reserved = sum_i64(&segs, "total_size")?;
@@ -107,11 +141,14 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
     };
 
     let n = action.len();
-    let mut allocated = Vec::with_capacity(n);
+    let mut marks = Vec::with_capacity(n.div_ceil(STRIDE));
     let mut reserved = EntrySteps::starting_at(initial_reserved);
     let (mut a_now, mut r_now) = (initial_allocated, initial_reserved);
     let (mut peak_a, mut peak_a_idx, mut peak_r, mut peak_r_idx) = (a_now, None, r_now, None);
     for i in 0..n {
+        if i % STRIDE == 0 {
+            marks.push(a_now);
+        }
         let (da, dr) = deltas(action[i], size[i]);
         a_now += da;
         r_now += dr;
@@ -123,12 +160,12 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
             peak_r = r_now;
             peak_r_idx = Some(i);
         }
-        allocated.push(a_now);
         reserved.push(r_now);
     }
-    let frame = DataFrame::new(n, vec![usage_col::ALLOCATED.build(allocated)])?;
     Ok(Usage {
-        frame,
+        action,
+        size,
+        marks,
         reserved,
         initial_allocated,
         final_allocated: if n == 0 { initial_allocated } else { a_now },
@@ -137,4 +174,70 @@ pub fn usage_over_time(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Us
         peak_reserved: peak_r,
         peak_reserved_idx: peak_r_idx,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_rng::Lcg;
+
+    /// A usage over `action` and `size` from `initial`, its marks made as `usage_over_time`
+    /// makes them.
+    fn usage<'a>(action: &'a [u8], size: &'a [i64], initial: i64) -> (Usage<'a>, Vec<i64>) {
+        let mut now = initial;
+        let mut series = Vec::new();
+        let mut marks = Vec::new();
+        for (i, (&a, &s)) in action.iter().zip(size).enumerate() {
+            if i % STRIDE == 0 {
+                marks.push(now);
+            }
+            now += deltas(a, s).0;
+            series.push(now);
+        }
+        let u = Usage {
+            action,
+            size,
+            marks,
+            reserved: EntrySteps::starting_at(0),
+            initial_allocated: initial,
+            final_allocated: now,
+            peak_allocated: 0,
+            peak_allocated_idx: None,
+            peak_reserved: 0,
+            peak_reserved_idx: None,
+        };
+        (u, series)
+    }
+
+    #[test]
+    fn allocated_bytes_read_anywhere_are_the_whole_series() {
+        let mut rng = Lcg(11);
+        for n in [0usize, 1, STRIDE - 1, STRIDE, STRIDE + 1, 3 * STRIDE + 17] {
+            let action: Vec<u8> = (0..n)
+                .map(|_| match rng.below(3) {
+                    0 => Action::Alloc as u8,
+                    1 => Action::FreeCompleted as u8,
+                    _ => Action::SegmentAlloc as u8,
+                })
+                .collect();
+            let size: Vec<i64> = (0..n).map(|_| rng.below(1 << 20) as i64).collect();
+            let (u, series) = usage(&action, &size, 1 << 30);
+            assert_eq!(u.allocated_from(0).collect::<Vec<_>>(), series, "{n} entries");
+            assert_eq!(u.frame().expect("frame").height(), n);
+            for i in [0, 1, STRIDE - 1, STRIDE, STRIDE + 1, n.saturating_sub(1), n, n + 5] {
+                assert_eq!(u.allocated_after(i), series.get(i).copied(), "after {i} of {n}");
+                let before = if i == 0 {
+                    1 << 30
+                } else {
+                    *series.get(i - 1).unwrap_or(&u.final_allocated)
+                };
+                assert_eq!(u.allocated_before(i), before, "before {i} of {n}");
+                assert_eq!(
+                    u.allocated_from(i).collect::<Vec<_>>(),
+                    series[i.min(n)..],
+                    "from {i} of {n}"
+                );
+            }
+        }
+    }
 }
