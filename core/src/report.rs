@@ -17,7 +17,7 @@ use crate::analysis::gpu_samples::{
     add_non_pytorch_memory, align_local_clock, shift_clock, summarize_gpu_log, time_range, ReservedSteps,
 };
 use crate::analysis::leaks::leak_candidates;
-use crate::analysis::lifetimes::allocation_lifetimes;
+use crate::analysis::lifetimes::{allocation_lifetimes_with, Addresses};
 use crate::analysis::oom::{explain_ooms, with_categories};
 use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of, NoStackEvidence};
 use crate::analysis::phases::{iteration_starts, phase_ranges, with_inferred_optimizer_steps};
@@ -160,7 +160,8 @@ fn analyze_device_with(
     second: impl FnOnce() -> PolarsResult<(crate::analysis::fragmentation::Fragmentation, (Vec<FreeStall>, i64))>,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let device = ev.device;
-    let mut lifetimes = allocation_lifetimes(t, ev)?;
+    let addresses = if frames.keep { Addresses::Kept } else { Addresses::Left };
+    let mut lifetimes = allocation_lifetimes_with(t, ev, addresses)?;
     let expandable = t.source.expandable_segments == Some(true)
         || t.segments
             .column("is_expandable")?

@@ -1,6 +1,6 @@
 //! Allocation lifetimes: one row per allocation, from its `alloc` to its `free_completed`.
 //!
-//! Columns: `addr` i64, `size` i64 (requested bytes), `alloc_idx` i32 (−1: allocated before
+//! Columns: `addr` i64 (left out of a run that keeps no frames: [`Addresses`]), `size` i64 (requested bytes), `alloc_idx` i32 (−1: allocated before
 //! recording), `free_idx` i32 (−1: live at the end; entry indexes take 32 bits, a device's
 //! trace being refused beyond [`MAX_ENTRIES`]), `stack` u32 (the alloc's stack, or the
 //! free's when the alloc was not recorded, or the snapshot block's for blocks that predate the
@@ -24,6 +24,25 @@ use crate::tables::{Action, BlockState, SnapshotTables};
 pub const MAX_ENTRIES: usize = i32::MAX as usize;
 
 pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
+    allocation_lifetimes_with(t, ev, Addresses::Kept)
+}
+
+/// Whether the lifetimes hold the `addr` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addresses {
+    Kept,
+    /// Only a stored report's queries read the addresses: a run that keeps no frames leaves
+    /// them out (8 bytes an allocation, 94 MB on the 2 GB generated snapshot, at the top of its
+    /// analyses' memory).
+    Left,
+}
+
+/// [`allocation_lifetimes`], with the `addr` column or without it.
+pub fn allocation_lifetimes_with(
+    t: &SnapshotTables,
+    ev: &DeviceEvents,
+    addresses: Addresses,
+) -> PolarsResult<DataFrame> {
     let (action, addr, size, stack, stream) = (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
     polars_ensure!(
         action.len() <= MAX_ENTRIES,
@@ -34,8 +53,9 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
     // One row per alloc (and a few for frees of memory allocated before the trace): sized once,
     // so the columns are not copied as they grow while the trace they come from is held.
     let allocs = action.iter().filter(|&&a| a == Action::Alloc as u8).count();
+    let kept = addresses == Addresses::Kept;
     let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) = (
-        Vec::with_capacity(allocs),
+        Vec::with_capacity(if kept { allocs } else { 0 }),
         Vec::with_capacity(allocs),
         Vec::with_capacity(allocs),
         Vec::with_capacity(allocs),
@@ -45,8 +65,10 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
     for i in 0..action.len() {
         match Action::from_code(action[i]) {
             Action::Alloc => {
-                let row = r_addr.len();
-                r_addr.push(addr[i]);
+                let row = r_alloc.len();
+                if kept {
+                    r_addr.push(addr[i]);
+                }
                 r_size.push(size[i]);
                 r_alloc.push(entry(i));
                 r_free.push(-1i32);
@@ -58,7 +80,9 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
                 Some(row) => r_free[row] = entry(i),
                 None => {
                     // Allocated before recording (or evicted from the ring buffer).
-                    r_addr.push(addr[i]);
+                    if kept {
+                        r_addr.push(addr[i]);
+                    }
                     r_size.push(size[i]);
                     r_alloc.push(-1);
                     r_free.push(entry(i));
@@ -100,7 +124,9 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
         if open.contains_key(&a) {
             continue;
         }
-        r_addr.push(a);
+        if kept {
+            r_addr.push(a);
+        }
         r_size.push(b_req.get(i).unwrap_or(0));
         r_alloc.push(-1);
         r_free.push(-1);
@@ -112,19 +138,20 @@ pub fn allocation_lifetimes(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResu
             .unwrap_or(0);
         r_stream.push(s);
     }
-    let n = r_addr.len();
-    DataFrame::new(
-        n,
-        vec![
-            Int64Chunked::from_vec("addr".into(), r_addr).into_series().into(),
-            Int64Chunked::from_vec("size".into(), r_size).into_series().into(),
-            Int32Chunked::from_vec("alloc_idx".into(), r_alloc).into_series().into(),
-            Int32Chunked::from_vec("free_idx".into(), r_free).into_series().into(),
-            UInt32Chunked::from_vec("stack".into(), r_stack).into_series().into(),
-            // One stream throughout (the usual case) is held as one scalar (see `Streams`).
-            one_or_each_column("stream", r_stream),
-        ],
-    )
+    let n = r_alloc.len();
+    let mut columns: Vec<Column> = Vec::with_capacity(6);
+    if kept {
+        columns.push(Int64Chunked::from_vec("addr".into(), r_addr).into_series().into());
+    }
+    columns.extend([
+        Int64Chunked::from_vec("size".into(), r_size).into_series().into(),
+        Int32Chunked::from_vec("alloc_idx".into(), r_alloc).into_series().into(),
+        Int32Chunked::from_vec("free_idx".into(), r_free).into_series().into(),
+        UInt32Chunked::from_vec("stack".into(), r_stack).into_series().into(),
+        // One stream throughout (the usual case) is held as one scalar (see `Streams`).
+        one_or_each_column("stream", r_stream),
+    ]);
+    DataFrame::new(n, columns)
 }
 
 /// Allocations live right after entry `idx` (`None`: before the first entry), grouped by
