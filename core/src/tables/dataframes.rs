@@ -130,8 +130,9 @@ impl SnapshotColumns {
             device_free,
             notes,
         } = trace;
+        // The narrow columns become i64 here, the decoder's memo gone.
         let (action, addr, size, stream, time_us, stack, row_map) = if contiguous {
-            (action, addr, size, stream, time_us, stack, None)
+            (action, addr, size.into_vec(), stream, time_us.into_vec(), stack, None)
         } else {
             let rows: Vec<usize> = device_ranges
                 .iter()
@@ -144,7 +145,7 @@ impl SnapshotColumns {
             (
                 rows.iter().map(|&r| action[r]).collect(),
                 rows.iter().map(|&r| addr[r]).collect(),
-                rows.iter().map(|&r| size[r]).collect(),
+                rows.iter().map(|&r| size.get(r)).collect(),
                 {
                     let mut picked = OneOrEach::default();
                     for &r in &rows {
@@ -152,7 +153,7 @@ impl SnapshotColumns {
                     }
                     picked
                 },
-                rows.iter().map(|&r| time_us[r]).collect(),
+                rows.iter().map(|&r| time_us.get(r)).collect(),
                 rows.iter().map(|&r| stack[r]).collect(),
                 Some(map),
             )

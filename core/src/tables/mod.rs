@@ -92,16 +92,19 @@ impl Action {
 pub use memlens_api::BlockState;
 
 use crate::fault_ahead::FaultAhead;
+pub use narrow_column::{Base, NarrowI64};
 
 /// Trace rows in arrival order (all devices; [`SnapshotColumns::device_ranges`] splits them).
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub struct TraceRows {
     pub action: Vec<u8>,
     pub addr: Vec<i64>,
-    pub size: Vec<i64>,
+    /// Narrow while every size is below 4 GiB ([`NarrowI64`]).
+    pub size: NarrowI64,
     /// One stream for every entry so far, or each entry's (most traces have one stream).
     pub stream: OneOrEach,
-    pub time_us: Vec<i64>,
+    /// Narrow while every timestamp is within 71 minutes after the first ([`NarrowI64`]).
+    pub time_us: NarrowI64,
     pub stack: Vec<u32>,
     /// Sparse `(row, device_free)`.
     pub device_free: Vec<(u32, i64)>,
@@ -131,6 +134,21 @@ impl EventNote {
             && self.user_metadata.is_none()
             && self.action_name.is_none()
             && self.category.is_none()
+    }
+}
+
+impl Default for TraceRows {
+    fn default() -> Self {
+        TraceRows {
+            action: Vec::new(),
+            addr: Vec::new(),
+            size: NarrowI64::new(Base::Zero),
+            stream: OneOrEach::default(),
+            time_us: NarrowI64::new(Base::First),
+            stack: Vec::new(),
+            device_free: Vec::new(),
+            notes: Vec::new(),
+        }
     }
 }
 
@@ -166,8 +184,8 @@ impl TraceRows {
         if self.action.len().is_multiple_of(crate::fault_ahead::STEP) {
             ahead[0].after_push(&mut self.action);
             ahead[1].after_push(&mut self.addr);
-            ahead[2].after_push(&mut self.size);
-            ahead[3].after_push(&mut self.time_us);
+            self.size.fault_ahead(&mut ahead[2]);
+            self.time_us.fault_ahead(&mut ahead[3]);
             ahead[4].after_push(&mut self.stack);
         }
     }
@@ -480,6 +498,7 @@ pub struct SnapshotMeta {
 
 #[cfg(feature = "analysis")]
 mod dataframes;
+mod narrow_column;
 #[cfg(feature = "analysis")]
 pub use dataframes::SnapshotTables;
 
