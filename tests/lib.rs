@@ -6,6 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
+use memlens_core::analysis::DeviceEvents;
+use memlens_core::importers::{import_path, ImportOptions, Imported};
+use memlens_core::tables::SnapshotTables;
+
 /// The repository root: from `CARGO_MANIFEST_DIR` at run time (cargo and nextest set it for the
 /// test process), since the compile-time value can be stale when a shared target directory
 /// serves several checkouts.
@@ -43,6 +47,25 @@ pub fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
     });
     v.sort();
     v
+}
+
+/// Calls `each` with every device of every snapshot committed in `traces/` (the file's path as
+/// text, its tables, the device's events); returns how many devices it was called with.
+pub fn for_each_committed_device(mut each: impl FnMut(&str, &SnapshotTables, &DeviceEvents)) -> usize {
+    let mut devices = 0;
+    for path in snapshots_in(&traces_dir()) {
+        let name = path.display().to_string();
+        let f = import_path(&path, ImportOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let Imported::Snapshot(t) = f.data else {
+            continue;
+        };
+        for device in memlens_core::analysis::devices(&t).unwrap_or_else(|e| panic!("{name}: {e}")) {
+            let ev = DeviceEvents::new(&t, device).unwrap_or_else(|e| panic!("{name}: device {device}: {e}"));
+            each(&name, &t, &ev);
+            devices += 1;
+        }
+    }
+    devices
 }
 
 /// The oracle file of a snapshot: `NAME.memory_stats.json` for `NAME[.at_oom].pickle[.gz]`.

@@ -5,57 +5,46 @@
 
 use memlens_core::analysis::lifetimes::{allocation_lifetimes, allocation_lifetimes_with, Addresses};
 use memlens_core::analysis::usage::{deltas, usage_over_time};
-use memlens_core::analysis::DeviceEvents;
-use memlens_core::importers::{import_path, ImportOptions, Imported};
 
 #[test]
 fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
-    let mut devices = 0;
-    for path in memlens_tests::snapshots_in(&memlens_tests::traces_dir()) {
-        let name = path.display().to_string();
-        let f = import_path(&path, ImportOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let Imported::Snapshot(t) = f.data else {
-            continue;
-        };
-        for device in memlens_core::analysis::devices(&t).expect("devices") {
-            let ev = DeviceEvents::new(&t, device).expect("device");
-            let kept = allocation_lifetimes(&t, &ev).expect("lifetimes");
-            let left = allocation_lifetimes_with(&t, &ev, Addresses::Left).expect("lifetimes");
-            let less = kept.drop("addr").expect("kept lifetimes have addresses");
-            assert!(left.equals_missing(&less), "{name}: device {device}");
+    let devices = memlens_tests::for_each_committed_device(|name, t, ev| {
+        let device = ev.device;
+        let kept = allocation_lifetimes(t, ev).expect("lifetimes");
+        let left = allocation_lifetimes_with(t, ev, Addresses::Left).expect("lifetimes");
+        let less = kept.drop("addr").expect("kept lifetimes have addresses");
+        assert!(left.equals_missing(&less), "{name}: device {device}");
 
-            let usage = usage_over_time(&t, &ev).expect("usage");
-            let mut now = usage.initial_allocated;
-            let series: Vec<i64> = ev
-                .action()
-                .iter()
-                .zip(ev.size())
-                .map(|(&a, &s)| {
-                    now += deltas(a, s).0;
-                    now
-                })
-                .collect();
-            let frame = usage.frame().expect("frame");
-            let stored = frame
-                .column("allocated")
-                .and_then(|c| c.i64().cloned())
-                .expect("allocated");
+        let usage = usage_over_time(t, ev).expect("usage");
+        let mut now = usage.initial_allocated;
+        let series: Vec<i64> = ev
+            .action()
+            .iter()
+            .zip(ev.size())
+            .map(|(&a, &s)| {
+                now += deltas(a, s).0;
+                now
+            })
+            .collect();
+        let frame = usage.frame().expect("frame");
+        let stored = frame
+            .column("allocated")
+            .and_then(|c| c.i64().cloned())
+            .expect("allocated");
+        assert_eq!(
+            stored.into_no_null_iter().collect::<Vec<_>>(),
+            series,
+            "{name}: device {device}"
+        );
+        for i in (0..series.len()).step_by((series.len() / 50).max(1)) {
             assert_eq!(
-                stored.into_no_null_iter().collect::<Vec<_>>(),
-                series,
-                "{name}: device {device}"
+                usage.allocated_after(i),
+                Some(series[i]),
+                "{name}: device {device}, entry {i}"
             );
-            for i in (0..series.len()).step_by((series.len() / 50).max(1)) {
-                assert_eq!(
-                    usage.allocated_after(i),
-                    Some(series[i]),
-                    "{name}: device {device}, entry {i}"
-                );
-                let before = if i == 0 { usage.initial_allocated } else { series[i - 1] };
-                assert_eq!(usage.allocated_before(i), before, "{name}: device {device}, entry {i}");
-            }
-            devices += 1;
+            let before = if i == 0 { usage.initial_allocated } else { series[i - 1] };
+            assert_eq!(usage.allocated_before(i), before, "{name}: device {device}, entry {i}");
         }
-    }
+    });
     assert!(devices >= 10, "only {devices} devices swept");
 }

@@ -229,23 +229,14 @@ fn a_map_at_page_detail_lists_the_largest_segments_and_keeps_every_byte_and_tota
 #[test]
 fn the_replay_samples_the_usage_peak_on_every_committed_snapshot() {
     use memlens_core::analysis::usage::peak_allocated_entry;
-    let mut devices = 0;
-    for path in memlens_tests::snapshots_in(&memlens_tests::traces_dir()) {
-        let name = path.display().to_string();
-        let f = import_path(&path, ImportOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let Imported::Snapshot(t) = f.data else {
-            continue;
-        };
-        for device in memlens_core::analysis::devices(&t).expect("devices") {
-            let ev = DeviceEvents::new(&t, device).expect("device");
-            let usage = usage_over_time(&t, &ev).expect("usage");
-            assert_eq!(
-                peak_allocated_entry(ev.action(), ev.size()),
-                usage.peak_allocated_idx,
-                "{name}: device {device}"
-            );
-            devices += 1;
-        }
-    }
+    let devices = memlens_tests::for_each_committed_device(|name, t, ev| {
+        let usage = usage_over_time(t, ev).expect("usage");
+        assert_eq!(
+            peak_allocated_entry(ev.action(), ev.size()),
+            usage.peak_allocated_idx,
+            "{name}: device {}",
+            ev.device
+        );
+    });
     assert!(devices >= 10, "only {devices} devices swept");
 }
