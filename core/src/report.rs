@@ -171,6 +171,10 @@ fn analyze_device_with(
     let phases = phase_ranges(t, device)?;
     // The category analysis also reads optimizer steps inferred from frames.
     let structure = with_inferred_optimizer_steps(&phases, ev, stacks);
+    let training = ev
+        .has_time
+        .then(|| crate::analysis::categories::structure(&structure, ev.time(), usage))
+        .flatten();
     let (mut leaks, iterations) = leak_candidates(ev, &lifetimes, iteration_starts(&phases), stacks)?;
     let pytorch = t.format.is_pytorch_snapshot();
     let labels = explicit_labels(&t.event_notes, ev)?;
@@ -179,7 +183,7 @@ fn analyze_device_with(
     let no_stack = NoStackEvidence {
         stacks_recorded: stacks.any_recorded(),
         autograd: if ev.has_time {
-            autograd_windows(&structure, ev.time(), usage)
+            autograd_windows(&structure, training.as_ref())
         } else {
             Vec::new()
         },
@@ -195,7 +199,15 @@ fn analyze_device_with(
     let Placement {
         placed,
         iteration_ends: ends,
-    } = categorize(ev, usage, &lifetimes, &structure, stacks, pytorch, &evidence)?;
+    } = categorize(
+        ev,
+        training.as_ref(),
+        &lifetimes,
+        &structure,
+        stacks,
+        pytorch,
+        &evidence,
+    )?;
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     let peak_stacks = live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?;
     let peak_modules = live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?;

@@ -24,9 +24,8 @@ use polars::prelude::*;
 
 pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, Labels};
 use super::rows_in_entry_order::rows_in_entry_order;
-pub use super::training_structure::autograd_windows;
-use super::training_structure::{in_zero_grad, locate, spans_or_open, structure, within, Span, Structure};
-use super::usage::Usage;
+pub use super::training_structure::{autograd_windows, structure, Structure};
+use super::training_structure::{in_zero_grad, locate, spans_or_open, within, Span};
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
 use crate::stacks::StackResolver;
@@ -169,10 +168,11 @@ pub struct Placement {
     pub iteration_ends: Vec<usize>,
 }
 
-/// Every lifetime row's category and rule.
+/// Every lifetime row's category and rule; `training`, the run's [`structure`], is read only
+/// for a PyTorch snapshot with timestamps.
 pub fn categorize(
     ev: &DeviceEvents,
-    usage: &Usage,
+    training: Option<&Structure>,
     lifetimes: &DataFrame,
     phases: &[PhaseRange],
     stacks: &StackResolver,
@@ -182,11 +182,7 @@ pub fn categorize(
     let labels = evidence.labels;
     let time = ev.time();
     let span = (time.first().copied().unwrap_or(0), time.last().copied().unwrap_or(0));
-    let st = if pytorch && ev.has_time {
-        structure(phases, time, usage)
-    } else {
-        None
-    };
+    let st = training.filter(|_| pytorch && ev.has_time);
     let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
     let stack = lt_col::STACK.slice(lifetimes)?;

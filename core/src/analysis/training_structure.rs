@@ -21,7 +21,7 @@ pub(super) struct Iteration {
 }
 
 /// The phases of a device's run.
-pub(super) struct Structure {
+pub struct Structure {
     pub(super) iterations: Vec<Iteration>,
     pub(super) zero_grads: Vec<Span>,
     /// Where [`locate`] and the zero_grad test look, found once: every allocation asks.
@@ -128,7 +128,9 @@ fn peak_time_in(time: &[i64], usage: &Usage, span: Span) -> Option<i64> {
     })
 }
 
-pub(super) fn structure(phases: &[PhaseRange], time: &[i64], usage: &Usage) -> Option<Structure> {
+/// The training iterations of a run and their phases, from its optimizer steps (`None`
+/// without any): found once per device, read by the categories and the autograd windows.
+pub fn structure(phases: &[PhaseRange], time: &[i64], usage: &Usage) -> Option<Structure> {
     let mut steps = spans(phases, |n| n.starts_with("optimizer.step"));
     if steps.is_empty() {
         steps = spans(phases, |n| n.contains("optimizer") && !n.contains("zero_grad"));
@@ -185,8 +187,8 @@ pub(super) fn structure(phases: &[PhaseRange], time: &[i64], usage: &Usage) -> O
 /// Where backward may run: each training iteration's forward and backward together (from its
 /// start to its optimizer step; forward runs on the Python thread, so an allocation there
 /// without frames was made on the autograd thread), else the explicit `backward` ranges.
-pub fn autograd_windows(phases: &[PhaseRange], time: &[i64], usage: &Usage) -> Vec<(i64, i64)> {
-    match structure(phases, time, usage) {
+pub fn autograd_windows(phases: &[PhaseRange], training: Option<&Structure>) -> Vec<(i64, i64)> {
+    match training {
         Some(st) => st.iterations.iter().map(|i| (i.forward.0, i.backward.1)).collect(),
         None => spans(phases, |n| n == "backward" || n.ends_with(".backward")),
     }
