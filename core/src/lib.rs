@@ -23,6 +23,8 @@ pub mod fault_ahead;
 #[cfg(feature = "analysis")]
 pub mod frames;
 pub mod importers;
+#[cfg(feature = "analysis")]
+pub mod int_slice;
 pub mod names;
 #[cfg(feature = "analysis")]
 pub mod pipeline;

@@ -21,7 +21,7 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
             .action()
             .iter()
             .zip(ev.size())
-            .map(|(&a, &s)| {
+            .map(|(&a, s)| {
                 now += deltas(a, s).0;
                 now
             })

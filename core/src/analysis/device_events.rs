@@ -5,6 +5,7 @@
 use polars::prelude::*;
 
 use crate::columns::{events as ev_col, Col};
+use crate::int_slice::IntSlice;
 use crate::tables::{Action, SnapshotTables};
 
 /// Consecutive rows of `events` on one device.
@@ -135,9 +136,8 @@ impl DeviceEvents {
             .map_or((t.events.height(), 0), |r| (r.first_row, r.rows));
         let frame = t.events.slice(start as i64, len);
         ev_col::ACTION.slice(&frame)?;
-        for c in [ev_col::ADDR, ev_col::SIZE] {
-            c.slice(&frame)?;
-        }
+        ev_col::ADDR.slice(&frame)?;
+        IntSlice::of(&frame, ev_col::SIZE)?;
         Streams::of(&frame, ev_col::STREAM.name)?;
         ev_col::STACK.slice(&frame)?;
         // Typed without being read as a series: a column of nulls (no `oom` entry, or no
@@ -199,8 +199,9 @@ impl DeviceEvents {
     pub fn addr(&self) -> &[i64] {
         self.col(ev_col::ADDR)
     }
-    pub fn size(&self) -> &[i64] {
-        self.col(ev_col::SIZE)
+    /// Sizes, held as u32 when every one is below 4 GiB.
+    pub fn size(&self) -> IntSlice<'_> {
+        IntSlice::of(&self.frame, ev_col::SIZE).expect("DeviceEvents::new checked this column")
     }
     pub fn stream(&self) -> Streams<'_> {
         Streams::of(&self.frame, ev_col::STREAM.name).expect("DeviceEvents::new checked this column")

@@ -69,7 +69,7 @@ pub fn allocation_lifetimes_with(
                 if kept {
                     r_addr.push(addr[i]);
                 }
-                r_size.push(size[i]);
+                r_size.push(size.at(i));
                 r_alloc.push(entry(i));
                 r_free.push(-1i32);
                 r_stack.push(stack[i]);
@@ -83,7 +83,7 @@ pub fn allocation_lifetimes_with(
                     if kept {
                         r_addr.push(addr[i]);
                     }
-                    r_size.push(size[i]);
+                    r_size.push(size.at(i));
                     r_alloc.push(-1);
                     r_free.push(entry(i));
                     r_stack.push(stack[i]);

@@ -35,7 +35,7 @@ pub fn explain_ooms(
     let mut out = Vec::new();
     for i in ev.indices_of(Action::Oom) {
         let st = frag.at.get(&i).copied().unwrap_or_default();
-        let requested = ev.size()[i];
+        let requested = ev.size().at(i);
         let device_free = ev.device_free(i);
         let allocated = usage.allocated_before(i);
         let reserved = usage.reserved_before(i);

@@ -16,7 +16,7 @@ pub(super) fn pack(rows: &EntryRows<'_>) -> Vec<u8> {
     for i in 0..n {
         let s = rows.stream.get(i);
         put_signed(&mut out, rows.addr[i].wrapping_sub(addr));
-        put_signed(&mut out, rows.size[i]);
+        put_signed(&mut out, rows.size.at(i));
         put_signed(&mut out, s.wrapping_sub(stream));
         put(&mut out, u64::from(rows.stack[i]));
         out.push(rows.action[i]);
@@ -79,7 +79,7 @@ mod tests {
             first: 10,
             action: &action,
             addr: &addr,
-            size: &size,
+            size: size[..].into(),
             stack: &stack,
             stream: Streams::Each(&stream),
         };

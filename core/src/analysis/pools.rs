@@ -110,7 +110,7 @@ pub fn memory_pools(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Vec<P
     // Each segment event's change, by pool, in entry order, with the entry's place on the axis.
     let mut changes: Vec<((i64, i64), i64, i64)> = Vec::new();
     let time = ev.time();
-    for (i, ((&action, &a), &size)) in ev.action().iter().zip(ev.addr()).zip(ev.size()).enumerate() {
+    for (i, ((&action, &a), size)) in ev.action().iter().zip(ev.addr()).zip(ev.size()).enumerate() {
         let sign = match Action::from_code(action) {
             Action::SegmentAlloc | Action::SegmentMap => 1,
             Action::SegmentFree | Action::SegmentUnmap => -1,

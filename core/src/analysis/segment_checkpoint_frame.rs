@@ -54,7 +54,7 @@ impl StoredCheckpoint {
             first: self.first,
             action: &self.action,
             addr: &self.addr,
-            size: &self.size,
+            size: self.size[..].into(),
             stack: &self.stack,
             stream: Streams::Each(&self.stream),
         }
@@ -369,7 +369,7 @@ mod tests {
             (
                 ENTRY,
                 window.addr[i],
-                window.size[i],
+                window.size.at(i),
                 window.stream.get(i),
                 window.action[i],
                 window.stack[i],

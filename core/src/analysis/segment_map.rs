@@ -18,6 +18,7 @@ use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentD
 use super::segments_by_address::SegmentsByAddress;
 use super::{device_segments, round_size, DeviceEvents, Streams, MIN_BLOCK, SMALL_SIZE};
 use crate::tables::{Action, BlockState, SnapshotTables};
+use crate::int_slice::IntSlice;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Block {
@@ -51,7 +52,7 @@ pub struct EntryRows<'a> {
     pub first: usize,
     pub action: &'a [u8],
     pub addr: &'a [i64],
-    pub size: &'a [i64],
+    pub size: IntSlice<'a>,
     pub stack: &'a [u32],
     pub stream: Streams<'a>,
 }
@@ -76,7 +77,7 @@ impl<'a> EntryRows<'a> {
             first,
             action: &self.action[a..b],
             addr: &self.addr[a..b],
-            size: &self.size[a..b],
+            size: self.size.slice(a..b),
             stack: &self.stack[a..b],
             stream: self.stream.range(a, b),
         }
@@ -179,7 +180,7 @@ impl SegmentState {
             self.cursor -= 1;
             let i = self.cursor - rows.first;
             let action = Action::from_code(rows.action[i]);
-            self.undo(action, rows.addr[i], rows.size[i], rows.stack[i], rows.stream.get(i));
+            self.undo(action, rows.addr[i], rows.size.at(i), rows.stack[i], rows.stream.get(i));
         }
     }
 

@@ -11,6 +11,7 @@ use rustc_hash::FxHashMap;
 use super::DeviceEvents;
 use crate::stacks::StackResolver;
 use crate::tables::Action;
+use crate::int_slice::IntSlice;
 
 /// Waits shorter than this (µs) are the allocator's normal event polling.
 pub const MIN_WAIT_US: i64 = 1_000;
@@ -113,7 +114,7 @@ struct StalledFree {
 /// any other block's `free_requested`, so the one request waiting is held aside and a map is
 /// used only for requests outstanding together (a per-entry hash insert and remove cost more
 /// than the rest of this analysis on a long trace).
-fn stalled_frees(action: &[u8], addr: &[i64], size: &[i64], time: &[i64]) -> Vec<StalledFree> {
+fn stalled_frees(action: &[u8], addr: &[i64], size: IntSlice, time: &[i64]) -> Vec<StalledFree> {
     let mut latest: Option<(i64, (i64, i64))> = None; // addr → (time, size), the newest request
     let mut earlier: FxHashMap<i64, (i64, i64)> = FxHashMap::default();
     let mut stalled = Vec::new();
@@ -127,7 +128,7 @@ fn stalled_frees(action: &[u8], addr: &[i64], size: &[i64], time: &[i64]) -> Vec
                 if !earlier.is_empty() {
                     earlier.remove(&addr[i]);
                 }
-                latest = Some((addr[i], (time[i], size[i])));
+                latest = Some((addr[i], (time[i], size.at(i))));
             }
             Action::FreeCompleted => {
                 let request = match latest {
@@ -230,14 +231,14 @@ mod tests {
                 t += next(2 * MIN_WAIT_US as u64) as i64;
                 time.push(t);
             }
-            let found: Vec<(usize, i64, i64)> = stalled_frees(&action, &addr, &size, &time)
+            let found: Vec<(usize, i64, i64)> = stalled_frees(&action, &addr, size[..].into(), &time)
                 .iter()
                 .map(|f| (f.completed, f.requested_at, f.bytes))
                 .collect();
             assert_eq!(found, stalled_by_map(&action, &addr, &size, &time));
 
             let stack: Vec<u32> = (0..n as u32).collect();
-            let stalled = stalled_frees(&action, &addr, &size, &time);
+            let stalled = stalled_frees(&action, &addr, size[..].into(), &time);
             let expected: Vec<u32> = stalled
                 .iter()
                 .map(|f| {

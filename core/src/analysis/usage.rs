@@ -21,6 +21,7 @@ use polars::prelude::*;
 use super::{device_segments, sum_i64, DeviceEvents};
 use crate::columns::usage as usage_col;
 use crate::entry_steps::EntrySteps;
+use crate::int_slice::IntSlice;
 use crate::tables::{Action, SnapshotTables};
 
 /// Entries between two held values of the allocated bytes.
@@ -29,7 +30,7 @@ const STRIDE: usize = 1024;
 /// One device's usage series and its landmarks, read from its events `action` and `size`.
 pub struct Usage<'a> {
     action: &'a [u8],
-    size: &'a [i64],
+    size: IntSlice<'a>,
     /// Allocated bytes before entry `k * STRIDE`, for each `k` with entries there.
     marks: Vec<i64>,
     /// Reserved bytes after each entry, as their changes.
@@ -57,10 +58,10 @@ impl Usage<'_> {
         let k = from / STRIDE;
         let mut now = self.marks.get(k).copied().unwrap_or(self.final_allocated);
         for j in k * STRIDE..from {
-            now += deltas(self.action[j], self.size[j]).0;
+            now += deltas(self.action[j], self.size.at(j)).0;
         }
         (from..self.len()).map(move |j| {
-            now += deltas(self.action[j], self.size[j]).0;
+            now += deltas(self.action[j], self.size.at(j)).0;
             now
         })
     }
@@ -110,9 +111,9 @@ pub fn deltas(action: u8, size: i64) -> (i64, i64) {
 /// first such entry), `None` when they never rise above it: [`Usage::peak_allocated_idx`]
 /// without the series, from the two columns it needs, so the fragmentation replay can sample
 /// the peak without waiting for the usage.
-pub fn peak_allocated_entry(action: &[u8], size: &[i64]) -> Option<usize> {
+pub fn peak_allocated_entry(action: &[u8], size: IntSlice) -> Option<usize> {
     let (mut now, mut peak, mut at) = (0i64, 0i64, None);
-    for (i, (&a, &s)) in action.iter().zip(size).enumerate() {
+    for (i, (&a, s)) in action.iter().zip(size).enumerate() {
         now += deltas(a, s).0;
         if now > peak {
             peak = now;
@@ -128,7 +129,7 @@ pub fn usage_over_time<'a>(t: &SnapshotTables, ev: &'a DeviceEvents) -> PolarsRe
     let final_reserved = sum_i64(&segs, "total_size")?;
     let (action, size) = (ev.action(), ev.size());
     let (mut sum_a, mut sum_r) = (0i64, 0i64);
-    for (&a, &s) in action.iter().zip(size) {
+    for (&a, s) in action.iter().zip(size) {
         let (da, dr) = deltas(a, s);
         sum_a += da;
         sum_r += dr;
@@ -149,7 +150,7 @@ pub fn usage_over_time<'a>(t: &SnapshotTables, ev: &'a DeviceEvents) -> PolarsRe
         if i % STRIDE == 0 {
             marks.push(a_now);
         }
-        let (da, dr) = deltas(action[i], size[i]);
+        let (da, dr) = deltas(action[i], size.at(i));
         a_now += da;
         r_now += dr;
         if a_now > peak_a {
@@ -196,7 +197,7 @@ mod tests {
         }
         let u = Usage {
             action,
-            size,
+            size: size.into(),
             marks,
             reserved: EntrySteps::starting_at(0),
             initial_allocated: initial,

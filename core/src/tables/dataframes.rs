@@ -6,7 +6,7 @@ use polars::prelude::*;
 
 use memlens_api::SourceInfo;
 
-use super::{OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
+use super::{Base, NarrowI64, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
 use crate::columns::{events as ev, one_or_each_column};
 
 /// The canonical tables of one imported snapshot.
@@ -130,9 +130,9 @@ impl SnapshotColumns {
             device_free,
             notes,
         } = trace;
-        // The narrow columns become i64 here, the decoder's memo gone.
+        // The timestamps become i64 here, the decoder's memo gone; the sizes stay u32 if they fit.
         let (action, addr, size, stream, time_us, stack, row_map) = if contiguous {
-            (action, addr, size.into_vec(), stream, time_us.into_vec(), stack, None)
+            (action, addr, size, stream, time_us.into_vec(), stack, None)
         } else {
             let rows: Vec<usize> = device_ranges
                 .iter()
@@ -145,7 +145,13 @@ impl SnapshotColumns {
             (
                 rows.iter().map(|&r| action[r]).collect(),
                 rows.iter().map(|&r| addr[r]).collect(),
-                rows.iter().map(|&r| size.get(r)).collect(),
+                {
+                    let mut picked = NarrowI64::new(Base::Zero);
+                    for &r in &rows {
+                        picked.push(size.get(r));
+                    }
+                    picked
+                },
                 {
                     let mut picked = OneOrEach::default();
                     for &r in &rows {
@@ -199,7 +205,11 @@ impl SnapshotColumns {
                 device,
                 ev::ACTION.build(action),
                 ev::ADDR.build(addr),
-                ev::SIZE.build(size),
+                // u32 while every size is below 4 GiB.
+                match size.into_u32_or_i64() {
+                    Ok(narrow) => col::<UInt32Type>(ev::SIZE, narrow),
+                    Err(wide) => col::<Int64Type>(ev::SIZE, wide),
+                },
                 one_or_each_column(ev::STREAM.name, stream),
                 time_col,
                 ev::STACK.build(stack),

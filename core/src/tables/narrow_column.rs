@@ -1,10 +1,10 @@
 //! An i64 column a decoder pushes value by value, held as 32-bit offsets from a base while
 //! every value fits, and as i64 from the first that does not: a trace's timestamps (µs after
 //! its first, for traces up to 71 minutes long) and its sizes (below 4 GiB) take half the
-//! memory while the decoder's memo is alive beside them, and become the i64 columns the
-//! analyses read only once the memo is gone ([`NarrowI64::into_vec`]). On the 2 GB generated
-//! snapshot that is 280 MB less at the top of the decoding. The values read back are always
-//! the ones pushed.
+//! memory while the decoder's memo is alive beside them. The timestamps become the i64 column
+//! the analyses read once the memo is gone ([`NarrowI64::into_vec`]); sizes that fit stay u32
+//! for good ([`NarrowI64::into_u32_or_i64`]). On the 2 GB generated snapshot that is 280 MB
+//! less at the top of the decoding. The values read back are always the ones pushed.
 
 use crate::fault_ahead::FaultAhead;
 
@@ -96,6 +96,16 @@ impl NarrowI64 {
         }
     }
 
+    /// The values as they are (u32 when every one fits with a base of zero), else as i64: a
+    /// column a reader takes either way ([`crate::int_slice::IntSlice`]) is kept narrow.
+    pub fn into_u32_or_i64(self) -> Result<Vec<u32>, Vec<i64>> {
+        match self {
+            NarrowI64::Narrow { base: 0, offsets } => Ok(offsets),
+            NarrowI64::Empty(Base::Zero) => Ok(Vec::new()),
+            other => Err(other.into_vec()),
+        }
+    }
+
     pub fn shrink_to_fit(&mut self) {
         match self {
             NarrowI64::Empty(_) => {}
@@ -142,6 +152,10 @@ mod tests {
         let c = pushed(Base::Zero, &sizes);
         assert!(matches!(c, NarrowI64::Narrow { .. }), "{c:?}");
         assert_eq!(c.into_vec(), sizes);
+        let kept = pushed(Base::Zero, &sizes).into_u32_or_i64();
+        assert_eq!(kept, Ok(vec![0, 512, u32::MAX]), "sizes that fit stay u32");
+        let times = pushed(Base::First, &times).into_u32_or_i64();
+        assert!(times.is_err(), "offsets from a first value are widened");
     }
 
     #[test]
@@ -160,6 +174,7 @@ mod tests {
             assert_eq!(c.len(), values.len());
             assert_eq!((0..values.len()).map(|i| c.get(i)).collect::<Vec<_>>(), values);
             assert_eq!(c.into_vec(), values);
+            assert_eq!(pushed(base, &values).into_u32_or_i64(), Err(values));
         }
     }
 
@@ -168,5 +183,6 @@ mod tests {
         let c = NarrowI64::new(Base::First);
         assert!(c.is_empty());
         assert!(c.into_vec().is_empty());
+        assert_eq!(NarrowI64::new(Base::Zero).into_u32_or_i64(), Ok(Vec::new()));
     }
 }
