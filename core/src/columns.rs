@@ -109,8 +109,13 @@ pub mod events {
     /// u32 when every size is below 4 GiB, else i64: read it as a [`crate::int_slice::IntSlice`].
     pub const SIZE: &str = "size";
     pub const STREAM: Col<Int64Type> = Col::new("stream");
-    /// Null when the trace has no timestamps.
+    /// Null when the trace has no timestamps. A trace whose entries all have one, within 71
+    /// minutes of the first, holds [`TIME_AFTER_FIRST_US`] and [`FIRST_TIME_US`] instead.
     pub const TIME_US: Col<Int64Type> = Col::new("time_us");
+    /// u32: µs after [`FIRST_TIME_US`]; read with [`crate::analysis::DeviceEvents::time`].
+    pub const TIME_AFTER_FIRST_US: &str = "time_after_first_us";
+    /// i64, one scalar: the first entry's time.
+    pub const FIRST_TIME_US: &str = "first_time_us";
     pub const STACK: Col<UInt32Type> = Col::new("stack");
     /// Null unless `oom`.
     pub const DEVICE_FREE: Col<Int64Type> = Col::new("device_free");

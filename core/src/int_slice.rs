@@ -1,18 +1,21 @@
-//! [`IntSlice`]: a column of integers read as i64 whether it is held as u32 or as i64.
+//! [`IntSlice`]: a column of integers read as i64 whether it is held as u32 offsets from a base
+//! or as i64.
 //!
 //! A trace's sizes are held as u32 when every one is below 4 GiB (nearly always: a single
-//! block of 4 GiB or more is rare), which is 4 bytes an entry less for as long as the trace
-//! lives: 133 MiB on a 35 M-entry snapshot. The analyses read them through this type, so they
-//! read a stored report from before (i64) and one from now (u32) alike.
+//! block of 4 GiB or more is rare), and its timestamps as µs after the first when the trace
+//! spans under 71 minutes: 4 bytes an entry less each for as long as the trace lives, 133 MiB
+//! each on a 35 M-entry snapshot. The analyses read them through this type, so they read a
+//! stored report from before (i64) and one from now alike.
 
 use std::ops::Range;
 
 use polars::prelude::*;
 
-/// Integers read as i64, held as u32 or i64.
+/// Integers read as i64, held as u32 offsets from a base or as i64.
 #[derive(Debug, Clone, Copy)]
 pub enum IntSlice<'a> {
-    U32(&'a [u32]),
+    /// Value `i` is `base + offsets[i]`.
+    U32 { base: i64, offsets: &'a [u32] },
     I64(&'a [i64]),
 }
 
@@ -21,7 +24,10 @@ impl<'a> IntSlice<'a> {
     pub fn of(df: &'a DataFrame, name: &str) -> PolarsResult<IntSlice<'a>> {
         let column = df.column(name)?;
         match column.dtype() {
-            DataType::UInt32 => Ok(IntSlice::U32(column.as_materialized_series().u32()?.cont_slice()?)),
+            DataType::UInt32 => Ok(IntSlice::U32 {
+                base: 0,
+                offsets: column.as_materialized_series().u32()?.cont_slice()?,
+            }),
             DataType::Int64 => Ok(IntSlice::I64(column.as_materialized_series().i64()?.cont_slice()?)),
             other => polars_bail!(SchemaMismatch: "column `{name}` is {other}, not u32 or i64"),
         }
@@ -30,7 +36,7 @@ impl<'a> IntSlice<'a> {
     #[inline]
     pub fn len(&self) -> usize {
         match self {
-            IntSlice::U32(v) => v.len(),
+            IntSlice::U32 { offsets, .. } => offsets.len(),
             IntSlice::I64(v) => v.len(),
         }
     }
@@ -44,15 +50,41 @@ impl<'a> IntSlice<'a> {
     #[inline]
     pub fn at(&self, i: usize) -> i64 {
         match self {
-            IntSlice::U32(v) => v[i] as i64,
+            IntSlice::U32 { base, offsets } => base + offsets[i] as i64,
             IntSlice::I64(v) => v[i],
+        }
+    }
+
+    /// Value `i`, `None` past the end.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<i64> {
+        (i < self.len()).then(|| self.at(i))
+    }
+
+    pub fn first(&self) -> Option<i64> {
+        self.get(0)
+    }
+
+    pub fn last(&self) -> Option<i64> {
+        self.len().checked_sub(1).map(|i| self.at(i))
+    }
+
+    /// The number of values before the first for which `pred` is false (the values
+    /// partitioned by it, as [`slice::partition_point`] takes them).
+    pub fn partition_point(&self, mut pred: impl FnMut(i64) -> bool) -> usize {
+        match self {
+            IntSlice::U32 { base, offsets } => offsets.partition_point(|&o| pred(base + o as i64)),
+            IntSlice::I64(v) => v.partition_point(|&x| pred(x)),
         }
     }
 
     /// The values in `range`.
     pub fn slice(&self, range: Range<usize>) -> IntSlice<'a> {
         match self {
-            IntSlice::U32(v) => IntSlice::U32(&v[range]),
+            IntSlice::U32 { base, offsets } => IntSlice::U32 {
+                base: *base,
+                offsets: &offsets[range],
+            },
             IntSlice::I64(v) => IntSlice::I64(&v[range]),
         }
     }
@@ -60,7 +92,7 @@ impl<'a> IntSlice<'a> {
     /// The values in order.
     pub fn iter(&self) -> IntSliceIter<'a> {
         match self {
-            IntSlice::U32(v) => IntSliceIter::U32(v.iter()),
+            IntSlice::U32 { base, offsets } => IntSliceIter::U32(*base, offsets.iter()),
             IntSlice::I64(v) => IntSliceIter::I64(v.iter()),
         }
     }
@@ -88,7 +120,7 @@ impl<'a> IntoIterator for IntSlice<'a> {
 /// The values of an [`IntSlice`], as i64.
 #[derive(Debug, Clone)]
 pub enum IntSliceIter<'a> {
-    U32(std::slice::Iter<'a, u32>),
+    U32(i64, std::slice::Iter<'a, u32>),
     I64(std::slice::Iter<'a, i64>),
 }
 
@@ -97,14 +129,14 @@ impl Iterator for IntSliceIter<'_> {
     #[inline]
     fn next(&mut self) -> Option<i64> {
         match self {
-            IntSliceIter::U32(it) => it.next().map(|&v| v as i64),
+            IntSliceIter::U32(base, it) => it.next().map(|&v| *base + v as i64),
             IntSliceIter::I64(it) => it.next().copied(),
         }
     }
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
         match self {
-            IntSliceIter::U32(it) => it.size_hint(),
+            IntSliceIter::U32(_, it) => it.size_hint(),
             IntSliceIter::I64(it) => it.size_hint(),
         }
     }
@@ -120,11 +152,30 @@ mod tests {
     fn either_width_reads_the_same_values() {
         let narrow = [0u32, 512, u32::MAX];
         let wide = [0i64, 512, u32::MAX as i64];
-        let (n, w) = (IntSlice::U32(&narrow), IntSlice::from(&wide[..]));
+        let n = IntSlice::U32 {
+            base: 0,
+            offsets: &narrow,
+        };
+        let w = IntSlice::from(&wide[..]);
         assert_eq!(n.to_vec(), w.to_vec());
         assert_eq!(n.at(2), 4_294_967_295);
         assert_eq!(n.slice(1..3).to_vec(), vec![512, u32::MAX as i64]);
         assert_eq!(w.slice(0..1).iter().len(), 1);
+        assert_eq!((n.get(3), w.get(3)), (None, None));
+        for t in [-1, 0, 511, 512, 513, i64::MAX] {
+            assert_eq!(n.partition_point(|x| x <= t), w.partition_point(|x| x <= t), "{t}");
+        }
+    }
+
+    #[test]
+    fn offsets_read_back_from_their_base() {
+        let first = 1_700_000_000_000_000i64;
+        let offsets = [0u32, 5, 5, 90];
+        let t = IntSlice::U32 { base: first, offsets: &offsets };
+        assert_eq!(t.to_vec(), vec![first, first + 5, first + 5, first + 90]);
+        assert_eq!(t.slice(1..2).at(0), first + 5);
+        assert_eq!(t.partition_point(|x| x <= first + 5), 3);
+        assert_eq!(t.get(3), Some(first + 90));
     }
 
     #[test]

@@ -350,7 +350,19 @@ pub fn analyze_snapshot_with(
 /// before every snapshot's analyses, so on their way); a trace without timestamps holds one
 /// null scalar there, which is read as that, never materialised as a column.
 pub fn snapshot_time_range(t: &SnapshotTables) -> Result<Option<(i64, i64)>, AnalysisError> {
-    let column = t.events.column("time_us")?;
+    use crate::columns::events as ev_col;
+    if let Ok(after_first) = t.events.column(ev_col::TIME_AFTER_FIRST_US) {
+        // Times held as µs after the first: every entry has one.
+        let first = t.events.column(ev_col::FIRST_TIME_US)?.get(0)?.extract::<i64>();
+        let after_first = after_first.u32()?.cont_slice()?;
+        let span = after_first.iter().fold(None, |span: Option<(u32, u32)>, &v| {
+            Some(span.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))
+        });
+        return Ok(first
+            .zip(span)
+            .map(|(first, (lo, hi))| (first + i64::from(lo), first + i64::from(hi))));
+    }
+    let column = t.events.column(ev_col::TIME_US.name)?;
     if let Column::Scalar(s) = column {
         return Ok(s.scalar().value().extract::<i64>().map(|v| (v, v)));
     }

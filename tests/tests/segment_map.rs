@@ -100,9 +100,9 @@ fn mlp_train_replays_back_to_an_empty_allocator() {
     assert_eq!(before.reserved_bytes, usage.initial_reserved());
     assert_eq!(before.event_index, None);
     // By time: the state at the first entry's timestamp is the state after that entry.
-    let first = ev.time()[0];
+    let first = ev.time().at(0);
     let m = segment_map_at_time(&t, &ev, first).expect("map");
-    assert!(m.event_index.is_some_and(|i| ev.time()[i] == first));
+    assert!(m.event_index.is_some_and(|i| ev.time().at(i) == first));
 }
 
 #[test]
@@ -128,7 +128,7 @@ fn checkpoints_give_the_same_maps_as_a_full_replay() {
                 "{name} at {p:?}"
             );
         }
-        let t_mid = ev.time()[n / 2];
+        let t_mid = ev.time().at(n / 2);
         assert_eq!(
             cp.map_at_time(&ev, t_mid, SegmentDetail::FULL).expect("replayed"),
             Some(segment_map_at_time(&t, &ev, t_mid).expect("map"))

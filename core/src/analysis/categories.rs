@@ -181,12 +181,12 @@ pub fn categorize(
 ) -> PolarsResult<Placement> {
     let labels = evidence.labels;
     let time = ev.time();
-    let span = (time.first().copied().unwrap_or(0), time.last().copied().unwrap_or(0));
+    let span = (time.first().unwrap_or(0), time.last().unwrap_or(0));
     let st = training.filter(|_| pytorch && ev.has_time);
     let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
     let stack = lt_col::STACK.slice(lifetimes)?;
-    let at = |i: i32| usize::try_from(i).ok().and_then(|i| time.get(i).copied());
+    let at = |i: i32| usize::try_from(i).ok().and_then(|i| time.get(i));
     let mut module_to = PerStack::new(stacks);
     let mut workspace = PerStack::new(stacks);
     let mut is_workspace = |s: u32| workspace.get(s, || library_workspace(stacks, s));
@@ -203,7 +203,7 @@ pub fn categorize(
     let ooms: Vec<i64> = ev
         .indices_of(crate::tables::Action::Oom)
         .into_iter()
-        .map(|i| time[i])
+        .map(|i| time.at(i))
         .collect();
     // An OOM inside a forward, or inside the backward that follows it.
     let forwards = spans_or_open(phases, "forward");
@@ -239,7 +239,7 @@ pub fn categorize(
     let iteration_ends = st.map_or_else(Vec::new, |st| {
         st.iterations
             .iter()
-            .map(|it| time.partition_point(|&t| t <= it.step.1))
+            .map(|it| time.partition_point(|t| t <= it.step.1))
             .collect()
     });
     Ok(Placement { placed, iteration_ends })

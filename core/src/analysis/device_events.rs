@@ -123,9 +123,27 @@ pub struct DeviceEvents {
     pub frame: DataFrame,
     /// Row of the device's first entry in the `events` table (entry `i` is row `offset + i`).
     pub offset: usize,
-    /// Entry indices, kept only when the trace has no timestamps (they are its time axis).
-    order: Vec<i64>,
+    time: Time,
     pub has_time: bool,
+}
+
+/// Where a device's time axis is.
+enum Time {
+    /// The events' `time_us`.
+    Us,
+    /// The events' µs after the first, which is this.
+    AfterFirst(i64),
+    /// Entry indices: the trace has no timestamps (or not on every entry).
+    Order(Vec<i64>),
+}
+
+/// The events' first time (the scalar beside their µs after it).
+fn first_time(frame: &DataFrame) -> PolarsResult<i64> {
+    let column = frame.column(ev_col::FIRST_TIME_US)?;
+    match column.get(0)? {
+        AnyValue::Int64(first) => Ok(first),
+        other => polars_bail!(SchemaMismatch: "events column `{}` holds {other}, not an i64", ev_col::FIRST_TIME_US),
+    }
 }
 
 impl DeviceEvents {
@@ -143,27 +161,35 @@ impl DeviceEvents {
         // Typed without being read as a series: a column of nulls (no `oom` entry, or no
         // timestamps) is kept as one scalar, and materialising it would allocate 8 bytes per
         // entry for every `DeviceEvents` alive (200 MB each for 25 M entries).
-        for c in [ev_col::DEVICE_FREE, ev_col::TIME_US] {
-            let column = frame.column(c.name)?;
+        let column = frame.column(ev_col::DEVICE_FREE.name)?;
+        polars_ensure!(
+            column.dtype() == &DataType::Int64,
+            SchemaMismatch: "events column `{}` is {}, not i64", ev_col::DEVICE_FREE.name, column.dtype()
+        );
+        let time = if len == 0 {
+            Time::Order(Vec::new())
+        } else if frame.column(ev_col::TIME_AFTER_FIRST_US).is_ok() {
+            IntSlice::of(&frame, ev_col::TIME_AFTER_FIRST_US)?;
+            Time::AfterFirst(first_time(&frame)?)
+        } else {
+            let column = frame.column(ev_col::TIME_US.name)?;
             polars_ensure!(
                 column.dtype() == &DataType::Int64,
-                SchemaMismatch: "events column `{}` is {}, not i64", c.name, column.dtype()
+                SchemaMismatch: "events column `{}` is {}, not i64", ev_col::TIME_US.name, column.dtype()
             );
-        }
-        let has_time = len > 0 && frame.column(ev_col::TIME_US.name)?.null_count() == 0;
-        if has_time {
-            ev_col::TIME_US.slice(&frame)?;
-        }
-        let order = if has_time {
-            Vec::new()
-        } else {
-            (0..len as i64).collect()
+            if column.null_count() == 0 {
+                ev_col::TIME_US.slice(&frame)?;
+                Time::Us
+            } else {
+                Time::Order((0..len as i64).collect())
+            }
         };
+        let has_time = !matches!(time, Time::Order(_));
         Ok(DeviceEvents {
             device,
             frame,
             offset: start,
-            order,
+            time,
             has_time,
         })
     }
@@ -171,23 +197,29 @@ impl DeviceEvents {
     pub fn len(&self) -> usize {
         self.frame.height()
     }
-    /// Time of each entry: `time_us`, or the entry index when the trace has no timestamps.
-    pub fn time(&self) -> &[i64] {
-        if self.has_time {
-            self.col(ev_col::TIME_US)
-        } else {
-            &self.order
+    /// Time of each entry: its timestamp (µs), or the entry index when the trace has no
+    /// timestamps.
+    pub fn time(&self) -> IntSlice<'_> {
+        match &self.time {
+            Time::Us => IntSlice::I64(self.col(ev_col::TIME_US)),
+            Time::AfterFirst(first) => IntSlice::U32 {
+                base: *first,
+                offsets: self.col(Col::<UInt32Type>::new(ev_col::TIME_AFTER_FIRST_US)),
+            },
+            Time::Order(order) => IntSlice::I64(order),
         }
     }
-    /// [`DeviceEvents::time`] as a column named `name`; with timestamps it shares the events
-    /// table's memory instead of copying it.
+    /// [`DeviceEvents::time`] as an i64 column named `name`; with i64 timestamps it shares the
+    /// events table's memory instead of copying it.
     pub fn time_column(&self, name: &str) -> PolarsResult<Column> {
-        Ok(if self.has_time {
-            let mut c = self.frame.column(ev_col::TIME_US.name)?.clone();
-            c.rename(name.into());
-            c
-        } else {
-            Column::new(name.into(), &self.order)
+        Ok(match &self.time {
+            Time::Us => {
+                let mut c = self.frame.column(ev_col::TIME_US.name)?.clone();
+                c.rename(name.into());
+                c
+            }
+            Time::AfterFirst(_) => Column::new(name.into(), self.time().to_vec()),
+            Time::Order(order) => Column::new(name.into(), order),
         })
     }
     pub fn is_empty(&self) -> bool {
@@ -224,7 +256,7 @@ impl DeviceEvents {
     }
     /// Time of entry `i`, when the trace has timestamps.
     pub fn time_us(&self, i: usize) -> Option<i64> {
-        self.has_time.then(|| self.time().get(i).copied()).flatten()
+        self.has_time.then(|| self.time().get(i)).flatten()
     }
     /// Indices of entries with `action`.
     pub fn indices_of(&self, action: Action) -> Vec<usize> {

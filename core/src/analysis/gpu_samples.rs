@@ -6,6 +6,7 @@ use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary, ProcessSummary};
 use polars::prelude::*;
 
 use crate::entry_steps::EntrySteps;
+use crate::int_slice::IntSlice;
 use crate::error::AnalysisError;
 use crate::samples::{GpuSampleTables, UsedMeaning};
 
@@ -288,13 +289,13 @@ pub struct ReservedSteps {
 impl ReservedSteps {
     /// The change points of `reserved` (the value after each entry at `time`), from the value
     /// before the first entry.
-    pub fn from_entry_steps(device: i64, time: &[i64], reserved: &EntrySteps) -> ReservedSteps {
+    pub fn from_entry_steps(device: i64, time: IntSlice, reserved: &EntrySteps) -> ReservedSteps {
         let mut steps = Vec::new();
-        if let Some(&t0) = time.first() {
+        if let Some(t0) = time.first() {
             steps.push((t0, reserved.initial()));
-            steps.extend(reserved.changes().filter_map(|(i, r)| Some((*time.get(i)?, r))));
+            steps.extend(reserved.changes().filter_map(|(i, r)| Some((time.get(i)?, r))));
         }
-        if let (Some(&t_end), Some(&(_, r))) = (time.last(), steps.last()) {
+        if let (Some(t_end), Some(&(_, r))) = (time.last(), steps.last()) {
             steps.push((t_end, r));
         }
         ReservedSteps { device, steps }

@@ -62,7 +62,7 @@ pub fn leak_candidates(
     let mut rows = Vec::new();
     let mut bucket = Vec::new();
     for (i, a) in survivors(lifetimes)? {
-        let t = ev.time()[a];
+        let t = ev.time().at(a);
         rows.push(i as IdxSize);
         bucket.push(starts.partition_point(|&s| s <= t) as u32);
     }
@@ -129,14 +129,14 @@ fn growth_candidates(
     stacks: &StackResolver,
 ) -> PolarsResult<(Vec<LeakCandidate>, IterationInfo)> {
     let time = ev.time();
-    let span = (time.last().copied().unwrap_or(0) - time.first().copied().unwrap_or(0)).max(1);
+    let span = (time.last().unwrap_or(0) - time.first().unwrap_or(0)).max(1);
     let gap = ((span as f64) * MOMENT_GAP) as i64;
     let size = lt_col::SIZE.slice(lifetimes)?;
     let stack = lt_col::STACK.slice(lifetimes)?;
     let mut by_stack: FxHashMap<u32, (Vec<i64>, i64)> = FxHashMap::default();
     for (i, a) in survivors(lifetimes)? {
         let e = by_stack.entry(stack[i]).or_default();
-        e.0.push(time[a]);
+        e.0.push(time.at(a));
         e.1 += size[i];
     }
     let mut out: Vec<LeakCandidate> = by_stack
@@ -188,11 +188,11 @@ pub fn repeating_pattern(ev: &DeviceEvents) -> Option<Vec<i64>> {
         if action[i] == crate::tables::Action::Alloc as u8 && stack[i] != 0 {
             let times = by_stack.entry(stack[i]).or_default();
             if times.len() <= MOST_REPETITIONS {
-                times.push(time[i]);
+                times.push(time.at(i));
             }
         }
     }
-    let span = (time.last().copied().unwrap_or(0) - time.first().copied().unwrap_or(0)).max(1);
+    let span = (time.last().unwrap_or(0) - time.first().unwrap_or(0)).max(1);
     let mut best: Option<(usize, u64, u32, Vec<i64>)> = None;
     for (s, times) in by_stack {
         // A rhythm, not a burst: it must cover most of the trace.

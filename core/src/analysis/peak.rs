@@ -7,6 +7,7 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::columns::lifetimes as lt_col;
+use crate::int_slice::IntSlice;
 use crate::stacks::StackResolver;
 
 /// What tells apart why allocations have no stack.
@@ -20,7 +21,7 @@ pub struct NoStackEvidence<'a> {
     pub phases: &'a [PhaseRange],
     /// When each of the device's entries happened ([`crate::analysis::DeviceEvents::time`]):
     /// an allocation was made at its `alloc_idx`'s.
-    pub entry_times: &'a [i64],
+    pub entry_times: IntSlice<'a>,
 }
 
 impl NoStackEvidence<'_> {
@@ -54,10 +55,10 @@ struct Live {
 }
 
 /// The time of the entry an allocation was made at (`None`: before the trace).
-fn made_at(alloc_idx: i32, entry_times: &[i64]) -> Option<i64> {
+fn made_at(alloc_idx: i32, entry_times: IntSlice) -> Option<i64> {
     usize::try_from(alloc_idx)
         .ok()
-        .and_then(|i| entry_times.get(i).copied())
+        .and_then(|i| entry_times.get(i))
 }
 
 /// The allocations live right after entry `idx` (`None`: before the first entry).

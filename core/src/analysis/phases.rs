@@ -28,7 +28,7 @@ fn annotate_marks(t: &SnapshotTables, device: i64) -> PolarsResult<Vec<PhaseRang
     Ok(marks
         .into_iter()
         .map(|i| {
-            let at = ev.time()[i];
+            let at = ev.time().at(i);
             PhaseRange {
                 device,
                 name: names.remove(&i).unwrap_or("annotate").to_owned(),
@@ -217,8 +217,8 @@ pub fn with_inferred_optimizer_steps(
         out.push(PhaseRange {
             device: ev.device,
             name: name.to_owned(),
-            start_us: time[first],
-            end_us: Some(time[last]),
+            start_us: time.at(first),
+            end_us: Some(time.at(last)),
         });
     }
     out

@@ -116,7 +116,7 @@ pub fn memory_pools(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Vec<P
             Action::SegmentFree | Action::SegmentUnmap => -1,
             _ => continue,
         };
-        changes.push((pool_at(a), sign * size, time[i]));
+        changes.push((pool_at(a), sign * size, time.at(i)));
     }
     let mut names = pool_names(t, ev, &pool_at)?;
     // Replayed from what each pool held before the trace (the end less the trace's changes).
@@ -125,7 +125,7 @@ pub fn memory_pools(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Vec<P
         *running.entry(id).or_default() -= d;
     }
     let mut peak: FxHashMap<(i64, i64), i64> = running.clone();
-    let first_x = time.first().copied().unwrap_or(0);
+    let first_x = time.first().unwrap_or(0);
     let mut series: FxHashMap<(i64, i64), Vec<AxisPoint>> = running
         .iter()
         .filter(|(&id, _)| id != (0, 0))

@@ -288,7 +288,7 @@ impl SegmentCheckpoints {
 
     /// The segment map at time `time`: after the last entry at or before it.
     pub fn map_at_time(&self, ev: &DeviceEvents, time: i64, detail: SegmentDetail) -> PolarsResult<Option<SegmentMap>> {
-        let n = ev.time().partition_point(|&x| x <= time);
+        let n = ev.time().partition_point(|x| x <= time);
         self.map_at(ev, n.checked_sub(1), detail)
     }
 }

@@ -445,6 +445,6 @@ pub fn segment_map_at(t: &SnapshotTables, ev: &DeviceEvents, idx: Option<usize>)
 /// The segment map at time `time` (µs, or entry index without timestamps): the state after the
 /// last entry at or before it.
 pub fn segment_map_at_time(t: &SnapshotTables, ev: &DeviceEvents, time: i64) -> PolarsResult<SegmentMap> {
-    let n = ev.time().partition_point(|&x| x <= time);
+    let n = ev.time().partition_point(|x| x <= time);
     segment_map_at(t, ev, n.checked_sub(1))
 }

@@ -50,9 +50,9 @@ pub fn pending_free_stalls(ev: &DeviceEvents, stacks: &StackResolver) -> (Vec<Fr
     let mut group_of_frames: FxHashMap<Vec<String>, usize> = FxHashMap::default();
     let mut group_of_stack: FxHashMap<u32, usize> = FxHashMap::default();
     for (free, id) in stalled.iter().zip(alloc_stacks) {
-        let (bytes, wait) = (free.bytes, time[free.completed] - free.requested_at);
+        let (bytes, wait) = (free.bytes, time.at(free.completed) - free.requested_at);
         held.push((free.requested_at, bytes));
-        held.push((time[free.completed], -bytes));
+        held.push((time.at(free.completed), -bytes));
         let group = *group_of_stack.entry(id).or_insert_with(|| {
             let frames = stacks.user_frames(id);
             *group_of_frames.entry(frames.clone()).or_insert_with(|| {
@@ -114,7 +114,7 @@ struct StalledFree {
 /// any other block's `free_requested`, so the one request waiting is held aside and a map is
 /// used only for requests outstanding together (a per-entry hash insert and remove cost more
 /// than the rest of this analysis on a long trace).
-fn stalled_frees(action: &[u8], addr: &[i64], size: IntSlice, time: &[i64]) -> Vec<StalledFree> {
+fn stalled_frees(action: &[u8], addr: &[i64], size: IntSlice, time: IntSlice) -> Vec<StalledFree> {
     let mut latest: Option<(i64, (i64, i64))> = None; // addr → (time, size), the newest request
     let mut earlier: FxHashMap<i64, (i64, i64)> = FxHashMap::default();
     let mut stalled = Vec::new();
@@ -128,7 +128,7 @@ fn stalled_frees(action: &[u8], addr: &[i64], size: IntSlice, time: &[i64]) -> V
                 if !earlier.is_empty() {
                     earlier.remove(&addr[i]);
                 }
-                latest = Some((addr[i], (time[i], size.at(i))));
+                latest = Some((addr[i], (time.at(i), size.at(i))));
             }
             Action::FreeCompleted => {
                 let request = match latest {
@@ -142,7 +142,7 @@ fn stalled_frees(action: &[u8], addr: &[i64], size: IntSlice, time: &[i64]) -> V
                 let Some((requested_at, bytes)) = request else {
                     continue;
                 };
-                if time[i] - requested_at >= MIN_WAIT_US {
+                if time.at(i) - requested_at >= MIN_WAIT_US {
                     stalled.push(StalledFree {
                         completed: i,
                         requested_at,
@@ -231,14 +231,14 @@ mod tests {
                 t += next(2 * MIN_WAIT_US as u64) as i64;
                 time.push(t);
             }
-            let found: Vec<(usize, i64, i64)> = stalled_frees(&action, &addr, size[..].into(), &time)
+            let found: Vec<(usize, i64, i64)> = stalled_frees(&action, &addr, size[..].into(), time[..].into())
                 .iter()
                 .map(|f| (f.completed, f.requested_at, f.bytes))
                 .collect();
             assert_eq!(found, stalled_by_map(&action, &addr, &size, &time));
 
             let stack: Vec<u32> = (0..n as u32).collect();
-            let stalled = stalled_frees(&action, &addr, size[..].into(), &time);
+            let stalled = stalled_frees(&action, &addr, size[..].into(), time[..].into());
             let expected: Vec<u32> = stalled
                 .iter()
                 .map(|f| {

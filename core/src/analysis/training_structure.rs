@@ -6,6 +6,7 @@
 
 use super::usage::Usage;
 use memlens_api::PhaseRange;
+use crate::int_slice::IntSlice;
 
 /// A time interval `[start, end]` on the trace's axis.
 pub(super) type Span = (i64, i64);
@@ -114,9 +115,9 @@ impl SortedSpans {
 }
 
 /// When allocated bytes (after each entry) first peak inside `span`.
-fn peak_time_in(time: &[i64], usage: &Usage, span: Span) -> Option<i64> {
-    let a = time.partition_point(|&t| t < span.0);
-    let b = time.partition_point(|&t| t <= span.1);
+fn peak_time_in(time: IntSlice, usage: &Usage, span: Span) -> Option<i64> {
+    let a = time.partition_point(|t| t < span.0);
+    let b = time.partition_point(|t| t <= span.1);
     (a < b).then(|| {
         let mut peak = (i64::MIN, a);
         for (i, allocated) in (a..b).zip(usage.allocated_from(a)) {
@@ -124,13 +125,13 @@ fn peak_time_in(time: &[i64], usage: &Usage, span: Span) -> Option<i64> {
                 peak = (allocated, i);
             }
         }
-        time[peak.1]
+        time.at(peak.1)
     })
 }
 
 /// The training iterations of a run and their phases, from its optimizer steps (`None`
 /// without any): found once per device, read by the categories and the autograd windows.
-pub fn structure(phases: &[PhaseRange], time: &[i64], usage: &Usage) -> Option<Structure> {
+pub fn structure(phases: &[PhaseRange], time: IntSlice, usage: &Usage) -> Option<Structure> {
     let mut steps = spans(phases, |n| n.starts_with("optimizer.step"));
     if steps.is_empty() {
         steps = spans(phases, |n| n.contains("optimizer") && !n.contains("zero_grad"));
@@ -149,7 +150,7 @@ pub fn structure(phases: &[PhaseRange], time: &[i64], usage: &Usage) -> Option<S
         })
         .map(|p| p.start_us)
         .min();
-    let mut prev_end = first_iteration.or(time.first().copied()).unwrap_or(steps[0].0);
+    let mut prev_end = first_iteration.or(time.first()).unwrap_or(steps[0].0);
     let mut iterations = Vec::new();
     for &step in &steps {
         let window = (prev_end, step.0);

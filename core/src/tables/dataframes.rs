@@ -76,6 +76,38 @@ impl SnapshotTables {
     }
 }
 
+/// The events' time columns for `time_us` over `n` rows: µs after the first (u32) and the
+/// first (one scalar) when every entry has a time within 71 minutes of the first; else
+/// `time_us` (i64), null where an entry has none, and one null scalar when none has.
+fn time_columns(time_us: NarrowI64, n: usize) -> Vec<Column> {
+    if let NarrowI64::Narrow { base, offsets } = time_us {
+        if base != NO_TIME {
+            return vec![
+                col::<UInt32Type>(ev::TIME_AFTER_FIRST_US, offsets),
+                Column::new_scalar(
+                    ev::FIRST_TIME_US.into(),
+                    Scalar::new(DataType::Int64, AnyValue::Int64(base)),
+                    n,
+                ),
+            ];
+        }
+        return time_columns(NarrowI64::Wide(offsets.iter().map(|&o| base + i64::from(o)).collect()), n);
+    }
+    let time_us = time_us.into_vec();
+    vec![if !time_us.is_empty() && time_us.iter().all(|&t| t == NO_TIME) {
+        Column::full_null(ev::TIME_US.name.into(), n, &DataType::Int64)
+    } else if time_us.contains(&NO_TIME) {
+        Int64Chunked::from_iter_options(
+            ev::TIME_US.name.into(),
+            time_us.iter().map(|&t| (t != NO_TIME).then_some(t)),
+        )
+        .into_series()
+        .into()
+    } else {
+        ev::TIME_US.build(time_us)
+    }]
+}
+
 fn col<T: PolarsNumericType>(name: &str, v: Vec<T::Native>) -> Column {
     ChunkedArray::<T>::from_vec(name.into(), v).into_series().into()
 }
@@ -130,9 +162,9 @@ impl SnapshotColumns {
             device_free,
             notes,
         } = trace;
-        // The timestamps become i64 here, the decoder's memo gone; the sizes stay u32 if they fit.
+        // The sizes stay u32 and the timestamps offsets from the first where they fit.
         let (action, addr, size, stream, time_us, stack, row_map) = if contiguous {
-            (action, addr, size, stream, time_us.into_vec(), stack, None)
+            (action, addr, size, stream, time_us, stack, None)
         } else {
             let rows: Vec<usize> = device_ranges
                 .iter()
@@ -159,7 +191,13 @@ impl SnapshotColumns {
                     }
                     picked
                 },
-                rows.iter().map(|&r| time_us.get(r)).collect(),
+                {
+                    let mut picked = NarrowI64::new(Base::First);
+                    for &r in &rows {
+                        picked.push(time_us.get(r));
+                    }
+                    picked
+                },
                 rows.iter().map(|&r| stack[r]).collect(),
                 Some(map),
             )
@@ -168,19 +206,7 @@ impl SnapshotColumns {
             None => Some(r),
             Some(m) => Some(m[r as usize]).filter(|&x| x != u32::MAX),
         };
-        // A trace without timestamps holds one null there, not a null per entry.
-        let time_col: Column = if !time_us.is_empty() && time_us.iter().all(|&t| t == NO_TIME) {
-            Column::full_null(ev::TIME_US.name.into(), n, &DataType::Int64)
-        } else if time_us.contains(&NO_TIME) {
-            Int64Chunked::from_iter_options(
-                ev::TIME_US.name.into(),
-                time_us.iter().map(|&t| (t != NO_TIME).then_some(t)),
-            )
-            .into_series()
-            .into()
-        } else {
-            ev::TIME_US.build(time_us)
-        };
+        let time_cols = time_columns(time_us, n);
         let mut free_col: Vec<Option<i64>> = Vec::new();
         if !device_free.is_empty() {
             free_col = vec![None; n];
@@ -197,25 +223,22 @@ impl SnapshotColumns {
                 .into_series()
                 .into()
         };
-        let events = DataFrame::new(
-            n,
-            vec![
-                // A trace of one device (the usual case), or on one stream, keeps that column
-                // as one scalar, not 4 or 8 bytes per entry.
-                device,
-                ev::ACTION.build(action),
-                ev::ADDR.build(addr),
-                // u32 while every size is below 4 GiB.
-                match size.into_u32_or_i64() {
-                    Ok(narrow) => col::<UInt32Type>(ev::SIZE, narrow),
-                    Err(wide) => col::<Int64Type>(ev::SIZE, wide),
-                },
-                one_or_each_column(ev::STREAM.name, stream),
-                time_col,
-                ev::STACK.build(stack),
-                free_col,
-            ],
-        )?;
+        let mut columns = vec![
+            // A trace of one device (the usual case), or on one stream, keeps that column as
+            // one scalar, not 4 or 8 bytes per entry.
+            device,
+            ev::ACTION.build(action),
+            ev::ADDR.build(addr),
+            // u32 while every size is below 4 GiB.
+            match size.into_u32_or_i64() {
+                Ok(narrow) => col::<UInt32Type>(ev::SIZE, narrow),
+                Err(wide) => col::<Int64Type>(ev::SIZE, wide),
+            },
+            one_or_each_column(ev::STREAM.name, stream),
+        ];
+        columns.extend(time_cols);
+        columns.extend([ev::STACK.build(stack), free_col]);
+        let events = DataFrame::new(n, columns)?;
 
         let mut note_rows = Vec::new();
         let (mut cc, mut um, mut an, mut cat) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());

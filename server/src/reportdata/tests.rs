@@ -298,7 +298,7 @@ fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace()
                 SegmentAt::Entry(n - 1),
                 SegmentAt::Entry(n + 5),
                 SegmentAt::Time(i64::MIN),
-                SegmentAt::Time(ev.time()[n / 2]),
+                SegmentAt::Time(ev.time().at(n / 2)),
                 SegmentAt::Time(i64::MAX),
             ];
             asked.extend((0..n).step_by((n / 40).max(1)).map(SegmentAt::Entry));
