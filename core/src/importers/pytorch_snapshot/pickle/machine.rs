@@ -68,8 +68,8 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                     return Err(PickleError::Trailing { offset: at, extra });
                 }
                 let root = stack.pop().unwrap_or(Val::NONE);
-                // Four bytes a slot: tens to hundreds of megabytes on a long trace.
-                let memo_bytes = memo.len() * 4;
+                // Tens to hundreds of megabytes on a long trace.
+                let memo_bytes = memo.held_bytes();
                 drop_aside(memo, memo_bytes);
                 return Ok(Decoded { root, heap });
             }
