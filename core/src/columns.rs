@@ -105,7 +105,14 @@ pub mod events {
     pub const DEVICE: Col<Int32Type> = Col::new("device");
     /// `Action` code (see `tables`).
     pub const ACTION: Col<UInt8Type> = Col::new("action");
+    /// A trace whose addresses are all 512-byte aligned and within 1 TiB of the first holds
+    /// [`ADDR_UNITS`] and [`ADDR_BASE`] instead; read either with
+    /// [`crate::analysis::DeviceEvents::addr`].
     pub const ADDR: Col<Int64Type> = Col::new("addr");
+    /// u32: the address is `ADDR_BASE + 512 × this`.
+    pub const ADDR_UNITS: &str = "addr_units";
+    /// i64, one scalar.
+    pub const ADDR_BASE: &str = "addr_base";
     /// u32 when every size is below 4 GiB, else i64: read it as a [`crate::int_slice::IntSlice`].
     pub const SIZE: &str = "size";
     pub const STREAM: Col<Int64Type> = Col::new("stream");

@@ -2,9 +2,10 @@
 //! or as i64.
 //!
 //! A trace's sizes are held as u32 when every one is below 4 GiB (nearly always: a single
-//! block of 4 GiB or more is rare), and its timestamps as µs after the first when the trace
-//! spans under 71 minutes: 4 bytes an entry less each for as long as the trace lives, 133 MiB
-//! each on a 35 M-entry snapshot. The analyses read them through this type, so they read a
+//! block of 4 GiB or more is rare), its timestamps as µs after the first when the trace
+//! spans under 71 minutes, and its addresses as 512-byte units from a base when they lie
+//! within 1 TiB of the first: 4 bytes an entry less for each (8 for the addresses) for as long
+//! as the trace lives, 133 MiB (267) on a 35 M-entry snapshot. The analyses read them through this type, so they read a
 //! stored report from before (i64) and one from now alike.
 
 use std::ops::Range;
@@ -14,8 +15,8 @@ use polars::prelude::*;
 /// Integers read as i64, held as u32 offsets from a base or as i64.
 #[derive(Debug, Clone, Copy)]
 pub enum IntSlice<'a> {
-    /// Value `i` is `base + offsets[i]`.
-    U32 { base: i64, offsets: &'a [u32] },
+    /// Value `i` is `base + (offsets[i] << shift)`.
+    U32 { base: i64, shift: u32, offsets: &'a [u32] },
     I64(&'a [i64]),
 }
 
@@ -26,6 +27,7 @@ impl<'a> IntSlice<'a> {
         match column.dtype() {
             DataType::UInt32 => Ok(IntSlice::U32 {
                 base: 0,
+                shift: 0,
                 offsets: column.as_materialized_series().u32()?.cont_slice()?,
             }),
             DataType::Int64 => Ok(IntSlice::I64(column.as_materialized_series().i64()?.cont_slice()?)),
@@ -50,7 +52,7 @@ impl<'a> IntSlice<'a> {
     #[inline]
     pub fn at(&self, i: usize) -> i64 {
         match self {
-            IntSlice::U32 { base, offsets } => base + offsets[i] as i64,
+            IntSlice::U32 { base, shift, offsets } => base + ((offsets[i] as i64) << shift),
             IntSlice::I64(v) => v[i],
         }
     }
@@ -73,7 +75,7 @@ impl<'a> IntSlice<'a> {
     /// partitioned by it, as [`slice::partition_point`] takes them).
     pub fn partition_point(&self, mut pred: impl FnMut(i64) -> bool) -> usize {
         match self {
-            IntSlice::U32 { base, offsets } => offsets.partition_point(|&o| pred(base + o as i64)),
+            IntSlice::U32 { base, shift, offsets } => offsets.partition_point(|&o| pred(base + ((o as i64) << shift))),
             IntSlice::I64(v) => v.partition_point(|&x| pred(x)),
         }
     }
@@ -81,8 +83,9 @@ impl<'a> IntSlice<'a> {
     /// The values in `range`.
     pub fn slice(&self, range: Range<usize>) -> IntSlice<'a> {
         match self {
-            IntSlice::U32 { base, offsets } => IntSlice::U32 {
+            IntSlice::U32 { base, shift, offsets } => IntSlice::U32 {
                 base: *base,
+                shift: *shift,
                 offsets: &offsets[range],
             },
             IntSlice::I64(v) => IntSlice::I64(&v[range]),
@@ -92,7 +95,7 @@ impl<'a> IntSlice<'a> {
     /// The values in order.
     pub fn iter(&self) -> IntSliceIter<'a> {
         match self {
-            IntSlice::U32 { base, offsets } => IntSliceIter::U32(*base, offsets.iter()),
+            IntSlice::U32 { base, shift, offsets } => IntSliceIter::U32(*base, *shift, offsets.iter()),
             IntSlice::I64(v) => IntSliceIter::I64(v.iter()),
         }
     }
@@ -120,7 +123,7 @@ impl<'a> IntoIterator for IntSlice<'a> {
 /// The values of an [`IntSlice`], as i64.
 #[derive(Debug, Clone)]
 pub enum IntSliceIter<'a> {
-    U32(i64, std::slice::Iter<'a, u32>),
+    U32(i64, u32, std::slice::Iter<'a, u32>),
     I64(std::slice::Iter<'a, i64>),
 }
 
@@ -129,14 +132,14 @@ impl Iterator for IntSliceIter<'_> {
     #[inline]
     fn next(&mut self) -> Option<i64> {
         match self {
-            IntSliceIter::U32(base, it) => it.next().map(|&v| *base + v as i64),
+            IntSliceIter::U32(base, shift, it) => it.next().map(|&v| *base + ((v as i64) << *shift)),
             IntSliceIter::I64(it) => it.next().copied(),
         }
     }
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
         match self {
-            IntSliceIter::U32(_, it) => it.size_hint(),
+            IntSliceIter::U32(_, _, it) => it.size_hint(),
             IntSliceIter::I64(it) => it.size_hint(),
         }
     }
@@ -154,6 +157,7 @@ mod tests {
         let wide = [0i64, 512, u32::MAX as i64];
         let n = IntSlice::U32 {
             base: 0,
+            shift: 0,
             offsets: &narrow,
         };
         let w = IntSlice::from(&wide[..]);
@@ -171,11 +175,23 @@ mod tests {
     fn offsets_read_back_from_their_base() {
         let first = 1_700_000_000_000_000i64;
         let offsets = [0u32, 5, 5, 90];
-        let t = IntSlice::U32 { base: first, offsets: &offsets };
+        let t = IntSlice::U32 {
+            base: first,
+            shift: 0,
+            offsets: &offsets,
+        };
         assert_eq!(t.to_vec(), vec![first, first + 5, first + 5, first + 90]);
         assert_eq!(t.slice(1..2).at(0), first + 5);
         assert_eq!(t.partition_point(|x| x <= first + 5), 3);
         assert_eq!(t.get(3), Some(first + 90));
+        let base = 0x7f00_0000_0000;
+        let a = IntSlice::U32 {
+            base,
+            shift: 9,
+            offsets: &offsets,
+        };
+        assert_eq!(a.to_vec(), vec![base, base + 5 * 512, base + 5 * 512, base + 90 * 512]);
+        assert_eq!(a.partition_point(|x| x < base + 512), 1);
     }
 
     #[test]

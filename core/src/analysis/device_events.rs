@@ -123,6 +123,8 @@ pub struct DeviceEvents {
     pub frame: DataFrame,
     /// Row of the device's first entry in the `events` table (entry `i` is row `offset + i`).
     pub offset: usize,
+    /// The base of the addresses when they are held as 512-byte units after it.
+    addr_base: Option<i64>,
     time: Time,
     pub has_time: bool,
 }
@@ -137,12 +139,11 @@ enum Time {
     Order(Vec<i64>),
 }
 
-/// The events' first time (the scalar beside their µs after it).
-fn first_time(frame: &DataFrame) -> PolarsResult<i64> {
-    let column = frame.column(ev_col::FIRST_TIME_US)?;
-    match column.get(0)? {
-        AnyValue::Int64(first) => Ok(first),
-        other => polars_bail!(SchemaMismatch: "events column `{}` holds {other}, not an i64", ev_col::FIRST_TIME_US),
+/// The value of a one-value i64 column of a frame with rows (the base beside narrow values).
+fn scalar_i64(frame: &DataFrame, name: &str) -> PolarsResult<i64> {
+    match frame.column(name)?.get(0)? {
+        AnyValue::Int64(v) => Ok(v),
+        other => polars_bail!(SchemaMismatch: "events column `{name}` holds {other}, not an i64"),
     }
 }
 
@@ -154,7 +155,17 @@ impl DeviceEvents {
             .map_or((t.events.height(), 0), |r| (r.first_row, r.rows));
         let frame = t.events.slice(start as i64, len);
         ev_col::ACTION.slice(&frame)?;
-        ev_col::ADDR.slice(&frame)?;
+        let addr_base = match frame.column(ev_col::ADDR_UNITS) {
+            Ok(_) => {
+                IntSlice::of(&frame, ev_col::ADDR_UNITS)?;
+                // A device without entries reads no address.
+                Some(if len == 0 { 0 } else { scalar_i64(&frame, ev_col::ADDR_BASE)? })
+            }
+            Err(_) => {
+                ev_col::ADDR.slice(&frame)?;
+                None
+            }
+        };
         IntSlice::of(&frame, ev_col::SIZE)?;
         Streams::of(&frame, ev_col::STREAM.name)?;
         ev_col::STACK.slice(&frame)?;
@@ -170,7 +181,7 @@ impl DeviceEvents {
             Time::Order(Vec::new())
         } else if frame.column(ev_col::TIME_AFTER_FIRST_US).is_ok() {
             IntSlice::of(&frame, ev_col::TIME_AFTER_FIRST_US)?;
-            Time::AfterFirst(first_time(&frame)?)
+            Time::AfterFirst(scalar_i64(&frame, ev_col::FIRST_TIME_US)?)
         } else {
             let column = frame.column(ev_col::TIME_US.name)?;
             polars_ensure!(
@@ -189,6 +200,7 @@ impl DeviceEvents {
             device,
             frame,
             offset: start,
+            addr_base,
             time,
             has_time,
         })
@@ -204,6 +216,7 @@ impl DeviceEvents {
             Time::Us => IntSlice::I64(self.col(ev_col::TIME_US)),
             Time::AfterFirst(first) => IntSlice::U32 {
                 base: *first,
+                shift: 0,
                 offsets: self.col(Col::<UInt32Type>::new(ev_col::TIME_AFTER_FIRST_US)),
             },
             Time::Order(order) => IntSlice::I64(order),
@@ -228,8 +241,16 @@ impl DeviceEvents {
     pub fn action(&self) -> &[u8] {
         self.col(ev_col::ACTION)
     }
-    pub fn addr(&self) -> &[i64] {
-        self.col(ev_col::ADDR)
+    /// Addresses, held as 512-byte units after a base when they fit.
+    pub fn addr(&self) -> IntSlice<'_> {
+        match self.addr_base {
+            Some(base) => IntSlice::U32 {
+                base,
+                shift: crate::tables::ADDRESS_SHIFT,
+                offsets: self.col(Col::<UInt32Type>::new(ev_col::ADDR_UNITS)),
+            },
+            None => IntSlice::I64(self.col(ev_col::ADDR)),
+        }
     }
     /// Sizes, held as u32 when every one is below 4 GiB.
     pub fn size(&self) -> IntSlice<'_> {

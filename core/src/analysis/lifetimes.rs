@@ -67,21 +67,21 @@ pub fn allocation_lifetimes_with(
             Action::Alloc => {
                 let row = r_alloc.len();
                 if kept {
-                    r_addr.push(addr[i]);
+                    r_addr.push(addr.at(i));
                 }
                 r_size.push(size.at(i));
                 r_alloc.push(entry(i));
                 r_free.push(-1i32);
                 r_stack.push(stack[i]);
                 r_stream.push(stream.get(i));
-                open.insert(addr[i], row);
+                open.insert(addr.at(i), row);
             }
-            Action::FreeCompleted => match open.remove(&addr[i]) {
+            Action::FreeCompleted => match open.remove(&addr.at(i)) {
                 Some(row) => r_free[row] = entry(i),
                 None => {
                     // Allocated before recording (or evicted from the ring buffer).
                     if kept {
-                        r_addr.push(addr[i]);
+                        r_addr.push(addr.at(i));
                     }
                     r_size.push(size.at(i));
                     r_alloc.push(-1);

@@ -15,12 +15,12 @@ pub(super) fn pack(rows: &EntryRows<'_>) -> Vec<u8> {
     let (mut addr, mut stream) = (0i64, 0i64);
     for i in 0..n {
         let s = rows.stream.get(i);
-        put_signed(&mut out, rows.addr[i].wrapping_sub(addr));
+        put_signed(&mut out, rows.addr.at(i).wrapping_sub(addr));
         put_signed(&mut out, rows.size.at(i));
         put_signed(&mut out, s.wrapping_sub(stream));
         put(&mut out, u64::from(rows.stack[i]));
         out.push(rows.action[i]);
-        (addr, stream) = (rows.addr[i], s);
+        (addr, stream) = (rows.addr.at(i), s);
     }
     out
 }
@@ -78,7 +78,7 @@ mod tests {
         let rows = EntryRows {
             first: 10,
             action: &action,
-            addr: &addr,
+            addr: addr[..].into(),
             size: size[..].into(),
             stack: &stack,
             stream: Streams::Each(&stream),

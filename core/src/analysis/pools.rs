@@ -45,7 +45,7 @@ fn pool_names(
         if !matches!(Action::from_code(action[i]), Action::Alloc | Action::SegmentAlloc) {
             continue;
         }
-        let (Some(name), id) = (pool_in_metadata(m), pool_at(addr[i])) else {
+        let (Some(name), id) = (pool_in_metadata(m), pool_at(addr.at(i))) else {
             continue;
         };
         if id != (0, 0) {
@@ -110,7 +110,7 @@ pub fn memory_pools(t: &SnapshotTables, ev: &DeviceEvents) -> PolarsResult<Vec<P
     // Each segment event's change, by pool, in entry order, with the entry's place on the axis.
     let mut changes: Vec<((i64, i64), i64, i64)> = Vec::new();
     let time = ev.time();
-    for (i, ((&action, &a), size)) in ev.action().iter().zip(ev.addr()).zip(ev.size()).enumerate() {
+    for (i, ((&action, a), size)) in ev.action().iter().zip(ev.addr()).zip(ev.size()).enumerate() {
         let sign = match Action::from_code(action) {
             Action::SegmentAlloc | Action::SegmentMap => 1,
             Action::SegmentFree | Action::SegmentUnmap => -1,

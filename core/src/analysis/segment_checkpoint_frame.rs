@@ -53,7 +53,7 @@ impl StoredCheckpoint {
         EntryRows {
             first: self.first,
             action: &self.action,
-            addr: &self.addr,
+            addr: self.addr[..].into(),
             size: self.size[..].into(),
             stack: &self.stack,
             stream: Streams::Each(&self.stream),
@@ -368,7 +368,7 @@ mod tests {
         rows.extend((0..window.action.len()).map(|i| {
             (
                 ENTRY,
-                window.addr[i],
+                window.addr.at(i),
                 window.size.at(i),
                 window.stream.get(i),
                 window.action[i],

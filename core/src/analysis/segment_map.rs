@@ -51,7 +51,7 @@ pub(super) struct Segment {
 pub struct EntryRows<'a> {
     pub first: usize,
     pub action: &'a [u8],
-    pub addr: &'a [i64],
+    pub addr: IntSlice<'a>,
     pub size: IntSlice<'a>,
     pub stack: &'a [u32],
     pub stream: Streams<'a>,
@@ -76,7 +76,7 @@ impl<'a> EntryRows<'a> {
         EntryRows {
             first,
             action: &self.action[a..b],
-            addr: &self.addr[a..b],
+            addr: self.addr.slice(a..b),
             size: self.size.slice(a..b),
             stack: &self.stack[a..b],
             stream: self.stream.range(a, b),
@@ -180,7 +180,7 @@ impl SegmentState {
             self.cursor -= 1;
             let i = self.cursor - rows.first;
             let action = Action::from_code(rows.action[i]);
-            self.undo(action, rows.addr[i], rows.size.at(i), rows.stack[i], rows.stream.get(i));
+            self.undo(action, rows.addr.at(i), rows.size.at(i), rows.stack[i], rows.stream.get(i));
         }
     }
 

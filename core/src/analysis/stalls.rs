@@ -114,7 +114,7 @@ struct StalledFree {
 /// any other block's `free_requested`, so the one request waiting is held aside and a map is
 /// used only for requests outstanding together (a per-entry hash insert and remove cost more
 /// than the rest of this analysis on a long trace).
-fn stalled_frees(action: &[u8], addr: &[i64], size: IntSlice, time: IntSlice) -> Vec<StalledFree> {
+fn stalled_frees(action: &[u8], addr: IntSlice, size: IntSlice, time: IntSlice) -> Vec<StalledFree> {
     let mut latest: Option<(i64, (i64, i64))> = None; // addr → (time, size), the newest request
     let mut earlier: FxHashMap<i64, (i64, i64)> = FxHashMap::default();
     let mut stalled = Vec::new();
@@ -126,18 +126,18 @@ fn stalled_frees(action: &[u8], addr: &[i64], size: IntSlice, time: IntSlice) ->
                 }
                 // A newer request for an address replaces any older one.
                 if !earlier.is_empty() {
-                    earlier.remove(&addr[i]);
+                    earlier.remove(&addr.at(i));
                 }
-                latest = Some((addr[i], (time.at(i), size.at(i))));
+                latest = Some((addr.at(i), (time.at(i), size.at(i))));
             }
             Action::FreeCompleted => {
                 let request = match latest {
-                    Some((a, request)) if a == addr[i] => {
+                    Some((a, request)) if a == addr.at(i) => {
                         latest = None;
                         Some(request)
                     }
                     _ if earlier.is_empty() => None,
-                    _ => earlier.remove(&addr[i]),
+                    _ => earlier.remove(&addr.at(i)),
                 };
                 let Some((requested_at, bytes)) = request else {
                     continue;
@@ -159,20 +159,20 @@ fn stalled_frees(action: &[u8], addr: &[i64], size: IntSlice, time: IntSlice) ->
 /// The stack of the allocation each stalled free frees: the latest `alloc` of its address
 /// before it, else the free's own. Only addresses that stalled are followed (none, most
 /// often: then the trace is not read).
-fn allocating_stacks(stalled: &[StalledFree], action: &[u8], addr: &[i64], stack: &[u32]) -> Vec<u32> {
+fn allocating_stacks(stalled: &[StalledFree], action: &[u8], addr: IntSlice, stack: &[u32]) -> Vec<u32> {
     let Some(last) = stalled.last() else {
         return Vec::new();
     };
-    let followed: rustc_hash::FxHashSet<i64> = stalled.iter().map(|f| addr[f.completed]).collect();
+    let followed: rustc_hash::FxHashSet<i64> = stalled.iter().map(|f| addr.at(f.completed)).collect();
     let mut alloc_stack: FxHashMap<i64, u32> = FxHashMap::default();
     let mut out = Vec::with_capacity(stalled.len());
     let mut next = stalled.iter().peekable();
     for i in 0..=last.completed {
-        if action[i] == Action::Alloc as u8 && followed.contains(&addr[i]) {
-            alloc_stack.insert(addr[i], stack[i]);
+        if action[i] == Action::Alloc as u8 && followed.contains(&addr.at(i)) {
+            alloc_stack.insert(addr.at(i), stack[i]);
         }
         while let Some(f) = next.next_if(|f| f.completed == i) {
-            out.push(alloc_stack.get(&addr[i]).copied().unwrap_or(stack[f.completed]));
+            out.push(alloc_stack.get(&addr.at(i)).copied().unwrap_or(stack[f.completed]));
         }
     }
     out
@@ -231,14 +231,14 @@ mod tests {
                 t += next(2 * MIN_WAIT_US as u64) as i64;
                 time.push(t);
             }
-            let found: Vec<(usize, i64, i64)> = stalled_frees(&action, &addr, size[..].into(), time[..].into())
+            let found: Vec<(usize, i64, i64)> = stalled_frees(&action, addr[..].into(), size[..].into(), time[..].into())
                 .iter()
                 .map(|f| (f.completed, f.requested_at, f.bytes))
                 .collect();
             assert_eq!(found, stalled_by_map(&action, &addr, &size, &time));
 
             let stack: Vec<u32> = (0..n as u32).collect();
-            let stalled = stalled_frees(&action, &addr, size[..].into(), time[..].into());
+            let stalled = stalled_frees(&action, addr[..].into(), size[..].into(), time[..].into());
             let expected: Vec<u32> = stalled
                 .iter()
                 .map(|f| {
@@ -248,7 +248,7 @@ mod tests {
                         .map_or(stack[f.completed], |j| stack[j])
                 })
                 .collect();
-            assert_eq!(allocating_stacks(&stalled, &action, &addr, &stack), expected);
+            assert_eq!(allocating_stacks(&stalled, &action, addr[..].into(), &stack), expected);
         }
     }
 }

@@ -6,7 +6,7 @@ use polars::prelude::*;
 
 use memlens_api::SourceInfo;
 
-use super::{Base, NarrowI64, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
+use super::{Base, NarrowI64, ADDRESS_SHIFT, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
 use crate::columns::{events as ev, one_or_each_column};
 
 /// The canonical tables of one imported snapshot.
@@ -80,7 +80,7 @@ impl SnapshotTables {
 /// first (one scalar) when every entry has a time within 71 minutes of the first; else
 /// `time_us` (i64), null where an entry has none, and one null scalar when none has.
 fn time_columns(time_us: NarrowI64, n: usize) -> Vec<Column> {
-    if let NarrowI64::Narrow { base, offsets } = time_us {
+    if let NarrowI64::Narrow { base, shift: 0, offsets } = time_us {
         if base != NO_TIME {
             return vec![
                 col::<UInt32Type>(ev::TIME_AFTER_FIRST_US, offsets),
@@ -106,6 +106,26 @@ fn time_columns(time_us: NarrowI64, n: usize) -> Vec<Column> {
     } else {
         ev::TIME_US.build(time_us)
     }]
+}
+
+/// The events' address columns: 512-byte units after a base (u32) and the base (one scalar)
+/// when every address is aligned and within 1 TiB of the first; else `addr` (i64).
+fn addr_columns(addr: NarrowI64, n: usize) -> Vec<Column> {
+    match addr {
+        NarrowI64::Narrow {
+            base,
+            shift: ADDRESS_SHIFT,
+            offsets,
+        } => vec![
+            col::<UInt32Type>(ev::ADDR_UNITS, offsets),
+            Column::new_scalar(
+                ev::ADDR_BASE.into(),
+                Scalar::new(DataType::Int64, AnyValue::Int64(base)),
+                n,
+            ),
+        ],
+        other => vec![ev::ADDR.build(other.into_vec())],
+    }
 }
 
 fn col<T: PolarsNumericType>(name: &str, v: Vec<T::Native>) -> Column {
@@ -176,7 +196,13 @@ impl SnapshotColumns {
             }
             (
                 rows.iter().map(|&r| action[r]).collect(),
-                rows.iter().map(|&r| addr[r]).collect(),
+                {
+                    let mut picked = NarrowI64::new(Base::Address);
+                    for &r in &rows {
+                        picked.push(addr.get(r));
+                    }
+                    picked
+                },
                 {
                     let mut picked = NarrowI64::new(Base::Zero);
                     for &r in &rows {
@@ -228,7 +254,6 @@ impl SnapshotColumns {
             // one scalar, not 4 or 8 bytes per entry.
             device,
             ev::ACTION.build(action),
-            ev::ADDR.build(addr),
             // u32 while every size is below 4 GiB.
             match size.into_u32_or_i64() {
                 Ok(narrow) => col::<UInt32Type>(ev::SIZE, narrow),
@@ -236,6 +261,7 @@ impl SnapshotColumns {
             },
             one_or_each_column(ev::STREAM.name, stream),
         ];
+        columns.splice(2..2, addr_columns(addr, n));
         columns.extend(time_cols);
         columns.extend([ev::STACK.build(stack), free_col]);
         let events = DataFrame::new(n, columns)?;

@@ -6,7 +6,7 @@
 //!
 //! | table | columns |
 //! |---|---|
-//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64, `size` i64, `stream` i64, `time_us` i64 (null when absent), `stack` u32, `device_free` i64 (null unless `oom`); a column of one value (one device, one stream, all null) is a polars scalar column |
+//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64 — or `addr_units` u32 and `addr_base` i64 (address = base + 512 × units) when every address is aligned and within 1 TiB of the first —, `size` u32 (every size below 4 GiB) or i64, `stream` i64, `time_us` i64 (null when absent) — or `time_after_first_us` u32 and `first_time_us` i64 when every entry has one within 71 minutes of the first —, `stack` u32, `device_free` i64 (null unless `oom`); a column of one value (one device, one stream, all null, a base) is a polars scalar column; the analyses read them through `DeviceEvents` as [`crate::int_slice::IntSlice`]s, whichever form |
 //! | `segments` | `device`, `address`, `total_size`, `allocated_size`, `active_size`, `requested_size`, `stream` (i64), `segment_type` str, `pool_a`/`pool_b` i64, `is_expandable` bool, `stack` u32 |
 //! | `blocks` | `device` i64, `segment` u32 (row in `segments`), `address`, `size`, `requested_size` i64, `state` u8 ([`BlockState`]), `stack` u32 |
 //! | `frames` | `frame` u32, `name` str, `filename` str, `line` i64 |
@@ -92,13 +92,15 @@ impl Action {
 pub use memlens_api::BlockState;
 
 use crate::fault_ahead::FaultAhead;
-pub use narrow_column::{Base, NarrowI64};
+pub use narrow_column::{Base, NarrowI64, ADDRESS_SHIFT};
 
 /// Trace rows in arrival order (all devices; [`SnapshotColumns::device_ranges`] splits them).
 #[derive(Debug, PartialEq)]
 pub struct TraceRows {
     pub action: Vec<u8>,
-    pub addr: Vec<i64>,
+    /// Narrow while every address is 512-byte aligned and within 1 TiB of the first
+    /// ([`NarrowI64`]).
+    pub addr: NarrowI64,
     /// Narrow while every size is below 4 GiB ([`NarrowI64`]).
     pub size: NarrowI64,
     /// One stream for every entry so far, or each entry's (most traces have one stream).
@@ -141,7 +143,7 @@ impl Default for TraceRows {
     fn default() -> Self {
         TraceRows {
             action: Vec::new(),
-            addr: Vec::new(),
+            addr: NarrowI64::new(Base::Address),
             size: NarrowI64::new(Base::Zero),
             stream: OneOrEach::default(),
             time_us: NarrowI64::new(Base::First),
@@ -183,7 +185,7 @@ impl TraceRows {
     pub fn fault_ahead(&mut self, ahead: &mut [FaultAhead; 5]) {
         if self.action.len().is_multiple_of(crate::fault_ahead::STEP) {
             ahead[0].after_push(&mut self.action);
-            ahead[1].after_push(&mut self.addr);
+            self.addr.fault_ahead(&mut ahead[1]);
             self.size.fault_ahead(&mut ahead[2]);
             self.time_us.fault_ahead(&mut ahead[3]);
             ahead[4].after_push(&mut self.stack);

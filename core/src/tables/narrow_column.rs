@@ -15,16 +15,24 @@ pub enum Base {
     First,
     /// Zero (sizes, which are never negative).
     Zero,
+    /// Device addresses: counted in 512-byte units (the caching allocator's alignment) from
+    /// 1 TiB below the first, so every address within 1 TiB of it (a device's memory, and
+    /// more) fits.
+    Address,
 }
+
+/// log2 of the unit [`Base::Address`] counts in.
+pub const ADDRESS_SHIFT: u32 = 9;
 
 /// i64 values, narrow while they fit.
 #[derive(Debug, PartialEq)]
 pub enum NarrowI64 {
     /// Nothing pushed yet.
     Empty(Base),
-    /// Each value is `base + offset`.
+    /// Each value is `base + (offset << shift)`.
     Narrow {
         base: i64,
+        shift: u32,
         offsets: Vec<u32>,
     },
     Wide(Vec<i64>),
@@ -38,18 +46,23 @@ impl NarrowI64 {
     #[inline]
     pub fn push(&mut self, v: i64) {
         match self {
-            NarrowI64::Narrow { base, offsets } => match u32::try_from(v.wrapping_sub(*base)) {
-                Ok(offset) if v >= *base => offsets.push(offset),
-                _ => self.widen_with(v),
-            },
+            NarrowI64::Narrow { base, shift, offsets } => {
+                let d = v.wrapping_sub(*base);
+                match u32::try_from(d >> *shift) {
+                    Ok(offset) if v >= *base && d & ((1 << *shift) - 1) == 0 => offsets.push(offset),
+                    _ => self.widen_with(v),
+                }
+            }
             NarrowI64::Wide(values) => values.push(v),
             NarrowI64::Empty(base) => {
-                let base = match base {
-                    Base::First => v,
-                    Base::Zero => 0,
+                let (base, shift) = match base {
+                    Base::First => (v, 0),
+                    Base::Zero => (0, 0),
+                    Base::Address => (v.saturating_sub(1 << 40), ADDRESS_SHIFT),
                 };
                 *self = NarrowI64::Narrow {
                     base,
+                    shift,
                     offsets: Vec::new(),
                 };
                 self.push(v);
@@ -82,7 +95,7 @@ impl NarrowI64 {
     pub fn get(&self, i: usize) -> i64 {
         match self {
             NarrowI64::Empty(_) => panic!("value {i} of an empty column"),
-            NarrowI64::Narrow { base, offsets } => base + i64::from(offsets[i]),
+            NarrowI64::Narrow { base, shift, offsets } => base + (i64::from(offsets[i]) << shift),
             NarrowI64::Wide(values) => values[i],
         }
     }
@@ -91,7 +104,9 @@ impl NarrowI64 {
     pub fn into_vec(self) -> Vec<i64> {
         match self {
             NarrowI64::Empty(_) => Vec::new(),
-            NarrowI64::Narrow { base, offsets } => offsets.iter().map(|&o| base + i64::from(o)).collect(),
+            NarrowI64::Narrow { base, shift, offsets } => {
+                offsets.iter().map(|&o| base + (i64::from(o) << shift)).collect()
+            }
             NarrowI64::Wide(values) => values,
         }
     }
@@ -100,7 +115,11 @@ impl NarrowI64 {
     /// column a reader takes either way ([`crate::int_slice::IntSlice`]) is kept narrow.
     pub fn into_u32_or_i64(self) -> Result<Vec<u32>, Vec<i64>> {
         match self {
-            NarrowI64::Narrow { base: 0, offsets } => Ok(offsets),
+            NarrowI64::Narrow {
+                base: 0,
+                shift: 0,
+                offsets,
+            } => Ok(offsets),
             NarrowI64::Empty(Base::Zero) => Ok(Vec::new()),
             other => Err(other.into_vec()),
         }
@@ -175,6 +194,23 @@ mod tests {
             assert_eq!((0..values.len()).map(|i| c.get(i)).collect::<Vec<_>>(), values);
             assert_eq!(c.into_vec(), values);
             assert_eq!(pushed(base, &values).into_u32_or_i64(), Err(values));
+        }
+    }
+
+    #[test]
+    fn aligned_addresses_within_a_tebibyte_of_the_first_stay_narrow() {
+        let first = 0x7f3a_0000_0000i64;
+        let addresses = [first, first + 512, first - (1 << 39), first + (1 << 40) - 512, first + 3 * (1 << 21)];
+        let c = pushed(Base::Address, &addresses);
+        assert!(matches!(c, NarrowI64::Narrow { shift: 9, .. }), "{c:?}");
+        assert_eq!((0..5).map(|i| c.get(i)).collect::<Vec<_>>(), addresses);
+        assert_eq!(pushed(Base::Address, &addresses).into_vec(), addresses);
+        assert!(pushed(Base::Address, &addresses).into_u32_or_i64().is_err());
+        for odd in [first + 16, first + (1 << 41), first - (1 << 40) - 512, i64::MIN, 0] {
+            let values = [first, odd, first + 512];
+            let c = pushed(Base::Address, &values);
+            assert!(matches!(c, NarrowI64::Wide(_)), "{odd:#x}: {c:?}");
+            assert_eq!(c.into_vec(), values);
         }
     }
 
