@@ -136,6 +136,19 @@ fn time_range_is_read_in_one_pass_and_a_trace_without_timestamps_stays_one_scala
     assert!(matches!(expected, Some((lo, hi)) if lo < hi));
     assert_eq!(snapshot_time_range(&timed).expect("range"), expected);
 
+    // Widened for a run that keeps frames: one i64 column, the same times on every device.
+    let mut wide = tables("mlp_train.pickle");
+    wide.widen_times().expect("widen");
+    assert!(wide.events.column("time_after_first_us").is_err() && wide.events.column("first_time_us").is_err());
+    for device in memlens_core::analysis::devices(&timed).expect("devices") {
+        let narrow = memlens_core::analysis::DeviceEvents::new(&timed, device).expect("narrow");
+        let widened = memlens_core::analysis::DeviceEvents::new(&wide, device).expect("wide");
+        assert!(matches!(widened.time(), memlens_core::int_slice::IntSlice::I64(_)));
+        assert_eq!(narrow.time().to_vec(), widened.time().to_vec(), "device {device}");
+        assert!(narrow.has_time && widened.has_time);
+    }
+    assert_eq!(snapshot_time_range(&wide).expect("range"), expected);
+
     let untimed = tables("mlp_train.pt21_shape.pickle");
     assert_eq!(snapshot_time_range(&untimed).expect("range"), None);
     // Read as the one null it is, not made into a column of a null per entry.

@@ -50,6 +50,34 @@ impl SnapshotTables {
         ]
     }
 
+    /// The events' times as one i64 `time_us` column when they are held as µs after the first
+    /// (nothing to do otherwise). A run that keeps frames does this first: every stored usage's
+    /// time axis is then that column, shared, where from narrow times each would be a copy of
+    /// its own (the early stored usage and the final one: 8 bytes an entry each).
+    pub fn widen_times(&mut self) -> PolarsResult<()> {
+        let Ok(after_first) = self.events.column(ev::TIME_AFTER_FIRST_US) else {
+            return Ok(());
+        };
+        let n = self.events.height();
+        let first = match self.events.column(ev::FIRST_TIME_US)?.get(0) {
+            Ok(AnyValue::Int64(first)) => first,
+            _ if n == 0 => 0,
+            Ok(other) => polars_bail!(SchemaMismatch: "events column `{}` holds {other}, not an i64", ev::FIRST_TIME_US),
+            Err(e) => return Err(e),
+        };
+        let time_us: Vec<i64> = after_first
+            .u32()?
+            .cont_slice()?
+            .iter()
+            .map(|&o| first + i64::from(o))
+            .collect();
+        let at = self.events.get_column_index(ev::TIME_AFTER_FIRST_US).unwrap_or(0);
+        self.events.drop_in_place(ev::TIME_AFTER_FIRST_US)?;
+        self.events.drop_in_place(ev::FIRST_TIME_US)?;
+        self.events.insert_column(at, ev::TIME_US.build(time_us))?;
+        Ok(())
+    }
+
     pub fn meta(&self) -> SnapshotMeta {
         SnapshotMeta {
             source: self.source.clone(),
