@@ -16,7 +16,11 @@ use polars::prelude::*;
 #[derive(Debug, Clone, Copy)]
 pub enum IntSlice<'a> {
     /// Value `i` is `base + (offsets[i] << shift)`.
-    U32 { base: i64, shift: u32, offsets: &'a [u32] },
+    U32 {
+        base: i64,
+        shift: u32,
+        offsets: &'a [u32],
+    },
     I64(&'a [i64]),
 }
 

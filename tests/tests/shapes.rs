@@ -128,7 +128,11 @@ fn time_range_is_read_in_one_pass_and_a_trace_without_timestamps_stays_one_scala
     let first = timed.events.column("first_time_us").expect("first_time_us");
     assert!(first.as_scalar_column().is_some());
     let first = first.get(0).expect("a first time").extract::<i64>().expect("i64");
-    let after_first = timed.events.column("time_after_first_us").and_then(|c| c.u32()).expect("u32");
+    let after_first = timed
+        .events
+        .column("time_after_first_us")
+        .and_then(|c| c.u32())
+        .expect("u32");
     let after_first = after_first.cont_slice().expect("one chunk without nulls");
     assert_eq!(after_first.iter().min(), Some(&0));
     let values: Vec<i64> = after_first.iter().map(|&o| first + i64::from(o)).collect();

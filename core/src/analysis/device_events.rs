@@ -159,7 +159,11 @@ impl DeviceEvents {
             Ok(_) => {
                 IntSlice::of(&frame, ev_col::ADDR_UNITS)?;
                 // A device without entries reads no address.
-                Some(if len == 0 { 0 } else { scalar_i64(&frame, ev_col::ADDR_BASE)? })
+                Some(if len == 0 {
+                    0
+                } else {
+                    scalar_i64(&frame, ev_col::ADDR_BASE)?
+                })
             }
             Err(_) => {
                 ev_col::ADDR.slice(&frame)?;

@@ -95,7 +95,10 @@ pub fn fragmentation_over_time<'u, 'e: 'u>(
                 "event_index".into(),
                 points.iter().map(|&p| p as u32).collect::<Vec<_>>(),
             ),
-            Column::new("time".into(), points.iter().map(|&p| ev.time().at(p)).collect::<Vec<_>>()),
+            Column::new(
+                "time".into(),
+                points.iter().map(|&p| ev.time().at(p)).collect::<Vec<_>>(),
+            ),
             Column::new(
                 "allocated".into(),
                 points

@@ -6,8 +6,8 @@ use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary, ProcessSummary};
 use polars::prelude::*;
 
 use crate::entry_steps::EntrySteps;
-use crate::int_slice::IntSlice;
 use crate::error::AnalysisError;
+use crate::int_slice::IntSlice;
 use crate::samples::{GpuSampleTables, UsedMeaning};
 
 /// Time zones are whole quarter hours within ±14 h of UTC.

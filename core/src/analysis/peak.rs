@@ -56,9 +56,7 @@ struct Live {
 
 /// The time of the entry an allocation was made at (`None`: before the trace).
 fn made_at(alloc_idx: i32, entry_times: IntSlice) -> Option<i64> {
-    usize::try_from(alloc_idx)
-        .ok()
-        .and_then(|i| entry_times.get(i))
+    usize::try_from(alloc_idx).ok().and_then(|i| entry_times.get(i))
 }
 
 /// The allocations live right after entry `idx` (`None`: before the first entry).

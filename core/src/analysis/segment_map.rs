@@ -17,8 +17,8 @@ pub use super::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentDetail, SegmentKey};
 use super::segments_by_address::SegmentsByAddress;
 use super::{device_segments, round_size, DeviceEvents, Streams, MIN_BLOCK, SMALL_SIZE};
-use crate::tables::{Action, BlockState, SnapshotTables};
 use crate::int_slice::IntSlice;
+use crate::tables::{Action, BlockState, SnapshotTables};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Block {
@@ -180,7 +180,13 @@ impl SegmentState {
             self.cursor -= 1;
             let i = self.cursor - rows.first;
             let action = Action::from_code(rows.action[i]);
-            self.undo(action, rows.addr.at(i), rows.size.at(i), rows.stack[i], rows.stream.get(i));
+            self.undo(
+                action,
+                rows.addr.at(i),
+                rows.size.at(i),
+                rows.stack[i],
+                rows.stream.get(i),
+            );
         }
     }
 

@@ -9,9 +9,9 @@ use memlens_api::FreeStall;
 use rustc_hash::FxHashMap;
 
 use super::DeviceEvents;
+use crate::int_slice::IntSlice;
 use crate::stacks::StackResolver;
 use crate::tables::Action;
-use crate::int_slice::IntSlice;
 
 /// Waits shorter than this (µs) are the allocator's normal event polling.
 pub const MIN_WAIT_US: i64 = 1_000;
@@ -118,8 +118,8 @@ fn stalled_frees(action: &[u8], addr: IntSlice, size: IntSlice, time: IntSlice) 
     let mut latest: Option<(i64, (i64, i64))> = None; // addr → (time, size), the newest request
     let mut earlier: FxHashMap<i64, (i64, i64)> = FxHashMap::default();
     let mut stalled = Vec::new();
-    for i in 0..action.len() {
-        match Action::from_code(action[i]) {
+    for (i, &code) in action.iter().enumerate() {
+        match Action::from_code(code) {
             Action::FreeRequested => {
                 if let Some((a, request)) = latest.take() {
                     earlier.insert(a, request);
@@ -231,10 +231,11 @@ mod tests {
                 t += next(2 * MIN_WAIT_US as u64) as i64;
                 time.push(t);
             }
-            let found: Vec<(usize, i64, i64)> = stalled_frees(&action, addr[..].into(), size[..].into(), time[..].into())
-                .iter()
-                .map(|f| (f.completed, f.requested_at, f.bytes))
-                .collect();
+            let found: Vec<(usize, i64, i64)> =
+                stalled_frees(&action, addr[..].into(), size[..].into(), time[..].into())
+                    .iter()
+                    .map(|f| (f.completed, f.requested_at, f.bytes))
+                    .collect();
             assert_eq!(found, stalled_by_map(&action, &addr, &size, &time));
 
             let stack: Vec<u32> = (0..n as u32).collect();

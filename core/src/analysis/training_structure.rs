@@ -5,8 +5,8 @@
 //! search where a run's iterations follow each other (a long run has thousands).
 
 use super::usage::Usage;
-use memlens_api::PhaseRange;
 use crate::int_slice::IntSlice;
+use memlens_api::PhaseRange;
 
 /// A time interval `[start, end]` on the trace's axis.
 pub(super) type Span = (i64, i64);

@@ -146,11 +146,11 @@ pub fn usage_over_time<'a>(t: &SnapshotTables, ev: &'a DeviceEvents) -> PolarsRe
     let mut reserved = EntrySteps::starting_at(initial_reserved);
     let (mut a_now, mut r_now) = (initial_allocated, initial_reserved);
     let (mut peak_a, mut peak_a_idx, mut peak_r, mut peak_r_idx) = (a_now, None, r_now, None);
-    for i in 0..n {
+    for (i, (&a, s)) in action.iter().zip(size).enumerate() {
         if i % STRIDE == 0 {
             marks.push(a_now);
         }
-        let (da, dr) = deltas(action[i], size.at(i));
+        let (da, dr) = deltas(a, s);
         a_now += da;
         r_now += dr;
         if a_now > peak_a {

@@ -6,7 +6,9 @@ use polars::prelude::*;
 
 use memlens_api::SourceInfo;
 
-use super::{Base, NarrowI64, ADDRESS_SHIFT, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
+use super::{
+    Base, NarrowI64, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, ADDRESS_SHIFT, NO_TIME, TABLE_NAMES,
+};
 use crate::columns::{events as ev, one_or_each_column};
 
 /// The canonical tables of one imported snapshot.
@@ -62,7 +64,9 @@ impl SnapshotTables {
         let first = match self.events.column(ev::FIRST_TIME_US)?.get(0) {
             Ok(AnyValue::Int64(first)) => first,
             _ if n == 0 => 0,
-            Ok(other) => polars_bail!(SchemaMismatch: "events column `{}` holds {other}, not an i64", ev::FIRST_TIME_US),
+            Ok(other) => {
+                polars_bail!(SchemaMismatch: "events column `{}` holds {other}, not an i64", ev::FIRST_TIME_US)
+            }
             Err(e) => return Err(e),
         };
         let time_us: Vec<i64> = after_first
@@ -108,7 +112,12 @@ impl SnapshotTables {
 /// first (one scalar) when every entry has a time within 71 minutes of the first; else
 /// `time_us` (i64), null where an entry has none, and one null scalar when none has.
 fn time_columns(time_us: NarrowI64, n: usize) -> Vec<Column> {
-    if let NarrowI64::Narrow { base, shift: 0, offsets } = time_us {
+    if let NarrowI64::Narrow {
+        base,
+        shift: 0,
+        offsets,
+    } = time_us
+    {
         if base != NO_TIME {
             return vec![
                 col::<UInt32Type>(ev::TIME_AFTER_FIRST_US, offsets),
@@ -119,7 +128,10 @@ fn time_columns(time_us: NarrowI64, n: usize) -> Vec<Column> {
                 ),
             ];
         }
-        return time_columns(NarrowI64::Wide(offsets.iter().map(|&o| base + i64::from(o)).collect()), n);
+        return time_columns(
+            NarrowI64::Wide(offsets.iter().map(|&o| base + i64::from(o)).collect()),
+            n,
+        );
     }
     let time_us = time_us.into_vec();
     vec![if !time_us.is_empty() && time_us.iter().all(|&t| t == NO_TIME) {

@@ -200,7 +200,13 @@ mod tests {
     #[test]
     fn aligned_addresses_within_a_tebibyte_of_the_first_stay_narrow() {
         let first = 0x7f3a_0000_0000i64;
-        let addresses = [first, first + 512, first - (1 << 39), first + (1 << 40) - 512, first + 3 * (1 << 21)];
+        let addresses = [
+            first,
+            first + 512,
+            first - (1 << 39),
+            first + (1 << 40) - 512,
+            first + 3 * (1 << 21),
+        ];
         let c = pushed(Base::Address, &addresses);
         assert!(matches!(c, NarrowI64::Narrow { shift: 9, .. }), "{c:?}");
         assert_eq!((0..5).map(|i| c.get(i)).collect::<Vec<_>>(), addresses);
