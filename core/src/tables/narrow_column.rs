@@ -43,7 +43,7 @@ impl NarrowI64 {
         NarrowI64::Empty(base)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, v: i64) {
         match self {
             NarrowI64::Narrow { base, shift, offsets } => {
@@ -54,20 +54,28 @@ impl NarrowI64 {
                 }
             }
             NarrowI64::Wide(values) => values.push(v),
-            NarrowI64::Empty(base) => {
-                let (base, shift) = match base {
-                    Base::First => (v, 0),
-                    Base::Zero => (0, 0),
-                    Base::Address => (v.saturating_sub(1 << 40), ADDRESS_SHIFT),
-                };
-                *self = NarrowI64::Narrow {
-                    base,
-                    shift,
-                    offsets: Vec::new(),
-                };
-                self.push(v);
-            }
+            NarrowI64::Empty(_) => self.start_with(v),
         }
+    }
+
+    /// The first value: the base it sets, then the value pushed.
+    #[cold]
+    #[inline(never)]
+    fn start_with(&mut self, v: i64) {
+        let NarrowI64::Empty(base) = *self else {
+            unreachable!("only an empty column starts")
+        };
+        let (base, shift) = match base {
+            Base::First => (v, 0),
+            Base::Zero => (0, 0),
+            Base::Address => (v.saturating_sub(1 << 40), ADDRESS_SHIFT),
+        };
+        *self = NarrowI64::Narrow {
+            base,
+            shift,
+            offsets: Vec::new(),
+        };
+        self.push(v);
     }
 
     /// Makes the column wide (the values so far as i64), then pushes `v`.

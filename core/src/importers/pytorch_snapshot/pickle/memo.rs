@@ -120,9 +120,20 @@ impl Memo {
 
     /// Stores `v` in a new slot after the last (what MEMOIZE does); returns the bytes kept
     /// aside for it.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, v: Val) -> usize {
         let word = compact(v);
+        if word != WIDE && self.head.len() < self.plain_slots {
+            self.head.push(word);
+            self.ahead.after_push(&mut self.head);
+            return 0;
+        }
+        self.push_past_head_or_wide(v, word)
+    }
+
+    /// [`Memo::push`] of a slot after the head's, or of a wide value.
+    #[inline(never)]
+    fn push_past_head_or_wide(&mut self, v: Val, word: u32) -> usize {
         let slot = self.len();
         if self.head.len() < self.plain_slots {
             self.head.push(word);
