@@ -205,10 +205,8 @@ enum Page {
     Packed { words_at: usize, bits_at: usize, width: u32 },
 }
 
-/// The pages' contents, each kind in one vector: one allocation apiece, large enough to be
-/// mapped and unmapped whole, so freeing the memo gives its memory back to the system (a box
-/// per page would stay in the decoding thread's heap, 100 MiB and more that nothing else
-/// reuses).
+/// The pages' contents, each kind in one vector: one allocation apiece (large enough to be
+/// mapped and unmapped whole) rather than two for each of tens of thousands of pages.
 #[derive(Default)]
 struct PagePool {
     plain: Vec<u32>,
