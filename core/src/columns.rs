@@ -144,7 +144,9 @@ pub mod lifetimes {
     use polars::prelude::{Int32Type, Int64Type, UInt32Type, UInt8Type};
 
     pub const ADDR: Col<Int64Type> = Col::new("addr");
-    pub const SIZE: Col<Int64Type> = Col::new("size");
+    /// u32 when every size is below 4 GiB, else i64 (and i64 in reports stored before): read
+    /// it as a [`crate::int_slice::IntSlice`].
+    pub const SIZE: &str = "size";
     pub const STREAM: Col<Int64Type> = Col::new("stream");
     pub const STACK: Col<UInt32Type> = Col::new("stack");
     /// Entry index of the alloc, `-1` before the trace (32 bits: a device's trace holds fewer

@@ -14,6 +14,17 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
         let left = allocation_lifetimes_with(t, ev, Addresses::Left).expect("lifetimes");
         let less = kept.drop("addr").expect("kept lifetimes have addresses");
         assert!(left.equals_missing(&less), "{name}: device {device}");
+        // Sizes below 4 GiB are held as u32: each an alloc's own size from the trace.
+        let size = kept.column("size").and_then(|c| c.u32().cloned()).expect("u32 sizes");
+        let alloc_idx = kept
+            .column("alloc_idx")
+            .and_then(|c| c.i32().cloned())
+            .expect("alloc_idx");
+        for (s, a) in size.into_no_null_iter().zip(alloc_idx.into_no_null_iter()) {
+            if let Ok(a) = usize::try_from(a) {
+                assert_eq!(i64::from(s), ev.size().at(a), "{name}: device {device}, entry {a}");
+            }
+        }
 
         let usage = usage_over_time(t, ev).expect("usage");
         let mut now = usage.initial_allocated;

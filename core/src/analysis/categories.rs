@@ -28,6 +28,7 @@ pub use super::training_structure::{autograd_windows, structure, Structure};
 use super::training_structure::{in_zero_grad, locate, spans_or_open, within, Span};
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
+use crate::int_slice::IntSlice;
 use crate::stacks::StackResolver;
 
 /// One allocation's lifetime on the trace's time axis (`None`: before the trace / never freed).
@@ -235,7 +236,7 @@ pub fn categorize(
             hit.map_or(placed, |c| (c, CategoryRule::FrameRule))
         })
         .collect();
-    let placed = not_gradients_unlike_any_parameter(placed, lt_col::SIZE.slice(lifetimes)?);
+    let placed = not_gradients_unlike_any_parameter(placed, IntSlice::of(lifetimes, lt_col::SIZE)?);
     let iteration_ends = st.map_or_else(Vec::new, |st| {
         st.iterations
             .iter()
@@ -275,19 +276,19 @@ impl<T: Copy> PerStack<T> {
 /// and only when parameters were seen.
 fn not_gradients_unlike_any_parameter(
     mut placed: Vec<(Category, CategoryRule)>,
-    size: &[i64],
+    size: IntSlice,
 ) -> Vec<(Category, CategoryRule)> {
     let parameter_sizes: rustc_hash::FxHashSet<i64> = placed
         .iter()
         .zip(size)
         .filter(|(p, _)| p.0 == Category::Parameter)
-        .map(|(_, &s)| s)
+        .map(|(_, s)| s)
         .collect();
     if parameter_sizes.is_empty() {
         return placed;
     }
     for (p, s) in placed.iter_mut().zip(size) {
-        if p.1 == CategoryRule::KeptFromBackward && !parameter_sizes.contains(s) {
+        if p.1 == CategoryRule::KeptFromBackward && !parameter_sizes.contains(&s) {
             *p = (Category::Cache, CategoryRule::KeptFromBackwardUnlikeAnyParameter);
         }
     }
@@ -304,7 +305,7 @@ pub fn category_budget(
 ) -> PolarsResult<Vec<CategorySummary>> {
     let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
-    let size = lt_col::SIZE.slice(lifetimes)?;
+    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
     let n = Category::ALL.len();
     let slot = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(n - 1);
     let mut live = vec![0i64; n];
@@ -324,17 +325,17 @@ pub fn category_budget(
         match rules[s].iter_mut().find(|x| x.rule == rule) {
             Some(x) => {
                 x.count += 1;
-                x.bytes += size[r];
+                x.bytes += size.at(r);
             }
             None => rules[s].push(RuleShare {
                 rule,
                 count: 1,
-                bytes: size[r],
+                bytes: size.at(r),
             }),
         }
         let (a, f) = (i64::from(alloc_idx[r]), i64::from(free_idx[r]));
         if a < 0 {
-            live[s] += size[r];
+            live[s] += size.at(r);
         } else {
             in_alloc_order &= a > last_alloc;
             last_alloc = a;
@@ -344,7 +345,7 @@ pub fn category_budget(
             None => a < 0,
         };
         if live_at_peak {
-            at_peak[s] += size[r];
+            at_peak[s] += size.at(r);
         }
     }
     let by_free = rows_in_entry_order(free_idx);
@@ -358,10 +359,10 @@ pub fn category_budget(
         }
     };
     let changes = merge_by_entry(
-        allocs.map(|r| (alloc_idx[r as usize] as usize, r, size[r as usize])),
+        allocs.map(|r| (alloc_idx[r as usize] as usize, r, size.at(r as usize))),
         by_free
             .iter()
-            .map(|&r| (free_idx[r as usize] as usize, r, -size[r as usize])),
+            .map(|&r| (free_idx[r as usize] as usize, r, -size.at(r as usize))),
     );
     let mut max = live.clone();
     // Per iteration, each category's most bytes (iteration k ends before entry iteration_ends[k]).
@@ -452,13 +453,13 @@ pub fn live_by_category_at(
 ) -> PolarsResult<Vec<memlens_api::CategoryBytes>> {
     let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
-    let size = lt_col::SIZE.slice(lifetimes)?;
+    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
     let at = idx.map_or(-1, |i| i as i64);
     let mut bytes = vec![0i64; Category::ALL.len()];
     for (r, &(c, _)) in placed.iter().enumerate() {
         let (a, f) = (i64::from(alloc_idx[r]), i64::from(free_idx[r]));
         if a <= at && (f < 0 || f > at) {
-            bytes[Category::ALL.iter().position(|&x| x == c).unwrap_or(0)] += size[r];
+            bytes[Category::ALL.iter().position(|&x| x == c).unwrap_or(0)] += size.at(r);
         }
     }
     Ok(Category::ALL

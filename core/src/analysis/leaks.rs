@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
+use crate::int_slice::IntSlice;
 use crate::stacks::StackResolver;
 
 /// Without iterations: separate moments of growth a stack needs to be a leak candidate.
@@ -72,7 +73,7 @@ pub fn leak_candidates(
         .lazy()
         .group_by([col("stack")])
         .agg([
-            col("size").sum().alias("bytes"),
+            col("size").cast(DataType::Int64).sum().alias("bytes"),
             col("size").count().alias("count"),
             col("bucket").n_unique().alias("iterations"),
         ])
@@ -131,13 +132,13 @@ fn growth_candidates(
     let time = ev.time();
     let span = (time.last().unwrap_or(0) - time.first().unwrap_or(0)).max(1);
     let gap = ((span as f64) * MOMENT_GAP) as i64;
-    let size = lt_col::SIZE.slice(lifetimes)?;
+    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
     let stack = lt_col::STACK.slice(lifetimes)?;
     let mut by_stack: FxHashMap<u32, (Vec<i64>, i64)> = FxHashMap::default();
     for (i, a) in survivors(lifetimes)? {
         let e = by_stack.entry(stack[i]).or_default();
         e.0.push(time.at(a));
-        e.1 += size[i];
+        e.1 += size.at(i);
     }
     let mut out: Vec<LeakCandidate> = by_stack
         .into_iter()

@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap;
 use super::{device_segments, DeviceEvents};
 use crate::columns::one_or_each_column;
 use crate::tables::OneOrEach;
-use crate::tables::{Action, BlockState, SnapshotTables};
+use crate::tables::{Action, BlockState, NarrowI64, SnapshotTables};
 
 /// Most entries one device's trace may hold: its entry indexes are 32-bit (2^31 entries would
 /// be a snapshot of some 150 GB).
@@ -56,7 +56,7 @@ pub fn allocation_lifetimes_with(
     let kept = addresses == Addresses::Kept;
     let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) = (
         Vec::with_capacity(if kept { allocs } else { 0 }),
-        Vec::with_capacity(allocs),
+        NarrowI64::sizes_with_capacity(allocs),
         Vec::with_capacity(allocs),
         Vec::with_capacity(allocs),
         Vec::with_capacity(allocs),
@@ -144,7 +144,11 @@ pub fn allocation_lifetimes_with(
         columns.push(Int64Chunked::from_vec("addr".into(), r_addr).into_series().into());
     }
     columns.extend([
-        Int64Chunked::from_vec("size".into(), r_size).into_series().into(),
+        // u32 while every size is below 4 GiB.
+        match r_size.into_u32_or_i64() {
+            Ok(narrow) => UInt32Chunked::from_vec("size".into(), narrow).into_series().into(),
+            Err(wide) => Int64Chunked::from_vec("size".into(), wide).into_series().into(),
+        },
         Int32Chunked::from_vec("alloc_idx".into(), r_alloc).into_series().into(),
         Int32Chunked::from_vec("free_idx".into(), r_free).into_series().into(),
         UInt32Chunked::from_vec("stack".into(), r_stack).into_series().into(),
@@ -167,7 +171,10 @@ pub fn live_by_stack(lifetimes: &DataFrame, idx: Option<usize>, top: usize) -> P
                 .and(col("free_idx").eq(lit(-1i32)).or(col("free_idx").gt(lit(at)))),
         )
         .group_by([col("stack")])
-        .agg([col("size").sum().alias("bytes"), col("size").count().alias("count")])
+        .agg([
+            col("size").cast(DataType::Int64).sum().alias("bytes"),
+            col("size").count().alias("count"),
+        ])
         .sort_by_exprs(
             [col("bytes"), col("stack")],
             SortMultipleOptions::default().with_order_descending_multi([true, false]),

@@ -64,13 +64,13 @@ fn live_at(lifetimes: &DataFrame, idx: Option<usize>) -> PolarsResult<Vec<Live>>
     let at = idx.map_or(-1, |i| i as i64);
     let alloc = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free = lt_col::FREE_IDX.slice(lifetimes)?;
-    let size = lt_col::SIZE.slice(lifetimes)?;
+    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
     let stack = lt_col::STACK.slice(lifetimes)?;
     Ok((0..lifetimes.height())
         .filter(|&i| i64::from(alloc[i]) <= at && (free[i] == -1 || i64::from(free[i]) > at))
         .map(|i| Live {
             stack: stack[i],
-            size: size[i],
+            size: size.at(i),
             alloc_idx: alloc[i],
         })
         .collect())
@@ -192,11 +192,11 @@ pub fn no_stack_reason_of(
 ) -> PolarsResult<NoStackReason> {
     let stacks = lt_col::STACK.slice(lifetimes)?;
     let alloc = lt_col::ALLOC_IDX.slice(lifetimes)?;
-    let size = lt_col::SIZE.slice(lifetimes)?;
+    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
     let mut bytes = [0i64; 4];
     for i in (0..lifetimes.height()).filter(|&i| stacks[i] == stack) {
         let t = made_at(alloc[i], evidence.entry_times);
-        bytes[reason_slot(evidence.reason(t)) as usize] += size[i];
+        bytes[reason_slot(evidence.reason(t)) as usize] += size.at(i);
     }
     let best = (0..4).max_by_key(|&r| (bytes[r], std::cmp::Reverse(r))).unwrap_or(0);
     Ok(REASONS[best])

@@ -15,6 +15,7 @@ use memlens_api::{
 use polars::prelude::*;
 
 use crate::columns::lifetimes as lt_col;
+use crate::int_slice::IntSlice;
 
 /// Fewest repetitions per iteration that mark an activation as made by a repeated block.
 const MIN_LAYERS: usize = 4;
@@ -122,17 +123,17 @@ struct Factors {
 }
 
 fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<Factors> {
-    let size = lt_col::SIZE.slice(run.lifetimes)?;
+    let size = IntSlice::of(run.lifetimes, lt_col::SIZE)?;
     let stack = lt_col::STACK.slice(run.lifetimes)?;
     let cats = run.categories;
     let mut assumptions = Vec::new();
     let param_bytes: i64 = (0..cats.len())
         .filter(|&r| cats[r].0 == Category::Parameter)
-        .map(|r| size[r])
+        .map(|r| size.at(r))
         .sum();
     let state_bytes: i64 = (0..cats.len())
         .filter(|&r| cats[r].0 == Category::OptimizerState && cats[r].1 == CategoryRule::MadeByOptimizerStep)
-        .map(|r| size[r])
+        .map(|r| size.at(r))
         .sum();
     if batch_ratio != 1.0 {
         assumptions.push(format!(
@@ -194,7 +195,7 @@ fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<F
             if cats[r].0 == Category::Activation {
                 let e = by_stack.entry(stack[r]).or_default();
                 e.0 += 1;
-                e.1 += size[r];
+                e.1 += size.at(r);
             }
         }
         // Repeated blocks: an activation stack made 4 or more times per iteration (layers called
@@ -255,13 +256,13 @@ fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<F
 fn replay(run: &RunFacts, f: &Factors) -> PolarsResult<(i64, Vec<CategoryBytes>)> {
     let alloc = lt_col::ALLOC_IDX.slice(run.lifetimes)?;
     let free = lt_col::FREE_IDX.slice(run.lifetimes)?;
-    let size = lt_col::SIZE.slice(run.lifetimes)?;
+    let size = IntSlice::of(run.lifetimes, lt_col::SIZE)?;
     let n = Category::ALL.len();
     let slot = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(n - 1);
     let mut live = vec![0f64; n];
     let mut events: Vec<(i64, usize, f64)> = Vec::new();
     for r in 0..size.len() {
-        let b = size[r] as f64 * f.row[r];
+        let b = size.at(r) as f64 * f.row[r];
         let s = slot(run.categories[r].0);
         if alloc[r] < 0 {
             live[s] += b;

@@ -15,6 +15,7 @@
 //! scans instead.
 
 use super::largest::{larger_row, LargestInRuns};
+use crate::int_slice::IntSlice;
 
 /// An allocation's endpoints on the timeline's axis: its alloc (`i64::MIN` when it predates the
 /// trace) and its free (`i64::MAX` when never freed).
@@ -61,7 +62,7 @@ impl BandIndex {
     /// The index over `ends` and `size`, for windows that draw up to `keep` bands; `None` when
     /// some allocation's free comes before its alloc, or there are more rows than a `u32`
     /// counts.
-    pub fn build(ends: &impl Endpoints, size: &[i64], keep: usize) -> Option<BandIndex> {
+    pub fn build(ends: &impl Endpoints, size: IntSlice, keep: usize) -> Option<BandIndex> {
         let n = ends.len();
         if n != size.len() || u32::try_from(n).is_err() || (0..n).any(|i| ends.free(i) < ends.alloc(i)) {
             return None;
@@ -86,7 +87,14 @@ impl BandIndex {
     }
 
     /// The allocations overlapping `[start, end]` (see [`Overlapping`]).
-    pub fn overlapping(&self, ends: &impl Endpoints, size: &[i64], start: i64, end: i64, limit: usize) -> Overlapping {
+    pub fn overlapping(
+        &self,
+        ends: &impl Endpoints,
+        size: IntSlice,
+        start: i64,
+        end: i64,
+        limit: usize,
+    ) -> Overlapping {
         let window = self.window(ends, start, end);
         let total = window.live_at_start.len() + window.born.len();
         let mut largest = window.live_at_start;
@@ -280,7 +288,7 @@ mod tests {
     fn the_index_finds_what_a_scan_of_every_allocation_finds() {
         for (kept, seed) in [(5, 0x9E3779B97F4A7C15u64), (600, 0xD1B54A32D192ED03)] {
             let (ends, size) = trace(40_000, kept, seed);
-            let index = BandIndex::build(&ends, &size, 2000).expect("frees follow allocs");
+            let index = BandIndex::build(&ends, size[..].into(), 2000).expect("frees follow allocs");
             if kept > 500 {
                 assert!(
                     index.checkpoints.spacing > MIN_SPACING,
@@ -306,7 +314,7 @@ mod tests {
                 let want: Vec<usize> = (0..ends.len()).filter(|&i| ends.overlaps(i, start, end)).collect();
                 assert_eq!(every, want, "{start}..{end}: every overlapping allocation, once");
                 for limit in [1, 30, 2000] {
-                    let found = index.overlapping(&ends, &size, start, end, limit);
+                    let found = index.overlapping(&ends, size[..].into(), start, end, limit);
                     let mut largest = found.largest.clone();
                     largest.sort_unstable();
                     assert_eq!(
@@ -325,6 +333,6 @@ mod tests {
             alloc: vec![10, 20],
             free: vec![15, 19],
         };
-        assert!(BandIndex::build(&ends, &[1, 2], 10).is_none());
+        assert!(BandIndex::build(&ends, [1i64, 2][..].into(), 10).is_none());
     }
 }

@@ -12,6 +12,7 @@ use super::TimelineIndex;
 use crate::analysis::whatif::categories_of;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
+use crate::int_slice::IntSlice;
 
 /// The category timeline of `dev` between `start` and `end` (defaults: the whole trace), by a
 /// pass over every allocation and the entries up to the window's end.
@@ -93,7 +94,7 @@ fn peaks_by_scan(
     let cats = categories_of(lt)?;
     let alloc = lt_col::ALLOC_IDX.slice(lt)?;
     let free = lt_col::FREE_IDX.slice(lt)?;
-    let size = lt_col::SIZE.slice(lt)?;
+    let size = IntSlice::of(lt, lt_col::SIZE)?;
     let k = Category::ALL.len();
     // Per-entry deltas by category; allocations older than the trace are live from the start.
     let mut live = vec![0i64; k];
@@ -101,12 +102,12 @@ fn peaks_by_scan(
     for r in 0..size.len() {
         let s = slot_of(cats[r].0);
         if alloc[r] < 0 {
-            live[s] += size[r];
+            live[s] += size.at(r);
         } else {
-            deltas.push((alloc[r] as usize, s, size[r]));
+            deltas.push((alloc[r] as usize, s, size.at(r)));
         }
         if free[r] >= 0 {
-            deltas.push((free[r] as usize, s, -size[r]));
+            deltas.push((free[r] as usize, s, -size.at(r)));
         }
     }
     deltas.sort_unstable_by_key(|d| d.0);

@@ -15,6 +15,7 @@ use polars::prelude::*;
 use crate::analysis::whatif::categories_of;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
+use crate::int_slice::IntSlice;
 
 /// Entries between two checkpoints.
 pub const SPACING: usize = 1024;
@@ -48,7 +49,7 @@ impl CategoryIndex {
         let (alloc, free, size) = (
             lt_col::ALLOC_IDX.slice(lt)?,
             lt_col::FREE_IDX.slice(lt)?,
-            lt_col::SIZE.slice(lt)?,
+            IntSlice::of(lt, lt_col::SIZE)?,
         );
         let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
         let n = allocated.len();
@@ -66,7 +67,7 @@ impl CategoryIndex {
         let mut live = vec![0i64; k];
         for r in 0..size.len() {
             if alloc[r] < 0 {
-                live[slots[r] as usize] += size[r];
+                live[slots[r] as usize] += size.at(r);
             }
         }
         let mut total: i64 = live.iter().sum();
@@ -79,14 +80,14 @@ impl CategoryIndex {
             }
             while a < by_alloc.len() && alloc[by_alloc[a] as usize] as usize == e {
                 let r = by_alloc[a] as usize;
-                live[slots[r] as usize] += size[r];
-                total += size[r];
+                live[slots[r] as usize] += size.at(r);
+                total += size.at(r);
                 a += 1;
             }
             while f < by_free.len() && free[by_free[f] as usize] as usize == e {
                 let r = by_free[f] as usize;
-                live[slots[r] as usize] -= size[r];
-                total -= size[r];
+                live[slots[r] as usize] -= size.at(r);
+                total -= size.at(r);
                 f += 1;
             }
             if *offset.get_or_insert(total - allocated_after) != total - allocated_after {
@@ -119,7 +120,7 @@ impl CategoryIndex {
         let (alloc, free, size) = (
             lt_col::ALLOC_IDX.slice(lt)?,
             lt_col::FREE_IDX.slice(lt)?,
-            lt_col::SIZE.slice(lt)?,
+            IntSlice::of(lt, lt_col::SIZE)?,
         );
         let k = Category::ALL.len();
         let c = e / SPACING;
@@ -131,7 +132,7 @@ impl CategoryIndex {
                 .iter()
                 .take_while(|&&r| i64::from(idx[r as usize]) <= e as i64)
             {
-                live[self.slots[r as usize] as usize] += sign * size[r as usize];
+                live[self.slots[r as usize] as usize] += sign * size.at(r as usize);
             }
         };
         apply(&self.by_alloc, alloc, 1);

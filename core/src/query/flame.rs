@@ -9,6 +9,7 @@
 //! overlapping the window are (see [`BandIndex::for_each_overlapping`]), which is the same
 //! answer as a pass over every allocation.
 
+use crate::int_slice::IntSlice;
 use memlens_api::{FlameGraph, FlameNode};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
@@ -101,7 +102,7 @@ pub fn flame_graph_with(
     // Seconds per axis unit: µs on the time axis; entries count as themselves.
     let unit = if axis == Axis::Time { 1e-6 } else { 1.0 };
     let lt = &dev.lifetimes;
-    let size = lt_col::SIZE.slice(lt)?;
+    let size = IntSlice::of(lt, lt_col::SIZE)?;
     let stack = lt_col::STACK.slice(lt)?;
     let mut weights = StackWeights::default();
     match index.filter(|ix| ix.fits(dev, axis)) {
@@ -149,17 +150,17 @@ pub fn flame_graph_with(
 fn add_every(
     dev: &DeviceFrames,
     axis: Axis,
-    size: &[i64],
+    size: IntSlice,
     stack: &[u32],
     start: i64,
     end: i64,
     weights: &mut StackWeights,
 ) -> PolarsResult<()> {
     let ends = AxisEnds::of(dev, axis)?;
-    for i in 0..size.len() {
+    for (i, (&s, bytes)) in stack.iter().zip(size).enumerate() {
         let (a, f) = ends.band_ends(i);
         let (a, f) = (a.unwrap_or(start).max(start), f.unwrap_or(end).min(end));
-        weights.add(stack[i], size[i], a, f);
+        weights.add(s, bytes, a, f);
     }
     Ok(())
 }
@@ -169,7 +170,7 @@ fn add_every(
 fn add_overlapping(
     bands: &BandIndex,
     ends: &AxisEnds<'_>,
-    size: &[i64],
+    size: IntSlice,
     stack: &[u32],
     start: i64,
     end: i64,
@@ -178,7 +179,7 @@ fn add_overlapping(
     use super::band_index::Endpoints;
     bands.for_each_overlapping(ends, start, end, |i| {
         // Predating the trace (`i64::MIN`) counts from `start`; never freed (`i64::MAX`) to `end`.
-        weights.add(stack[i], size[i], ends.alloc(i).max(start), ends.free(i).min(end));
+        weights.add(stack[i], size.at(i), ends.alloc(i).max(start), ends.free(i).min(end));
     });
 }
 

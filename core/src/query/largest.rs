@@ -4,6 +4,7 @@
 //! nodes per level between them, so it costs about `2 × BLOCK + 2 × log2(blocks) × keep`
 //! candidates whatever its length. The tree holds about `2 × keep / BLOCK` entries per row.
 
+use crate::int_slice::IntSlice;
 use std::cmp::Ordering;
 
 /// Rows per leaf of the tree.
@@ -17,17 +18,17 @@ pub struct LargestInRuns {
 }
 
 /// Rows `x` and `y` in band order: the larger first, then the lower row.
-pub fn larger_row(size: &[i64], x: usize, y: usize) -> Ordering {
-    size[y].cmp(&size[x]).then(x.cmp(&y))
+pub fn larger_row(size: IntSlice, x: usize, y: usize) -> Ordering {
+    size.at(y).cmp(&size.at(x)).then(x.cmp(&y))
 }
 
 /// [`larger_row`] over `u32` rows.
-fn larger_first(size: &[i64]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
+fn larger_first(size: IntSlice<'_>) -> impl Fn(&u32, &u32) -> Ordering + '_ {
     move |&x, &y| larger_row(size, x as usize, y as usize)
 }
 
 /// The `keep` largest of `rows`, in no particular order.
-fn keep_largest(rows: &mut Vec<u32>, keep: usize, size: &[i64]) {
+fn keep_largest(rows: &mut Vec<u32>, keep: usize, size: IntSlice) {
     if rows.len() > keep && keep > 0 {
         rows.select_nth_unstable_by(keep - 1, larger_first(size));
     }
@@ -36,7 +37,7 @@ fn keep_largest(rows: &mut Vec<u32>, keep: usize, size: &[i64]) {
 
 impl LargestInRuns {
     /// The tree over `order` (rows into `size`); `keep` is at most [`BLOCK`].
-    pub fn build(order: &[u32], size: &[i64], keep: usize) -> LargestInRuns {
+    pub fn build(order: &[u32], size: IntSlice, keep: usize) -> LargestInRuns {
         let keep = keep.min(BLOCK);
         let mut levels: Vec<Vec<u32>> = Vec::new();
         let mut node = Vec::with_capacity(2 * BLOCK);
@@ -114,7 +115,7 @@ mod tests {
         let mut order: Vec<u32> = (0..n as u32).collect();
         order.sort_by_key(|&i| size[i as usize] / 7_000);
         let keep = 50;
-        let tree = LargestInRuns::build(&order, &size, keep);
+        let tree = LargestInRuns::build(&order, size[..].into(), keep);
         assert_eq!(tree.levels.len(), 5);
         let runs = [
             (0, n),
@@ -134,10 +135,10 @@ mod tests {
                 let mut got = Vec::new();
                 tree.candidates(&order, lo, hi, limit, &mut got);
                 let mut got: Vec<u32> = got.into_iter().map(|i| i as u32).collect();
-                keep_largest(&mut got, limit, &size);
+                keep_largest(&mut got, limit, size[..].into());
                 got.sort_unstable();
                 let mut want = order[lo..hi].to_vec();
-                keep_largest(&mut want, limit, &size);
+                keep_largest(&mut want, limit, size[..].into());
                 want.sort_unstable();
                 assert_eq!(got, want, "{lo}..{hi}, {limit}");
             }

@@ -33,6 +33,7 @@ use crate::analysis::Streams;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::entry_steps::EntrySteps;
 use crate::frames::DeviceFrames;
+use crate::int_slice::IntSlice;
 use crate::stacks::StackResolver;
 
 /// Most allocations drawn as their own band in one response.
@@ -150,7 +151,7 @@ pub fn timeline_with(
 
     // Allocations overlapping the window: the largest MAX_BANDS, in alloc order.
     let lt = &dev.lifetimes;
-    let size = lt_col::SIZE.slice(lt)?;
+    let size = IntSlice::of(lt, lt_col::SIZE)?;
     let addr = lt_col::ADDR.slice(lt)?;
     let stream = Streams::of(lt, lt_col::STREAM.name)?;
     let stack = lt_col::STACK.slice(lt)?;
@@ -206,11 +207,11 @@ pub fn timeline_with(
             // freed inside a bucket still counts towards that bucket's maximum).
             let b0 = bucket_of(a.unwrap_or(start)).clamp(0, width as i64 - 1) as usize;
             let last = f.map_or(width - 1, |f| (bucket_of(f) as usize).min(width - 1)).max(b0);
-            diff[b0] += size[i];
-            diff[last + 1] -= size[i];
+            diff[b0] += size.at(i);
+            diff[last + 1] -= size.at(i);
             Band {
                 addr: addr[i],
-                size: size[i],
+                size: size.at(i),
                 t_alloc: a,
                 t_free: f,
                 stack_id: stack[i],
@@ -284,7 +285,7 @@ pub fn search_allocations(
 ) -> PolarsResult<(usize, Vec<Band>)> {
     let lt = &dev.lifetimes;
     let a = lt_col::ADDR.slice(lt)?;
-    let size = lt_col::SIZE.slice(lt)?;
+    let size = IntSlice::of(lt, lt_col::SIZE)?;
     let stream = Streams::of(lt, lt_col::STREAM.name)?;
     let stack = lt_col::STACK.slice(lt)?;
     let ends = AxisEnds::of(dev, Axis::Time)?;
@@ -313,7 +314,7 @@ pub fn search_allocations(
             let (t_alloc, t_free) = ends.band_ends(i);
             out.push(Band {
                 addr: a[i],
-                size: size[i],
+                size: size.at(i),
                 t_alloc,
                 t_free,
                 stack_id: stack[i],

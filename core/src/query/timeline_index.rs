@@ -14,6 +14,7 @@ use super::pyramid::{MinMaxPyramid, Positions};
 use super::Axis;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
+use crate::int_slice::IntSlice;
 
 /// One device's timeline index on one axis.
 pub struct TimelineIndex {
@@ -30,7 +31,7 @@ impl TimelineIndex {
     pub fn build(dev: &DeviceFrames, axis: Axis) -> PolarsResult<TimelineIndex> {
         let positions = axis_positions(dev, axis)?;
         let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
-        let size = lt_col::SIZE.slice(&dev.lifetimes)?;
+        let size = IntSlice::of(&dev.lifetimes, lt_col::SIZE)?;
         let ends = AxisEnds::of(dev, axis)?;
         let (allocated, bands) = std::thread::scope(|scope| {
             let allocated = scope.spawn(|| positions.sorted().then(|| MinMaxPyramid::build(allocated)));

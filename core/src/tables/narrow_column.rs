@@ -43,6 +43,15 @@ impl NarrowI64 {
         NarrowI64::Empty(base)
     }
 
+    /// Sizes ([`Base::Zero`]), room made for `n` of them while they fit.
+    pub fn sizes_with_capacity(n: usize) -> NarrowI64 {
+        NarrowI64::Narrow {
+            base: 0,
+            shift: 0,
+            offsets: Vec::with_capacity(n),
+        }
+    }
+
     #[inline(always)]
     pub fn push(&mut self, v: i64) {
         match self {
