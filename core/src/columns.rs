@@ -44,6 +44,19 @@ impl<T: PolarsNumericType> Col<T> {
     }
 }
 
+/// The first value of i64 column `name` — the base a narrow column's one-scalar neighbour
+/// holds —, `None` when the frame has no rows; an error naming the column when it is not i64.
+pub fn first_i64(df: &DataFrame, name: &str) -> PolarsResult<Option<i64>> {
+    let column = df.column(name)?;
+    if column.is_empty() {
+        return Ok(None);
+    }
+    match column.get(0)? {
+        AnyValue::Int64(v) => Ok(Some(v)),
+        other => polars_bail!(SchemaMismatch: "column `{name}` holds {other}, not an i64"),
+    }
+}
+
 /// The heap bytes a frame's columns hold, a one-value (scalar) column counted as nothing:
 /// polars' own `DataFrame::estimated_size` makes such a column into a full array to measure
 /// it and keeps that array as long as the column lives (8 bytes a row for a trace's device,

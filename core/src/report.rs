@@ -353,7 +353,7 @@ pub fn snapshot_time_range(t: &SnapshotTables) -> Result<Option<(i64, i64)>, Ana
     use crate::columns::events as ev_col;
     if let Ok(after_first) = t.events.column(ev_col::TIME_AFTER_FIRST_US) {
         // Times held as µs after the first: every entry has one.
-        let first = t.events.column(ev_col::FIRST_TIME_US)?.get(0)?.extract::<i64>();
+        let first = crate::columns::first_i64(&t.events, ev_col::FIRST_TIME_US)?;
         let after_first = after_first.u32()?.cont_slice()?;
         let span = after_first.iter().fold(None, |span: Option<(u32, u32)>, &v| {
             Some(span.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))

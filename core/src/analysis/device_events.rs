@@ -4,7 +4,7 @@
 
 use polars::prelude::*;
 
-use crate::columns::{events as ev_col, Col};
+use crate::columns::{events as ev_col, first_i64, Col};
 use crate::int_slice::IntSlice;
 use crate::tables::{Action, SnapshotTables};
 
@@ -139,14 +139,6 @@ enum Time {
     Order(Vec<i64>),
 }
 
-/// The value of a one-value i64 column of a frame with rows (the base beside narrow values).
-fn scalar_i64(frame: &DataFrame, name: &str) -> PolarsResult<i64> {
-    match frame.column(name)?.get(0)? {
-        AnyValue::Int64(v) => Ok(v),
-        other => polars_bail!(SchemaMismatch: "events column `{name}` holds {other}, not an i64"),
-    }
-}
-
 impl DeviceEvents {
     pub fn new(t: &SnapshotTables, device: i64) -> PolarsResult<DeviceEvents> {
         let (start, len) = device_runs(&t.events)?
@@ -159,11 +151,7 @@ impl DeviceEvents {
             Ok(_) => {
                 IntSlice::of(&frame, ev_col::ADDR_UNITS)?;
                 // A device without entries reads no address.
-                Some(if len == 0 {
-                    0
-                } else {
-                    scalar_i64(&frame, ev_col::ADDR_BASE)?
-                })
+                Some(first_i64(&frame, ev_col::ADDR_BASE)?.unwrap_or(0))
             }
             Err(_) => {
                 ev_col::ADDR.slice(&frame)?;
@@ -185,7 +173,7 @@ impl DeviceEvents {
             Time::Order(Vec::new())
         } else if frame.column(ev_col::TIME_AFTER_FIRST_US).is_ok() {
             IntSlice::of(&frame, ev_col::TIME_AFTER_FIRST_US)?;
-            Time::AfterFirst(scalar_i64(&frame, ev_col::FIRST_TIME_US)?)
+            Time::AfterFirst(first_i64(&frame, ev_col::FIRST_TIME_US)?.unwrap_or(0))
         } else {
             let column = frame.column(ev_col::TIME_US.name)?;
             polars_ensure!(

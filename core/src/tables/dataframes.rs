@@ -9,7 +9,8 @@ use memlens_api::SourceInfo;
 use super::{
     Base, NarrowI64, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, ADDRESS_SHIFT, NO_TIME, TABLE_NAMES,
 };
-use crate::columns::{events as ev, one_or_each_column};
+use crate::columns::{events as ev, first_i64, one_or_each_column};
+use crate::int_slice::IntSlice;
 
 /// The canonical tables of one imported snapshot.
 pub struct SnapshotTables {
@@ -60,21 +61,12 @@ impl SnapshotTables {
         let Ok(after_first) = self.events.column(ev::TIME_AFTER_FIRST_US) else {
             return Ok(());
         };
-        let n = self.events.height();
-        let first = match self.events.column(ev::FIRST_TIME_US)?.get(0) {
-            Ok(AnyValue::Int64(first)) => first,
-            _ if n == 0 => 0,
-            Ok(other) => {
-                polars_bail!(SchemaMismatch: "events column `{}` holds {other}, not an i64", ev::FIRST_TIME_US)
-            }
-            Err(e) => return Err(e),
-        };
-        let time_us: Vec<i64> = after_first
-            .u32()?
-            .cont_slice()?
-            .iter()
-            .map(|&o| first + i64::from(o))
-            .collect();
+        let time_us = IntSlice::U32 {
+            base: first_i64(&self.events, ev::FIRST_TIME_US)?.unwrap_or(0),
+            shift: 0,
+            offsets: after_first.u32()?.cont_slice()?,
+        }
+        .to_vec();
         let at = self.events.get_column_index(ev::TIME_AFTER_FIRST_US).unwrap_or(0);
         self.events.drop_in_place(ev::TIME_AFTER_FIRST_US)?;
         self.events.drop_in_place(ev::FIRST_TIME_US)?;
