@@ -113,7 +113,7 @@ pub fn one_or_each_column(name: &str, values: OneOrEach) -> Column {
 /// `events`: one row per trace entry, grouped by device.
 pub mod events {
     use super::Col;
-    use polars::prelude::{Int32Type, Int64Type, UInt32Type, UInt8Type};
+    use polars::prelude::{Int32Type, Int64Type, UInt8Type};
 
     pub const DEVICE: Col<Int32Type> = Col::new("device");
     /// `Action` code (see `tables`).
@@ -136,7 +136,9 @@ pub mod events {
     pub const TIME_AFTER_FIRST_US: &str = "time_after_first_us";
     /// i64, one scalar: the first entry's time.
     pub const FIRST_TIME_US: &str = "first_time_us";
-    pub const STACK: Col<UInt32Type> = Col::new("stack");
+    /// u16 when every stack id is below 65,536, else u32: read it as a
+    /// [`crate::stack_ids::StackIds`].
+    pub const STACK: &str = "stack";
     /// Null unless `oom`.
     pub const DEVICE_FREE: Col<Int64Type> = Col::new("device_free");
 }
@@ -154,14 +156,16 @@ pub mod usage {
 /// Per-device `lifetimes` frames: one row per allocation.
 pub mod lifetimes {
     use super::Col;
-    use polars::prelude::{Int32Type, Int64Type, UInt32Type, UInt8Type};
+    use polars::prelude::{Int32Type, Int64Type, UInt8Type};
 
     pub const ADDR: Col<Int64Type> = Col::new("addr");
     /// u32 when every size is below 4 GiB, else i64 (and i64 in reports stored before): read
     /// it as a [`crate::int_slice::IntSlice`].
     pub const SIZE: &str = "size";
     pub const STREAM: Col<Int64Type> = Col::new("stream");
-    pub const STACK: Col<UInt32Type> = Col::new("stack");
+    /// u16 when every stack id is below 65,536, else u32 (and u32 in reports stored before):
+    /// read it as a [`crate::stack_ids::StackIds`].
+    pub const STACK: &str = "stack";
     /// Entry index of the alloc, `-1` before the trace (32 bits: a device's trace holds fewer
     /// than 2^31 entries, see [`crate::analysis::lifetimes::MAX_ENTRIES`]).
     pub const ALLOC_IDX: Col<Int32Type> = Col::new("alloc_idx");

@@ -36,6 +36,8 @@ pub mod report;
 pub mod samples;
 pub mod source;
 #[cfg(feature = "analysis")]
+pub mod stack_ids;
+#[cfg(feature = "analysis")]
 pub mod stacks;
 pub mod tables;
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use memlens_core::analysis::lifetimes::{allocation_lifetimes, allocation_lifetimes_with, Addresses};
 use memlens_core::analysis::usage::{deltas, usage_over_time};
+use memlens_core::stack_ids::StackIds;
 
 #[test]
 fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
@@ -20,9 +21,17 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
             .column("alloc_idx")
             .and_then(|c| c.i32().cloned())
             .expect("alloc_idx");
-        for (s, a) in size.into_no_null_iter().zip(alloc_idx.into_no_null_iter()) {
+        // Stack ids below 65,536 are held as u16, in the trace and in the lifetimes: each an
+        // alloc's own stack from the trace.
+        let stack = StackIds::of(&kept, "stack").expect("stack ids");
+        assert!(
+            matches!(stack, StackIds::U16(_)) && matches!(ev.stack(), StackIds::U16(_)),
+            "{name}: device {device}"
+        );
+        for (row, (s, a)) in size.into_no_null_iter().zip(alloc_idx.into_no_null_iter()).enumerate() {
             if let Ok(a) = usize::try_from(a) {
                 assert_eq!(i64::from(s), ev.size().at(a), "{name}: device {device}, entry {a}");
+                assert_eq!(stack.at(row), ev.stack().at(a), "{name}: device {device}, entry {a}");
             }
         }
 

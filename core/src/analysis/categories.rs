@@ -29,6 +29,7 @@ use super::training_structure::{in_zero_grad, locate, spans_or_open, within, Spa
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
 use crate::int_slice::IntSlice;
+use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
 
 /// One allocation's lifetime on the trace's time axis (`None`: before the trace / never freed).
@@ -186,7 +187,7 @@ pub fn categorize(
     let st = training.filter(|_| pytorch && ev.has_time);
     let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
-    let stack = lt_col::STACK.slice(lifetimes)?;
+    let stack = StackIds::of(lifetimes, lt_col::STACK)?;
     let at = |i: i32| usize::try_from(i).ok().and_then(|i| time.get(i));
     let mut module_to = PerStack::new(stacks);
     let mut workspace = PerStack::new(stacks);
@@ -194,11 +195,11 @@ pub fn categorize(
     // Each allocation's life is made where it is placed, not kept for all at once (40 bytes
     // per allocation); whether any moved weights is a pass over the stacks first.
     let mut moved = |s: u32| pytorch && module_to.get(s, || moved_by_module_to(stacks, s));
-    let weights_moved = stack.iter().any(|&s| moved(s));
+    let weights_moved = stack.iter().any(&mut moved);
     let lives = (0..lifetimes.height()).map(|r| Life {
         alloc: at(alloc_idx[r]),
         free: at(free_idx[r]),
-        moved_by_module_to: moved(stack[r]),
+        moved_by_module_to: moved(stack.at(r)),
     });
     let mut by_rule = PerStack::new(stacks);
     let ooms: Vec<i64> = ev
@@ -219,16 +220,16 @@ pub fn categorize(
         .collect();
     let placed = lives
         .zip(alloc_idx)
-        .zip(stack)
-        .map(|((life, &a), &s)| match (&st, pytorch) {
+        .zip(stack.iter())
+        .map(|((life, &a), s)| match (&st, pytorch) {
             _ if !labels.is_empty() && a >= 0 && labels.contains_key(&(a as usize)) => labels[&(a as usize)],
             _ if pytorch && is_workspace(s) => (Category::Cache, CategoryRule::LibraryWorkspace),
             (Some(st), _) => classify_training(st, life, weights_moved),
             (None, true) => classify_plain(life, span, &failed_forwards),
             (None, false) => (Category::Other, CategoryRule::Unplaced),
         })
-        .zip(stack)
-        .map(|(placed, &st)| {
+        .zip(stack.iter())
+        .map(|(placed, st)| {
             if evidence.rules.is_empty() || !open_to_rules(placed) {
                 return placed;
             }

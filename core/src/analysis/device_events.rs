@@ -6,6 +6,7 @@ use polars::prelude::*;
 
 use crate::columns::{events as ev_col, first_i64, Col};
 use crate::int_slice::IntSlice;
+use crate::stack_ids::StackIds;
 use crate::tables::{Action, SnapshotTables};
 
 /// Consecutive rows of `events` on one device.
@@ -160,7 +161,7 @@ impl DeviceEvents {
         };
         IntSlice::of(&frame, ev_col::SIZE)?;
         Streams::of(&frame, ev_col::STREAM.name)?;
-        ev_col::STACK.slice(&frame)?;
+        StackIds::of(&frame, ev_col::STACK)?;
         // Typed without being read as a series: a column of nulls (no `oom` entry, or no
         // timestamps) is kept as one scalar, and materialising it would allocate 8 bytes per
         // entry for every `DeviceEvents` alive (200 MB each for 25 M entries).
@@ -251,8 +252,9 @@ impl DeviceEvents {
     pub fn stream(&self) -> Streams<'_> {
         Streams::of(&self.frame, ev_col::STREAM.name).expect("DeviceEvents::new checked this column")
     }
-    pub fn stack(&self) -> &[u32] {
-        self.col(ev_col::STACK)
+    /// Stack ids, held as u16 when every one is below 65,536.
+    pub fn stack(&self) -> StackIds<'_> {
+        StackIds::of(&self.frame, ev_col::STACK).expect("DeviceEvents::new checked this column")
     }
     /// A column [`DeviceEvents::new`] checked.
     fn col<T: PolarsNumericType>(&self, c: Col<T>) -> &[T::Native] {

@@ -19,6 +19,7 @@ use rustc_hash::FxHashMap;
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
 use crate::int_slice::IntSlice;
+use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
 
 /// Without iterations: separate moments of growth a stack needs to be a leak candidate.
@@ -82,6 +83,8 @@ pub fn leak_candidates(
             [col("bytes"), col("stack")],
             SortMultipleOptions::default().with_order_descending_multi([true, false]),
         )
+        // The ids as u32 whether the lifetimes hold them as u16 or u32.
+        .with_column(col("stack").cast(DataType::UInt32))
         .collect()?;
     let s = groups.column("stack")?.u32()?;
     let b = groups.column("bytes")?.i64()?;
@@ -133,10 +136,10 @@ fn growth_candidates(
     let span = (time.last().unwrap_or(0) - time.first().unwrap_or(0)).max(1);
     let gap = ((span as f64) * MOMENT_GAP) as i64;
     let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
-    let stack = lt_col::STACK.slice(lifetimes)?;
+    let stack = StackIds::of(lifetimes, lt_col::STACK)?;
     let mut by_stack: FxHashMap<u32, (Vec<i64>, i64)> = FxHashMap::default();
     for (i, a) in survivors(lifetimes)? {
-        let e = by_stack.entry(stack[i]).or_default();
+        let e = by_stack.entry(stack.at(i)).or_default();
         e.0.push(time.at(a));
         e.1 += size.at(i);
     }
@@ -185,9 +188,9 @@ pub fn repeating_pattern(ev: &DeviceEvents) -> Option<Vec<i64>> {
     // whatever they are, and keeping them all (a stack allocating every step of a long run)
     // was hundreds of MB of fresh pages on a GB-scale trace.
     let mut by_stack: rustc_hash::FxHashMap<u32, Vec<i64>> = rustc_hash::FxHashMap::default();
-    for i in 0..action.len() {
-        if action[i] == crate::tables::Action::Alloc as u8 && stack[i] != 0 {
-            let times = by_stack.entry(stack[i]).or_default();
+    for (i, &a) in action.iter().enumerate() {
+        if a == crate::tables::Action::Alloc as u8 && stack.at(i) != 0 {
+            let times = by_stack.entry(stack.at(i)).or_default();
             if times.len() <= MOST_REPETITIONS {
                 times.push(time.at(i));
             }

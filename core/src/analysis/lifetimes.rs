@@ -2,7 +2,7 @@
 //!
 //! Columns: `addr` i64 (left out of a run that keeps no frames: [`Addresses`]), `size` i64 (requested bytes), `alloc_idx` i32 (−1: allocated before
 //! recording), `free_idx` i32 (−1: live at the end; entry indexes take 32 bits, a device's
-//! trace being refused beyond [`MAX_ENTRIES`]), `stack` u32 (the alloc's stack, or the
+//! trace being refused beyond [`MAX_ENTRIES`]), `stack` u16 while every id is below 65,536, else u32 (the alloc's stack, or the
 //! free's when the alloc was not recorded, or the snapshot block's for blocks that predate the
 //! trace), `stream` i64. Addresses are reused, so allocations are matched per address in order.
 //!
@@ -15,9 +15,10 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::{device_segments, DeviceEvents};
-use crate::columns::one_or_each_column;
+use crate::columns::{lifetimes as lt_col, one_or_each_column};
+use crate::stack_ids::stack_id_column;
 use crate::tables::OneOrEach;
-use crate::tables::{Action, BlockState, NarrowI64, SnapshotTables};
+use crate::tables::{Action, BlockState, NarrowI64, NarrowStacks, SnapshotTables};
 
 /// Most entries one device's trace may hold: its entry indexes are 32-bit (2^31 entries would
 /// be a snapshot of some 150 GB).
@@ -59,11 +60,11 @@ pub fn allocation_lifetimes_with(
         NarrowI64::sizes_with_capacity(allocs),
         Vec::with_capacity(allocs),
         Vec::with_capacity(allocs),
-        Vec::with_capacity(allocs),
+        NarrowStacks::with_capacity(allocs),
         OneOrEach::default(),
     );
-    for i in 0..action.len() {
-        match Action::from_code(action[i]) {
+    for (i, &a) in action.iter().enumerate() {
+        match Action::from_code(a) {
             Action::Alloc => {
                 let row = r_alloc.len();
                 if kept {
@@ -72,7 +73,7 @@ pub fn allocation_lifetimes_with(
                 r_size.push(size.at(i));
                 r_alloc.push(entry(i));
                 r_free.push(-1i32);
-                r_stack.push(stack[i]);
+                r_stack.push(stack.at(i));
                 r_stream.push(stream.get(i));
                 open.insert(addr.at(i), row);
             }
@@ -86,7 +87,7 @@ pub fn allocation_lifetimes_with(
                     r_size.push(size.at(i));
                     r_alloc.push(-1);
                     r_free.push(entry(i));
-                    r_stack.push(stack[i]);
+                    r_stack.push(stack.at(i));
                     r_stream.push(stream.get(i));
                 }
             },
@@ -151,7 +152,8 @@ pub fn allocation_lifetimes_with(
         },
         Int32Chunked::from_vec("alloc_idx".into(), r_alloc).into_series().into(),
         Int32Chunked::from_vec("free_idx".into(), r_free).into_series().into(),
-        UInt32Chunked::from_vec("stack".into(), r_stack).into_series().into(),
+        // u16 while every stack id is below 65,536.
+        stack_id_column(lt_col::STACK, r_stack),
         // One stream throughout (the usual case) is held as one scalar (see `Streams`).
         one_or_each_column("stream", r_stream),
     ]);
@@ -180,5 +182,7 @@ pub fn live_by_stack(lifetimes: &DataFrame, idx: Option<usize>, top: usize) -> P
             SortMultipleOptions::default().with_order_descending_multi([true, false]),
         )
         .limit(top as IdxSize)
+        // The ids as u32 whether the lifetimes hold them as u16 or u32.
+        .with_column(col("stack").cast(DataType::UInt32))
         .collect()
 }

@@ -53,7 +53,7 @@ pub fn explain_ooms(
             remedy,
             live_stacks: live_groups_at(lifetimes, i.checked_sub(1), 5, stacks, evidence)?,
             live_categories: Vec::new(),
-            stack: stacks.user_frames(ev.stack()[i]),
+            stack: stacks.user_frames(ev.stack().at(i)),
         });
     }
     Ok(out)

@@ -18,7 +18,7 @@ pub(super) fn pack(rows: &EntryRows<'_>) -> Vec<u8> {
         put_signed(&mut out, rows.addr.at(i).wrapping_sub(addr));
         put_signed(&mut out, rows.size.at(i));
         put_signed(&mut out, s.wrapping_sub(stream));
-        put(&mut out, u64::from(rows.stack[i]));
+        put(&mut out, u64::from(rows.stack.at(i)));
         out.push(rows.action[i]);
         (addr, stream) = (rows.addr.at(i), s);
     }
@@ -80,7 +80,7 @@ mod tests {
             action: &action,
             addr: addr[..].into(),
             size: size[..].into(),
-            stack: &stack,
+            stack: stack[..].into(),
             stream: Streams::Each(&stream),
         };
         let packed = pack(&rows);

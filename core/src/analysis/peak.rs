@@ -8,6 +8,7 @@ use rustc_hash::FxHashMap;
 
 use crate::columns::lifetimes as lt_col;
 use crate::int_slice::IntSlice;
+use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
 
 /// What tells apart why allocations have no stack.
@@ -65,11 +66,11 @@ fn live_at(lifetimes: &DataFrame, idx: Option<usize>) -> PolarsResult<Vec<Live>>
     let alloc = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free = lt_col::FREE_IDX.slice(lifetimes)?;
     let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
-    let stack = lt_col::STACK.slice(lifetimes)?;
+    let stack = StackIds::of(lifetimes, lt_col::STACK)?;
     Ok((0..lifetimes.height())
         .filter(|&i| i64::from(alloc[i]) <= at && (free[i] == -1 || i64::from(free[i]) > at))
         .map(|i| Live {
-            stack: stack[i],
+            stack: stack.at(i),
             size: size.at(i),
             alloc_idx: alloc[i],
         })
@@ -190,11 +191,11 @@ pub fn no_stack_reason_of(
     stack: u32,
     evidence: &NoStackEvidence,
 ) -> PolarsResult<NoStackReason> {
-    let stacks = lt_col::STACK.slice(lifetimes)?;
+    let stacks = StackIds::of(lifetimes, lt_col::STACK)?;
     let alloc = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
     let mut bytes = [0i64; 4];
-    for i in (0..lifetimes.height()).filter(|&i| stacks[i] == stack) {
+    for i in (0..lifetimes.height()).filter(|&i| stacks.at(i) == stack) {
         let t = made_at(alloc[i], evidence.entry_times);
         bytes[reason_slot(evidence.reason(t)) as usize] += size.at(i);
     }

@@ -199,7 +199,7 @@ pub fn with_inferred_optimizer_steps(
     let mut kinds = FxHashMap::<u32, OptimizerFrames>::default();
     // (kind, first entry, last entry) of each run.
     let mut runs: Vec<(OptimizerFrames, usize, usize)> = Vec::new();
-    for (i, &s) in stack.iter().enumerate() {
+    for (i, s) in stack.iter().enumerate() {
         let k = *kinds.entry(s).or_insert_with(|| optimizer_frames(stacks, s));
         if k == OptimizerFrames::None {
             continue;

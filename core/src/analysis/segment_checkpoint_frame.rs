@@ -55,7 +55,7 @@ impl StoredCheckpoint {
             action: &self.action,
             addr: self.addr[..].into(),
             size: self.size[..].into(),
-            stack: &self.stack,
+            stack: self.stack[..].into(),
             stream: Streams::Each(&self.stream),
         }
     }
@@ -372,7 +372,7 @@ mod tests {
                 window.size.at(i),
                 window.stream.get(i),
                 window.action[i],
-                window.stack[i],
+                window.stack.at(i),
             )
         }));
         df!(

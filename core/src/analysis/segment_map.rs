@@ -18,6 +18,7 @@ use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentD
 use super::segments_by_address::SegmentsByAddress;
 use super::{device_segments, round_size, DeviceEvents, Streams, MIN_BLOCK, SMALL_SIZE};
 use crate::int_slice::IntSlice;
+use crate::stack_ids::StackIds;
 use crate::tables::{Action, BlockState, SnapshotTables};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +54,7 @@ pub struct EntryRows<'a> {
     pub action: &'a [u8],
     pub addr: IntSlice<'a>,
     pub size: IntSlice<'a>,
-    pub stack: &'a [u32],
+    pub stack: StackIds<'a>,
     pub stream: Streams<'a>,
 }
 
@@ -78,7 +79,7 @@ impl<'a> EntryRows<'a> {
             action: &self.action[a..b],
             addr: self.addr.slice(a..b),
             size: self.size.slice(a..b),
-            stack: &self.stack[a..b],
+            stack: self.stack.slice(a..b),
             stream: self.stream.range(a, b),
         }
     }
@@ -184,7 +185,7 @@ impl SegmentState {
                 action,
                 rows.addr.at(i),
                 rows.size.at(i),
-                rows.stack[i],
+                rows.stack.at(i),
                 rows.stream.get(i),
             );
         }

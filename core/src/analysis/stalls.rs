@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 
 use super::DeviceEvents;
 use crate::int_slice::IntSlice;
+use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
 use crate::tables::Action;
 
@@ -159,7 +160,7 @@ fn stalled_frees(action: &[u8], addr: IntSlice, size: IntSlice, time: IntSlice) 
 /// The stack of the allocation each stalled free frees: the latest `alloc` of its address
 /// before it, else the free's own. Only addresses that stalled are followed (none, most
 /// often: then the trace is not read).
-fn allocating_stacks(stalled: &[StalledFree], action: &[u8], addr: IntSlice, stack: &[u32]) -> Vec<u32> {
+fn allocating_stacks(stalled: &[StalledFree], action: &[u8], addr: IntSlice, stack: StackIds) -> Vec<u32> {
     let Some(last) = stalled.last() else {
         return Vec::new();
     };
@@ -167,12 +168,12 @@ fn allocating_stacks(stalled: &[StalledFree], action: &[u8], addr: IntSlice, sta
     let mut alloc_stack: FxHashMap<i64, u32> = FxHashMap::default();
     let mut out = Vec::with_capacity(stalled.len());
     let mut next = stalled.iter().peekable();
-    for i in 0..=last.completed {
-        if action[i] == Action::Alloc as u8 && followed.contains(&addr.at(i)) {
-            alloc_stack.insert(addr.at(i), stack[i]);
+    for (i, &a) in action.iter().enumerate().take(last.completed + 1) {
+        if a == Action::Alloc as u8 && followed.contains(&addr.at(i)) {
+            alloc_stack.insert(addr.at(i), stack.at(i));
         }
         while let Some(f) = next.next_if(|f| f.completed == i) {
-            out.push(alloc_stack.get(&addr.at(i)).copied().unwrap_or(stack[f.completed]));
+            out.push(alloc_stack.get(&addr.at(i)).copied().unwrap_or(stack.at(f.completed)));
         }
     }
     out
@@ -249,7 +250,10 @@ mod tests {
                         .map_or(stack[f.completed], |j| stack[j])
                 })
                 .collect();
-            assert_eq!(allocating_stacks(&stalled, &action, addr[..].into(), &stack), expected);
+            assert_eq!(
+                allocating_stacks(&stalled, &action, addr[..].into(), stack[..].into()),
+                expected
+            );
         }
     }
 }

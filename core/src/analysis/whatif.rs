@@ -16,6 +16,7 @@ use polars::prelude::*;
 
 use crate::columns::lifetimes as lt_col;
 use crate::int_slice::IntSlice;
+use crate::stack_ids::StackIds;
 
 /// Fewest repetitions per iteration that mark an activation as made by a repeated block.
 const MIN_LAYERS: usize = 4;
@@ -124,7 +125,7 @@ struct Factors {
 
 fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<Factors> {
     let size = IntSlice::of(run.lifetimes, lt_col::SIZE)?;
-    let stack = lt_col::STACK.slice(run.lifetimes)?;
+    let stack = StackIds::of(run.lifetimes, lt_col::STACK)?;
     let cats = run.categories;
     let mut assumptions = Vec::new();
     let param_bytes: i64 = (0..cats.len())
@@ -191,9 +192,9 @@ fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<F
     if s.activation_checkpointing == Some(true) {
         let steps = optimizer_steps(run.phases).max(1);
         let mut by_stack: rustc_hash::FxHashMap<u32, (usize, i64)> = rustc_hash::FxHashMap::default();
-        for r in 0..cats.len() {
-            if cats[r].0 == Category::Activation {
-                let e = by_stack.entry(stack[r]).or_default();
+        for (r, &(category, _)) in cats.iter().enumerate() {
+            if category == Category::Activation {
+                let e = by_stack.entry(stack.at(r)).or_default();
                 e.0 += 1;
                 e.1 += size.at(r);
             }
@@ -218,7 +219,7 @@ fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<F
         let kinds = (reps.iter().sum::<usize>() as f64 / layers).max(1.0);
         let layered_per_step: i64 = layered.iter().map(|l| l.2).sum::<i64>() / steps as i64;
         for r in 0..cats.len() {
-            if cats[r].0 == Category::Activation && layered.iter().any(|l| l.0 == stack[r]) {
+            if cats[r].0 == Category::Activation && layered.iter().any(|l| l.0 == stack.at(r)) {
                 ckpt[r] = 1.0 / kinds;
             }
         }

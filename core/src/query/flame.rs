@@ -10,6 +10,7 @@
 //! answer as a pass over every allocation.
 
 use crate::int_slice::IntSlice;
+use crate::stack_ids::StackIds;
 use memlens_api::{FlameGraph, FlameNode};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
@@ -103,7 +104,7 @@ pub fn flame_graph_with(
     let unit = if axis == Axis::Time { 1e-6 } else { 1.0 };
     let lt = &dev.lifetimes;
     let size = IntSlice::of(lt, lt_col::SIZE)?;
-    let stack = lt_col::STACK.slice(lt)?;
+    let stack = StackIds::of(lt, lt_col::STACK)?;
     let mut weights = StackWeights::default();
     match index.filter(|ix| ix.fits(dev, axis)) {
         Some(ix) => match AxisEnds::with_index(dev, ix)? {
@@ -151,13 +152,13 @@ fn add_every(
     dev: &DeviceFrames,
     axis: Axis,
     size: IntSlice,
-    stack: &[u32],
+    stack: StackIds,
     start: i64,
     end: i64,
     weights: &mut StackWeights,
 ) -> PolarsResult<()> {
     let ends = AxisEnds::of(dev, axis)?;
-    for (i, (&s, bytes)) in stack.iter().zip(size).enumerate() {
+    for (i, (s, bytes)) in stack.iter().zip(size).enumerate() {
         let (a, f) = ends.band_ends(i);
         let (a, f) = (a.unwrap_or(start).max(start), f.unwrap_or(end).min(end));
         weights.add(s, bytes, a, f);
@@ -171,7 +172,7 @@ fn add_overlapping(
     bands: &BandIndex,
     ends: &AxisEnds<'_>,
     size: IntSlice,
-    stack: &[u32],
+    stack: StackIds,
     start: i64,
     end: i64,
     weights: &mut StackWeights,
@@ -179,7 +180,7 @@ fn add_overlapping(
     use super::band_index::Endpoints;
     bands.for_each_overlapping(ends, start, end, |i| {
         // Predating the trace (`i64::MIN`) counts from `start`; never freed (`i64::MAX`) to `end`.
-        weights.add(stack[i], size.at(i), ends.alloc(i).max(start), ends.free(i).min(end));
+        weights.add(stack.at(i), size.at(i), ends.alloc(i).max(start), ends.free(i).min(end));
     });
 }
 

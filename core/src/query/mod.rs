@@ -34,6 +34,7 @@ use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::entry_steps::EntrySteps;
 use crate::frames::DeviceFrames;
 use crate::int_slice::IntSlice;
+use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
 
 /// Most allocations drawn as their own band in one response.
@@ -154,7 +155,7 @@ pub fn timeline_with(
     let size = IntSlice::of(lt, lt_col::SIZE)?;
     let addr = lt_col::ADDR.slice(lt)?;
     let stream = Streams::of(lt, lt_col::STREAM.name)?;
-    let stack = lt_col::STACK.slice(lt)?;
+    let stack = StackIds::of(lt, lt_col::STACK)?;
     let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
     let indexed = match index {
         Some(ix) => AxisEnds::with_index(dev, ix)?,
@@ -214,7 +215,7 @@ pub fn timeline_with(
                 size: size.at(i),
                 t_alloc: a,
                 t_free: f,
-                stack_id: stack[i],
+                stack_id: stack.at(i),
                 stream: stream.get(i),
                 user_metadata: dev.user_metadata.get(&i64::from(alloc_idx[i])).cloned(),
             }
@@ -287,7 +288,7 @@ pub fn search_allocations(
     let a = lt_col::ADDR.slice(lt)?;
     let size = IntSlice::of(lt, lt_col::SIZE)?;
     let stream = Streams::of(lt, lt_col::STREAM.name)?;
-    let stack = lt_col::STACK.slice(lt)?;
+    let stack = StackIds::of(lt, lt_col::STACK)?;
     let ends = AxisEnds::of(dev, Axis::Time)?;
     let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
     let needle = stack_substring.map(str::to_lowercase);
@@ -299,9 +300,9 @@ pub fn search_allocations(
             continue;
         }
         if let Some(n) = &needle {
-            let m = *stack_match.entry(stack[i]).or_insert_with(|| {
+            let m = *stack_match.entry(stack.at(i)).or_insert_with(|| {
                 stacks
-                    .frames(stack[i])
+                    .frames(stack.at(i))
                     .iter()
                     .any(|f| f.to_lowercase().contains(n.as_str()))
             });
@@ -317,7 +318,7 @@ pub fn search_allocations(
                 size: size.at(i),
                 t_alloc,
                 t_free,
-                stack_id: stack[i],
+                stack_id: stack.at(i),
                 stream: stream.get(i),
                 user_metadata: dev.user_metadata.get(&i64::from(alloc_idx[i])).cloned(),
             });

@@ -7,10 +7,12 @@ use polars::prelude::*;
 use memlens_api::SourceInfo;
 
 use super::{
-    Base, NarrowI64, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, ADDRESS_SHIFT, NO_TIME, TABLE_NAMES,
+    Base, NarrowI64, NarrowStacks, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, ADDRESS_SHIFT, NO_TIME,
+    TABLE_NAMES,
 };
 use crate::columns::{events as ev, first_i64, one_or_each_column};
 use crate::int_slice::IntSlice;
+use crate::stack_ids::stack_id_column;
 
 /// The canonical tables of one imported snapshot.
 pub struct SnapshotTables {
@@ -256,7 +258,13 @@ impl SnapshotColumns {
                     }
                     picked
                 },
-                rows.iter().map(|&r| stack[r]).collect(),
+                {
+                    let mut picked = NarrowStacks::default();
+                    for &r in &rows {
+                        picked.push(stack.get(r));
+                    }
+                    picked
+                },
                 Some(map),
             )
         };
@@ -295,7 +303,7 @@ impl SnapshotColumns {
         ];
         columns.splice(2..2, addr_columns(addr, n));
         columns.extend(time_cols);
-        columns.extend([ev::STACK.build(stack), free_col]);
+        columns.extend([stack_id_column(ev::STACK, stack), free_col]);
         let events = DataFrame::new(n, columns)?;
 
         let mut note_rows = Vec::new();

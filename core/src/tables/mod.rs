@@ -6,7 +6,7 @@
 //!
 //! | table | columns |
 //! |---|---|
-//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64 — or `addr_units` u32 and `addr_base` i64 (address = base + 512 × units) when every address is aligned and within 1 TiB of the first —, `size` u32 (every size below 4 GiB) or i64, `stream` i64, `time_us` i64 (null when absent) — or `time_after_first_us` u32 and `first_time_us` i64 when every entry has one within 71 minutes of the first —, `stack` u32, `device_free` i64 (null unless `oom`); a column of one value (one device, one stream, all null, a base) is a polars scalar column; the analyses read them through `DeviceEvents` as [`crate::int_slice::IntSlice`]s, whichever form |
+//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64 — or `addr_units` u32 and `addr_base` i64 (address = base + 512 × units) when every address is aligned and within 1 TiB of the first —, `size` u32 (every size below 4 GiB) or i64, `stream` i64, `time_us` i64 (null when absent) — or `time_after_first_us` u32 and `first_time_us` i64 when every entry has one within 71 minutes of the first —, `stack` u16 (every stack id below 65,536) or u32, `device_free` i64 (null unless `oom`); a column of one value (one device, one stream, all null, a base) is a polars scalar column; the analyses read them through `DeviceEvents` as [`crate::int_slice::IntSlice`]s (the stack ids as [`crate::stack_ids::StackIds`]), whichever form |
 //! | `segments` | `device`, `address`, `total_size`, `allocated_size`, `active_size`, `requested_size`, `stream` (i64), `segment_type` str, `pool_a`/`pool_b` i64, `is_expandable` bool, `stack` u32 |
 //! | `blocks` | `device` i64, `segment` u32 (row in `segments`), `address`, `size`, `requested_size` i64, `state` u8 ([`BlockState`]), `stack` u32 |
 //! | `frames` | `frame` u32, `name` str, `filename` str, `line` i64 |
@@ -93,6 +93,7 @@ pub use memlens_api::BlockState;
 
 use crate::fault_ahead::FaultAhead;
 pub use narrow_column::{Base, NarrowI64, ADDRESS_SHIFT};
+pub use narrow_stacks::NarrowStacks;
 
 /// Trace rows in arrival order (all devices; [`SnapshotColumns::device_ranges`] splits them).
 #[derive(Debug, PartialEq)]
@@ -107,7 +108,8 @@ pub struct TraceRows {
     pub stream: OneOrEach,
     /// Narrow while every timestamp is within 71 minutes after the first ([`NarrowI64`]).
     pub time_us: NarrowI64,
-    pub stack: Vec<u32>,
+    /// u16 while every stack id is below 65,536 ([`NarrowStacks`]).
+    pub stack: NarrowStacks,
     /// Sparse `(row, device_free)`.
     pub device_free: Vec<(u32, i64)>,
     /// Sparse notes on rows whose strings are not the defaults.
@@ -147,7 +149,7 @@ impl Default for TraceRows {
             size: NarrowI64::new(Base::Zero),
             stream: OneOrEach::default(),
             time_us: NarrowI64::new(Base::First),
-            stack: Vec::new(),
+            stack: NarrowStacks::default(),
             device_free: Vec::new(),
             notes: Vec::new(),
         }
@@ -188,7 +190,7 @@ impl TraceRows {
             self.addr.fault_ahead(&mut ahead[1]);
             self.size.fault_ahead(&mut ahead[2]);
             self.time_us.fault_ahead(&mut ahead[3]);
-            ahead[4].after_push(&mut self.stack);
+            self.stack.fault_ahead(&mut ahead[4]);
         }
     }
 }
@@ -501,6 +503,7 @@ pub struct SnapshotMeta {
 #[cfg(feature = "analysis")]
 mod dataframes;
 mod narrow_column;
+mod narrow_stacks;
 #[cfg(feature = "analysis")]
 pub use dataframes::SnapshotTables;
 
