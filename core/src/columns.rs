@@ -6,7 +6,8 @@ use std::marker::PhantomData;
 
 use polars::prelude::*;
 
-use crate::tables::OneOrEach;
+use crate::int_slice::IntSlice;
+use crate::tables::{NarrowI64, OneOrEach};
 
 /// A column of polars numeric type `T`.
 pub struct Col<T: PolarsNumericType> {
@@ -54,6 +55,46 @@ pub fn first_i64(df: &DataFrame, name: &str) -> PolarsResult<Option<i64>> {
     match column.get(0)? {
         AnyValue::Int64(v) => Ok(Some(v)),
         other => polars_bail!(SchemaMismatch: "column `{name}` holds {other}, not an i64"),
+    }
+}
+
+/// The addresses of a frame holding them as 512-byte units after a base (`addr_units` u32 and
+/// `addr_base`, one scalar) or as `addr` (i64): the events and the lifetimes alike.
+pub fn addresses(df: &DataFrame) -> PolarsResult<IntSlice<'_>> {
+    match df.column(events::ADDR_UNITS) {
+        Ok(_) => match IntSlice::of(df, events::ADDR_UNITS)? {
+            IntSlice::U32 { offsets, .. } => Ok(IntSlice::U32 {
+                // A frame without rows reads no address.
+                base: first_i64(df, events::ADDR_BASE)?.unwrap_or(0),
+                shift: crate::tables::ADDRESS_SHIFT,
+                offsets,
+            }),
+            IntSlice::I64(_) => polars_bail!(SchemaMismatch: "column `{}` is i64, not u32", events::ADDR_UNITS),
+        },
+        Err(_) => Ok(IntSlice::I64(events::ADDR.slice(df)?)),
+    }
+}
+
+/// Address columns for a frame of `n` rows ([`addresses`] reads them): 512-byte units after a
+/// base (u32) and the base (one scalar) when every address is aligned and within 1 TiB of the
+/// first; else `addr` (i64).
+pub fn address_columns(addr: NarrowI64, n: usize) -> Vec<Column> {
+    match addr {
+        NarrowI64::Narrow {
+            base,
+            shift: crate::tables::ADDRESS_SHIFT,
+            offsets,
+        } => vec![
+            UInt32Chunked::from_vec(events::ADDR_UNITS.into(), offsets)
+                .into_series()
+                .into(),
+            Column::new_scalar(
+                events::ADDR_BASE.into(),
+                Scalar::new(DataType::Int64, AnyValue::Int64(base)),
+                n,
+            ),
+        ],
+        other => vec![events::ADDR.build(other.into_vec())],
     }
 }
 
@@ -158,6 +199,8 @@ pub mod lifetimes {
     use super::Col;
     use polars::prelude::{Int32Type, Int64Type, UInt8Type};
 
+    /// Held as the trace holds its addresses (`addr_units` and `addr_base` while they fit, as
+    /// in reports stored before 2026-12-04 `addr`): read them with [`super::addresses`].
     pub const ADDR: Col<Int64Type> = Col::new("addr");
     /// u32 when every size is below 4 GiB, else i64 (and i64 in reports stored before): read
     /// it as a [`crate::int_slice::IntSlice`].

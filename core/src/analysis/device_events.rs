@@ -4,7 +4,7 @@
 
 use polars::prelude::*;
 
-use crate::columns::{events as ev_col, first_i64, Col};
+use crate::columns::{addresses, events as ev_col, first_i64, Col};
 use crate::int_slice::IntSlice;
 use crate::stack_ids::StackIds;
 use crate::tables::{Action, SnapshotTables};
@@ -124,8 +124,6 @@ pub struct DeviceEvents {
     pub frame: DataFrame,
     /// Row of the device's first entry in the `events` table (entry `i` is row `offset + i`).
     pub offset: usize,
-    /// The base of the addresses when they are held as 512-byte units after it.
-    addr_base: Option<i64>,
     time: Time,
     pub has_time: bool,
 }
@@ -148,17 +146,7 @@ impl DeviceEvents {
             .map_or((t.events.height(), 0), |r| (r.first_row, r.rows));
         let frame = t.events.slice(start as i64, len);
         ev_col::ACTION.slice(&frame)?;
-        let addr_base = match frame.column(ev_col::ADDR_UNITS) {
-            Ok(_) => {
-                IntSlice::of(&frame, ev_col::ADDR_UNITS)?;
-                // A device without entries reads no address.
-                Some(first_i64(&frame, ev_col::ADDR_BASE)?.unwrap_or(0))
-            }
-            Err(_) => {
-                ev_col::ADDR.slice(&frame)?;
-                None
-            }
-        };
+        addresses(&frame)?;
         IntSlice::of(&frame, ev_col::SIZE)?;
         Streams::of(&frame, ev_col::STREAM.name)?;
         StackIds::of(&frame, ev_col::STACK)?;
@@ -193,7 +181,6 @@ impl DeviceEvents {
             device,
             frame,
             offset: start,
-            addr_base,
             time,
             has_time,
         })
@@ -236,14 +223,7 @@ impl DeviceEvents {
     }
     /// Addresses, held as 512-byte units after a base when they fit.
     pub fn addr(&self) -> IntSlice<'_> {
-        match self.addr_base {
-            Some(base) => IntSlice::U32 {
-                base,
-                shift: crate::tables::ADDRESS_SHIFT,
-                offsets: self.col(Col::<UInt32Type>::new(ev_col::ADDR_UNITS)),
-            },
-            None => IntSlice::I64(self.col(ev_col::ADDR)),
-        }
+        addresses(&self.frame).expect("DeviceEvents::new checked these columns")
     }
     /// Sizes, held as u32 when every one is below 4 GiB.
     pub fn size(&self) -> IntSlice<'_> {

@@ -1,10 +1,17 @@
 //! Allocation lifetimes: one row per allocation, from its `alloc` to its `free_completed`.
 //!
-//! Columns: `addr` i64 (left out of a run that keeps no frames: [`Addresses`]), `size` i64 (requested bytes), `alloc_idx` i32 (−1: allocated before
-//! recording), `free_idx` i32 (−1: live at the end; entry indexes take 32 bits, a device's
-//! trace being refused beyond [`MAX_ENTRIES`]), `stack` u16 while every id is below 65,536, else u32 (the alloc's stack, or the
-//! free's when the alloc was not recorded, or the snapshot block's for blocks that predate the
-//! trace), `stream` i64. Addresses are reused, so allocations are matched per address in order.
+//! Columns:
+//! - the addresses: `addr_units` u32 and `addr_base` (512-byte units after a base, as the trace
+//!   holds them) or `addr` i64, read with [`crate::columns::addresses`]; left out of a run that
+//!   keeps no frames ([`Addresses`]);
+//! - `size`: requested bytes, u32 while every size is below 4 GiB, else i64;
+//! - `alloc_idx` i32 (−1: allocated before recording), `free_idx` i32 (−1: live at the end;
+//!   entry indexes take 32 bits, a device's trace being refused beyond [`MAX_ENTRIES`]);
+//! - `stack`: u16 while every id is below 65,536, else u32 (the alloc's stack, or the free's
+//!   when the alloc was not recorded, or the snapshot block's for blocks that predate the trace);
+//! - `stream` i64.
+//!
+//! Addresses are reused, so allocations are matched per address in order.
 //!
 //! The times of an allocation's ends are not columns of their own: they are the device's entry
 //! times at `alloc_idx` and `free_idx` (the events' `time_us`, stored with the usage as
@@ -15,7 +22,8 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::{device_segments, DeviceEvents};
-use crate::columns::{lifetimes as lt_col, one_or_each_column};
+use crate::columns::{address_columns, lifetimes as lt_col, one_or_each_column};
+use crate::int_slice::IntSlice;
 use crate::stack_ids::stack_id_column;
 use crate::tables::OneOrEach;
 use crate::tables::{Action, BlockState, NarrowI64, NarrowStacks, SnapshotTables};
@@ -55,8 +63,18 @@ pub fn allocation_lifetimes_with(
     // so the columns are not copied as they grow while the trace they come from is held.
     let allocs = action.iter().filter(|&&a| a == Action::Alloc as u8).count();
     let kept = addresses == Addresses::Kept;
+    // The allocations' addresses are the trace's: held as its are, 512-byte units after its
+    // base while they fit.
+    let addr_rows = if kept { allocs } else { 0 };
     let (mut r_addr, mut r_size, mut r_alloc, mut r_free, mut r_stack, mut r_stream) = (
-        Vec::with_capacity(if kept { allocs } else { 0 }),
+        match addr {
+            IntSlice::U32 { base, shift, .. } => NarrowI64::Narrow {
+                base,
+                shift,
+                offsets: Vec::with_capacity(addr_rows),
+            },
+            IntSlice::I64(_) => NarrowI64::Wide(Vec::with_capacity(addr_rows)),
+        },
         NarrowI64::sizes_with_capacity(allocs),
         Vec::with_capacity(allocs),
         Vec::with_capacity(allocs),
@@ -142,7 +160,7 @@ pub fn allocation_lifetimes_with(
     let n = r_alloc.len();
     let mut columns: Vec<Column> = Vec::with_capacity(6);
     if kept {
-        columns.push(Int64Chunked::from_vec("addr".into(), r_addr).into_series().into());
+        columns.extend(address_columns(r_addr, n));
     }
     columns.extend([
         // u32 while every size is below 4 GiB.

@@ -153,7 +153,7 @@ pub fn timeline_with(
     // Allocations overlapping the window: the largest MAX_BANDS, in alloc order.
     let lt = &dev.lifetimes;
     let size = IntSlice::of(lt, lt_col::SIZE)?;
-    let addr = lt_col::ADDR.slice(lt)?;
+    let addr = crate::columns::addresses(lt)?;
     let stream = Streams::of(lt, lt_col::STREAM.name)?;
     let stack = StackIds::of(lt, lt_col::STACK)?;
     let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
@@ -211,7 +211,7 @@ pub fn timeline_with(
             diff[b0] += size.at(i);
             diff[last + 1] -= size.at(i);
             Band {
-                addr: addr[i],
+                addr: addr.at(i),
                 size: size.at(i),
                 t_alloc: a,
                 t_free: f,
@@ -285,7 +285,7 @@ pub fn search_allocations(
     limit: usize,
 ) -> PolarsResult<(usize, Vec<Band>)> {
     let lt = &dev.lifetimes;
-    let a = lt_col::ADDR.slice(lt)?;
+    let a = crate::columns::addresses(lt)?;
     let size = IntSlice::of(lt, lt_col::SIZE)?;
     let stream = Streams::of(lt, lt_col::STREAM.name)?;
     let stack = StackIds::of(lt, lt_col::STACK)?;
@@ -295,8 +295,8 @@ pub fn search_allocations(
     let mut stack_match: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
     let mut total = 0;
     let mut out = Vec::new();
-    for i in 0..lt.height() {
-        if addr.is_some_and(|x| x != a[i]) {
+    for (i, &alloc) in alloc_idx.iter().enumerate() {
+        if addr.is_some_and(|x| x != a.at(i)) {
             continue;
         }
         if let Some(n) = &needle {
@@ -314,13 +314,13 @@ pub fn search_allocations(
         if out.len() < limit {
             let (t_alloc, t_free) = ends.band_ends(i);
             out.push(Band {
-                addr: a[i],
+                addr: a.at(i),
                 size: size.at(i),
                 t_alloc,
                 t_free,
                 stack_id: stack.at(i),
                 stream: stream.get(i),
-                user_metadata: dev.user_metadata.get(&i64::from(alloc_idx[i])).cloned(),
+                user_metadata: dev.user_metadata.get(&i64::from(alloc)).cloned(),
             });
         }
     }

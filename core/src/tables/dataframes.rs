@@ -6,11 +6,8 @@ use polars::prelude::*;
 
 use memlens_api::SourceInfo;
 
-use super::{
-    Base, NarrowI64, NarrowStacks, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, ADDRESS_SHIFT, NO_TIME,
-    TABLE_NAMES,
-};
-use crate::columns::{events as ev, first_i64, one_or_each_column};
+use super::{Base, NarrowI64, NarrowStacks, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
+use crate::columns::{address_columns, events as ev, first_i64, one_or_each_column};
 use crate::int_slice::IntSlice;
 use crate::stack_ids::stack_id_column;
 
@@ -140,26 +137,6 @@ fn time_columns(time_us: NarrowI64, n: usize) -> Vec<Column> {
     } else {
         ev::TIME_US.build(time_us)
     }]
-}
-
-/// The events' address columns: 512-byte units after a base (u32) and the base (one scalar)
-/// when every address is aligned and within 1 TiB of the first; else `addr` (i64).
-fn addr_columns(addr: NarrowI64, n: usize) -> Vec<Column> {
-    match addr {
-        NarrowI64::Narrow {
-            base,
-            shift: ADDRESS_SHIFT,
-            offsets,
-        } => vec![
-            col::<UInt32Type>(ev::ADDR_UNITS, offsets),
-            Column::new_scalar(
-                ev::ADDR_BASE.into(),
-                Scalar::new(DataType::Int64, AnyValue::Int64(base)),
-                n,
-            ),
-        ],
-        other => vec![ev::ADDR.build(other.into_vec())],
-    }
 }
 
 fn col<T: PolarsNumericType>(name: &str, v: Vec<T::Native>) -> Column {
@@ -301,7 +278,7 @@ impl SnapshotColumns {
             },
             one_or_each_column(ev::STREAM.name, stream),
         ];
-        columns.splice(2..2, addr_columns(addr, n));
+        columns.splice(2..2, address_columns(addr, n));
         columns.extend(time_cols);
         columns.extend([stack_id_column(ev::STACK, stack), free_col]);
         let events = DataFrame::new(n, columns)?;

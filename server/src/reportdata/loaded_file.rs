@@ -251,7 +251,11 @@ impl LoadedFile {
                 tracing::debug!(report = %self.id, file = self.index, device = d.device,
                     "device frames read in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
                 let mut lifetimes = lifetimes?;
-                one_values_as_scalars(&mut lifetimes, &["stream"], &format!("{dir}/lifetimes.parquet"))?;
+                one_values_as_scalars(
+                    &mut lifetimes,
+                    &["stream", "addr_base"],
+                    &format!("{dir}/lifetimes.parquet"),
+                )?;
                 // Stored before an allocation's times were read from the entry times: the
                 // columns it had for them are not held; its entry indexes were 64-bit.
                 for old in ["t_alloc", "t_free"] {
