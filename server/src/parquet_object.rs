@@ -27,9 +27,11 @@ pub enum RowGroups {
 /// 5.9 -> 3.0 s, data 199 -> 134 MB, the ingest's peak 2.63 -> 2.39 GB; loads as fast.
 pub fn encode(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
     use polars_parquet::write::{
-        get_dtype_encoding, CompressionOptions, Encoding, FileWriter, RowGroupIterator, StatisticsOptions, Version,
-        WriteOptions,
+        get_dtype_encoding, CompressionOptions, Encoding, FileWriter, KeyValue, RowGroupIterator, StatisticsOptions,
+        Version, WriteOptions,
     };
+    let (columns, scalars) = without_scalars(df)?;
+    let df = &columns;
     let schema = df.schema().to_arrow(CompatLevel::newest());
     let encodings: Vec<Vec<Encoding>> = schema
         .iter_values()
@@ -71,8 +73,106 @@ pub fn encode(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
     for group in row_groups {
         writer.write(u64::MAX, group?)?;
     }
-    writer.end(None)?;
+    let scalars = (!scalars.is_empty())
+        .then(|| serde_json::to_string(&scalars))
+        .transpose()
+        .map_err(|e| polars_err!(ComputeError: "one-value columns: {e}"))?;
+    writer.end(scalars.map(|json| vec![KeyValue::new(SCALAR_COLUMNS.to_owned(), json)]))?;
     Ok(writer.into_inner())
+}
+
+/// The file metadata key under which a frame's one-value columns are stored.
+const SCALAR_COLUMNS: &str = "memlens:scalar_columns";
+
+/// A one-value (scalar) integer column, stored as its value in the file's metadata instead of
+/// as a Parquet column: written as one, it was made into an array of its every row first (a
+/// device's lifetimes have two such, the stream and the addresses' base: 8 bytes a row each,
+/// 94 MB apiece on the 2 GB generated snapshot, at the top of the server's ingest).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ScalarColumn {
+    name: String,
+    /// Its place among the frame's columns.
+    at: usize,
+    dtype: ScalarType,
+    /// `None`: every row is null.
+    value: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum ScalarType {
+    I64,
+    I32,
+    U32,
+    U16,
+    U8,
+}
+
+impl ScalarType {
+    fn of(dtype: &DataType) -> Option<ScalarType> {
+        Some(match dtype {
+            DataType::Int64 => ScalarType::I64,
+            DataType::Int32 => ScalarType::I32,
+            DataType::UInt32 => ScalarType::U32,
+            DataType::UInt16 => ScalarType::U16,
+            DataType::UInt8 => ScalarType::U8,
+            _ => return None,
+        })
+    }
+
+    fn dtype(self) -> DataType {
+        match self {
+            ScalarType::I64 => DataType::Int64,
+            ScalarType::I32 => DataType::Int32,
+            ScalarType::U32 => DataType::UInt32,
+            ScalarType::U16 => DataType::UInt16,
+            ScalarType::U8 => DataType::UInt8,
+        }
+    }
+}
+
+/// `df` less its one-value integer columns, and those columns (none when every column is one:
+/// a Parquet file keeps its rows' count in its columns).
+fn without_scalars(df: &DataFrame) -> PolarsResult<(DataFrame, Vec<ScalarColumn>)> {
+    let mut scalars = Vec::new();
+    if df.height() > 0 {
+        for (at, column) in df.columns().iter().enumerate() {
+            let (Some(scalar), Some(dtype)) = (column.as_scalar_column(), ScalarType::of(column.dtype())) else {
+                continue;
+            };
+            let value = scalar.scalar().value();
+            scalars.push(ScalarColumn {
+                name: column.name().to_string(),
+                at,
+                dtype,
+                value: (!value.is_null()).then(|| value.extract::<i64>()).flatten(),
+            });
+        }
+    }
+    if scalars.is_empty() || scalars.len() == df.width() {
+        return Ok((df.clone(), Vec::new()));
+    }
+    let names: Vec<&str> = scalars.iter().map(|c| c.name.as_str()).collect();
+    Ok((df.drop_many(names), scalars))
+}
+
+/// The one-value columns [`encode`] kept in `bytes`' metadata, put back in their places as
+/// scalar columns of `df`.
+fn with_scalars(df: &mut DataFrame, scalars: Vec<ScalarColumn>) -> PolarsResult<()> {
+    let height = df.height();
+    for c in scalars {
+        let dtype = c.dtype.dtype();
+        let value = match c.value {
+            None => AnyValue::Null,
+            Some(v) => AnyValue::Int64(v)
+                .strict_cast(&dtype)
+                .ok_or_else(|| polars_err!(ComputeError: "one-value column `{}`: {v} is no {dtype}", c.name))?,
+        };
+        let value = value.into_static();
+        let column = Column::new_scalar(c.name.into(), Scalar::new(dtype, value), height);
+        df.insert_column(c.at.min(df.width()), column)?;
+    }
+    Ok(())
 }
 
 /// Whether `column` is stored as deltas (bit-packed) rather than plain values: entry indexes
@@ -119,7 +219,19 @@ const DEFAULT_ROW_GROUP: usize = 512 * 512;
 
 /// A stored object's frame, each column one contiguous chunk.
 pub fn decode(bytes: Vec<u8>) -> PolarsResult<DataFrame> {
-    let mut df = ParquetReader::new(std::io::Cursor::new(bytes)).finish()?;
+    let mut reader = ParquetReader::new(std::io::Cursor::new(bytes));
+    let scalars: Vec<ScalarColumn> = match reader
+        .get_metadata()?
+        .key_value_metadata
+        .iter()
+        .flatten()
+        .find(|kv| kv.key == SCALAR_COLUMNS)
+        .and_then(|kv| kv.value.as_deref())
+    {
+        Some(json) => serde_json::from_str(json).map_err(|e| polars_err!(ComputeError: "one-value columns: {e}"))?,
+        None => Vec::new(),
+    };
+    let mut df = reader.finish()?;
     // Parquet row groups come back as chunks; queries read columns as contiguous slices.
     // Device frames are written as one row group (nothing to do here); the tables, and frames
     // stored before, hold many, rechunked one column at a time: each column's chunks go as soon
@@ -150,6 +262,7 @@ pub fn decode(bytes: Vec<u8>) -> PolarsResult<DataFrame> {
     for (name, dtype) in all_null {
         df.with_column(Column::full_null(name, height, &dtype))?;
     }
+    with_scalars(&mut df, scalars)?;
     Ok(df)
 }
 
@@ -179,6 +292,46 @@ mod tests {
         let a = back.column("a").expect("a").as_materialized_series();
         assert_eq!(a.n_chunks(), 1);
         assert!(back.equals(&frame()));
+    }
+
+    #[test]
+    fn one_value_columns_are_kept_in_the_metadata_and_read_back_as_scalars_in_their_places() {
+        let n = 100_000;
+        let scalar = |name: &str, dtype: DataType, value: AnyValue<'static>| {
+            Column::new_scalar(name.into(), Scalar::new(dtype, value), n)
+        };
+        let frame = DataFrame::new(
+            n,
+            vec![
+                scalar("addr_base", DataType::Int64, AnyValue::Int64(0x7e00_0000_0000)),
+                Column::new("addr_units".into(), (0..n as u32).collect::<Vec<_>>()),
+                scalar("stream", DataType::Int64, AnyValue::Int64(-7)),
+                scalar("device_free", DataType::Int64, AnyValue::Null),
+                Column::new("size".into(), (0..n as i64).map(|i| i * 512).collect::<Vec<_>>()),
+                scalar("stack", DataType::UInt16, AnyValue::UInt16(65_535)),
+                scalar("device", DataType::Int32, AnyValue::Int32(3)),
+            ],
+        )
+        .expect("frame");
+        for groups in [RowGroups::One, RowGroups::Default] {
+            let bytes = encode(&frame, groups).expect("write");
+            // Stored as values, not as columns of a value a row.
+            let columns = ParquetReader::new(Cursor::new(bytes.clone())).finish().expect("read");
+            assert_eq!(columns.get_column_names(), ["addr_units", "size"]);
+            let back = decode(bytes).expect("decode");
+            assert_eq!(back.get_column_names(), frame.get_column_names());
+            assert!(back.equals_missing(&frame));
+            for name in ["addr_base", "stream", "device_free", "stack", "device"] {
+                let c = back.column(name).expect(name);
+                assert!(c.as_scalar_column().is_some(), "{name}");
+                assert_eq!(c.dtype(), frame.column(name).expect(name).dtype(), "{name}");
+            }
+        }
+        // A frame of nothing but one-value columns keeps them as columns: a Parquet file's
+        // rows are counted in its columns.
+        let only = DataFrame::new(n, vec![scalar("stream", DataType::Int64, AnyValue::Int64(1))]).expect("frame");
+        let back = decode(encode(&only, RowGroups::One).expect("write")).expect("decode");
+        assert!(back.equals(&only) && back.height() == n);
     }
 
     #[test]
