@@ -139,6 +139,14 @@ fn time_columns(time_us: NarrowI64, n: usize) -> Vec<Column> {
     }]
 }
 
+/// `into` with row `r` of each of `rows` pushed in turn, by `push`.
+fn pick<C>(rows: &[usize], mut into: C, mut push: impl FnMut(&mut C, usize)) -> C {
+    for &r in rows {
+        push(&mut into, r);
+    }
+    into
+}
+
 fn col<T: PolarsNumericType>(name: &str, v: Vec<T::Native>) -> Column {
     ChunkedArray::<T>::from_vec(name.into(), v).into_series().into()
 }
@@ -207,41 +215,11 @@ impl SnapshotColumns {
             }
             (
                 rows.iter().map(|&r| action[r]).collect(),
-                {
-                    let mut picked = NarrowI64::new(Base::Address);
-                    for &r in &rows {
-                        picked.push(addr.get(r));
-                    }
-                    picked
-                },
-                {
-                    let mut picked = NarrowI64::new(Base::Zero);
-                    for &r in &rows {
-                        picked.push(size.get(r));
-                    }
-                    picked
-                },
-                {
-                    let mut picked = OneOrEach::default();
-                    for &r in &rows {
-                        picked.push(stream.get(r).unwrap_or(0));
-                    }
-                    picked
-                },
-                {
-                    let mut picked = NarrowI64::new(Base::First);
-                    for &r in &rows {
-                        picked.push(time_us.get(r));
-                    }
-                    picked
-                },
-                {
-                    let mut picked = NarrowStacks::default();
-                    for &r in &rows {
-                        picked.push(stack.get(r));
-                    }
-                    picked
-                },
+                pick(&rows, NarrowI64::new(Base::Address), |c, r| c.push(addr.get(r))),
+                pick(&rows, NarrowI64::new(Base::Zero), |c, r| c.push(size.get(r))),
+                pick(&rows, OneOrEach::default(), |c, r| c.push(stream.get(r).unwrap_or(0))),
+                pick(&rows, NarrowI64::new(Base::First), |c, r| c.push(time_us.get(r))),
+                pick(&rows, NarrowStacks::default(), |c, r| c.push(stack.get(r))),
                 Some(map),
             )
         };
