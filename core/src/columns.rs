@@ -62,15 +62,18 @@ pub fn first_i64(df: &DataFrame, name: &str) -> PolarsResult<Option<i64>> {
 /// `addr_base`, one scalar) or as `addr` (i64): the events and the lifetimes alike.
 pub fn addresses(df: &DataFrame) -> PolarsResult<IntSlice<'_>> {
     match df.column(events::ADDR_UNITS) {
-        Ok(_) => match IntSlice::of(df, events::ADDR_UNITS)? {
-            IntSlice::U32 { offsets, .. } => Ok(IntSlice::U32 {
+        Ok(units) => {
+            polars_ensure!(
+                units.dtype() == &DataType::UInt32,
+                SchemaMismatch: "column `{}` is {}, not u32", events::ADDR_UNITS, units.dtype()
+            );
+            Ok(IntSlice::U32 {
                 // A frame without rows reads no address.
                 base: first_i64(df, events::ADDR_BASE)?.unwrap_or(0),
                 shift: crate::tables::ADDRESS_SHIFT,
-                offsets,
-            }),
-            IntSlice::I64(_) => polars_bail!(SchemaMismatch: "column `{}` is i64, not u32", events::ADDR_UNITS),
-        },
+                offsets: units.as_materialized_series().u32()?.cont_slice()?,
+            })
+        }
         Err(_) => Ok(IntSlice::I64(events::ADDR.slice(df)?)),
     }
 }
@@ -154,7 +157,7 @@ pub fn one_or_each_column(name: &str, values: OneOrEach) -> Column {
 /// `events`: one row per trace entry, grouped by device.
 pub mod events {
     use super::Col;
-    use polars::prelude::{Int32Type, Int64Type, UInt8Type};
+    use polars::prelude::{Int32Type, Int64Type, UInt16Type, UInt8Type};
 
     pub const DEVICE: Col<Int32Type> = Col::new("device");
     /// `Action` code (see `tables`).
@@ -168,7 +171,11 @@ pub mod events {
     /// i64, one scalar.
     pub const ADDR_BASE: &str = "addr_base";
     /// u32 when every size is below 4 GiB, else i64: read it as a [`crate::int_slice::IntSlice`].
+    /// A trace of at most 65,536 distinct `(size, stack)` pairs holds [`SIZE_STACK`] instead of
+    /// this and [`STACK`]; read either with [`crate::analysis::DeviceEvents::size`].
     pub const SIZE: &str = "size";
+    /// u16: the entry's row in the `size_stacks` table ([`super::size_stacks`]).
+    pub const SIZE_STACK: Col<UInt16Type> = Col::new("size_stack");
     pub const STREAM: Col<Int64Type> = Col::new("stream");
     /// Null when the trace has no timestamps. A trace whose entries all have one, within 71
     /// minutes of the first, holds [`TIME_AFTER_FIRST_US`] and [`FIRST_TIME_US`] instead.
@@ -178,10 +185,21 @@ pub mod events {
     /// i64, one scalar: the first entry's time.
     pub const FIRST_TIME_US: &str = "first_time_us";
     /// u16 when every stack id is below 65,536, else u32: read it as a
-    /// [`crate::stack_ids::StackIds`].
+    /// [`crate::stack_ids::StackIds`] (with [`crate::analysis::DeviceEvents::stack`], which
+    /// also reads [`SIZE_STACK`]).
     pub const STACK: &str = "stack";
     /// Null unless `oom`.
     pub const DEVICE_FREE: Col<Int64Type> = Col::new("device_free");
+}
+
+/// `size_stacks`: the distinct `(size, stack)` pairs of a trace's entries, one row per code of
+/// `events.size_stack` (empty when the events hold `size` and `stack` apart).
+pub mod size_stacks {
+    use super::Col;
+    use polars::prelude::{Int64Type, UInt32Type};
+
+    pub const SIZE: Col<Int64Type> = Col::new("size");
+    pub const STACK: Col<UInt32Type> = Col::new("stack");
 }
 
 /// Per-device `usage` frames: the state after every entry.

@@ -1,12 +1,14 @@
-//! [`IntSlice`]: a column of integers read as i64 whether it is held as u32 offsets from a base
-//! or as i64.
+//! [`IntSlice`]: a column of integers read as i64 whether it is held as u32 offsets from a base,
+//! as u16 codes of a table of values, or as i64.
 //!
 //! A trace's sizes are held as u32 when every one is below 4 GiB (nearly always: a single
 //! block of 4 GiB or more is rare), its timestamps as µs after the first when the trace
 //! spans under 71 minutes, and its addresses as 512-byte units from a base when they lie
 //! within 1 TiB of the first: 4 bytes an entry less for each (8 for the addresses) for as long
-//! as the trace lives, 133 MiB (267) on a 35 M-entry snapshot. The analyses read them through this type, so they read a
-//! stored report from before (i64) and one from now alike.
+//! as the trace lives, 133 MiB (267) on a 35 M-entry snapshot. Its sizes are codes of
+//! `(size, stack)` pairs while there are few ([`crate::tables::SizesAndStacks`]). The
+//! analyses read them through this type, so they read a stored report from before (i64) and one
+//! from now alike.
 
 use std::ops::Range;
 
@@ -20,6 +22,11 @@ pub enum IntSlice<'a> {
         base: i64,
         shift: u32,
         offsets: &'a [u32],
+    },
+    /// Value `i` is `values[codes[i]]`.
+    Coded {
+        codes: &'a [u16],
+        values: &'a [i64],
     },
     I64(&'a [i64]),
 }
@@ -43,6 +50,7 @@ impl<'a> IntSlice<'a> {
     pub fn len(&self) -> usize {
         match self {
             IntSlice::U32 { offsets, .. } => offsets.len(),
+            IntSlice::Coded { codes, .. } => codes.len(),
             IntSlice::I64(v) => v.len(),
         }
     }
@@ -57,6 +65,7 @@ impl<'a> IntSlice<'a> {
     pub fn at(&self, i: usize) -> i64 {
         match self {
             IntSlice::U32 { base, shift, offsets } => base + ((offsets[i] as i64) << shift),
+            IntSlice::Coded { codes, values } => values[codes[i] as usize],
             IntSlice::I64(v) => v[i],
         }
     }
@@ -80,6 +89,7 @@ impl<'a> IntSlice<'a> {
     pub fn partition_point(&self, mut pred: impl FnMut(i64) -> bool) -> usize {
         match self {
             IntSlice::U32 { base, shift, offsets } => offsets.partition_point(|&o| pred(base + ((o as i64) << shift))),
+            IntSlice::Coded { codes, values } => codes.partition_point(|&c| pred(values[c as usize])),
             IntSlice::I64(v) => v.partition_point(|&x| pred(x)),
         }
     }
@@ -92,6 +102,10 @@ impl<'a> IntSlice<'a> {
                 shift: *shift,
                 offsets: &offsets[range],
             },
+            IntSlice::Coded { codes, values } => IntSlice::Coded {
+                codes: &codes[range],
+                values,
+            },
             IntSlice::I64(v) => IntSlice::I64(&v[range]),
         }
     }
@@ -100,6 +114,7 @@ impl<'a> IntSlice<'a> {
     pub fn iter(&self) -> IntSliceIter<'a> {
         match self {
             IntSlice::U32 { base, shift, offsets } => IntSliceIter::U32(*base, *shift, offsets.iter()),
+            IntSlice::Coded { codes, values } => IntSliceIter::Coded(codes.iter(), values),
             IntSlice::I64(v) => IntSliceIter::I64(v.iter()),
         }
     }
@@ -128,6 +143,7 @@ impl<'a> IntoIterator for IntSlice<'a> {
 #[derive(Debug, Clone)]
 pub enum IntSliceIter<'a> {
     U32(i64, u32, std::slice::Iter<'a, u32>),
+    Coded(std::slice::Iter<'a, u16>, &'a [i64]),
     I64(std::slice::Iter<'a, i64>),
 }
 
@@ -137,6 +153,7 @@ impl Iterator for IntSliceIter<'_> {
     fn next(&mut self) -> Option<i64> {
         match self {
             IntSliceIter::U32(base, shift, it) => it.next().map(|&v| *base + ((v as i64) << *shift)),
+            IntSliceIter::Coded(it, values) => it.next().map(|&c| values[c as usize]),
             IntSliceIter::I64(it) => it.next().copied(),
         }
     }
@@ -144,6 +161,7 @@ impl Iterator for IntSliceIter<'_> {
     fn size_hint(&self) -> (usize, Option<usize>) {
         match self {
             IntSliceIter::U32(_, _, it) => it.size_hint(),
+            IntSliceIter::Coded(it, _) => it.size_hint(),
             IntSliceIter::I64(it) => it.size_hint(),
         }
     }
@@ -196,6 +214,31 @@ mod tests {
         };
         assert_eq!(a.to_vec(), vec![base, base + 5 * 512, base + 5 * 512, base + 90 * 512]);
         assert_eq!(a.partition_point(|x| x < base + 512), 1);
+    }
+
+    #[test]
+    fn codes_read_their_values() {
+        let values = [512i64, 8 << 20, 1 << 40];
+        let codes = [1u16, 0, 0, 2, 1];
+        let c = IntSlice::Coded {
+            codes: &codes,
+            values: &values,
+        };
+        let want = [8 << 20, 512, 512, 1 << 40, 8 << 20];
+        assert_eq!(c.to_vec(), want);
+        assert_eq!(
+            (c.len(), c.at(3), c.get(5), c.last()),
+            (5, 1 << 40, None, Some(8 << 20))
+        );
+        assert_eq!(c.slice(1..4).to_vec(), want[1..4]);
+        assert_eq!(c.iter().len(), 5);
+        // Over the values in entry order, as for the other forms.
+        let sorted = IntSlice::Coded {
+            codes: &[0, 0, 1, 2],
+            values: &values,
+        };
+        assert_eq!(sorted.partition_point(|x| x <= 512), 2);
+        assert_eq!(sorted.partition_point(|x| x < 1 << 40), 3);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! [`StackIds`]: a column of stack ids read as u32 whether it is held as u16 or as u32.
+//! [`StackIds`]: a column of stack ids read as u32 whether it is held as u16, as u32, or as u16
+//! codes of a table of ids (a trace's `(size, stack)` pairs, [`crate::tables::SizesAndStacks`]).
 //!
 //! A trace's and its lifetimes' stack ids are u16 while every id is below 65,536
 //! ([`crate::tables::NarrowStacks`]), 2 bytes a row less for as long as they live. The analyses
@@ -12,6 +13,11 @@ use polars::prelude::*;
 pub enum StackIds<'a> {
     U16(&'a [u16]),
     U32(&'a [u32]),
+    /// Id `i` is `ids[codes[i]]`.
+    Coded {
+        codes: &'a [u16],
+        ids: &'a [u32],
+    },
 }
 
 impl<'a> StackIds<'a> {
@@ -30,6 +36,7 @@ impl<'a> StackIds<'a> {
         match self {
             StackIds::U16(v) => v.len(),
             StackIds::U32(v) => v.len(),
+            StackIds::Coded { codes, .. } => codes.len(),
         }
     }
 
@@ -44,6 +51,7 @@ impl<'a> StackIds<'a> {
         match self {
             StackIds::U16(v) => u32::from(v[i]),
             StackIds::U32(v) => v[i],
+            StackIds::Coded { codes, ids } => ids[codes[i] as usize],
         }
     }
 
@@ -58,18 +66,18 @@ impl<'a> StackIds<'a> {
         match *self {
             StackIds::U16(v) => StackIds::U16(&v[range]),
             StackIds::U32(v) => StackIds::U32(&v[range]),
+            StackIds::Coded { codes, ids } => StackIds::Coded {
+                codes: &codes[range],
+                ids,
+            },
         }
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = u32> + 'a {
-        let (narrow, wide): (&'a [u16], &'a [u32]) = match *self {
-            StackIds::U16(v) => (v, &[]),
-            StackIds::U32(v) => (&[], v),
-        };
-        // One of the two is empty: the chain reads the other.
-        StackIdsIter {
-            narrow: narrow.iter(),
-            wide: wide.iter(),
+        match *self {
+            StackIds::U16(v) => StackIdsIter::U16(v.iter()),
+            StackIds::U32(v) => StackIdsIter::U32(v.iter()),
+            StackIds::Coded { codes, ids } => StackIdsIter::Coded(codes.iter(), ids),
         }
     }
 }
@@ -81,23 +89,28 @@ impl<'a> From<&'a [u32]> for StackIds<'a> {
 }
 
 /// The ids of a [`StackIds`], as u32.
-struct StackIdsIter<'a> {
-    narrow: std::slice::Iter<'a, u16>,
-    wide: std::slice::Iter<'a, u32>,
+enum StackIdsIter<'a> {
+    U16(std::slice::Iter<'a, u16>),
+    U32(std::slice::Iter<'a, u32>),
+    Coded(std::slice::Iter<'a, u16>, &'a [u32]),
 }
 
 impl Iterator for StackIdsIter<'_> {
     type Item = u32;
     #[inline]
     fn next(&mut self) -> Option<u32> {
-        match self.narrow.next() {
-            Some(&v) => Some(u32::from(v)),
-            None => self.wide.next().copied(),
+        match self {
+            StackIdsIter::U16(it) => it.next().map(|&v| u32::from(v)),
+            StackIdsIter::U32(it) => it.next().copied(),
+            StackIdsIter::Coded(it, ids) => it.next().map(|&c| ids[c as usize]),
         }
     }
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.narrow.len() + self.wide.len();
+        let n = match self {
+            StackIdsIter::U16(it) | StackIdsIter::Coded(it, _) => it.len(),
+            StackIdsIter::U32(it) => it.len(),
+        };
         (n, Some(n))
     }
 }
@@ -134,6 +147,19 @@ mod tests {
                 assert_eq!(read.slice(1..3).iter().collect::<Vec<_>>(), ids[1..3]);
             }
         }
+    }
+
+    #[test]
+    fn codes_read_their_ids() {
+        let (codes, ids) = ([2u16, 0, 2, 1], [7u32, 70_000, 3]);
+        let read = StackIds::Coded {
+            codes: &codes,
+            ids: &ids,
+        };
+        assert_eq!(read.iter().collect::<Vec<_>>(), [3, 7, 3, 70_000]);
+        assert_eq!((read.len(), read.at(3), read.get(4)), (4, 70_000, None));
+        assert_eq!(read.slice(1..3).iter().collect::<Vec<_>>(), [7, 3]);
+        assert_eq!(read.iter().len(), 4);
     }
 
     #[test]

@@ -39,6 +39,10 @@ fn entries_read_flat_give_the_tables_the_machine_gives() {
         {
             assert!(a.equals_missing(b), "{name}: {table} differs:\n{a}\n{b}");
         }
+        assert!(
+            flat.size_stacks.equals_missing(&machine.size_stacks),
+            "{name}: size_stacks differ"
+        );
         assert_eq!(flat.meta(), machine.meta(), "{name}");
         checked += 1;
     }

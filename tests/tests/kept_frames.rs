@@ -27,11 +27,13 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
             .column("alloc_idx")
             .and_then(|c| c.i32().cloned())
             .expect("alloc_idx");
-        // Stack ids below 65,536 are held as u16, in the trace and in the lifetimes: each an
-        // alloc's own stack from the trace.
+        // Stack ids below 65,536 are held as u16 in the lifetimes, and the trace's sizes and
+        // stacks as codes of their few pairs: each an alloc's own stack from the trace.
         let stack = StackIds::of(&kept, "stack").expect("stack ids");
         assert!(
-            matches!(stack, StackIds::U16(_)) && matches!(ev.stack(), StackIds::U16(_)),
+            matches!(stack, StackIds::U16(_))
+                && matches!(ev.stack(), StackIds::Coded { .. })
+                && matches!(ev.size(), IntSlice::Coded { .. }),
             "{name}: device {device}"
         );
         for (row, (s, a)) in size.into_no_null_iter().zip(alloc_idx.into_no_null_iter()).enumerate() {

@@ -4,7 +4,7 @@
 
 use polars::prelude::*;
 
-use crate::columns::{addresses, events as ev_col, first_i64, Col};
+use crate::columns::{addresses, events as ev_col, first_i64, size_stacks as ss_col, Col};
 use crate::int_slice::IntSlice;
 use crate::stack_ids::StackIds;
 use crate::tables::{Action, SnapshotTables};
@@ -122,6 +122,8 @@ impl<'a> Streams<'a> {
 pub struct DeviceEvents {
     pub device: i64,
     pub frame: DataFrame,
+    /// The `(size, stack)` pairs the frame's `size_stack` codes name, when it holds codes.
+    size_stacks: Option<DataFrame>,
     /// Row of the device's first entry in the `events` table (entry `i` is row `offset + i`).
     pub offset: usize,
     time: Time,
@@ -147,9 +149,27 @@ impl DeviceEvents {
         let frame = t.events.slice(start as i64, len);
         ev_col::ACTION.slice(&frame)?;
         addresses(&frame)?;
-        IntSlice::of(&frame, ev_col::SIZE)?;
+        let size_stacks = match frame.column(ev_col::SIZE_STACK.name) {
+            Ok(_) => {
+                let codes = ev_col::SIZE_STACK.slice(&frame)?;
+                let pairs = t.size_stacks.height();
+                ss_col::SIZE.slice(&t.size_stacks)?;
+                ss_col::STACK.slice(&t.size_stacks)?;
+                if let Some(&code) = codes.iter().max().filter(|&&c| usize::from(c) >= pairs) {
+                    polars_bail!(
+                        OutOfBounds: "events column `{}` names pair {code} of a `size_stacks` table of {pairs}",
+                        ev_col::SIZE_STACK.name
+                    );
+                }
+                Some(t.size_stacks.clone())
+            }
+            Err(_) => {
+                IntSlice::of(&frame, ev_col::SIZE)?;
+                StackIds::of(&frame, ev_col::STACK)?;
+                None
+            }
+        };
         Streams::of(&frame, ev_col::STREAM.name)?;
-        StackIds::of(&frame, ev_col::STACK)?;
         // Typed without being read as a series: a column of nulls (no `oom` entry, or no
         // timestamps) is kept as one scalar, and materialising it would allocate 8 bytes per
         // entry for every `DeviceEvents` alive (200 MB each for 25 M entries).
@@ -180,6 +200,7 @@ impl DeviceEvents {
         Ok(DeviceEvents {
             device,
             frame,
+            size_stacks,
             offset: start,
             time,
             has_time,
@@ -225,16 +246,32 @@ impl DeviceEvents {
     pub fn addr(&self) -> IntSlice<'_> {
         addresses(&self.frame).expect("DeviceEvents::new checked these columns")
     }
-    /// Sizes, held as u32 when every one is below 4 GiB.
+    /// Sizes: codes of `(size, stack)` pairs, or held as u32 when every one is below 4 GiB.
     pub fn size(&self) -> IntSlice<'_> {
-        IntSlice::of(&self.frame, ev_col::SIZE).expect("DeviceEvents::new checked this column")
+        match &self.size_stacks {
+            Some(pairs) => IntSlice::Coded {
+                codes: self.col(ev_col::SIZE_STACK),
+                values: ss_col::SIZE
+                    .slice(pairs)
+                    .expect("DeviceEvents::new checked this column"),
+            },
+            None => IntSlice::of(&self.frame, ev_col::SIZE).expect("DeviceEvents::new checked this column"),
+        }
     }
     pub fn stream(&self) -> Streams<'_> {
         Streams::of(&self.frame, ev_col::STREAM.name).expect("DeviceEvents::new checked this column")
     }
-    /// Stack ids, held as u16 when every one is below 65,536.
+    /// Stack ids: codes of `(size, stack)` pairs, or held as u16 when every one is below 65,536.
     pub fn stack(&self) -> StackIds<'_> {
-        StackIds::of(&self.frame, ev_col::STACK).expect("DeviceEvents::new checked this column")
+        match &self.size_stacks {
+            Some(pairs) => StackIds::Coded {
+                codes: self.col(ev_col::SIZE_STACK),
+                ids: ss_col::STACK
+                    .slice(pairs)
+                    .expect("DeviceEvents::new checked this column"),
+            },
+            None => StackIds::of(&self.frame, ev_col::STACK).expect("DeviceEvents::new checked this column"),
+        }
     }
     /// A column [`DeviceEvents::new`] checked.
     fn col<T: PolarsNumericType>(&self, c: Col<T>) -> &[T::Native] {

@@ -73,7 +73,7 @@ pub fn allocation_lifetimes_with(
                 shift,
                 offsets: Vec::with_capacity(addr_rows),
             },
-            IntSlice::I64(_) => NarrowI64::Wide(Vec::with_capacity(addr_rows)),
+            IntSlice::Coded { .. } | IntSlice::I64(_) => NarrowI64::Wide(Vec::with_capacity(addr_rows)),
         },
         NarrowI64::sizes_with_capacity(allocs),
         Vec::with_capacity(allocs),

@@ -1,19 +1,26 @@
 //! The polars side of the canonical snapshot tables: [`SnapshotTables`] (one frame per table of
-//! [`TABLE_NAMES`]) and [`SnapshotColumns::into_tables`], which moves the importers' builders
+//! [`TABLE_NAMES`], and the events' `size_stacks`) and [`SnapshotColumns::into_tables`], which moves the importers' builders
 //! into frames without copying numeric vectors.
 
 use polars::prelude::*;
 
 use memlens_api::SourceInfo;
 
-use super::{Base, NarrowI64, NarrowStacks, OneOrEach, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME, TABLE_NAMES};
-use crate::columns::{address_columns, events as ev, first_i64, one_or_each_column};
+use super::{
+    Base, NarrowI64, OneOrEach, PairCodes, SizesAndStacks, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME,
+    TABLE_NAMES,
+};
+use crate::columns::{address_columns, events as ev, first_i64, one_or_each_column, size_stacks as ss};
 use crate::int_slice::IntSlice;
 use crate::stack_ids::stack_id_column;
 
 /// The canonical tables of one imported snapshot.
 pub struct SnapshotTables {
     pub events: DataFrame,
+    /// The `(size, stack)` pairs the events' `size_stack` codes name (see
+    /// [`crate::columns::size_stacks`]); held beside the frames of [`TABLE_NAMES`], which
+    /// reports stored before it have: empty there, as where the events hold them apart.
+    pub size_stacks: DataFrame,
     pub segments: DataFrame,
     pub blocks: DataFrame,
     pub frames: DataFrame,
@@ -86,6 +93,7 @@ impl SnapshotTables {
         let [events, segments, blocks, frames, stack_frames, annotations, event_notes] = frames;
         SnapshotTables {
             events,
+            size_stacks: DataFrame::empty(),
             segments,
             blocks,
             frames,
@@ -137,6 +145,29 @@ fn time_columns(time_us: NarrowI64, n: usize) -> Vec<Column> {
     } else {
         ev::TIME_US.build(time_us)
     }]
+}
+
+/// The events' sizes and stack ids: the `size_stack` codes and the `size_stacks` table they
+/// name, or a `size` column (u32 while every size is below 4 GiB) and a `stack` column (u16
+/// while every id is below 65,536) and an empty table.
+fn size_stack_columns(sizes_and_stacks: SizesAndStacks) -> PolarsResult<(Column, Option<Column>, DataFrame)> {
+    Ok(match sizes_and_stacks {
+        SizesAndStacks::Paired(PairCodes {
+            codes, sizes, stacks, ..
+        }) => (
+            ev::SIZE_STACK.build(codes),
+            None,
+            DataFrame::new(sizes.len(), vec![ss::SIZE.build(sizes), ss::STACK.build(stacks)])?,
+        ),
+        SizesAndStacks::Apart { size, stack } => (
+            match size.into_u32_or_i64() {
+                Ok(narrow) => col::<UInt32Type>(ev::SIZE, narrow),
+                Err(wide) => col::<Int64Type>(ev::SIZE, wide),
+            },
+            Some(stack_id_column(ev::STACK, stack)),
+            DataFrame::new(0, vec![ss::SIZE.build(Vec::new()), ss::STACK.build(Vec::new())])?,
+        ),
+    })
 }
 
 /// `into` with row `r` of each of `rows` pushed in turn, by `push`.
@@ -194,16 +225,15 @@ impl SnapshotColumns {
         let TraceRows {
             action,
             addr,
-            size,
+            size_stack,
             stream,
             time_us,
-            stack,
             device_free,
             notes,
         } = trace;
-        // The sizes stay u32 and the timestamps offsets from the first where they fit.
-        let (action, addr, size, stream, time_us, stack, row_map) = if contiguous {
-            (action, addr, size, stream, time_us, stack, None)
+        // The sizes and stacks stay coded and the timestamps offsets from the first where they fit.
+        let (action, addr, size_stack, stream, time_us, row_map) = if contiguous {
+            (action, addr, size_stack, stream, time_us, None)
         } else {
             let rows: Vec<usize> = device_ranges
                 .iter()
@@ -216,10 +246,12 @@ impl SnapshotColumns {
             (
                 rows.iter().map(|&r| action[r]).collect(),
                 pick(&rows, NarrowI64::new(Base::Address), |c, r| c.push(addr.get(r))),
-                pick(&rows, NarrowI64::new(Base::Zero), |c, r| c.push(size.get(r))),
+                pick(&rows, SizesAndStacks::default(), |c, r| {
+                    let (size, stack) = size_stack.get(r);
+                    c.push(size, stack)
+                }),
                 pick(&rows, OneOrEach::default(), |c, r| c.push(stream.get(r).unwrap_or(0))),
                 pick(&rows, NarrowI64::new(Base::First), |c, r| c.push(time_us.get(r))),
-                pick(&rows, NarrowStacks::default(), |c, r| c.push(stack.get(r))),
                 Some(map),
             )
         };
@@ -244,21 +276,19 @@ impl SnapshotColumns {
                 .into_series()
                 .into()
         };
+        let (size_col, stack_col, size_stacks) = size_stack_columns(size_stack)?;
         let mut columns = vec![
             // A trace of one device (the usual case), or on one stream, keeps that column as
             // one scalar, not 4 or 8 bytes per entry.
             device,
             ev::ACTION.build(action),
-            // u32 while every size is below 4 GiB.
-            match size.into_u32_or_i64() {
-                Ok(narrow) => col::<UInt32Type>(ev::SIZE, narrow),
-                Err(wide) => col::<Int64Type>(ev::SIZE, wide),
-            },
+            size_col,
             one_or_each_column(ev::STREAM.name, stream),
         ];
         columns.splice(2..2, address_columns(addr, n));
         columns.extend(time_cols);
-        columns.extend([stack_id_column(ev::STACK, stack), free_col]);
+        columns.extend(stack_col);
+        columns.push(free_col);
         let events = DataFrame::new(n, columns)?;
 
         let mut note_rows = Vec::new();
@@ -350,6 +380,7 @@ impl SnapshotColumns {
         )?;
         Ok(SnapshotTables {
             events,
+            size_stacks,
             segments: segments_df,
             blocks: blocks_df,
             frames: frames_df,

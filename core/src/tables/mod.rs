@@ -6,7 +6,8 @@
 //!
 //! | table | columns |
 //! |---|---|
-//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64 — or `addr_units` u32 and `addr_base` i64 (address = base + 512 × units) when every address is aligned and within 1 TiB of the first —, `size` u32 (every size below 4 GiB) or i64, `stream` i64, `time_us` i64 (null when absent) — or `time_after_first_us` u32 and `first_time_us` i64 when every entry has one within 71 minutes of the first —, `stack` u16 (every stack id below 65,536) or u32, `device_free` i64 (null unless `oom`); a column of one value (one device, one stream, all null, a base) is a polars scalar column; the analyses read them through `DeviceEvents` as [`crate::int_slice::IntSlice`]s (the stack ids as [`crate::stack_ids::StackIds`]), whichever form |
+//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64 — or `addr_units` u32 and `addr_base` i64 (address = base + 512 × units) when every address is aligned and within 1 TiB of the first —, `size_stack` u16 (row in `size_stacks`, while the trace has at most 65,536 distinct `(size, stack)` pairs) — or `size` u32 (every size below 4 GiB) or i64 and, after the times, `stack` —, `stream` i64, `time_us` i64 (null when absent) — or `time_after_first_us` u32 and `first_time_us` i64 when every entry has one within 71 minutes of the first —, `stack` u16 (every stack id below 65,536) or u32 (only without `size_stack`), `device_free` i64 (null unless `oom`); a column of one value (one device, one stream, all null, a base) is a polars scalar column; the analyses read them through `DeviceEvents` as [`crate::int_slice::IntSlice`]s (the stack ids as [`crate::stack_ids::StackIds`]), whichever form |
+//! | `size_stacks` | `size` i64, `stack` u32: the pairs `events.size_stack` names, one row per code ([`SizesAndStacks`]); empty when the events hold them apart. Held beside the frames of [`TABLE_NAMES`] (never stored: only the analyses read the trace) |
 //! | `segments` | `device`, `address`, `total_size`, `allocated_size`, `active_size`, `requested_size`, `stream` (i64), `segment_type` str, `pool_a`/`pool_b` i64, `is_expandable` bool, `stack` u32 |
 //! | `blocks` | `device` i64, `segment` u32 (row in `segments`), `address`, `size`, `requested_size` i64, `state` u8 ([`BlockState`]), `stack` u32 |
 //! | `frames` | `frame` u32, `name` str, `filename` str, `line` i64 |
@@ -94,6 +95,7 @@ pub use memlens_api::BlockState;
 use crate::fault_ahead::FaultAhead;
 pub use narrow_column::{Base, NarrowI64, ADDRESS_SHIFT};
 pub use narrow_stacks::NarrowStacks;
+pub use size_stacks::{PairCodes, SizesAndStacks};
 
 /// Trace rows in arrival order (all devices; [`SnapshotColumns::device_ranges`] splits them).
 #[derive(Debug, PartialEq)]
@@ -102,14 +104,13 @@ pub struct TraceRows {
     /// Narrow while every address is 512-byte aligned and within 1 TiB of the first
     /// ([`NarrowI64`]).
     pub addr: NarrowI64,
-    /// Narrow while every size is below 4 GiB ([`NarrowI64`]).
-    pub size: NarrowI64,
+    /// Each entry's size and stack id: one code of a `(size, stack)` pair while there are at
+    /// most 65,536 pairs, else apart ([`SizesAndStacks`]).
+    pub size_stack: SizesAndStacks,
     /// One stream for every entry so far, or each entry's (most traces have one stream).
     pub stream: OneOrEach,
     /// Narrow while every timestamp is within 71 minutes after the first ([`NarrowI64`]).
     pub time_us: NarrowI64,
-    /// u16 while every stack id is below 65,536 ([`NarrowStacks`]).
-    pub stack: NarrowStacks,
     /// Sparse `(row, device_free)`.
     pub device_free: Vec<(u32, i64)>,
     /// Sparse notes on rows whose strings are not the defaults.
@@ -146,10 +147,9 @@ impl Default for TraceRows {
         TraceRows {
             action: Vec::new(),
             addr: NarrowI64::new(Base::Address),
-            size: NarrowI64::new(Base::Zero),
+            size_stack: SizesAndStacks::default(),
             stream: OneOrEach::default(),
             time_us: NarrowI64::new(Base::First),
-            stack: NarrowStacks::default(),
             device_free: Vec::new(),
             notes: Vec::new(),
         }
@@ -166,19 +166,17 @@ impl TraceRows {
     pub fn push(&mut self, action: Action, addr: i64, size: i64, stream: i64, time_us: i64, stack: u32) {
         self.action.push(action as u8);
         self.addr.push(addr);
-        self.size.push(size);
+        self.size_stack.push(size, stack);
         self.stream.push(stream);
         self.time_us.push(time_us);
-        self.stack.push(stack);
     }
 
     /// Gives back the capacity reserved past the rows (pages a [`FaultAhead`] had faulted in).
     pub fn shrink_to_fit(&mut self) {
         self.action.shrink_to_fit();
         self.addr.shrink_to_fit();
-        self.size.shrink_to_fit();
+        self.size_stack.shrink_to_fit();
         self.time_us.shrink_to_fit();
-        self.stack.shrink_to_fit();
     }
 
     /// [`FaultAhead::after_push`] for each column a row adds to (`ahead` holds their states,
@@ -186,11 +184,11 @@ impl TraceRows {
     #[inline]
     pub fn fault_ahead(&mut self, ahead: &mut [FaultAhead; 5]) {
         if self.action.len().is_multiple_of(crate::fault_ahead::STEP) {
-            ahead[0].after_push(&mut self.action);
-            self.addr.fault_ahead(&mut ahead[1]);
-            self.size.fault_ahead(&mut ahead[2]);
-            self.time_us.fault_ahead(&mut ahead[3]);
-            self.stack.fault_ahead(&mut ahead[4]);
+            let [action, addr, time_us, size_stack @ ..] = ahead;
+            action.after_push(&mut self.action);
+            self.addr.fault_ahead(addr);
+            self.time_us.fault_ahead(time_us);
+            self.size_stack.fault_ahead(size_stack);
         }
     }
 }
@@ -504,6 +502,7 @@ pub struct SnapshotMeta {
 mod dataframes;
 mod narrow_column;
 mod narrow_stacks;
+mod size_stacks;
 #[cfg(feature = "analysis")]
 pub use dataframes::SnapshotTables;
 

@@ -76,11 +76,19 @@ impl EarlyFrames for Early {
     }
 }
 
+/// A file's tables as the pipeline handed them over: its frames in [`TABLE_NAMES`] order, the
+/// events' `(size, stack)` pairs, and its meta.
+struct Written {
+    frames: Vec<DataFrame>,
+    size_stacks: DataFrame,
+    meta: SnapshotMeta,
+}
+
 /// Keeps what the pipeline hands over, as the server's ingest does; its usage and lifetimes
 /// encoded during the analyses (as when the replay outlasts the rest).
 struct Keep<'a> {
     data: &'a mut dyn DataWriter,
-    written: Vec<(Vec<DataFrame>, SnapshotMeta)>,
+    written: Vec<Written>,
     early: Early,
     /// The keys of the objects encoded early, and every device frame as the pipeline gave it.
     early_keys: Vec<String>,
@@ -112,10 +120,11 @@ impl PipelineSink for Keep<'_> {
         Some(&self.early)
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
-        self.written.push((
-            out.tables.frames_mut().into_iter().map(|(_, df)| df.clone()).collect(),
-            out.tables.meta(),
-        ));
+        self.written.push(Written {
+            frames: out.tables.frames_mut().into_iter().map(|(_, df)| df.clone()).collect(),
+            size_stacks: out.tables.size_stacks.clone(),
+            meta: out.tables.meta(),
+        });
         for d in out.devices.iter() {
             let dir = format!("f{}/d{}", out.index, d.device);
             self.frames.push((format!("{dir}/usage.parquet"), d.usage.clone()));
@@ -130,11 +139,7 @@ impl PipelineSink for Keep<'_> {
 
 /// Processes trace `name` into report `id` of `store` as the ingest does: what was
 /// written (each file's tables and meta) and the summary.
-fn process_into(
-    store: &Arc<dyn ReportStore>,
-    id: &str,
-    name: &str,
-) -> (Vec<(Vec<DataFrame>, SnapshotMeta)>, AnalyzeOutput) {
+fn process_into(store: &Arc<dyn ReportStore>, id: &str, name: &str) -> (Vec<Written>, AnalyzeOutput) {
     let mut w = store.data_writer(id).expect("writer");
     let mut keep = Keep::new(w.as_mut(), true);
     let path = memlens_tests_trace(name);
@@ -171,20 +176,50 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
 }
 
 /// The tables file `i` was analysed from, as [`process_into`] kept them.
-fn written_tables(written: &[(Vec<DataFrame>, SnapshotMeta)], i: usize) -> SnapshotTables {
-    let (frames, meta) = &written[i];
-    let frames: [DataFrame; 7] = frames.clone().try_into().expect("seven tables");
-    SnapshotTables::from_frames(frames, meta.clone())
+fn written_tables(written: &[Written], i: usize) -> SnapshotTables {
+    let w = &written[i];
+    let frames: [DataFrame; 7] = w.frames.clone().try_into().expect("seven tables");
+    let mut t = SnapshotTables::from_frames(frames, w.meta.clone());
+    t.size_stacks = w.size_stacks.clone();
+    t
 }
 
 /// Puts the tables a report stored before 2026-12 also had (the trace, segments, blocks,
-/// annotations, event notes), as that version wrote them.
+/// annotations, event notes), as that version wrote them: its events held each entry's `size`
+/// and `stack`, not codes of pairs.
 fn put_trace_tables(w: &mut dyn DataWriter, index: usize, t: &mut SnapshotTables) {
+    let mut events = events_apart(t);
     for (name, df) in t.frames_mut() {
+        let df = if name == "events" { &mut events } else { df };
         if !QUERY_TABLES.contains(&name) {
             put_parquet(w, &format!("f{index}/{name}.parquet"), df).expect("put");
         }
     }
+}
+
+/// `t.events` with each `size_stack` code replaced by its pair's `size` (i64) and `stack`
+/// (u32), as the events were held before the `size_stacks` table.
+fn events_apart(t: &SnapshotTables) -> DataFrame {
+    let mut events = t.events.clone();
+    let Some(at) = events.get_column_index("size_stack") else {
+        return events;
+    };
+    let codes = events.drop_in_place("size_stack").expect("codes");
+    let codes = codes.u16().expect("u16");
+    let (sizes, stacks) = (
+        t.size_stacks.column("size").expect("size").i64().expect("i64"),
+        t.size_stacks.column("stack").expect("stack").u32().expect("u32"),
+    );
+    let pair = |c: Option<u16>| c.map(usize::from);
+    let size: Int64Chunked = codes.iter().map(|c| pair(c).and_then(|c| sizes.get(c))).collect();
+    let stack: UInt32Chunked = codes.iter().map(|c| pair(c).and_then(|c| stacks.get(c))).collect();
+    events
+        .insert_column(at, size.with_name("size".into()).into_column())
+        .expect("size");
+    events
+        .with_column(stack.with_name("stack".into()).into_column())
+        .expect("stack");
+    events
 }
 
 #[test]
@@ -193,7 +228,7 @@ fn a_stored_report_keeps_the_tables_its_queries_read_and_not_the_trace() {
     let (_root, store) = store_with_report(id);
     // A snapshot with event notes (user_metadata / compile_context) and settings.
     let (written, out) = process_into(&store, id, "leak.pickle");
-    let (frames, meta) = &written[0];
+    let Written { frames, meta, .. } = &written[0];
     assert_eq!(
         &read_json::<SnapshotMeta>(store.as_ref(), id, "f0/meta.json").expect("meta"),
         meta
