@@ -23,7 +23,7 @@ use memlens_api::{Category, CategoryRule, CategorySummary, PhaseRange, RuleShare
 use polars::prelude::*;
 
 pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, Labels};
-use super::rows_in_entry_order::rows_in_entry_order;
+use super::rows_in_entry_order::RowsByEntry;
 pub use super::training_structure::{autograd_windows, structure, Structure};
 use super::training_structure::{in_zero_grad, locate, spans_or_open, within, Span};
 use super::DeviceEvents;
@@ -349,7 +349,8 @@ pub fn category_budget(
             at_peak[s] += size.at(r);
         }
     }
-    let by_free = rows_in_entry_order(free_idx);
+    // A sixteenth of the frees at a time (see `RowsByEntry`).
+    let by_free = RowsByEntry::new(free_idx).in_windows(FREE_WINDOWS);
     let made = (0..categories.len() as u32).filter(|&r| alloc_idx[r as usize] >= 0);
     let allocs: Box<dyn Iterator<Item = u32>> = match in_alloc_order {
         true => Box::new(made),
@@ -361,9 +362,7 @@ pub fn category_budget(
     };
     let changes = merge_by_entry(
         allocs.map(|r| (alloc_idx[r as usize] as usize, r, size.at(r as usize))),
-        by_free
-            .iter()
-            .map(|&r| (free_idx[r as usize] as usize, r, -size.at(r as usize))),
+        by_free.map(|r| (free_idx[r as usize] as usize, r, -size.at(r as usize))),
     );
     let mut max = live.clone();
     // Per iteration, each category's most bytes (iteration k ends before entry iteration_ends[k]).
@@ -421,6 +420,9 @@ pub fn category_budget(
         })
         .collect())
 }
+
+/// How many windows of entries the category budget takes the frees in.
+const FREE_WINDOWS: usize = 16;
 
 /// Two streams of `(entry, row, bytes)`, each ascending by entry, merged into one ascending by
 /// entry.

@@ -1,53 +1,101 @@
 //! The rows of a table put in the order of an entry-index column, without sorting them: each
 //! trace entry frees at most one allocation, so the lifetimes' `free_idx` values are distinct
 //! entries of the device, and a row's place is the number of set entries before its own in a
-//! bitmap of them. On the 2 GB generated snapshot (11.7 M frees over 35 M entries) that is
-//! 4 bytes a free and 6.6 MB of bitmap and counts, where sorting `(entry, row)` pairs held 8
-//! bytes a free at the top of the analyses' memory, and two passes instead of a sort.
+//! bitmap of them. The rows come a window of entries at a time ([`RowsByEntry::in_windows`]):
+//! on the 2 GB generated snapshot (11.7 M frees over 35 M entries) the category budget held
+//! all of them at once, 4 bytes a free, at the top of the analyses' memory (44 MiB over what
+//! was held before and after); a sixteenth at a time it holds 3 MB, for one more pass over
+//! the column a window. Sorting `(entry, row)` pairs, before, held 8 bytes a free.
 
-/// The rows whose `entry` is set (not negative), ascending by it (rows of one entry, which
-/// well-formed lifetimes never have, by row).
-pub fn rows_in_entry_order(entry: &[i32]) -> Vec<u32> {
-    let end = entry
-        .iter()
-        .copied()
-        .max()
-        .map_or(0, |m| (i64::from(m) + 1).max(0) as usize);
-    let mut bits = vec![0u64; end.div_ceil(64)];
-    let (mut count, mut distinct) = (0usize, true);
-    for e in entry.iter().filter_map(|&e| usize::try_from(e).ok()) {
-        let (word, bit) = (&mut bits[e / 64], 1u64 << (e % 64));
-        distinct &= *word & bit == 0;
-        *word |= bit;
-        count += 1;
-    }
-    let rows = entry.iter().enumerate().filter(|(_, &e)| e >= 0).map(|(r, _)| r as u32);
-    if !distinct {
-        let mut rows: Vec<u32> = rows.collect();
-        rows.sort_unstable_by_key(|&r| (entry[r as usize], r));
-        return rows;
-    }
-    // Set entries in the words before each word.
-    let mut before = Vec::with_capacity(bits.len());
-    let mut sum = 0u32;
-    for w in &bits {
+use std::ops::Range;
+
+/// An entry-index column's set entries as a bitmap, with the count of set entries before each
+/// word of it: where each row goes among the rows of a range of entries.
+pub struct RowsByEntry<'a> {
+    entry: &'a [i32],
+    bits: Vec<u64>,
+    /// Set entries in the words before each word, and in all of them last.
+    before: Vec<u32>,
+    /// No two rows share an entry (else a range's rows are sorted).
+    distinct: bool,
+    /// One past the last set entry.
+    end: usize,
+}
+
+impl<'a> RowsByEntry<'a> {
+    pub fn new(entry: &'a [i32]) -> RowsByEntry<'a> {
+        let end = entry
+            .iter()
+            .copied()
+            .max()
+            .map_or(0, |m| (i64::from(m) + 1).max(0) as usize);
+        let mut bits = vec![0u64; end.div_ceil(64)];
+        let mut distinct = true;
+        for e in entry.iter().filter_map(|&e| usize::try_from(e).ok()) {
+            let (word, bit) = (&mut bits[e / 64], 1u64 << (e % 64));
+            distinct &= *word & bit == 0;
+            *word |= bit;
+        }
+        let mut before = Vec::with_capacity(bits.len() + 1);
+        let mut sum = 0u32;
+        for w in &bits {
+            before.push(sum);
+            sum += w.count_ones();
+        }
         before.push(sum);
-        sum += w.count_ones();
+        RowsByEntry {
+            entry,
+            bits,
+            before,
+            distinct,
+            end,
+        }
     }
-    let mut ordered = vec![0u32; count];
-    for r in rows {
-        let e = entry[r as usize] as usize;
-        let (w, bit) = (e / 64, e % 64);
-        let place = before[w] + (bits[w] & ((1u64 << bit) - 1)).count_ones();
-        ordered[place as usize] = r;
+
+    /// The rows whose entry is in `words` × 64 (entries of whole words of the bitmap),
+    /// ascending by entry (rows of one entry, which well-formed lifetimes never have, by row).
+    fn rows_in_words(&self, words: Range<usize>) -> Vec<u32> {
+        let entries = words.start * 64..words.end * 64;
+        let rows = self
+            .entry
+            .iter()
+            .enumerate()
+            .filter(|(_, &e)| usize::try_from(e).is_ok_and(|e| entries.contains(&e)))
+            .map(|(r, _)| r as u32);
+        if !self.distinct {
+            let mut rows: Vec<u32> = rows.collect();
+            rows.sort_unstable_by_key(|&r| (self.entry[r as usize], r));
+            return rows;
+        }
+        let first = self.before[words.start];
+        let mut ordered = vec![0u32; (self.before[words.end] - first) as usize];
+        for r in rows {
+            let e = self.entry[r as usize] as usize;
+            let (w, bit) = (e / 64, e % 64);
+            let place = self.before[w] - first + (self.bits[w] & ((1u64 << bit) - 1)).count_ones();
+            ordered[place as usize] = r;
+        }
+        ordered
     }
-    ordered
+
+    /// Every row whose entry is set, ascending by entry, found `windows` ranges of entries at
+    /// a time: each a pass over the column, holding only its own rows.
+    pub fn in_windows(self, windows: usize) -> impl Iterator<Item = u32> + 'a {
+        let words = self.end.div_ceil(64);
+        let per = words.div_ceil(windows.max(1)).max(1);
+        (0..words.div_ceil(per)).flat_map(move |k| self.rows_in_words(k * per..((k + 1) * per).min(words)))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_rng::Lcg;
+
+    /// Every set row in one window.
+    fn rows_in_entry_order(entry: &[i32]) -> Vec<u32> {
+        RowsByEntry::new(entry).in_windows(1).collect()
+    }
 
     /// What sorting the set rows by `(entry, row)` gives.
     fn sorted(entry: &[i32]) -> Vec<u32> {
@@ -80,7 +128,29 @@ mod tests {
     }
 
     #[test]
+    fn rows_in_windows_are_the_rows_in_entry_order() {
+        let mut rng = Lcg(11);
+        for len in [0usize, 1, 64, 65, 300, 5_000] {
+            let mut pool: Vec<i32> = (0..3 * len as i32 + 1).collect();
+            let distinct: Vec<i32> = (0..len)
+                .map(|_| match rng.below(3) {
+                    0 => -1,
+                    _ => pool.swap_remove(rng.below(pool.len() as u64) as usize),
+                })
+                .collect();
+            let shared: Vec<i32> = distinct.iter().map(|&e| if e > 0 { e / 3 } else { e }).collect();
+            for entry in [&distinct, &shared] {
+                for windows in [1, 2, 3, 16, 1_000] {
+                    let rows: Vec<u32> = RowsByEntry::new(entry).in_windows(windows).collect();
+                    assert_eq!(rows, sorted(entry), "{len} rows, {windows} windows");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn no_set_entry_gives_no_row() {
+        assert_eq!(RowsByEntry::new(&[-1, -1]).in_windows(4).count(), 0);
         assert!(rows_in_entry_order(&[]).is_empty());
         assert!(rows_in_entry_order(&[-1, -1]).is_empty());
     }
