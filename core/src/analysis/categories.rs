@@ -349,7 +349,7 @@ pub fn category_budget(
             at_peak[s] += size.at(r);
         }
     }
-    // A sixteenth of the frees at a time (see `RowsByEntry`).
+    // A quarter of the frees at a time (see `RowsByEntry`).
     let by_free = RowsByEntry::new(free_idx).in_windows(FREE_WINDOWS);
     let made = (0..categories.len() as u32).filter(|&r| alloc_idx[r as usize] >= 0);
     let allocs: Box<dyn Iterator<Item = u32>> = match in_alloc_order {
@@ -422,7 +422,7 @@ pub fn category_budget(
 }
 
 /// How many windows of entries the category budget takes the frees in.
-const FREE_WINDOWS: usize = 16;
+const FREE_WINDOWS: usize = 4;
 
 /// Two streams of `(entry, row, bytes)`, each ascending by entry, merged into one ascending by
 /// entry.
