@@ -360,10 +360,7 @@ pub fn category_budget(
             Box::new(rows.into_iter())
         }
     };
-    let changes = merge_by_entry(
-        allocs.map(|r| (alloc_idx[r as usize] as usize, r, size.at(r as usize))),
-        by_free.map(|r| (free_idx[r as usize] as usize, r, -size.at(r as usize))),
-    );
+    let (mut allocs, mut frees) = (allocs.peekable(), by_free.peekable());
     let mut max = live.clone();
     // Per iteration, each category's most bytes (iteration k ends before entry iteration_ends[k]).
     let mut per_iteration: Vec<Vec<i64>> = vec![live.clone(); iteration_ends.len()];
@@ -379,7 +376,18 @@ pub fn category_budget(
     };
     // The last entry that allocates or frees.
     let mut last_entry = None;
-    for (entry, row, d) in changes {
+    // The allocs and the frees merged by entry (a free first where both are at one).
+    loop {
+        let alloc_at = allocs.peek().map(|&r| alloc_idx[r as usize] as usize);
+        let free_at = frees.peek().map(|&r| free_idx[r as usize] as usize);
+        let (entry, row, d) = match (alloc_at, free_at) {
+            (Some(a), Some(f)) if f < a => (f, frees.next(), -1),
+            (Some(a), _) => (a, allocs.next(), 1),
+            (None, Some(f)) => (f, frees.next(), -1),
+            (None, None) => break,
+        };
+        let row = row.expect("peeked");
+        let d = d * size.at(row as usize);
         cross(entry, &mut k, &live, &mut per_iteration);
         last_entry = Some(entry);
         if d == 0 {
@@ -423,20 +431,6 @@ pub fn category_budget(
 
 /// How many windows of entries the category budget takes the frees in.
 const FREE_WINDOWS: usize = 4;
-
-/// Two streams of `(entry, row, bytes)`, each ascending by entry, merged into one ascending by
-/// entry.
-fn merge_by_entry(
-    a: impl Iterator<Item = (usize, u32, i64)>,
-    b: impl Iterator<Item = (usize, u32, i64)>,
-) -> impl Iterator<Item = (usize, u32, i64)> {
-    let (mut a, mut b) = (a.peekable(), b.peekable());
-    std::iter::from_fn(move || match (a.peek(), b.peek()) {
-        (Some(x), Some(y)) if y.0 < x.0 => b.next(),
-        (Some(_), _) => a.next(),
-        (None, _) => b.next(),
-    })
-}
 
 /// Adds each row's category and rule to the lifetimes frame (positions in `Category::ALL` and
 /// `CategoryRule::ALL`), so stored reports can answer what-if questions.

@@ -82,10 +82,56 @@ impl<'a> RowsByEntry<'a> {
 
     /// Every row whose entry is set, ascending by entry, found `windows` ranges of entries at
     /// a time: each a pass over the column, holding only its own rows.
-    pub fn in_windows(self, windows: usize) -> impl Iterator<Item = u32> + 'a {
+    pub fn in_windows(self, windows: usize) -> WindowRows<'a> {
         let words = self.end.div_ceil(64);
-        let per = words.div_ceil(windows.max(1)).max(1);
-        (0..words.div_ceil(per)).flat_map(move |k| self.rows_in_words(k * per..((k + 1) * per).min(words)))
+        WindowRows {
+            per: words.div_ceil(windows.max(1)).max(1),
+            words,
+            next_word: 0,
+            rows: Vec::new().into_iter(),
+            by_entry: self,
+        }
+    }
+}
+
+/// [`RowsByEntry::in_windows`]: the rows of one window, then the next window's found.
+pub struct WindowRows<'a> {
+    by_entry: RowsByEntry<'a>,
+    /// Bitmap words a window.
+    per: usize,
+    words: usize,
+    /// The first word of the next window.
+    next_word: usize,
+    rows: std::vec::IntoIter<u32>,
+}
+
+impl WindowRows<'_> {
+    /// Finds the next window's rows; false past the last window.
+    #[cold]
+    #[inline(never)]
+    fn next_window(&mut self) -> bool {
+        if self.next_word >= self.words {
+            return false;
+        }
+        let end = (self.next_word + self.per).min(self.words);
+        self.rows = self.by_entry.rows_in_words(self.next_word..end).into_iter();
+        self.next_word = end;
+        true
+    }
+}
+
+impl Iterator for WindowRows<'_> {
+    type Item = u32;
+    #[inline]
+    fn next(&mut self) -> Option<u32> {
+        loop {
+            if let Some(r) = self.rows.next() {
+                return Some(r);
+            }
+            if !self.next_window() {
+                return None;
+            }
+        }
     }
 }
 
