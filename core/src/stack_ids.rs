@@ -74,10 +74,17 @@ impl<'a> StackIds<'a> {
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = u32> + 'a {
-        match *self {
-            StackIds::U16(v) => StackIdsIter::U16(v.iter()),
-            StackIds::U32(v) => StackIdsIter::U32(v.iter()),
-            StackIds::Coded { codes, ids } => StackIdsIter::Coded(codes.iter(), ids),
+        // One of `narrow` and `wide` is empty: the iterator reads the other, the u16 values as
+        // ids, or as codes of `ids` where there are any.
+        let (narrow, wide, ids): (&'a [u16], &'a [u32], &'a [u32]) = match *self {
+            StackIds::U16(v) => (v, &[], &[]),
+            StackIds::U32(v) => (&[], v, &[]),
+            StackIds::Coded { codes, ids } => (codes, &[], ids),
+        };
+        StackIdsIter {
+            narrow: narrow.iter(),
+            wide: wide.iter(),
+            ids,
         }
     }
 }
@@ -89,28 +96,26 @@ impl<'a> From<&'a [u32]> for StackIds<'a> {
 }
 
 /// The ids of a [`StackIds`], as u32.
-enum StackIdsIter<'a> {
-    U16(std::slice::Iter<'a, u16>),
-    U32(std::slice::Iter<'a, u32>),
-    Coded(std::slice::Iter<'a, u16>, &'a [u32]),
+struct StackIdsIter<'a> {
+    narrow: std::slice::Iter<'a, u16>,
+    wide: std::slice::Iter<'a, u32>,
+    /// The ids the narrow values are codes of (empty: they are the ids).
+    ids: &'a [u32],
 }
 
 impl Iterator for StackIdsIter<'_> {
     type Item = u32;
     #[inline]
     fn next(&mut self) -> Option<u32> {
-        match self {
-            StackIdsIter::U16(it) => it.next().map(|&v| u32::from(v)),
-            StackIdsIter::U32(it) => it.next().copied(),
-            StackIdsIter::Coded(it, ids) => it.next().map(|&c| ids[c as usize]),
+        match self.narrow.next() {
+            Some(&v) if self.ids.is_empty() => Some(u32::from(v)),
+            Some(&c) => Some(self.ids[c as usize]),
+            None => self.wide.next().copied(),
         }
     }
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = match self {
-            StackIdsIter::U16(it) | StackIdsIter::Coded(it, _) => it.len(),
-            StackIdsIter::U32(it) => it.len(),
-        };
+        let n = self.narrow.len() + self.wide.len();
         (n, Some(n))
     }
 }
