@@ -249,13 +249,8 @@ impl DeviceEvents {
     }
     /// Sizes: codes of `(size, stack)` pairs, or held as u32 when every one is below 4 GiB.
     pub fn size(&self) -> IntSlice<'_> {
-        match &self.size_stacks {
-            Some(pairs) => IntSlice::Coded {
-                codes: self.col(ev_col::SIZE_STACK),
-                values: ss_col::SIZE
-                    .slice(pairs)
-                    .expect("DeviceEvents::new checked this column"),
-            },
+        match self.pairs(ss_col::SIZE) {
+            Some((codes, values)) => IntSlice::Coded { codes, values },
             None => IntSlice::of(&self.frame, ev_col::SIZE).expect("DeviceEvents::new checked this column"),
         }
     }
@@ -264,15 +259,17 @@ impl DeviceEvents {
     }
     /// Stack ids: codes of `(size, stack)` pairs, or held as u16 when every one is below 65,536.
     pub fn stack(&self) -> StackIds<'_> {
-        match &self.size_stacks {
-            Some(pairs) => StackIds::Coded {
-                codes: self.col(ev_col::SIZE_STACK),
-                ids: ss_col::STACK
-                    .slice(pairs)
-                    .expect("DeviceEvents::new checked this column"),
-            },
+        match self.pairs(ss_col::STACK) {
+            Some((codes, ids)) => StackIds::Coded { codes, ids },
             None => StackIds::of(&self.frame, ev_col::STACK).expect("DeviceEvents::new checked this column"),
         }
+    }
+    /// The entries' `size_stack` codes and column `c` of the pairs they name, when the trace
+    /// holds codes.
+    fn pairs<T: PolarsNumericType>(&self, c: Col<T>) -> Option<(&[u16], &[T::Native])> {
+        let pairs = self.size_stacks.as_ref()?;
+        let column = c.slice(pairs).expect("DeviceEvents::new checked this column");
+        Some((self.col(ev_col::SIZE_STACK), column))
     }
     /// A column [`DeviceEvents::new`] checked.
     fn col<T: PolarsNumericType>(&self, c: Col<T>) -> &[T::Native] {

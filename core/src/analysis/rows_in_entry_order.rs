@@ -152,18 +152,22 @@ mod tests {
         rows
     }
 
+    /// `len` rows of distinct entries spread over three times as many, a third of them unset.
+    fn distinct_entries(rng: &mut Lcg, len: usize) -> Vec<i32> {
+        let mut pool: Vec<i32> = (0..3 * len as i32 + 1).collect();
+        (0..len)
+            .map(|_| match rng.below(3) {
+                0 => -1,
+                _ => pool.swap_remove(rng.below(pool.len() as u64) as usize),
+            })
+            .collect()
+    }
+
     #[test]
     fn rows_come_in_the_order_of_their_distinct_entries() {
         let mut rng = Lcg(7);
         for len in [0usize, 1, 2, 63, 64, 65, 200, 5_000] {
-            // Distinct entries spread over three times as many, a third of the rows unset.
-            let mut pool: Vec<i32> = (0..3 * len as i32 + 1).collect();
-            let entry: Vec<i32> = (0..len)
-                .map(|_| match rng.below(3) {
-                    0 => -1,
-                    _ => pool.swap_remove(rng.below(pool.len() as u64) as usize),
-                })
-                .collect();
+            let entry = distinct_entries(&mut rng, len);
             assert_eq!(rows_in_entry_order(&entry), sorted(&entry), "{len} rows");
         }
     }
@@ -179,13 +183,7 @@ mod tests {
     fn rows_in_windows_are_the_rows_in_entry_order() {
         let mut rng = Lcg(11);
         for len in [0usize, 1, 64, 65, 300, 5_000] {
-            let mut pool: Vec<i32> = (0..3 * len as i32 + 1).collect();
-            let distinct: Vec<i32> = (0..len)
-                .map(|_| match rng.below(3) {
-                    0 => -1,
-                    _ => pool.swap_remove(rng.below(pool.len() as u64) as usize),
-                })
-                .collect();
+            let distinct = distinct_entries(&mut rng, len);
             let shared: Vec<i32> = distinct.iter().map(|&e| if e > 0 { e / 3 } else { e }).collect();
             for entry in [&distinct, &shared] {
                 for windows in [1, 2, 3, 16, 1_000] {
