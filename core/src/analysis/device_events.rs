@@ -155,8 +155,8 @@ impl DeviceEvents {
                 let pairs = t.size_stacks.height();
                 ss_col::SIZE.slice(&t.size_stacks)?;
                 ss_col::STACK.slice(&t.size_stacks)?;
-                let most = codes.iter().copied().fold(0u16, u16::max);
-                if let Some(code) = Some(most).filter(|&c| !codes.is_empty() && usize::from(c) >= pairs) {
+                let code = codes.iter().copied().fold(0u16, u16::max);
+                if !codes.is_empty() && usize::from(code) >= pairs {
                     polars_bail!(
                         OutOfBounds: "events column `{}` names pair {code} of a `size_stacks` table of {pairs}",
                         ev_col::SIZE_STACK.name
