@@ -207,9 +207,37 @@ pub mod usage {
     use super::Col;
     use polars::prelude::Int64Type;
 
-    /// The stored frame's time axis (µs, or the entry index).
+    /// The stored frame's time axis (µs, or the entry index) as i64: a trace without
+    /// timestamps or one whose times span more than 71 minutes (and every report stored before
+    /// 2026-12-04). A trace whose events hold their times narrow has [`TIME_AFTER_FIRST`] and
+    /// [`FIRST_TIME`] instead: read either with [`times`].
     pub const TIME: Col<Int64Type> = Col::new("time");
+    /// u32: µs after [`FIRST_TIME`] (the events' own column, shared).
+    pub const TIME_AFTER_FIRST: &str = "time_after_first";
+    /// i64, one scalar: the first entry's time.
+    pub const FIRST_TIME: &str = "first_time";
     pub const ALLOCATED: Col<Int64Type> = Col::new("allocated");
+
+    /// The time axis of a stored usage frame, held narrow ([`TIME_AFTER_FIRST`] and
+    /// [`FIRST_TIME`]) or as [`TIME`].
+    pub fn times(df: &polars::prelude::DataFrame) -> polars::prelude::PolarsResult<super::IntSlice<'_>> {
+        use polars::prelude::*;
+        match df.column(TIME_AFTER_FIRST) {
+            Ok(after) => {
+                polars_ensure!(
+                    after.dtype() == &DataType::UInt32,
+                    SchemaMismatch: "column `{TIME_AFTER_FIRST}` is {}, not u32", after.dtype()
+                );
+                Ok(super::IntSlice::U32 {
+                    // A frame without rows reads no time.
+                    base: super::first_i64(df, FIRST_TIME)?.unwrap_or(0),
+                    shift: 0,
+                    offsets: after.as_materialized_series().u32()?.cont_slice()?,
+                })
+            }
+            Err(_) => Ok(super::IntSlice::I64(TIME.slice(df)?)),
+        }
+    }
 }
 
 /// Per-device `lifetimes` frames: one row per allocation.

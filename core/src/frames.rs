@@ -32,7 +32,9 @@ pub struct DeviceFrames {
 /// [`DeviceFrames::usage`] from a device's `allocated` series (its analyses' usage frame): the
 /// events' time axis put first.
 pub fn stored_usage(mut allocated: DataFrame, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
-    allocated.insert_column(0, ev.time_column(crate::columns::usage::TIME.name)?)?;
+    for (at, column) in ev.usage_time_columns()?.into_iter().enumerate() {
+        allocated.insert_column(at, column)?;
+    }
     Ok(allocated)
 }
 

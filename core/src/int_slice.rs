@@ -73,7 +73,11 @@ impl<'a> IntSlice<'a> {
     /// Value `i`, `None` past the end.
     #[inline]
     pub fn get(&self, i: usize) -> Option<i64> {
-        (i < self.len()).then(|| self.at(i))
+        match self {
+            IntSlice::U32 { base, shift, offsets } => offsets.get(i).map(|&o| base + ((o as i64) << shift)),
+            IntSlice::Coded { codes, values } => codes.get(i).map(|&c| values[c as usize]),
+            IntSlice::I64(v) => v.get(i).copied(),
+        }
     }
 
     pub fn first(&self) -> Option<i64> {
@@ -116,6 +120,15 @@ impl<'a> IntSlice<'a> {
             IntSlice::U32 { base, shift, offsets } => IntSliceIter::U32(*base, *shift, offsets.iter()),
             IntSlice::Coded { codes, values } => IntSliceIter::Coded(codes.iter(), values),
             IntSlice::I64(v) => IntSliceIter::I64(v.iter()),
+        }
+    }
+
+    /// Whether the values never decrease.
+    pub fn is_sorted(&self) -> bool {
+        match self {
+            IntSlice::U32 { offsets, .. } => offsets.is_sorted(),
+            IntSlice::Coded { .. } => self.iter().is_sorted(),
+            IntSlice::I64(v) => v.is_sorted(),
         }
     }
 

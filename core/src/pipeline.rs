@@ -259,9 +259,6 @@ pub fn run_with(
             file: name.clone(),
             message: e.to_string(),
         };
-        if sink.keeps_tables() {
-            tables.widen_times().map_err(|e| internal(e.into()))?;
-        }
         snapshot_ranges.extend(snapshot_time_range(&tables).map_err(internal)?);
         let (summary, analyses) = {
             let index = out.files.len();

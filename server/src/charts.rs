@@ -12,6 +12,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
 use polars::prelude::DataFrame;
 
+use memlens_core::columns::usage as usage_col;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{bucket_min_max, bucket_min_max_steps};
 
@@ -60,10 +61,10 @@ struct DeviceSeries {
 impl DeviceSeries {
     fn of(dev: &DeviceFrames, d: &DeviceSummary) -> Result<DeviceSeries, ChartError> {
         let usage = &dev.usage;
-        let time = usage.column("time")?.i64()?.cont_slice()?;
-        let allocated = usage.column("allocated")?.i64()?.cont_slice()?;
-        let t0 = time.first().copied().unwrap_or(0);
-        let t1 = time.last().copied().unwrap_or(0).max(t0 + 1);
+        let time = usage_col::times(usage)?;
+        let allocated = usage_col::ALLOCATED.slice(usage)?;
+        let t0 = time.first().unwrap_or(0);
+        let t1 = time.last().unwrap_or(0).max(t0 + 1);
         let (_, a_max) = bucket_min_max(time, allocated, d.initial_allocated_bytes, t0, t1, POINTS);
         let (_, r_max) = bucket_min_max_steps(time, &dev.reserved, t0, t1, POINTS);
         Ok(DeviceSeries { t0, t1, a_max, r_max })

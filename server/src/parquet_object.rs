@@ -176,7 +176,8 @@ fn with_scalars(df: &mut DataFrame, scalars: Vec<ScalarColumn>) -> PolarsResult<
 }
 
 /// Whether `column` is stored as deltas (bit-packed) rather than plain values: entry indexes
-/// (32-bit), 64-bit columns that never decrease (times), and running totals
+/// (32-bit), 64-bit and unsigned 32-bit columns that never decrease (times, and times held as
+/// µs after the first), and running totals
 /// ([`RUNNING_TOTALS`]), whose changes are the trace's sizes. Either way zstd compresses the
 /// pages after. Deltas make such columns a fraction of their plain size and decode faster, but
 /// decode slower than plain values where they jump about (addresses, sizes). Measured with
@@ -195,19 +196,23 @@ fn deltas_pay(column: &Column) -> bool {
     match column.dtype() {
         DataType::Int32 => true,
         DataType::Int64 if RUNNING_TOTALS.contains(&column.name().as_str()) => true,
-        DataType::Int64 => column.i64().is_ok_and(|c| {
-            let mut last = i64::MIN;
-            c.downcast_iter().all(|chunk| {
-                c.null_count() == 0
-                    && chunk.values().iter().all(|&v| {
-                        let up = v >= last;
-                        last = v;
-                        up
-                    })
-            })
-        }),
+        DataType::Int64 => column.i64().is_ok_and(never_decreases),
+        DataType::UInt32 => column.u32().is_ok_and(never_decreases),
         _ => false,
     }
+}
+
+/// Whether `c` has no nulls and its values never decrease.
+fn never_decreases<T: PolarsNumericType>(c: &ChunkedArray<T>) -> bool {
+    let mut last = None;
+    c.null_count() == 0
+        && c.downcast_iter().all(|chunk| {
+            chunk.values().iter().all(|&v| {
+                let up = last.is_none_or(|l| v >= l);
+                last = Some(v);
+                up
+            })
+        })
 }
 
 /// Columns that are running totals of the trace's sizes: the allocated bytes after each entry
@@ -361,6 +366,10 @@ mod tests {
                     "t".into(),
                     (0..n).map(|i| 1_700_000_000_000 + (i / 4) as i64).collect::<Vec<_>>(),
                 ),
+                Column::new(
+                    "t_after_first".into(),
+                    (0..n).map(|i| (i / 3) as u32).collect::<Vec<_>>(),
+                ),
                 // A running total, which goes down as well as up.
                 Column::new(
                     "allocated".into(),
@@ -377,7 +386,7 @@ mod tests {
             .filter(|c| deltas_pay(c))
             .map(|c| c.name().as_str())
             .collect();
-        assert_eq!(delta, ["free_idx", "t", "allocated"]);
+        assert_eq!(delta, ["free_idx", "t", "t_after_first", "allocated"]);
         for groups in [RowGroups::Default, RowGroups::One] {
             let bytes = encode(&frame, groups).expect("write");
             let back = ParquetReader::new(Cursor::new(bytes.clone())).finish().expect("read");

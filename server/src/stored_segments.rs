@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use memlens_api::SegmentMap;
 use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, StoredCheckpoint};
 use memlens_core::analysis::segment_detail::SegmentDetail;
+use memlens_core::int_slice::IntSlice;
 
 use crate::reportdata::DataError;
 
@@ -31,10 +32,10 @@ pub enum SegmentAt {
 impl SegmentAt {
     /// The state's cursor (entries before it are applied) on a device whose entries sit at
     /// `times`.
-    pub fn cursor(self, times: &[i64]) -> usize {
+    pub fn cursor(self, times: IntSlice<'_>) -> usize {
         match self {
             SegmentAt::Entry(e) => e.saturating_add(1).min(times.len()),
-            SegmentAt::Time(t) => times.partition_point(|&x| x <= t),
+            SegmentAt::Time(t) => times.partition_point(|x| x <= t),
             SegmentAt::End => times.len(),
         }
     }

@@ -140,9 +140,15 @@ fn time_range_is_read_in_one_pass_and_a_trace_without_timestamps_stays_one_scala
     assert!(matches!(expected, Some((lo, hi)) if lo < hi));
     assert_eq!(snapshot_time_range(&timed).expect("range"), expected);
 
-    // Widened for a run that keeps frames: one i64 column, the same times on every device.
+    // Widened to one i64 column, as a report stored before 2026-12 holds them: the same
+    // times on every device.
     let mut wide = tables("mlp_train.pickle");
-    wide.widen_times().expect("widen");
+    let time_us: Vec<i64> = after_first.iter().map(|&o| first + i64::from(o)).collect();
+    wide.events.drop_in_place("time_after_first_us").expect("narrow times");
+    wide.events.drop_in_place("first_time_us").expect("first time");
+    wide.events
+        .with_column(polars::prelude::Column::new("time_us".into(), time_us))
+        .expect("time_us");
     assert!(wide.events.column("time_after_first_us").is_err() && wide.events.column("first_time_us").is_err());
     for device in memlens_core::analysis::devices(&timed).expect("devices") {
         let narrow = memlens_core::analysis::DeviceEvents::new(&timed, device).expect("narrow");

@@ -21,6 +21,7 @@ use crate::columns::usage as usage_col;
 use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
 use crate::frames::DeviceFrames;
+use crate::int_slice::IntSlice;
 use crate::stacks::StackResolver;
 
 /// How many stacks a comparison lists (the rest are summed).
@@ -183,7 +184,7 @@ fn category_deltas(a: &DeviceSummary, b: &DeviceSummary) -> Vec<CategoryDelta> {
 
 /// A side's usage columns and its iteration spans (only with timestamps).
 struct SideSeries<'a> {
-    time: &'a [i64],
+    time: IntSlice<'a>,
     allocated: &'a [i64],
     reserved: &'a EntrySteps,
     iterations: Option<Vec<(i64, i64)>>,
@@ -198,7 +199,7 @@ impl<'a> SideSeries<'a> {
             None
         };
         Ok(SideSeries {
-            time: usage_col::TIME.slice(u)?,
+            time: usage_col::times(u)?,
             allocated: usage_col::ALLOCATED.slice(u)?,
             reserved: &side.frames.reserved,
             iterations,
@@ -208,8 +209,8 @@ impl<'a> SideSeries<'a> {
     /// The anchor times of the iteration axis: x = k at `anchors[k]`.
     fn anchors(&self) -> Option<Vec<i64>> {
         let spans = self.iterations.as_ref()?;
-        let first = self.time.first().copied()?;
-        let last = self.time.last().copied()?;
+        let first = self.time.first()?;
+        let last = self.time.last()?;
         let mut a = vec![first.min(spans[0].0)];
         a.extend(spans.iter().map(|s| s.0));
         let end = spans.last().map_or(last, |s| s.1);
@@ -226,8 +227,8 @@ impl<'a> SideSeries<'a> {
         spans
             .iter()
             .map(|&(s, e)| {
-                let lo = self.time.partition_point(|&t| t < s);
-                let hi = self.time.partition_point(|&t| t <= e);
+                let lo = self.time.partition_point(|t| t < s);
+                let hi = self.time.partition_point(|t| t <= e);
                 self.allocated[lo..hi.max(lo)].iter().copied().max().unwrap_or(0)
             })
             .collect()
@@ -267,19 +268,16 @@ fn aligned(a: &SideSeries, b: &SideSeries, width: usize) -> AlignedTimelines {
     let width = width.clamp(10, 4000);
     let (axis, xa, xb, x_max) = match (a.anchors(), b.anchors()) {
         (Some(aa), Some(ab)) => {
-            let xa: Vec<f64> = a.time.iter().map(|&t| x_on(&aa, t)).collect();
-            let xb: Vec<f64> = b.time.iter().map(|&t| x_on(&ab, t)).collect();
+            let xa: Vec<f64> = a.time.iter().map(|t| x_on(&aa, t)).collect();
+            let xb: Vec<f64> = b.time.iter().map(|t| x_on(&ab, t)).collect();
             let x_max = (aa.len().max(ab.len()) - 1) as f64;
             (CompareAxis::Iteration, xa, xb, x_max)
         }
         _ => {
             let norm = |s: &SideSeries| -> Vec<f64> {
-                let (first, last) = (
-                    s.time.first().copied().unwrap_or(0),
-                    s.time.last().copied().unwrap_or(0),
-                );
+                let (first, last) = (s.time.first().unwrap_or(0), s.time.last().unwrap_or(0));
                 let span = (last - first).max(1) as f64;
-                s.time.iter().map(|&t| (t - first) as f64 / span).collect()
+                s.time.iter().map(|t| (t - first) as f64 / span).collect()
             };
             (CompareAxis::NormalizedTime, norm(a), norm(b), 1.0)
         }

@@ -4,7 +4,7 @@
 
 use polars::prelude::*;
 
-use crate::columns::{addresses, events as ev_col, first_i64, size_stacks as ss_col, Col};
+use crate::columns::{addresses, events as ev_col, first_i64, size_stacks as ss_col, usage as usage_col, Col};
 use crate::int_slice::IntSlice;
 use crate::stack_ids::StackIds;
 use crate::tables::{Action, SnapshotTables};
@@ -224,17 +224,24 @@ impl DeviceEvents {
             Time::Order(order) => IntSlice::I64(order),
         }
     }
-    /// [`DeviceEvents::time`] as an i64 column named `name`; with i64 timestamps it shares the
+    /// [`DeviceEvents::time`] as a stored usage frame's time columns
+    /// ([`crate::columns::usage::times`] reads them): µs after the first (u32) and the first
+    /// (one scalar) when the events hold them so, else one i64 column. Timestamps share the
     /// events table's memory instead of copying it.
-    pub fn time_column(&self, name: &str) -> PolarsResult<Column> {
+    pub fn usage_time_columns(&self) -> PolarsResult<Vec<Column>> {
         Ok(match &self.time {
             Time::Us => {
                 let mut c = self.frame.column(ev_col::TIME_US.name)?.clone();
-                c.rename(name.into());
-                c
+                c.rename(usage_col::TIME.name.into());
+                vec![c]
             }
-            Time::AfterFirst(_) => Column::new(name.into(), self.time().to_vec()),
-            Time::Order(order) => Column::new(name.into(), order),
+            Time::AfterFirst(first) => {
+                let mut c = self.frame.column(ev_col::TIME_AFTER_FIRST_US)?.clone();
+                c.rename(usage_col::TIME_AFTER_FIRST.into());
+                let first = Scalar::new(DataType::Int64, AnyValue::Int64(*first));
+                vec![c, Column::new_scalar(usage_col::FIRST_TIME.into(), first, self.len())]
+            }
+            Time::Order(order) => vec![Column::new(usage_col::TIME.name.into(), order)],
         })
     }
     pub fn is_empty(&self) -> bool {

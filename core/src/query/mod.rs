@@ -45,7 +45,7 @@ pub const MAX_WIDTH: usize = 8_192;
 /// Per-bucket min/max of a step series sampled at `time` (value holds until the next entry);
 /// `before` is the value before the first entry.
 pub fn bucket_min_max(
-    time: &[i64],
+    time: IntSlice<'_>,
     values: &[i64],
     before: i64,
     start: i64,
@@ -63,7 +63,7 @@ pub fn bucket_min_max(
 /// [`bucket_min_max`] of a series held as its changes (the value before the first entry is
 /// the series' own).
 pub fn bucket_min_max_steps(
-    time: &[i64],
+    time: IntSlice<'_>,
     steps: &EntrySteps,
     start: i64,
     end: i64,
@@ -394,7 +394,7 @@ mod tests {
     fn buckets_carry_values_across_empty_buckets() {
         let time = [10, 20, 30, 90];
         let vals = [5, 7, 3, 1];
-        let (mn, mx) = bucket_min_max(&time, &vals, 0, 0, 100, 4);
+        let (mn, mx) = bucket_min_max(time[..].into(), &vals, 0, 0, 100, 4);
         // buckets [0,25) [25,50) [50,75) [75,100]
         assert_eq!(mx, vec![7, 7, 3, 3]);
         assert_eq!(mn, vec![0, 3, 3, 1]);

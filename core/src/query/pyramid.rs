@@ -7,13 +7,15 @@
 //! of its entries falls in the bucket, which holds because the positions are sorted (the
 //! pyramid is built only over sorted positions).
 
+use crate::int_slice::IntSlice;
 /// Entries per block of the finest level; each coarser level groups this many blocks.
 const FANOUT: usize = 64;
 
-/// An entry's position on the timeline's axis: the stored times, or the entry index itself.
+/// An entry's position on the timeline's axis: the stored times (held narrow or as i64), or
+/// the entry index itself.
 #[derive(Clone, Copy)]
 pub enum Positions<'a> {
-    Times(&'a [i64]),
+    Times(IntSlice<'a>),
     EntryIndex(usize),
 }
 
@@ -28,7 +30,7 @@ impl Positions<'_> {
     #[inline]
     pub fn at(&self, i: usize) -> i64 {
         match self {
-            Positions::Times(t) => t[i],
+            Positions::Times(t) => t.at(i),
             Positions::EntryIndex(_) => i as i64,
         }
     }
@@ -44,7 +46,7 @@ impl Positions<'_> {
     /// Entries at positions before `x` (the positions are sorted).
     pub fn before(&self, x: i64) -> usize {
         match self {
-            Positions::Times(t) => t.partition_point(|&p| p < x),
+            Positions::Times(t) => t.partition_point(|p| p < x),
             Positions::EntryIndex(n) => x.clamp(0, *n as i64) as usize,
         }
     }
@@ -52,7 +54,7 @@ impl Positions<'_> {
     /// Whether the positions never decrease.
     pub fn sorted(&self) -> bool {
         match self {
-            Positions::Times(t) => t.windows(2).all(|w| w[0] <= w[1]),
+            Positions::Times(t) => t.is_sorted(),
             Positions::EntryIndex(_) => true,
         }
     }
@@ -339,9 +341,9 @@ mod tests {
         let values: Vec<i64> = (0..n).map(|_| (next() % 1_000_000) as i64).collect();
         let pyramid = MinMaxPyramid::build(&values);
         assert_eq!(pyramid.levels.len(), 3);
-        let (first, last) = Positions::Times(&times).full_range();
+        let (first, last) = Positions::Times(times[..].into()).full_range();
         for (start, end, width) in test_windows(&mut next, first, last, 60) {
-            for positions in [Positions::Times(&times), Positions::EntryIndex(n)] {
+            for positions in [Positions::Times(times[..].into()), Positions::EntryIndex(n)] {
                 let (s, e) = test_window_on(positions, (start, end), first, last);
                 let by_blocks = bucket_min_max_by_blocks(positions, &values, &pyramid, 7, s, e, width);
                 let by_entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, 7, s, e, width);
@@ -368,9 +370,9 @@ mod tests {
         for (n, hold, step) in [(0, 2, 5), (1, 2, 5), (7, 2, 3), (5_000, 3, 40), (50_000, 1, 2)] {
             let times = test_times(&mut next, n, hold, step);
             let values: Vec<i64> = (0..n).map(|_| (next() % 1000) as i64 - 500).collect();
-            let (first, last) = Positions::Times(&times).full_range();
+            let (first, last) = Positions::Times(times[..].into()).full_range();
             for (start, end, width) in test_windows(&mut next, first, last.max(first + 2), 40) {
-                for positions in [Positions::Times(&times), Positions::EntryIndex(n)] {
+                for positions in [Positions::Times(times[..].into()), Positions::EntryIndex(n)] {
                     let (s, e) = test_window_on(positions, (start, end), first, last.max(first + 2));
                     let e = e.max(s + 1);
                     let sorted = bucket_min_max_sorted(positions, &values, -9, s, e, width);

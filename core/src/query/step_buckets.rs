@@ -62,12 +62,12 @@ mod tests {
         let steps = EntrySteps::from_values(7, &values);
         let mut backwards = times.clone();
         backwards.swap(10, 50_000);
-        let (first, last) = Positions::Times(&times).full_range();
+        let (first, last) = Positions::Times(times[..].into()).full_range();
         for (start, end, width) in test_windows(&mut next, first, last, 80) {
             for positions in [
-                Positions::Times(&times),
+                Positions::Times(times[..].into()),
                 Positions::EntryIndex(n),
-                Positions::Times(&backwards),
+                Positions::Times(backwards[..].into()),
             ] {
                 let (s, e) = test_window_on(positions, (start, end), first, last);
                 let by_steps = bucket_min_max_of_steps(positions, &steps, None, s, e, width);

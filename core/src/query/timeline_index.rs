@@ -75,7 +75,7 @@ impl TimelineIndex {
 /// A device's entry positions on `axis`: its stored times (µs), or the entry indices.
 pub fn axis_positions(dev: &DeviceFrames, axis: Axis) -> PolarsResult<Positions<'_>> {
     Ok(match axis {
-        Axis::Time => Positions::Times(usage_col::TIME.slice(&dev.usage)?),
+        Axis::Time => Positions::Times(usage_col::times(&dev.usage)?),
         Axis::Event => Positions::EntryIndex(dev.usage.height()),
     })
 }
@@ -86,7 +86,7 @@ pub struct AxisEnds<'a> {
     alloc_idx: &'a [i32],
     free_idx: &'a [i32],
     /// The entry times (the usage's `time`) on the time axis.
-    times: Option<&'a [i64]>,
+    times: Option<IntSlice<'a>>,
 }
 
 impl<'a> AxisEnds<'a> {
@@ -99,7 +99,7 @@ impl<'a> AxisEnds<'a> {
             free_idx: lt_col::FREE_IDX.slice(lt)?,
             times: match axis {
                 Axis::Event => None,
-                Axis::Time => Some(usage_col::TIME.slice(&dev.usage)?),
+                Axis::Time => Some(usage_col::times(&dev.usage)?),
             },
         })
     }
@@ -143,7 +143,7 @@ impl AxisEnds<'_> {
     fn at(&self, idx: i32) -> Option<i64> {
         let i = usize::try_from(idx).ok()?;
         match self.times {
-            Some(t) => t.get(i).copied(),
+            Some(t) => t.get(i),
             None => Some(i64::from(idx)),
         }
     }

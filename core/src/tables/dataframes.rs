@@ -10,8 +10,7 @@ use super::{
     Base, NarrowI64, OneOrEach, PairCodes, SizesAndStacks, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME,
     TABLE_NAMES,
 };
-use crate::columns::{address_columns, events as ev, first_i64, one_or_each_column, size_stacks as ss};
-use crate::int_slice::IntSlice;
+use crate::columns::{address_columns, events as ev, one_or_each_column, size_stacks as ss};
 use crate::stack_ids::stack_id_column;
 
 /// The canonical tables of one imported snapshot.
@@ -57,27 +56,6 @@ impl SnapshotTables {
             &self.annotations,
             &self.event_notes,
         ]
-    }
-
-    /// The events' times as one i64 `time_us` column when they are held as µs after the first
-    /// (nothing to do otherwise). A run that keeps frames does this first: every stored usage's
-    /// time axis is then that column, shared, where from narrow times each would be a copy of
-    /// its own (the early stored usage and the final one: 8 bytes an entry each).
-    pub fn widen_times(&mut self) -> PolarsResult<()> {
-        let Ok(after_first) = self.events.column(ev::TIME_AFTER_FIRST_US) else {
-            return Ok(());
-        };
-        let time_us = IntSlice::U32 {
-            base: first_i64(&self.events, ev::FIRST_TIME_US)?.unwrap_or(0),
-            shift: 0,
-            offsets: after_first.u32()?.cont_slice()?,
-        }
-        .to_vec();
-        let at = self.events.get_column_index(ev::TIME_AFTER_FIRST_US).unwrap_or(0);
-        self.events.drop_in_place(ev::TIME_AFTER_FIRST_US)?;
-        self.events.drop_in_place(ev::FIRST_TIME_US)?;
-        self.events.insert_column(at, ev::TIME_US.build(time_us))?;
-        Ok(())
     }
 
     pub fn meta(&self) -> SnapshotMeta {

@@ -39,11 +39,8 @@ fn main() {
         std::process::exit(2);
     };
     let initial = d.initial_allocated_bytes;
-    let time = dev
-        .usage
-        .column("time")
-        .and_then(|c| c.i64().cloned())
-        .map(|c| c.into_no_null_iter().collect::<Vec<_>>())
+    let time = memlens_core::columns::usage::times(&dev.usage)
+        .map(|t| t.to_vec())
         .unwrap_or_default();
     let (t0, t1) = (time[0], time[time.len() - 1]);
 

@@ -318,14 +318,14 @@ impl LoadedFile {
         let Some(frames) = devices.iter().find(|d| d.device == device) else {
             return Ok(None);
         };
-        let times = memlens_core::columns::usage::TIME.slice(&frames.usage)?;
+        let times = memlens_core::columns::usage::times(&frames.usage)?;
         let cursor = at.cursor(times);
         let has_time = self
             .summary
             .devices
             .iter()
             .any(|d| d.device == device && d.time_axis == memlens_api::TimeAxis::TimeUs);
-        let time_us = cursor.checked_sub(1).filter(|_| has_time).map(|i| times[i]);
+        let time_us = cursor.checked_sub(1).filter(|_| has_time).map(|i| times.at(i));
         self.segments.map_at(self, &self.bytes, device, cursor, time_us, detail)
     }
 

@@ -173,6 +173,18 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
         for (key, want) in &frames {
             let got = read_parquet(store.as_ref(), id, key).expect("stored");
             assert!(got.equals_missing(want), "{key} differs after a round trip");
+            if key.ends_with("usage.parquet") {
+                // The times as the events hold them: µs after the first (u32), and the first
+                // as one scalar that is never made into a column.
+                let after = got.column("time_after_first").expect("time_after_first");
+                assert_eq!(after.dtype(), &DataType::UInt32, "{key}");
+                assert!(got
+                    .column("first_time")
+                    .expect("first_time")
+                    .as_scalar_column()
+                    .is_some());
+                assert!(got.column("time").is_err(), "{key}");
+            }
         }
     }
 }

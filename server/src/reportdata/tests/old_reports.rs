@@ -114,8 +114,19 @@ impl PipelineSink for WriteOld<'_> {
             d.usage
                 .with_column(Column::new("reserved".into(), reserved))
                 .expect("column");
+            // The usage's times were one i64 column.
+            let time: Int64Chunked = memlens_core::columns::usage::times(&d.usage)
+                .expect("times")
+                .iter()
+                .map(Some)
+                .collect();
+            for narrow in ["time_after_first", "first_time"] {
+                let _ = d.usage.drop_in_place(narrow);
+            }
+            d.usage
+                .insert_column(0, time.clone().with_name("time".into()).into_column())
+                .expect("column");
             // The allocations' times had columns of their own (null outside the trace).
-            let time = d.usage.column("time").expect("time").i64().expect("i64").clone();
             for (name, idx) in [("t_alloc", "alloc_idx"), ("t_free", "free_idx")] {
                 let wide = d
                     .lifetimes
@@ -161,8 +172,13 @@ fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
     );
     let mut fresh = memlens_core::pipeline::KeepFrames::default();
     pipeline::run(vec![Input::path(&path)], Default::default(), &mut fresh).expect("run");
-    // Its reserved column is read as the changes and not held.
+    // Its reserved column is read as the changes and not held; its times stay one i64
+    // column, where the pipeline now shares the events' narrow ones.
     assert_eq!(devices[0].usage.get_column_names(), ["time", "allocated"]);
+    assert_eq!(
+        fresh.files[0][0].usage.get_column_names(),
+        ["time_after_first", "first_time", "allocated"]
+    );
     assert_eq!(devices[0].reserved, fresh.files[0][0].reserved);
     assert!(devices[0].reserved.changes().len() > 0);
     let draw = |d: &memlens_core::frames::DeviceFrames| {
