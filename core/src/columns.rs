@@ -216,7 +216,44 @@ pub mod usage {
     pub const TIME_AFTER_FIRST: &str = "time_after_first";
     /// i64, one scalar: the first entry's time.
     pub const FIRST_TIME: &str = "first_time";
+    /// Allocated bytes after each entry, i64: a series whose range does not fit u32 units (and
+    /// every report stored before 2026-12-04). Otherwise held as [`ALLOCATED_UNITS`]: read
+    /// either with [`allocated`].
     pub const ALLOCATED: Col<Int64Type> = Col::new("allocated");
+    /// u32: allocated bytes after each entry as units after [`ALLOCATED_BASE`], the unit
+    /// `1 << ALLOCATED_SHIFT` bytes (every request a multiple of it).
+    pub const ALLOCATED_UNITS: &str = "allocated_units";
+    /// i64, one scalar: the least value.
+    pub const ALLOCATED_BASE: &str = "allocated_base";
+    /// i64, one scalar: log2 of the unit, at most [`ALLOCATED_MAX_SHIFT`].
+    pub const ALLOCATED_SHIFT: &str = "allocated_shift";
+    /// The largest unit: 512 bytes, what the caching allocator rounds blocks to.
+    pub const ALLOCATED_MAX_SHIFT: u32 = 9;
+
+    /// The allocated bytes of a stored usage frame, held as [`ALLOCATED_UNITS`] or as
+    /// [`ALLOCATED`].
+    pub fn allocated(df: &polars::prelude::DataFrame) -> polars::prelude::PolarsResult<super::IntSlice<'_>> {
+        use polars::prelude::*;
+        match df.column(ALLOCATED_UNITS) {
+            Ok(units) => {
+                polars_ensure!(
+                    units.dtype() == &DataType::UInt32,
+                    SchemaMismatch: "column `{ALLOCATED_UNITS}` is {}, not u32", units.dtype()
+                );
+                let shift = super::first_i64(df, ALLOCATED_SHIFT)?.unwrap_or(0);
+                polars_ensure!(
+                    (0..=i64::from(ALLOCATED_MAX_SHIFT)).contains(&shift),
+                    ComputeError: "column `{ALLOCATED_SHIFT}` is {shift}, not 0 to {ALLOCATED_MAX_SHIFT}"
+                );
+                Ok(super::IntSlice::U32 {
+                    base: super::first_i64(df, ALLOCATED_BASE)?.unwrap_or(0),
+                    shift: shift as u32,
+                    offsets: units.as_materialized_series().u32()?.cont_slice()?,
+                })
+            }
+            Err(_) => Ok(super::IntSlice::I64(ALLOCATED.slice(df)?)),
+        }
+    }
 
     /// The time axis of a stored usage frame, held narrow ([`TIME_AFTER_FIRST`] and
     /// [`FIRST_TIME`]) or as [`TIME`].

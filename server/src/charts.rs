@@ -62,7 +62,7 @@ impl DeviceSeries {
     fn of(dev: &DeviceFrames, d: &DeviceSummary) -> Result<DeviceSeries, ChartError> {
         let usage = &dev.usage;
         let time = usage_col::times(usage)?;
-        let allocated = usage_col::ALLOCATED.slice(usage)?;
+        let allocated = usage_col::allocated(usage)?;
         let t0 = time.first().unwrap_or(0);
         let t1 = time.last().unwrap_or(0).max(t0 + 1);
         let (_, a_max) = bucket_min_max(time, allocated, d.initial_allocated_bytes, t0, t1, POINTS);

@@ -197,6 +197,7 @@ fn deltas_pay(column: &Column) -> bool {
         DataType::Int32 => true,
         DataType::Int64 if RUNNING_TOTALS.contains(&column.name().as_str()) => true,
         DataType::Int64 => column.i64().is_ok_and(never_decreases),
+        DataType::UInt32 if RUNNING_TOTALS.contains(&column.name().as_str()) => true,
         DataType::UInt32 => column.u32().is_ok_and(never_decreases),
         _ => false,
     }
@@ -216,8 +217,11 @@ fn never_decreases<T: PolarsNumericType>(c: &ChunkedArray<T>) -> bool {
 }
 
 /// Columns that are running totals of the trace's sizes: the allocated bytes after each entry
-/// (`usage`). Their deltas are one request's size, never the whole total.
-const RUNNING_TOTALS: [&str; 1] = [memlens_core::columns::usage::ALLOCATED.name];
+/// (`usage`), in bytes or in units. Their deltas are one request's size, never the whole total.
+const RUNNING_TOTALS: [&str; 2] = [
+    memlens_core::columns::usage::ALLOCATED.name,
+    memlens_core::columns::usage::ALLOCATED_UNITS,
+];
 
 /// Rows a row group holds unless one group is asked for (polars' default).
 const DEFAULT_ROW_GROUP: usize = 512 * 512;
@@ -370,11 +374,23 @@ mod tests {
                     "t_after_first".into(),
                     (0..n).map(|i| (i / 3) as u32).collect::<Vec<_>>(),
                 ),
-                // A running total, which goes down as well as up.
+                // A running total, which goes down as well as up, in bytes and in units.
                 Column::new(
                     "allocated".into(),
                     (0..n)
                         .map(|i| (1 << 30) + ((i % 11) as i64 - 5) * 4096)
+                        .collect::<Vec<_>>(),
+                ),
+                Column::new(
+                    "allocated_units".into(),
+                    (0..n)
+                        .map(|i| {
+                            if i % 2 == 0 {
+                                u32::MAX - (i % 13) as u32
+                            } else {
+                                (i % 7) as u32
+                            }
+                        })
                         .collect::<Vec<_>>(),
                 ),
             ],
@@ -386,7 +402,10 @@ mod tests {
             .filter(|c| deltas_pay(c))
             .map(|c| c.name().as_str())
             .collect();
-        assert_eq!(delta, ["free_idx", "t", "t_after_first", "allocated"]);
+        assert_eq!(
+            delta,
+            ["free_idx", "t", "t_after_first", "allocated", "allocated_units"]
+        );
         for groups in [RowGroups::Default, RowGroups::One] {
             let bytes = encode(&frame, groups).expect("write");
             let back = ParquetReader::new(Cursor::new(bytes.clone())).finish().expect("read");

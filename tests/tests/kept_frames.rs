@@ -56,15 +56,8 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
             })
             .collect();
         let frame = usage.frame().expect("frame");
-        let stored = frame
-            .column("allocated")
-            .and_then(|c| c.i64().cloned())
-            .expect("allocated");
-        assert_eq!(
-            stored.into_no_null_iter().collect::<Vec<_>>(),
-            series,
-            "{name}: device {device}"
-        );
+        let stored = memlens_core::columns::usage::allocated(&frame).expect("allocated");
+        assert_eq!(stored.to_vec(), series, "{name}: device {device}");
         for i in (0..series.len()).step_by((series.len() / 50).max(1)) {
             assert_eq!(
                 usage.allocated_after(i),

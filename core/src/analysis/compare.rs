@@ -185,7 +185,7 @@ fn category_deltas(a: &DeviceSummary, b: &DeviceSummary) -> Vec<CategoryDelta> {
 /// A side's usage columns and its iteration spans (only with timestamps).
 struct SideSeries<'a> {
     time: IntSlice<'a>,
-    allocated: &'a [i64],
+    allocated: IntSlice<'a>,
     reserved: &'a EntrySteps,
     iterations: Option<Vec<(i64, i64)>>,
 }
@@ -200,7 +200,7 @@ impl<'a> SideSeries<'a> {
         };
         Ok(SideSeries {
             time: usage_col::times(u)?,
-            allocated: usage_col::ALLOCATED.slice(u)?,
+            allocated: usage_col::allocated(u)?,
             reserved: &side.frames.reserved,
             iterations,
         })
@@ -229,7 +229,7 @@ impl<'a> SideSeries<'a> {
             .map(|&(s, e)| {
                 let lo = self.time.partition_point(|t| t < s);
                 let hi = self.time.partition_point(|t| t <= e);
-                self.allocated[lo..hi.max(lo)].iter().copied().max().unwrap_or(0)
+                self.allocated.slice(lo..hi.max(lo)).iter().max().unwrap_or(0)
             })
             .collect()
     }
@@ -286,8 +286,8 @@ fn aligned(a: &SideSeries, b: &SideSeries, width: usize) -> AlignedTimelines {
         axis,
         x_max,
         width,
-        allocated_a: bucketed(&xa, a.allocated.iter().copied(), x_max, width),
-        allocated_b: bucketed(&xb, b.allocated.iter().copied(), x_max, width),
+        allocated_a: bucketed(&xa, a.allocated.iter(), x_max, width),
+        allocated_b: bucketed(&xb, b.allocated.iter(), x_max, width),
         reserved_a: bucketed(&xa, a.reserved.values(), x_max, width),
         reserved_b: bucketed(&xb, b.reserved.values(), x_max, width),
     }

@@ -8,6 +8,7 @@ use polars::prelude::*;
 
 use super::category_index::{slot_of, CategoryIndex};
 use super::pyramid::{MinMaxPyramid, Positions};
+use super::series::on_series;
 use super::TimelineIndex;
 use crate::analysis::whatif::categories_of;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
@@ -151,7 +152,7 @@ fn peaks_from_index(
     end: i64,
     width: usize,
 ) -> PolarsResult<Peaks> {
-    let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
+    let allocated = usage_col::allocated(&dev.usage)?;
     let n = dev.usage.height().min(positions.len()).min(allocated.len());
     let span = (end - start).max(1) as i128;
     // Column `b` holds the entries from its first position on (`start` for the first).
@@ -169,8 +170,8 @@ fn peaks_from_index(
             first_entry(b + 1)
         };
         if from < to {
-            let e = pyramid.first_max(allocated, from, to);
-            best_total[b] = allocated[e] + cats.offset;
+            let e = on_series!(allocated, |values| pyramid.first_max(values, from, to));
+            best_total[b] = allocated.at(e) + cats.offset;
             best[b] = cats.state_after(dev, e)?;
         }
         from = to.max(from);

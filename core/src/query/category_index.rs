@@ -51,7 +51,7 @@ impl CategoryIndex {
             lt_col::FREE_IDX.slice(lt)?,
             IntSlice::of(lt, lt_col::SIZE)?,
         );
-        let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
+        let allocated = usage_col::allocated(&dev.usage)?;
         let n = allocated.len();
         if u32::try_from(size.len()).is_err() {
             return Ok(None);
@@ -74,7 +74,7 @@ impl CategoryIndex {
         let mut checkpoints = Vec::with_capacity(n.div_ceil(SPACING) * k);
         let (mut a, mut f) = (0, 0);
         let mut offset = None;
-        for (e, &allocated_after) in allocated.iter().enumerate() {
+        for (e, allocated_after) in allocated.iter().enumerate() {
             if e % SPACING == 0 {
                 checkpoints.extend_from_slice(&live);
             }

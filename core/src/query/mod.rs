@@ -17,6 +17,7 @@ mod category_index;
 mod flame;
 mod largest;
 mod pyramid;
+pub(crate) mod series;
 mod step_buckets;
 mod timeline_index;
 
@@ -26,6 +27,7 @@ pub use flame::{flame_graph, flame_graph_with, MAX_NODES as MAX_FLAME_NODES};
 use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
 use polars::prelude::*;
 use pyramid::{Positions, NO_BLOCKS};
+use series::on_series;
 pub use timeline_index::TimelineIndex;
 use timeline_index::{axis_positions, AxisEnds};
 
@@ -46,18 +48,20 @@ pub const MAX_WIDTH: usize = 8_192;
 /// `before` is the value before the first entry.
 pub fn bucket_min_max(
     time: IntSlice<'_>,
-    values: &[i64],
+    values: IntSlice<'_>,
     before: i64,
     start: i64,
     end: i64,
     width: usize,
 ) -> (Vec<i64>, Vec<i64>) {
     let positions = Positions::Times(time);
-    if positions.sorted() {
-        pyramid::bucket_min_max_sorted(positions, values, before, start, end, width)
-    } else {
-        pyramid::bucket_min_max_by_blocks(positions, values, &NO_BLOCKS, before, start, end, width)
-    }
+    on_series!(values, |values| {
+        if positions.sorted() {
+            pyramid::bucket_min_max_sorted(positions, values, before, start, end, width)
+        } else {
+            pyramid::bucket_min_max_by_blocks(positions, values, &NO_BLOCKS, before, start, end, width)
+        }
+    })
 }
 
 /// [`bucket_min_max`] of a series held as its changes (the value before the first entry is
@@ -123,7 +127,7 @@ pub fn timeline_with(
     let index = index.filter(|ix| ix.fits(dev, axis));
     let positions = axis_positions(dev, axis)?;
     let has_time = axis == Axis::Time;
-    let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
+    let allocated = usage_col::allocated(&dev.usage)?;
     let (full_start, full_end) = positions.full_range();
     let start = start.unwrap_or(full_start);
     let end = end.unwrap_or(full_end).max(start + 1);
@@ -133,19 +137,21 @@ pub fn timeline_with(
     let sorted = index
         .map(TimelineIndex::positions_sorted)
         .unwrap_or_else(|| positions.sorted());
-    let (allocated_min, allocated_max) = if pyramid_allocated.is_empty() && sorted {
-        pyramid::bucket_min_max_sorted(positions, allocated, initial_allocated, start, end, width)
-    } else {
-        pyramid::bucket_min_max_by_blocks(
-            positions,
-            allocated,
-            pyramid_allocated,
-            initial_allocated,
-            start,
-            end,
-            width,
-        )
-    };
+    let (allocated_min, allocated_max) = on_series!(allocated, |values| {
+        if pyramid_allocated.is_empty() && sorted {
+            pyramid::bucket_min_max_sorted(positions, values, initial_allocated, start, end, width)
+        } else {
+            pyramid::bucket_min_max_by_blocks(
+                positions,
+                values,
+                pyramid_allocated,
+                initial_allocated,
+                start,
+                end,
+                width,
+            )
+        }
+    });
     // The reserved bytes' changes start from their own value before the trace.
     let (reserved_min, reserved_max) =
         step_buckets::bucket_min_max_of_steps(positions, &dev.reserved, Some(sorted), start, end, width);
@@ -394,7 +400,7 @@ mod tests {
     fn buckets_carry_values_across_empty_buckets() {
         let time = [10, 20, 30, 90];
         let vals = [5, 7, 3, 1];
-        let (mn, mx) = bucket_min_max(time[..].into(), &vals, 0, 0, 100, 4);
+        let (mn, mx) = bucket_min_max(time[..].into(), vals[..].into(), 0, 0, 100, 4);
         // buckets [0,25) [25,50) [50,75) [75,100]
         assert_eq!(mx, vec![7, 7, 3, 3]);
         assert_eq!(mn, vec![0, 3, 3, 1]);

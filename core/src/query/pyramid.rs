@@ -7,6 +7,7 @@
 //! of its entries falls in the bucket, which holds because the positions are sorted (the
 //! pyramid is built only over sorted positions).
 
+use super::series::Series;
 use crate::int_slice::IntSlice;
 /// Entries per block of the finest level; each coarser level groups this many blocks.
 const FANOUT: usize = 64;
@@ -69,6 +70,22 @@ struct Level {
 }
 
 impl Level {
+    /// The min and max of each `FANOUT` entries of `values`.
+    fn of_values<S: Series>(values: S) -> Level {
+        let blocks = values.len() / FANOUT;
+        let (mut min, mut max) = (Vec::with_capacity(blocks), Vec::with_capacity(blocks));
+        for b in 0..blocks {
+            let (lo, hi) = values.fold_min_max(b * FANOUT, (b + 1) * FANOUT, (i64::MAX, i64::MIN));
+            min.push(lo);
+            max.push(hi);
+        }
+        Level {
+            block: FANOUT,
+            min,
+            max,
+        }
+    }
+
     /// The min of each `FANOUT` of `mins` and the max of each `FANOUT` of `maxs`, as blocks of
     /// `FANOUT` entries.
     fn of_blocks(mins: &[i64], maxs: &[i64]) -> Level {
@@ -100,9 +117,9 @@ pub struct MinMaxPyramid {
 pub static NO_BLOCKS: MinMaxPyramid = MinMaxPyramid { levels: Vec::new() };
 
 impl MinMaxPyramid {
-    pub fn build(values: &[i64]) -> MinMaxPyramid {
+    pub fn build<S: Series>(values: S) -> MinMaxPyramid {
         let mut levels: Vec<Level> = Vec::new();
-        let finest = Level::of_blocks(values, values);
+        let finest = Level::of_values(values);
         if finest.min.len() < 2 {
             return MinMaxPyramid { levels };
         }
@@ -152,14 +169,14 @@ impl MinMaxPyramid {
 impl MinMaxPyramid {
     /// The first entry of `lo..hi` (not empty) holding the largest of `values` there (the
     /// values this pyramid was built over).
-    pub fn first_max(&self, values: &[i64], lo: usize, hi: usize) -> usize {
+    pub fn first_max<S: Series>(&self, values: S, lo: usize, hi: usize) -> usize {
         // The largest value seen, where, and the level of the block it is the max of.
-        let (mut target, mut at, mut level) = (values[lo], lo, None);
+        let (mut target, mut at, mut level) = (values.at(lo), lo, None);
         let mut i = lo;
         while i < hi {
             let (value, len, of) = match self.levels_at(i, hi).next() {
                 Some((li, l)) => (l.max[i / l.block], l.block, Some(li)),
-                None => (values[i], 1, None),
+                None => (values.at(i), 1, None),
             };
             if value > target {
                 (target, at, level) = (value, i, of);
@@ -170,7 +187,7 @@ impl MinMaxPyramid {
         while let Some(li) = level {
             let below = li.checked_sub(1);
             let step = below.map_or(1, |b| self.levels[b].block);
-            let value_at = |j: usize| below.map_or(values[j], |b| self.levels[b].max[j / step]);
+            let value_at = |j: usize| below.map_or_else(|| values.at(j), |b| self.levels[b].max[j / step]);
             let block = self.levels[li].block;
             at = (at..at + block)
                 .step_by(step)
@@ -237,9 +254,9 @@ pub(super) fn sorted_bucket_ends(
 /// run of values, both in one pass (two folds, one for each, took six times as long) — the
 /// entry-by-entry answer of [`bucket_min_max_by_blocks`] without blocks, in a fraction of its
 /// time on a 2 GB snapshot's first view (35 M entries), which every ingest draws, and its chart.
-pub fn bucket_min_max_sorted(
+pub fn bucket_min_max_sorted<S: Series>(
     positions: Positions<'_>,
-    values: &[i64],
+    values: S,
     before: i64,
     start: i64,
     end: i64,
@@ -247,16 +264,13 @@ pub fn bucket_min_max_sorted(
 ) -> (Vec<i64>, Vec<i64>) {
     let n = positions.len().min(values.len());
     let (first, ends) = sorted_bucket_ends(positions, n, start, end, width);
-    let mut current = if first == 0 { before } else { values[first - 1] };
+    let mut current = if first == 0 { before } else { values.at(first - 1) };
     let (mut mins, mut maxs) = (Vec::with_capacity(width.max(1)), Vec::with_capacity(width.max(1)));
     let mut lo = first;
     for hi in ends {
-        let run = &values[lo..hi];
-        let (min, max) = run
-            .iter()
-            .fold((current, current), |(min, max), &v| (min.min(v), max.max(v)));
-        if let Some(&last) = run.last() {
-            current = last;
+        let (min, max) = values.fold_min_max(lo, hi, (current, current));
+        if hi > lo {
+            current = values.at(hi - 1);
         }
         mins.push(min);
         maxs.push(max);
@@ -268,9 +282,9 @@ pub fn bucket_min_max_sorted(
 /// [`super::bucket_min_max`] over `positions`, in any order (an entry goes to the bucket the
 /// last one went to or a later one), entry by entry, folding whole blocks of `pyramid` (built
 /// over `values`) into a bucket wherever they lie inside it.
-pub fn bucket_min_max_by_blocks(
+pub fn bucket_min_max_by_blocks<S: Series>(
     positions: Positions<'_>,
-    values: &[i64],
+    values: S,
     pyramid: &MinMaxPyramid,
     before: i64,
     start: i64,
@@ -282,7 +296,7 @@ pub fn bucket_min_max_by_blocks(
     let next_edge = |b: usize| edges.after(b);
     let n = positions.len().min(values.len());
     let first = positions.before(start).min(n);
-    let mut current = if first == 0 { before } else { values[first - 1] };
+    let mut current = if first == 0 { before } else { values.at(first - 1) };
     let mut mins = vec![i64::MAX; width];
     let mut maxs = vec![i64::MIN; width];
     let mut b = 0usize;
@@ -309,12 +323,12 @@ pub fn bucket_min_max_by_blocks(
             if let Some((len, lo, hi)) = fits {
                 mins[b] = mins[b].min(lo);
                 maxs[b] = maxs[b].max(hi);
-                current = values[i + len - 1];
+                current = values.at(i + len - 1);
                 i += len;
                 continue;
             }
         }
-        current = values[i];
+        current = values.at(i);
         mins[b] = mins[b].min(current);
         maxs[b] = maxs[b].max(current);
         i += 1;
@@ -339,20 +353,37 @@ mod tests {
         let n = 600_000;
         let times = test_times(&mut next, n, 4, 50);
         let values: Vec<i64> = (0..n).map(|_| (next() % 1_000_000) as i64).collect();
-        let pyramid = MinMaxPyramid::build(&values);
+        let pyramid = MinMaxPyramid::build(&values[..]);
         assert_eq!(pyramid.levels.len(), 3);
+        let offsets: Vec<u32> = values.iter().map(|&v| v as u32).collect();
+        let units = crate::query::series::Units {
+            base: -512,
+            shift: 9,
+            offsets: &offsets,
+        };
+        let unit_pyramid = MinMaxPyramid::build(units);
         let (first, last) = Positions::Times(times[..].into()).full_range();
         for (start, end, width) in test_windows(&mut next, first, last, 60) {
             for positions in [Positions::Times(times[..].into()), Positions::EntryIndex(n)] {
                 let (s, e) = test_window_on(positions, (start, end), first, last);
-                let by_blocks = bucket_min_max_by_blocks(positions, &values, &pyramid, 7, s, e, width);
-                let by_entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, 7, s, e, width);
+                let by_blocks = bucket_min_max_by_blocks(positions, &values[..], &pyramid, 7, s, e, width);
+                let by_entries = bucket_min_max_by_blocks(positions, &values[..], &NO_BLOCKS, 7, s, e, width);
                 assert!(by_blocks == by_entries, "window {s}..{e} at width {width}");
-                let by_buckets = bucket_min_max_sorted(positions, &values, 7, s, e, width);
+                let by_buckets = bucket_min_max_sorted(positions, &values[..], 7, s, e, width);
                 assert!(
                     by_buckets == by_entries,
                     "a bucket at a time, window {s}..{e} at width {width}"
                 );
+                // The same values held as units of 512 bytes after a base answer the same.
+                let in_units = |(min, max): (Vec<i64>, Vec<i64>)| {
+                    let bytes = |v: Vec<i64>| v.into_iter().map(|x| -512 + x * 512).collect::<Vec<_>>();
+                    (bytes(min), bytes(max))
+                };
+                assert!(
+                    bucket_min_max_by_blocks(positions, units, &unit_pyramid, 7 * 512 - 512, s, e, width)
+                        == in_units(by_entries.clone())
+                );
+                assert!(bucket_min_max_sorted(positions, units, 7 * 512 - 512, s, e, width) == in_units(by_entries));
             }
         }
         for _ in 0..300 {
@@ -360,7 +391,12 @@ mod tests {
             let (lo, hi) = (a.min(b), a.max(b) + 1);
             let max = values[lo..hi].iter().max().copied();
             let first = values[lo..hi].iter().position(|&v| Some(v) == max).map(|p| lo + p);
-            assert_eq!(Some(pyramid.first_max(&values, lo, hi)), first, "{lo}..{hi}");
+            assert_eq!(Some(pyramid.first_max(&values[..], lo, hi)), first, "{lo}..{hi}");
+            assert_eq!(
+                Some(unit_pyramid.first_max(units, lo, hi)),
+                first,
+                "{lo}..{hi} in units"
+            );
         }
     }
 
@@ -375,8 +411,8 @@ mod tests {
                 for positions in [Positions::Times(times[..].into()), Positions::EntryIndex(n)] {
                     let (s, e) = test_window_on(positions, (start, end), first, last.max(first + 2));
                     let e = e.max(s + 1);
-                    let sorted = bucket_min_max_sorted(positions, &values, -9, s, e, width);
-                    let entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, -9, s, e, width);
+                    let sorted = bucket_min_max_sorted(positions, &values[..], -9, s, e, width);
+                    let entries = bucket_min_max_by_blocks(positions, &values[..], &NO_BLOCKS, -9, s, e, width);
                     assert!(sorted == entries, "{n} entries, window {s}..{e} at width {width}");
                     assert_eq!(sorted.0.len(), width.max(1));
                 }

@@ -18,7 +18,7 @@ pub fn bucket_min_max_of_steps(
 ) -> (Vec<i64>, Vec<i64>) {
     if !sorted.unwrap_or_else(|| positions.sorted()) {
         let values: Vec<i64> = steps.values().collect();
-        return bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, steps.initial(), start, end, width);
+        return bucket_min_max_by_blocks(positions, &values[..], &NO_BLOCKS, steps.initial(), start, end, width);
     }
     let n = positions.len().min(steps.len());
     let (first, ends) = sorted_bucket_ends(positions, n, start, end, width);
@@ -71,7 +71,7 @@ mod tests {
             ] {
                 let (s, e) = test_window_on(positions, (start, end), first, last);
                 let by_steps = bucket_min_max_of_steps(positions, &steps, None, s, e, width);
-                let by_entries = bucket_min_max_by_blocks(positions, &values, &NO_BLOCKS, 7, s, e, width);
+                let by_entries = bucket_min_max_by_blocks(positions, &values[..], &NO_BLOCKS, 7, s, e, width);
                 assert!(by_steps == by_entries, "window {s}..{e} at width {width}");
             }
         }

@@ -11,6 +11,7 @@ use polars::prelude::*;
 
 use super::band_index::{BandIndex, Endpoints};
 use super::pyramid::{MinMaxPyramid, Positions};
+use super::series::on_series;
 use super::Axis;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
@@ -30,11 +31,15 @@ impl TimelineIndex {
     /// Builds the allocated pyramid and the band index side by side.
     pub fn build(dev: &DeviceFrames, axis: Axis) -> PolarsResult<TimelineIndex> {
         let positions = axis_positions(dev, axis)?;
-        let allocated = usage_col::ALLOCATED.slice(&dev.usage)?;
+        let allocated = usage_col::allocated(&dev.usage)?;
         let size = IntSlice::of(&dev.lifetimes, lt_col::SIZE)?;
         let ends = AxisEnds::of(dev, axis)?;
         let (allocated, bands) = std::thread::scope(|scope| {
-            let allocated = scope.spawn(|| positions.sorted().then(|| MinMaxPyramid::build(allocated)));
+            let allocated = scope.spawn(|| {
+                positions
+                    .sorted()
+                    .then(|| on_series!(allocated, |values| MinMaxPyramid::build(values)))
+            });
             let bands = BandIndex::build(&ends, size, super::MAX_BANDS);
             (allocated.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), bands)
         });

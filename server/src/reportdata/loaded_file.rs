@@ -171,8 +171,8 @@ impl LoadedFile {
     }
 
     /// What the device frames will hold once loaded, estimated from the summary: the usage
-    /// columns per entry (time, counted as 8 bytes though a trace within 71 minutes holds it
-    /// in 4, and allocated), the lifetimes' per allocation (addr, size, stack,
+    /// columns per entry (time and allocated, counted as 8 bytes each though a PyTorch trace
+    /// within 71 minutes holds each in 4), the lifetimes' per allocation (addr, size, stack,
     /// 32-bit entry indexes, category and rule; a stream column where there are several), as
     /// `device_frames_bytes` counts them.
     pub fn frames_estimate(&self) -> u64 {

@@ -114,7 +114,18 @@ impl PipelineSink for WriteOld<'_> {
             d.usage
                 .with_column(Column::new("reserved".into(), reserved))
                 .expect("column");
-            // The usage's times were one i64 column.
+            // The usage's allocated bytes were i64 and its times one i64 column.
+            let allocated: Int64Chunked = memlens_core::columns::usage::allocated(&d.usage)
+                .expect("allocated")
+                .iter()
+                .map(Some)
+                .collect();
+            for narrow in ["allocated_units", "allocated_base", "allocated_shift"] {
+                let _ = d.usage.drop_in_place(narrow);
+            }
+            d.usage
+                .with_column(allocated.with_name("allocated".into()).into_column())
+                .expect("column");
             let time: Int64Chunked = memlens_core::columns::usage::times(&d.usage)
                 .expect("times")
                 .iter()
@@ -177,7 +188,13 @@ fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
     assert_eq!(devices[0].usage.get_column_names(), ["time", "allocated"]);
     assert_eq!(
         fresh.files[0][0].usage.get_column_names(),
-        ["time_after_first", "first_time", "allocated"]
+        [
+            "time_after_first",
+            "first_time",
+            "allocated_units",
+            "allocated_base",
+            "allocated_shift"
+        ]
     );
     assert_eq!(devices[0].reserved, fresh.files[0][0].reserved);
     assert!(devices[0].reserved.changes().len() > 0);
