@@ -61,20 +61,38 @@ pub fn first_i64(df: &DataFrame, name: &str) -> PolarsResult<Option<i64>> {
 /// The addresses of a frame holding them as 512-byte units after a base (`addr_units` u32 and
 /// `addr_base`, one scalar) or as `addr` (i64): the events and the lifetimes alike.
 pub fn addresses(df: &DataFrame) -> PolarsResult<IntSlice<'_>> {
-    match df.column(events::ADDR_UNITS) {
-        Ok(units) => {
+    narrow_or_wide(
+        df,
+        events::ADDR_UNITS,
+        events::ADDR_BASE,
+        crate::tables::ADDRESS_SHIFT,
+        events::ADDR,
+    )
+}
+
+/// Column `units` of `df` (u32), each value `base + (unit << shift)` with the base its
+/// one-scalar neighbour `base` holds (a frame without rows reads no value), or, without that
+/// column, `wide` (i64): a series held narrow where it fits, read either way.
+fn narrow_or_wide<'a>(
+    df: &'a DataFrame,
+    units: &str,
+    base: &str,
+    shift: u32,
+    wide: Col<Int64Type>,
+) -> PolarsResult<IntSlice<'a>> {
+    match df.column(units) {
+        Ok(column) => {
             polars_ensure!(
-                units.dtype() == &DataType::UInt32,
-                SchemaMismatch: "column `{}` is {}, not u32", events::ADDR_UNITS, units.dtype()
+                column.dtype() == &DataType::UInt32,
+                SchemaMismatch: "column `{units}` is {}, not u32", column.dtype()
             );
             Ok(IntSlice::U32 {
-                // A frame without rows reads no address.
-                base: first_i64(df, events::ADDR_BASE)?.unwrap_or(0),
-                shift: crate::tables::ADDRESS_SHIFT,
-                offsets: units.as_materialized_series().u32()?.cont_slice()?,
+                base: first_i64(df, base)?.unwrap_or(0),
+                shift,
+                offsets: column.as_materialized_series().u32()?.cont_slice()?,
             })
         }
-        Err(_) => Ok(IntSlice::I64(events::ADDR.slice(df)?)),
+        Err(_) => Ok(IntSlice::I64(wide.slice(df)?)),
     }
 }
 
@@ -234,46 +252,21 @@ pub mod usage {
     /// [`ALLOCATED`].
     pub fn allocated(df: &polars::prelude::DataFrame) -> polars::prelude::PolarsResult<super::IntSlice<'_>> {
         use polars::prelude::*;
-        match df.column(ALLOCATED_UNITS) {
-            Ok(units) => {
-                polars_ensure!(
-                    units.dtype() == &DataType::UInt32,
-                    SchemaMismatch: "column `{ALLOCATED_UNITS}` is {}, not u32", units.dtype()
-                );
-                let shift = super::first_i64(df, ALLOCATED_SHIFT)?.unwrap_or(0);
-                polars_ensure!(
-                    (0..=i64::from(ALLOCATED_MAX_SHIFT)).contains(&shift),
-                    ComputeError: "column `{ALLOCATED_SHIFT}` is {shift}, not 0 to {ALLOCATED_MAX_SHIFT}"
-                );
-                Ok(super::IntSlice::U32 {
-                    base: super::first_i64(df, ALLOCATED_BASE)?.unwrap_or(0),
-                    shift: shift as u32,
-                    offsets: units.as_materialized_series().u32()?.cont_slice()?,
-                })
-            }
-            Err(_) => Ok(super::IntSlice::I64(ALLOCATED.slice(df)?)),
-        }
+        let shift = match df.column(ALLOCATED_UNITS) {
+            Ok(_) => super::first_i64(df, ALLOCATED_SHIFT)?.unwrap_or(0),
+            Err(_) => 0,
+        };
+        polars_ensure!(
+            (0..=i64::from(ALLOCATED_MAX_SHIFT)).contains(&shift),
+            ComputeError: "column `{ALLOCATED_SHIFT}` is {shift}, not 0 to {ALLOCATED_MAX_SHIFT}"
+        );
+        super::narrow_or_wide(df, ALLOCATED_UNITS, ALLOCATED_BASE, shift as u32, ALLOCATED)
     }
 
     /// The time axis of a stored usage frame, held narrow ([`TIME_AFTER_FIRST`] and
     /// [`FIRST_TIME`]) or as [`TIME`].
     pub fn times(df: &polars::prelude::DataFrame) -> polars::prelude::PolarsResult<super::IntSlice<'_>> {
-        use polars::prelude::*;
-        match df.column(TIME_AFTER_FIRST) {
-            Ok(after) => {
-                polars_ensure!(
-                    after.dtype() == &DataType::UInt32,
-                    SchemaMismatch: "column `{TIME_AFTER_FIRST}` is {}, not u32", after.dtype()
-                );
-                Ok(super::IntSlice::U32 {
-                    // A frame without rows reads no time.
-                    base: super::first_i64(df, FIRST_TIME)?.unwrap_or(0),
-                    shift: 0,
-                    offsets: after.as_materialized_series().u32()?.cont_slice()?,
-                })
-            }
-            Err(_) => Ok(super::IntSlice::I64(TIME.slice(df)?)),
-        }
+        super::narrow_or_wide(df, TIME_AFTER_FIRST, FIRST_TIME, 0, TIME)
     }
 }
 
