@@ -78,6 +78,7 @@ pub(super) struct FlatReader {
     /// The hook's keys, once asked; `None` inside: every dict is made by the machine.
     keys: Option<Option<FlatKeys>>,
     dict: FlatDict,
+    keys_seen: KeysByPosition,
     /// Lists with a dict made by the machine waiting on the stack to be appended: until it
     /// is, no entry for them is read flat, since it would become a row before that dict's.
     waiting: Vec<u32>,
@@ -101,7 +102,10 @@ impl FlatReader {
         };
         let read = match self.waiting.contains(&list) {
             true => None,
-            false => read(input.window(WINDOW)?, heap, memo, keys, &mut self.dict),
+            false => {
+                let seen = &mut self.keys_seen;
+                read(input.window(WINDOW)?, heap, memo, keys, seen, &mut self.dict)
+            }
         };
         let lowered = match read {
             Some(_) => hook.lower_flat(heap, list, &self.dict, at)?,
@@ -138,6 +142,54 @@ impl FlatReader {
     /// Items were appended to `list`: the dicts waiting for it are in.
     pub(super) fn appended(&mut self, list: u32) {
         self.waiting.retain(|&l| l != list);
+    }
+}
+
+/// Positions of an entry whose keys [`KeysByPosition`] remembers (PyTorch writes 8 or 9 keys).
+const KEYS_REMEMBERED: usize = 12;
+
+/// The key each position of the last entries had, by its bytes: a writer puts the same keys
+/// in the same order entry after entry, each a `BINGET` of the slot its string was memoized
+/// in. A key whose two bytes are those remembered for its position is the key remembered, and
+/// its slot of [`FlatDict::fields`], without fetching its memo slot, checking it is a string
+/// and looking up its field (that was a third of reading an entry).
+#[derive(Default)]
+pub(super) struct KeysByPosition {
+    /// Per position: the `BINGET` (opcode and slot byte, little-endian; 0 for none), the key's
+    /// string id and its field slot (`u8::MAX` for a key the hook does not read).
+    seen: [(u16, u32, u8); KEYS_REMEMBERED],
+    /// [`Memo::overwrites`] when they were remembered: a memo slot stored over since may now
+    /// hold another string.
+    overwrites: u64,
+}
+
+impl KeysByPosition {
+    /// The key and field slot remembered for `position` when `b[at..]` starts with its
+    /// `BINGET`.
+    #[inline(always)]
+    fn get(&self, position: usize, b: &[u8], at: usize) -> Option<(u32, u8)> {
+        let (binget, key, slot) = *self.seen.get(position)?;
+        let two = b.get(at..at + 2)?;
+        (u16::from_le_bytes([two[0], two[1]]) == binget).then_some((key, slot))
+    }
+
+    /// Remembers that `bytes` (a `BINGET`) at `position` read as `key`, of field slot `slot`.
+    #[inline]
+    fn remember(&mut self, position: usize, bytes: &[u8], key: u32, slot: u8) {
+        if let (Some(seen), [b'h', index]) = (self.seen.get_mut(position), bytes) {
+            *seen = (u16::from_le_bytes([b'h', *index]), key, slot);
+        }
+    }
+
+    /// Forgets everything when a memo slot was stored over since it was remembered.
+    #[inline]
+    fn check(&mut self, memo: &Memo) {
+        if self.overwrites != memo.overwrites() {
+            *self = KeysByPosition {
+                overwrites: memo.overwrites(),
+                ..Default::default()
+            };
+        }
     }
 }
 
@@ -218,10 +270,18 @@ impl<const FRAMES: bool> Bytes<'_, FRAMES> {
 /// Reads an entry dict from `b` (the bytes after its `EMPTY_DICT`) into `out`; the bytes read
 /// (through its `SETITEMS`), or `None` when the machine is to read it. Interns the strings it
 /// reads (as the machine would); changes nothing else.
-pub(super) fn read(b: &[u8], heap: &mut Heap, memo: &Memo, keys: &FlatKeys, out: &mut FlatDict) -> Option<usize> {
+pub(super) fn read(
+    b: &[u8],
+    heap: &mut Heap,
+    memo: &Memo,
+    keys: &FlatKeys,
+    seen: &mut KeysByPosition,
+    out: &mut FlatDict,
+) -> Option<usize> {
+    seen.check(memo);
     // Most entries hold no FRAME (one comes every 64 KiB, every thousand entries or so): read
     // without looking for one first, and again looking for them where that read stops.
-    read_with::<false>(b, heap, memo, keys, out).or_else(|| read_with::<true>(b, heap, memo, keys, out))
+    read_with::<false>(b, heap, memo, keys, seen, out).or_else(|| read_with::<true>(b, heap, memo, keys, seen, out))
 }
 
 fn read_with<const FRAMES: bool>(
@@ -229,6 +289,7 @@ fn read_with<const FRAMES: bool>(
     heap: &mut Heap,
     memo: &Memo,
     keys: &FlatKeys,
+    seen: &mut KeysByPosition,
     out: &mut FlatDict,
 ) -> Option<usize> {
     out.fields = [None; FLAT_FIELDS];
@@ -251,9 +312,21 @@ fn read_with<const FRAMES: bool>(
         if out.pairs == MAX_PAIRS {
             return None;
         }
-        let key = match scalar(&mut c, heap, memo, out)? {
-            k if k.tag() == T_STR => k.idx(),
-            _ => return None,
+        let (key, slot) = match seen.get(out.pairs, c.b, c.at) {
+            Some(known) => {
+                c.at += 2;
+                known
+            }
+            None => {
+                let start = c.at;
+                let key = match scalar(&mut c, heap, memo, out)? {
+                    k if k.tag() == T_STR => k.idx(),
+                    _ => return None,
+                };
+                let slot = keys.field_of.get(key as usize).copied().unwrap_or(u8::MAX);
+                seen.remember(out.pairs, &c.b[start..c.at], key, slot);
+                (key, slot)
+            }
         };
         if out.pairs == 0 && key != keys.first {
             return None;
@@ -284,10 +357,8 @@ fn read_with<const FRAMES: bool>(
             }
             by_position!(0 1 2 3 4 5 6 7 8 9 10 11)
         };
-        if let Some(slot) = keys.field_of.get(key as usize).map(|&s| s as usize) {
-            if slot < FLAT_FIELDS {
-                out.fields[slot] = Some(value);
-            }
+        if let Some(field) = out.fields.get_mut(slot as usize) {
+            *field = Some(value);
         }
         out.pairs += 1;
     }
@@ -427,5 +498,37 @@ mod tests {
         }
         let mut short = Bytes::<false> { b: &[1, 2], at: 0 };
         assert_eq!(short.short_long(3), None, "cut by the end of the input");
+    }
+
+    /// A key read by the bytes remembered for its position is the string its memo slot holds:
+    /// once that slot is stored over, the key is read again.
+    #[test]
+    fn a_key_remembered_by_position_is_read_again_once_its_memo_slot_is_stored_over() {
+        let mut heap = Heap::new(&super::super::PickleLimits::default());
+        let mut memo = Memo::default();
+        let [action, addr, size] = ["action", "addr", "size"].map(|s| heap.strings.intern(s));
+        memo.push(Val::string(action));
+        memo.push(Val::string(addr));
+        let mut field_of = vec![u8::MAX; size as usize + 1];
+        field_of[addr as usize] = 1;
+        field_of[size as usize] = 2;
+        let keys = FlatKeys {
+            first: action,
+            list: u32::MAX,
+            field_of,
+        };
+        // {"action": 1, <slot 1>: 7}: MARK, BINGET 0, BININT1 1, BINGET 1, BININT1 7, SETITEMS.
+        let entry = [b'(', b'h', 0, b'K', 1, b'h', 1, b'K', 7, b'u'];
+        let (mut seen, mut out) = (KeysByPosition::default(), FlatDict::default());
+        let seven = int(7);
+        for _ in 0..2 {
+            assert_eq!(read(&entry, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));
+            assert_eq!(out.fields[1], seven, "slot 1 holds `addr`");
+            assert_eq!(out.fields[2], None);
+        }
+        memo.set(1, Val::string(size));
+        assert_eq!(read(&entry, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));
+        assert_eq!(out.fields[1], None, "slot 1 no longer holds `addr`");
+        assert_eq!(out.fields[2], seven, "slot 1 holds `size`");
     }
 }

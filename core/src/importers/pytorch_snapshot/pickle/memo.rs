@@ -46,6 +46,8 @@ pub(super) struct Memo {
     /// The slots after the pages', plain: fewer than two pages' worth after any call.
     tail: Vec<u32>,
     wide: FxHashMap<u32, Val>,
+    /// Stores into a slot that held a value ([`Memo::overwrites`]).
+    overwrites: u64,
     /// Reused by each packing.
     codes: Codes,
 }
@@ -67,6 +69,7 @@ impl Memo {
             pool: PagePool::default(),
             tail: Vec::new(),
             wide: FxHashMap::default(),
+            overwrites: 0,
             codes: Codes::default(),
         }
     }
@@ -118,6 +121,13 @@ impl Memo {
         }
     }
 
+    /// How many times a slot holding a value was stored into: what a slot held is still there
+    /// while this is unchanged.
+    #[inline]
+    pub fn overwrites(&self) -> u64 {
+        self.overwrites
+    }
+
     /// Stores `v` in a new slot after the last (what MEMOIZE does); returns the bytes kept
     /// aside for it.
     #[inline(always)]
@@ -162,6 +172,7 @@ impl Memo {
                 None => self.pages[i >> PAGE_BITS].set(&mut self.pool, i & (PAGE - 1), word),
             },
         };
+        self.overwrites += u64::from(old != 0);
         if old == WIDE {
             self.wide.remove(&(slot as u32));
         }
