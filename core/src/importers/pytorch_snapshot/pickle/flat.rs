@@ -149,36 +149,56 @@ impl FlatReader {
 const KEYS_REMEMBERED: usize = 12;
 
 /// The key each position of the last entries had, by its bytes: a writer puts the same keys
-/// in the same order entry after entry, each a `BINGET` of the slot its string was memoized
-/// in. A key whose two bytes are those remembered for its position is the key remembered, and
-/// its slot of [`FlatDict::fields`], without fetching its memo slot, checking it is a string
-/// and looking up its field (that was a third of reading an entry).
+/// in the same order entry after entry, each a `BINGET` or `LONG_BINGET` of the slot its
+/// string was memoized in. A key whose bytes are those remembered for its position is the key
+/// remembered, and its slot of [`FlatDict::fields`], without fetching its memo slot, checking
+/// it is a string and looking up its field (that was a third of reading an entry).
 #[derive(Default)]
 pub(super) struct KeysByPosition {
-    /// Per position: the `BINGET` (opcode and slot byte, little-endian; 0 for none), the key's
-    /// string id and its field slot (`u8::MAX` for a key the hook does not read).
-    seen: [(u16, u32, u8); KEYS_REMEMBERED],
+    seen: [SeenKey; KEYS_REMEMBERED],
     /// [`Memo::overwrites`] when they were remembered: a memo slot stored over since may now
     /// hold another string.
     overwrites: u64,
 }
 
+/// The key a position had: its opcode and index bytes (little-endian, in the low `len` bytes
+/// of `bytes`; `len` 0 for none), its string id and field slot (`u8::MAX` for a key the hook
+/// does not read).
+#[derive(Clone, Copy, Default)]
+struct SeenKey {
+    bytes: u64,
+    len: u8,
+    key: u32,
+    slot: u8,
+}
+
 impl KeysByPosition {
-    /// The key and field slot remembered for `position` when `b[at..]` starts with its
-    /// `BINGET`.
+    /// The key remembered for `position` when `b[at..]` starts with its bytes: its string id,
+    /// field slot and length in bytes. (Eight bytes are loaded at once; within eight of the
+    /// end, the key is read as any other.)
     #[inline(always)]
-    fn get(&self, position: usize, b: &[u8], at: usize) -> Option<(u32, u8)> {
-        let (binget, key, slot) = *self.seen.get(position)?;
-        let two = b.get(at..at + 2)?;
-        (u16::from_le_bytes([two[0], two[1]]) == binget).then_some((key, slot))
+    fn get(&self, position: usize, b: &[u8], at: usize) -> Option<(u32, u8, usize)> {
+        let k = self.seen.get(position)?;
+        let eight = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?);
+        let mask = u64::MAX >> (64 - 8 * u32::from(k.len.max(1)));
+        (k.len != 0 && eight & mask == k.bytes).then_some((k.key, k.slot, k.len as usize))
     }
 
-    /// Remembers that `bytes` (a `BINGET`) at `position` read as `key`, of field slot `slot`.
+    /// Remembers that `bytes` (a `BINGET` or `LONG_BINGET`) at `position` read as `key`, of
+    /// field slot `slot`.
     #[inline]
     fn remember(&mut self, position: usize, bytes: &[u8], key: u32, slot: u8) {
-        if let (Some(seen), [b'h', index]) = (self.seen.get_mut(position), bytes) {
-            *seen = (u16::from_le_bytes([b'h', *index]), key, slot);
-        }
+        let (Some(seen), [b'h', _] | [b'j', _, _, _, _]) = (self.seen.get_mut(position), bytes) else {
+            return;
+        };
+        let mut eight = [0; 8];
+        eight[..bytes.len()].copy_from_slice(bytes);
+        *seen = SeenKey {
+            bytes: u64::from_le_bytes(eight),
+            len: bytes.len() as u8,
+            key,
+            slot,
+        };
     }
 
     /// Forgets everything when a memo slot was stored over since it was remembered.
@@ -313,9 +333,9 @@ fn read_with<const FRAMES: bool>(
             return None;
         }
         let (key, slot) = match seen.get(out.pairs, c.b, c.at) {
-            Some(known) => {
-                c.at += 2;
-                known
+            Some((key, slot, len)) => {
+                c.at += len;
+                (key, slot)
             }
             None => {
                 let start = c.at;
@@ -501,34 +521,41 @@ mod tests {
     }
 
     /// A key read by the bytes remembered for its position is the string its memo slot holds:
-    /// once that slot is stored over, the key is read again.
+    /// once that slot is stored over, the key is read again. Both ways a key is fetched.
     #[test]
     fn a_key_remembered_by_position_is_read_again_once_its_memo_slot_is_stored_over() {
-        let mut heap = Heap::new(&super::super::PickleLimits::default());
-        let mut memo = Memo::default();
-        let [action, addr, size] = ["action", "addr", "size"].map(|s| heap.strings.intern(s));
-        memo.push(Val::string(action));
-        memo.push(Val::string(addr));
-        let mut field_of = vec![u8::MAX; size as usize + 1];
-        field_of[addr as usize] = 1;
-        field_of[size as usize] = 2;
-        let keys = FlatKeys {
-            first: action,
-            list: u32::MAX,
-            field_of,
-        };
-        // {"action": 1, <slot 1>: 7}: MARK, BINGET 0, BININT1 1, BINGET 1, BININT1 7, SETITEMS.
-        let entry = [b'(', b'h', 0, b'K', 1, b'h', 1, b'K', 7, b'u'];
-        let (mut seen, mut out) = (KeysByPosition::default(), FlatDict::default());
-        let seven = int(7);
-        for _ in 0..2 {
-            assert_eq!(read(&entry, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));
-            assert_eq!(out.fields[1], seven, "slot 1 holds `addr`");
-            assert_eq!(out.fields[2], None);
+        // {"action": 1, <slot 1>: 7}: MARK, BINGET 0, BININT1 1, (LONG_)BINGET 1, BININT1 7,
+        // SETITEMS; then bytes of what follows in the read's window.
+        let binget: &[u8] = &[b'h', 1];
+        let long_binget: &[u8] = &[b'j', 1, 0, 0, 0];
+        for fetch in [binget, long_binget] {
+            let mut heap = Heap::new(&super::super::PickleLimits::default());
+            let mut memo = Memo::default();
+            let [action, addr, size] = ["action", "addr", "size"].map(|s| heap.strings.intern(s));
+            memo.push(Val::string(action));
+            memo.push(Val::string(addr));
+            let mut field_of = vec![u8::MAX; size as usize + 1];
+            field_of[addr as usize] = 1;
+            field_of[size as usize] = 2;
+            let keys = FlatKeys {
+                first: action,
+                list: u32::MAX,
+                field_of,
+            };
+            let entry = [&[b'(', b'h', 0, b'K', 1][..], fetch, &[b'K', 7, b'u']].concat();
+            let window = [&entry[..], &[b'}'; 16]].concat();
+            let (mut seen, mut out) = (KeysByPosition::default(), FlatDict::default());
+            let seven = int(7);
+            for _ in 0..2 {
+                assert_eq!(read(&window, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));
+                assert_eq!(out.fields[1], seven, "slot 1 holds `addr`");
+                assert_eq!(out.fields[2], None);
+                assert_eq!(seen.seen[1].len as usize, fetch.len(), "remembered");
+            }
+            memo.set(1, Val::string(size));
+            assert_eq!(read(&window, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));
+            assert_eq!(out.fields[1], None, "slot 1 no longer holds `addr`");
+            assert_eq!(out.fields[2], seven, "slot 1 holds `size`");
         }
-        memo.set(1, Val::string(size));
-        assert_eq!(read(&entry, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));
-        assert_eq!(out.fields[1], None, "slot 1 no longer holds `addr`");
-        assert_eq!(out.fields[2], seven, "slot 1 holds `size`");
     }
 }
