@@ -20,31 +20,42 @@ fn generate(path: &std::path::Path, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("the generator's JSON")
 }
 
+/// Both shapes it writes: two frames an entry shared by every activation (the smallest entries,
+/// the most for a file's size), and `--frames 8`: a stack of eight frames, fetched by
+/// LONG_BINGET, for each of the 64 activations and the leak (entries of a real trace's size).
 #[test]
 fn a_generated_snapshot_has_the_peak_and_leak_its_generator_declares() {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let path = dir.path().join("generated.pickle");
-    let declared = generate(&path, &["--entries", "60000"]);
-    let says = |key: &str| {
-        declared[key]
-            .as_i64()
-            .unwrap_or_else(|| panic!("no {key} in {declared}"))
-    };
+    for (args, stacks, leak_frames) in [
+        (&["--entries", "60000"][..], 2, 2),
+        (&["--entries", "60000", "--frames", "8"][..], 65, 8),
+    ] {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let path = dir.path().join("generated.pickle");
+        let declared = generate(&path, args);
+        let says = |key: &str| {
+            declared[key]
+                .as_i64()
+                .unwrap_or_else(|| panic!("no {key} in {declared}"))
+        };
 
-    let summary = summarize_file(&path).unwrap_or_else(|e| panic!("{e}"));
-    let [d] = summary.devices.as_slice() else {
-        panic!("one device, not {}", summary.devices.len())
-    };
-    assert_eq!(d.event_count as i64, says("entries"));
-    assert_eq!(d.peak_allocated_bytes, says("peak_allocated_bytes"));
-    assert_eq!(d.peak_reserved_bytes, says("reserved_bytes"));
-    assert_eq!(d.final_allocated_bytes, says("leaked_bytes"));
-    let [leak] = d.leaks.as_slice() else {
-        panic!("one leak site: {:#?}", d.leaks)
-    };
-    assert_eq!(leak.bytes_per_iteration, says("leak_bytes_per_iteration"));
-    assert_eq!(leak.bytes, says("leaked_bytes"));
-    assert_eq!(leak.count as i64, says("iterations"));
+        let summary = summarize_file(&path).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let [d] = summary.devices.as_slice() else {
+            panic!("{args:?}: one device, not {}", summary.devices.len())
+        };
+        assert_eq!(d.event_count as i64, says("entries"), "{args:?}");
+        assert_eq!(d.peak_allocated_bytes, says("peak_allocated_bytes"), "{args:?}");
+        assert_eq!(d.peak_reserved_bytes, says("reserved_bytes"), "{args:?}");
+        assert_eq!(d.final_allocated_bytes, says("leaked_bytes"), "{args:?}");
+        // The trace's stacks and the segment's blocks' empty one.
+        assert_eq!(summary.source.stack_count, stacks + 1, "{args:?}");
+        let [leak] = d.leaks.as_slice() else {
+            panic!("{args:?}: one leak site: {:#?}", d.leaks)
+        };
+        assert_eq!(leak.bytes_per_iteration, says("leak_bytes_per_iteration"));
+        assert_eq!(leak.bytes, says("leaked_bytes"));
+        assert_eq!(leak.count as i64, says("iterations"));
+        assert_eq!(leak.stack.len(), leak_frames, "{args:?}: {:#?}", leak.stack);
+    }
 }
 
 /// A long run with each iteration's phases named (`--annotate`: forward, backward, the
