@@ -50,6 +50,9 @@ pub struct FlatDict {
     pub pairs: usize,
     /// The list's items (memo values: frame dicts, or frames already interned).
     pub items: Vec<Val>,
+    /// Where the bytes of those items lie in the read's window, when they were read one by one
+    /// between `MARK` and `APPENDS` (and could be remembered, [`KnownLists`]).
+    items_bytes: Option<(usize, usize)>,
     pub memoized: Vec<Memoized>,
     /// Bytes of the strings it read (charged to the memory budget as the machine charges them).
     pub string_bytes: usize,
@@ -78,7 +81,7 @@ pub(super) struct FlatReader {
     /// The hook's keys, once asked; `None` inside: every dict is made by the machine.
     keys: Option<Option<FlatKeys>>,
     dict: FlatDict,
-    keys_seen: KeysByPosition,
+    seen: Seen,
     /// Lists with a dict made by the machine waiting on the stack to be appended: until it
     /// is, no entry for them is read flat, since it would become a row before that dict's.
     waiting: Vec<u32>,
@@ -102,10 +105,7 @@ impl FlatReader {
         };
         let read = match self.waiting.contains(&list) {
             true => None,
-            false => {
-                let seen = &mut self.keys_seen;
-                read(input.window(WINDOW)?, heap, memo, keys, seen, &mut self.dict)
-            }
+            false => read(input.window(WINDOW)?, heap, memo, keys, &mut self.seen, &mut self.dict),
         };
         let lowered = match read {
             Some(_) => hook.lower_flat(heap, list, &self.dict, at)?,
@@ -123,6 +123,13 @@ impl FlatReader {
             }
             return Ok(false);
         };
+        if let Some((start, end)) = self.dict.items_bytes {
+            // Remembered once its frames are all interned (a new frame dict is, once lowered;
+            // a frame of FX code with its source trace is read anew each time).
+            if self.dict.items.iter().all(|&f| heap.interned_frame(f).is_some()) {
+                self.seen.lists.remember(&input.window(WINDOW)?[start..end], list_value);
+            }
+        }
         // What the machine charges for the strings and for each MEMOIZE, charged at once.
         heap.charge(self.dict.string_bytes / 4 + 4 * self.dict.memoized.len(), at)?;
         let mut aside = 0;
@@ -145,6 +152,30 @@ impl FlatReader {
     }
 }
 
+/// What flat reads remember of the entries before: their keys by position and their frames
+/// lists by their bytes, forgotten when a memo slot is stored over ([`Memo::overwrites`]).
+#[derive(Default)]
+pub(super) struct Seen {
+    keys: KeysByPosition,
+    lists: KnownLists,
+    /// [`Memo::overwrites`] when they were remembered: a slot stored over since may now hold
+    /// another string or frame.
+    overwrites: u64,
+}
+
+impl Seen {
+    /// Forgets everything when a memo slot was stored over since it was remembered.
+    #[inline]
+    fn check(&mut self, memo: &Memo) {
+        if self.overwrites != memo.overwrites() {
+            *self = Seen {
+                overwrites: memo.overwrites(),
+                ..Default::default()
+            };
+        }
+    }
+}
+
 /// Positions of an entry whose keys [`KeysByPosition`] remembers (PyTorch writes 8 or 9 keys).
 const KEYS_REMEMBERED: usize = 12;
 
@@ -154,11 +185,8 @@ const KEYS_REMEMBERED: usize = 12;
 /// remembered, and its slot of [`FlatDict::fields`], without fetching its memo slot, checking
 /// it is a string and looking up its field (that was a third of reading an entry).
 #[derive(Default)]
-pub(super) struct KeysByPosition {
+struct KeysByPosition {
     seen: [SeenKey; KEYS_REMEMBERED],
-    /// [`Memo::overwrites`] when they were remembered: a memo slot stored over since may now
-    /// hold another string.
-    overwrites: u64,
 }
 
 /// The key a position had: its opcode and index bytes (little-endian, in the low `len` bytes
@@ -200,17 +228,84 @@ impl KeysByPosition {
             slot,
         };
     }
+}
 
-    /// Forgets everything when a memo slot was stored over since it was remembered.
+/// Frames lists [`KnownLists`] remembers at most, and bytes of their items: a few MiB at most
+/// (a trace has as many distinct lists as stacks, thousands; past these, lists are read as
+/// before).
+const KNOWN_LISTS: usize = 1 << 16;
+const KNOWN_LIST_BYTES: usize = 4 << 20;
+
+/// Frames lists read before, by the bytes of their items (`BINGET`s and `LONG_BINGET`s of
+/// frame dicts): a trace lists the same stacks again and again, each time as the same bytes. A
+/// list whose item bytes were lowered before is the stack it was lowered to, without reading
+/// each item from the memo, finding its frame and hashing the frames to their stack (that was
+/// a fifth of decoding a trace of eight-frame stacks).
+#[derive(Default)]
+struct KnownLists {
+    /// Each remembered list's item bytes, one after another.
+    bytes: Vec<u8>,
+    lists: hashbrown::HashTable<KnownList>,
+}
+
+/// A remembered list: its item bytes (`bytes[start..start + len]`), their hash, what it was
+/// lowered to.
+#[derive(Clone, Copy)]
+struct KnownList {
+    hash: u64,
+    start: u32,
+    len: u32,
+    value: Val,
+}
+
+impl KnownLists {
+    /// The value a list whose item bytes start at `b[start..]` was lowered to, and where its
+    /// `APPENDS` is, when these bytes were remembered.
     #[inline]
-    fn check(&mut self, memo: &Memo) {
-        if self.overwrites != memo.overwrites() {
-            *self = KeysByPosition {
-                overwrites: memo.overwrites(),
-                ..Default::default()
-            };
+    fn find(&self, b: &[u8], start: usize) -> Option<(Val, usize)> {
+        if self.lists.is_empty() {
+            return None;
         }
+        let mut at = start;
+        loop {
+            match *b.get(at)? {
+                b'h' => at += 2,
+                b'j' => at += 5,
+                b'e' => break,
+                _ => return None,
+            }
+        }
+        let items = &b[start..at];
+        let hash = hash_bytes(items);
+        let known = self.lists.find(hash, |k| {
+            k.hash == hash && self.bytes[k.start as usize..(k.start + k.len) as usize] == *items
+        })?;
+        Some((known.value, at))
     }
+
+    /// Remembers that a list of item bytes `items` (not remembered yet) was lowered to `value`.
+    fn remember(&mut self, items: &[u8], value: Val) {
+        if self.lists.len() >= KNOWN_LISTS || self.bytes.len() + items.len() > KNOWN_LIST_BYTES {
+            return;
+        }
+        let known = KnownList {
+            hash: hash_bytes(items),
+            start: self.bytes.len() as u32,
+            len: items.len() as u32,
+            value,
+        };
+        self.bytes.extend_from_slice(items);
+        self.lists.insert_unique(known.hash, known, |k| k.hash);
+    }
+}
+
+/// The hash of a list's item bytes.
+#[inline]
+fn hash_bytes(b: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = rustc_hash::FxHasher::default();
+    h.write(b);
+    h.finish()
 }
 
 /// Pairs and list items an entry may have before it is left to the machine.
@@ -295,7 +390,7 @@ pub(super) fn read(
     heap: &mut Heap,
     memo: &Memo,
     keys: &FlatKeys,
-    seen: &mut KeysByPosition,
+    seen: &mut Seen,
     out: &mut FlatDict,
 ) -> Option<usize> {
     seen.check(memo);
@@ -309,12 +404,13 @@ fn read_with<const FRAMES: bool>(
     heap: &mut Heap,
     memo: &Memo,
     keys: &FlatKeys,
-    seen: &mut KeysByPosition,
+    seen: &mut Seen,
     out: &mut FlatDict,
 ) -> Option<usize> {
     out.fields = [None; FLAT_FIELDS];
     out.pairs = 0;
     out.items.clear();
+    out.items_bytes = None;
     out.memoized.clear();
     out.string_bytes = 0;
     let mut c = Bytes::<FRAMES> { b, at: 0 };
@@ -332,7 +428,7 @@ fn read_with<const FRAMES: bool>(
         if out.pairs == MAX_PAIRS {
             return None;
         }
-        let (key, slot) = match seen.get(out.pairs, c.b, c.at) {
+        let (key, slot) = match seen.keys.get(out.pairs, c.b, c.at) {
             Some((key, slot, len)) => {
                 c.at += len;
                 (key, slot)
@@ -344,7 +440,7 @@ fn read_with<const FRAMES: bool>(
                     _ => return None,
                 };
                 let slot = keys.field_of.get(key as usize).copied().unwrap_or(u8::MAX);
-                seen.remember(out.pairs, &c.b[start..c.at], key, slot);
+                seen.keys.remember(out.pairs, &c.b[start..c.at], key, slot);
                 (key, slot)
             }
         };
@@ -356,8 +452,7 @@ fn read_with<const FRAMES: bool>(
                 return None;
             }
             list_read = true;
-            list(&mut c, memo, out)?;
-            ITEMS
+            list(&mut c, memo, &seen.lists, out)?
         } else if key == keys.list && matches!(c.peek_op(), Some(b'h' | b'j')) {
             // A frames list shared from the memo (a container): the hook reads it without
             // keeping it, as it reads a frame dict of a list.
@@ -447,18 +542,32 @@ fn item<const FRAMES: bool>(c: &mut Bytes<'_, FRAMES>, memo: &Memo) -> Option<Va
 /// or `MARK`, items, `APPENDS`. Inlined, as [`item`] is, so that the cursor never leaves the
 /// read's registers: passed to a call, it was kept in memory, and each opcode's read waited on
 /// a store and a load (a sixth of a flat read).
+///
+/// Its value: what a list of the same item bytes was lowered to ([`KnownLists`]), or [`ITEMS`]
+/// (its items in `out`).
 #[inline(always)]
-fn list<const FRAMES: bool>(c: &mut Bytes<'_, FRAMES>, memo: &Memo, out: &mut FlatDict) -> Option<()> {
+fn list<const FRAMES: bool>(c: &mut Bytes<'_, FRAMES>, memo: &Memo, known: &KnownLists, out: &mut FlatDict) -> Option<Val> {
     c.op()?; // EMPTY_LIST
     if c.eat(0x94) {
         out.memoized.push(Memoized::List);
     }
     if c.eat(b'(') {
+        let start = c.at;
+        // Without FRAME checks only: the bytes between MARK and APPENDS are then items alone.
+        if !FRAMES {
+            if let Some((value, end)) = known.find(c.b, start) {
+                c.at = end + 1;
+                return Some(value);
+            }
+        }
         while !c.eat(b'e') {
             if out.items.len() == MAX_ITEMS {
                 return None;
             }
             out.items.push(item(c, memo)?);
+        }
+        if !FRAMES {
+            out.items_bytes = Some((start, c.at - 1));
         }
     } else if matches!(c.peek_op(), Some(b'h' | b'j')) {
         out.items.push(item(c, memo)?);
@@ -466,7 +575,7 @@ fn list<const FRAMES: bool>(c: &mut Bytes<'_, FRAMES>, memo: &Memo, out: &mut Fl
             return None;
         }
     }
-    Some(())
+    Some(ITEMS)
 }
 
 /// An int as the machine holds it inline (`None` beyond 60 bits: the machine keeps those aside).
@@ -520,6 +629,49 @@ mod tests {
         assert_eq!(short.short_long(3), None, "cut by the end of the input");
     }
 
+    /// A frames list whose item bytes were remembered reads as what it was lowered to, with no
+    /// items; once one of its memo slots is stored over, it is read item by item again.
+    #[test]
+    fn a_remembered_frames_list_is_its_stack_until_a_slot_it_names_is_stored_over() {
+        let mut heap = Heap::new(&super::super::PickleLimits::default());
+        let mut memo = Memo::default();
+        let [action, frames] = ["action", "frames"].map(|s| heap.strings.intern(s));
+        for v in [Val::string(action), Val::string(frames), Val::frame(5), Val::frame(6)] {
+            memo.push(v);
+        }
+        let mut field_of = vec![u8::MAX; frames as usize + 1];
+        field_of[frames as usize] = 3;
+        let keys = FlatKeys {
+            first: action,
+            list: frames,
+            field_of,
+        };
+        // {"action": 1, "frames": [<slot 2>, <slot 3>]}: MARK, BINGET 0, BININT1 1, BINGET 1,
+        // EMPTY_LIST, MEMOIZE, MARK, BINGET 2, LONG_BINGET 3, APPENDS, SETITEMS.
+        let entry = [b'(', b'h', 0, b'K', 1, b'h', 1, b']', 0x94, b'(', b'h', 2, b'j', 3, 0, 0, 0, b'e', b'u'];
+        let window = [&entry[..], &[b'}'; 16]].concat();
+        let (mut seen, mut out) = (Seen::default(), FlatDict::default());
+        let read_items = |seen: &mut Seen, out: &mut FlatDict, memo: &Memo, heap: &mut Heap| {
+            assert_eq!(read(&window, heap, memo, &keys, seen, out), Some(entry.len()));
+            assert_eq!(out.fields[3], Some(ITEMS));
+            assert_eq!(out.items, [Val::frame(5), Val::frame(6)]);
+            let (start, end) = out.items_bytes.expect("read one by one");
+            assert_eq!(&window[start..end], &[b'h', 2, b'j', 3, 0, 0, 0]);
+            seen.lists.remember(&window[start..end], Val::stack(9));
+        };
+        read_items(&mut seen, &mut out, &memo, &mut heap);
+        for _ in 0..2 {
+            assert_eq!(read(&window, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));
+            assert_eq!(out.fields[3], Some(Val::stack(9)), "the stack it was lowered to");
+            assert!(out.items.is_empty() && out.items_bytes.is_none());
+            assert!(matches!(out.memoized[..], [Memoized::List]), "its MEMOIZE is still seen");
+        }
+        memo.set(3, Val::frame(7));
+        assert_eq!(read(&window, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));
+        assert_eq!(out.fields[3], Some(ITEMS), "read again item by item");
+        assert_eq!(out.items, [Val::frame(5), Val::frame(7)]);
+    }
+
     /// A key read by the bytes remembered for its position is the string its memo slot holds:
     /// once that slot is stored over, the key is read again. Both ways a key is fetched.
     #[test]
@@ -544,13 +696,13 @@ mod tests {
             };
             let entry = [&[b'(', b'h', 0, b'K', 1][..], fetch, &[b'K', 7, b'u']].concat();
             let window = [&entry[..], &[b'}'; 16]].concat();
-            let (mut seen, mut out) = (KeysByPosition::default(), FlatDict::default());
+            let (mut seen, mut out) = (Seen::default(), FlatDict::default());
             let seven = int(7);
             for _ in 0..2 {
                 assert_eq!(read(&window, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));
                 assert_eq!(out.fields[1], seven, "slot 1 holds `addr`");
                 assert_eq!(out.fields[2], None);
-                assert_eq!(seen.seen[1].len as usize, fetch.len(), "remembered");
+                assert_eq!(seen.keys.seen[1].len as usize, fetch.len(), "remembered");
             }
             memo.set(1, Val::string(size));
             assert_eq!(read(&window, &mut heap, &memo, &keys, &mut seen, &mut out), Some(entry.len()));

@@ -272,7 +272,7 @@ impl Heap {
                     if lowered == Val::UNSET {
                         continue; // still reachable through the memo, keep it
                     }
-                    self.mem += memo.set(slot as usize, lowered);
+                    self.mem += memo.stand_in(slot as usize, lowered);
                 }
             }
             let o = &mut self.objs[i as usize];

@@ -121,8 +121,8 @@ impl Memo {
         }
     }
 
-    /// How many times a slot holding a value was stored into: what a slot held is still there
-    /// while this is unchanged.
+    /// How many times [`Memo::set`] stored into a slot holding a value: what a slot held is
+    /// still there, or its stand-in, while this is unchanged.
     #[inline]
     pub fn overwrites(&self) -> u64 {
         self.overwrites
@@ -164,6 +164,23 @@ impl Memo {
     /// Stores `v` in `slot` (below [`Memo::len`]); returns the bytes kept aside for it.
     #[inline]
     pub fn set(&mut self, slot: usize, v: Val) -> usize {
+        let (aside, old) = self.store(slot, v);
+        self.overwrites += u64::from(old != 0);
+        aside
+    }
+
+    /// Replaces a dead container in `slot` by `stand_in`, what it was lowered to (a frame dict
+    /// by its frame, a trace entry by "consumed"). Not counted among the [`Memo::overwrites`]:
+    /// what a flat read remembers of a slot (a key's string, a frame dict's frame) reads the
+    /// same after.
+    #[inline]
+    pub fn stand_in(&mut self, slot: usize, stand_in: Val) -> usize {
+        self.store(slot, stand_in).0
+    }
+
+    /// Stores `v` in `slot`: the bytes kept aside for it and the word the slot held.
+    #[inline]
+    fn store(&mut self, slot: usize, v: Val) -> (usize, u32) {
         let word = compact(v);
         let old = match slot.checked_sub(self.head.len()) {
             None => std::mem::replace(&mut self.head[slot], word),
@@ -172,15 +189,14 @@ impl Memo {
                 None => self.pages[i >> PAGE_BITS].set(&mut self.pool, i & (PAGE - 1), word),
             },
         };
-        self.overwrites += u64::from(old != 0);
         if old == WIDE {
             self.wide.remove(&(slot as u32));
         }
         if word == WIDE {
             self.wide.insert(slot as u32, v);
-            return 16;
+            return (16, old);
         }
-        0
+        (0, old)
     }
 
     /// Packs the tail's pages but the newest.
