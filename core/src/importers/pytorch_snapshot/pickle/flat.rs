@@ -127,7 +127,9 @@ impl FlatReader {
             // Remembered once its frames are all interned (a new frame dict is, once lowered;
             // a frame of FX code with its source trace is read anew each time).
             if self.dict.items.iter().all(|&f| heap.interned_frame(f).is_some()) {
-                self.seen.lists.remember(&input.window(WINDOW)?[start..end], list_value);
+                if let Some(items) = input.window(WINDOW)?.get(start..end) {
+                    self.seen.lists.remember(items, list_value);
+                }
             }
         }
         // What the machine charges for the strings and for each MEMOIZE, charged at once.
@@ -440,7 +442,10 @@ fn read_with<const FRAMES: bool>(
                     _ => return None,
                 };
                 let slot = keys.field_of.get(key as usize).copied().unwrap_or(u8::MAX);
-                seen.keys.remember(out.pairs, &c.b[start..c.at], key, slot);
+                // (Looking for a FRAME after the key may have stepped past the end.)
+                if let Some(bytes) = c.b.get(start..c.at) {
+                    seen.keys.remember(out.pairs, bytes, key, slot);
+                }
                 (key, slot)
             }
         };
