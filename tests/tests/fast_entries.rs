@@ -103,15 +103,26 @@ impl Pickle {
     }
 }
 
-/// A writer may store over a memo slot (BINPUT) between trace entries: a key's string, or a
-/// frame dict a frames list names. Entries read flat after it read what the slot holds now —
-/// not what the keys and lists remembered from the entries before it (`flat.rs`'s
-/// `KeysByPosition` and `KnownLists`) say — as the machine reads them.
-#[test]
-fn entries_read_flat_after_a_memo_slot_is_stored_over_read_what_it_holds_now() {
-    use memlens_core::importers::pytorch_snapshot::{decode_snapshot, flat_reads_agree};
-    /// `over`: where the entries' `addr` key and their second frame are stored over, if at all.
-    fn snapshot(over: Option<Over>) -> Vec<u8> {
+/// The memo slots of a [`TracePickle`]'s keys, action and frame dicts.
+struct Slots {
+    action: u32,
+    alloc: u32,
+    addr: u32,
+    size: u32,
+    frames: u32,
+    frame: [u32; 2],
+}
+
+/// A one-device snapshot as Python's pickler lays it out: its first trace entry (new strings
+/// and frame dicts: made by the machine) alone in a batch, then entries of the same keys and
+/// stack in a batch of their own (read flat), written by [`TracePickle::entry`].
+struct TracePickle {
+    p: Pickle,
+    slots: Slots,
+}
+
+impl TracePickle {
+    fn begin() -> TracePickle {
         let mut p = Pickle::default();
         p.op(b"\x80\x04}");
         p.memoize();
@@ -121,12 +132,10 @@ fn entries_read_flat_after_a_memo_slot_is_stored_over_read_what_it_holds_now() {
         p.memoize();
         p.op(b"(]");
         p.memoize();
-        // The first entry, with its new strings and frame dicts, is made by the machine.
         p.op(b"(}");
         p.memoize();
         p.op(b"(");
-        let keys = ["action", "alloc", "addr"].map(|s| p.string(s));
-        let [action, alloc, addr] = keys;
+        let [action, alloc, addr] = ["action", "alloc", "addr"].map(|s| p.string(s));
         p.int(0x1000);
         let size = p.string("size");
         p.int(512);
@@ -147,78 +156,155 @@ fn entries_read_flat_after_a_memo_slot_is_stored_over_read_what_it_holds_now() {
             p.op(b"u");
             slot
         };
-        let (f1, f2) = (frame(&mut p, "forward"), frame(&mut p, "layer"));
+        let frame = [frame(&mut p, "forward"), frame(&mut p, "layer")];
         p.op(b"eu");
-        // The entries after it, in a batch of their own, are read flat.
         p.op(b"e(");
-        for i in 1..9 {
-            if i == 5 {
-                if let Some(over) = over {
-                    match over {
-                        // A new string over the `addr` key's slot, then POP.
-                        Over::Key => p.op(b"\x8c\x06stream"),
-                        // The first frame dict over the second's slot.
-                        Over::Frame => p.get(f1),
-                    }
-                    let slot = match over {
-                        Over::Key => addr,
-                        Over::Frame => f2,
-                    };
-                    p.op(&[b'q', slot as u8, b'0']);
-                }
-            }
-            p.op(b"}");
-            p.memoize();
-            p.op(b"(");
-            p.get(action);
-            p.get(alloc);
-            p.get(addr);
-            p.int(0x1000 * (i + 1));
-            p.get(size);
-            p.int(512);
-            p.get(frames);
-            p.op(b"]");
-            p.memoize();
-            p.op(b"(");
-            p.get(f1);
-            p.get(f2);
-            p.op(b"eu");
-        }
-        p.op(b"ee");
-        p.string("segments");
+        let slots = Slots {
+            action,
+            alloc,
+            addr,
+            size,
+            frames,
+            frame,
+        };
+        TracePickle { p, slots }
+    }
+
+    /// An alloc at `addr` with the two frames; `then` writes more key/value pairs after those.
+    fn entry(&mut self, addr: i32, then: impl FnOnce(&mut Pickle, &Slots)) {
+        let (p, s) = (&mut self.p, &self.slots);
+        p.op(b"}");
+        p.memoize();
+        p.op(b"(");
+        p.get(s.action);
+        p.get(s.alloc);
+        p.get(s.addr);
+        p.int(addr);
+        p.get(s.size);
+        p.int(512);
+        p.get(s.frames);
         p.op(b"]");
         p.memoize();
-        p.op(b"u.");
-        p.bytes
+        p.op(b"(");
+        p.get(s.frame[0]);
+        p.get(s.frame[1]);
+        p.op(b"e");
+        then(p, s);
+        p.op(b"u");
     }
+
+    fn end(mut self) -> Vec<u8> {
+        self.p.op(b"ee");
+        self.p.string("segments");
+        self.p.op(b"]");
+        self.p.memoize();
+        self.p.op(b"u.");
+        self.p.bytes
+    }
+}
+
+fn source_of(bytes: &[u8]) -> Source {
+    let len = bytes.len() as u64;
+    Source::from_reader(
+        Box::new(std::io::Cursor::new(bytes.to_vec())),
+        len,
+        SourceLimits::default(),
+    )
+    .expect("source")
+}
+
+/// A writer may store over a memo slot (BINPUT) between trace entries: a key's string, or a
+/// frame dict a frames list names. Entries read flat after it read what the slot holds now —
+/// not what the keys and lists remembered from the entries before it (`flat.rs`'s
+/// `KeysByPosition` and `KnownLists`) say — as the machine reads them.
+#[test]
+fn entries_read_flat_after_a_memo_slot_is_stored_over_read_what_it_holds_now() {
+    use memlens_core::importers::pytorch_snapshot::{decode_snapshot, flat_reads_agree};
     #[derive(Clone, Copy, Debug)]
     enum Over {
+        /// A new string over the `addr` key's slot.
         Key,
+        /// The first frame dict over the second's slot.
         Frame,
     }
-    let options = ImportOptions::default();
-    let source = |bytes: &[u8]| {
-        let len = bytes.len() as u64;
-        Source::from_reader(
-            Box::new(std::io::Cursor::new(bytes.to_vec())),
-            len,
-            SourceLimits::default(),
-        )
-        .expect("source")
+    let snapshot = |over: Option<Over>| {
+        let mut t = TracePickle::begin();
+        for i in 1..9 {
+            if let (5, Some(over)) = (i, over) {
+                let slot = match over {
+                    Over::Key => {
+                        t.p.op(b"\x8c\x06stream");
+                        t.slots.addr
+                    }
+                    Over::Frame => {
+                        t.p.get(t.slots.frame[0]);
+                        t.slots.frame[1]
+                    }
+                };
+                t.p.op(&[b'q', slot as u8, b'0']); // BINPUT, POP
+            }
+            t.entry(0x1000 * (i + 1), |_, _| {});
+        }
+        t.end()
     };
-    let plain = decode_snapshot(source(&snapshot(None)), &options).expect("decodes");
+    let options = ImportOptions::default();
+    let plain = decode_snapshot(source_of(&snapshot(None)), &options).expect("decodes");
     for over in [None, Some(Over::Key), Some(Over::Frame)] {
         let bytes = snapshot(over);
         assert_eq!(
-            flat_reads_agree(source(&bytes), source(&bytes), &options),
+            flat_reads_agree(source_of(&bytes), source_of(&bytes), &options),
             Ok(()),
             "{over:?}"
         );
-        let decoded = decode_snapshot(source(&bytes), &options).expect("decodes");
+        let decoded = decode_snapshot(source_of(&bytes), &options).expect("decodes");
         assert_eq!(
             decoded == plain,
             over.is_none(),
             "{over:?}: the store over a slot changes what is read"
         );
+    }
+}
+
+/// An entry whose `frames` key comes twice — a new list, then None or a list shared from the
+/// memo — has the stack of the last; the list's bytes are not remembered as that stack, so the
+/// entries after it that list the same frames have their stack.
+#[test]
+fn a_frames_list_overridden_by_a_second_frames_key_is_not_remembered_as_its_stack() {
+    use memlens_core::importers::pytorch_snapshot::{decode_snapshot, flat_reads_agree};
+    let options = ImportOptions::default();
+    let stacks_of = |bytes: &[u8]| {
+        let tables = decode_snapshot(source_of(bytes), &options)
+            .expect("decodes")
+            .into_tables()
+            .expect("tables");
+        tables.meta().source.stack_count
+    };
+    for shared in [false, true] {
+        let mut t = TracePickle::begin();
+        // (The first entry read flat: its list's bytes are not remembered yet.)
+        // A list of the second frame alone, memoized and popped: shared by the entry below.
+        t.p.op(b"]");
+        let alone = t.p.memoize();
+        t.p.op(b"(");
+        t.p.get(t.slots.frame[1]);
+        t.p.op(b"e0");
+        t.entry(0x3000, |p, s| {
+            p.get(s.frames);
+            match shared {
+                true => p.get(alone),
+                false => p.op(b"N"),
+            }
+        });
+        for i in 4..8 {
+            t.entry(0x1000 * i, |_, _| {});
+        }
+        let bytes = t.end();
+        assert_eq!(
+            flat_reads_agree(source_of(&bytes), source_of(&bytes), &options),
+            Ok(()),
+            "shared: {shared}"
+        );
+        // The empty stack (None's), the two frames', and the second frame's alone if shared.
+        assert_eq!(stacks_of(&bytes), 2 + usize::from(shared), "shared: {shared}");
     }
 }

@@ -425,6 +425,12 @@ fn read_with<const FRAMES: bool>(
     let mut list_read = false;
     loop {
         if c.eat(b'u') {
+            // The list's bytes stand for the entry's stack only when its value is the list (a
+            // key given twice, the last one counts).
+            let list_field = keys.field_of.get(keys.list as usize).and_then(|&f| out.fields.get(f as usize));
+            if list_field != Some(&Some(ITEMS)) {
+                out.items_bytes = None;
+            }
             return (out.pairs > 0).then_some(c.at);
         }
         if out.pairs == MAX_PAIRS {
