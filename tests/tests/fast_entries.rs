@@ -1,4 +1,4 @@
-//! Trace entries read flat (`pickle/flat.rs`) give exactly the tables the general machine
+//! Trace entries read flat (`pickle/flat/`) give exactly the tables the general machine
 //! gives, on every committed snapshot and every shared one (`../shared/traces/pytorch`, with
 //! the bench file, when it is there): each decoded both ways, every table compared. The flat
 //! decode reads its input through a thread that reads ahead (`pickle/read_ahead.rs`, which
@@ -215,7 +215,7 @@ fn source_of(bytes: &[u8]) -> Source {
 
 /// A writer may store over a memo slot (BINPUT) between trace entries: a key's string, or a
 /// frame dict a frames list names. Entries read flat after it read what the slot holds now —
-/// not what the keys and lists remembered from the entries before it (`flat.rs`'s
+/// not what the keys and lists remembered from the entries before it (`flat/seen.rs`'s
 /// `KeysByPosition` and `KnownLists`) say — as the machine reads them.
 #[test]
 fn entries_read_flat_after_a_memo_slot_is_stored_over_read_what_it_holds_now() {

@@ -19,7 +19,10 @@
 
 use std::io::Read;
 
+mod seen;
+
 use super::{intern_bytes, AppendHook, Heap, Input, Memo, PResult, Val, T_INT, T_STR};
+use seen::{KnownLists, Seen};
 
 /// A value of a [`FlatDict`] pair that the machine would have had to build: the dict's list,
 /// whose items are [`FlatDict::items`].
@@ -154,162 +157,6 @@ impl FlatReader {
     }
 }
 
-/// What flat reads remember of the entries before: their keys by position and their frames
-/// lists by their bytes, forgotten when a memo slot is stored over ([`Memo::overwrites`]).
-#[derive(Default)]
-pub(super) struct Seen {
-    keys: KeysByPosition,
-    lists: KnownLists,
-    /// [`Memo::overwrites`] when they were remembered: a slot stored over since may now hold
-    /// another string or frame.
-    overwrites: u64,
-}
-
-impl Seen {
-    /// Forgets everything when a memo slot was stored over since it was remembered.
-    #[inline]
-    fn check(&mut self, memo: &Memo) {
-        if self.overwrites != memo.overwrites() {
-            *self = Seen {
-                overwrites: memo.overwrites(),
-                ..Default::default()
-            };
-        }
-    }
-}
-
-/// Positions of an entry whose keys [`KeysByPosition`] remembers (PyTorch writes 8 or 9 keys).
-const KEYS_REMEMBERED: usize = 12;
-
-/// The key each position of the last entries had, by its bytes: a writer puts the same keys
-/// in the same order entry after entry, each a `BINGET` or `LONG_BINGET` of the slot its
-/// string was memoized in. A key whose bytes are those remembered for its position is the key
-/// remembered, and its slot of [`FlatDict::fields`], without fetching its memo slot, checking
-/// it is a string and looking up its field (that was a third of reading an entry).
-#[derive(Default)]
-struct KeysByPosition {
-    seen: [SeenKey; KEYS_REMEMBERED],
-}
-
-/// The key a position had: its opcode and index bytes (little-endian, in the low `len` bytes
-/// of `bytes`; `len` 0 for none), its string id and field slot (`u8::MAX` for a key the hook
-/// does not read).
-#[derive(Clone, Copy, Default)]
-struct SeenKey {
-    bytes: u64,
-    len: u8,
-    key: u32,
-    slot: u8,
-}
-
-impl KeysByPosition {
-    /// The key remembered for `position` when `b[at..]` starts with its bytes: its string id,
-    /// field slot and length in bytes. (Eight bytes are loaded at once; within eight of the
-    /// end, the key is read as any other.)
-    #[inline(always)]
-    fn get(&self, position: usize, b: &[u8], at: usize) -> Option<(u32, u8, usize)> {
-        let k = self.seen.get(position)?;
-        let eight = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?);
-        let mask = u64::MAX >> (64 - 8 * u32::from(k.len.max(1)));
-        (k.len != 0 && eight & mask == k.bytes).then_some((k.key, k.slot, k.len as usize))
-    }
-
-    /// Remembers that `bytes` (a `BINGET` or `LONG_BINGET`) at `position` read as `key`, of
-    /// field slot `slot`.
-    #[inline]
-    fn remember(&mut self, position: usize, bytes: &[u8], key: u32, slot: u8) {
-        let (Some(seen), [b'h', _] | [b'j', _, _, _, _]) = (self.seen.get_mut(position), bytes) else {
-            return;
-        };
-        let mut eight = [0; 8];
-        eight[..bytes.len()].copy_from_slice(bytes);
-        *seen = SeenKey {
-            bytes: u64::from_le_bytes(eight),
-            len: bytes.len() as u8,
-            key,
-            slot,
-        };
-    }
-}
-
-/// Frames lists [`KnownLists`] remembers at most, and bytes of their items: a few MiB at most
-/// (a trace has as many distinct lists as stacks, thousands; past these, lists are read as
-/// before).
-const KNOWN_LISTS: usize = 1 << 16;
-const KNOWN_LIST_BYTES: usize = 4 << 20;
-
-/// Frames lists read before, by the bytes of their items (`BINGET`s and `LONG_BINGET`s of
-/// frame dicts): a trace lists the same stacks again and again, each time as the same bytes. A
-/// list whose item bytes were lowered before is the stack it was lowered to, without reading
-/// each item from the memo, finding its frame and hashing the frames to their stack (that was
-/// a fifth of decoding a trace of eight-frame stacks).
-#[derive(Default)]
-struct KnownLists {
-    /// Each remembered list's item bytes, one after another.
-    bytes: Vec<u8>,
-    lists: hashbrown::HashTable<KnownList>,
-}
-
-/// A remembered list: its item bytes (`bytes[start..start + len]`), their hash, what it was
-/// lowered to.
-#[derive(Clone, Copy)]
-struct KnownList {
-    hash: u64,
-    start: u32,
-    len: u32,
-    value: Val,
-}
-
-impl KnownLists {
-    /// The value a list whose item bytes start at `b[start..]` was lowered to, and where its
-    /// `APPENDS` is, when these bytes were remembered.
-    #[inline]
-    fn find(&self, b: &[u8], start: usize) -> Option<(Val, usize)> {
-        if self.lists.is_empty() {
-            return None;
-        }
-        let mut at = start;
-        loop {
-            match *b.get(at)? {
-                b'h' => at += 2,
-                b'j' => at += 5,
-                b'e' => break,
-                _ => return None,
-            }
-        }
-        let items = &b[start..at];
-        let hash = hash_bytes(items);
-        let known = self.lists.find(hash, |k| {
-            k.hash == hash && self.bytes[k.start as usize..(k.start + k.len) as usize] == *items
-        })?;
-        Some((known.value, at))
-    }
-
-    /// Remembers that a list of item bytes `items` (not remembered yet) was lowered to `value`.
-    fn remember(&mut self, items: &[u8], value: Val) {
-        if self.lists.len() >= KNOWN_LISTS || self.bytes.len() + items.len() > KNOWN_LIST_BYTES {
-            return;
-        }
-        let known = KnownList {
-            hash: hash_bytes(items),
-            start: self.bytes.len() as u32,
-            len: items.len() as u32,
-            value,
-        };
-        self.bytes.extend_from_slice(items);
-        self.lists.insert_unique(known.hash, known, |k| k.hash);
-    }
-}
-
-/// The hash of a list's item bytes.
-#[inline]
-fn hash_bytes(b: &[u8]) -> u64 {
-    use std::hash::Hasher;
-    let mut h = rustc_hash::FxHasher::default();
-    h.write(b);
-    h.finish()
-}
-
 /// Pairs and list items an entry may have before it is left to the machine.
 const MAX_PAIRS: usize = 64;
 const MAX_ITEMS: usize = 256;
@@ -387,7 +234,7 @@ impl<const FRAMES: bool> Bytes<'_, FRAMES> {
 /// Reads an entry dict from `b` (the bytes after its `EMPTY_DICT`) into `out`; the bytes read
 /// (through its `SETITEMS`), or `None` when the machine is to read it. Interns the strings it
 /// reads (as the machine would); changes nothing else.
-pub(super) fn read(
+fn read(
     b: &[u8],
     heap: &mut Heap,
     memo: &Memo,
