@@ -308,3 +308,45 @@ fn a_frames_list_overridden_by_a_second_frames_key_is_not_remembered_as_its_stac
         assert_eq!(stacks_of(&bytes), 2 + usize::from(shared), "shared: {shared}");
     }
 }
+
+/// Entries read flat by the shape of the one before (`flat/seen.rs`'s `EntryShape`) among
+/// entries of other shapes — a pair more, repeating a key the hook reads or naming one it does
+/// not — read as the machine reads them: each entry has its own fields, and the last of a key
+/// given twice counts.
+#[test]
+fn entries_of_another_shape_among_entries_of_one_shape_read_as_the_machine_reads_them() {
+    use memlens_core::importers::pytorch_snapshot::{decode_snapshot, flat_reads_agree};
+    let options = ImportOptions::default();
+    let mut t = TracePickle::begin();
+    let mut extra = None;
+    for i in 1..12 {
+        t.entry(0x1000 * (i + 1), |p, s| match i {
+            // `size` again: 1024 counts.
+            4 | 5 | 9 => {
+                p.get(s.size);
+                p.int(1024);
+            }
+            // A key the hook does not read, new then fetched from the memo.
+            7 | 8 => {
+                match extra {
+                    None => extra = Some(p.string("extra")),
+                    Some(slot) => p.get(slot),
+                }
+                p.int(3);
+            }
+            _ => {}
+        });
+    }
+    let bytes = t.end();
+    assert_eq!(flat_reads_agree(source_of(&bytes), source_of(&bytes), &options), Ok(()));
+    let tables = decode_snapshot(source_of(&bytes), &options)
+        .expect("decodes")
+        .into_tables()
+        .expect("tables");
+    let events = memlens_core::analysis::DeviceEvents::new(&tables, 0).expect("device 0");
+    let size = events.size().to_vec();
+    let want: Vec<i64> = (0..12)
+        .map(|i| if [4, 5, 9].contains(&i) { 1024 } else { 512 })
+        .collect();
+    assert_eq!(size, want);
+}

@@ -22,7 +22,7 @@ use std::io::Read;
 mod seen;
 
 use super::{intern_bytes, AppendHook, Heap, Input, Memo, PResult, Val, T_INT, T_STR};
-use seen::{KnownLists, Seen};
+use seen::{KnownLists, Seen, ShapeKey};
 
 /// A value of a [`FlatDict`] pair that the machine would have had to build: the dict's list,
 /// whose items are [`FlatDict::items`].
@@ -56,6 +56,9 @@ pub struct FlatDict {
     /// Where the bytes of those items lie in the read's window, when they were read one by one
     /// between `MARK` and `APPENDS` (and could be remembered, [`KnownLists`]).
     items_bytes: Option<(usize, usize)>,
+    /// Whether each of its keys was fetched by bytes [`seen::KeysByPosition`] now holds for
+    /// its position (so that its keys can be the next entries' shape, [`seen::EntryShape`]).
+    keys_known: bool,
     pub memoized: Vec<Memoized>,
     /// Bytes of the strings it read (charged to the memory budget as the machine charges them).
     pub string_bytes: usize,
@@ -243,9 +246,98 @@ fn read(
     out: &mut FlatDict,
 ) -> Option<usize> {
     seen.check(memo);
+    if let Some(n) = read_shaped(b, heap, memo, seen, out) {
+        return Some(n);
+    }
     // Most entries hold no FRAME (one comes every 64 KiB, every thousand entries or so): read
     // without looking for one first, and again looking for them where that read stops.
-    read_with::<false>(b, heap, memo, keys, seen, out).or_else(|| read_with::<true>(b, heap, memo, keys, seen, out))
+    match read_with::<false>(b, heap, memo, keys, seen, out) {
+        Some(n) => {
+            let memoized = matches!(out.memoized.first(), Some(Memoized::Dict));
+            seen.shape.learn(&seen.keys, out.pairs, out.keys_known, memoized, keys.list);
+            Some(n)
+        }
+        None => read_with::<true>(b, heap, memo, keys, seen, out),
+    }
+}
+
+/// [`scalar`] with one copy of its dispatch per position in the entry (`$position`, the
+/// first twelve): the writer puts the same kind of value at the same position entry after
+/// entry (a number, a string, a memo reference), which a branch per position predicts and one
+/// shared branch does not (it was a third of reading an entry).
+macro_rules! scalar_by_position {
+    ($position:expr, $c:ident, $heap:ident, $memo:ident, $out:ident) => {
+        scalar_by_position!(@ $position, $c, $heap, $memo, $out; 0 1 2 3 4 5 6 7 8 9 10 11)
+    };
+    (@ $position:expr, $c:ident, $heap:ident, $memo:ident, $out:ident; $($i:literal)*) => {
+        match $position {
+            $($i => scalar(&mut $c, $heap, $memo, $out)?,)*
+            _ => scalar(&mut $c, $heap, $memo, $out)?,
+        }
+    };
+}
+
+/// Empties `out` for an entry's read.
+#[inline(always)]
+fn clear(out: &mut FlatDict) {
+    out.fields = [None; FLAT_FIELDS];
+    out.pairs = 0;
+    out.items.clear();
+    out.items_bytes = None;
+    out.keys_known = true;
+    out.memoized.clear();
+    out.string_bytes = 0;
+}
+
+/// [`read_with`] for an entry whose keys are those of the shape remembered
+/// ([`seen::EntryShape`]), position by position (`None`, and nothing but strings interned, when
+/// they are not: the entry is then read key by key). Each key is one masked compare of the
+/// bytes remembered; its value is read as [`read_with`] reads it.
+fn read_shaped(b: &[u8], heap: &mut Heap, memo: &Memo, seen: &Seen, out: &mut FlatDict) -> Option<usize> {
+    let shape = &seen.shape;
+    if shape.keys.is_empty() {
+        return None;
+    }
+    clear(out);
+    let mut c = Bytes::<false> { b, at: 0 };
+    if shape.memoized {
+        if !c.eat(0x94) {
+            return None;
+        }
+        out.memoized.push(Memoized::Dict);
+    }
+    if !c.eat(b'(') {
+        return None;
+    }
+    for (i, &ShapeKey { bytes, mask, len, slot }) in shape.keys.iter().enumerate() {
+        let eight = u64::from_le_bytes(c.b.get(c.at..c.at + 8)?.try_into().ok()?);
+        if eight & mask != bytes {
+            return None;
+        }
+        c.at += len as usize;
+        let value = if i == shape.list_at {
+            match c.peek_op() {
+                Some(b']') => list(&mut c, memo, &seen.lists, out)?,
+                Some(b'h' | b'j') => item(&mut c, memo)?,
+                _ => scalar(&mut c, heap, memo, out)?,
+            }
+        } else {
+            scalar_by_position!(i, c, heap, memo, out)
+        };
+        if let Some(field) = out.fields.get_mut(slot as usize) {
+            *field = Some(value);
+        }
+    }
+    if !c.eat(b'u') {
+        return None;
+    }
+    out.pairs = shape.keys.len();
+    // As in `read_with`: the list's bytes stand for the stack only when its value is the list.
+    let list_field = shape.keys.get(shape.list_at).and_then(|k| out.fields.get(k.slot as usize));
+    if list_field != Some(&Some(ITEMS)) {
+        out.items_bytes = None;
+    }
+    Some(c.at)
 }
 
 fn read_with<const FRAMES: bool>(
@@ -256,12 +348,7 @@ fn read_with<const FRAMES: bool>(
     seen: &mut Seen,
     out: &mut FlatDict,
 ) -> Option<usize> {
-    out.fields = [None; FLAT_FIELDS];
-    out.pairs = 0;
-    out.items.clear();
-    out.items_bytes = None;
-    out.memoized.clear();
-    out.string_bytes = 0;
+    clear(out);
     let mut c = Bytes::<FRAMES> { b, at: 0 };
     if c.eat(0x94) {
         out.memoized.push(Memoized::Dict);
@@ -296,9 +383,11 @@ fn read_with<const FRAMES: bool>(
                 };
                 let slot = keys.field_of.get(key as usize).copied().unwrap_or(u8::MAX);
                 // (Looking for a FRAME after the key may have stepped past the end.)
-                if let Some(bytes) = c.b.get(start..c.at) {
-                    seen.keys.remember(out.pairs, bytes, key, slot);
-                }
+                let remembered = match c.b.get(start..c.at) {
+                    Some(bytes) => seen.keys.remember(out.pairs, bytes, key, slot),
+                    None => false,
+                };
+                out.keys_known &= remembered;
                 (key, slot)
             }
         };
@@ -316,19 +405,7 @@ fn read_with<const FRAMES: bool>(
             // keeping it, as it reads a frame dict of a list.
             item(&mut c, memo)?
         } else {
-            // One copy of the value's dispatch per position in the entry: the writer puts the
-            // same kind of value at the same position entry after entry (a number, a string, a
-            // memo reference), which a branch per position predicts and one shared branch
-            // does not (it was a third of reading an entry).
-            macro_rules! by_position {
-                ($($i:literal)*) => {
-                    match out.pairs {
-                        $($i => scalar(&mut c, heap, memo, out)?,)*
-                        _ => scalar(&mut c, heap, memo, out)?,
-                    }
-                };
-            }
-            by_position!(0 1 2 3 4 5 6 7 8 9 10 11)
+            scalar_by_position!(out.pairs, c, heap, memo, out)
         };
         if let Some(field) = out.fields.get_mut(slot as usize) {
             *field = Some(value);
@@ -567,5 +644,52 @@ mod tests {
             assert_eq!(out.fields[1], None, "slot 1 no longer holds `addr`");
             assert_eq!(out.fields[2], seven, "slot 1 holds `size`");
         }
+    }
+
+    /// An entry whose key bytes are the last entry's, position by position, is read by its
+    /// shape, with the same fields as key by key; an entry with a pair more, or another key's
+    /// bytes at a position, is not, and neither is any entry once a memo slot is stored over.
+    #[test]
+    fn an_entry_is_read_by_the_shape_of_the_one_before_only_where_its_keys_are_the_same() {
+        let mut heap = Heap::new(&super::super::PickleLimits::default());
+        let mut memo = Memo::default();
+        let [action, addr, size] = ["action", "addr", "size"].map(|s| heap.strings.intern(s));
+        for v in [Val::string(action), Val::string(addr), Val::string(size)] {
+            memo.push(v);
+        }
+        let mut field_of = vec![u8::MAX; size as usize + 1];
+        field_of[action as usize] = 0;
+        field_of[addr as usize] = 1;
+        field_of[size as usize] = 2;
+        let keys = FlatKeys {
+            first: action,
+            list: u32::MAX,
+            field_of,
+        };
+        // MEMOIZE, MARK, BINGET 0, BININT1 1, BINGET 1, BININT1 7, [BINGET 2, BININT1 9,] SETITEMS.
+        let two = [0x94, b'(', b'h', 0, b'K', 1, b'h', 1, b'K', 7, b'u'];
+        let three = [0x94, b'(', b'h', 0, b'K', 1, b'h', 1, b'K', 7, b'h', 2, b'K', 9, b'u'];
+        let swapped = [0x94, b'(', b'h', 0, b'K', 1, b'h', 2, b'K', 7, b'u'];
+        let window = |entry: &[u8]| [entry, &[b'}'; 16]].concat();
+        let (mut seen, mut out) = (Seen::default(), FlatDict::default());
+        assert_eq!(read_shaped(&window(&two), &mut heap, &memo, &seen, &mut out), None, "no shape yet");
+        assert_eq!(read(&window(&two), &mut heap, &memo, &keys, &mut seen, &mut out), Some(two.len()));
+        assert_eq!(seen.shape.keys.len(), 2, "its keys are the shape");
+        let by_keys = out.fields;
+        assert_eq!(read_shaped(&window(&two), &mut heap, &memo, &seen, &mut out), Some(two.len()));
+        assert_eq!((out.fields, out.pairs), (by_keys, 2), "the same fields as key by key");
+        assert!(matches!(out.memoized[..], [Memoized::Dict]));
+        for other in [&three[..], &swapped[..]] {
+            assert_eq!(read_shaped(&window(other), &mut heap, &memo, &seen, &mut out), None);
+        }
+        assert_eq!(read(&window(&three), &mut heap, &memo, &keys, &mut seen, &mut out), Some(three.len()));
+        assert_eq!(out.fields[2], int(9), "read key by key");
+        assert_eq!(seen.shape.keys.len(), 3, "and its keys the shape now");
+        assert_eq!(read(&window(&swapped), &mut heap, &memo, &keys, &mut seen, &mut out), Some(swapped.len()));
+        assert_eq!((out.fields[1], out.fields[2]), (None, int(7)), "slot 2 holds `size`");
+        assert_eq!(read(&window(&two), &mut heap, &memo, &keys, &mut seen, &mut out), Some(two.len()));
+        memo.set(1, Val::string(size));
+        assert_eq!(read(&window(&two), &mut heap, &memo, &keys, &mut seen, &mut out), Some(two.len()));
+        assert_eq!((out.fields[1], out.fields[2]), (None, int(7)), "slot 1 holds `size` now");
     }
 }

@@ -1,7 +1,8 @@
 //! What flat reads ([`super`]) remember of the entries before, to read the next ones with
-//! less work: each position's key by its bytes ([`KeysByPosition`]) and each frames list's
-//! stack by its item bytes ([`KnownLists`]). All of it is forgotten when a memo slot is stored
-//! over ([`Memo::overwrites`]), since what the bytes name may then have changed.
+//! less work: each position's key by its bytes ([`KeysByPosition`]), the last entry's keys
+//! all together ([`EntryShape`]) and each frames list's stack by its item bytes
+//! ([`KnownLists`]). All of it is forgotten when a memo slot is stored over
+//! ([`Memo::overwrites`]), since what the bytes name may then have changed.
 
 use super::super::{Memo, Val};
 
@@ -10,6 +11,7 @@ use super::super::{Memo, Val};
 #[derive(Default)]
 pub(super) struct Seen {
     pub(super) keys: KeysByPosition,
+    pub(super) shape: EntryShape,
     pub(super) lists: KnownLists,
     /// [`Memo::overwrites`] when they were remembered: a slot stored over since may now hold
     /// another string or frame.
@@ -66,11 +68,12 @@ impl KeysByPosition {
     }
 
     /// Remembers that `bytes` (a `BINGET` or `LONG_BINGET`) at `position` read as `key`, of
-    /// field slot `slot`.
+    /// field slot `slot`; `false` when they are not remembered (another opcode, a position
+    /// past those remembered).
     #[inline]
-    pub(super) fn remember(&mut self, position: usize, bytes: &[u8], key: u32, slot: u8) {
+    pub(super) fn remember(&mut self, position: usize, bytes: &[u8], key: u32, slot: u8) -> bool {
         let (Some(seen), [b'h', _] | [b'j', _, _, _, _]) = (self.seen.get_mut(position), bytes) else {
-            return;
+            return false;
         };
         let mut eight = [0; 8];
         eight[..bytes.len()].copy_from_slice(bytes);
@@ -80,6 +83,64 @@ impl KeysByPosition {
             key,
             slot,
         };
+        true
+    }
+}
+
+/// The keys of the last entry read key by key, in order, as [`KeysByPosition`] knew them: the
+/// next entry whose key bytes are these, position after position, has these keys, read with
+/// no per-key bookkeeping (how many pairs so far, whether the first key is the entry's,
+/// whether a list may come, which position's key to look up): [`super::read_shaped`].
+#[derive(Default)]
+pub(super) struct EntryShape {
+    /// Whether the entry's dict was memoized (a `MEMOIZE` after its `EMPTY_DICT`).
+    pub(super) memoized: bool,
+    /// Each position's key; none: no shape (an entry is read key by key).
+    pub(super) keys: Vec<ShapeKey>,
+    /// The position whose key is the frames list's (past the end: none).
+    pub(super) list_at: usize,
+}
+
+/// A key of an [`EntryShape`]: its opcode and index bytes (little-endian, the low `len` bytes
+/// of `bytes`; `mask` keeps those), and its field slot.
+#[derive(Clone, Copy)]
+pub(super) struct ShapeKey {
+    pub(super) bytes: u64,
+    pub(super) mask: u64,
+    pub(super) len: u8,
+    pub(super) slot: u8,
+}
+
+impl EntryShape {
+    /// Takes as the shape the keys of an entry of `pairs` pairs just read key by key, every one
+    /// of them fetched by bytes [`KeysByPosition`] now holds for its position (`known`); else
+    /// there is no shape. `list` is the frames list's key; an entry naming it twice has none.
+    pub(super) fn learn(&mut self, keys: &KeysByPosition, pairs: usize, known: bool, memoized: bool, list: u32) {
+        self.keys.clear();
+        self.list_at = usize::MAX;
+        if !known || pairs > KEYS_REMEMBERED {
+            return;
+        }
+        for (i, k) in keys.seen[..pairs].iter().enumerate() {
+            if k.len == 0 {
+                self.keys.clear();
+                return;
+            }
+            if k.key == list {
+                if self.list_at != usize::MAX {
+                    self.keys.clear();
+                    return;
+                }
+                self.list_at = i;
+            }
+            self.keys.push(ShapeKey {
+                bytes: k.bytes,
+                mask: u64::MAX >> (64 - 8 * u32::from(k.len)),
+                len: k.len,
+                slot: k.slot,
+            });
+        }
+        self.memoized = memoized;
     }
 }
 
