@@ -254,8 +254,18 @@ impl Heap {
 
     /// Drops one reference; dead containers are freed (iteratively), memoized ones are
     /// replaced in the memo by their compact stand-in when they have one, kept otherwise.
+    #[inline]
     pub(super) fn decref(&mut self, v: Val, memo: &mut Memo) {
-        let Some(i) = v.obj() else { return };
+        // Most values let go of are no container (a trace entry read flat, a number, a
+        // string): no call for those.
+        if let Some(i) = v.obj() {
+            self.decref_obj(i, memo);
+        }
+    }
+
+    /// [`Heap::decref`] of container `i`.
+    #[inline(never)]
+    fn decref_obj(&mut self, i: u32, memo: &mut Memo) {
         let mut work = std::mem::take(&mut self.dying);
         work.push(i);
         while let Some(i) = work.pop() {
