@@ -607,6 +607,27 @@ mod tests {
         assert_eq!(out.items, [Val::frame(5), Val::frame(7)]);
     }
 
+    /// A heap with the strings `action`, `addr` and `size`, the first `memoized` of them in memo
+    /// slots 0, 1, 2; their ids; keys that read them into field slots 0, 1, 2, `action` first.
+    fn action_addr_size(memoized: usize) -> (Heap, Memo, [u32; 3], FlatKeys) {
+        let mut heap = Heap::new(&super::super::PickleLimits::default());
+        let mut memo = Memo::default();
+        let ids = ["action", "addr", "size"].map(|s| heap.strings.intern(s));
+        for &id in &ids[..memoized] {
+            memo.push(Val::string(id));
+        }
+        let mut field_of = vec![u8::MAX; ids[2] as usize + 1];
+        for (slot, &id) in ids.iter().enumerate() {
+            field_of[id as usize] = slot as u8;
+        }
+        let keys = FlatKeys {
+            first: ids[0],
+            list: u32::MAX,
+            field_of,
+        };
+        (heap, memo, ids, keys)
+    }
+
     /// A key read by the bytes remembered for its position is the string its memo slot holds:
     /// once that slot is stored over, the key is read again. Both ways a key is fetched.
     #[test]
@@ -616,19 +637,7 @@ mod tests {
         let binget: &[u8] = &[b'h', 1];
         let long_binget: &[u8] = &[b'j', 1, 0, 0, 0];
         for fetch in [binget, long_binget] {
-            let mut heap = Heap::new(&super::super::PickleLimits::default());
-            let mut memo = Memo::default();
-            let [action, addr, size] = ["action", "addr", "size"].map(|s| heap.strings.intern(s));
-            memo.push(Val::string(action));
-            memo.push(Val::string(addr));
-            let mut field_of = vec![u8::MAX; size as usize + 1];
-            field_of[addr as usize] = 1;
-            field_of[size as usize] = 2;
-            let keys = FlatKeys {
-                first: action,
-                list: u32::MAX,
-                field_of,
-            };
+            let (mut heap, mut memo, [_, _, size], keys) = action_addr_size(2);
             let entry = [&[b'(', b'h', 0, b'K', 1][..], fetch, &[b'K', 7, b'u']].concat();
             let window = [&entry[..], &[b'}'; 16]].concat();
             let (mut seen, mut out) = (Seen::default(), FlatDict::default());
@@ -651,21 +660,7 @@ mod tests {
     /// bytes at a position, is not, and neither is any entry once a memo slot is stored over.
     #[test]
     fn an_entry_is_read_by_the_shape_of_the_one_before_only_where_its_keys_are_the_same() {
-        let mut heap = Heap::new(&super::super::PickleLimits::default());
-        let mut memo = Memo::default();
-        let [action, addr, size] = ["action", "addr", "size"].map(|s| heap.strings.intern(s));
-        for v in [Val::string(action), Val::string(addr), Val::string(size)] {
-            memo.push(v);
-        }
-        let mut field_of = vec![u8::MAX; size as usize + 1];
-        field_of[action as usize] = 0;
-        field_of[addr as usize] = 1;
-        field_of[size as usize] = 2;
-        let keys = FlatKeys {
-            first: action,
-            list: u32::MAX,
-            field_of,
-        };
+        let (mut heap, mut memo, [_, _, size], keys) = action_addr_size(3);
         // MEMOIZE, MARK, BINGET 0, BININT1 1, BINGET 1, BININT1 7, [BINGET 2, BININT1 9,] SETITEMS.
         let two = [0x94, b'(', b'h', 0, b'K', 1, b'h', 1, b'K', 7, b'u'];
         let three = [0x94, b'(', b'h', 0, b'K', 1, b'h', 1, b'K', 7, b'h', 2, b'K', 9, b'u'];
