@@ -57,6 +57,21 @@ pub struct FinalFrames<'a> {
     pub others_running: &'a dyn Fn() -> bool,
 }
 
+/// A device's segment-map checkpoints as soon as the fragmentation replay has taken them, while
+/// the device's other analyses still run on the thread beside it: what
+/// [`crate::report::Keeping::checkpoints_final`] is called with, on the replay's thread, so that
+/// a sink storing them can encode them in time that thread would spend idle (on a long trace
+/// the replay ends first). The same checkpoints come again in the device's [`DeviceFrames`].
+pub struct CheckpointsFinal<'a> {
+    pub device: i64,
+    /// The device's events: each stored checkpoint holds the entries before it.
+    pub events: &'a DeviceEvents,
+    pub checkpoints: &'a SegmentCheckpoints,
+    /// Whether the device's other analyses are still running (work beyond that point delays
+    /// the device's summary instead of filling a wait).
+    pub others_running: &'a dyn Fn() -> bool,
+}
+
 /// The `user_metadata` of a device's alloc entries, by entry index on the device.
 pub fn alloc_metadata(t: &SnapshotTables, device: i64) -> PolarsResult<FxHashMap<i64, String>> {
     if t.event_notes.height() == 0 {

@@ -22,7 +22,9 @@ use crate::analysis::DeviceEvents;
 use crate::drop_aside::drop_aside;
 use crate::error::{AnalysisError, ImportError};
 use crate::importers::{begin_import, import_on_thread, BegunImport, ImportOptions, Imported, ImportedFile};
-use crate::report::{analyze_gpu_log, analyze_snapshot_with, snapshot_time_range, Keeping, OnFramesFinal};
+use crate::report::{
+    analyze_gpu_log, analyze_snapshot_with, snapshot_time_range, Keeping, OnCheckpointsFinal, OnFramesFinal,
+};
 use crate::samples::GpuSampleTables;
 use crate::source::Source;
 use crate::stacks::StackResolver;
@@ -101,7 +103,7 @@ impl PipelineError {
 }
 
 use crate::frames::{alloc_metadata, stored_usage};
-pub use crate::frames::{DeviceFrames, FinalFrames};
+pub use crate::frames::{CheckpointsFinal, DeviceFrames, FinalFrames};
 
 /// What a run hands its sink for each analysed snapshot.
 pub struct SnapshotOutput<'a> {
@@ -126,6 +128,9 @@ pub struct GpuLogOutput<'a> {
 pub trait EarlyFrames: Sync {
     /// Snapshot `index` (as in [`SnapshotOutput::index`]): the device's usage and lifetimes.
     fn frames_final(&self, index: usize, frames: FinalFrames<'_>);
+    /// Snapshot `index`: the device's segment-map checkpoints (when
+    /// [`PipelineSink::keeps_segment_checkpoints`]), on the replay's thread.
+    fn checkpoints_final(&self, _index: usize, _checkpoints: CheckpointsFinal<'_>) {}
 }
 
 /// Receives progress and, when [`PipelineSink::keeps_tables`], each file's tables.
@@ -264,10 +269,12 @@ pub fn run_with(
             let index = out.files.len();
             let early = sink.keeps_tables().then(|| sink.early_frames()).flatten();
             let on_final = early.map(|e| move |frames: FinalFrames<'_>| e.frames_final(index, frames));
+            let on_checkpoints = early.map(|e| move |c: CheckpointsFinal<'_>| e.checkpoints_final(index, c));
             let keeping = Keeping {
                 frames: sink.keeps_tables(),
                 checkpoints: sink.keeps_tables() && sink.keeps_segment_checkpoints(),
                 frames_final: on_final.as_ref().map(|f| f as OnFramesFinal<'_>),
+                checkpoints_final: on_checkpoints.as_ref().map(|f| f as OnCheckpointsFinal<'_>),
             };
             analyze_snapshot_with(&tables, &name, imported.gzip, rules, keeping).map_err(internal)?
         };

@@ -29,7 +29,7 @@ use crate::analysis::usage::{peak_allocated_entry, usage_over_time, Usage};
 use crate::analysis::{devices, DeviceEvents};
 use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
-use crate::frames::FinalFrames;
+use crate::frames::{CheckpointsFinal, FinalFrames};
 use crate::samples::{GpuSampleTables, SampleClock};
 use crate::stacks::StackResolver;
 use crate::tables::{Action, SnapshotTables};
@@ -58,6 +58,10 @@ pub struct DeviceAnalysis {
 /// Told of a device's usage and lifetimes once they are final ([`Keeping::frames_final`]).
 pub type OnFramesFinal<'a> = &'a (dyn Fn(FinalFrames<'_>) + Sync);
 
+/// Told of a device's segment-map checkpoints once the replay has taken them
+/// ([`Keeping::checkpoints_final`]).
+pub type OnCheckpointsFinal<'a> = &'a (dyn Fn(CheckpointsFinal<'_>) + Sync);
+
 /// What a run keeps of each device's analyses beyond its summary and frames.
 #[derive(Clone, Copy, Default)]
 pub struct Keeping<'a> {
@@ -70,6 +74,10 @@ pub struct Keeping<'a> {
     /// Called on the device's analysis thread once its usage and lifetimes are final, while
     /// the fragmentation replay still runs beside it ([`FinalFrames`]).
     pub frames_final: Option<OnFramesFinal<'a>>,
+    /// Called on the device's replay thread once its checkpoints are taken (only when
+    /// `checkpoints`), while the analyses on the other thread still run
+    /// ([`CheckpointsFinal`]).
+    pub checkpoints_final: Option<OnCheckpointsFinal<'a>>,
 }
 
 /// Runs every analysis for one device.
@@ -96,13 +104,16 @@ pub fn analyze_device_keeping(
     // it finds the peak it samples on its own and needs the usage only at its end. This
     // thread finds the usage, then the rest. The pending-free stalls, which need nothing
     // else, go to whichever thread is free first: the second on the bench file, this one on
-    // a long trace whose replay outlasts the rest.
+    // a long trace whose replay outlasts the rest. A run that keeps the checkpoints is told of
+    // them on the replay's thread, while this one still runs ([`Keeping::checkpoints_final`]).
     let usage_slot: OnceLock<Usage> = OnceLock::new();
     let stalls_taken = AtomicBool::new(false);
     let take_stalls = || !stalls_taken.swap(true, Ordering::AcqRel);
     let (ready, usage_ready) = mpsc::channel::<()>();
     let replay_done = AtomicBool::new(false);
-    let (ev, slot, done) = (&ev, &usage_slot, &replay_done);
+    // Set once this thread has nothing left but to wait for the replay's.
+    let rest_done = AtomicBool::new(false);
+    let (ev, slot, done, rest) = (&ev, &usage_slot, &replay_done, &rest_done);
     std::thread::scope(|scope| {
         let second = scope.spawn(move || {
             let mut exact = ev.indices_of(Action::Oom);
@@ -114,6 +125,15 @@ pub fn analyze_device_keeping(
             };
             let fragmentation = fragmentation_over_time(t, ev, usage, FRAGMENTATION_SAMPLES, &exact, count);
             let stalls = take_stalls().then(|| pending_free_stalls(ev, stacks));
+            let checkpoints = fragmentation.as_ref().ok().and_then(|f| f.checkpoints.as_ref());
+            if let (Some(call), Some(checkpoints)) = (keeping.checkpoints_final, checkpoints) {
+                call(CheckpointsFinal {
+                    device: ev.device,
+                    events: ev,
+                    checkpoints,
+                    others_running: &|| !rest.load(Ordering::Acquire),
+                });
+            }
             done.store(true, Ordering::Release);
             (fragmentation, stalls)
         });
@@ -124,11 +144,15 @@ pub fn analyze_device_keeping(
         drop(ready);
         let second = || {
             let mine = take_stalls().then(|| pending_free_stalls(ev, stacks));
+            rest.store(true, Ordering::Release);
             match second.join() {
                 Ok((frag, theirs)) => frag.map(|f| (f, mine.or(theirs).expect("one thread found the stalls"))),
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         };
+        // However this thread ends (an analysis's error too), the replay's thread stops
+        // filling a wait that is over.
+        let _rest_done = SetOnDrop(rest);
         let others_running = || !done.load(Ordering::Acquire);
         let frames = FramesOut {
             keep: keeping.frames,
@@ -136,6 +160,15 @@ pub fn analyze_device_keeping(
         };
         analyze_device_with(t, ev, stacks, rules, usage?, frames, second)
     })
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// What [`analyze_device_with`] makes of a device's frames beyond its analyses' own.

@@ -1,16 +1,24 @@
-//! Device frames encoded before their file's analyses end: a device's usage and lifetimes are
-//! final while its fragmentation replay, the longest analysis, still runs on the other thread,
-//! and the thread that found them would wait for it. [`EarlyObjects`] encodes them then (as
-//! long as the replay runs), and [`write_file`](super::write_file) puts those bytes instead of
-//! encoding the frames again in the storing stage.
+//! Device objects encoded before their file's analyses end, by whichever of a device's two
+//! analysis threads is done first while the other still runs:
+//! - a device's usage and lifetimes are final while its fragmentation replay, on the other
+//!   thread, may still run (the bench file), and the thread that found them would wait for it;
+//! - the segment map's checkpoints are taken while the other analyses may still run (a long
+//!   trace: the 2 GB generated snapshot's replay ends about a second before them), and the
+//!   replay's thread would sit idle.
+//!
+//! [`EarlyObjects`] encodes them then (as long as the other thread runs), and
+//! [`write_file`](super::write_file) puts those bytes instead of encoding the objects again in
+//! the storing stage.
 
 use std::sync::Mutex;
 
+use memlens_core::analysis::segment_checkpoint_frame::stored_objects;
+use memlens_core::analysis::segment_map::EntryRows;
 use memlens_core::frames::stored_usage;
-use memlens_core::pipeline::{EarlyFrames, FinalFrames};
+use memlens_core::pipeline::{CheckpointsFinal, EarlyFrames, FinalFrames};
 use polars::prelude::*;
 
-use super::write::{device_dir, parquet_bytes, LIFETIMES, USAGE};
+use super::write::{device_dir, parquet_bytes, segment_object_bytes, segment_object_key, LIFETIMES, USAGE};
 use crate::parquet_object::RowGroups;
 
 /// Objects encoded during the analyses, by key, until their file is written.
@@ -61,6 +69,23 @@ impl EarlyFrames for EarlyObjects {
                 .map_err(Into::into)
                 .and_then(|df| parquet_bytes(&key, &df, RowGroups::One))
             {
+                self.keep(key, bytes);
+            }
+        }
+    }
+
+    fn checkpoints_final(&self, index: usize, c: CheckpointsFinal<'_>) {
+        let dir = device_dir(index, c.device);
+        for (k, object) in stored_objects(c.checkpoints, &EntryRows::of(c.events))
+            .iter()
+            .enumerate()
+        {
+            if !(c.others_running)() {
+                return;
+            }
+            let key = segment_object_key(&dir, k);
+            // As for the frames: an error is left to the storing stage.
+            if let Ok(bytes) = segment_object_bytes(&key, object) {
                 self.keep(key, bytes);
             }
         }

@@ -123,6 +123,7 @@ pub fn write_file(
         cursors.push((dir, at));
         jobs.extend(device_jobs);
     }
+    jobs.retain(|job| !early.iter().any(|(done, _)| *done == job.key));
     encode_pool::put_all(w, jobs, encode_pool::encode_threads(), put)?;
     for (dir, at) in &cursors {
         put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), at)?;
@@ -158,11 +159,16 @@ fn segment_checkpoint_jobs<'a>(
         .into_iter()
         .enumerate()
         .map(|(k, object)| {
-            let key = format!("{dir}/segments/{k}.parquet");
+            let key = segment_object_key(dir, k);
             EncodeJob::new(key.clone(), move || segment_object_bytes(&key, &object))
         })
         .collect();
     (cursors, jobs)
+}
+
+/// The key of a device's stored checkpoint `k`, under the device's `dir`.
+pub(super) fn segment_object_key(dir: &str, k: usize) -> String {
+    format!("{dir}/segments/{k}.parquet")
 }
 
 /// A stored object of the segment map, under `key` (what `memlens-bench-segments` reads back

@@ -18,7 +18,7 @@ use super::*;
 use crate::parquet_object::RowGroups;
 use crate::store::{DataWriter, ReportStore};
 use crate::store::{LocalStore, ReportRecord, ReportState};
-use memlens_core::pipeline::{self, EarlyFrames, FinalFrames, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{self, CheckpointsFinal, EarlyFrames, FinalFrames, Input, PipelineSink, SnapshotOutput};
 
 fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
     let root = tempfile::tempdir().expect("tmp");
@@ -59,8 +59,9 @@ fn large_frames_come_back_contiguous() {
     );
 }
 
-/// Encodes each device's usage and lifetimes during the analyses as an ingest does while the
-/// replay runs, told it runs (`true`: every time, `false`: never, whatever the threads did).
+/// Encodes each device's usage and lifetimes, and its segment map's checkpoints, during the
+/// analyses as an ingest does while the other thread runs, told it runs (`true`: every time,
+/// `false`: never, whatever the threads did).
 struct Early {
     objects: EarlyObjects,
     replay_running: bool,
@@ -73,6 +74,16 @@ impl EarlyFrames for Early {
             FinalFrames {
                 others_running: &running,
                 ..frames
+            },
+        );
+    }
+    fn checkpoints_final(&self, index: usize, checkpoints: CheckpointsFinal<'_>) {
+        let running = || self.replay_running;
+        self.objects.checkpoints_final(
+            index,
+            CheckpointsFinal {
+                others_running: &running,
+                ..checkpoints
             },
         );
     }
@@ -165,7 +176,8 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
         w.commit().expect("commit");
         let mut all: Vec<&String> = frames.iter().map(|(key, _)| key).collect();
         all.sort();
-        let mut early: Vec<&String> = early_keys.iter().collect();
+        // The frames; the segment objects encoded early are the next test's.
+        let mut early: Vec<&String> = early_keys.iter().filter(|k| !k.contains("/segments/")).collect();
         early.sort();
         // Timestamped devices only: without them the time axis would be made twice.
         assert_eq!(early, if replay_running { all } else { vec![] });
@@ -187,6 +199,42 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
             }
         }
     }
+}
+
+#[test]
+fn segment_objects_encoded_during_the_analyses_are_the_bytes_the_storing_stage_writes() {
+    // Every stored checkpoint of a report, by key, and the keys encoded early.
+    let stored = |others_running: bool| {
+        let id = "0000000000000000000000000000000d";
+        let (root, store) = store_with_report(id);
+        let mut w = store.data_writer(id).expect("writer");
+        let mut keep = Keep::new(w.as_mut(), others_running);
+        let path = memlens_tests_trace("leak.pickle");
+        pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+        let early_keys = std::mem::take(&mut keep.early_keys);
+        w.commit().expect("commit");
+        let cursors: Vec<usize> =
+            read_json(store.as_ref(), id, &format!("f0/d0/{SEGMENT_CHECKPOINTS}")).expect("cursors");
+        let objects: Vec<(String, Vec<u8>)> = (0..cursors.len())
+            .map(|k| {
+                let key = format!("f0/d0/segments/{k}.parquet");
+                let bytes = store.read_data(id, &key).expect("read").expect("stored");
+                (key, bytes)
+            })
+            .collect();
+        (root, early_keys, objects)
+    };
+    let (_root, early_keys, early) = stored(true);
+    let (_root, late_keys, late) = stored(false);
+    assert!(early.len() > 1, "{} checkpoints", early.len());
+    for (key, _) in &early {
+        assert!(early_keys.contains(key), "{key} was not encoded during the analyses");
+    }
+    assert!(late_keys.iter().all(|k| !k.contains("/segments/")), "{late_keys:?}");
+    assert!(
+        early == late,
+        "the objects encoded early differ from the storing stage's"
+    );
 }
 
 /// The tables file `i` was analysed from, as [`process_into`] kept them.
