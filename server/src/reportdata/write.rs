@@ -102,7 +102,6 @@ pub fn write_file(
             checkpoints.push((dir, DeviceEvents::new(t, d.device)?, cp));
         }
     }
-    frames.retain(|(key, _, _)| !early.iter().any(|(done, _)| done == key));
     frames.sort_by_key(|(_, df, _)| std::cmp::Reverse(held_bytes(df)));
     let mut jobs: Vec<EncodeJob<'_, DataError>> = frames
         .into_iter()
@@ -123,6 +122,7 @@ pub fn write_file(
         cursors.push((dir, at));
         jobs.extend(device_jobs);
     }
+    // What was encoded during the analyses is put as it is.
     jobs.retain(|job| !early.iter().any(|(done, _)| *done == job.key));
     encode_pool::put_all(w, jobs, encode_pool::encode_threads(), put)?;
     for (dir, at) in &cursors {
