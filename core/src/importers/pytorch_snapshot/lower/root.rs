@@ -79,7 +79,7 @@ pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PR
     // A profiler-derived snapshot (`torch.cuda._memory_viz._profile_to_snapshot`) labels its
     // entries with the memory profiler's categories and keeps the CPU's tensors as one more
     // device after the GPUs: that one is left out.
-    let profiler_derived = lowering.trace.notes.iter().any(|n| n.category.is_some());
+    let profiler_derived = lowering.notes.iter().any(|n| n.category.is_some());
     let mut cpu_device = None;
     // Traces: every device list must hold only lowered entries.
     if let Some(dt) = device_traces {
@@ -162,7 +162,7 @@ pub fn lower_root(heap: &mut Heap, root: Val, mut lowering: TraceLowering) -> PR
     }
 
     out.source.has_time_us = lowering.saw_time;
-    out.trace = std::mem::take(&mut lowering.trace);
+    out.trace = lowering.take_trace();
     out.frames = lowering.frames;
     Ok(out)
 }

@@ -4,8 +4,8 @@
 
 use super::super::pickle::flat::{FlatDict, FlatKeys, FLAT_FIELDS, ITEMS};
 use super::super::pickle::{AppendHook, Heap, Kind, PResult, PickleError, Val, V};
+use super::row_pipe::{Row, RowPipe};
 use super::FrameKeys;
-use crate::fault_ahead::FaultAhead;
 use crate::tables::{Action, EventNote, FrameTable, TraceRows, NO_TIME};
 
 /// The fields of a trace entry the importer reads, in [`Keys::field_of`] order.
@@ -113,12 +113,15 @@ pub struct TraceLowering {
     keys: Option<Keys>,
     /// Interned action string id → its [`Action`], filled as actions are first seen.
     actions: Vec<Option<Action>>,
-    pub trace: TraceRows,
+    /// The trace's rows, pushed into their columns beside the decoder.
+    rows: RowPipe,
+    /// Sparse `(row, device_free)`, as [`TraceRows::device_free`].
+    device_free: Vec<(u32, i64)>,
+    /// Rows' notes, as [`TraceRows::notes`].
+    pub notes: Vec<EventNote>,
     pub frames: FrameTable,
     /// Set once any entry had `time_us`.
     pub saw_time: bool,
-    /// The trace's columns' pages asked for ahead of their rows (see [`crate::fault_ahead`]).
-    columns_ahead: [FaultAhead; 5],
 }
 
 impl TraceLowering {
@@ -126,11 +129,20 @@ impl TraceLowering {
         TraceLowering {
             keys: None,
             actions: Vec::new(),
-            trace: TraceRows::default(),
+            rows: RowPipe::default(),
+            device_free: Vec::new(),
+            notes: Vec::new(),
             frames: FrameTable::new(),
             saw_time: false,
-            columns_ahead: Default::default(),
         }
+    }
+
+    /// Every row lowered, in order (waits for the rows still being pushed).
+    pub fn take_trace(&mut self) -> TraceRows {
+        let mut trace = self.rows.finish();
+        trace.device_free = std::mem::take(&mut self.device_free);
+        trace.notes = std::mem::take(&mut self.notes);
+        trace
     }
 
     /// The [`Action`] an interned action string names.
@@ -253,16 +265,21 @@ impl TraceLowering {
             None => self.frames.empty_stack(),
         };
 
-        let row = self.trace.len() as u32;
+        let row = self.rows.len() as u32;
         self.saw_time |= time.is_some();
-        self.trace
-            .push(action, addr, size, stream, time.unwrap_or(NO_TIME), stack);
-        self.trace.fault_ahead(&mut self.columns_ahead);
+        self.rows.push(Row {
+            action,
+            addr,
+            size,
+            stream,
+            time_us: time.unwrap_or(NO_TIME),
+            stack,
+        });
         if let Some(v) = device_free {
-            self.trace.device_free.push((row, v));
+            self.device_free.push((row, v));
         }
         if compile_context.is_some() || user_metadata.is_some() || action_name.is_some() || category.is_some() {
-            self.trace.notes.push(EventNote {
+            self.notes.push(EventNote {
                 row,
                 compile_context,
                 user_metadata,
