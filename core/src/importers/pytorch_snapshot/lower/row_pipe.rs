@@ -167,7 +167,7 @@ mod tests {
 
     fn row(i: usize) -> Row {
         Row {
-            action: if i % 3 == 0 { Action::FreeRequested } else { Action::Alloc },
+            action: if i.is_multiple_of(3) { Action::FreeRequested } else { Action::Alloc },
             addr: (1 << 40) + 512 * (i as i64 % 1000),
             size: 512 * (i as i64 % 7),
             stream: (i / 10_000) as i64,
