@@ -80,18 +80,32 @@ impl Usage<'_> {
     pub fn is_empty(&self) -> bool {
         self.action.is_empty()
     }
+    /// Allocated bytes right before entry `from` (at most the length).
+    fn allocated_at(&self, from: usize) -> i64 {
+        let k = from / STRIDE;
+        let mut now = self.marks.get(k).copied().unwrap_or(self.final_allocated);
+        for_each_allocated_change(&self.action[..from], &self.size, k * STRIDE, |d| {
+            now = now.wrapping_add(d)
+        });
+        now
+    }
     /// Allocated bytes right after each entry from entry `from` on.
     pub fn allocated_from(&self, from: usize) -> impl Iterator<Item = i64> + '_ {
         let from = from.min(self.len());
-        let k = from / STRIDE;
-        let mut now = self.marks.get(k).copied().unwrap_or(self.final_allocated);
-        for j in k * STRIDE..from {
-            now += deltas(self.action[j], self.size.at(j)).0;
-        }
+        let mut now = self.allocated_at(from);
         (from..self.len()).map(move |j| {
-            now += deltas(self.action[j], self.size.at(j)).0;
+            now = now.wrapping_add(allocated_change(self.action[j], self.size.at(j)));
             now
         })
+    }
+    /// Calls `f` with the allocated bytes right after each entry, in order (what
+    /// [`Usage::allocated_from`]`(0)` yields, in one loop for the size column's form).
+    fn for_each_allocated(&self, mut f: impl FnMut(i64)) {
+        let mut now = self.allocated_at(0);
+        for_each_allocated_change(self.action, &self.size, 0, |d| {
+            now = now.wrapping_add(d);
+            f(now)
+        });
     }
     /// Allocated bytes right after entry `i` (`None` past the last entry).
     pub fn allocated_after(&self, i: usize) -> Option<i64> {
@@ -117,13 +131,12 @@ impl Usage<'_> {
         let n = self.len();
         let shape = self.series;
         if n == 0 || !shape.fits_units() {
-            let allocated: Vec<i64> = self.allocated_from(0).collect();
+            let mut allocated: Vec<i64> = Vec::with_capacity(n);
+            self.for_each_allocated(|v| allocated.push(v));
             return DataFrame::new(n, vec![usage_col::ALLOCATED.build(allocated)]);
         }
-        let units: Vec<u32> = self
-            .allocated_from(0)
-            .map(|v| (v.wrapping_sub(shape.min) as u64 >> shape.shift) as u32)
-            .collect();
+        let mut units: Vec<u32> = Vec::with_capacity(n);
+        self.for_each_allocated(|v| units.push((v.wrapping_sub(shape.min) as u64 >> shape.shift) as u32));
         let scalar =
             |name: &str, v: i64| Column::new_scalar(name.into(), Scalar::new(DataType::Int64, AnyValue::Int64(v)), n);
         DataFrame::new(
@@ -148,6 +161,73 @@ impl Usage<'_> {
     }
 }
 
+/// Each action code's sign on the allocated bytes (`alloc` adds its size, `free_completed`
+/// removes it) and on the reserved bytes (`segment_alloc`/`segment_map` add, `segment_free`/
+/// `segment_unmap` remove): [`deltas`] as one multiply each instead of a match, in the loops
+/// over every entry below.
+const ALLOCATED_SIGN: [i64; 256] = sign_table(&[(Action::Alloc, 1), (Action::FreeCompleted, -1)]);
+const RESERVED_SIGN: [i64; 256] = sign_table(&[
+    (Action::SegmentAlloc, 1),
+    (Action::SegmentMap, 1),
+    (Action::SegmentFree, -1),
+    (Action::SegmentUnmap, -1),
+]);
+
+/// A sign for each action code: those listed, 0 for the rest.
+const fn sign_table(signs: &[(Action, i64)]) -> [i64; 256] {
+    let mut table = [0i64; 256];
+    let mut k = 0;
+    while k < signs.len() {
+        table[signs[k].0 as usize] = signs[k].1;
+        k += 1;
+    }
+    table
+}
+
+/// The change of the allocated bytes an entry of `action` and `size` makes (`deltas(..).0`).
+#[inline(always)]
+fn allocated_change(action: u8, size: i64) -> i64 {
+    ALLOCATED_SIGN[usize::from(action)].wrapping_mul(size)
+}
+
+/// The change of the reserved bytes an entry of `action` and `size` makes (`deltas(..).1`).
+#[inline(always)]
+fn reserved_change(action: u8, size: i64) -> i64 {
+    RESERVED_SIGN[usize::from(action)].wrapping_mul(size)
+}
+
+/// Calls `f` with the action and size of each entry of `action`, from entry `from` on, in
+/// order: one loop for each form of the size column, instead of a match on the form for every
+/// entry.
+#[inline(always)]
+fn for_each_entry(action: &[u8], size: &IntSlice, from: usize, mut f: impl FnMut(u8, i64)) {
+    let action = &action[from.min(action.len())..];
+    let n = action.len();
+    match *size {
+        IntSlice::U32 { base, shift, offsets } => {
+            for (&a, &o) in action.iter().zip(&offsets[from..from + n]) {
+                f(a, base + (i64::from(o) << shift));
+            }
+        }
+        IntSlice::Coded { codes, values } => {
+            for (&a, &c) in action.iter().zip(&codes[from..from + n]) {
+                f(a, values[usize::from(c)]);
+            }
+        }
+        IntSlice::I64(v) => {
+            for (&a, &s) in action.iter().zip(&v[from..from + n]) {
+                f(a, s);
+            }
+        }
+    }
+}
+
+/// [`for_each_entry`] giving each entry's allocated change.
+#[inline(always)]
+fn for_each_allocated_change(action: &[u8], size: &IntSlice, from: usize, mut f: impl FnMut(i64)) {
+    for_each_entry(action, size, from, |a, s| f(allocated_change(a, s)));
+}
+
 /// Per-entry change of requested and reserved bytes.
 pub fn deltas(action: u8, size: i64) -> (i64, i64) {
     match Action::from_code(action) {
@@ -164,14 +244,15 @@ pub fn deltas(action: u8, size: i64) -> (i64, i64) {
 /// without the series, from the two columns it needs, so the fragmentation replay can sample
 /// the peak without waiting for the usage.
 pub fn peak_allocated_entry(action: &[u8], size: IntSlice) -> Option<usize> {
-    let (mut now, mut peak, mut at) = (0i64, 0i64, None);
-    for (i, (&a, s)) in action.iter().zip(size).enumerate() {
-        now += deltas(a, s).0;
+    let (mut now, mut peak, mut at, mut i) = (0i64, 0i64, None, 0usize);
+    for_each_allocated_change(action, &size, 0, |d| {
+        now = now.wrapping_add(d);
         if now > peak {
             peak = now;
             at = Some(i);
         }
-    }
+        i += 1;
+    });
     at
 }
 
@@ -181,11 +262,10 @@ pub fn usage_over_time<'a>(t: &SnapshotTables, ev: &'a DeviceEvents) -> PolarsRe
     let final_reserved = sum_i64(&segs, "total_size")?;
     let (action, size) = (ev.action(), ev.size());
     let (mut sum_a, mut sum_r) = (0i64, 0i64);
-    for (&a, s) in action.iter().zip(size) {
-        let (da, dr) = deltas(a, s);
-        sum_a += da;
-        sum_r += dr;
-    }
+    for_each_entry(action, &size, 0, |a, s| {
+        sum_a = sum_a.wrapping_add(allocated_change(a, s));
+        sum_r = sum_r.wrapping_add(reserved_change(a, s));
+    });
     // Without segments (a trace-only dump) the trace is all we know: start from zero.
     let (initial_allocated, initial_reserved) = if segs.height() == 0 {
         (0, 0)
@@ -199,13 +279,14 @@ pub fn usage_over_time<'a>(t: &SnapshotTables, ev: &'a DeviceEvents) -> PolarsRe
     let (mut a_now, mut r_now) = (initial_allocated, initial_reserved);
     let (mut peak_a, mut peak_a_idx, mut peak_r, mut peak_r_idx) = (a_now, None, r_now, None);
     let (mut series_min, mut series_max, mut size_bits) = (i64::MAX, i64::MIN, 0u64);
-    for (i, (&a, s)) in action.iter().zip(size).enumerate() {
-        if i % STRIDE == 0 {
+    let mut i = 0usize;
+    for_each_entry(action, &size, 0, |a, s| {
+        if i.is_multiple_of(STRIDE) {
             marks.push(a_now);
         }
-        let (da, dr) = deltas(a, s);
-        a_now += da;
-        r_now += dr;
+        let (da, dr) = (allocated_change(a, s), reserved_change(a, s));
+        a_now = a_now.wrapping_add(da);
+        r_now = r_now.wrapping_add(dr);
         size_bits |= da.unsigned_abs();
         series_min = series_min.min(a_now);
         series_max = series_max.max(a_now);
@@ -218,7 +299,8 @@ pub fn usage_over_time<'a>(t: &SnapshotTables, ev: &'a DeviceEvents) -> PolarsRe
             peak_r_idx = Some(i);
         }
         reserved.push(r_now);
-    }
+        i += 1;
+    });
     Ok(Usage {
         action,
         size,
@@ -328,6 +410,47 @@ mod tests {
                     series[i.min(n)..],
                     "from {i} of {n}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn the_sign_tables_give_the_deltas_of_every_action_code() {
+        for code in 0..=u8::MAX {
+            for size in [0, 1, 512, -7, i64::MAX, i64::MIN + 1] {
+                let changes = (allocated_change(code, size), reserved_change(code, size));
+                assert_eq!(changes, deltas(code, size), "action {code}, size {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_form_of_the_size_column_is_read_entry_by_entry_in_order() {
+        let mut rng = Lcg(5);
+        let n = 3 * STRIDE + 5;
+        let action: Vec<u8> = (0..n).map(|_| rng.below(12) as u8).collect();
+        let offsets: Vec<u32> = (0..n).map(|_| rng.below(1 << 20) as u32).collect();
+        let values: Vec<i64> = (0..7).map(|k| 512 * (k + 1)).collect();
+        let codes: Vec<u16> = (0..n).map(|_| rng.below(7) as u16).collect();
+        let wide: Vec<i64> = offsets.iter().map(|&o| (i64::from(o) << 9) - (1 << 28)).collect();
+        let forms = [
+            IntSlice::U32 {
+                base: 1 << 40,
+                shift: 9,
+                offsets: &offsets,
+            },
+            IntSlice::Coded {
+                codes: &codes,
+                values: &values,
+            },
+            IntSlice::I64(&wide),
+        ];
+        for size in forms {
+            for from in [0, 1, STRIDE, n - 1, n] {
+                let mut read = Vec::new();
+                for_each_entry(&action, &size, from, |a, s| read.push((a, s)));
+                let expected: Vec<(u8, i64)> = (from..n).map(|i| (action[i], size.at(i))).collect();
+                assert_eq!(read, expected, "from {from}");
             }
         }
     }
