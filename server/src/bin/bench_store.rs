@@ -22,6 +22,8 @@ use memlens_core::pipeline::{self, EarlyFrames, Input, PipelineSink, SnapshotOut
 struct StoreSink<'a> {
     data: &'a mut dyn DataWriter,
     analysing_at: Option<Instant>,
+    /// The process's CPU seconds when the analyses began.
+    cpu_at_analysis: Option<f64>,
     storing_at: Option<Instant>,
     early: reportdata::EarlyObjects,
 }
@@ -34,6 +36,9 @@ impl PipelineSink for StoreSink<'_> {
         true
     }
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
+        if stage == Stage::Analysing {
+            self.cpu_at_analysis.get_or_insert_with(common::cpu_seconds);
+        }
         let at = match stage {
             Stage::Analysing => &mut self.analysing_at,
             Stage::Storing => &mut self.storing_at,
@@ -86,6 +91,7 @@ fn main() {
     let mut sink = StoreSink {
         data: data.as_mut(),
         analysing_at: None,
+        cpu_at_analysis: None,
         storing_at: None,
         early: Default::default(),
     };
@@ -93,9 +99,11 @@ fn main() {
         .unwrap_or_else(|e| fail(&path.display().to_string(), &e));
     let storing_at = sink.storing_at.unwrap_or_else(Instant::now);
     let analysing_at = sink.analysing_at.unwrap_or(storing_at);
+    let cpu_at_analysis = sink.cpu_at_analysis;
     reportdata::write_summary(data.as_mut(), &out).unwrap_or_else(|e| fail("the summary", &e));
     data.commit().unwrap_or_else(|e| fail("the commit", &e));
     let end = Instant::now();
+    let cpu_after_decode = common::cpu_seconds() - cpu_at_analysis.unwrap_or_else(common::cpu_seconds);
     println!("file                {}", path.display());
     println!(
         "to storing          {:.3} s (decode, tables, analyses)",
@@ -110,6 +118,10 @@ fn main() {
         (end - storing_at).as_secs_f64()
     );
     println!("total               {:.3} s", (end - t0).as_secs_f64());
+    // The work an upload leaves once it has arrived (decoded as it came), on every thread: the
+    // analyses and storing share it out between the cores as each finds time, so their wall
+    // times move work between them run to run; this does not.
+    println!("cpu after decode    {cpu_after_decode:.3} s (analyses and storing, all threads)");
     println!(
         "stored              {:.1} MiB",
         common::mib(dir_bytes(&root.path().join("reports")))
