@@ -71,8 +71,7 @@ impl BandIndex {
         // Stable: ties stay in row order. Rows are mostly in alloc order already.
         by_alloc.sort_by_key(|&i| ends.alloc(i as usize));
         let largest = LargestInRuns::build(&by_alloc, size, keep);
-        let allocs: Vec<i64> = by_alloc.iter().map(|&i| ends.alloc(i as usize)).collect();
-        let checkpoints = checkpoints(ends, &by_alloc, &allocs);
+        let checkpoints = checkpoints(ends, &by_alloc);
         Some(BandIndex {
             by_alloc,
             largest,
@@ -160,9 +159,12 @@ fn partition(n: usize, pred: impl Fn(usize) -> bool) -> usize {
 }
 
 /// The last alloc position before each checkpoint `c` (`i64::MIN` for the first).
-fn checkpoint_times(allocs: &[i64], spacing: usize) -> Vec<i64> {
-    (0..=allocs.len() / spacing)
-        .map(|c| if c == 0 { i64::MIN } else { allocs[c * spacing - 1] })
+fn checkpoint_times(ends: &impl Endpoints, by_alloc: &[u32], spacing: usize) -> Vec<i64> {
+    (0..=by_alloc.len() / spacing)
+        .map(|c| match c {
+            0 => i64::MIN,
+            c => ends.alloc(by_alloc[c * spacing - 1] as usize),
+        })
         .collect()
 }
 
@@ -201,16 +203,16 @@ fn list_lengths(ends: &impl Endpoints, by_alloc: &[u32], times: &[i64], spacing:
 /// Checkpoints and their live lists, flattened: checkpoint `c`'s rows are
 /// `rows[offsets[c]..offsets[c + 1]]`. The spacing is [`MIN_SPACING`], or wider where many
 /// allocations stay live for long, so that the lists hold about twice the rows at most.
-fn checkpoints(ends: &impl Endpoints, by_alloc: &[u32], allocs: &[i64]) -> Checkpoints {
+fn checkpoints(ends: &impl Endpoints, by_alloc: &[u32]) -> Checkpoints {
     let n = by_alloc.len().max(1);
     let mut spacing = MIN_SPACING;
-    let mut times = checkpoint_times(allocs, spacing);
+    let mut times = checkpoint_times(ends, by_alloc, spacing);
     let mut lengths = list_lengths(ends, by_alloc, &times, spacing);
     // The lists shrink in proportion to the spacing.
     let widen = lengths.iter().sum::<usize>().div_ceil(2 * n);
     if widen > 1 {
         spacing *= widen;
-        times = checkpoint_times(allocs, spacing);
+        times = checkpoint_times(ends, by_alloc, spacing);
         lengths = list_lengths(ends, by_alloc, &times, spacing);
     }
     let mut offsets = Vec::with_capacity(times.len() + 1);
