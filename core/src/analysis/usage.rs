@@ -142,7 +142,10 @@ impl Usage<'_> {
         DataFrame::new(
             n,
             vec![
-                Column::new(usage_col::ALLOCATED_UNITS.into(), units),
+                // From the vector as it is: `Column::new` would copy it.
+                UInt32Chunked::from_vec(usage_col::ALLOCATED_UNITS.into(), units)
+                    .into_series()
+                    .into(),
                 scalar(usage_col::ALLOCATED_BASE, shape.min),
                 scalar(usage_col::ALLOCATED_SHIFT, i64::from(shape.shift)),
             ],
