@@ -46,7 +46,7 @@ pub fn stored_usage(mut allocated: DataFrame, ev: &DeviceEvents) -> PolarsResult
 pub struct FinalFrames<'a> {
     pub device: i64,
     /// The device's events: the stored usage's time axis is theirs
-    /// ([`DeviceEvents::time_column`]).
+    /// ([`DeviceEvents::usage_time_columns`]).
     pub events: &'a DeviceEvents,
     /// `allocated` after every entry, without the `time` column [`DeviceFrames::usage`] has
     /// first.

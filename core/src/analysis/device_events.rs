@@ -136,8 +136,9 @@ enum Time {
     Us,
     /// The events' µs after the first, which is this.
     AfterFirst(i64),
-    /// Entry indices: the trace has no timestamps (or not on every entry).
-    Order(Vec<i64>),
+    /// Entry indices: the trace has no timestamps (or not on every entry). A polars array, so
+    /// the stored usage frame's time column shares it ([`DeviceEvents::usage_time_columns`]).
+    Order(Int64Chunked),
 }
 
 impl DeviceEvents {
@@ -180,7 +181,7 @@ impl DeviceEvents {
             SchemaMismatch: "events column `{}` is {}, not i64", ev_col::DEVICE_FREE.name, column.dtype()
         );
         let time = if len == 0 {
-            Time::Order(Vec::new())
+            Time::Order(Int64Chunked::from_vec(usage_col::TIME.name.into(), Vec::new()))
         } else if frame.column(ev_col::TIME_AFTER_FIRST_US).is_ok() {
             IntSlice::of(&frame, ev_col::TIME_AFTER_FIRST_US)?;
             Time::AfterFirst(first_i64(&frame, ev_col::FIRST_TIME_US)?.unwrap_or(0))
@@ -194,7 +195,10 @@ impl DeviceEvents {
                 ev_col::TIME_US.slice(&frame)?;
                 Time::Us
             } else {
-                Time::Order((0..len as i64).collect())
+                Time::Order(Int64Chunked::from_vec(
+                    usage_col::TIME.name.into(),
+                    (0..len as i64).collect(),
+                ))
             }
         };
         let has_time = !matches!(time, Time::Order(_));
@@ -221,7 +225,7 @@ impl DeviceEvents {
                 shift: 0,
                 offsets: self.col(Col::<UInt32Type>::new(ev_col::TIME_AFTER_FIRST_US)),
             },
-            Time::Order(order) => IntSlice::I64(order),
+            Time::Order(order) => IntSlice::I64(order.cont_slice().expect("one chunk without nulls")),
         }
     }
     /// [`DeviceEvents::time`] as a stored usage frame's time columns
@@ -241,7 +245,7 @@ impl DeviceEvents {
                 let first = Scalar::new(DataType::Int64, AnyValue::Int64(*first));
                 vec![c, Column::new_scalar(usage_col::FIRST_TIME.into(), first, self.len())]
             }
-            Time::Order(order) => vec![Column::new(usage_col::TIME.name.into(), order)],
+            Time::Order(order) => vec![order.clone().into_series().into()],
         })
     }
     pub fn is_empty(&self) -> bool {

@@ -50,11 +50,6 @@ impl EarlyObjects {
 
 impl EarlyFrames for EarlyObjects {
     fn frames_final(&self, index: usize, frames: FinalFrames<'_>) {
-        // Without timestamps the stored usage's time axis is the entry order, a column made
-        // for it: made here and again for the stored frame, it would be held twice at once.
-        if !frames.events.has_time {
-            return;
-        }
         let dir = device_dir(index, frames.device);
         let usage = || stored_usage(frames.usage.clone(), frames.events);
         let jobs: [(&str, &dyn Fn() -> PolarsResult<DataFrame>); 2] =
