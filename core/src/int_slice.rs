@@ -70,6 +70,25 @@ impl<'a> IntSlice<'a> {
         }
     }
 
+    /// Values `from..from + out.len()` into `out` (panics past the end): one match for the
+    /// whole run, where [`IntSlice::at`] matches for each value.
+    pub fn read_into(&self, from: usize, out: &mut [i64]) {
+        let to = from + out.len();
+        match *self {
+            IntSlice::U32 { base, shift, offsets } => {
+                for (o, &v) in out.iter_mut().zip(&offsets[from..to]) {
+                    *o = base + ((v as i64) << shift);
+                }
+            }
+            IntSlice::Coded { codes, values } => {
+                for (o, &c) in out.iter_mut().zip(&codes[from..to]) {
+                    *o = values[c as usize];
+                }
+            }
+            IntSlice::I64(v) => out.copy_from_slice(&v[from..to]),
+        }
+    }
+
     /// Value `i`, `None` past the end.
     #[inline]
     pub fn get(&self, i: usize) -> Option<i64> {

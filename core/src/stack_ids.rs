@@ -55,6 +55,25 @@ impl<'a> StackIds<'a> {
         }
     }
 
+    /// Ids `from..from + out.len()` into `out` (panics past the end): one match for the whole
+    /// run, where [`StackIds::at`] matches for each id.
+    pub fn read_into(&self, from: usize, out: &mut [u32]) {
+        let to = from + out.len();
+        match *self {
+            StackIds::U16(v) => {
+                for (o, &id) in out.iter_mut().zip(&v[from..to]) {
+                    *o = u32::from(id);
+                }
+            }
+            StackIds::U32(v) => out.copy_from_slice(&v[from..to]),
+            StackIds::Coded { codes, ids } => {
+                for (o, &c) in out.iter_mut().zip(&codes[from..to]) {
+                    *o = ids[c as usize];
+                }
+            }
+        }
+    }
+
     /// Id `i`, `None` past the end.
     #[inline]
     pub fn get(&self, i: usize) -> Option<u32> {

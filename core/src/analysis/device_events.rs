@@ -93,6 +93,18 @@ impl<'a> Streams<'a> {
             Streams::Each(s) => s[i],
         }
     }
+    /// Streams of entries `from..from + out.len()` into `out` (panics past the end): one match
+    /// for the whole run, where [`Streams::get`] matches for each entry.
+    pub fn read_into(&self, from: usize, out: &mut [i64]) {
+        let to = from + out.len();
+        match *self {
+            Streams::One { stream, len } => {
+                assert!(to <= len, "streams {from}..{to} of {len}");
+                out.fill(stream);
+            }
+            Streams::Each(s) => out.copy_from_slice(&s[from..to]),
+        }
+    }
     pub fn len(&self) -> usize {
         match self {
             Streams::One { len, .. } => *len,

@@ -6,21 +6,38 @@
 //! cheaper to write and to read back than a row per block and per entry.
 
 use super::segment_map::EntryRows;
-use super::varint::{checked_get, checked_get_signed, put, put_signed};
+use super::varint::{checked_get, checked_get_signed, write, write_signed, MAX_BYTES};
+
+/// Entries [`pack`] reads from each column at a time: each column's values are read for a run of
+/// entries with one match on its form
+/// ([`crate::int_slice::IntSlice::read_into`]) instead of one an entry.
+const RUN: usize = 256;
 
 /// `rows`' entries, packed.
 pub(super) fn pack(rows: &EntryRows<'_>) -> Vec<u8> {
     let n = rows.action.len();
     let mut out = Vec::with_capacity(n * 8);
     let (mut addr, mut stream) = (0i64, 0i64);
-    for i in 0..n {
-        let s = rows.stream.get(i);
-        put_signed(&mut out, rows.addr.at(i).wrapping_sub(addr));
-        put_signed(&mut out, rows.size.at(i));
-        put_signed(&mut out, s.wrapping_sub(stream));
-        put(&mut out, u64::from(rows.stack.at(i)));
-        out.push(rows.action[i]);
-        (addr, stream) = (rows.addr.at(i), s);
+    let (mut addrs, mut sizes, mut streams, mut stacks) = ([0i64; RUN], [0i64; RUN], [0i64; RUN], [0u32; RUN]);
+    // A run's bytes at their longest: four numbers and the action an entry.
+    let mut buf = vec![0u8; RUN * (4 * MAX_BYTES + 1)];
+    for from in (0..n).step_by(RUN) {
+        let m = RUN.min(n - from);
+        rows.addr.read_into(from, &mut addrs[..m]);
+        rows.size.read_into(from, &mut sizes[..m]);
+        rows.stream.read_into(from, &mut streams[..m]);
+        rows.stack.read_into(from, &mut stacks[..m]);
+        let mut at = 0;
+        for k in 0..m {
+            write_signed(&mut buf, &mut at, addrs[k].wrapping_sub(addr));
+            write_signed(&mut buf, &mut at, sizes[k]);
+            write_signed(&mut buf, &mut at, streams[k].wrapping_sub(stream));
+            write(&mut buf, &mut at, u64::from(stacks[k]));
+            buf[at] = rows.action[from + k];
+            at += 1;
+            (addr, stream) = (addrs[k], streams[k]);
+        }
+        out.extend_from_slice(&buf[..at]);
     }
     out
 }
@@ -106,5 +123,56 @@ mod tests {
             ..rows
         };
         assert_eq!(unpack(&pack(&one), 5).expect("well formed").stream, vec![3; 5]);
+    }
+
+    #[test]
+    fn entries_of_every_column_form_read_back_across_runs() {
+        use crate::int_slice::IntSlice;
+        use crate::stack_ids::StackIds;
+        // Several runs and a part of one, from columns in their narrow and coded forms.
+        let n = 3 * RUN + 7;
+        let action: Vec<u8> = (0..n).map(|i| (i * 7 % 5) as u8).collect();
+        let offsets: Vec<u32> = (0..n).map(|i| (i as u32).wrapping_mul(2_654_435_761) >> 8).collect();
+        let codes: Vec<u16> = (0..n).map(|i| (i % 3) as u16).collect();
+        let (sizes, ids) = ([512i64, 1 << 40, 3 << 20], [9u32, u32::MAX, 0]);
+        let narrow_ids: Vec<u16> = (0..n).map(|i| (i * 31 % 1000) as u16).collect();
+        let each_stream: Vec<i64> = (0..n).map(|i| if i % 100 < 50 { 0 } else { -(i as i64) }).collect();
+        let addr = IntSlice::U32 {
+            base: 0x7f00_0000_0000,
+            shift: 9,
+            offsets: &offsets,
+        };
+        let size = IntSlice::Coded {
+            codes: &codes,
+            values: &sizes,
+        };
+        for (stack, stream) in [
+            (StackIds::U16(&narrow_ids), Streams::Each(&each_stream)),
+            (
+                StackIds::Coded {
+                    codes: &codes,
+                    ids: &ids,
+                },
+                Streams::One { stream: 7, len: n },
+            ),
+        ] {
+            let rows = EntryRows {
+                first: 0,
+                action: &action,
+                addr,
+                size,
+                stack,
+                stream,
+            };
+            let back = unpack(&pack(&rows), n).expect("well formed");
+            let want = Entries {
+                action: action.clone(),
+                addr: (0..n).map(|i| addr.at(i)).collect(),
+                size: (0..n).map(|i| size.at(i)).collect(),
+                stack: (0..n).map(|i| stack.at(i)).collect(),
+                stream: (0..n).map(|i| stream.get(i)).collect(),
+            };
+            assert_eq!(back, want);
+        }
     }
 }

@@ -15,6 +15,28 @@ pub(super) fn put_signed(out: &mut Vec<u8>, v: i64) {
     put(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
+/// Most bytes [`put`] writes for one value.
+pub(super) const MAX_BYTES: usize = 10;
+
+/// [`put`] into `buf` at `*at`, which moves past it (panics when `buf` has no room): a writer
+/// that fills a buffer of its own checks no vector's capacity at each byte.
+#[inline]
+pub(super) fn write(buf: &mut [u8], at: &mut usize, mut v: u64) {
+    while v >= 0x80 {
+        buf[*at] = v as u8 | 0x80;
+        *at += 1;
+        v >>= 7;
+    }
+    buf[*at] = v as u8;
+    *at += 1;
+}
+
+/// [`put_signed`] as [`write`] does.
+#[inline]
+pub(super) fn write_signed(buf: &mut [u8], at: &mut usize, v: i64) {
+    write(buf, at, ((v << 1) ^ (v >> 63)) as u64);
+}
+
 pub(super) fn get(bytes: &[u8], at: &mut usize) -> u64 {
     let (mut v, mut shift) = (0u64, 0u32);
     loop {
@@ -55,4 +77,28 @@ pub(super) fn checked_get(bytes: &[u8], at: &mut usize) -> Option<u64> {
 
 pub(super) fn checked_get_signed(bytes: &[u8], at: &mut usize) -> Option<i64> {
     checked_get(bytes, at).map(unzigzag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_written_holds_the_bytes_put_and_reads_back() {
+        let values = [0i64, 1, -1, 63, -64, 64, 127, 128, 1 << 40, i64::MAX, i64::MIN];
+        let (mut put_bytes, mut buf, mut at) = (Vec::new(), [0u8; MAX_BYTES * 22], 0);
+        for &v in &values {
+            put_signed(&mut put_bytes, v);
+            write_signed(&mut buf, &mut at, v);
+            put(&mut put_bytes, v as u64);
+            write(&mut buf, &mut at, v as u64);
+        }
+        assert_eq!(&buf[..at], &put_bytes[..]);
+        let mut read = 0;
+        for &v in &values {
+            assert_eq!(checked_get_signed(&buf[..at], &mut read), Some(v));
+            assert_eq!(checked_get(&buf[..at], &mut read), Some(v as u64));
+        }
+        assert_eq!(read, at);
+    }
 }
