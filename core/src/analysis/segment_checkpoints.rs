@@ -133,10 +133,13 @@ struct HeldState {
 }
 
 impl HeldState {
-    fn of(state: &SegmentState) -> PolarsResult<HeldState> {
+    /// `state`, its blocks compressed by `compressor` (one for every state a replay takes: a
+    /// compressor's context is megabytes to set up).
+    fn of(state: &SegmentState, compressor: &mut zstd::bulk::Compressor<'_>) -> PolarsResult<HeldState> {
         let flat = FlatState::of(state);
         let packed = flat.blocks.as_bytes();
-        let mut blocks = zstd::bulk::compress(packed, HELD_LEVEL)
+        let mut blocks = compressor
+            .compress(packed)
             .map_err(|e| polars_err!(ComputeError: "compressing a segment checkpoint: {e}"))?;
         // Made with room for the compressor's worst case.
         blocks.shrink_to_fit();
@@ -180,6 +183,8 @@ pub struct CheckpointTaker {
     next: Option<usize>,
     /// Taken so far, in descending cursor order.
     points: Vec<HeldState>,
+    /// Compresses each one's blocks ([`HELD_LEVEL`]); made with the first.
+    compressor: Option<zstd::bulk::Compressor<'static>>,
 }
 
 impl CheckpointTaker {
@@ -194,6 +199,7 @@ impl CheckpointTaker {
             every: every.max(1),
             next: Some(n),
             points: Vec::new(),
+            compressor: None,
         }
     }
 
@@ -202,7 +208,14 @@ impl CheckpointTaker {
     pub fn rewind_taking(&mut self, state: &mut SegmentState, ev: &DeviceEvents, down_to: usize) -> PolarsResult<()> {
         while let Some(c) = self.next.filter(|&c| c >= down_to) {
             state.rewind_to(ev, c.checked_sub(1));
-            self.points.push(HeldState::of(state)?);
+            let compressor = match &mut self.compressor {
+                Some(c) => c,
+                None => self.compressor.insert(
+                    zstd::bulk::Compressor::new(HELD_LEVEL)
+                        .map_err(|e| polars_err!(ComputeError: "a compressor for segment checkpoints: {e}"))?,
+                ),
+            };
+            self.points.push(HeldState::of(state, compressor)?);
             self.next = (c > 0).then(|| c.saturating_sub(self.every));
         }
         Ok(())
