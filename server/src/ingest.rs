@@ -434,10 +434,10 @@ impl Ingest {
 
 /// About what an ingest holds at its peak, for each byte of a snapshot as the importer reads
 /// it, rounded up (`memlens-bench-store`, re-measured as the ingest shrank): the 2 GB generated
-/// pickle of the smallest entries (58 bytes) peaks at 0.96 GiB (0.49 a byte), one of 121-byte
-/// entries at 0.48 GiB (0.25), the bench's 176 MB at 111 MiB (0.66 a byte, the binary and its
-/// baseline included). It was 1.25 when these were 0.74 and 1.23: a reservation twice what the
-/// ingest holds pushed reports out of the cache for nothing.
+/// pickle of the smallest entries (58 bytes) peaks at 0.81 GiB (0.43 a byte), one of 121-byte
+/// entries at 0.42 GiB (0.23), the bench's 176 MB at 111 MiB (0.66 a byte, the binary and its
+/// baseline included: the figure that sets this one). It was 1.25 when these were 0.74 and
+/// 1.23: a reservation twice what the ingest holds pushed reports out of the cache for nothing.
 const PEAK_PER_BYTE: f64 = 0.8;
 
 impl Ingest {
