@@ -19,7 +19,7 @@
 use polars::prelude::*;
 
 use super::{device_segments, sum_i64, DeviceEvents};
-use crate::columns::usage as usage_col;
+use crate::columns::{usage as usage_col, Col};
 use crate::entry_steps::EntrySteps;
 use crate::int_slice::IntSlice;
 use crate::tables::{Action, SnapshotTables};
@@ -142,10 +142,8 @@ impl Usage<'_> {
         DataFrame::new(
             n,
             vec![
-                // From the vector as it is: `Column::new` would copy it.
-                UInt32Chunked::from_vec(usage_col::ALLOCATED_UNITS.into(), units)
-                    .into_series()
-                    .into(),
+                // From the vector as it is (`Column::new` would copy it).
+                Col::<UInt32Type>::new(usage_col::ALLOCATED_UNITS).build(units),
                 scalar(usage_col::ALLOCATED_BASE, shape.min),
                 scalar(usage_col::ALLOCATED_SHIFT, i64::from(shape.shift)),
             ],
