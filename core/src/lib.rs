@@ -42,6 +42,8 @@ pub mod stacks;
 pub mod tables;
 #[cfg(test)]
 mod test_rng;
+#[cfg(feature = "analysis")]
+mod varint;
 
 #[cfg(feature = "analysis")]
 pub use error::AnalysisError;

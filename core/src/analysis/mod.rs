@@ -49,7 +49,6 @@ mod segments_by_address;
 pub mod stalls;
 mod training_structure;
 pub mod usage;
-mod varint;
 pub mod whatif;
 
 use polars::prelude::*;

@@ -1,12 +1,12 @@
 //! The trace entries a stored segment object holds, packed as bytes: each entry's address as
 //! its distance from the entry before's, its size, its stream as its change from the entry
-//! before's and its stack, as variable-length integers ([`super::varint`]), then its action.
+//! before's and its stack, as variable-length integers ([`crate::varint`]), then its action.
 //! About 8 bytes an entry where a Parquet row of them cost a column value each: a stored
 //! object is one row per segment with its blocks and entries as two byte strings, which is
 //! cheaper to write and to read back than a row per block and per entry.
 
 use super::segment_map::EntryRows;
-use super::varint::{checked_get, checked_get_signed, write, write_signed, MAX_BYTES};
+use crate::varint::{checked_get, checked_get_signed, write, write_signed, MAX_BYTES};
 
 /// Entries [`pack`] reads from each column at a time: each column's values are read for a run of
 /// entries with one match on its form

@@ -15,6 +15,7 @@
 //! scans instead.
 
 use super::largest::{larger_row, LargestInRuns};
+use super::row_list::{RowList, RowListBuilder};
 use crate::int_slice::IntSlice;
 
 /// An allocation's endpoints on the timeline's axis: its alloc (`i64::MIN` when it predates the
@@ -36,19 +37,19 @@ const MIN_SPACING: usize = 1024;
 
 /// The allocations' orders and live-list checkpoints on one axis.
 pub struct BandIndex {
-    /// Rows by alloc position (ties by row).
-    by_alloc: Vec<u32>,
+    /// Rows by alloc position (ties by row): most often the rows themselves, held as their
+    /// number alone.
+    by_alloc: RowList,
     /// The largest rows of any run of `by_alloc`.
     largest: LargestInRuns,
     checkpoints: Checkpoints,
 }
 
 /// Checkpoint `c` sits before `by_alloc[c * spacing]`; its list holds the rows allocated
-/// before it that are freed after the last of those allocs.
+/// before it that are freed after the last of those allocs, in alloc order.
 struct Checkpoints {
     spacing: usize,
-    offsets: Vec<usize>,
-    rows: Vec<u32>,
+    lists: Vec<RowList>,
 }
 
 /// The allocations a window overlaps: the largest `limit` (by size, ties by row, in no
@@ -67,9 +68,14 @@ impl BandIndex {
         if n != size.len() || u32::try_from(n).is_err() || (0..n).any(|i| ends.free(i) < ends.alloc(i)) {
             return None;
         }
-        let mut by_alloc: Vec<u32> = (0..n as u32).collect();
-        // Stable: ties stay in row order. Rows are mostly in alloc order already.
-        by_alloc.sort_by_key(|&i| ends.alloc(i as usize));
+        let by_alloc = if (1..n).all(|i| ends.alloc(i - 1) <= ends.alloc(i)) {
+            RowList::rows(n)
+        } else {
+            let mut by_alloc: Vec<u32> = (0..n as u32).collect();
+            // Stable: ties stay in row order.
+            by_alloc.sort_by_key(|&i| ends.alloc(i as usize));
+            RowList::from(&by_alloc[..])
+        };
         let largest = LargestInRuns::build(&by_alloc, size, keep);
         let checkpoints = checkpoints(ends, &by_alloc);
         Some(BandIndex {
@@ -81,8 +87,11 @@ impl BandIndex {
 
     /// Heap bytes held.
     pub fn bytes(&self) -> usize {
-        let cp = &self.checkpoints;
-        (self.by_alloc.len() + cp.rows.len()) * 4 + cp.offsets.len() * 8 + self.largest.bytes()
+        let lists = &self.checkpoints.lists;
+        self.by_alloc.bytes()
+            + lists.iter().map(RowList::bytes).sum::<usize>()
+            + lists.len() * std::mem::size_of::<RowList>()
+            + self.largest.bytes()
     }
 
     /// The allocations overlapping `[start, end]` (see [`Overlapping`]).
@@ -110,24 +119,25 @@ impl BandIndex {
     pub fn for_each_overlapping(&self, ends: &impl Endpoints, start: i64, end: i64, mut f: impl FnMut(usize)) {
         let window = self.window(ends, start, end);
         window.live_at_start.into_iter().for_each(&mut f);
-        self.by_alloc[window.born].iter().for_each(|&i| f(i as usize));
+        self.by_alloc.iter(window.born).for_each(|i| f(i as usize));
     }
 
     /// The allocations overlapping `[start, end]`: those born before `start` and live at it
     /// (the checkpoint's list, then the rows since), and the run of `by_alloc` born inside.
     fn window(&self, ends: &impl Endpoints, start: i64, end: i64) -> Window {
-        let n = self.by_alloc.len();
-        let alloc_at = |k: usize| ends.alloc(self.by_alloc[k] as usize);
-        let born_before = partition(n, |k| alloc_at(k) < start);
-        let born_by_end = partition(n, |k| alloc_at(k) <= end).max(born_before);
+        let born_before = self.by_alloc.partition_point(|i| ends.alloc(i as usize) < start);
+        let born_by_end = self
+            .by_alloc
+            .partition_point(|i| ends.alloc(i as usize) <= end)
+            .max(born_before);
         let cp = &self.checkpoints;
         let c = born_before / cp.spacing;
-        let listed = &cp.rows[cp.offsets[c]..cp.offsets[c + 1]];
-        let since = &self.by_alloc[c * cp.spacing..born_before];
+        let listed = &cp.lists[c];
+        let since = self.by_alloc.iter(c * cp.spacing..born_before);
         let live_at_start = listed
-            .iter()
+            .iter(0..listed.len())
             .chain(since)
-            .map(|&i| i as usize)
+            .map(|i| i as usize)
             .filter(|&i| ends.free(i) >= start)
             .collect();
         Window {
@@ -144,26 +154,12 @@ struct Window {
     born: std::ops::Range<usize>,
 }
 
-/// The first `k` in `0..n` for which `pred` is false (`pred` true on a prefix).
-fn partition(n: usize, pred: impl Fn(usize) -> bool) -> usize {
-    let (mut lo, mut hi) = (0, n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if pred(mid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
-}
-
 /// The last alloc position before each checkpoint `c` (`i64::MIN` for the first).
-fn checkpoint_times(ends: &impl Endpoints, by_alloc: &[u32], spacing: usize) -> Vec<i64> {
+fn checkpoint_times(ends: &impl Endpoints, by_alloc: &RowList, spacing: usize) -> Vec<i64> {
     (0..=by_alloc.len() / spacing)
         .map(|c| match c {
             0 => i64::MIN,
-            c => ends.alloc(by_alloc[c * spacing - 1] as usize),
+            c => ends.alloc(by_alloc.at(c * spacing - 1) as usize),
         })
         .collect()
 }
@@ -180,55 +176,37 @@ fn listed_in(free: i64, k: usize, spacing: usize, times: &[i64]) -> std::ops::Ra
     first..last
 }
 
-/// How many rows each checkpoint lists.
-fn list_lengths(ends: &impl Endpoints, by_alloc: &[u32], times: &[i64], spacing: usize) -> Vec<usize> {
-    let mut diff = vec![0isize; times.len() + 1];
-    for (k, &i) in by_alloc.iter().enumerate() {
-        let r = listed_in(ends.free(i as usize), k, spacing, times);
-        if !r.is_empty() {
-            diff[r.start] += 1;
-            diff[r.end] -= 1;
-        }
-    }
-    let mut running = 0isize;
-    diff[..times.len()]
-        .iter()
-        .map(|d| {
-            running += d;
-            running as usize
-        })
-        .collect()
+/// How many rows the checkpoints list in all.
+fn rows_listed(ends: &impl Endpoints, by_alloc: &RowList, times: &[i64], spacing: usize) -> usize {
+    by_alloc
+        .iter(0..by_alloc.len())
+        .enumerate()
+        .map(|(k, i)| listed_in(ends.free(i as usize), k, spacing, times).len())
+        .sum()
 }
 
-/// Checkpoints and their live lists, flattened: checkpoint `c`'s rows are
-/// `rows[offsets[c]..offsets[c + 1]]`. The spacing is [`MIN_SPACING`], or wider where many
+/// Checkpoints and their live lists. The spacing is [`MIN_SPACING`], or wider where many
 /// allocations stay live for long, so that the lists hold about twice the rows at most.
-fn checkpoints(ends: &impl Endpoints, by_alloc: &[u32]) -> Checkpoints {
+fn checkpoints(ends: &impl Endpoints, by_alloc: &RowList) -> Checkpoints {
     let n = by_alloc.len().max(1);
     let mut spacing = MIN_SPACING;
     let mut times = checkpoint_times(ends, by_alloc, spacing);
-    let mut lengths = list_lengths(ends, by_alloc, &times, spacing);
     // The lists shrink in proportion to the spacing.
-    let widen = lengths.iter().sum::<usize>().div_ceil(2 * n);
+    let widen = rows_listed(ends, by_alloc, &times, spacing).div_ceil(2 * n);
     if widen > 1 {
         spacing *= widen;
         times = checkpoint_times(ends, by_alloc, spacing);
-        lengths = list_lengths(ends, by_alloc, &times, spacing);
     }
-    let mut offsets = Vec::with_capacity(times.len() + 1);
-    offsets.push(0usize);
-    for l in &lengths {
-        offsets.push(offsets[offsets.len() - 1] + l);
-    }
-    let mut fill = offsets.clone();
-    let mut rows = vec![0u32; offsets[times.len()]];
-    for (k, &i) in by_alloc.iter().enumerate() {
+    let mut lists: Vec<RowListBuilder> = times.iter().map(|_| RowListBuilder::default()).collect();
+    for (k, i) in by_alloc.iter(0..by_alloc.len()).enumerate() {
         for c in listed_in(ends.free(i as usize), k, spacing, &times) {
-            rows[fill[c]] = i;
-            fill[c] += 1;
+            lists[c].push(i);
         }
     }
-    Checkpoints { spacing, offsets, rows }
+    Checkpoints {
+        spacing,
+        lists: lists.into_iter().map(RowListBuilder::finish).collect(),
+    }
 }
 
 #[cfg(test)]
@@ -288,9 +266,25 @@ mod tests {
 
     #[test]
     fn the_index_finds_what_a_scan_of_every_allocation_finds() {
-        for (kept, seed) in [(5, 0x9E3779B97F4A7C15u64), (600, 0xD1B54A32D192ED03)] {
-            let (ends, size) = trace(40_000, kept, seed);
+        let cases = [
+            (5, 0x9E3779B97F4A7C15u64, false),
+            (600, 0xD1B54A32D192ED03, false),
+            (5, 0x94D049BB133111EB, true),
+        ];
+        for (kept, seed, in_alloc_order) in cases {
+            let (mut ends, mut size) = trace(40_000, kept, seed);
+            if in_alloc_order {
+                // A pipeline's lifetimes: rows in alloc order, held as their number alone.
+                let mut rows: Vec<usize> = (0..ends.len()).collect();
+                rows.sort_by_key(|&i| ends.alloc[i]);
+                ends = Ends {
+                    alloc: rows.iter().map(|&i| ends.alloc[i]).collect(),
+                    free: rows.iter().map(|&i| ends.free[i]).collect(),
+                };
+                size = rows.iter().map(|&i| size[i]).collect();
+            }
             let index = BandIndex::build(&ends, size[..].into(), 2000).expect("frees follow allocs");
+            assert_eq!(index.by_alloc.bytes() == 0, in_alloc_order, "the order held as rows");
             if kept > 500 {
                 assert!(
                     index.checkpoints.spacing > MIN_SPACING,

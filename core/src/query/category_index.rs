@@ -17,6 +17,8 @@ use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
 use crate::int_slice::IntSlice;
 
+use super::row_list::{RowList, RowListBuilder};
+
 /// Entries between two checkpoints.
 pub const SPACING: usize = 1024;
 
@@ -34,8 +36,8 @@ pub struct CategoryIndex {
     /// Each allocation's category slot.
     slots: Vec<u8>,
     /// Allocations with a recorded alloc, by its entry; and with a recorded free, by its entry.
-    by_alloc: Vec<u32>,
-    by_free: Vec<u32>,
+    by_alloc: RowList,
+    by_free: RowList,
     /// `Category::ALL.len()` bytes per checkpoint: each category's live bytes before entry
     /// `c * SPACING`.
     checkpoints: Vec<i64>,
@@ -57,11 +59,6 @@ impl CategoryIndex {
             return Ok(None);
         }
         let slots: Vec<u8> = categories_of(lt)?.into_iter().map(|(c, _)| slot_of(c) as u8).collect();
-        let by_entry = |idx: &[i32]| {
-            let mut rows: Vec<u32> = (0..idx.len() as u32).filter(|&r| idx[r as usize] >= 0).collect();
-            rows.sort_by_key(|&r| idx[r as usize]);
-            rows
-        };
         let (by_alloc, by_free) = (by_entry(alloc), by_entry(free));
         let k = Category::ALL.len();
         let mut live = vec![0i64; k];
@@ -72,23 +69,22 @@ impl CategoryIndex {
         }
         let mut total: i64 = live.iter().sum();
         let mut checkpoints = Vec::with_capacity(n.div_ceil(SPACING) * k);
-        let (mut a, mut f) = (0, 0);
+        let mut allocs = by_alloc.iter(0..by_alloc.len()).peekable();
+        let mut frees = by_free.iter(0..by_free.len()).peekable();
         let mut offset = None;
         for (e, allocated_after) in allocated.iter().enumerate() {
             if e % SPACING == 0 {
                 checkpoints.extend_from_slice(&live);
             }
-            while a < by_alloc.len() && alloc[by_alloc[a] as usize] as usize == e {
-                let r = by_alloc[a] as usize;
+            while let Some(r) = allocs.next_if(|&r| alloc[r as usize] as usize == e) {
+                let r = r as usize;
                 live[slots[r] as usize] += size.at(r);
                 total += size.at(r);
-                a += 1;
             }
-            while f < by_free.len() && free[by_free[f] as usize] as usize == e {
-                let r = by_free[f] as usize;
+            while let Some(r) = frees.next_if(|&r| free[r as usize] as usize == e) {
+                let r = r as usize;
                 live[slots[r] as usize] -= size.at(r);
                 total -= size.at(r);
-                f += 1;
             }
             if *offset.get_or_insert(total - allocated_after) != total - allocated_after {
                 return Ok(None);
@@ -106,7 +102,7 @@ impl CategoryIndex {
 
     /// Heap bytes held.
     pub fn bytes(&self) -> usize {
-        self.slots.len() + (self.by_alloc.len() + self.by_free.len()) * 4 + self.checkpoints.len() * 8
+        self.slots.len() + self.by_alloc.bytes() + self.by_free.bytes() + self.checkpoints.len() * 8
     }
 
     /// Whether this index was built from `dev`.
@@ -126,11 +122,11 @@ impl CategoryIndex {
         let c = e / SPACING;
         let mut live = self.checkpoints[c * k..(c + 1) * k].to_vec();
         let from = (c * SPACING) as i64;
-        let mut apply = |rows: &[u32], idx: &[i32], sign: i64| {
-            let first = rows.partition_point(|&r| i64::from(idx[r as usize]) < from);
-            for &r in rows[first..]
-                .iter()
-                .take_while(|&&r| i64::from(idx[r as usize]) <= e as i64)
+        let mut apply = |rows: &RowList, idx: &[i32], sign: i64| {
+            let first = rows.partition_point(|r| i64::from(idx[r as usize]) < from);
+            for r in rows
+                .iter(first..rows.len())
+                .take_while(|&r| i64::from(idx[r as usize]) <= e as i64)
             {
                 live[self.slots[r as usize] as usize] += sign * size.at(r as usize);
             }
@@ -139,4 +135,24 @@ impl CategoryIndex {
         apply(&self.by_free, free, -1);
         Ok(live)
     }
+}
+
+/// The rows whose entry in `idx` is recorded (not −1), in entry order (ties by row): read in
+/// row order where they already are (a pipeline's allocs), else sorted.
+fn by_entry(idx: &[i32]) -> RowList {
+    let recorded = || (0..idx.len() as u32).filter(|&r| idx[r as usize] >= 0);
+    let mut last = i32::MIN;
+    let in_order = recorded().all(|r| {
+        let ok = idx[r as usize] >= last;
+        last = idx[r as usize];
+        ok
+    });
+    if in_order {
+        let mut rows = RowListBuilder::default();
+        recorded().for_each(|r| rows.push(r));
+        return rows.finish();
+    }
+    let mut rows: Vec<u32> = recorded().collect();
+    rows.sort_by_key(|&r| idx[r as usize]);
+    RowList::from(&rows[..])
 }

@@ -4,6 +4,7 @@
 //! nodes per level between them, so it costs about `2 × BLOCK + 2 × log2(blocks) × keep`
 //! candidates whatever its length. The tree holds about `2 × keep / BLOCK` entries per row.
 
+use super::row_list::RowList;
 use crate::int_slice::IntSlice;
 use std::cmp::Ordering;
 
@@ -37,14 +38,14 @@ fn keep_largest(rows: &mut Vec<u32>, keep: usize, size: IntSlice) {
 
 impl LargestInRuns {
     /// The tree over `order` (rows into `size`); `keep` is at most [`BLOCK`].
-    pub fn build(order: &[u32], size: IntSlice, keep: usize) -> LargestInRuns {
+    pub fn build(order: &RowList, size: IntSlice, keep: usize) -> LargestInRuns {
         let keep = keep.min(BLOCK);
         let mut levels: Vec<Vec<u32>> = Vec::new();
         let mut node = Vec::with_capacity(2 * BLOCK);
         let mut leaves = Vec::with_capacity(order.len() / BLOCK * keep);
-        for block in order.chunks_exact(BLOCK) {
+        for block in 0..order.len() / BLOCK {
             node.clear();
-            node.extend_from_slice(block);
+            node.extend(order.iter(block * BLOCK..(block + 1) * BLOCK));
             keep_largest(&mut node, keep, size);
             leaves.extend_from_slice(&node);
         }
@@ -76,15 +77,16 @@ impl LargestInRuns {
 
     /// Adds to `out` rows of `order[lo..hi]` among which are its `limit` largest: all of them
     /// when `limit` is more than the tree keeps.
-    pub fn candidates(&self, order: &[u32], lo: usize, hi: usize, limit: usize, out: &mut Vec<usize>) {
+    pub fn candidates(&self, order: &RowList, lo: usize, hi: usize, limit: usize, out: &mut Vec<usize>) {
         let rows = |r: &[u32], out: &mut Vec<usize>| out.extend(r.iter().map(|&i| i as usize));
+        let run = |lo: usize, hi: usize, out: &mut Vec<usize>| out.extend(order.iter(lo..hi).map(|i| i as usize));
         let (first, last) = (lo.div_ceil(BLOCK), hi / BLOCK);
         if limit > self.keep || self.levels.is_empty() || first >= last {
-            rows(&order[lo..hi], out);
+            run(lo, hi, out);
             return;
         }
-        rows(&order[lo..first * BLOCK], out);
-        rows(&order[last * BLOCK..hi], out);
+        run(lo, first * BLOCK, out);
+        run(last * BLOCK, hi, out);
         let node = |level: usize, j: usize| &self.levels[level][j * self.keep..(j + 1) * self.keep];
         let (mut l, mut h, mut level) = (first, last, 0);
         while l < h {
@@ -115,7 +117,8 @@ mod tests {
         let mut order: Vec<u32> = (0..n as u32).collect();
         order.sort_by_key(|&i| size[i as usize] / 7_000);
         let keep = 50;
-        let tree = LargestInRuns::build(&order, size[..].into(), keep);
+        let order_list = RowList::from(&order[..]);
+        let tree = LargestInRuns::build(&order_list, size[..].into(), keep);
         assert_eq!(tree.levels.len(), 5);
         let runs = [
             (0, n),
@@ -133,7 +136,7 @@ mod tests {
         for (lo, hi) in runs.into_iter().chain(random) {
             for limit in [1, keep, keep + 1] {
                 let mut got = Vec::new();
-                tree.candidates(&order, lo, hi, limit, &mut got);
+                tree.candidates(&order_list, lo, hi, limit, &mut got);
                 let mut got: Vec<u32> = got.into_iter().map(|i| i as u32).collect();
                 keep_largest(&mut got, limit, size[..].into());
                 got.sort_unstable();

@@ -17,6 +17,7 @@ mod category_index;
 mod flame;
 mod largest;
 mod pyramid;
+mod row_list;
 pub(crate) mod series;
 mod step_buckets;
 mod timeline_index;

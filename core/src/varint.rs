@@ -1,13 +1,15 @@
 //! Variable-length integers (LEB128, zigzag for signed values): how a stored segment object
-//! packs its blocks ([`super::packed_blocks`]) and entries ([`super::packed_entries`]).
+//! packs its blocks ([`crate::analysis::packed_blocks`]) and entries
+//! ([`crate::analysis::packed_entries`]), and how the query indexes hold their lists of rows
+//! ([`crate::query::row_list`]).
 //! Hand-written: a few lines, and the unchecked readers run where the bytes were checked once.
 
 /// Most bytes [`put`] writes for one value.
-pub(super) const MAX_BYTES: usize = 10;
+pub(crate) const MAX_BYTES: usize = 10;
 
 /// Pushed byte by byte: going through [`write`] and a buffer of its own made the segment
 /// replay's packed blocks 40 % slower to take (2 GB file, 1.0 → 1.4 s).
-pub(super) fn put(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -15,14 +17,14 @@ pub(super) fn put(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-pub(super) fn put_signed(out: &mut Vec<u8>, v: i64) {
+pub(crate) fn put_signed(out: &mut Vec<u8>, v: i64) {
     put(out, zigzag(v));
 }
 
 /// [`put`] into `buf` at `*at`, which moves past it (panics when `buf` has no room): a writer
 /// that fills a buffer of its own checks no vector's capacity at each byte.
 #[inline]
-pub(super) fn write(buf: &mut [u8], at: &mut usize, mut v: u64) {
+pub(crate) fn write(buf: &mut [u8], at: &mut usize, mut v: u64) {
     while v >= 0x80 {
         buf[*at] = v as u8 | 0x80;
         *at += 1;
@@ -34,7 +36,7 @@ pub(super) fn write(buf: &mut [u8], at: &mut usize, mut v: u64) {
 
 /// [`put_signed`] as [`write`] does.
 #[inline]
-pub(super) fn write_signed(buf: &mut [u8], at: &mut usize, v: i64) {
+pub(crate) fn write_signed(buf: &mut [u8], at: &mut usize, v: i64) {
     write(buf, at, zigzag(v));
 }
 
@@ -43,7 +45,7 @@ fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
-pub(super) fn get(bytes: &[u8], at: &mut usize) -> u64 {
+pub(crate) fn get(bytes: &[u8], at: &mut usize) -> u64 {
     let (mut v, mut shift) = (0u64, 0u32);
     loop {
         let b = bytes[*at];
@@ -56,7 +58,7 @@ pub(super) fn get(bytes: &[u8], at: &mut usize) -> u64 {
     }
 }
 
-pub(super) fn get_signed(bytes: &[u8], at: &mut usize) -> i64 {
+pub(crate) fn get_signed(bytes: &[u8], at: &mut usize) -> i64 {
     unzigzag(get(bytes, at))
 }
 
@@ -65,7 +67,7 @@ fn unzigzag(v: u64) -> i64 {
 }
 
 /// [`get`] on bytes not known to be well formed: `None` past their end or beyond 64 bits.
-pub(super) fn checked_get(bytes: &[u8], at: &mut usize) -> Option<u64> {
+pub(crate) fn checked_get(bytes: &[u8], at: &mut usize) -> Option<u64> {
     let (mut v, mut shift) = (0u64, 0u32);
     loop {
         let b = *bytes.get(*at)?;
@@ -81,7 +83,7 @@ pub(super) fn checked_get(bytes: &[u8], at: &mut usize) -> Option<u64> {
     }
 }
 
-pub(super) fn checked_get_signed(bytes: &[u8], at: &mut usize) -> Option<i64> {
+pub(crate) fn checked_get_signed(bytes: &[u8], at: &mut usize) -> Option<i64> {
     checked_get(bytes, at).map(unzigzag)
 }
 
