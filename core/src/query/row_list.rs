@@ -186,6 +186,29 @@ impl Iterator for Rows<'_> {
         Some(row)
     }
 
+    /// A run read in one loop (`for_each`, `extend` and `sum` come here): `0..n` as a range,
+    /// a packed list a block at a time.
+    fn fold<B, F: FnMut(B, u32) -> B>(mut self, init: B, mut f: F) -> B {
+        let Some(p) = &self.list.packed else {
+            return (self.next as u32..self.end as u32).fold(init, f);
+        };
+        let mut acc = init;
+        while self.next < self.end {
+            acc = f(acc, self.row);
+            self.next += 1;
+            if self.next == self.end {
+                break;
+            }
+            if self.next.is_multiple_of(BLOCK) {
+                self.row = p.firsts[self.next / BLOCK];
+                self.at = p.starts[self.next / BLOCK];
+            } else {
+                self.row = step(self.row, &p.diffs, &mut self.at);
+            }
+        }
+        acc
+    }
+
     fn size_hint(&self) -> (usize, Option<usize>) {
         let left = self.end - self.next;
         (left, Some(left))
@@ -292,6 +315,17 @@ mod tests {
             for lo in (0..n).step_by(7) {
                 let hi = (lo + 150).min(n);
                 assert_eq!(list.iter(lo..hi).collect::<Vec<_>>(), rows[lo..hi], "{lo}..{hi}");
+                let mut folded = Vec::new();
+                list.iter(lo..hi).for_each(|r| folded.push(r));
+                assert_eq!(folded, rows[lo..hi], "{lo}..{hi} in one loop");
+                // A run partly read one at a time, then in one loop.
+                let mut run = list.iter(lo..hi);
+                let first: Vec<u32> = run.by_ref().take(3).collect();
+                let rest = run.fold(first, |mut v, r| {
+                    v.push(r);
+                    v
+                });
+                assert_eq!(rest, rows[lo..hi], "{lo}..{hi} read both ways");
             }
         }
     }
