@@ -186,13 +186,13 @@ fn rows_listed(ends: &impl Endpoints, by_alloc: &RowList, times: &[i64], spacing
 }
 
 /// Checkpoints and their live lists. The spacing is [`MIN_SPACING`], or wider where many
-/// allocations stay live for long, so that the lists hold about twice the rows at most.
+/// allocations stay live for long, so that the lists hold about as many rows as there are allocations at most.
 fn checkpoints(ends: &impl Endpoints, by_alloc: &RowList) -> Checkpoints {
     let n = by_alloc.len().max(1);
     let mut spacing = MIN_SPACING;
     let mut times = checkpoint_times(ends, by_alloc, spacing);
     // The lists shrink in proportion to the spacing.
-    let widen = rows_listed(ends, by_alloc, &times, spacing).div_ceil(2 * n);
+    let widen = rows_listed(ends, by_alloc, &times, spacing).div_ceil(n);
     if widen > 1 {
         spacing *= widen;
         times = checkpoint_times(ends, by_alloc, spacing);
