@@ -118,8 +118,12 @@ impl BandIndex {
     /// Every allocation overlapping `[start, end]`, each once, in no particular order.
     pub fn for_each_overlapping(&self, ends: &impl Endpoints, start: i64, end: i64, mut f: impl FnMut(usize)) {
         let window = self.window(ends, start, end);
-        window.live_at_start.into_iter().for_each(&mut f);
-        self.by_alloc.iter(window.born).for_each(|i| f(i as usize));
+        let born = self.by_alloc.iter(window.born).map(|i| i as usize);
+        // One call of `f`, inlined: called from two loops it was not (a full-range flame
+        // graph of the 2 GB report took 13 % longer).
+        for i in window.live_at_start.into_iter().chain(born) {
+            f(i);
+        }
     }
 
     /// The allocations overlapping `[start, end]`: those born before `start` and live at it

@@ -164,26 +164,19 @@ pub struct Rows<'a> {
 impl Iterator for Rows<'_> {
     type Item = u32;
 
-    #[inline]
+    /// Small enough to inline into any loop (`0..n` is most lists); a packed list's step is
+    /// a call.
+    #[inline(always)]
     fn next(&mut self) -> Option<u32> {
         if self.next >= self.end {
             return None;
         }
         let k = self.next;
         self.next += 1;
-        let Some(p) = &self.list.packed else {
-            return Some(k as u32);
-        };
-        let row = self.row;
-        if self.next < self.end {
-            if self.next.is_multiple_of(BLOCK) {
-                self.row = p.firsts[self.next / BLOCK];
-                self.at = p.starts[self.next / BLOCK];
-            } else {
-                self.row = step(self.row, &p.diffs, &mut self.at);
-            }
+        match self.list.packed {
+            None => Some(k as u32),
+            Some(_) => Some(self.packed_step()),
         }
-        Some(row)
     }
 
     /// A run read in one loop (`for_each`, `extend` and `sum` come here): `0..n` as a range,
@@ -216,6 +209,24 @@ impl Iterator for Rows<'_> {
 }
 
 impl ExactSizeIterator for Rows<'_> {}
+
+impl Rows<'_> {
+    /// A packed list's row at `next - 1` (just counted), the one after it made ready.
+    #[inline(never)]
+    fn packed_step(&mut self) -> u32 {
+        let p = self.list.packed.as_ref().expect("a packed list");
+        let row = self.row;
+        if self.next < self.end {
+            if self.next.is_multiple_of(BLOCK) {
+                self.row = p.firsts[self.next / BLOCK];
+                self.at = p.starts[self.next / BLOCK];
+            } else {
+                self.row = step(self.row, &p.diffs, &mut self.at);
+            }
+        }
+        row
+    }
+}
 
 /// A [`RowList`] made a row at a time, held as its length alone while the rows pushed are
 /// `0, 1, 2, …`.
