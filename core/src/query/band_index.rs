@@ -15,7 +15,7 @@
 //! scans instead.
 
 use super::largest::{larger_row, LargestInRuns};
-use super::row_list::{RowList, RowListBuilder};
+use super::row_list::{RowList, RowListBuilder, Rows};
 use crate::int_slice::IntSlice;
 
 /// An allocation's endpoints on the timeline's axis: its alloc (`i64::MIN` when it predates the
@@ -115,15 +115,13 @@ impl BandIndex {
         Overlapping { largest, total }
     }
 
-    /// Every allocation overlapping `[start, end]`, each once, in no particular order.
-    pub fn for_each_overlapping(&self, ends: &impl Endpoints, start: i64, end: i64, mut f: impl FnMut(usize)) {
+    /// Every allocation overlapping `[start, end]`, each once, in no particular order: those
+    /// live at `start`, then those born inside the window. The caller loops over both itself:
+    /// a visitor passed in was not inlined into the loop (a full-range flame graph of the 2 GB
+    /// report took 72–76 ms instead of 61).
+    pub fn overlapping_rows(&self, ends: &impl Endpoints, start: i64, end: i64) -> (Vec<usize>, Rows<'_>) {
         let window = self.window(ends, start, end);
-        let born = self.by_alloc.iter(window.born).map(|i| i as usize);
-        // One call of `f`, inlined: called from two loops it was not (a full-range flame
-        // graph of the 2 GB report took 13 % longer).
-        for i in window.live_at_start.into_iter().chain(born) {
-            f(i);
-        }
+        (window.live_at_start, self.by_alloc.iter(window.born))
     }
 
     /// The allocations overlapping `[start, end]`: those born before `start` and live at it
@@ -308,8 +306,8 @@ mod tests {
                 windows.push((start, start + span));
             }
             for (start, end) in windows {
-                let mut every = Vec::new();
-                index.for_each_overlapping(&ends, start, end, |i| every.push(i));
+                let (mut every, born) = index.overlapping_rows(&ends, start, end);
+                every.extend(born.map(|i| i as usize));
                 every.sort_unstable();
                 let want: Vec<usize> = (0..ends.len()).filter(|&i| ends.overlaps(i, start, end)).collect();
                 assert_eq!(every, want, "{start}..{end}: every overlapping allocation, once");

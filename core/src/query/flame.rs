@@ -6,7 +6,7 @@
 //!
 //! Weights are summed exactly (bytes × axis units in integers), so an answer does not depend
 //! on the order allocations are visited in: with the device's timeline index only those
-//! overlapping the window are (see [`BandIndex::for_each_overlapping`]), which is the same
+//! overlapping the window are (see [`BandIndex::overlapping_rows`]), which is the same
 //! answer as a pass over every allocation.
 
 use crate::int_slice::IntSlice;
@@ -178,10 +178,17 @@ fn add_overlapping(
     weights: &mut StackWeights,
 ) {
     use super::band_index::Endpoints;
-    bands.for_each_overlapping(ends, start, end, |i| {
-        // Predating the trace (`i64::MIN`) counts from `start`; never freed (`i64::MAX`) to `end`.
+    // Predating the trace (`i64::MIN`) counts from `start`; never freed (`i64::MAX`) to `end`.
+    let (live, born) = bands.overlapping_rows(ends, start, end);
+    // The weighing written out in each loop: through one closure both loops called it, not
+    // inlined, and a full-range flame graph of the 2 GB report took 72 ms instead of 61.
+    for i in live {
         weights.add(stack.at(i), size.at(i), ends.alloc(i).max(start), ends.free(i).min(end));
-    });
+    }
+    for i in born {
+        let i = i as usize;
+        weights.add(stack.at(i), size.at(i), ends.alloc(i).max(start), ends.free(i).min(end));
+    }
 }
 
 /// Children of `node` from `offset`, largest first, depth-first, skipping the narrow.
