@@ -56,15 +56,7 @@ impl RowList {
         assert!(k < self.len, "position {k} of a list of {} rows", self.len);
         match &self.packed {
             None => k as u32,
-            Some(p) => {
-                let block = k / BLOCK;
-                let mut row = p.firsts[block];
-                let mut at = p.starts[block];
-                for _ in 0..k % BLOCK {
-                    row = step(row, &p.diffs, &mut at);
-                }
-                row
-            }
+            Some(p) => p.seek(k).0,
         }
     }
 
@@ -84,14 +76,11 @@ impl RowList {
                 at: 0,
             };
         };
-        let (mut row, mut at) = (0, 0);
-        if positions.start < positions.end {
-            let block = positions.start / BLOCK;
-            (row, at) = (p.firsts[block], p.starts[block]);
-            for _ in 0..positions.start % BLOCK {
-                row = step(row, &p.diffs, &mut at);
-            }
-        }
+        let (row, at) = if positions.start < positions.end {
+            p.seek(positions.start)
+        } else {
+            (0, 0)
+        };
         Rows {
             list: self,
             next: positions.start,
@@ -119,6 +108,18 @@ impl RowList {
             .zip(self.iter(start..end))
             .find(|&(_, row)| !pred(row))
             .map_or(end, |(k, _)| k)
+    }
+}
+
+impl Packed {
+    /// The row at position `k` and where the difference to the one after it begins.
+    fn seek(&self, k: usize) -> (u32, usize) {
+        let block = k / BLOCK;
+        let (mut row, mut at) = (self.firsts[block], self.starts[block]);
+        for _ in 0..k % BLOCK {
+            row = step(row, &self.diffs, &mut at);
+        }
+        (row, at)
     }
 }
 
@@ -182,7 +183,8 @@ impl Iterator for Rows<'_> {
     /// A run read in one loop (`for_each`, `extend` and `sum` come here): `0..n` as a range,
     /// a packed list a block at a time.
     fn fold<B, F: FnMut(B, u32) -> B>(mut self, init: B, mut f: F) -> B {
-        let Some(p) = &self.list.packed else {
+        let list = self.list;
+        let Some(p) = &list.packed else {
             return (self.next as u32..self.end as u32).fold(init, f);
         };
         let mut acc = init;
@@ -192,12 +194,7 @@ impl Iterator for Rows<'_> {
             if self.next == self.end {
                 break;
             }
-            if self.next.is_multiple_of(BLOCK) {
-                self.row = p.firsts[self.next / BLOCK];
-                self.at = p.starts[self.next / BLOCK];
-            } else {
-                self.row = step(self.row, &p.diffs, &mut self.at);
-            }
+            self.advance(p);
         }
         acc
     }
@@ -214,17 +211,24 @@ impl Rows<'_> {
     /// A packed list's row at `next - 1` (just counted), the one after it made ready.
     #[inline(never)]
     fn packed_step(&mut self) -> u32 {
-        let p = self.list.packed.as_ref().expect("a packed list");
+        let list = self.list;
+        let p = list.packed.as_ref().expect("a packed list");
         let row = self.row;
         if self.next < self.end {
-            if self.next.is_multiple_of(BLOCK) {
-                self.row = p.firsts[self.next / BLOCK];
-                self.at = p.starts[self.next / BLOCK];
-            } else {
-                self.row = step(self.row, &p.diffs, &mut self.at);
-            }
+            self.advance(p);
         }
         row
+    }
+
+    /// Reads the row at `next` from the one before it (or its block's first).
+    #[inline]
+    fn advance(&mut self, p: &Packed) {
+        if self.next.is_multiple_of(BLOCK) {
+            self.row = p.firsts[self.next / BLOCK];
+            self.at = p.starts[self.next / BLOCK];
+        } else {
+            self.row = step(self.row, &p.diffs, &mut self.at);
+        }
     }
 }
 
