@@ -188,7 +188,7 @@ fn rows_listed(ends: &impl Endpoints, by_alloc: &RowList, times: &[i64], spacing
 }
 
 /// Checkpoints and their live lists. The spacing is [`MIN_SPACING`], or wider where many
-/// allocations stay live for long, so that the lists hold about as many rows as there are allocations at most.
+/// allocations stay live for long, so that the lists hold about one row per allocation at most.
 fn checkpoints(ends: &impl Endpoints, by_alloc: &RowList) -> Checkpoints {
     let n = by_alloc.len().max(1);
     let mut spacing = MIN_SPACING;
