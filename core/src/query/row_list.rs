@@ -67,19 +67,9 @@ impl RowList {
             "positions {positions:?} of a list of {} rows",
             self.len
         );
-        let Some(p) = &self.packed else {
-            return Rows {
-                list: self,
-                next: positions.start,
-                end: positions.end,
-                row: 0,
-                at: 0,
-            };
-        };
-        let (row, at) = if positions.start < positions.end {
-            p.seek(positions.start)
-        } else {
-            (0, 0)
+        let (row, at) = match &self.packed {
+            Some(p) if positions.start < positions.end => p.seek(positions.start),
+            _ => (0, 0),
         };
         Rows {
             list: self,
