@@ -155,19 +155,20 @@ fn peaks_from_index(
     let allocated = usage_col::allocated(&dev.usage)?;
     let n = dev.usage.height().min(positions.len()).min(allocated.len());
     let span = (end - start).max(1) as i128;
-    // Column `b` holds the entries from its first position on (`start` for the first).
-    let first_entry = |b: usize| -> usize {
+    // Column `b` holds the entries from its first position on (`start` for the first); each
+    // is searched for from the column before's.
+    let first_entry = |b: usize, from: usize| -> usize {
         let at = start + ((b as i128 * span + width as i128 - 1) / width as i128) as i64;
-        positions.before(at).min(n)
+        positions.before_from(at, from, n)
     };
     let mut best_total = vec![i64::MIN; width];
     let mut best = vec![vec![0i64; Category::ALL.len()]; width];
-    let mut from = first_entry(0);
+    let mut from = positions.before(start).min(n);
     for b in 0..width {
         let to = if b + 1 == width {
             positions.before(end.saturating_add(1)).min(n)
         } else {
-            first_entry(b + 1)
+            first_entry(b + 1, from)
         };
         if from < to {
             let e = on_series!(allocated, |values| pyramid.first_max(values, from, to));

@@ -27,7 +27,7 @@ pub use category_index::CategoryIndex;
 pub use flame::{flame_graph, flame_graph_with, MAX_NODES as MAX_FLAME_NODES};
 use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
 use polars::prelude::*;
-use pyramid::{Positions, NO_BLOCKS};
+use pyramid::{BucketRuns, Positions, NO_BLOCKS};
 use series::on_series;
 pub use timeline_index::TimelineIndex;
 use timeline_index::{axis_positions, AxisEnds};
@@ -56,11 +56,13 @@ pub fn bucket_min_max(
     width: usize,
 ) -> (Vec<i64>, Vec<i64>) {
     let positions = Positions::Times(time);
+    let n = positions.len().min(values.len());
     on_series!(values, |values| {
         if positions.sorted() {
-            pyramid::bucket_min_max_sorted(positions, values, before, start, end, width)
+            let runs = BucketRuns::of_sorted(positions, n, start, end, width);
+            pyramid::bucket_min_max_sorted(&runs, values, &NO_BLOCKS, before)
         } else {
-            pyramid::bucket_min_max_by_blocks(positions, values, &NO_BLOCKS, before, start, end, width)
+            pyramid::bucket_min_max_by_entries(positions, values, before, start, end, width)
         }
     })
 }
@@ -138,24 +140,33 @@ pub fn timeline_with(
     let sorted = index
         .map(TimelineIndex::positions_sorted)
         .unwrap_or_else(|| positions.sorted());
-    let (allocated_min, allocated_max) = on_series!(allocated, |values| {
-        if pyramid_allocated.is_empty() && sorted {
-            pyramid::bucket_min_max_sorted(positions, values, initial_allocated, start, end, width)
-        } else {
-            pyramid::bucket_min_max_by_blocks(
-                positions,
+    let ((allocated_min, allocated_max), (reserved_min, reserved_max)) = if sorted {
+        // Each bucket's entries, found once for both series.
+        let n = positions.len().min(allocated.len()).min(dev.reserved.len());
+        let runs = BucketRuns::of_sorted(positions, n, start, end, width);
+        (
+            on_series!(allocated, |values| pyramid::bucket_min_max_sorted(
+                &runs,
                 values,
                 pyramid_allocated,
+                initial_allocated
+            )),
+            // The reserved bytes' changes start from their own value before the trace.
+            step_buckets::bucket_min_max_of_steps_in(&runs, &dev.reserved),
+        )
+    } else {
+        (
+            on_series!(allocated, |values| pyramid::bucket_min_max_by_entries(
+                positions,
+                values,
                 initial_allocated,
                 start,
                 end,
-                width,
-            )
-        }
-    });
-    // The reserved bytes' changes start from their own value before the trace.
-    let (reserved_min, reserved_max) =
-        step_buckets::bucket_min_max_of_steps(positions, &dev.reserved, Some(sorted), start, end, width);
+                width
+            )),
+            step_buckets::bucket_min_max_of_steps(positions, &dev.reserved, Some(false), start, end, width),
+        )
+    };
 
     // Allocations overlapping the window: the largest MAX_BANDS, in alloc order.
     let lt = &dev.lifetimes;

@@ -52,6 +52,32 @@ impl Positions<'_> {
         }
     }
 
+    /// [`Positions::before`] for positions that never decrease, searched within `lo..=hi` where
+    /// every position before `lo` is below `x`, capped at `hi`: a gallop from `lo`, so a search
+    /// just after the last one (a timeline's next bucket edge) reads a few nearby positions
+    /// instead of a binary search's scattered ones over the whole trace.
+    pub fn before_from(&self, x: i64, lo: usize, hi: usize) -> usize {
+        match self {
+            Positions::Times(t) => {
+                // Every position in `lo..bound` is below `x`; the next probe is `step` past it.
+                let (mut bound, mut step) = (lo, 1);
+                let limit = loop {
+                    let probe = bound + step - 1;
+                    if probe >= hi {
+                        break hi;
+                    }
+                    if t.at(probe) >= x {
+                        break probe;
+                    }
+                    bound = probe + 1;
+                    step *= 2;
+                };
+                bound + t.slice(bound..limit).partition_point(|p| p < x)
+            }
+            Positions::EntryIndex(n) => (x.clamp(0, *n as i64) as usize).clamp(lo, hi),
+        }
+    }
+
     /// Whether the positions never decrease.
     pub fn sorted(&self) -> bool {
         match self {
@@ -157,12 +183,34 @@ impl MinMaxPyramid {
             .filter(move |(_, l)| i.is_multiple_of(l.block) && i / l.block < l.min.len() && i + l.block <= len)
     }
 
-    /// The blocks starting at entry `i` within the first `len` entries, coarsest first, as
-    /// (entries, min, max).
+    /// `init` with the min and max of `values[lo..hi]` (the values this pyramid was built over)
+    /// folded in: the whole blocks of the coarsest level that has one inside the range from its
+    /// level, the rest at each end likewise from the levels below, and entries one by one only
+    /// within a finest block at either end — at most `2 × FANOUT` reads a level.
     #[inline]
-    fn blocks_at(&self, i: usize, len: usize) -> impl Iterator<Item = (usize, i64, i64)> + '_ {
-        self.levels_at(i, len)
-            .map(move |(_, l)| (l.block, l.min[i / l.block], l.max[i / l.block]))
+    pub fn fold_min_max<S: Series>(&self, values: S, lo: usize, hi: usize, init: (i64, i64)) -> (i64, i64) {
+        if self.levels.is_empty() {
+            return values.fold_min_max(lo, hi, init);
+        }
+        self.fold_below(self.levels.len(), values, lo, hi, init)
+    }
+
+    /// [`MinMaxPyramid::fold_min_max`] with the first `levels` levels alone.
+    fn fold_below<S: Series>(&self, levels: usize, values: S, lo: usize, hi: usize, init: (i64, i64)) -> (i64, i64) {
+        for (li, l) in self.levels[..levels].iter().enumerate().rev() {
+            // The level's whole blocks inside the range.
+            let (first, last) = (lo.div_ceil(l.block), (hi / l.block).min(l.min.len()));
+            if first < last {
+                let (mut min, mut max) = init;
+                for (&a, &b) in l.min[first..last].iter().zip(&l.max[first..last]) {
+                    min = min.min(a);
+                    max = max.max(b);
+                }
+                let head = self.fold_below(li, values, lo, first * l.block, (min, max));
+                return self.fold_below(li, values, last * l.block, hi, head);
+            }
+        }
+        values.fold_min_max(lo, hi, init)
     }
 }
 
@@ -223,52 +271,55 @@ impl BucketEdges {
     }
 }
 
-/// The entries of each of `width` buckets between `start` and `end`, over the first `n` of
-/// `positions`, which never decrease: the first entry at or after `start`, and where each
-/// bucket's run of entries ends (bucket b before the first entry at its right edge, the last
-/// at the last entry at or before `end`).
-pub(super) fn sorted_bucket_ends(
-    positions: Positions<'_>,
-    n: usize,
-    start: i64,
-    end: i64,
-    width: usize,
-) -> (usize, impl Iterator<Item = usize> + '_) {
-    let edges = BucketEdges::new(start, end, width);
-    let first = positions.before(start).min(n);
-    let last_end = positions.before(end.saturating_add(1)).clamp(first, n);
-    let mut lo = first;
-    let ends = (0..edges.width).map(move |b| {
-        lo = if b + 1 < edges.width {
-            positions.before(edges.after(b)).clamp(lo, last_end)
-        } else {
-            last_end
-        };
-        lo
-    });
-    (first, ends)
+/// The entries of each of `width` buckets between `start` and `end`, over positions that never
+/// decrease: found once and folded by each series of a timeline.
+pub(super) struct BucketRuns {
+    /// The first entry at or after `start`.
+    pub first: usize,
+    /// Where each bucket's run of entries ends: bucket `b` before the first entry at its right
+    /// edge, the last at the last entry at or before `end`.
+    pub ends: Vec<usize>,
 }
 
-/// [`super::bucket_min_max`] over positions that never decrease ([`Positions::sorted`]): each
-/// bucket's entries found by a binary search for its right edge, then the min and max of that
-/// run of values, both in one pass (two folds, one for each, took six times as long) — the
-/// entry-by-entry answer of [`bucket_min_max_by_blocks`] without blocks, in a fraction of its
-/// time on a 2 GB snapshot's first view (35 M entries), which every ingest draws, and its chart.
-pub fn bucket_min_max_sorted<S: Series>(
-    positions: Positions<'_>,
+impl BucketRuns {
+    /// The runs over the first `n` of `positions` ([`Positions::sorted`]).
+    pub(super) fn of_sorted(positions: Positions<'_>, n: usize, start: i64, end: i64, width: usize) -> BucketRuns {
+        let edges = BucketEdges::new(start, end, width);
+        let first = positions.before(start).min(n);
+        let last_end = positions.before(end.saturating_add(1)).clamp(first, n);
+        let mut lo = first;
+        let ends = (0..edges.width)
+            .map(|b| {
+                lo = if b + 1 < edges.width {
+                    positions.before_from(edges.after(b), lo, last_end)
+                } else {
+                    last_end
+                };
+                lo
+            })
+            .collect();
+        BucketRuns { first, ends }
+    }
+}
+
+/// [`super::bucket_min_max`] over positions that never decrease, in `runs`: each bucket's run
+/// of values folded from the value before it, whole blocks of `pyramid` (built over `values`,
+/// or [`NO_BLOCKS`]) read from the pyramid — the entry-by-entry answer of
+/// [`bucket_min_max_by_entries`]. Without blocks, a run's min and max are found in one pass
+/// (two folds, one for each, took six times as long): a 2 GB snapshot's first view (35 M
+/// entries), which every ingest draws, and its chart.
+pub(super) fn bucket_min_max_sorted<S: Series>(
+    runs: &BucketRuns,
     values: S,
+    pyramid: &MinMaxPyramid,
     before: i64,
-    start: i64,
-    end: i64,
-    width: usize,
 ) -> (Vec<i64>, Vec<i64>) {
-    let n = positions.len().min(values.len());
-    let (first, ends) = sorted_bucket_ends(positions, n, start, end, width);
+    let first = runs.first;
     let mut current = if first == 0 { before } else { values.at(first - 1) };
-    let (mut mins, mut maxs) = (Vec::with_capacity(width.max(1)), Vec::with_capacity(width.max(1)));
+    let (mut mins, mut maxs) = (Vec::with_capacity(runs.ends.len()), Vec::with_capacity(runs.ends.len()));
     let mut lo = first;
-    for hi in ends {
-        let (min, max) = values.fold_min_max(lo, hi, (current, current));
+    for &hi in &runs.ends {
+        let (min, max) = pyramid.fold_min_max(values, lo, hi, (current, current));
         if hi > lo {
             current = values.at(hi - 1);
         }
@@ -279,13 +330,11 @@ pub fn bucket_min_max_sorted<S: Series>(
     (mins, maxs)
 }
 
-/// [`super::bucket_min_max`] over `positions`, in any order (an entry goes to the bucket the
-/// last one went to or a later one), entry by entry, folding whole blocks of `pyramid` (built
-/// over `values`) into a bucket wherever they lie inside it.
-pub fn bucket_min_max_by_blocks<S: Series>(
+/// [`super::bucket_min_max`] over `positions` in any order (an entry goes to the bucket the
+/// last one went to or a later one), entry by entry.
+pub fn bucket_min_max_by_entries<S: Series>(
     positions: Positions<'_>,
     values: S,
-    pyramid: &MinMaxPyramid,
     before: i64,
     start: i64,
     end: i64,
@@ -293,45 +342,29 @@ pub fn bucket_min_max_by_blocks<S: Series>(
 ) -> (Vec<i64>, Vec<i64>) {
     let width = width.max(1);
     let edges = BucketEdges::new(start, end, width);
-    let next_edge = |b: usize| edges.after(b);
     let n = positions.len().min(values.len());
     let first = positions.before(start).min(n);
     let mut current = if first == 0 { before } else { values.at(first - 1) };
     let mut mins = vec![i64::MAX; width];
     let mut maxs = vec![i64::MIN; width];
     let mut b = 0usize;
-    let mut edge = next_edge(0);
+    let mut edge = edges.after(0);
     mins[0] = current;
     maxs[0] = current;
-    let mut i = first;
-    while i < n {
+    for i in first..n {
         let t = positions.at(i);
         if t > end {
             break;
         }
         while t >= edge && b + 1 < width {
             b += 1;
-            edge = next_edge(b);
+            edge = edges.after(b);
             mins[b] = current;
             maxs[b] = current;
-        }
-        if i.is_multiple_of(FANOUT) {
-            let fits = pyramid.blocks_at(i, n).find(|&(len, _, _)| {
-                let t_last = positions.at(i + len - 1);
-                t_last <= end && (b + 1 == width || t_last < edge)
-            });
-            if let Some((len, lo, hi)) = fits {
-                mins[b] = mins[b].min(lo);
-                maxs[b] = maxs[b].max(hi);
-                current = values.at(i + len - 1);
-                i += len;
-                continue;
-            }
         }
         current = values.at(i);
         mins[b] = mins[b].min(current);
         maxs[b] = maxs[b].max(current);
-        i += 1;
     }
     while b + 1 < width {
         b += 1;
@@ -366,10 +399,11 @@ mod tests {
         for (start, end, width) in test_windows(&mut next, first, last, 60) {
             for positions in [Positions::Times(times[..].into()), Positions::EntryIndex(n)] {
                 let (s, e) = test_window_on(positions, (start, end), first, last);
-                let by_blocks = bucket_min_max_by_blocks(positions, &values[..], &pyramid, 7, s, e, width);
-                let by_entries = bucket_min_max_by_blocks(positions, &values[..], &NO_BLOCKS, 7, s, e, width);
+                let runs = BucketRuns::of_sorted(positions, n, s, e, width);
+                let by_entries = bucket_min_max_by_entries(positions, &values[..], 7, s, e, width);
+                let by_blocks = bucket_min_max_sorted(&runs, &values[..], &pyramid, 7);
                 assert!(by_blocks == by_entries, "window {s}..{e} at width {width}");
-                let by_buckets = bucket_min_max_sorted(positions, &values[..], 7, s, e, width);
+                let by_buckets = bucket_min_max_sorted(&runs, &values[..], &NO_BLOCKS, 7);
                 assert!(
                     by_buckets == by_entries,
                     "a bucket at a time, window {s}..{e} at width {width}"
@@ -379,12 +413,16 @@ mod tests {
                     let bytes = |v: Vec<i64>| v.into_iter().map(|x| -512 + x * 512).collect::<Vec<_>>();
                     (bytes(min), bytes(max))
                 };
-                assert!(
-                    bucket_min_max_by_blocks(positions, units, &unit_pyramid, 7 * 512 - 512, s, e, width)
-                        == in_units(by_entries.clone())
-                );
-                assert!(bucket_min_max_sorted(positions, units, 7 * 512 - 512, s, e, width) == in_units(by_entries));
+                assert!(bucket_min_max_sorted(&runs, units, &unit_pyramid, 7 * 512 - 512) == in_units(by_entries.clone()));
+                assert!(bucket_min_max_sorted(&runs, units, &NO_BLOCKS, 7 * 512 - 512) == in_units(by_entries));
             }
+        }
+        // Any range's fold equals a pass over its values, whichever levels it spans.
+        for _ in 0..2_000 {
+            let lo = (next() % n as u64) as usize;
+            let hi = lo + ((next() % (n - lo) as u64) >> (next() % 20)) as usize;
+            let pass = values[lo..hi].iter().fold((3, 3), |(a, b), &v| (a.min(v), b.max(v)));
+            assert_eq!(pyramid.fold_min_max(&values[..], lo, hi, (3, 3)), pass, "{lo}..{hi}");
         }
         for _ in 0..300 {
             let (a, b) = ((next() % n as u64) as usize, (next() % n as u64) as usize);
@@ -411,12 +449,27 @@ mod tests {
                 for positions in [Positions::Times(times[..].into()), Positions::EntryIndex(n)] {
                     let (s, e) = test_window_on(positions, (start, end), first, last.max(first + 2));
                     let e = e.max(s + 1);
-                    let sorted = bucket_min_max_sorted(positions, &values[..], -9, s, e, width);
-                    let entries = bucket_min_max_by_blocks(positions, &values[..], &NO_BLOCKS, -9, s, e, width);
+                    let runs = BucketRuns::of_sorted(positions, n, s, e, width);
+                    let sorted = bucket_min_max_sorted(&runs, &values[..], &NO_BLOCKS, -9);
+                    let entries = bucket_min_max_by_entries(positions, &values[..], -9, s, e, width);
                     assert!(sorted == entries, "{n} entries, window {s}..{e} at width {width}");
                     assert_eq!(sorted.0.len(), width.max(1));
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_gallop_from_a_known_bound_finds_what_a_binary_search_finds() {
+        let mut next = xorshift(0xD1B54A32D192ED03);
+        let times = test_times(&mut next, 20_000, 3, 9);
+        let positions = Positions::Times(times[..].into());
+        for _ in 0..5_000 {
+            let x = times[0] - 5 + (next() % (times[times.len() - 1] - times[0] + 10) as u64) as i64;
+            let found = positions.before(x);
+            let lo = (next() % (found as u64 + 1)) as usize;
+            let hi = lo + (next() % (times.len() - lo + 1) as u64) as usize;
+            assert_eq!(positions.before_from(x, lo, hi), found.min(hi), "{x} from {lo} to {hi}");
         }
     }
 }

@@ -2,7 +2,7 @@
 //! [`super::bucket_min_max`]'s answer over the values the changes stand for, in time that
 //! grows with the buckets and the changes inside the window instead of with the entries.
 
-use super::pyramid::{bucket_min_max_by_blocks, sorted_bucket_ends, Positions, NO_BLOCKS};
+use super::pyramid::{bucket_min_max_by_entries, BucketRuns, Positions};
 use crate::entry_steps::EntrySteps;
 
 /// The min and max of `steps` in each of `width` buckets between `start` and `end` over
@@ -18,14 +18,18 @@ pub fn bucket_min_max_of_steps(
 ) -> (Vec<i64>, Vec<i64>) {
     if !sorted.unwrap_or_else(|| positions.sorted()) {
         let values: Vec<i64> = steps.values().collect();
-        return bucket_min_max_by_blocks(positions, &values[..], &NO_BLOCKS, steps.initial(), start, end, width);
+        return bucket_min_max_by_entries(positions, &values[..], steps.initial(), start, end, width);
     }
     let n = positions.len().min(steps.len());
-    let (first, ends) = sorted_bucket_ends(positions, n, start, end, width);
-    let mut current = steps.before(first);
-    let (mut mins, mut maxs) = (Vec::with_capacity(width.max(1)), Vec::with_capacity(width.max(1)));
-    let mut lo = first;
-    for hi in ends {
+    bucket_min_max_of_steps_in(&BucketRuns::of_sorted(positions, n, start, end, width), steps)
+}
+
+/// [`bucket_min_max_of_steps`] over the buckets' runs of entries, found for sorted positions.
+pub(super) fn bucket_min_max_of_steps_in(runs: &BucketRuns, steps: &EntrySteps) -> (Vec<i64>, Vec<i64>) {
+    let mut current = steps.before(runs.first);
+    let (mut mins, mut maxs) = (Vec::with_capacity(runs.ends.len()), Vec::with_capacity(runs.ends.len()));
+    let mut lo = runs.first;
+    for &hi in &runs.ends {
         let (mut min, mut max) = (current, current);
         for (_, v) in steps.changes_in(lo, hi) {
             min = min.min(v);
@@ -71,7 +75,7 @@ mod tests {
             ] {
                 let (s, e) = test_window_on(positions, (start, end), first, last);
                 let by_steps = bucket_min_max_of_steps(positions, &steps, None, s, e, width);
-                let by_entries = bucket_min_max_by_blocks(positions, &values[..], &NO_BLOCKS, 7, s, e, width);
+                let by_entries = bucket_min_max_by_entries(positions, &values[..], 7, s, e, width);
                 assert!(by_steps == by_entries, "window {s}..{e} at width {width}");
             }
         }
