@@ -5,16 +5,19 @@
 //! An allocation overlaps `[start, end]` when it was allocated at or before `end` and freed at
 //! or after `start`. Those are the allocations born inside the window — a run of
 //! [`BandIndex::by_alloc`], found by binary search — and those born before it and still live at
-//! `start`, found from the nearest checkpoint's live list plus the few born since. The largest
-//! of the first come from a tree over `by_alloc` ([`super::largest`]), so a window costs about
-//! the allocations live at its start plus a few tens of thousands, however many it holds. The
+//! `start`, found from the nearest checkpoint's lists plus the few born since: the rows the
+//! next checkpoint lists too are live at `start` without their free being read (a read of a
+//! time at a free's entry, far apart in memory for each row), and only the others are checked.
+//! The largest of the first come from a tree over `by_alloc` ([`super::largest`]), and every
+//! candidate goes through one [`LargestRows`] selection, so a window costs about the
+//! allocations live at its start plus a few tens of thousands, however many it holds. The
 //! answer is exactly a full scan's: the same count and the same largest (ties by row).
 //!
 //! The index needs every allocation's free at or after its alloc on the axis; [`BandIndex::build`]
 //! declines a device where that does not hold (times that go backwards), and the timeline
 //! scans instead.
 
-use super::largest::{larger_row, LargestInRuns};
+use super::largest::{LargestInRuns, LargestRows};
 use super::row_list::{RowList, RowListBuilder, Rows};
 use crate::int_slice::IntSlice;
 
@@ -45,11 +48,29 @@ pub struct BandIndex {
     checkpoints: Checkpoints,
 }
 
-/// Checkpoint `c` sits before `by_alloc[c * spacing]`; its list holds the rows allocated
-/// before it that are freed after the last of those allocs, in alloc order.
+/// Checkpoint `c` sits before `by_alloc[c * spacing]`; it lists the rows allocated before it
+/// that are freed after the last of those allocs, in alloc order.
 struct Checkpoints {
     spacing: usize,
-    lists: Vec<RowList>,
+    lists: Vec<Listed>,
+}
+
+/// A checkpoint's rows, in two lists by whether a window that starts before the next
+/// checkpoint may start after their free: those listed at the next checkpoint too do not need
+/// their free read to know they are live at the window's start.
+struct Listed {
+    /// Listed at the next checkpoint too: freed after its last alloc, so after any start of a
+    /// window whose born run begins before it.
+    lasting: RowList,
+    /// Listed here last (each listed row is, once): freed before the next checkpoint's last
+    /// alloc, or listed at the last checkpoint.
+    ending: RowList,
+}
+
+impl Listed {
+    fn bytes(&self) -> usize {
+        self.lasting.bytes() + self.ending.bytes()
+    }
 }
 
 /// The allocations a window overlaps: the largest `limit` (by size, ties by row, in no
@@ -89,8 +110,8 @@ impl BandIndex {
     pub fn bytes(&self) -> usize {
         let lists = &self.checkpoints.lists;
         self.by_alloc.bytes()
-            + lists.iter().map(RowList::bytes).sum::<usize>()
-            + lists.len() * std::mem::size_of::<RowList>()
+            + lists.iter().map(Listed::bytes).sum::<usize>()
+            + lists.len() * std::mem::size_of::<Listed>()
             + self.largest.bytes()
     }
 
@@ -104,15 +125,22 @@ impl BandIndex {
         limit: usize,
     ) -> Overlapping {
         let window = self.window(ends, start, end);
-        let total = window.live_at_start.len() + window.born.len();
-        let mut largest = window.live_at_start;
-        self.largest
-            .candidates(&self.by_alloc, window.born.start, window.born.end, limit, &mut largest);
-        if largest.len() > limit && limit > 0 {
-            largest.select_nth_unstable_by(limit - 1, |&x, &y| larger_row(size, x, y));
+        let born = window.born.clone();
+        let mut largest = LargestRows::new(size, limit);
+        let mut total = born.len();
+        let lasting = window.listed.lasting.iter(0..window.listed.lasting.len());
+        total += lasting.len();
+        largest.extend(lasting.map(|i| i as usize));
+        for i in window.may_have_ended(ends, start) {
+            total += 1;
+            largest.offer(i);
         }
-        largest.truncate(limit);
-        Overlapping { largest, total }
+        self.largest
+            .candidates(&self.by_alloc, born.start, born.end, limit, &mut largest);
+        Overlapping {
+            largest: largest.into_rows(),
+            total,
+        }
     }
 
     /// Every allocation overlapping `[start, end]`, each once, in no particular order: those
@@ -121,12 +149,17 @@ impl BandIndex {
     /// report took 72–76 ms instead of 61).
     pub fn overlapping_rows(&self, ends: &impl Endpoints, start: i64, end: i64) -> (Vec<usize>, Rows<'_>) {
         let window = self.window(ends, start, end);
-        (window.live_at_start, self.by_alloc.iter(window.born))
+        let born = self.by_alloc.iter(window.born.clone());
+        let lasting = &window.listed.lasting;
+        let mut live: Vec<usize> = lasting.iter(0..lasting.len()).map(|i| i as usize).collect();
+        live.extend(window.may_have_ended(ends, start));
+        (live, born)
     }
 
     /// The allocations overlapping `[start, end]`: those born before `start` and live at it
-    /// (the checkpoint's list, then the rows since), and the run of `by_alloc` born inside.
-    fn window(&self, ends: &impl Endpoints, start: i64, end: i64) -> Window {
+    /// (the nearest checkpoint's lists, then the rows since), and the run of `by_alloc` born
+    /// inside.
+    fn window(&self, ends: &impl Endpoints, start: i64, end: i64) -> Window<'_> {
         let born_before = self.by_alloc.partition_point(|i| ends.alloc(i as usize) < start);
         let born_by_end = self
             .by_alloc
@@ -134,26 +167,37 @@ impl BandIndex {
             .max(born_before);
         let cp = &self.checkpoints;
         let c = born_before / cp.spacing;
-        let listed = &cp.lists[c];
-        let since = self.by_alloc.iter(c * cp.spacing..born_before);
-        let live_at_start = listed
-            .iter(0..listed.len())
-            .chain(since)
-            .map(|i| i as usize)
-            .filter(|&i| ends.free(i) >= start)
-            .collect();
         Window {
-            live_at_start,
+            listed: &cp.lists[c],
+            since: self.by_alloc.iter(c * cp.spacing..born_before),
             born: born_before..born_by_end,
         }
     }
 }
 
-/// The allocations a window overlaps, in two parts.
-struct Window {
-    live_at_start: Vec<usize>,
+/// The allocations a window overlaps, in parts: those born before its start (the checkpoint's
+/// lists and the rows since it), and those born inside.
+struct Window<'a> {
+    /// Rows listed at the checkpoint before `start`: its lasting ones are all live at `start`,
+    /// its ending ones are live if freed at or after it.
+    listed: &'a Listed,
+    /// Rows born between the checkpoint and `start`: live if freed at or after it.
+    since: Rows<'a>,
     /// Positions in `by_alloc`.
     born: std::ops::Range<usize>,
+}
+
+impl<'a> Window<'a> {
+    /// The rows born before `start` whose free must be read to know they are live at it, those
+    /// that are.
+    fn may_have_ended<E: Endpoints>(self, ends: &'a E, start: i64) -> impl Iterator<Item = usize> + 'a {
+        let ending = &self.listed.ending;
+        ending
+            .iter(0..ending.len())
+            .chain(self.since)
+            .map(|i| i as usize)
+            .filter(move |&i| ends.free(i) >= start)
+    }
 }
 
 /// The last alloc position before each checkpoint `c` (`i64::MIN` for the first).
@@ -199,15 +243,27 @@ fn checkpoints(ends: &impl Endpoints, by_alloc: &RowList) -> Checkpoints {
         spacing *= widen;
         times = checkpoint_times(ends, by_alloc, spacing);
     }
-    let mut lists: Vec<RowListBuilder> = times.iter().map(|_| RowListBuilder::default()).collect();
+    let mut lasting: Vec<RowListBuilder> = times.iter().map(|_| RowListBuilder::default()).collect();
+    let mut ending: Vec<RowListBuilder> = times.iter().map(|_| RowListBuilder::default()).collect();
     for (k, i) in by_alloc.iter(0..by_alloc.len()).enumerate() {
-        for c in listed_in(ends.free(i as usize), k, spacing, &times) {
-            lists[c].push(i);
+        let listed = listed_in(ends.free(i as usize), k, spacing, &times);
+        if let Some(last) = listed.end.checked_sub(1).filter(|&last| last >= listed.start) {
+            for list in &mut lasting[listed.start..last] {
+                list.push(i);
+            }
+            ending[last].push(i);
         }
     }
     Checkpoints {
         spacing,
-        lists: lists.into_iter().map(RowListBuilder::finish).collect(),
+        lists: lasting
+            .into_iter()
+            .zip(ending)
+            .map(|(lasting, ending)| Listed {
+                lasting: lasting.finish(),
+                ending: ending.finish(),
+            })
+            .collect(),
     }
 }
 

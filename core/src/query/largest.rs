@@ -28,6 +28,72 @@ fn larger_first(size: IntSlice<'_>) -> impl Fn(&u32, &u32) -> Ordering + '_ {
     move |&x, &y| larger_row(size, x as usize, y as usize)
 }
 
+/// The `limit` largest of the rows offered one by one (by [`larger_row`]: the larger first,
+/// then the lower row), in no particular order. Each is held with its size, so a cut compares
+/// plain pairs instead of reading two sizes a comparison; the rows are held until twice
+/// `limit` are, then cut back to the best `limit`, after which a row that comes after the
+/// least of those is passed over with one comparison (the least kept only gets better).
+pub struct LargestRows<'a> {
+    size: IntSlice<'a>,
+    limit: usize,
+    /// `(-size, row)`: in band order when sorted.
+    kept: Vec<(i64, usize)>,
+    /// The least row kept by the last cut (before one, a key after every row's; with no row to
+    /// keep, one before every row's).
+    least: (i64, usize),
+}
+
+impl<'a> LargestRows<'a> {
+    pub fn new(size: IntSlice<'a>, limit: usize) -> LargestRows<'a> {
+        LargestRows {
+            size,
+            limit,
+            kept: Vec::with_capacity(2 * limit),
+            least: if limit == 0 { (i64::MIN, 0) } else { (i64::MAX, usize::MAX) },
+        }
+    }
+
+    #[inline]
+    pub fn offer(&mut self, row: usize) {
+        let key = (-self.size.at(row), row);
+        if key < self.least {
+            self.keep(key);
+        }
+    }
+
+    /// Out of line: most rows offered to a long loop are passed over, which then stays small.
+    #[inline(never)]
+    fn keep(&mut self, key: (i64, usize)) {
+        self.kept.push(key);
+        if self.kept.len() == 2 * self.limit {
+            self.cut();
+        }
+    }
+
+    /// Keeps the best `limit` of those held.
+    fn cut(&mut self) {
+        if self.kept.len() > self.limit && self.limit > 0 {
+            self.kept.select_nth_unstable(self.limit - 1);
+            self.least = self.kept[self.limit - 1];
+        }
+        self.kept.truncate(self.limit);
+    }
+
+    /// The `limit` largest rows offered.
+    pub fn into_rows(mut self) -> Vec<usize> {
+        self.cut();
+        self.kept.into_iter().map(|(_, row)| row).collect()
+    }
+}
+
+impl Extend<usize> for LargestRows<'_> {
+    fn extend<I: IntoIterator<Item = usize>>(&mut self, rows: I) {
+        for row in rows {
+            self.offer(row);
+        }
+    }
+}
+
 /// The `keep` largest of `rows`, in no particular order.
 fn keep_largest(rows: &mut Vec<u32>, keep: usize, size: IntSlice) {
     if rows.len() > keep && keep > 0 {
@@ -77,9 +143,9 @@ impl LargestInRuns {
 
     /// Adds to `out` rows of `order[lo..hi]` among which are its `limit` largest: all of them
     /// when `limit` is more than the tree keeps.
-    pub fn candidates(&self, order: &RowList, lo: usize, hi: usize, limit: usize, out: &mut Vec<usize>) {
-        let rows = |r: &[u32], out: &mut Vec<usize>| out.extend(r.iter().map(|&i| i as usize));
-        let run = |lo: usize, hi: usize, out: &mut Vec<usize>| out.extend(order.iter(lo..hi).map(|i| i as usize));
+    pub fn candidates<E: Extend<usize>>(&self, order: &RowList, lo: usize, hi: usize, limit: usize, out: &mut E) {
+        let rows = |r: &[u32], out: &mut E| out.extend(r.iter().map(|&i| i as usize));
+        let run = |lo: usize, hi: usize, out: &mut E| out.extend(order.iter(lo..hi).map(|i| i as usize));
         let (first, last) = (lo.div_ceil(BLOCK), hi / BLOCK);
         if limit > self.keep || self.levels.is_empty() || first >= last {
             run(lo, hi, out);
@@ -144,7 +210,34 @@ mod tests {
                 keep_largest(&mut want, limit, size[..].into());
                 want.sort_unstable();
                 assert_eq!(got, want, "{lo}..{hi}, {limit}");
+                // Offered one by one, in no order, the same rows are kept.
+                let mut largest = LargestRows::new(size[..].into(), limit);
+                tree.candidates(&order_list, lo, hi, limit, &mut largest);
+                let mut kept = largest.into_rows();
+                kept.sort_unstable();
+                assert!(kept.iter().map(|&i| i as u32).eq(want.iter().copied()), "{lo}..{hi}, {limit} offered");
             }
+        }
+    }
+
+    #[test]
+    fn rows_offered_one_by_one_keep_the_largest_ties_by_row() {
+        let mut next = crate::query::xorshift(0x2545F4914F6CDD1D);
+        for (n, sizes, limit) in [(0, 3, 4), (5, 3, 0), (5, 3, 9), (10_000, 4, 1), (10_000, 50, 7), (10_000, 1_000, 300)] {
+            let size: Vec<i64> = (0..n).map(|_| (next() % sizes) as i64).collect();
+            let mut offered: Vec<usize> = (0..n).collect();
+            for k in (1..n).rev() {
+                offered.swap(k, (next() % (k as u64 + 1)) as usize);
+            }
+            let mut largest = LargestRows::new(size[..].into(), limit);
+            largest.extend(offered.iter().copied());
+            let mut kept = largest.into_rows();
+            kept.sort_unstable();
+            let mut want: Vec<usize> = (0..n).collect();
+            want.sort_by(|&x, &y| larger_row(size[..].into(), x, y));
+            want.truncate(limit);
+            want.sort_unstable();
+            assert_eq!(kept, want, "{n} rows of {sizes} sizes, {limit} kept");
         }
     }
 }

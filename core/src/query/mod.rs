@@ -189,34 +189,19 @@ pub fn timeline_with(
             let axis_ends = AxisEnds::of(dev, axis)?;
             // The largest MAX_BANDS of the overlapping allocations, kept as they are found:
             // never a list of every one (8 bytes an allocation, 67 MB for a 2 GB snapshot's
-            // first view, which every ingest draws). Once MAX_BANDS are kept, an allocation
-            // no larger than the least of them is passed over: it comes after every kept one,
-            // so it loses a tie too, and the least kept only grows. Without that, each of a 2 GB
-            // snapshot's 17 M allocations went through a selection (0.5 s of its ingest).
-            let keep_largest = |hits: &mut Vec<usize>| {
-                if hits.len() > MAX_BANDS {
-                    hits.select_nth_unstable_by(MAX_BANDS - 1, |&x, &y| largest::larger_row(size, x, y));
-                    hits.truncate(MAX_BANDS);
-                }
-            };
-            let (mut hits, mut total) = (Vec::with_capacity(2 * MAX_BANDS), 0usize);
-            let mut least_kept = i64::MIN;
+            // first view, which every ingest draws), and most passed over with one comparison
+            // (each of that snapshot's 17 M allocations put through a selection took 0.5 s of
+            // its ingest).
+            let mut largest = largest::LargestRows::new(size, MAX_BANDS);
+            let mut total = 0usize;
             for i in 0..lt.height() {
                 let (a, f) = axis_ends.band_ends(i);
                 if a.unwrap_or(i64::MIN) <= end && f.unwrap_or(i64::MAX) >= start {
                     total += 1;
-                    if size.at(i) <= least_kept {
-                        continue;
-                    }
-                    hits.push(i);
-                    if hits.len() == 2 * MAX_BANDS {
-                        keep_largest(&mut hits);
-                        // The least kept, where the selection put it.
-                        least_kept = size.at(hits[MAX_BANDS - 1]);
-                    }
+                    largest.offer(i);
                 }
             }
-            keep_largest(&mut hits);
+            let hits = largest.into_rows();
             let ends = hits.iter().map(|&i| axis_ends.band_ends(i)).collect();
             (hits, total, ends)
         }
