@@ -49,7 +49,11 @@ impl<'a> LargestRows<'a> {
             size,
             limit,
             kept: Vec::with_capacity(2 * limit),
-            least: if limit == 0 { (i64::MIN, 0) } else { (i64::MAX, usize::MAX) },
+            least: if limit == 0 {
+                (i64::MIN, 0)
+            } else {
+                (i64::MAX, usize::MAX)
+            },
         }
     }
 
@@ -215,7 +219,10 @@ mod tests {
                 tree.candidates(&order_list, lo, hi, limit, &mut largest);
                 let mut kept = largest.into_rows();
                 kept.sort_unstable();
-                assert!(kept.iter().map(|&i| i as u32).eq(want.iter().copied()), "{lo}..{hi}, {limit} offered");
+                assert!(
+                    kept.iter().map(|&i| i as u32).eq(want.iter().copied()),
+                    "{lo}..{hi}, {limit} offered"
+                );
             }
         }
     }
@@ -223,7 +230,14 @@ mod tests {
     #[test]
     fn rows_offered_one_by_one_keep_the_largest_ties_by_row() {
         let mut next = crate::query::xorshift(0x2545F4914F6CDD1D);
-        for (n, sizes, limit) in [(0, 3, 4), (5, 3, 0), (5, 3, 9), (10_000, 4, 1), (10_000, 50, 7), (10_000, 1_000, 300)] {
+        for (n, sizes, limit) in [
+            (0, 3, 4),
+            (5, 3, 0),
+            (5, 3, 9),
+            (10_000, 4, 1),
+            (10_000, 50, 7),
+            (10_000, 1_000, 300),
+        ] {
             let size: Vec<i64> = (0..n).map(|_| (next() % sizes) as i64).collect();
             let mut offered: Vec<usize> = (0..n).collect();
             for k in (1..n).rev() {

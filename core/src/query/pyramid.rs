@@ -413,7 +413,9 @@ mod tests {
                     let bytes = |v: Vec<i64>| v.into_iter().map(|x| -512 + x * 512).collect::<Vec<_>>();
                     (bytes(min), bytes(max))
                 };
-                assert!(bucket_min_max_sorted(&runs, units, &unit_pyramid, 7 * 512 - 512) == in_units(by_entries.clone()));
+                assert!(
+                    bucket_min_max_sorted(&runs, units, &unit_pyramid, 7 * 512 - 512) == in_units(by_entries.clone())
+                );
                 assert!(bucket_min_max_sorted(&runs, units, &NO_BLOCKS, 7 * 512 - 512) == in_units(by_entries));
             }
         }
