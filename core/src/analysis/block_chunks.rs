@@ -56,22 +56,48 @@ impl BlockChunks {
     /// The blocks of `sorted`, whose addresses rise strictly.
     pub(crate) fn from_sorted(sorted: Vec<(i64, Block)>) -> BlockChunks {
         let len = sorted.len();
+        let chunks = BlockChunks::from_rising(&mut sorted.into_iter(), len);
+        chunks.unwrap_or_else(|_| panic!("BlockChunks::from_sorted: addresses that do not rise"))
+    }
+
+    /// The blocks `blocks` yields (about `len` of them), put into chunks as they come, for
+    /// blocks in address order without a sorted copy first (a stored checkpoint's). At the
+    /// first whose address does not rise strictly, the blocks taken so far, that one last, are
+    /// given back instead, and the rest stay in `blocks`.
+    pub(crate) fn from_rising(
+        blocks: &mut impl Iterator<Item = (i64, Block)>,
+        len: usize,
+    ) -> Result<BlockChunks, Vec<(i64, Block)>> {
         let mut chunks: Vec<Vec<(i64, Block)>> = Vec::with_capacity(len.div_ceil(CHUNK / 2));
-        let mut rest = sorted.into_iter().peekable();
-        while rest.peek().is_some() {
-            // Half full, so that inserts split rarely at first.
-            let mut chunk = Vec::with_capacity(CHUNK + 1);
-            chunk.extend(rest.by_ref().take(CHUNK / 2));
+        let (mut bounds, mut taken, mut last) = (Vec::with_capacity(chunks.capacity()), 0, None);
+        // Half full, so that inserts split rarely at first.
+        let mut chunk = Vec::with_capacity(CHUNK + 1);
+        for (addr, block) in blocks {
+            if last.is_some_and(|before| addr <= before) {
+                let mut so_far: Vec<(i64, Block)> = chunks.into_iter().flatten().collect();
+                so_far.extend(chunk);
+                so_far.push((addr, block));
+                return Err(so_far);
+            }
+            if chunk.is_empty() {
+                bounds.push(addr);
+            }
+            chunk.push((addr, block));
+            (taken, last) = (taken + 1, Some(addr));
+            if chunk.len() == CHUNK / 2 {
+                chunks.push(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK + 1)));
+            }
+        }
+        if !chunk.is_empty() {
             chunks.push(chunk);
         }
-        let bounds = chunks.iter().map(|c| c[0].0).collect();
-        BlockChunks {
+        Ok(BlockChunks {
             bounds,
             chunks,
-            len,
+            len: taken,
             empty: 0,
             last_chunk: Cell::new(0),
-        }
+        })
     }
 
     pub(crate) fn len(&self) -> usize {

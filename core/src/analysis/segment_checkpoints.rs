@@ -17,6 +17,7 @@ use memlens_api::SegmentMap;
 use polars::prelude::*;
 
 use super::packed_blocks::PackedBlocks;
+use super::segment_blocks::SegmentBlocks;
 use super::segment_detail::SegmentDetail;
 use super::segment_map::{EntryRows, Segment, SegmentState};
 use super::DeviceEvents;
@@ -103,7 +104,10 @@ impl FlatState {
                     size: seg.size,
                     stream: seg.stream,
                     expandable: seg.expandable,
-                    blocks: blocks.by_ref().take(seg.blocks as usize).collect(),
+                    blocks: SegmentBlocks::from_address_order(
+                        blocks.by_ref().take(seg.blocks as usize),
+                        seg.blocks as usize,
+                    ),
                 };
                 (*a, segment)
             })
