@@ -7,7 +7,7 @@ use memlens_api::{Category, CategorySeries, CategoryTimeline, TimeAxis, Timeline
 use polars::prelude::*;
 
 use super::category_index::{slot_of, CategoryIndex};
-use super::pyramid::{MinMaxPyramid, Positions};
+use super::pyramid::{BucketRuns, MinMaxPyramid, Positions};
 use super::series::on_series;
 use super::TimelineIndex;
 use crate::analysis::whatif::categories_of;
@@ -154,28 +154,17 @@ fn peaks_from_index(
 ) -> PolarsResult<Peaks> {
     let allocated = usage_col::allocated(&dev.usage)?;
     let n = dev.usage.height().min(positions.len()).min(allocated.len());
-    let span = (end - start).max(1) as i128;
-    // Column `b` holds the entries from its first position on (`start` for the first); each
-    // is searched for from the column before's.
-    let first_entry = |b: usize, from: usize| -> usize {
-        let at = start + ((b as i128 * span + width as i128 - 1) / width as i128) as i64;
-        positions.before_from(at, from, n)
-    };
+    let runs = BucketRuns::of_sorted(positions, n, start, end, width);
     let mut best_total = vec![i64::MIN; width];
     let mut best = vec![vec![0i64; Category::ALL.len()]; width];
-    let mut from = positions.before(start).min(n);
-    for b in 0..width {
-        let to = if b + 1 == width {
-            positions.before(end.saturating_add(1)).min(n)
-        } else {
-            first_entry(b + 1, from)
-        };
+    let mut from = runs.first;
+    for (b, &to) in runs.ends.iter().enumerate() {
         if from < to {
             let e = on_series!(allocated, |values| pyramid.first_max(values, from, to));
             best_total[b] = allocated.at(e) + cats.offset;
             best[b] = cats.state_after(dev, e)?;
         }
-        from = to.max(from);
+        from = to;
     }
     Ok((best_total, best))
 }
