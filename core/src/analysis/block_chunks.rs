@@ -70,8 +70,9 @@ impl BlockChunks {
     ) -> Result<BlockChunks, Vec<(i64, Block)>> {
         let mut chunks: Vec<Vec<(i64, Block)>> = Vec::with_capacity(len.div_ceil(CHUNK / 2));
         let (mut bounds, mut taken, mut last) = (Vec::with_capacity(chunks.capacity()), 0, None);
-        // Half full, so that inserts split rarely at first.
-        let mut chunk = Vec::with_capacity(CHUNK + 1);
+        // Each chunk half full, so that inserts split rarely at first; room for a whole one is
+        // taken with its first block (none is left over after the last).
+        let mut chunk = Vec::new();
         for (addr, block) in blocks {
             if last.is_some_and(|before| addr <= before) {
                 let mut so_far: Vec<(i64, Block)> = chunks.into_iter().flatten().collect();
@@ -81,11 +82,12 @@ impl BlockChunks {
             }
             if chunk.is_empty() {
                 bounds.push(addr);
+                chunk.reserve_exact(CHUNK + 1);
             }
             chunk.push((addr, block));
             (taken, last) = (taken + 1, Some(addr));
             if chunk.len() == CHUNK / 2 {
-                chunks.push(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK + 1)));
+                chunks.push(std::mem::take(&mut chunk));
             }
         }
         if !chunk.is_empty() {

@@ -128,7 +128,7 @@ impl BandIndex {
         let born = window.born.clone();
         let mut largest = LargestRows::new(size, limit);
         let mut total = born.len();
-        let lasting = window.listed.lasting.iter(0..window.listed.lasting.len());
+        let lasting = window.listed.lasting.iter_all();
         total += lasting.len();
         largest.extend(lasting.map(|i| i as usize));
         for i in window.may_have_ended(ends, start) {
@@ -151,7 +151,7 @@ impl BandIndex {
         let window = self.window(ends, start, end);
         let born = self.by_alloc.iter(window.born.clone());
         let lasting = &window.listed.lasting;
-        let mut live: Vec<usize> = lasting.iter(0..lasting.len()).map(|i| i as usize).collect();
+        let mut live: Vec<usize> = lasting.iter_all().map(|i| i as usize).collect();
         live.extend(window.may_have_ended(ends, start));
         (live, born)
     }
@@ -191,9 +191,9 @@ impl<'a> Window<'a> {
     /// The rows born before `start` whose free must be read to know they are live at it, those
     /// that are.
     fn may_have_ended<E: Endpoints>(self, ends: &'a E, start: i64) -> impl Iterator<Item = usize> + 'a {
-        let ending = &self.listed.ending;
-        ending
-            .iter(0..ending.len())
+        self.listed
+            .ending
+            .iter_all()
             .chain(self.since)
             .map(|i| i as usize)
             .filter(move |&i| ends.free(i) >= start)
@@ -225,7 +225,7 @@ fn listed_in(free: i64, k: usize, spacing: usize, times: &[i64]) -> std::ops::Ra
 /// How many rows the checkpoints list in all.
 fn rows_listed(ends: &impl Endpoints, by_alloc: &RowList, times: &[i64], spacing: usize) -> usize {
     by_alloc
-        .iter(0..by_alloc.len())
+        .iter_all()
         .enumerate()
         .map(|(k, i)| listed_in(ends.free(i as usize), k, spacing, times).len())
         .sum()
@@ -245,7 +245,7 @@ fn checkpoints(ends: &impl Endpoints, by_alloc: &RowList) -> Checkpoints {
     }
     let mut lasting: Vec<RowListBuilder> = times.iter().map(|_| RowListBuilder::default()).collect();
     let mut ending: Vec<RowListBuilder> = times.iter().map(|_| RowListBuilder::default()).collect();
-    for (k, i) in by_alloc.iter(0..by_alloc.len()).enumerate() {
+    for (k, i) in by_alloc.iter_all().enumerate() {
         let listed = listed_in(ends.free(i as usize), k, spacing, &times);
         if let Some(last) = listed.end.checked_sub(1).filter(|&last| last >= listed.start) {
             for list in &mut lasting[listed.start..last] {

@@ -69,8 +69,8 @@ impl CategoryIndex {
         }
         let mut total: i64 = live.iter().sum();
         let mut checkpoints = Vec::with_capacity(n.div_ceil(SPACING) * k);
-        let mut allocs = by_alloc.iter(0..by_alloc.len()).peekable();
-        let mut frees = by_free.iter(0..by_free.len()).peekable();
+        let mut allocs = by_alloc.iter_all().peekable();
+        let mut frees = by_free.iter_all().peekable();
         let mut offset = None;
         for (e, allocated_after) in allocated.iter().enumerate() {
             if e % SPACING == 0 {

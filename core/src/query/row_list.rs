@@ -60,6 +60,11 @@ impl RowList {
         }
     }
 
+    /// Every row, in order.
+    pub fn iter_all(&self) -> Rows<'_> {
+        self.iter(0..self.len)
+    }
+
     /// The rows at `positions`, in order (panics past the end).
     pub fn iter(&self, positions: Range<usize>) -> Rows<'_> {
         assert!(
