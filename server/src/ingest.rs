@@ -23,7 +23,7 @@ use tokio::sync::Semaphore;
 use crate::charts::{self, Chart};
 use crate::filecache::LoadedFiles;
 use crate::metrics::Metrics;
-use crate::pre_import::{FeedGuard, PreImports};
+use crate::pre_import::{FeedGuard, Forgotten, PreImports};
 use crate::reportdata::{self, LoadedFile};
 use crate::store::{DataWriter, ReportStore};
 
@@ -242,9 +242,10 @@ impl Ingest {
         }
     }
 
-    /// Forgets what was begun for the uploads of report `id` (refused, or never created).
-    pub fn forget_pre_imports(&self, id: &str) {
-        self.pre_imports.forget(id);
+    /// Forgets what was begun for the uploads of report `id` (refused, or never created); the
+    /// imports' threads can be waited for through what is returned.
+    pub fn forget_pre_imports(&self, id: &str) -> Forgotten {
+        self.pre_imports.forget(id)
     }
 
     /// Imports begun and not yet taken by a job.
@@ -322,7 +323,7 @@ impl Ingest {
         }
         let outcome = self.run(id, &progress);
         // Whatever was imported ahead and not taken (a job that stopped early) goes too.
-        self.pre_imports.forget(id);
+        drop(self.pre_imports.forget(id));
         if let Ok(mut m) = self.progress.lock() {
             m.remove(id);
         }

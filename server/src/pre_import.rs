@@ -39,6 +39,9 @@ struct FeedState {
     written: u64,
     /// `Some(Ok)`: complete at `written` bytes; `Some(Err)`: the upload failed.
     end: Option<Result<(), String>>,
+    /// Its import was forgotten ([`PreImports::forget`]): nothing more is read, even of a
+    /// complete upload.
+    stopped: bool,
 }
 
 impl UploadFeed {
@@ -60,13 +63,25 @@ impl UploadFeed {
         self.changed.notify_all();
     }
 
+    /// Nothing more is to be read of the upload, complete or not: its reader fails at its next
+    /// read.
+    fn stop(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.stopped = true;
+        }
+        self.changed.notify_all();
+    }
+
     /// Waits until more than `pos` bytes are written or the upload ended; returns how many are
-    /// written and the end, if any.
+    /// written and the end, if any (a failure once the feed is stopped).
     fn wait_past(&self, pos: u64) -> std::io::Result<(u64, Option<Result<(), String>>)> {
         let poisoned = |_| std::io::Error::other("upload feed poisoned");
         let mut s = self.state.lock().map_err(poisoned)?;
-        while s.written <= pos && s.end.is_none() {
+        while s.written <= pos && s.end.is_none() && !s.stopped {
             s = self.changed.wait(s).map_err(poisoned)?;
+        }
+        if s.stopped {
+            return Ok((s.written, Some(Err("the upload's import was abandoned".into()))));
         }
         Ok((s.written, s.end.clone()))
     }
@@ -140,8 +155,23 @@ impl Read for FollowingReader {
 /// cache's budget while it waits for its job.
 struct Begun {
     import: memlens_core::importers::BegunImport,
+    feed: Arc<UploadFeed>,
     slot: OwnedSemaphorePermit,
     reservation: Option<Reservation>,
+}
+
+/// Imports taken out of [`PreImports`] by [`PreImports::forget`].
+pub struct Forgotten(Vec<Begun>);
+
+impl Forgotten {
+    /// Waits for their threads to end: each stops at its next read and only then closes the
+    /// upload's file, and on a full disk a removed file's space comes back only once no thread
+    /// holds it open.
+    pub fn wait(self) {
+        for b in self.0 {
+            let _ = b.import.wait();
+        }
+    }
 }
 
 /// The imports begun while uploads arrive, by (report, upload key).
@@ -198,6 +228,7 @@ impl PreImports {
                 (id.to_owned(), key.to_owned()),
                 Begun {
                     import,
+                    feed: feed.clone(),
                     slot,
                     reservation: None,
                 },
@@ -231,11 +262,17 @@ impl PreImports {
     }
 
     /// Forgets every import begun for report `id` (its upload was refused, or its job has
-    /// taken what it needs): their slots are given back, their threads end on their own.
-    pub fn forget(&self, id: &str) {
-        if let Ok(mut m) = self.begun.lock() {
-            m.retain(|(r, _), _| r != id);
+    /// taken what it needs): each stops at its next read and its thread ends on its own; their
+    /// slots come back once the returned [`Forgotten`] is dropped or waited for.
+    pub fn forget(&self, id: &str) -> Forgotten {
+        let Ok(mut m) = self.begun.lock() else {
+            return Forgotten(Vec::new());
+        };
+        let forgotten: Vec<Begun> = m.extract_if(|(r, _), _| r == id).map(|(_, b)| b).collect();
+        for b in &forgotten {
+            b.feed.stop();
         }
+        Forgotten(forgotten)
     }
 
     /// How many imports are begun and not yet taken (for tests and metrics).
@@ -321,6 +358,31 @@ mod tests {
         drop(guard); // the upload was refused or cut off
         let err = reader.read(&mut buf).expect_err("the upload failed");
         assert!(err.to_string().contains("did not complete"), "{err}");
+    }
+
+    #[test]
+    fn a_stopped_feed_fails_its_reader_complete_or_waiting() {
+        // Complete: the import of a refused upload reads no further.
+        let feed = Arc::new(UploadFeed::default());
+        let guard = FeedGuard {
+            feed: feed.clone(),
+            done: false,
+        };
+        let mut reader = FollowingReader::new(Box::new(Cursor::new(b"abcd".to_vec())), feed.clone());
+        guard.complete(4);
+        let mut buf = [0u8; 2];
+        assert_eq!(reader.read(&mut buf).unwrap(), 2);
+        feed.stop();
+        let err = reader.read(&mut buf).expect_err("stopped");
+        assert!(err.to_string().contains("abandoned"), "{err}");
+        // Waiting for more: woken by the stop.
+        let feed = Arc::new(UploadFeed::default());
+        let mut reader = FollowingReader::new(Box::new(Cursor::new(Vec::new())), feed.clone());
+        let waiting = std::thread::spawn(move || reader.read(&mut [0u8; 2]).map_err(|e| e.to_string()));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        feed.stop();
+        let err = waiting.join().unwrap().expect_err("stopped while waiting");
+        assert!(err.contains("abandoned"), "{err}");
     }
 
     #[test]

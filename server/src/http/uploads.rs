@@ -28,6 +28,8 @@ const DRAIN_BYTES: u64 = 64 << 20;
 const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 /// Upload keys reserved for each rank's upload into a run.
 const KEYS_PER_UPLOAD: usize = 1000;
+/// How long a refused upload's answer waits, at most, for the imports begun on its files to end.
+const FORGET_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 /// Bytes gathered before one blocking write to the store.
 const WRITE_BATCH: usize = 4 << 20;
 
@@ -62,8 +64,11 @@ pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: He
             st.metrics.upload_rejected();
             let store = st.store.clone();
             let id2 = id.clone();
-            st.ingest.forget_pre_imports(&id);
+            let imports = st.ingest.forget_pre_imports(&id);
             let _ = tokio::task::spawn_blocking(move || store.discard_uploads(&id2)).await;
+            // The imports that were reading the removed files are waited for (bounded): on a
+            // full disk, the next upload would otherwise find the space still taken.
+            let _ = tokio::time::timeout(FORGET_TIME, tokio::task::spawn_blocking(move || imports.wait())).await;
             // `receive` has dropped its end of the pump: let the pump discard what the client is
             // still sending (bounded), so that the client reads this answer instead of a reset.
             if declared_length(&headers).is_some_and(|len| len > DRAIN_BYTES) {
