@@ -4,8 +4,9 @@
 //! A few buffers go round: the thread fills an empty one from its reader (`read` calls until
 //! it is full or the input ends), sends it over, and takes the next empty one the decoder gave
 //! back. Each buffer keeps its first [`HEADROOM`] bytes free, for the bytes of the one before
-//! that the decoder has not consumed yet. The thread is not joined: when the decoder stops
-//! early (an error, a limit), its next send fails and it ends there.
+//! that the decoder has not consumed yet. When the decoder stops early (an error, a limit), the
+//! thread's next send fails and it ends there; dropping the decoder's side waits for that, so
+//! that no thread outlives the decode (a read of a file, which is all it is given, is short).
 
 use std::io::{self, Read};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -34,6 +35,8 @@ pub struct ReadAhead {
     empty: SyncSender<Box<[u8]>>,
     /// Once the end or an error came, nothing more is asked of the thread.
     done: bool,
+    /// Joined when this side is dropped.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ReadAhead {
@@ -45,13 +48,15 @@ impl ReadAhead {
         for _ in 0..BUFFERS {
             let _ = empty.send(vec![0u8; HEADROOM + CHUNK].into_boxed_slice());
         }
-        let _ = std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("memlens-read-ahead".into())
-            .spawn(move || fill_loop(r, empty_rx, filled_tx));
+            .spawn(move || fill_loop(r, empty_rx, filled_tx))
+            .ok();
         ReadAhead {
             filled,
             empty,
             done: false,
+            thread,
         }
     }
 
@@ -81,6 +86,17 @@ impl ReadAhead {
 
 /// The thread: fills each empty buffer it is given, until the input ends, fails, or the
 /// decoder is gone.
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        // Both channels closed first: the thread's next receive or send fails, and it ends.
+        drop(std::mem::replace(&mut self.filled, sync_channel(0).1));
+        drop(std::mem::replace(&mut self.empty, sync_channel(0).0));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 fn fill_loop(mut r: Box<dyn Read + Send>, empty: Receiver<Box<[u8]>>, filled: SyncSender<Filled>) {
     for mut buf in empty {
         let mut n = 0;
@@ -165,6 +181,32 @@ mod tests {
     /// windows, skips, payloads — over readers that trickle and readers that fail: the input
     /// read ahead on a thread gives the same bytes, offsets and errors as the one read on the
     /// decoder's thread.
+    /// A reader of an endless input; the count of its `Arc` says whether it was dropped.
+    struct Endless {
+        _alive: std::sync::Arc<()>,
+    }
+
+    impl std::io::Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            buf.fill(7);
+            Ok(buf.len())
+        }
+    }
+
+    #[test]
+    fn dropping_the_decoders_side_ends_the_thread_before_it_returns() {
+        for taken in 0..3 {
+            let alive = std::sync::Arc::new(());
+            let mut ahead = super::ReadAhead::start(Box::new(Endless { _alive: alive.clone() }));
+            for _ in 0..taken {
+                assert!(matches!(ahead.next(), Ok(Some(_))));
+            }
+            drop(ahead);
+            // The thread dropped its reader before the drop above returned.
+            assert_eq!(std::sync::Arc::strong_count(&alive), 1, "after {taken} buffers");
+        }
+    }
+
     #[test]
     fn an_input_read_ahead_reads_as_one_read_directly() {
         for seed in 0..200u64 {
