@@ -95,6 +95,9 @@ pub struct FeedGuard {
 }
 
 impl FeedGuard {
+    fn new(feed: Arc<UploadFeed>) -> FeedGuard {
+        FeedGuard { feed, done: false }
+    }
     pub fn advance(&self, written: u64) {
         self.feed.advance(written);
     }
@@ -234,7 +237,7 @@ impl PreImports {
                 },
             );
         }
-        Some(FeedGuard { feed, done: false })
+        Some(FeedGuard::new(feed))
     }
 
     /// Keeps `reservation` with the import begun for upload `key` of report `id` until it is
@@ -316,7 +319,7 @@ mod tests {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
                 let len = data.lock().unwrap().len();
-                FeedGuard { feed, done: false }.complete(len as u64);
+                FeedGuard::new(feed).complete(len as u64);
             })
         };
         let mut got = Vec::new();
@@ -347,10 +350,7 @@ mod tests {
     #[test]
     fn an_upload_that_stops_early_fails_its_reader() {
         let feed = Arc::new(UploadFeed::default());
-        let guard = FeedGuard {
-            feed: feed.clone(),
-            done: false,
-        };
+        let guard = FeedGuard::new(feed.clone());
         guard.advance(2);
         let mut reader = FollowingReader::new(Box::new(Cursor::new(b"ab".to_vec())), feed);
         let mut buf = [0u8; 4];
@@ -364,10 +364,7 @@ mod tests {
     fn a_stopped_feed_fails_its_reader_complete_or_waiting() {
         // Complete: the import of a refused upload reads no further.
         let feed = Arc::new(UploadFeed::default());
-        let guard = FeedGuard {
-            feed: feed.clone(),
-            done: false,
-        };
+        let guard = FeedGuard::new(feed.clone());
         let mut reader = FollowingReader::new(Box::new(Cursor::new(b"abcd".to_vec())), feed.clone());
         guard.complete(4);
         let mut buf = [0u8; 2];
