@@ -89,9 +89,12 @@ fn every_regression_input_ends_in_a_value_or_an_error() {
                     None => parse_source(src, &ImportOptions::default()).map(|_| ()),
                 }
             });
-            if target == DIFFERENTIAL {
-                let open = || source_of(&bytes).expect("a source");
-                if let Err(e) = flat_reads_agree(open(), open(), &ImportOptions::default()) {
+            // As the target replays it: an input that makes no source (an empty one, kept
+            // from a run whose leak check fired on it) is not compared, and the flat side is
+            // read ahead.
+            if let (DIFFERENTIAL, Ok(mut flat), Ok(machine)) = (target.as_str(), source_of(&bytes), source_of(&bytes)) {
+                flat.read_ahead = true;
+                if let Err(e) = flat_reads_agree(flat, machine, &ImportOptions::default()) {
                     panic!("{}: {e}", input.display());
                 }
             }
