@@ -12,6 +12,12 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    if matches!(
+        args.command,
+        cli::Command::Analyze(_) | cli::Command::Diff(_) | cli::Command::Whatif(_) | cli::Command::Upload(_)
+    ) {
+        cli::end_quietly_when_stdout_closes();
+    }
     match args.command {
         cli::Command::Analyze(a) => cli::analyze::analyze(a),
         cli::Command::Diff(a) => cli::diff::diff(a),

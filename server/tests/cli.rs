@@ -98,6 +98,36 @@ fn unreadable_input_is_one_line_naming_the_file() {
 
 // The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the
 // compile-time value can be stale when a shared target directory serves several checkouts.
+#[test]
+fn a_reader_that_leaves_early_ends_the_output_quietly() {
+    use std::io::Read;
+    // Eight copies of a trace's JSON (187 KB) are more than a pipe holds (64 KiB): the command
+    // is still writing when its reader leaves.
+    let mut child = memlens()
+        .args(["analyze", "--json"])
+        .args(std::iter::repeat_n(trace("leak.pickle"), 8))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut head = [0u8; 16];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut head)
+        .expect("the first bytes");
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        out.status
+    );
+}
+
 fn manifest_dir() -> PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)

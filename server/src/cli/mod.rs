@@ -12,6 +12,18 @@ pub mod whatif;
 
 use clap::{Parser, Subcommand};
 
+/// Lets a closed standard output end the process quietly, as other command-line tools do (`memlens
+/// analyze --json f | head`): Rust ignores SIGPIPE, so each `println!` after the reader left
+/// panicked with a backtrace. Only for the commands that print and end, never `serve` or
+/// `worker`, whose closed sockets must not end the process.
+pub fn end_quietly_when_stdout_closes() {
+    #[cfg(unix)]
+    // SAFETY: restores the signal's default action before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "memlens",
