@@ -22,6 +22,7 @@ pub mod error;
 pub mod fault_ahead;
 #[cfg(feature = "analysis")]
 pub mod frames;
+pub mod free_memory;
 pub mod importers;
 #[cfg(feature = "analysis")]
 pub mod int_slice;

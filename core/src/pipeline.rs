@@ -259,6 +259,9 @@ pub fn run_with(
                 continue;
             }
         };
+        // The importer's working buffers are freed by now: on a GB-scale trace about as many
+        // bytes as the trace holds, resident until given back (`free_memory`).
+        crate::free_memory::give_back_after(crate::columns::held_bytes(&tables.events) as u64);
         sink.stage(Stage::Analysing, Some(&name));
         let internal = |e: AnalysisError| PipelineError::Internal {
             file: name.clone(),

@@ -195,6 +195,9 @@ fn analyze_device_with(
     let device = ev.device;
     let addresses = if frames.keep { Addresses::Kept } else { Addresses::Left };
     let mut lifetimes = allocation_lifetimes_with(t, ev, addresses)?;
+    // Their working maps are freed by now: given back before the analyses below, beside the
+    // trace and the lifetimes, grow the heap again (`free_memory`).
+    crate::free_memory::give_back_after(crate::columns::held_bytes(&lifetimes) as u64);
     let expandable = t.source.expandable_segments == Some(true)
         || t.segments
             .column("is_expandable")?

@@ -8,7 +8,6 @@ pub mod charts;
 pub mod cli;
 pub mod encode_pool;
 pub mod filecache;
-pub mod free_memory;
 pub mod http;
 pub mod ids;
 pub mod ingest;

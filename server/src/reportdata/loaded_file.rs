@@ -23,10 +23,10 @@ use super::{
     default_axis, read_json, read_object, read_parquet, DataError, OVERVIEW, RESERVED, RESERVED_COLUMN,
     SEGMENT_CHECKPOINTS, USER_METADATA,
 };
-use crate::free_memory;
 use crate::parquet_object;
 use crate::store::ReportStore;
 use crate::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
+use memlens_core::free_memory;
 
 /// One analysed file of a stored report, read from the store part by part as queries ask
 /// for them: the timeline reads only its device frames, a stack only the two stack tables, and
