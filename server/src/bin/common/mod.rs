@@ -5,11 +5,17 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The file named on the command line, else the shared benchmark trace.
+#[allow(dead_code)]
 pub fn bench_file() -> PathBuf {
     std::env::args_os()
         .nth(1)
         .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz"))
+        .unwrap_or_else(shared_bench_file)
+}
+
+/// The shared benchmark trace.
+pub fn shared_bench_file() -> PathBuf {
+    manifest_dir().join("../../shared/traces/bench/big_many_small.pickle.gz")
 }
 
 // The checkout at run time: cargo and nextest set CARGO_MANIFEST_DIR for the test process; the
