@@ -31,8 +31,14 @@ pub struct DeviceFrames {
 
 /// [`DeviceFrames::usage`] from a device's `allocated` series (its analyses' usage frame): the
 /// events' time axis put first.
-pub fn stored_usage(mut allocated: DataFrame, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
-    for (at, column) in ev.usage_time_columns()?.into_iter().enumerate() {
+pub fn stored_usage(allocated: DataFrame, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
+    stored_usage_with(allocated, ev.usage_time_columns()?)
+}
+
+/// [`stored_usage`] with the time axis already taken from the events
+/// ([`DeviceEvents::usage_time_columns`]).
+pub fn stored_usage_with(mut allocated: DataFrame, time: Vec<Column>) -> PolarsResult<DataFrame> {
+    for (at, column) in time.into_iter().enumerate() {
         allocated.insert_column(at, column)?;
     }
     Ok(allocated)
@@ -49,8 +55,8 @@ pub struct FinalFrames<'a> {
     /// ([`DeviceEvents::usage_time_columns`]).
     pub events: &'a DeviceEvents,
     /// `allocated` after every entry, without the `time` column [`DeviceFrames::usage`] has
-    /// first.
-    pub usage: &'a DataFrame,
+    /// first; `None` when the run makes it later ([`crate::report::Keeping::usage_later`]).
+    pub usage: Option<&'a DataFrame>,
     pub lifetimes: &'a DataFrame,
     /// Whether the device's other analyses are still running (work beyond that point delays
     /// the device's summary instead of filling a wait).

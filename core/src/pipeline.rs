@@ -102,7 +102,7 @@ impl PipelineError {
     }
 }
 
-use crate::frames::{alloc_metadata, stored_usage};
+use crate::frames::{alloc_metadata, stored_usage_with};
 pub use crate::frames::{CheckpointsFinal, DeviceFrames, FinalFrames};
 
 /// What a run hands its sink for each analysed snapshot.
@@ -131,6 +131,13 @@ pub trait EarlyFrames: Sync {
     /// Snapshot `index`: the device's segment-map checkpoints (when
     /// [`PipelineSink::keeps_segment_checkpoints`]), on the replay's thread.
     fn checkpoints_final(&self, _index: usize, _checkpoints: CheckpointsFinal<'_>) {}
+    /// Snapshot `index`: the device's segment-map checkpoints again, once its analyses are
+    /// over and before the trace lets go of its addresses ([`PipelineSink::lets_addresses_go`]):
+    /// the last call that can encode its objects. [`EarlyFrames::checkpoints_final`] by
+    /// default, told the other analyses still run.
+    fn checkpoints_before_addresses_go(&self, index: usize, checkpoints: CheckpointsFinal<'_>) {
+        self.checkpoints_final(index, checkpoints);
+    }
 }
 
 /// Receives progress and, when [`PipelineSink::keeps_tables`], each file's tables.
@@ -154,12 +161,33 @@ pub trait PipelineSink {
     fn early_frames(&self) -> Option<&dyn EarlyFrames> {
         None
     }
+    /// Whether [`PipelineSink::snapshot`] may get the tables without the trace's addresses
+    /// (asked only of a sink that keeps tables and has [`PipelineSink::early_frames`]). Such a
+    /// sink reads no trace entry there: before the addresses go, the pipeline has it encode
+    /// every device's segment-map objects ([`EarlyFrames::checkpoints_final`], called again for
+    /// each device, as if its other analyses still ran), and each device's usage series is made
+    /// only after ([`crate::report::Keeping::usage_later`]), so that the series, the addresses
+    /// and the lifetimes are never all held at once (134 MiB, the addresses, less at the top
+    /// of a server's ingest of the 2 GB generated snapshot).
+    fn lets_addresses_go(&self) -> bool {
+        false
+    }
     fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), String> {
         Ok(())
     }
     fn gpu_log(&mut self, _out: GpuLogOutput<'_>) -> Result<(), String> {
         Ok(())
     }
+}
+
+/// What a device's stored frames take from the trace, taken before the trace lets go of its
+/// addresses ([`PipelineSink::lets_addresses_go`]): their columns are shared, not copied.
+struct TakenFromTrace {
+    /// The stored usage's time axis ([`DeviceEvents::usage_time_columns`]).
+    time: Vec<polars::prelude::Column>,
+    /// What the usage series is made from, when the analyses left it to be made.
+    usage_columns: crate::analysis::UsageColumns,
+    user_metadata: rustc_hash::FxHashMap<i64, String>,
 }
 
 /// A sink that keeps nothing (the CLI).
@@ -271,10 +299,12 @@ pub fn run_with(
         let (summary, analyses) = {
             let index = out.files.len();
             let early = sink.keeps_tables().then(|| sink.early_frames()).flatten();
+            let usage_later = early.is_some() && sink.lets_addresses_go();
             let on_final = early.map(|e| move |frames: FinalFrames<'_>| e.frames_final(index, frames));
             let on_checkpoints = early.map(|e| move |c: CheckpointsFinal<'_>| e.checkpoints_final(index, c));
             let keeping = Keeping {
                 frames: sink.keeps_tables(),
+                usage_later,
                 checkpoints: sink.keeps_tables() && sink.keeps_segment_checkpoints(),
                 frames_final: on_final.as_ref().map(|f| f as OnFramesFinal<'_>),
                 checkpoints_final: on_checkpoints.as_ref().map(|f| f as OnCheckpointsFinal<'_>),
@@ -294,21 +324,53 @@ pub fn run_with(
         }
         if sink.keeps_tables() {
             sink.stage(Stage::Storing, Some(&name));
+            let index = out.files.len();
+            let lets_go = sink.keeps_tables() && sink.early_frames().is_some() && sink.lets_addresses_go();
+            // What each device's stored frames take from the trace, taken while it is whole.
+            let mut taken = Vec::with_capacity(analyses.len());
+            for a in &analyses {
+                let device = a.summary.device;
+                let ev = DeviceEvents::new(&tables, device).map_err(|e| internal(e.into()))?;
+                if let (true, Some(early), Some(checkpoints)) =
+                    (lets_go, sink.early_frames(), a.segment_checkpoints.as_ref())
+                {
+                    early.checkpoints_before_addresses_go(
+                        index,
+                        CheckpointsFinal {
+                            device,
+                            events: &ev,
+                            checkpoints,
+                            others_running: &|| true,
+                        },
+                    );
+                }
+                taken.push(TakenFromTrace {
+                    time: ev.usage_time_columns().map_err(|e| internal(e.into()))?,
+                    usage_columns: ev.usage_columns(),
+                    user_metadata: alloc_metadata(&tables, device).map_err(|e| internal(e.into()))?,
+                });
+            }
+            if lets_go {
+                tables.let_addresses_go();
+            }
             let mut devices = Vec::with_capacity(analyses.len());
-            for a in analyses {
-                let ev = DeviceEvents::new(&tables, a.summary.device).map_err(|e| internal(e.into()))?;
-                let usage = a.usage.ok_or_else(|| PipelineError::Internal {
-                    file: name.clone(),
-                    message: "the analyses kept no usage series".to_owned(),
-                })?;
-                let usage = stored_usage(usage, &ev).map_err(|e| internal(e.into()))?;
+            for (a, taken) in analyses.into_iter().zip(taken) {
+                let usage = match a.usage {
+                    Some(usage) => usage,
+                    None => a
+                        .usage_series
+                        .frame(taken.usage_columns.action(), &taken.usage_columns.size())
+                        .map_err(|e| internal(e.into()))?,
+                };
+                drop(taken.usage_columns);
+                let usage = stored_usage_with(usage, taken.time).map_err(|e| internal(e.into()))?;
                 devices.push(DeviceFrames {
                     device: a.summary.device,
                     usage,
                     reserved: a.reserved,
                     lifetimes: a.lifetimes,
                     fragmentation: a.fragmentation,
-                    user_metadata: alloc_metadata(&tables, a.summary.device).map_err(|e| internal(e.into()))?,
+                    user_metadata: taken.user_metadata,
                     segment_checkpoints: a.segment_checkpoints,
                 });
             }

@@ -25,7 +25,7 @@ use crate::analysis::pools::memory_pools;
 use crate::analysis::run::metadata_rank;
 use crate::analysis::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use crate::analysis::stalls::pending_free_stalls;
-use crate::analysis::usage::{peak_allocated_entry, usage_over_time, Usage};
+use crate::analysis::usage::{peak_allocated_entry, usage_over_time, Usage, UsageSeries};
 use crate::analysis::{devices, DeviceEvents};
 use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
@@ -47,6 +47,9 @@ pub struct DeviceAnalysis {
     /// events' `time_us`, see [`DeviceEvents::time`]), when the run keeps the frames
     /// ([`Keeping::frames`]).
     pub usage: Option<DataFrame>,
+    /// What makes the usage series from the events' `action` and `size` (for a run that
+    /// keeps the frames but makes the series later, [`Keeping::usage_later`]).
+    pub usage_series: UsageSeries,
     /// Reserved bytes after every entry, as their changes.
     pub reserved: EntrySteps,
     pub lifetimes: DataFrame,
@@ -68,6 +71,10 @@ pub struct Keeping<'a> {
     /// The device's frames beyond those every run makes: the whole usage series
     /// ([`DeviceAnalysis::usage`]).
     pub frames: bool,
+    /// With `frames`: the whole usage series is left to the caller, made from
+    /// [`DeviceAnalysis::usage_series`] once the analyses are over (the pipeline makes it after
+    /// the trace has let go of its addresses: it is not held beside them and the lifetimes).
+    pub usage_later: bool,
     /// The segment map's checkpoints the fragmentation replay takes (what a stored report
     /// answers segment maps from).
     pub checkpoints: bool,
@@ -156,6 +163,7 @@ pub fn analyze_device_keeping(
         let others_running = || !done.load(Ordering::Acquire);
         let frames = FramesOut {
             keep: keeping.frames,
+            usage_now: keeping.frames && !keeping.usage_later,
             on_final: keeping.frames_final.map(|f| (f, &others_running as &dyn Fn() -> bool)),
         };
         analyze_device_with(t, ev, stacks, rules, usage?, frames, second)
@@ -173,8 +181,10 @@ impl Drop for SetOnDrop<'_> {
 
 /// What [`analyze_device_with`] makes of a device's frames beyond its analyses' own.
 struct FramesOut<'a> {
-    /// Whether the whole usage series is made ([`Keeping::frames`]).
+    /// Whether the frames are kept ([`Keeping::frames`]).
     keep: bool,
+    /// Whether the whole usage series is made here (not [`Keeping::usage_later`]).
+    usage_now: bool,
     /// Told of the usage and lifetimes once they are final, with whether the replay still
     /// runs ([`Keeping::frames_final`]; only when `keep`).
     on_final: Option<(OnFramesFinal<'a>, &'a dyn Fn() -> bool)>,
@@ -257,12 +267,12 @@ fn analyze_device_with(
     let pools = memory_pools(t, ev)?;
     // The whole usage series is made only for a run that keeps it, and only now: through the
     // analyses above it was not held beside the trace and the lifetimes.
-    let usage_frame = frames.keep.then(|| usage.frame()).transpose()?;
-    if let (Some((call, others_running)), Some(usage_frame)) = (frames.on_final, &usage_frame) {
+    let usage_frame = frames.usage_now.then(|| usage.frame()).transpose()?;
+    if let (Some((call, others_running)), true) = (frames.on_final, frames.keep) {
         call(FinalFrames {
             device,
             events: ev,
-            usage: usage_frame,
+            usage: usage_frame.as_ref(),
             lifetimes: &lifetimes,
             others_running,
         });
@@ -308,6 +318,7 @@ fn analyze_device_with(
     Ok(DeviceAnalysis {
         summary,
         usage: usage_frame,
+        usage_series: usage.series(),
         reserved: usage.reserved.clone(),
         lifetimes,
         fragmentation: frag.frame,

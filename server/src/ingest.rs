@@ -141,6 +141,10 @@ impl PipelineSink for StoreSink<'_> {
     fn early_frames(&self) -> Option<&dyn EarlyFrames> {
         Some(&self.early)
     }
+    fn lets_addresses_go(&self) -> bool {
+        // `write_file` reads no trace entry once every segment-map object is encoded early.
+        true
+    }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
         let early = self.early.take(out.index);
         reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices, early)

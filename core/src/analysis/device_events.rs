@@ -142,6 +142,31 @@ pub struct DeviceEvents {
     pub has_time: bool,
 }
 
+/// A device's `action` and sizes without the rest of its events ([`DeviceEvents::usage_columns`]).
+pub struct UsageColumns {
+    frame: DataFrame,
+    /// The `(size, stack)` pairs the sizes' codes name, when they are codes.
+    size_stacks: Option<DataFrame>,
+}
+
+impl UsageColumns {
+    pub fn action(&self) -> &[u8] {
+        ev_col::ACTION.slice(&self.frame).expect("taken from checked events")
+    }
+    /// The sizes, as [`DeviceEvents::size`] reads them.
+    pub fn size(&self) -> IntSlice<'_> {
+        match &self.size_stacks {
+            Some(pairs) => IntSlice::Coded {
+                codes: ev_col::SIZE_STACK
+                    .slice(&self.frame)
+                    .expect("taken from checked events"),
+                values: ss_col::SIZE.slice(pairs).expect("taken from checked events"),
+            },
+            None => IntSlice::of(&self.frame, ev_col::SIZE).expect("taken from checked events"),
+        }
+    }
+}
+
 /// Where a device's time axis is.
 enum Time {
     /// The events' `time_us`.
@@ -275,6 +300,28 @@ impl DeviceEvents {
         match self.pairs(ss_col::SIZE) {
             Some((codes, values)) => IntSlice::Coded { codes, values },
             None => IntSlice::of(&self.frame, ev_col::SIZE).expect("DeviceEvents::new checked this column"),
+        }
+    }
+    /// The columns a usage series is made from (`action` and the sizes), shared with these
+    /// events, apart from the rest of them.
+    pub fn usage_columns(&self) -> UsageColumns {
+        let size = if self.size_stacks.is_some() {
+            ev_col::SIZE_STACK.name
+        } else {
+            ev_col::SIZE
+        };
+        let columns = [ev_col::ACTION.name, size]
+            .into_iter()
+            .map(|name| {
+                self.frame
+                    .column(name)
+                    .expect("DeviceEvents::new checked these columns")
+                    .clone()
+            })
+            .collect();
+        UsageColumns {
+            frame: DataFrame::new(self.len(), columns).expect("columns of one frame"),
+            size_stacks: self.size_stacks.clone(),
         }
     }
     pub fn stream(&self) -> Streams<'_> {

@@ -53,7 +53,7 @@ pub mod whatif;
 
 use polars::prelude::*;
 
-pub use device_events::{device_notes, device_runs, DeviceEvents, DeviceRun, Streams};
+pub use device_events::{device_notes, device_runs, DeviceEvents, DeviceRun, Streams, UsageColumns};
 
 use crate::tables::SnapshotTables;
 

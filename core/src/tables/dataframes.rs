@@ -58,6 +58,15 @@ impl SnapshotTables {
         ]
     }
 
+    /// Drops the events' addresses, in whichever form they are held: for a sink that reads no
+    /// trace entry once the analyses are over ([`crate::pipeline::PipelineSink::lets_addresses_go`]).
+    /// A `DeviceEvents` made after it is an error naming the column.
+    pub fn let_addresses_go(&mut self) {
+        for name in [ev::ADDR_UNITS, ev::ADDR_BASE, ev::ADDR.name] {
+            let _ = self.events.drop_in_place(name);
+        }
+    }
+
     pub fn meta(&self) -> SnapshotMeta {
         SnapshotMeta {
             source: self.source.clone(),

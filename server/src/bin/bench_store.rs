@@ -50,6 +50,10 @@ impl PipelineSink for StoreSink<'_> {
         // `MEMLENS_BENCH_EARLY=0`: every frame encoded in the storing stage, for comparison.
         (std::env::var("MEMLENS_BENCH_EARLY").as_deref() != Ok("0")).then_some(&self.early as &dyn EarlyFrames)
     }
+    fn lets_addresses_go(&self) -> bool {
+        // As the server's ingest (asked only with the early frames).
+        true
+    }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
         let early = self.early.take(out.index);
         reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices, early)

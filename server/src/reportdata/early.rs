@@ -41,6 +41,13 @@ impl EarlyObjects {
         mine
     }
 
+    /// Whether the object under `key` is encoded and not taken yet.
+    pub fn holds(&self, key: &str) -> bool {
+        self.objects
+            .lock()
+            .is_ok_and(|objects| objects.iter().any(|(k, _)| k == key))
+    }
+
     fn keep(&self, key: String, bytes: Vec<u8>) {
         if let Ok(mut objects) = self.objects.lock() {
             objects.push((key, bytes));
@@ -51,9 +58,14 @@ impl EarlyObjects {
 impl EarlyFrames for EarlyObjects {
     fn frames_final(&self, index: usize, frames: FinalFrames<'_>) {
         let dir = device_dir(index, frames.device);
-        let usage = || stored_usage(frames.usage.clone(), frames.events);
-        let jobs: [(&str, &dyn Fn() -> PolarsResult<DataFrame>); 2] =
-            [(USAGE, &usage), (LIFETIMES, &|| Ok(frames.lifetimes.clone()))];
+        // A run that makes the usage series later has it encoded in the storing stage.
+        let usage = frames.usage.map(|u| move || stored_usage(u.clone(), frames.events));
+        let mut jobs: Vec<(&str, &dyn Fn() -> PolarsResult<DataFrame>)> = Vec::with_capacity(2);
+        if let Some(usage) = &usage {
+            jobs.push((USAGE, usage));
+        }
+        let lifetimes = || Ok(frames.lifetimes.clone());
+        jobs.push((LIFETIMES, &lifetimes));
         for (name, frame) in jobs {
             if !(frames.others_running)() {
                 return;
@@ -79,6 +91,10 @@ impl EarlyFrames for EarlyObjects {
                 return;
             }
             let key = segment_object_key(&dir, k);
+            // Called again before the trace lets go of its addresses: what was encoded stays.
+            if self.holds(&key) {
+                continue;
+            }
             // As for the frames: an error is left to the storing stage.
             if let Ok(bytes) = segment_object_bytes(&key, object) {
                 self.keep(key, bytes);

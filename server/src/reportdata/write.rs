@@ -82,6 +82,7 @@ pub fn write_file(
         .map(|(name, df)| (format!("f{index}/{name}.parquet"), df.clone(), RowGroups::Default))
         .collect();
     let mut checkpoints = Vec::new();
+    let mut early_cursors: Vec<(String, Vec<usize>)> = Vec::new();
     for d in devices.iter_mut() {
         let dir = device_dir(index, d.device);
         let metadata = user_metadata_frame(&d.user_metadata)?;
@@ -99,7 +100,19 @@ pub fn write_file(
             RowGroups::One,
         ));
         if let Some(cp) = d.segment_checkpoints.take() {
-            checkpoints.push((dir, DeviceEvents::new(t, d.device)?, cp));
+            // Objects all encoded during the analyses need nothing of the trace (which may have
+            // let go of its addresses by now: `PipelineSink::lets_addresses_go`), only their
+            // cursors.
+            let at: Vec<usize> = cp.cursors().collect();
+            let all_early = (0..at.len()).all(|k| {
+                let key = segment_object_key(&dir, k);
+                early.iter().any(|(done, _)| *done == key)
+            });
+            if all_early {
+                early_cursors.push((dir, at));
+            } else {
+                checkpoints.push((dir, DeviceEvents::new(t, d.device)?, cp));
+            }
         }
     }
     frames.sort_by_key(|(_, df, _)| std::cmp::Reverse(held_bytes(df)));
@@ -125,7 +138,11 @@ pub fn write_file(
     // What was encoded during the analyses is put as it is.
     jobs.retain(|job| !early.iter().any(|(done, _)| *done == job.key));
     encode_pool::put_all(w, jobs, encode_pool::encode_threads(), put)?;
-    for (dir, at) in &cursors {
+    for (dir, at) in cursors
+        .iter()
+        .map(|(dir, at)| (dir.as_str(), at))
+        .chain(early_cursors.iter().map(|(dir, at)| (dir.as_str(), at)))
+    {
         put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), at)?;
     }
     Ok(())

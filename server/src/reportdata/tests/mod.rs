@@ -87,6 +87,10 @@ impl EarlyFrames for Early {
             },
         );
     }
+    fn checkpoints_before_addresses_go(&self, index: usize, checkpoints: CheckpointsFinal<'_>) {
+        // The pipeline's last call, as it comes.
+        self.objects.checkpoints_final(index, checkpoints);
+    }
 }
 
 /// A file's tables as the pipeline handed them over: its frames in [`TABLE_NAMES`] order, the
@@ -106,6 +110,9 @@ struct Keep<'a> {
     /// The keys of the objects encoded early, and every device frame as the pipeline gave it.
     early_keys: Vec<String>,
     frames: Vec<(String, DataFrame)>,
+    /// Whether the pipeline may let the trace's addresses go before `snapshot`, as the
+    /// server's ingest does.
+    lets_go: bool,
 }
 impl<'a> Keep<'a> {
     fn new(data: &'a mut dyn DataWriter, replay_running: bool) -> Self {
@@ -119,6 +126,7 @@ impl<'a> Keep<'a> {
             early,
             early_keys: Vec::new(),
             frames: Vec::new(),
+            lets_go: false,
         }
     }
 }
@@ -131,6 +139,9 @@ impl PipelineSink for Keep<'_> {
     }
     fn early_frames(&self) -> Option<&dyn EarlyFrames> {
         Some(&self.early)
+    }
+    fn lets_addresses_go(&self) -> bool {
+        self.lets_go
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
         self.written.push(Written {
@@ -246,6 +257,64 @@ fn segment_objects_encoded_during_the_analyses_are_the_bytes_the_storing_stage_w
         early == late,
         "the objects encoded early differ from the storing stage's"
     );
+}
+
+#[test]
+fn a_sink_that_lets_the_addresses_go_stores_the_same_bytes() {
+    // Each device's usage series made after the trace let go of its addresses, and the segment
+    // objects encoded just before (all of them when the analysis thread encoded none early):
+    // every stored object the same bytes as when the trace stays whole.
+    let stored = |trace: &str, lets_go: bool, others_running: bool| {
+        let id = "0000000000000000000000000000000e";
+        let (root, store) = store_with_report(id);
+        let mut w = store.data_writer(id).expect("writer");
+        let mut keep = Keep::new(w.as_mut(), others_running);
+        keep.lets_go = lets_go;
+        let path = memlens_tests_trace(trace);
+        pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+        let events = keep.written[0].frames[0].clone();
+        w.commit().expect("commit");
+        let cursors: Vec<usize> =
+            read_json(store.as_ref(), id, &format!("f0/d0/{SEGMENT_CHECKPOINTS}")).expect("cursors");
+        let mut keys: Vec<String> = [
+            "usage.parquet",
+            "lifetimes.parquet",
+            "overview.json",
+            SEGMENT_CHECKPOINTS,
+        ]
+        .iter()
+        .map(|name| format!("f0/d0/{name}"))
+        .collect();
+        keys.extend((0..cursors.len()).map(|k| format!("f0/d0/segments/{k}.parquet")));
+        let objects: Vec<(String, Vec<u8>)> = keys
+            .into_iter()
+            .map(|key| {
+                let bytes = store.read_data(id, &key).expect("read").expect("stored");
+                (key, bytes)
+            })
+            .collect();
+        drop(root);
+        (events, objects)
+    };
+    for trace in ["leak.pickle", "mlp_train.pt113_shape.pickle"] {
+        let (whole, want) = stored(trace, false, true);
+        assert!(whole.column("addr_units").is_ok() || whole.column("addr").is_ok());
+        for others_running in [true, false] {
+            let (let_go, got) = stored(trace, true, others_running);
+            assert!(
+                let_go.column("addr_units").is_err() && let_go.column("addr").is_err(),
+                "{trace}: the addresses stayed"
+            );
+            assert!(
+                got.len() >= 5 && got.len() == want.len(),
+                "{trace}: {} objects",
+                got.len()
+            );
+            for ((key, want), (_, got)) in want.iter().zip(&got) {
+                assert!(want == got, "{trace} {key} differs (others running: {others_running})");
+            }
+        }
+    }
 }
 
 /// The tables file `i` was analysed from, as [`process_into`] kept them.
