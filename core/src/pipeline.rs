@@ -168,8 +168,10 @@ pub trait PipelineSink {
     /// each device, as if its other analyses still ran), and each device's usage series is made
     /// only after ([`crate::report::Keeping::usage_later`]), so that the series, the addresses
     /// and the lifetimes are never all held at once (134 MiB, the addresses, less at the top
-    /// of a server's ingest of the 2 GB generated snapshot).
-    fn lets_addresses_go(&self) -> bool {
+    /// of a server's ingest of the 2 GB generated snapshot). `trace_bytes`: what the file's
+    /// trace holds ([`crate::columns::held_bytes`] of its events): a sink may keep a small
+    /// trace whole, for the usage series is then encoded while the fragmentation replay runs.
+    fn lets_addresses_go(&self, _trace_bytes: u64) -> bool {
         false
     }
     fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), String> {
@@ -296,10 +298,15 @@ pub fn run_with(
             message: e.to_string(),
         };
         snapshot_ranges.extend(snapshot_time_range(&tables).map_err(internal)?);
+        // Whether the usage series is made after the trace lets go of its addresses
+        // (`PipelineSink::lets_addresses_go`).
+        let lets_go = sink.keeps_tables()
+            && sink.early_frames().is_some()
+            && sink.lets_addresses_go(crate::columns::held_bytes(&tables.events) as u64);
         let (summary, analyses) = {
             let index = out.files.len();
             let early = sink.keeps_tables().then(|| sink.early_frames()).flatten();
-            let usage_later = early.is_some() && sink.lets_addresses_go();
+            let usage_later = lets_go;
             let on_final = early.map(|e| move |frames: FinalFrames<'_>| e.frames_final(index, frames));
             let on_checkpoints = early.map(|e| move |c: CheckpointsFinal<'_>| e.checkpoints_final(index, c));
             let keeping = Keeping {
@@ -325,7 +332,6 @@ pub fn run_with(
         if sink.keeps_tables() {
             sink.stage(Stage::Storing, Some(&name));
             let index = out.files.len();
-            let lets_go = sink.keeps_tables() && sink.early_frames().is_some() && sink.lets_addresses_go();
             // What each device's stored frames take from the trace, taken while it is whole.
             let mut taken = Vec::with_capacity(analyses.len());
             for a in &analyses {

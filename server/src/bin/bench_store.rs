@@ -50,9 +50,9 @@ impl PipelineSink for StoreSink<'_> {
         // `MEMLENS_BENCH_EARLY=0`: every frame encoded in the storing stage, for comparison.
         (std::env::var("MEMLENS_BENCH_EARLY").as_deref() != Ok("0")).then_some(&self.early as &dyn EarlyFrames)
     }
-    fn lets_addresses_go(&self) -> bool {
+    fn lets_addresses_go(&self, trace_bytes: u64) -> bool {
         // As the server's ingest (asked only with the early frames).
-        true
+        trace_bytes > memlens::ingest::LET_ADDRESSES_GO_ABOVE
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
         let early = self.early.take(out.index);

@@ -140,7 +140,7 @@ impl PipelineSink for Keep<'_> {
     fn early_frames(&self) -> Option<&dyn EarlyFrames> {
         Some(&self.early)
     }
-    fn lets_addresses_go(&self) -> bool {
+    fn lets_addresses_go(&self, _trace_bytes: u64) -> bool {
         self.lets_go
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
