@@ -306,12 +306,11 @@ pub fn run_with(
         let (summary, analyses) = {
             let index = out.files.len();
             let early = sink.keeps_tables().then(|| sink.early_frames()).flatten();
-            let usage_later = lets_go;
             let on_final = early.map(|e| move |frames: FinalFrames<'_>| e.frames_final(index, frames));
             let on_checkpoints = early.map(|e| move |c: CheckpointsFinal<'_>| e.checkpoints_final(index, c));
             let keeping = Keeping {
                 frames: sink.keeps_tables(),
-                usage_later,
+                usage_later: lets_go,
                 checkpoints: sink.keeps_tables() && sink.keeps_segment_checkpoints(),
                 frames_final: on_final.as_ref().map(|f| f as OnFramesFinal<'_>),
                 checkpoints_final: on_checkpoints.as_ref().map(|f| f as OnCheckpointsFinal<'_>),

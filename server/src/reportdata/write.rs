@@ -82,7 +82,8 @@ pub fn write_file(
         .map(|(name, df)| (format!("f{index}/{name}.parquet"), df.clone(), RowGroups::Default))
         .collect();
     let mut checkpoints = Vec::new();
-    let mut early_cursors: Vec<(String, Vec<usize>)> = Vec::new();
+    // Each device's checkpoint cursors, for its `segments.json`.
+    let mut cursors: Vec<(String, Vec<usize>)> = Vec::new();
     for d in devices.iter_mut() {
         let dir = device_dir(index, d.device);
         let metadata = user_metadata_frame(&d.user_metadata)?;
@@ -109,7 +110,7 @@ pub fn write_file(
                 early.iter().any(|(done, _)| *done == key)
             });
             if all_early {
-                early_cursors.push((dir, at));
+                cursors.push((dir, at));
             } else {
                 checkpoints.push((dir, DeviceEvents::new(t, d.device)?, cp));
             }
@@ -129,20 +130,15 @@ pub fn write_file(
             jobs.push(EncodeJob::new(key.clone(), move || overview_bytes(&key, d, ds)));
         }
     }
-    let mut cursors = Vec::with_capacity(checkpoints.len());
     for (dir, ev, cp) in &checkpoints {
         let (at, device_jobs) = segment_checkpoint_jobs(dir, ev, cp);
-        cursors.push((dir, at));
+        cursors.push((dir.clone(), at));
         jobs.extend(device_jobs);
     }
     // What was encoded during the analyses is put as it is.
     jobs.retain(|job| !early.iter().any(|(done, _)| *done == job.key));
     encode_pool::put_all(w, jobs, encode_pool::encode_threads(), put)?;
-    for (dir, at) in cursors
-        .iter()
-        .map(|(dir, at)| (dir.as_str(), at))
-        .chain(early_cursors.iter().map(|(dir, at)| (dir.as_str(), at)))
-    {
+    for (dir, at) in &cursors {
         put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), at)?;
     }
     Ok(())
