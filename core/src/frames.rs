@@ -5,6 +5,7 @@
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
+use crate::analysis::lifetime_addresses::LifetimeAddresses;
 use crate::analysis::segment_checkpoints::SegmentCheckpoints;
 use crate::analysis::{device_notes, DeviceEvents};
 use crate::entry_steps::EntrySteps;
@@ -19,6 +20,10 @@ pub struct DeviceFrames {
     /// Reserved bytes after every entry, as their changes (they change only on segment events).
     pub reserved: EntrySteps,
     pub lifetimes: DataFrame,
+    /// `Some` while the lifetimes hold no address columns: what gives each its address from the
+    /// trace they were built from ([`DeviceFrames::put_addresses_in`], or read a page at a time
+    /// as they are stored). `None` once they hold them (a stored report's, read back).
+    pub lifetime_addresses: Option<LifetimeAddresses>,
     pub fragmentation: DataFrame,
     /// The `user_metadata` of the device's allocations that carry one, by the alloc's entry
     /// index (lifetimes' `alloc_idx`), from the snapshot's `event_notes`.
@@ -27,6 +32,29 @@ pub struct DeviceFrames {
     /// ([`crate::pipeline::PipelineSink::keeps_segment_checkpoints`]); stored as objects of
     /// their own and never loaded back with the frames.
     pub segment_checkpoints: Option<SegmentCheckpoints>,
+}
+
+impl DeviceFrames {
+    /// Puts the lifetimes' address columns in (first, as lifetimes built with them hold them),
+    /// read from `ev`, the trace they were built from, where they were built apart from them.
+    pub fn put_addresses_in(&mut self, ev: &DeviceEvents) -> PolarsResult<()> {
+        self.lifetimes = self.whole_lifetimes(ev)?;
+        self.lifetime_addresses = None;
+        Ok(())
+    }
+
+    /// The lifetimes with their address columns (first), read from `ev` where they were built
+    /// apart from them.
+    pub fn whole_lifetimes(&self, ev: &DeviceEvents) -> PolarsResult<DataFrame> {
+        let mut lifetimes = self.lifetimes.clone();
+        if let Some(addresses) = &self.lifetime_addresses {
+            let columns = addresses.column(ev, &self.lifetimes)?.columns();
+            for (at, column) in columns.into_iter().enumerate() {
+                lifetimes.insert_column(at, column)?;
+            }
+        }
+        Ok(lifetimes)
+    }
 }
 
 /// [`DeviceFrames::usage`] from a device's `allocated` series (its analyses' usage frame): the
@@ -57,7 +85,10 @@ pub struct FinalFrames<'a> {
     /// `allocated` after every entry, without the `time` column [`DeviceFrames::usage`] has
     /// first; `None` when the run makes it later ([`crate::report::Keeping::usage_later`]).
     pub usage: Option<&'a DataFrame>,
+    /// Without their address columns where `lifetime_addresses` gives them.
     pub lifetimes: &'a DataFrame,
+    /// What gives each lifetime its address from `events` ([`DeviceFrames::lifetime_addresses`]).
+    pub lifetime_addresses: Option<&'a LifetimeAddresses>,
     /// Whether the device's other analyses are still running (work beyond that point delays
     /// the device's summary instead of filling a wait).
     pub others_running: &'a dyn Fn() -> bool,

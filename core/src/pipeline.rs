@@ -138,6 +138,13 @@ pub trait EarlyFrames: Sync {
     fn checkpoints_before_addresses_go(&self, index: usize, checkpoints: CheckpointsFinal<'_>) {
         self.checkpoints_final(index, checkpoints);
     }
+    /// Snapshot `index`: the device's lifetimes again (without its usage series, made later),
+    /// once its analyses are over and before the trace lets go of its addresses: the last call
+    /// that can read the lifetimes' addresses ([`FinalFrames::lifetime_addresses`]).
+    /// [`EarlyFrames::frames_final`] by default, told the other analyses still run.
+    fn frames_before_addresses_go(&self, index: usize, frames: FinalFrames<'_>) {
+        self.frames_final(index, frames);
+    }
 }
 
 /// Receives progress and, when [`PipelineSink::keeps_tables`], each file's tables.
@@ -164,8 +171,9 @@ pub trait PipelineSink {
     /// Whether [`PipelineSink::snapshot`] may get the tables without the trace's addresses
     /// (asked only of a sink that keeps tables and has [`PipelineSink::early_frames`]). Such a
     /// sink reads no trace entry there: before the addresses go, the pipeline has it encode
-    /// every device's segment-map objects ([`EarlyFrames::checkpoints_final`], called again for
-    /// each device, as if its other analyses still ran), and each device's usage series is made
+    /// every device's segment-map objects and lifetimes
+    /// ([`EarlyFrames::checkpoints_before_addresses_go`],
+    /// [`EarlyFrames::frames_before_addresses_go`]), and each device's usage series is made
     /// only after ([`crate::report::Keeping::usage_later`]), so that the series, the addresses
     /// and the lifetimes are never all held at once (134 MiB, the addresses, less at the top
     /// of a server's ingest of the 2 GB generated snapshot). `trace_bytes`: what the file's
@@ -210,9 +218,14 @@ impl PipelineSink for KeepFrames {
         true
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+        let t = &*out.tables;
+        // Kept whole: their queries read the lifetimes' addresses.
+        for d in out.devices.iter_mut() {
+            let ev = DeviceEvents::new(t, d.device).map_err(|e| e.to_string())?;
+            d.put_addresses_in(&ev).map_err(|e| e.to_string())?;
+        }
         self.files.push(out.devices.iter_mut().map(std::mem::take).collect());
         if self.with_stacks {
-            let t = &*out.tables;
             self.stacks
                 .push(StackResolver::new(&t.frames, &t.stack_frames).map_err(|e| e.to_string())?);
         }
@@ -303,7 +316,7 @@ pub fn run_with(
         let lets_go = sink.keeps_tables()
             && sink.early_frames().is_some()
             && sink.lets_addresses_go(crate::columns::held_bytes(&tables.events) as u64);
-        let (summary, analyses) = {
+        let (summary, mut analyses) = {
             let index = out.files.len();
             let early = sink.keeps_tables().then(|| sink.early_frames()).flatten();
             let on_final = early.map(|e| move |frames: FinalFrames<'_>| e.frames_final(index, frames));
@@ -333,18 +346,37 @@ pub fn run_with(
             let index = out.files.len();
             // What each device's stored frames take from the trace, taken while it is whole.
             let mut taken = Vec::with_capacity(analyses.len());
-            for a in &analyses {
+            for a in analyses.iter_mut() {
                 let device = a.summary.device;
                 let ev = DeviceEvents::new(&tables, device).map_err(|e| internal(e.into()))?;
-                if let (true, Some(early), Some(checkpoints)) =
-                    (lets_go, sink.early_frames(), a.segment_checkpoints.as_ref())
-                {
-                    early.checkpoints_before_addresses_go(
+                // The stored first view's bands are the largest allocations: their addresses
+                // are kept while the trace holds them.
+                if let Some(addresses) = a.lifetime_addresses.as_mut() {
+                    let rows = crate::query::largest_allocations(&a.lifetimes).map_err(|e| internal(e.into()))?;
+                    addresses
+                        .keep_addresses_of(&ev, &a.lifetimes, &rows)
+                        .map_err(|e| internal(e.into()))?;
+                }
+                if let (true, Some(early)) = (lets_go, sink.early_frames()) {
+                    if let Some(checkpoints) = a.segment_checkpoints.as_ref() {
+                        early.checkpoints_before_addresses_go(
+                            index,
+                            CheckpointsFinal {
+                                device,
+                                events: &ev,
+                                checkpoints,
+                                others_running: &|| true,
+                            },
+                        );
+                    }
+                    early.frames_before_addresses_go(
                         index,
-                        CheckpointsFinal {
+                        FinalFrames {
                             device,
                             events: &ev,
-                            checkpoints,
+                            usage: None,
+                            lifetimes: &a.lifetimes,
+                            lifetime_addresses: a.lifetime_addresses.as_ref(),
                             others_running: &|| true,
                         },
                     );
@@ -374,6 +406,7 @@ pub fn run_with(
                     usage,
                     reserved: a.reserved,
                     lifetimes: a.lifetimes,
+                    lifetime_addresses: a.lifetime_addresses,
                     fragmentation: a.fragmentation,
                     user_metadata: taken.user_metadata,
                     segment_checkpoints: a.segment_checkpoints,

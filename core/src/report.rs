@@ -17,7 +17,8 @@ use crate::analysis::gpu_samples::{
     add_non_pytorch_memory, align_local_clock, shift_clock, summarize_gpu_log, time_range, ReservedSteps,
 };
 use crate::analysis::leaks::leak_candidates;
-use crate::analysis::lifetimes::{allocation_lifetimes_with, Addresses};
+use crate::analysis::lifetime_addresses::LifetimeAddresses;
+use crate::analysis::lifetimes::{allocation_lifetimes_apart, allocation_lifetimes_with, Addresses};
 use crate::analysis::oom::{explain_ooms, with_categories};
 use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of, NoStackEvidence};
 use crate::analysis::phases::{iteration_starts, phase_ranges, with_inferred_optimizer_steps};
@@ -52,7 +53,11 @@ pub struct DeviceAnalysis {
     pub usage_series: UsageSeries,
     /// Reserved bytes after every entry, as their changes.
     pub reserved: EntrySteps,
+    /// Without their addresses: a run that keeps no frames reads none, and one that keeps them
+    /// has them read from the trace as they are written ([`DeviceAnalysis::lifetime_addresses`]).
     pub lifetimes: DataFrame,
+    /// What gives each lifetime its address from the trace, when the run keeps the frames.
+    pub lifetime_addresses: Option<LifetimeAddresses>,
     pub fragmentation: DataFrame,
     /// The segment map's checkpoints, when the run keeps them ([`Keeping::checkpoints`]).
     pub segment_checkpoints: Option<SegmentCheckpoints>,
@@ -203,8 +208,14 @@ fn analyze_device_with(
     second: impl FnOnce() -> PolarsResult<(crate::analysis::fragmentation::Fragmentation, (Vec<FreeStall>, i64))>,
 ) -> Result<DeviceAnalysis, AnalysisError> {
     let device = ev.device;
-    let addresses = if frames.keep { Addresses::Kept } else { Addresses::Left };
-    let mut lifetimes = allocation_lifetimes_with(t, ev, addresses)?;
+    // No analysis reads a lifetime's address: a run that keeps the frames has them read from
+    // the trace as they are written, not held beside it through the analyses.
+    let (mut lifetimes, lifetime_addresses) = if frames.keep {
+        let (lifetimes, addresses) = allocation_lifetimes_apart(t, ev)?;
+        (lifetimes, Some(addresses))
+    } else {
+        (allocation_lifetimes_with(t, ev, Addresses::Left)?, None)
+    };
     // Their working maps are freed by now: given back before the analyses below, beside the
     // trace and the lifetimes, grow the heap again (`free_memory`).
     crate::free_memory::give_back_after(crate::columns::held_bytes(&lifetimes) as u64);
@@ -274,6 +285,7 @@ fn analyze_device_with(
             events: ev,
             usage: usage_frame.as_ref(),
             lifetimes: &lifetimes,
+            lifetime_addresses: lifetime_addresses.as_ref(),
             others_running,
         });
     }
@@ -321,6 +333,7 @@ fn analyze_device_with(
         usage_series: usage.series(),
         reserved: usage.reserved.clone(),
         lifetimes,
+        lifetime_addresses,
         fragmentation: frag.frame,
         segment_checkpoints: frag.checkpoints.take(),
     })

@@ -26,21 +26,67 @@ pub enum RowGroups {
 /// finds the repeats in plain values better than in dictionary keys). A 2 GB report: storing
 /// 5.9 -> 3.0 s, data 199 -> 134 MB, the ingest's peak 2.63 -> 2.39 GB; loads as fast.
 pub fn encode(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
+    encode_with_paged(df, &[], groups)
+}
+
+/// A column an encoder reads a page at a time as it reaches it, never held whole (the
+/// lifetimes' addresses, read from the trace: [`memlens_core::analysis::lifetime_addresses`]).
+pub struct PagedColumn<'a> {
+    /// Its place among the frame's columns.
+    pub at: usize,
+    pub name: PlSmallStr,
+    /// UInt32 or Int64.
+    pub dtype: DataType,
+    pub len: usize,
+    /// Rows `range`, of `dtype`, in one chunk.
+    pub read: ReadRows<'a>,
+    /// Stored as deltas, as [`deltas_pay`] says of a column.
+    pub deltas: bool,
+}
+
+/// What reads a run of a [`PagedColumn`]'s rows.
+pub type ReadRows<'a> = &'a (dyn Fn(std::ops::Range<usize>) -> Series + Sync);
+
+/// One column of a frame being encoded: `df`'s own, or one read a page at a time.
+enum Part<'a> {
+    Held(Column),
+    Paged(&'a PagedColumn<'a>),
+}
+
+/// [`encode`] of `df` with the `paged` columns put in their places (in order of place): the
+/// same bytes as of the frame holding them, each page of theirs read as the writer reaches it.
+pub fn encode_with_paged(df: &DataFrame, paged: &[PagedColumn<'_>], groups: RowGroups) -> PolarsResult<Vec<u8>> {
     use polars_parquet::write::{
-        get_dtype_encoding, CompressionOptions, Encoding, FileWriter, KeyValue, RowGroupIterator, StatisticsOptions,
-        Version, WriteOptions,
+        array_to_columns, get_dtype_encoding, to_parquet_schema, CompressionOptions, Compressor, DynIter,
+        DynStreamingIterator, Encoding, FallibleStreamingIterator, FileWriter, KeyValue, StatisticsOptions, Version,
+        WriteOptions,
     };
-    let (columns, scalars) = without_scalars(df)?;
-    let df = &columns;
-    let schema = df.schema().to_arrow(CompatLevel::newest());
+    let height = df.height();
+    for p in paged {
+        polars_ensure!(p.len == height, ShapeMismatch: "column `{}` has {} rows, the frame {height}", p.name, p.len);
+    }
+    let mut parts: Vec<Part<'_>> = df.columns().iter().cloned().map(Part::Held).collect();
+    for p in paged {
+        parts.insert(p.at.min(parts.len()), Part::Paged(p));
+    }
+    let (parts, scalars) = without_scalars(parts, height);
+    let fields = parts.iter().map(|part| match part {
+        Part::Held(c) => Field::new(c.name().clone(), c.dtype().clone()),
+        Part::Paged(p) => Field::new(p.name.clone(), p.dtype.clone()),
+    });
+    let schema = Schema::from_iter(fields).to_arrow(CompatLevel::newest());
     let encodings: Vec<Vec<Encoding>> = schema
         .iter_values()
-        .zip(df.columns())
-        .map(|(f, column)| {
+        .zip(&parts)
+        .map(|(f, part)| {
+            let deltas = match part {
+                Part::Held(column) => deltas_pay(column),
+                Part::Paged(p) => p.deltas,
+            };
             get_dtype_encoding(&f.dtype)
                 .into_iter()
                 .map(|e| match e {
-                    Encoding::RleDictionary if deltas_pay(column) => Encoding::DeltaBinaryPacked,
+                    Encoding::RleDictionary if deltas => Encoding::DeltaBinaryPacked,
                     Encoding::RleDictionary => Encoding::Plain,
                     _ => e,
                 })
@@ -54,24 +100,56 @@ pub fn encode(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
         compression: CompressionOptions::Zstd(None),
         data_page_size: None,
     };
+    let types = to_parquet_schema(&schema)?.fields().to_vec();
     let rows = match groups {
         RowGroups::Default => DEFAULT_ROW_GROUP,
-        RowGroups::One => df.height().max(1),
+        RowGroups::One => height.max(1),
     };
-    // Each row group one chunk per column, made as the writer reaches it: what a part copies
-    // (a rechunk, a column of nulls kept as one scalar made into an array) is held for that
-    // part only, not for the whole frame at once.
-    let batches = (0..df.height()).step_by(rows).flat_map(move |offset| {
-        let mut part = df.slice(offset as i64, rows);
-        part.rechunk_mut();
-        part.iter_chunks(CompatLevel::newest(), false)
-            .filter(|batch| !batch.is_empty())
-            .collect::<Vec<_>>()
-    });
-    let row_groups = RowGroupIterator::try_new(batches.map(Ok), &schema, options, encodings.into())?;
     let mut writer = FileWriter::try_new(Vec::new(), schema, options)?;
-    for group in row_groups {
-        writer.write(u64::MAX, group?)?;
+    for offset in (0..height).step_by(rows) {
+        let group_rows = rows.min(height - offset);
+        // Each column's pages made as the writer reaches it: what a held column's part copies
+        // (a rechunk, a column of nulls kept as one scalar made into an array) is held for that
+        // column of that group only, and a paged column's rows a page at a time.
+        let columns = parts
+            .iter()
+            .zip(&types)
+            .zip(&encodings)
+            .map(move |((part, type_), encoding)| {
+                let pages: DynIter<'_, _> = match part {
+                    Part::Held(column) => {
+                        let array = column
+                            .slice(offset as i64, group_rows)
+                            .rechunk()
+                            .as_materialized_series()
+                            .to_arrow(0, CompatLevel::newest());
+                        let mut leaves = array_to_columns(array, type_.clone(), options, encoding)?;
+                        polars_ensure!(leaves.len() == 1, ComputeError: "column `{}` is nested", column.name());
+                        leaves.remove(0)
+                    }
+                    Part::Paged(p) => {
+                        // The pages polars' writer cuts a whole column of this type into (about a
+                        // MiB of values each), each read alone.
+                        let per_page = PAGE_BYTES / (if p.dtype == DataType::UInt32 { 4 } else { 8 } + 1);
+                        let (type_, encoding) = (type_.clone(), encoding.clone());
+                        DynIter::new((offset..offset + group_rows).step_by(per_page).flat_map(move |from| {
+                            let to = (from + per_page).min(offset + group_rows);
+                            let page = (p.read)(from..to).to_arrow(0, CompatLevel::newest());
+                            match array_to_columns(page, type_.clone(), options, &encoding) {
+                                Ok(leaves) => leaves.into_iter().flatten().collect::<Vec<_>>(),
+                                Err(e) => vec![Err(e)],
+                            }
+                        }))
+                    }
+                };
+                let pages = DynIter::new(pages.map(|page| {
+                    page.map_err(|e| polars_parquet::parquet::error::ParquetError::OutOfSpec(e.to_string()))
+                }));
+                let compressed =
+                    Compressor::new(pages, options.compression, vec![]).map_err(|e| polars_err!(ComputeError: "{e}"));
+                Ok(DynStreamingIterator::new(compressed))
+            });
+        writer.write(u64::MAX, DynIter::new(columns))?;
     }
     let scalars = (!scalars.is_empty())
         .then(|| serde_json::to_string(&scalars))
@@ -80,6 +158,9 @@ pub fn encode(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
     writer.end(scalars.map(|json| vec![KeyValue::new(SCALAR_COLUMNS.to_owned(), json)]))?;
     Ok(writer.into_inner())
 }
+
+/// The bytes of values polars' writer puts in a page (`row_slice_ranges`' default).
+const PAGE_BYTES: usize = 1024 * 1024;
 
 /// The file metadata key under which a frame's one-value columns are stored.
 const SCALAR_COLUMNS: &str = "memlens:scalar_columns";
@@ -131,12 +212,13 @@ impl ScalarType {
     }
 }
 
-/// `df` less its one-value integer columns, and those columns (none when every column is one:
-/// a Parquet file keeps its rows' count in its columns).
-fn without_scalars(df: &DataFrame) -> PolarsResult<(DataFrame, Vec<ScalarColumn>)> {
+/// `parts` less their one-value integer columns, and those columns (none when every column is
+/// one: a Parquet file keeps its rows' count in its columns).
+fn without_scalars(parts: Vec<Part<'_>>, height: usize) -> (Vec<Part<'_>>, Vec<ScalarColumn>) {
     let mut scalars = Vec::new();
-    if df.height() > 0 {
-        for (at, column) in df.columns().iter().enumerate() {
+    if height > 0 {
+        for (at, part) in parts.iter().enumerate() {
+            let Part::Held(column) = part else { continue };
             let (Some(scalar), Some(dtype)) = (column.as_scalar_column(), ScalarType::of(column.dtype())) else {
                 continue;
             };
@@ -149,11 +231,14 @@ fn without_scalars(df: &DataFrame) -> PolarsResult<(DataFrame, Vec<ScalarColumn>
             });
         }
     }
-    if scalars.is_empty() || scalars.len() == df.width() {
-        return Ok((df.clone(), Vec::new()));
+    if scalars.is_empty() || scalars.len() == parts.len() {
+        return (parts, Vec::new());
     }
-    let names: Vec<&str> = scalars.iter().map(|c| c.name.as_str()).collect();
-    Ok((df.drop_many(names), scalars))
+    let kept = parts
+        .into_iter()
+        .filter(|part| !matches!(part, Part::Held(c) if scalars.iter().any(|s| s.name == c.name().as_str())))
+        .collect();
+    (kept, scalars)
 }
 
 /// The one-value columns [`encode`] kept in `bytes`' metadata, put back in their places as
@@ -301,6 +386,79 @@ mod tests {
         let a = back.column("a").expect("a").as_materialized_series();
         assert_eq!(a.n_chunks(), 1);
         assert!(back.equals(&frame()));
+    }
+
+    #[test]
+    fn a_column_read_a_page_at_a_time_is_stored_as_the_same_bytes_as_held() {
+        // Several of polars' pages (about a MiB of values each) and more than one row group,
+        // beside a one-value column and columns of other types; values that rise (deltas) and
+        // values that jump about (plain).
+        let n = 600_000usize;
+        let units: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 8).collect();
+        let rising: Vec<i64> = (0..n as i64).map(|i| 0x7e00_0000_0000 + i * 512).collect();
+        let rest = || {
+            vec![
+                Column::new_scalar(
+                    "addr_base".into(),
+                    Scalar::new(DataType::Int64, AnyValue::Int64(0x7e00_0000_0000)),
+                    n,
+                ),
+                Column::new("size".into(), (0..n as u32).map(|i| i % 977).collect::<Vec<_>>()),
+                Column::new("alloc_idx".into(), (0..n as i32).collect::<Vec<_>>()),
+            ]
+        };
+        let read_units = |rows: std::ops::Range<usize>| Series::new("addr_units".into(), &units[rows]);
+        let read_rising = |rows: std::ops::Range<usize>| Series::new("addr".into(), &rising[rows]);
+        let cases: [(&str, DataType, ReadRows<'_>, Column, bool); 2] = [
+            (
+                "addr_units",
+                DataType::UInt32,
+                &read_units,
+                Column::new("addr_units".into(), &units),
+                false,
+            ),
+            (
+                "addr",
+                DataType::Int64,
+                &read_rising,
+                Column::new("addr".into(), &rising),
+                true,
+            ),
+        ];
+        for (name, dtype, read, held, deltas) in cases {
+            let mut whole = rest();
+            whole.insert(0, held.clone());
+            let whole = DataFrame::new(n, whole).expect("frame");
+            assert_eq!(deltas_pay(&held), deltas, "{name}");
+            let apart = DataFrame::new(n, rest()).expect("frame");
+            let paged = PagedColumn {
+                at: 0,
+                name: name.into(),
+                dtype,
+                len: n,
+                read,
+                deltas,
+            };
+            for groups in [RowGroups::One, RowGroups::Default] {
+                let want = encode(&whole, groups).expect("held");
+                let got = encode_with_paged(&apart, std::slice::from_ref(&paged), groups).expect("paged");
+                assert!(got == want, "{name}: {} bytes against {}", got.len(), want.len());
+            }
+            assert!(decode(encode(&whole, RowGroups::One).expect("held"))
+                .expect("decode")
+                .equals_missing(&whole));
+        }
+        // A paged column of another length than the frame's is refused.
+        let short = PagedColumn {
+            at: 0,
+            name: "addr".into(),
+            dtype: DataType::Int64,
+            len: n - 1,
+            read: &read_rising,
+            deltas: true,
+        };
+        let apart = DataFrame::new(n, rest()).expect("frame");
+        assert!(encode_with_paged(&apart, &[short], RowGroups::One).is_err());
     }
 
     #[test]

@@ -70,3 +70,92 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
     });
     assert!(devices >= 10, "only {devices} devices swept");
 }
+
+/// Lifetimes built apart from their addresses read them from the trace as the lifetimes built
+/// with them hold them: whole, a run of rows at a time (as an encoder takes them), and for the
+/// rows of blocks from before the trace, which only the apart lifetimes keep.
+#[test]
+fn lifetime_addresses_read_from_the_trace_are_those_held_with_them() {
+    use memlens_core::analysis::lifetime_addresses::AddressForm;
+    use memlens_core::analysis::lifetimes::allocation_lifetimes_apart;
+    use polars::prelude::Column;
+    let mut predating_rows = 0;
+    let devices = memlens_tests::for_each_committed_device(|name, t, ev| {
+        let device = ev.device;
+        let kept = allocation_lifetimes(t, ev).expect("lifetimes");
+        let (apart, mut addresses) = allocation_lifetimes_apart(t, ev).expect("lifetimes");
+        let less = kept.drop_many(["addr", "addr_units", "addr_base"]);
+        assert!(apart.equals_missing(&less), "{name}: device {device}");
+        let column = addresses.column(ev, &apart).expect("addresses");
+        let held: Vec<&Column> = kept
+            .columns()
+            .iter()
+            .filter(|c| ["addr", "addr_units", "addr_base"].contains(&c.name().as_str()))
+            .collect();
+        let read = column.columns();
+        assert_eq!(held.len(), read.len(), "{name}: device {device}");
+        for (&h, r) in held.iter().zip(&read) {
+            assert!(
+                h.equals_missing(r) && h.name() == r.name(),
+                "{name}: device {device}: {}",
+                h.name()
+            );
+        }
+        let wanted = memlens_core::columns::addresses(&kept).expect("addresses");
+        let n = column.len();
+        match column.form() {
+            AddressForm::Units { base } => {
+                assert!(
+                    matches!(wanted, IntSlice::U32 { base: b, .. } if b == base),
+                    "{name}: device {device}"
+                );
+                // Runs of rows that do not start at 0, the last one short.
+                let mut units = Vec::with_capacity(n);
+                for from in (0..n).step_by(1_000) {
+                    units.extend(column.units(from..(from + 1_000).min(n)));
+                }
+                let IntSlice::U32 { offsets, .. } = wanted else {
+                    unreachable!()
+                };
+                assert_eq!(units, offsets, "{name}: device {device}");
+            }
+            AddressForm::Wide => {
+                assert!(matches!(wanted, IntSlice::I64(_)), "{name}: device {device}");
+            }
+        }
+        let wide: Vec<i64> = (0..n)
+            .step_by(777)
+            .flat_map(|from| column.wide(from..(from + 777).min(n)))
+            .collect();
+        assert_eq!(
+            wide,
+            (0..n).map(|r| wanted.at(r)).collect::<Vec<_>>(),
+            "{name}: device {device}"
+        );
+        let rising = (1..n).all(|r| wanted.at(r - 1) <= wanted.at(r));
+        assert_eq!(column.never_decrease(), rising, "{name}: device {device}");
+        // Neither end in the trace: a block from before it.
+        let alloc = kept
+            .column("alloc_idx")
+            .and_then(|c| c.i32().cloned())
+            .expect("alloc_idx");
+        let free = kept
+            .column("free_idx")
+            .and_then(|c| c.i32().cloned())
+            .expect("free_idx");
+        predating_rows += alloc
+            .into_no_null_iter()
+            .zip(free.into_no_null_iter())
+            .filter(|&(a, f)| a < 0 && f < 0)
+            .count();
+        // The addresses kept of some rows are theirs; others are not kept.
+        let rows: Vec<usize> = (0..n).step_by(3).collect();
+        addresses.keep_addresses_of(ev, &apart, &rows).expect("kept");
+        for r in 0..n.min(100) {
+            let want = (r % 3 == 0).then(|| wanted.at(r));
+            assert_eq!(addresses.kept_at(r), want, "{name}: device {device}, row {r}");
+        }
+    });
+    assert!(devices >= 10, "only {devices} devices swept");
+    assert!(predating_rows > 0, "no block from before a trace swept");
+}

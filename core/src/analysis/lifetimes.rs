@@ -3,7 +3,8 @@
 //! Columns:
 //! - the addresses: `addr_units` u32 and `addr_base` (512-byte units after a base, as the trace
 //!   holds them) or `addr` i64, read with [`crate::columns::addresses`]; left out of a run that
-//!   keeps no frames ([`Addresses`]);
+//!   keeps no frames ([`Addresses`]), and out of one that stores them until they are written
+//!   ([`allocation_lifetimes_apart`]);
 //! - `size`: requested bytes, u32 while every size is below 4 GiB, else i64;
 //! - `alloc_idx` i32 (−1: allocated before recording), `free_idx` i32 (−1: live at the end;
 //!   entry indexes take 32 bits, a device's trace being refused beyond [`MAX_ENTRIES`]);
@@ -21,6 +22,7 @@
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
+use super::lifetime_addresses::LifetimeAddresses;
 use super::{device_segments, DeviceEvents};
 use crate::columns::{address_columns, lifetimes as lt_col, one_or_each_column};
 use crate::int_slice::IntSlice;
@@ -52,6 +54,26 @@ pub fn allocation_lifetimes_with(
     ev: &DeviceEvents,
     addresses: Addresses,
 ) -> PolarsResult<DataFrame> {
+    Ok(lifetimes_and_predating(t, ev, addresses)?.0)
+}
+
+/// [`allocation_lifetimes`] without the address columns, and what gives each row its address
+/// from the trace when it is written ([`LifetimeAddresses`]): a run that stores its lifetimes
+/// does not hold their addresses through its analyses.
+pub fn allocation_lifetimes_apart(
+    t: &SnapshotTables,
+    ev: &DeviceEvents,
+) -> PolarsResult<(DataFrame, LifetimeAddresses)> {
+    let (lifetimes, predating) = lifetimes_and_predating(t, ev, Addresses::Left)?;
+    Ok((lifetimes, LifetimeAddresses::new(predating)))
+}
+
+/// The lifetimes, and the addresses of their last rows: the blocks from before the trace.
+fn lifetimes_and_predating(
+    t: &SnapshotTables,
+    ev: &DeviceEvents,
+    addresses: Addresses,
+) -> PolarsResult<(DataFrame, Vec<i64>)> {
     let (action, addr, size, stack, stream) = (ev.action(), ev.addr(), ev.size(), ev.stack(), ev.stream());
     polars_ensure!(
         action.len() <= MAX_ENTRIES,
@@ -134,6 +156,7 @@ pub fn allocation_lifetimes_with(
             .filter_map(|g| all_addr.get(g as usize).and_then(|a| dev_addr.get(&a)).map(|&r| (g, r)))
             .collect()
     };
+    let mut predating = Vec::new();
     for i in 0..blocks.height() {
         let state = BlockState::from_code(b_state.get(i).unwrap_or(0));
         if state == BlockState::Inactive {
@@ -143,6 +166,7 @@ pub fn allocation_lifetimes_with(
         if open.contains_key(&a) {
             continue;
         }
+        predating.push(a);
         if kept {
             r_addr.push(a);
         }
@@ -175,7 +199,7 @@ pub fn allocation_lifetimes_with(
         // One stream throughout (the usual case) is held as one scalar (see `Streams`).
         one_or_each_column("stream", r_stream),
     ]);
-    DataFrame::new(n, columns)
+    Ok((DataFrame::new(n, columns)?, predating))
 }
 
 /// Allocations live right after entry `idx` (`None`: before the first entry), grouped by

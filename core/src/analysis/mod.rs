@@ -2,7 +2,8 @@
 //!
 //! - [`usage`]: allocated (requested bytes) and reserved over time, with memory that existed
 //!   before recording counted;
-//! - [`lifetimes`]: one row per allocation (alloc → free, or live at the end);
+//! - [`lifetimes`]: one row per allocation (alloc → free, or live at the end), and
+//!   [`lifetime_addresses`]: their addresses read from the trace when they are written;
 //! - [`peak`]: when usage peaked and what was live, grouped by stack;
 //! - [`segment_map`]: the allocator's segments and blocks at any event, by replay;
 //! - [`fragmentation`]: reserved-but-free memory and the largest free block over time;
@@ -31,6 +32,7 @@ pub mod fragmentation;
 pub mod gpu_samples;
 pub mod labels;
 pub mod leaks;
+pub mod lifetime_addresses;
 pub mod lifetimes;
 pub mod oom;
 mod packed_blocks;

@@ -100,6 +100,41 @@ pub fn timeline(
     )
 }
 
+/// The rows of `lifetimes` a timeline of the whole trace draws as bands: the largest
+/// [`MAX_BANDS`] allocations (every allocation overlaps the whole trace), the larger first
+/// among equals the earlier row, as every timeline picks them.
+pub fn largest_allocations(lifetimes: &DataFrame) -> PolarsResult<Vec<usize>> {
+    let mut largest = largest::LargestRows::new(IntSlice::of(lifetimes, lt_col::SIZE)?, MAX_BANDS);
+    largest.extend(0..lifetimes.height());
+    Ok(largest.into_rows())
+}
+
+/// The addresses a timeline's bands show: the lifetimes' columns, or, for lifetimes built
+/// apart from them, those kept of the largest allocations while the trace held them
+/// ([`crate::analysis::lifetime_addresses::LifetimeAddresses::keep_addresses_of`]).
+enum BandAddresses<'a> {
+    Held(IntSlice<'a>),
+    Kept(&'a crate::analysis::lifetime_addresses::LifetimeAddresses),
+}
+
+impl BandAddresses<'_> {
+    fn of(dev: &DeviceFrames) -> PolarsResult<BandAddresses<'_>> {
+        Ok(match &dev.lifetime_addresses {
+            Some(kept) => BandAddresses::Kept(kept),
+            None => BandAddresses::Held(crate::columns::addresses(&dev.lifetimes)?),
+        })
+    }
+
+    fn at(&self, row: usize) -> PolarsResult<i64> {
+        match self {
+            BandAddresses::Held(addr) => Ok(addr.at(row)),
+            BandAddresses::Kept(kept) => kept
+                .kept_at(row)
+                .ok_or_else(|| polars_err!(ComputeError: "the address of allocation {row} was not kept")),
+        }
+    }
+}
+
 /// A band's alloc and free on the timeline's axis (`None`: outside the trace).
 pub type BandEnds = (Option<i64>, Option<i64>);
 
@@ -171,7 +206,7 @@ pub fn timeline_with(
     // Allocations overlapping the window: the largest MAX_BANDS, in alloc order.
     let lt = &dev.lifetimes;
     let size = IntSlice::of(lt, lt_col::SIZE)?;
-    let addr = crate::columns::addresses(lt)?;
+    let addr = BandAddresses::of(dev)?;
     let stream = Streams::of(lt, lt_col::STREAM.name)?;
     let stack = StackIds::of(lt, lt_col::STACK)?;
     let alloc_idx = lt_col::ALLOC_IDX.slice(lt)?;
@@ -222,17 +257,17 @@ pub fn timeline_with(
             let last = f.map_or(width - 1, |f| (bucket_of(f) as usize).min(width - 1)).max(b0);
             diff[b0] += size.at(i);
             diff[last + 1] -= size.at(i);
-            Band {
-                addr: addr.at(i),
+            Ok(Band {
+                addr: addr.at(i)?,
                 size: size.at(i),
                 t_alloc: a,
                 t_free: f,
                 stack_id: stack.at(i),
                 stream: stream.get(i),
                 user_metadata: dev.user_metadata.get(&i64::from(alloc_idx[i])).cloned(),
-            }
+            })
         })
-        .collect();
+        .collect::<PolarsResult<_>>()?;
     let mut running = 0i64;
     let rest_max: Vec<i64> = (0..width)
         .map(|b| {

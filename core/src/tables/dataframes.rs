@@ -67,6 +67,11 @@ impl SnapshotTables {
         }
     }
 
+    /// Whether the events hold their addresses (not let go: [`SnapshotTables::let_addresses_go`]).
+    pub fn holds_addresses(&self) -> bool {
+        crate::columns::addresses(&self.events).is_ok()
+    }
+
     pub fn meta(&self) -> SnapshotMeta {
         SnapshotMeta {
             source: self.source.clone(),

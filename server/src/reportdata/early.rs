@@ -18,7 +18,9 @@ use memlens_core::frames::stored_usage;
 use memlens_core::pipeline::{CheckpointsFinal, EarlyFrames, FinalFrames};
 use polars::prelude::*;
 
-use super::write::{device_dir, parquet_bytes, segment_object_bytes, segment_object_key, LIFETIMES, USAGE};
+use super::write::{
+    device_dir, lifetimes_bytes, parquet_bytes, segment_object_bytes, segment_object_key, LIFETIMES, USAGE,
+};
 use crate::parquet_object::RowGroups;
 
 /// Objects encoded during the analyses, by key, until their file is written.
@@ -64,8 +66,6 @@ impl EarlyFrames for EarlyObjects {
         if let Some(usage) = &usage {
             jobs.push((USAGE, usage));
         }
-        let lifetimes = || Ok(frames.lifetimes.clone());
-        jobs.push((LIFETIMES, &lifetimes));
         for (name, frame) in jobs {
             if !(frames.others_running)() {
                 return;
@@ -78,6 +78,15 @@ impl EarlyFrames for EarlyObjects {
             {
                 self.keep(key, bytes);
             }
+        }
+        let key = format!("{dir}/{LIFETIMES}");
+        // Called again before the trace lets go of its addresses: what was encoded stays.
+        if !(frames.others_running)() || self.holds(&key) {
+            return;
+        }
+        let addresses = frames.lifetime_addresses.map(|a| (a, frames.events));
+        if let Ok(bytes) = lifetimes_bytes(&key, frames.lifetimes, addresses) {
+            self.keep(key, bytes);
         }
     }
 

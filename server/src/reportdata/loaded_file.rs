@@ -270,6 +270,8 @@ impl LoadedFile {
                     usage,
                     reserved,
                     lifetimes,
+                    // Stored with their addresses.
+                    lifetime_addresses: None,
                     fragmentation: self.parquet(&format!("{dir}/fragmentation.parquet"))?,
                     user_metadata,
                     segment_checkpoints: None,

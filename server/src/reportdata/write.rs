@@ -3,9 +3,11 @@
 //! through a [`DataWriter`]; the summary, charts and NVML samples beside them.
 
 use memlens_api::{AnalyzeOutput, FileSummary};
+use memlens_core::analysis::lifetime_addresses::{AddressForm, LifetimeAddresses};
 use memlens_core::analysis::segment_checkpoint_frame::{stored_objects, StoredObject};
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints};
 use memlens_core::analysis::DeviceEvents;
+use memlens_core::columns::events as ev_col;
 use memlens_core::columns::held_bytes;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::tables::{SnapshotTables, TABLE_NAMES};
@@ -17,7 +19,7 @@ use super::{
     SEGMENT_CHECKPOINTS, SUMMARY, USER_METADATA,
 };
 use crate::encode_pool::{self, EncodeJob};
-use crate::parquet_object::{self, RowGroups};
+use crate::parquet_object::{self, PagedColumn, ReadRows, RowGroups};
 use crate::store::DataWriter;
 
 /// A device's usage and lifetimes objects (under [`device_dir`]).
@@ -35,6 +37,51 @@ pub(super) fn parquet_bytes(key: &str, df: &DataFrame, groups: RowGroups) -> Res
         key: key.to_owned(),
         source,
     })
+}
+
+/// A device's lifetimes as their Parquet object under `key`: where they were built without
+/// their addresses (`addresses`), those are read from `ev`, the trace they were built from, a
+/// page at a time as the writer reaches them, never held whole
+/// ([`parquet_object::encode_with_paged`]); the object is the same bytes either way.
+pub(super) fn lifetimes_bytes(
+    key: &str,
+    lifetimes: &DataFrame,
+    addresses: Option<(&LifetimeAddresses, &DeviceEvents)>,
+) -> Result<Vec<u8>, DataError> {
+    let Some((addresses, ev)) = addresses else {
+        return parquet_bytes(key, lifetimes, RowGroups::One);
+    };
+    let parquet = |source| DataError::Parquet {
+        key: key.to_owned(),
+        source,
+    };
+    let column = addresses.column(ev, lifetimes).map_err(parquet)?;
+    let n = column.len();
+    let mut df = lifetimes.clone();
+    let units = |rows| UInt32Chunked::from_vec(ev_col::ADDR_UNITS.into(), column.units(rows)).into_series();
+    let wide = |rows| Int64Chunked::from_vec(ev_col::ADDR.name.into(), column.wide(rows)).into_series();
+    let (name, dtype, read): (&str, DataType, ReadRows<'_>) = match column.form() {
+        AddressForm::Units { base } => {
+            let base = Column::new_scalar(
+                ev_col::ADDR_BASE.into(),
+                Scalar::new(DataType::Int64, AnyValue::Int64(base)),
+                n,
+            );
+            df.insert_column(0, base).map_err(parquet)?;
+            (ev_col::ADDR_UNITS, DataType::UInt32, &units)
+        }
+        AddressForm::Wide => (ev_col::ADDR.name, DataType::Int64, &wide),
+    };
+    let paged = PagedColumn {
+        at: 0,
+        name: name.into(),
+        dtype,
+        len: n,
+        read,
+        // As `deltas_pay` says of a held column of addresses.
+        deltas: column.never_decrease(),
+    };
+    parquet_object::encode_with_paged(&df, &[paged], RowGroups::One).map_err(parquet)
 }
 
 fn put(w: &mut dyn DataWriter, key: &str, bytes: &[u8]) -> Result<(), DataError> {
@@ -81,6 +128,16 @@ pub fn write_file(
         .filter(|(name, _)| QUERY_TABLES.contains(name))
         .map(|(name, df)| (format!("f{index}/{name}.parquet"), df.clone(), RowGroups::Default))
         .collect();
+    // Lifetimes built apart from their addresses, not encoded early (before the trace let go
+    // of them), read them from the trace as they are encoded.
+    let lifetimes_key = |d: &DeviceFrames| format!("{}/{LIFETIMES}", device_dir(index, d.device));
+    let lifetime_events: Vec<Option<DeviceEvents>> = devices
+        .iter()
+        .map(|d| {
+            let apart = d.lifetime_addresses.is_some() && !early.iter().any(|(k, _)| *k == lifetimes_key(d));
+            apart.then(|| DeviceEvents::new(t, d.device)).transpose()
+        })
+        .collect::<PolarsResult<_>>()?;
     let mut checkpoints = Vec::new();
     // Each device's checkpoint cursors, for its `segments.json`.
     let mut cursors: Vec<(String, Vec<usize>)> = Vec::new();
@@ -94,7 +151,6 @@ pub fn write_file(
             d.reserved.frame(RESERVED_COLUMN)?,
             RowGroups::One,
         ));
-        frames.push((format!("{dir}/{LIFETIMES}"), d.lifetimes.clone(), RowGroups::One));
         frames.push((
             format!("{dir}/fragmentation.parquet"),
             d.fragmentation.clone(),
@@ -116,14 +172,28 @@ pub fn write_file(
             }
         }
     }
-    frames.sort_by_key(|(_, df, _)| std::cmp::Reverse(held_bytes(df)));
-    let mut jobs: Vec<EncodeJob<'_, DataError>> = frames
+    let mut sized: Vec<(usize, EncodeJob<'_, DataError>)> = frames
         .into_iter()
         .map(|(key, df, groups)| {
             let k = key.clone();
-            EncodeJob::new(key, move || parquet_bytes(&k, &df, groups))
+            (
+                held_bytes(&df),
+                EncodeJob::new(key, move || parquet_bytes(&k, &df, groups)),
+            )
         })
         .collect();
+    for (d, ev) in devices.iter().zip(&lifetime_events) {
+        let key = lifetimes_key(d);
+        let addresses = d.lifetime_addresses.as_ref().zip(ev.as_ref());
+        let bytes = held_bytes(&d.lifetimes) + addresses.map_or(0, |_| 4 * d.lifetimes.height());
+        let k = key.clone();
+        sized.push((
+            bytes,
+            EncodeJob::new(key, move || lifetimes_bytes(&k, &d.lifetimes, addresses)),
+        ));
+    }
+    sized.sort_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
+    let mut jobs: Vec<EncodeJob<'_, DataError>> = sized.into_iter().map(|(_, job)| job).collect();
     for d in devices.iter() {
         if let Some(ds) = summary.devices.iter().find(|s| s.device == d.device) {
             let key = format!("f{index}/d{}/{OVERVIEW}", d.device);

@@ -93,6 +93,10 @@ impl EarlyFrames for Early {
         // The pipeline's last call, as it comes.
         self.objects.checkpoints_final(index, checkpoints);
     }
+    fn frames_before_addresses_go(&self, index: usize, frames: FinalFrames<'_>) {
+        // As it comes, too.
+        self.objects.frames_final(index, frames);
+    }
 }
 
 /// A file's tables as the pipeline handed them over: its frames in [`TABLE_NAMES`] order, the
@@ -154,8 +158,14 @@ impl PipelineSink for Keep<'_> {
         for d in out.devices.iter() {
             let dir = format!("f{}/d{}", out.index, d.device);
             self.frames.push((format!("{dir}/usage.parquet"), d.usage.clone()));
-            self.frames
-                .push((format!("{dir}/lifetimes.parquet"), d.lifetimes.clone()));
+            // As stored: with their addresses, read from the trace while it holds them.
+            let lifetimes = if out.tables.holds_addresses() {
+                let ev = DeviceEvents::new(out.tables, d.device).map_err(|e| e.to_string())?;
+                d.whole_lifetimes(&ev).map_err(|e| e.to_string())?
+            } else {
+                d.lifetimes.clone()
+            };
+            self.frames.push((format!("{dir}/lifetimes.parquet"), lifetimes));
         }
         let early = self.early.objects.take(out.index);
         self.early_keys.extend(early.iter().map(|(key, _)| key.clone()));
