@@ -8,9 +8,32 @@
 //! - a stored report's parts loaded or leaving the server's cache (the server's
 //!   `loaded_file.rs` and `parquet_object.rs`), so that its resident memory follows the cache's
 //!   bound instead of its high-water mark.
+//!
+//! And every binary starts with one arena per CPU ([`one_arena_per_cpu`]).
 
 /// Freed buffers smaller than this in all are not worth a trim.
 pub const TRIM_ABOVE: u64 = 64 << 20;
+
+/// Has glibc keep one arena per CPU instead of eight (its default): called first thing by every
+/// binary, before it starts a thread. An ingest's threads (the analyses, the replay beside
+/// them, polars' pool, the encoders, the server's own) each took an arena of their own, and
+/// what one thread freed stayed resident there, unused by the others: the 2 GB generated
+/// snapshot's ingest peaked at 680-692 MiB so, 647-653 with one arena per CPU on two CPUs
+/// (`memlens-bench-ingest`), as fast (upload to ready 2.85-3.04 s against 2.92-3.29 in
+/// alternating runs; `memlens-bench` 4.72-4.73 s against 5.07-5.27, the bench file 0.38-0.41 s
+/// either way). A `MALLOC_ARENA_MAX` set in the environment is left to rule.
+pub fn one_arena_per_cpu() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let arenas = libc::c_int::try_from(cpus).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only sets a parameter of glibc's allocator; M_ARENA_MAX bounds the
+        // arenas made from now on.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, arenas);
+        }
+    }
+}
 
 /// Returns the free memory of every glibc arena to the system (nothing elsewhere).
 pub fn give_back() {
@@ -41,6 +64,48 @@ mod tests {
             .and_then(|p| p.parse().ok())
             .expect("resident pages");
         pages * 4096
+    }
+
+    /// The arenas glibc has made so far (`malloc_info`'s heaps).
+    fn arenas() -> usize {
+        let mut buffer: *mut libc::c_char = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        // SAFETY: a stream into a buffer glibc allocates, read once closed, then freed.
+        unsafe {
+            let stream = libc::open_memstream(&mut buffer, &mut size);
+            assert!(!stream.is_null(), "open_memstream");
+            assert_eq!(libc::malloc_info(0, stream), 0, "malloc_info");
+            libc::fclose(stream);
+            let xml = std::slice::from_raw_parts(buffer as *const u8, size);
+            let heaps = String::from_utf8_lossy(xml).matches("<heap nr=").count();
+            libc::free(buffer.cast());
+            heaps
+        }
+    }
+
+    #[test]
+    fn threads_beyond_the_cpus_make_no_arena_of_their_own() {
+        one_arena_per_cpu();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let before = arenas();
+        // Threads that allocate at once: each would have had an arena of its own.
+        let threads = 4 * cpus + 4;
+        let start = std::sync::Barrier::new(threads);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    start.wait();
+                    let blocks: Vec<Vec<u8>> = (0..64).map(|i| vec![i as u8; 4096]).collect();
+                    start.wait();
+                    drop(blocks);
+                });
+            }
+        });
+        let after = arenas();
+        assert!(
+            after <= before.max(cpus),
+            "{after} arenas ({before} before, {cpus} CPUs)"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    memlens_core::free_memory::one_arena_per_cpu();
     let args = cli::Cli::parse();
     if matches!(
         args.command,

@@ -22,6 +22,8 @@ use memlens_core::importers::{import_path, Imported};
 use polars::prelude::{ParquetReader, SerReader};
 
 fn main() {
+    // As the `memlens` binary starts.
+    memlens_core::free_memory::one_arena_per_cpu();
     let path = bench_file();
     let tables = match import_path(&path, Default::default()).map(|f| f.data) {
         Ok(Imported::Snapshot(t)) => t,

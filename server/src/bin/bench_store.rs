@@ -74,6 +74,8 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 }
 
 fn main() {
+    // As the `memlens` binary starts.
+    memlens_core::free_memory::one_arena_per_cpu();
     let path = common::bench_file();
     let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
         eprintln!("memlens-bench-store: {what}: {e}");
