@@ -177,7 +177,13 @@ impl AddressColumn<'_> {
 
     /// Whether the addresses never decrease, row after row.
     pub fn never_decrease(&self) -> bool {
-        (1..self.len()).all(|row| self.at(row - 1) <= self.at(row))
+        let mut last = i64::MIN;
+        (0..self.len()).all(|row| {
+            let now = self.at(row);
+            let rises = last <= now;
+            last = now;
+            rises
+        })
     }
 
     /// The whole address columns, as lifetimes built with their addresses hold them.
