@@ -220,6 +220,11 @@ async fn serve_connections(listener: tokio::net::TcpListener, app: axum::Router,
             },
             _ = &mut shutdown => break,
         };
+        // Each write goes out at once: an answer's last small piece (a compressed body is
+        // written as it is made) otherwise waited for the client's delayed ack, 40 ms.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY for {peer}: {e}");
+        }
         let app = app.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
