@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use memlens::serve::ServeArgs;
-use memlens_api::{AnalyzeOutput, Created, ReportState, Status};
+use memlens_api::{AnalyzeOutput, ReportState, Status};
 
 /// This bench's arguments.
 #[derive(Parser)]
@@ -131,17 +131,7 @@ fn upload(agent: &ureq::Agent, base: &str, file: &Path) -> Result<String, String
         .map_err(|e| format!("{}: {e}", file.display()))?
         .len();
     let body = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let name = file
-        .file_name()
-        .map_or("upload".into(), |n| n.to_string_lossy().into_owned());
-    let created: Created = agent
-        .post(&format!("{base}/api/reports"))
-        .query("name", &name)
-        .set("Content-Type", "application/octet-stream")
-        .set("Content-Length", &size.to_string())
-        .send(body)
-        .map_err(|e| format!("upload: {e}"))
-        .and_then(|r| serde_json::from_reader(r.into_reader()).map_err(|e| format!("upload's answer: {e}")))?;
+    let created = common::post_upload(agent, base, file, size, body)?;
     loop {
         let (body, _) = timed_get(agent, &format!("{base}/api/reports/{}/status", created.id))?;
         let status: Status = serde_json::from_slice(&body).map_err(|e| format!("status answer: {e}"))?;

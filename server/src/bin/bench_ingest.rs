@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use memlens::serve::ServeArgs;
-use memlens_api::{Created, ReportState, Stage, Status};
+use memlens_api::{ReportState, Stage, Status};
 
 /// This bench's arguments.
 #[derive(Parser)]
@@ -98,18 +98,8 @@ fn main() -> Result<(), String> {
         sent: 0,
         started: Instant::now(),
     };
-    let name = file
-        .file_name()
-        .map_or("upload".into(), |n| n.to_string_lossy().into_owned());
     let upload_started = Instant::now();
-    let created: Created = agent
-        .post(&format!("{base}/api/reports"))
-        .query("name", &name)
-        .set("Content-Type", "application/octet-stream")
-        .set("Content-Length", &size.to_string())
-        .send(body)
-        .map_err(|e| format!("upload: {e}"))
-        .and_then(|r| serde_json::from_reader(r.into_reader()).map_err(|e| format!("upload's answer: {e}")))?;
+    let created = common::post_upload(&agent, &base, &file, size, body)?;
     let answered = Instant::now();
     let upload_s = (answered - upload_started).as_secs_f64();
 

@@ -105,3 +105,26 @@ pub fn cpu_seconds() -> f64 {
 pub fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
+
+/// Sends `body` (`size` bytes, the file `file`'s content) to `base`'s upload endpoint as a new
+/// report named after the file, as a raw body: the server's answer.
+#[allow(dead_code)]
+pub fn post_upload(
+    agent: &ureq::Agent,
+    base: &str,
+    file: &std::path::Path,
+    size: u64,
+    body: impl std::io::Read,
+) -> Result<memlens_api::Created, String> {
+    let name = file
+        .file_name()
+        .map_or("upload".into(), |n| n.to_string_lossy().into_owned());
+    agent
+        .post(&format!("{base}/api/reports"))
+        .query("name", &name)
+        .set("Content-Type", "application/octet-stream")
+        .set("Content-Length", &size.to_string())
+        .send(body)
+        .map_err(|e| format!("upload: {e}"))
+        .and_then(|r| serde_json::from_reader(r.into_reader()).map_err(|e| format!("upload's answer: {e}")))
+}
