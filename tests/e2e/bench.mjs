@@ -1,5 +1,6 @@
 // Speed of the web UI on the big benchmark trace (not a test): page open to timeline drawn
-// (right after processing, then again in a new tab),
+// (from the bench's goto to the first paint by the page's clock; right after processing, then
+// again in a new tab),
 // time from the timeline data arriving to the timeline drawn, and redraw time per pan/zoom
 // step, in headless Chromium.
 import { readFileSync } from 'node:fs';
@@ -26,14 +27,24 @@ console.log(`upload + processing: ${((Date.now() - t) / 1000).toFixed(2)} s`);
 const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: flags, headless: true });
 const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });
 const page = await context.newPage();
+// Waits for the first timeline on screen, checking at every animation frame: waitForSelector
+// polls at growing intervals (20, 50, 100, 100, 500 ms after a first check), which added up to
+// 150 ms to the figure. Returns ms from `since` (Date.now()) to the paint by the page's own
+// clock, and to the moment this process saw it.
+async function openedToPainted(p, since) {
+  await p.waitForFunction(() => document.querySelector('#timeline[data-painted-at]') !== null, null, { polling: 'raf', timeout: 120_000 });
+  const seen = Date.now() - since;
+  const painted = await p.evaluate(() => performance.timeOrigin + Number(document.querySelector('#timeline').dataset.paintedAt));
+  return { painted: painted - since, seen };
+}
 t = Date.now();
 await page.goto(`${base}${url}`);
-await page.waitForSelector('#timeline[data-painted-at]', { timeout: 120_000 });
+const opened = await openedToPainted(page, t);
 const first = await page.evaluate(() => {
   const c = document.querySelector('#timeline');
   return { toDrawn: Number(c.dataset.dataToDrawnMs), draw: Number(c.dataset.drawMs) };
 });
-console.log(`page open → timeline drawn: ${((Date.now() - t) / 1000).toFixed(2)} s (report just processed)`);
+console.log(`page open → timeline drawn: ${(opened.painted / 1000).toFixed(2)} s (report just processed; seen by the bench at ${(opened.seen / 1000).toFixed(2)} s)`);
 // Where a first paint's time went: each request's start and end, from navigation start.
 async function whereTimeWent(p) {
   const requests = await p.evaluate(() => performance.getEntriesByType('resource')
@@ -58,9 +69,8 @@ await page.waitForLoadState('networkidle');
   const again = await context.newPage();
   const t2 = Date.now();
   await again.goto(`${base}${url}`);
-  await again.waitForSelector('#timeline[data-painted-at]', { timeout: 120_000 });
-  const painted = await again.evaluate(() => Number(document.querySelector('#timeline').dataset.paintedAt));
-  console.log(`page open again → timeline drawn: ${((Date.now() - t2) / 1000).toFixed(2)} s (browser cache warm; painted ${painted.toFixed(0)} ms after navigation start)`);
+  const reopened = await openedToPainted(again, t2);
+  console.log(`page open again → timeline drawn: ${(reopened.painted / 1000).toFixed(2)} s (browser cache warm; seen by the bench at ${(reopened.seen / 1000).toFixed(2)} s)`);
   await whereTimeWent(again);
   await again.close();
 }
