@@ -43,6 +43,16 @@ impl DeviceFrames {
         Ok(())
     }
 
+    /// [`DeviceFrames::put_addresses_in`] for each of `devices`, from `t`, the tables they were
+    /// analysed from (for frames kept whole, whose queries read the lifetimes' addresses).
+    pub fn put_all_addresses_in(t: &SnapshotTables, devices: &mut [DeviceFrames]) -> PolarsResult<()> {
+        for d in devices {
+            let ev = DeviceEvents::new(t, d.device)?;
+            d.put_addresses_in(&ev)?;
+        }
+        Ok(())
+    }
+
     /// The lifetimes with their address columns (first), read from `ev` where they were built
     /// apart from them.
     pub fn whole_lifetimes(&self, ev: &DeviceEvents) -> PolarsResult<DataFrame> {

@@ -219,11 +219,7 @@ impl PipelineSink for KeepFrames {
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
         let t = &*out.tables;
-        // Kept whole: their queries read the lifetimes' addresses.
-        for d in out.devices.iter_mut() {
-            let ev = DeviceEvents::new(t, d.device).map_err(|e| e.to_string())?;
-            d.put_addresses_in(&ev).map_err(|e| e.to_string())?;
-        }
+        DeviceFrames::put_all_addresses_in(t, out.devices).map_err(|e| e.to_string())?;
         self.files.push(out.devices.iter_mut().map(std::mem::take).collect());
         if self.with_stacks {
             self.stacks

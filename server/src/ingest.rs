@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use memlens_api::{FileSummary, ReportState, Stage};
 use memlens_core::analysis::categories::FrameRules;
-use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::ImportOptions;
 use memlens_core::pipeline::{
     self, DeviceFrames, EarlyFrames, GpuLogOutput, Input, PipelineSink, SnapshotOutput, GZIP_RATIO,
@@ -166,17 +165,13 @@ impl PipelineSink for StoreSink<'_> {
         // large one) leaves its frames to be read back from the store when first asked for.
         if self.keep_frames {
             self.sole_file = None;
-        }
-        if self.keep_frames && out.index == 0 && out.tables.holds_addresses() {
-            let t = &*out.tables;
-            for d in out.devices.iter_mut() {
-                let ev = DeviceEvents::new(t, d.device).map_err(|e| e.to_string())?;
-                d.put_addresses_in(&ev).map_err(|e| e.to_string())?;
+            if out.index == 0 && out.tables.holds_addresses() {
+                DeviceFrames::put_all_addresses_in(out.tables, out.devices).map_err(|e| e.to_string())?;
+                self.sole_file = Some(SoleFile {
+                    summary: out.summary.clone(),
+                    devices: out.devices.iter_mut().map(std::mem::take).collect(),
+                });
             }
-            self.sole_file = Some(SoleFile {
-                summary: out.summary.clone(),
-                devices: out.devices.iter_mut().map(std::mem::take).collect(),
-            });
         }
         Ok(())
     }
