@@ -26,6 +26,10 @@ macro_rules! for_each_format {
             (NvidiaSmiCsv, nvidia_smi_csv, true, "an nvidia-smi --query-gpu or --query-compute-apps CSV log"),
             (NvidiaSmiPmon, nvidia_smi_pmon, true, "an nvidia-smi pmon per-process log (-s m -o DT)"),
             (NvidiaSmiDmon, nvidia_smi_dmon, true, "an nvidia-smi dmon log (-o DT)"),
+            (MemorySummary, memory_summary, true, "a torch.cuda.memory_summary() table (1.13 or 2.x units, abbreviated or not)"),
+            (NvidiaSmiScreen, nvidia_smi_screen, true, "an nvidia-smi screen (its default output, with the process list)"),
+            // Last: it claims any text the rows above did not.
+            (OomMessage, oom_message, true, "a CUDA/HIP/XPU/MPS out-of-memory message, or a training log holding one (the error text, with or without its traceback)"),
         }
     };
 }
@@ -112,6 +116,11 @@ impl Format {
     /// A PyTorch caching-allocator snapshot, whichever way it was saved.
     pub fn is_pytorch_snapshot(self) -> bool {
         matches!(self, Format::PytorchSnapshot | Format::PytorchSnapshotJson)
+    }
+    /// Text a person was left with (an OOM message or log, a memory summary): a report file
+    /// with OOMs and counters but no trace to draw.
+    pub fn is_text_evidence(self) -> bool {
+        matches!(self, Format::OomMessage | Format::MemorySummary)
     }
 }
 

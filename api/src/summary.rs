@@ -135,6 +135,57 @@ pub struct DeviceSummary {
     /// The most bytes those stalled frees held at once (freed, not yet reusable).
     #[serde(default, skip_serializing_if = "is_zero_bytes")]
     pub pending_free_peak_bytes: i64,
+    /// What a `torch.cuda.memory_summary()` table said of this device, when one was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_summary: Option<MemorySummaryFacts>,
+    /// What the report leads with, in one or two sentences: the first OOM's verdict, else the
+    /// most important finding (a leak, fragmentation at the peak, what the peak is made of).
+    #[serde(default)]
+    pub verdict: String,
+}
+
+/// The counters of a `torch.cuda.memory_summary()` table. Byte cells are printed rounded down
+/// in the column's unit, so they are exact only below 768 KiB; each is the printed value
+/// converted exactly (`12 GiB` = 12 × 2^30).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MemorySummaryFacts {
+    /// `CUDA OOMs` (exact).
+    pub num_ooms: i64,
+    /// `cudaMalloc retries` (exact): allocations that had to free the cache and try again.
+    pub num_alloc_retries: i64,
+    /// `Allocated memory` (block sizes; `memory_stats()`'s `allocated_bytes.all`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<SummaryRow>,
+    /// `Active memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<SummaryRow>,
+    /// `Requested memory` (2.x only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<SummaryRow>,
+    /// `GPU reserved memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<SummaryRow>,
+    /// `Non-releasable memory`: free parts of split blocks (fragmentation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub non_releasable: Option<SummaryRow>,
+    /// `Allocations` (counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocations: Option<SummaryRow>,
+    /// `GPU reserved segments` (counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<SummaryRow>,
+}
+
+/// One metric's four columns in a memory summary: `Cur Usage`, `Peak Usage`, `Tot Alloc`,
+/// `Tot Freed`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SummaryRow {
+    pub current: i64,
+    pub peak: i64,
+    pub allocated: i64,
+    pub freed: i64,
 }
 
 fn is_zero_bytes(n: &i64) -> bool {
@@ -233,10 +284,13 @@ pub struct FragmentationPoint {
     pub fragmentation_index: f64,
 }
 
-/// Why an allocation failed, in numbers, and what to do about it.
+/// Why an allocation failed, in numbers, and what to do about it. A snapshot's OOMs and those
+/// read from text (an error message, a log) carry the same fields; what a source does not say
+/// is `None` (or, for the allocator's free blocks, 0 with `text.missing` naming it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OomExplanation {
+    /// The trace entry of the failure (0 for an OOM read from text: see `text.line`).
     pub event_index: usize,
     pub time_us: Option<i64>,
     /// Bytes the failing request asked for (already rounded by the allocator).
@@ -248,10 +302,35 @@ pub struct OomExplanation {
     /// Reserved bytes sitting in free blocks of cached segments.
     pub reserved_free_bytes: i64,
     pub largest_free_block_bytes: i64,
-    /// `fragmentation`, `capacity`, `limit` or `unknown`.
+    /// What stood in the way (see [`OomCause`]).
     pub cause: OomCause,
-    /// One or more concrete remedies, in plain words.
+    /// Where in the training step it failed.
+    #[serde(default)]
+    pub phase: OomPhase,
+    /// The per-process cap, when the evidence names it (the message's `allowed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_bytes: Option<i64>,
+    /// The device's whole memory, when the evidence names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_total_bytes: Option<i64>,
+    /// Processes on the device and what each held (the message's `Process N has …`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessMemory>,
+    /// Memory of this process outside PyTorch's reserve (context, NCCL, other libraries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub non_pytorch_bytes: Option<i64>,
+    /// Bytes in private pools (CUDA graphs, MemPools) that other allocations cannot use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_pool_bytes: Option<i64>,
+    /// The verdict in one or two sentences, with the first remedy and its number.
+    #[serde(default)]
     pub remedy: String,
+    /// Changes that make it fit, most useful first, each with the bytes it saves at the failure.
+    #[serde(default)]
+    pub remedies: Vec<Remedy>,
+    /// How much of this step's batch fits under the limit the failure hit (forward/backward).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fits: Option<OomFit>,
     /// What was live at the failure, grouped by stack, largest first.
     pub live_stacks: Vec<StackGroup>,
     /// What was live at the failure, by category (see `DeviceSummary::categories`).
@@ -259,6 +338,71 @@ pub struct OomExplanation {
     pub live_categories: Vec<CategoryBytes>,
     /// The stack of the failing request.
     pub stack: Vec<String>,
+    /// For an OOM read from text: where it was and what the text left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<OomText>,
+}
+
+/// One process on the device at an OOM, as the message names it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProcessMemory {
+    /// The pid as printed (a host pid inside a container); `None` for the failing process's
+    /// own sentence, which prints none.
+    pub pid: Option<i64>,
+    pub bytes: i64,
+    /// `Including non-PyTorch memory, this process has …`: the failing process itself.
+    pub this_process: bool,
+}
+
+/// One change that makes a failed step fit.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Remedy {
+    pub action: RemedyAction,
+    /// Bytes it frees at the failure (0 where it frees none there but fixes the cause).
+    pub saves_bytes: i64,
+    /// What to do and what it rests on, in plain words.
+    pub note: String,
+}
+
+/// How much of a failed step's batch fits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OomFit {
+    /// The largest fraction of this step's batch that fits under `limit_bytes` (0 when even the
+    /// part that does not scale with the batch does not fit; at most 1).
+    pub batch_fraction: f64,
+    /// The limit the failure hit: the cap, or what the device had for this process.
+    pub limit_bytes: i64,
+    /// Bytes the whole step needs that do not scale with the batch (weights, optimizer state,
+    /// gradients).
+    pub fixed_bytes: i64,
+    /// Bytes the whole step needs at the full batch that scale with it (activations, inputs,
+    /// backward's working set), extrapolated from what was made before the failure.
+    pub batch_bytes: i64,
+    /// How `batch_bytes` was extrapolated, in plain words.
+    pub how: String,
+}
+
+/// Where an OOM read from text stood and what the text left out.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OomText {
+    /// 1-based line of the message in the file.
+    pub line: usize,
+    /// The `[rankN]:` prefix of a distributed launcher, when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// `torch.OutOfMemoryError`, `torch.cuda.OutOfMemoryError`, `RuntimeError`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exception: Option<String>,
+    pub backend: OomBackend,
+    /// Figures the message would hold but did not (cut short, or an older PyTorch's shape).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+    /// The code that captures a snapshot at the next OOM (`memlens.torch.on_oom`).
+    pub capture_next_time: String,
 }
 
 /// Allocations still live at the end that piled up over iterations.

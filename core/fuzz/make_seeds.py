@@ -125,6 +125,20 @@ def logs():
     put("dcgm_exporter", "dcgm_run.prom", first_lines(prom, 80) if len(scrapes) < 2 else b"\n\n".join(scrapes[:2]))
 
 
+def texts():
+    """Out-of-memory messages and logs, memory summaries and nvidia-smi screens, whole (each is
+    a few KB): one of each shape."""
+    for name in ["oom/fwd_first.error.txt", "oom/other_proc.log", "oom_text/torchrun_ranks.log",
+                 "oom_text/cuda_113_allowed.txt", "oom_text/cuda_2018_cached.txt", "oom_text/mps_oom.txt",
+                 "oom_text/cuda_malloc_async.txt", "oom_text/wrapped_issue_paste.txt", "oom_text/truncated.txt"]:
+        put("oom_message", os.path.basename(name), read(name))
+    for name in ["oom/fwd_jump.memory_summary.txt", "oom/fwd_jump.memory_summary_abbreviated.txt",
+                 "oom_text/memory_summary_113_shape.txt"]:
+        put("memory_summary", os.path.basename(name), read(name))
+    for name in ["oom/nvidia_smi_busy.txt", "oom_text/nvidia_smi_470_narrow.txt"]:
+        put("nvidia_smi_screen", os.path.basename(name), read(name))
+
+
 def profiler():
     for name in ["mlp_train.profiler_trace.json", "profiled.profiler_trace.json.gz"]:
         trace = json.loads(read(name))
@@ -168,6 +182,7 @@ if __name__ == "__main__":
     json_snapshot()
     nsys()
     logs()
+    texts()
     profiler()
     uploads()
     for target in sorted(os.listdir(SEEDS)):

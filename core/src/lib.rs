@@ -2,7 +2,8 @@
 //! HTTP. [`pipeline::run`] is the one entry point the CLI, the server and the benches call:
 //! [`source`] opens (and un-gzips; [`prefetch`] asks for a file ahead) → [`importers::sniff`] names the format from the format table →
 //! [`importers`] (one folder per format; [`fault_ahead`] faults their growing columns' pages in on another thread) fill the canonical [`tables`] (allocator history) and
-//! [`samples`] (whole-GPU samples from NVML logs) → [`analysis`] functions over polars frames →
+//! [`samples`] (whole-GPU samples from NVML logs) and [`evidence`] (what an OOM message, a log, a
+//! memory summary or an nvidia-smi screen says) → [`analysis`] functions over polars frames →
 //! [`report`] assembles the summary the CLI and the server return. [`query`] answers
 //! level-of-detail questions over the stored frames.
 
@@ -19,6 +20,7 @@ pub mod drop_aside;
 #[cfg(feature = "analysis")]
 pub mod entry_steps;
 pub mod error;
+pub mod evidence;
 pub mod fault_ahead;
 #[cfg(feature = "analysis")]
 pub mod frames;

@@ -297,6 +297,17 @@ pub fn run_with(
                 logs.push((name, imported.format, imported.gzip, t));
                 continue;
             }
+            Imported::Text(evidence) => {
+                // No table to store: the summary is the whole file.
+                sink.stage(Stage::Analysing, Some(&name));
+                out.files.push(crate::analysis::text_evidence::text_file_summary(
+                    &evidence,
+                    &name,
+                    imported.format,
+                    imported.gzip,
+                ));
+                continue;
+            }
         };
         // The importer's working buffers are freed by now: on a GB-scale trace about as many
         // bytes as the trace holds, resident until given back (`free_memory`).

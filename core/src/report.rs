@@ -9,7 +9,7 @@ use memlens_api::{DeviceSummary, FileSummary, FreeStall, GpuLogSummary, TimeAxis
 use polars::prelude::*;
 
 use crate::analysis::categories::{
-    add_category_columns, autograd_windows, categorize, category_budget, explicit_labels, live_by_category_at,
+    add_category_columns, autograd_windows, categorize, category_budget, explicit_labels,
     Evidence, FrameRules, Placement,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
@@ -19,7 +19,7 @@ use crate::analysis::gpu_samples::{
 use crate::analysis::leaks::leak_candidates;
 use crate::analysis::lifetime_addresses::LifetimeAddresses;
 use crate::analysis::lifetimes::{allocation_lifetimes_apart, allocation_lifetimes_with, Addresses};
-use crate::analysis::oom::{explain_ooms, with_categories};
+use crate::analysis::oom::explain_ooms;
 use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of, NoStackEvidence};
 use crate::analysis::phases::{iteration_starts, phase_ranges, with_inferred_optimizer_steps};
 use crate::analysis::pools::memory_pools;
@@ -265,6 +265,8 @@ fn analyze_device_with(
         pytorch,
         &evidence,
     )?;
+    // What an OOM's failed step made, placed by where in the step it was made.
+    let placed = crate::analysis::failed_step::place_failed_steps(ev, stacks, &phases, &lifetimes, placed)?;
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
     let peak_stacks = live_groups_at(&lifetimes, peak_idx, TOP_STACKS, stacks, &no_stack)?;
     let peak_modules = live_modules_at(&lifetimes, peak_idx, TOP_STACKS, stacks)?;
@@ -290,11 +292,8 @@ fn analyze_device_with(
         });
     }
     let (mut frag, (stalls, pending_peak)) = second()?;
-    let mut ooms = explain_ooms(ev, usage, &frag, &lifetimes, stacks, expandable, &no_stack)?;
-    for o in &mut ooms {
-        with_categories(o, live_by_category_at(&lifetimes, o.event_index.checked_sub(1))?);
-    }
-    let summary = DeviceSummary {
+    let ooms = explain_ooms(ev, usage, &frag, &lifetimes, stacks, expandable, &no_stack, &phases)?;
+    let mut summary = DeviceSummary {
         device,
         time_axis: if ev.has_time {
             TimeAxis::TimeUs
@@ -326,7 +325,10 @@ fn analyze_device_with(
         pools,
         pending_free_stalls: stalls,
         pending_free_peak_bytes: pending_peak,
+        memory_summary: None,
+        verdict: String::new(),
     };
+    summary.verdict = crate::analysis::verdict::device_verdict(&summary);
     Ok(DeviceAnalysis {
         summary,
         usage: usage_frame,

@@ -8,7 +8,7 @@ use memlens_core::analysis::categories::FrameRules;
 use memlens_core::analysis::fragmentation::fragmentation_index;
 use memlens_core::analysis::leaks::leak_candidates;
 use memlens_core::analysis::lifetimes::allocation_lifetimes;
-use memlens_core::analysis::oom::remedy;
+use memlens_core::analysis::oom_cause::{classify, remedies, OomFacts};
 use memlens_core::analysis::segment_map::segment_map_at;
 use memlens_core::analysis::usage::usage_over_time;
 use memlens_core::analysis::DeviceEvents;
@@ -166,14 +166,24 @@ fn fragmentation_at_the_peak_and_its_index() {
 
 #[test]
 fn ooms_are_told_apart_by_what_stood_in_the_way() {
+    let at = |reserved_free: i64, largest: i64, device_free: i64| OomFacts {
+        requested: 2 * MIB,
+        allocated: Some(3 * MIB),
+        reserved: Some(3 * MIB + reserved_free),
+        reserved_free: Some(reserved_free),
+        largest_free_block: Some(largest),
+        device_free: Some(device_free),
+        ..Default::default()
+    };
     // Enough free in the segments, but no block fits: fragmentation.
-    let (cause, text) = remedy(2 * MIB, 3 * MIB, MIB, Some(0), false);
-    assert_eq!(cause, OomCause::Fragmentation);
-    assert!(text.contains("expandable_segments:True"), "{text}");
+    let split = at(3 * MIB, MIB, 0);
+    assert_eq!(classify(&split), OomCause::Fragmentation);
+    let r = remedies(OomCause::Fragmentation, &split, memlens_api::OomPhase::Unknown, None, None);
+    assert!(r[0].note.contains("expandable_segments:True"), "{:?}", r[0]);
     // The device had it free, the process was capped.
-    assert_eq!(remedy(2 * MIB, 0, 0, Some(10 * MIB), false).0, OomCause::Limit);
+    assert_eq!(classify(&at(0, 0, 10 * MIB)), OomCause::Limit);
     // Neither: live tensors filled it.
-    assert_eq!(remedy(2 * MIB, MIB, MIB, Some(0), false).0, OomCause::Capacity);
+    assert_eq!(classify(&at(MIB, MIB, 0)), OomCause::Capacity);
 }
 
 #[test]

@@ -114,12 +114,16 @@ fn a_real_oom_under_a_cap_names_the_cap_and_the_activations_in_the_way() {
     assert_eq!(d.oom_count, 1);
     let o = &d.ooms[0];
     assert_eq!(o.cause, memlens_api::OomCause::Limit);
+    assert_eq!(o.phase, memlens_api::OomPhase::Backward);
     assert!(o.remedy.contains("per-process cap"), "{}", o.remedy);
-    assert!(
-        o.remedy.contains("smaller batch or activation checkpointing"),
-        "{}",
-        o.remedy
-    );
+    let actions: Vec<_> = o.remedies.iter().map(|r| r.action).collect();
+    for a in [
+        memlens_api::RemedyAction::RaiseCap,
+        memlens_api::RemedyAction::SmallerBatch,
+        memlens_api::RemedyAction::ActivationCheckpointing,
+    ] {
+        assert!(actions.contains(&a), "{a:?} not in {actions:?}");
+    }
     let live = |c: Category| {
         o.live_categories
             .iter()

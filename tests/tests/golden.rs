@@ -10,18 +10,31 @@ use memlens_core::pipeline::{run, Input, NoSink};
 use memlens_tests::traces_dir;
 
 /// Fixture files: every file in `traces/` but oracles, notes and scripts (`capture/` holds how the
-/// captured ones were made).
+/// captured ones were made), and in its folders of OOM evidence: `oom/` (at-OOM snapshots and
+/// the texts each failure left, captured) and `oom_text/` (one message or table per shape).
 fn fixtures() -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(traces_dir())
-        .expect("traces/")
+    let mut v: Vec<_> = ["", "oom", "oom_text"]
+        .iter()
+        .flat_map(|sub| std::fs::read_dir(traces_dir().join(sub)).expect("traces/"))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            p.is_file() && !(n.ends_with(".memory_stats.json") || n.ends_with(".md") || n.ends_with(".py"))
+            p.is_file()
+                && !(n.ends_with(".memory_stats.json")
+                    || n.ends_with(".truth.json")
+                    || n == "capture_info.json"
+                    || n.ends_with(".md")
+                    || n.ends_with(".py"))
         })
         .collect();
     v.sort();
     v
+}
+
+/// A fixture's snapshot name: its path under `traces/`, dots and slashes as underscores.
+fn snapshot_name(path: &Path) -> String {
+    let rel = path.strip_prefix(traces_dir()).unwrap_or(path);
+    rel.to_string_lossy().replace(['.', '/'], "_")
 }
 
 /// The pipeline's answer for one file, reported under its bare name (no machine paths).
@@ -53,8 +66,7 @@ fn every_fixture_summary_matches_its_reviewed_snapshot() {
     settings.set_snapshot_path("../snapshots");
     settings.bind(|| {
         for f in &files {
-            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("?").replace('.', "_");
-            insta::assert_json_snapshot!(name, answer(f));
+            insta::assert_json_snapshot!(snapshot_name(f), answer(f));
         }
     });
 }

@@ -36,6 +36,7 @@ fn samples_of(bytes: Vec<u8>) -> Result<GpuSampleTables, ImportError> {
     match import_source(source, &ImportOptions::default())?.data {
         Imported::GpuSamples(t) => Ok(*t),
         Imported::Snapshot(_) => panic!("read as a snapshot"),
+        Imported::Text(_) => panic!("read as text evidence"),
     }
 }
 

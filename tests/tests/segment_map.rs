@@ -11,7 +11,7 @@ fn tables(name: &str) -> Box<SnapshotTables> {
     let f = import_path(&trace(name), ImportOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     match f.data {
         Imported::Snapshot(t) => t,
-        Imported::GpuSamples(_) => panic!("{name}: not a snapshot"),
+        Imported::GpuSamples(_) | Imported::Text(_) => panic!("{name}: not a snapshot"),
     }
 }
 

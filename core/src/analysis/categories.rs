@@ -441,34 +441,3 @@ pub fn add_category_columns(lifetimes: &mut DataFrame, placed: &[(Category, Cate
     lifetimes.with_column(lt_col::CATEGORY_RULE.build(placed.iter().map(|p| pos_r(p.1)).collect()))?;
     Ok(())
 }
-
-/// Requested bytes live right after entry `idx` (`None`: before the first entry), by category:
-/// read from the lifetimes' category column ([`add_category_columns`]), so that a run need not
-/// hold its placements (two bytes an allocation) to the end for the OOMs it explains.
-pub fn live_by_category_at(lifetimes: &DataFrame, idx: Option<usize>) -> PolarsResult<Vec<memlens_api::CategoryBytes>> {
-    let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
-    let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
-    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
-    let category = lt_col::CATEGORY.slice(lifetimes)?;
-    let at = idx.map_or(-1, |i| i as i64);
-    let mut bytes = vec![0i64; Category::ALL.len()];
-    // A position past the list reads as `other`, as in [`super::whatif::categories_of`].
-    let other = Category::ALL.iter().position(|&x| x == Category::Other).unwrap_or(0);
-    for (r, &c) in category.iter().enumerate() {
-        let (a, f) = (i64::from(alloc_idx[r]), i64::from(free_idx[r]));
-        if a <= at && (f < 0 || f > at) {
-            let k = if usize::from(c) < Category::ALL.len() {
-                usize::from(c)
-            } else {
-                other
-            };
-            bytes[k] += size.at(r);
-        }
-    }
-    Ok(Category::ALL
-        .iter()
-        .zip(bytes)
-        .filter(|(_, b)| *b > 0)
-        .map(|(&category, bytes)| memlens_api::CategoryBytes { category, bytes })
-        .collect())
-}

@@ -23,6 +23,7 @@ use std::path::Path;
 use memlens_api::Format;
 
 use crate::error::ImportError;
+use crate::evidence::TextEvidence;
 use crate::samples::GpuSampleLog;
 #[cfg(feature = "analysis")]
 use crate::samples::GpuSampleTables;
@@ -37,6 +38,9 @@ pub enum Parsed {
     Snapshot(Box<SnapshotColumns>),
     /// Whole-GPU samples over time (NVML-based logs).
     GpuSamples(Box<GpuSampleLog>),
+    /// What a text a person was left with says: OOM messages, memory summaries, nvidia-smi
+    /// screens.
+    Text(Box<TextEvidence>),
 }
 
 /// What an import produced: the canonical polars tables.
@@ -46,6 +50,8 @@ pub enum Imported {
     Snapshot(Box<SnapshotTables>),
     /// Whole-GPU samples over time (NVML-based logs).
     GpuSamples(Box<GpuSampleTables>),
+    /// OOM messages, memory summaries and nvidia-smi screens read from text (no table).
+    Text(Box<TextEvidence>),
 }
 
 #[cfg(feature = "analysis")]
@@ -55,6 +61,7 @@ impl Parsed {
         Ok(match self {
             Parsed::Snapshot(c) => Imported::Snapshot(Box::new(c.into_tables()?)),
             Parsed::GpuSamples(l) => Imported::GpuSamples(Box::new(l.into_tables()?)),
+            Parsed::Text(e) => Imported::Text(e),
         })
     }
 }
@@ -229,6 +236,18 @@ mod tests {
         );
         assert_eq!(sniff(b" [ [-1, 1, 33554432, 0], "), Some(Format::PytorchMemoryTimeline));
         assert_eq!(sniff(b"[[\"a\"]]"), None);
-        assert_eq!(sniff(b"hello"), None);
+        // Any other text is read for OOM messages, memory summaries and nvidia-smi screens
+        // (and refused, naming what was looked for, when it holds none).
+        assert_eq!(sniff(b"hello"), Some(Format::OomMessage));
+        assert_eq!(sniff(b"[rank0]: Traceback"), Some(Format::OomMessage));
+        assert_eq!(sniff(&[0x68, 0, 0x69]), None);
+        assert_eq!(
+            sniff(b"|===|\n|                  PyTorch CUDA memory summary, device ID 0    |\n"),
+            Some(Format::MemorySummary)
+        );
+        assert_eq!(
+            sniff(b"Sat Sep  4 15:03:16 2021\n+---+\n| NVIDIA-SMI 470.57.02    Driver Version: 470.57.02 |\n"),
+            Some(Format::NvidiaSmiScreen)
+        );
     }
 }

@@ -27,7 +27,7 @@ fn main() {
     let path = bench_file();
     let tables = match import_path(&path, Default::default()).map(|f| f.data) {
         Ok(Imported::Snapshot(t)) => t,
-        Ok(Imported::GpuSamples(_)) => {
+        Ok(Imported::GpuSamples(_) | Imported::Text(_)) => {
             eprintln!("memlens-bench-segments: {}: not an allocator snapshot", path.display());
             std::process::exit(2);
         }

@@ -25,11 +25,79 @@ pub fn gib(b: i64) -> String {
     }
 }
 
-/// The human-readable summary of one file.
+/// The human-readable summary of one file: each device's verdict first.
 pub fn render_text(f: &FileSummary) -> String {
     let mut s = format!("{} ({}{})\n", f.file, f.format, if f.gzip { ", gzip" } else { "" });
     for d in &f.devices {
-        s += &render_device(d);
+        s += &if f.format.is_text_evidence() {
+            render_text_device(d)
+        } else {
+            render_device(d)
+        };
+    }
+    for n in &f.source.notes {
+        s += &format!("  note: {n}\n");
+    }
+    s
+}
+
+/// A device of a text (an OOM message or log, a memory summary): its verdict and OOMs.
+fn render_text_device(d: &DeviceSummary) -> String {
+    let mut s = format!("  device {}\n    verdict         {}\n", d.device, d.verdict);
+    s += &render_ooms(d);
+    if let Some(m) = &d.memory_summary {
+        s += &format!(
+            "    memory summary  peak allocated {}, peak reserved {}, {} OOM(s), {} cudaMalloc retries\n",
+            gib(d.peak_allocated_bytes),
+            gib(d.peak_reserved_bytes),
+            m.num_ooms,
+            m.num_alloc_retries
+        );
+    }
+    s
+}
+
+/// Each OOM: its cause and phase, figures, how much of the batch fits and the remedies.
+fn render_ooms(d: &DeviceSummary) -> String {
+    let mut s = format!("    OOMs            {}\n", d.oom_count);
+    for o in &d.ooms {
+        s += &format!(
+            "      {} in {}: requested {}, reserved {} ({} free in it), allocated {}{}{}\n",
+            o.cause,
+            o.phase.describe(),
+            gib(o.requested_bytes),
+            gib(o.reserved_bytes),
+            gib(o.reserved_free_bytes),
+            gib(o.allocated_bytes),
+            o.allowed_bytes.map(|a| format!(", cap {}", gib(a))).unwrap_or_default(),
+            o.text
+                .as_ref()
+                .map(|t| format!(" (line {}{})", t.line, t.rank.map(|r| format!(", rank {r}")).unwrap_or_default()))
+                .unwrap_or_default()
+        );
+        if !o.live_categories.is_empty() {
+            let live: Vec<String> = o
+                .live_categories
+                .iter()
+                .map(|c| format!("{} {}", c.category.name(), gib(c.bytes)))
+                .collect();
+            s += &format!("        live        {}\n", live.join(", "));
+        }
+        if let Some(f) = &o.fits {
+            s += &format!(
+                "        fits        {:.3} of the batch under {} ({})\n",
+                f.batch_fraction,
+                gib(f.limit_bytes),
+                f.how
+            );
+        }
+        for r in &o.remedies {
+            let name = serde_json::to_value(r.action)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            s += &format!("        remedy      {name} ({}): {}\n", gib(r.saves_bytes), r.note);
+        }
     }
     s
 }
@@ -131,8 +199,8 @@ pub fn render_gpu_log_text(g: &GpuLogSummary) -> String {
 
 fn render_device(d: &DeviceSummary) -> String {
     let mut s = format!(
-        "  device {}: {} trace entries, {} allocations\n",
-        d.device, d.event_count, d.alloc_count
+        "  device {}: {} trace entries, {} allocations\n    verdict         {}\n",
+        d.device, d.event_count, d.alloc_count, d.verdict
     );
     let when = match (d.peak_time_us, d.peak_event_index) {
         (Some(t), Some(i)) => format!(" at entry {i} (t={t} µs)"),
@@ -189,17 +257,7 @@ fn render_device(d: &DeviceSummary) -> String {
             d.frees_before_trace
         );
     }
-    s += &format!("    OOMs            {}\n", d.oom_count);
-    for o in &d.ooms {
-        s += &format!(
-            "      requested {} with {} reserved-but-free, largest free block {} ({})\n        {}\n",
-            gib(o.requested_bytes),
-            gib(o.reserved_free_bytes),
-            gib(o.largest_free_block_bytes),
-            o.cause,
-            o.remedy
-        );
-    }
+    s += &render_ooms(d);
     s += &match &d.iterations.note {
         Some(note) => format!("    leak candidates {} ({note})\n", d.leaks.len()),
         None => format!(

@@ -178,13 +178,22 @@ fn a_malformed_file_fails_clearly_and_the_server_stays_healthy() {
     assert_eq!(body["error"], err);
     let (code, _) = get_json(&s, "/healthz");
     assert_eq!(code, 200);
-    // Unknown content is refused by name too.
+    // Unknown content is refused by name too: text holding no OOM message, memory summary or
+    // nvidia-smi screen, and bytes that are not text.
     let (_, v) = upload(&s, &[("notes.txt", b"hello".to_vec())]);
     let st = wait_done(&s, v["id"].as_str().expect("id"));
     assert!(
         st["error"]
             .as_str()
-            .is_some_and(|e| e.starts_with("notes.txt: unrecognised format")),
+            .is_some_and(|e| e.starts_with("notes.txt: ") && e.contains("no out-of-memory message")),
+        "{st}"
+    );
+    let (_, v) = upload(&s, &[("blob.bin", vec![0x68, 0, 0x69, 0xff])]);
+    let st = wait_done(&s, v["id"].as_str().expect("id"));
+    assert!(
+        st["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("blob.bin: unrecognised format")),
         "{st}"
     );
 }

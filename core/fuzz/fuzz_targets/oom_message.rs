@@ -1,0 +1,3 @@
+//! Fuzz target: the `oom_message` importer on arbitrary bytes (never a panic, bounded memory).
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| memlens_fuzz::import_as(memlens_api::Format::OomMessage, data));

@@ -1,0 +1,311 @@
+//! A report file from text evidence: each OOM message explained as a snapshot's OOM is (the
+//! same fields, the same classifier and remedies), memory summaries' counters set on their
+//! device, and an nvidia-smi screen in the same text naming the processes a message left out.
+
+use memlens_api::{
+    DeviceSummary, FileSummary, Format, IterationInfo, OomExplanation, OomPhase, OomText, ProcessMemory, SourceInfo,
+    TimeAxis,
+};
+
+use super::oom_cause::{classify, remedies, verdict, OomFacts};
+use crate::evidence::{OomMessage, SmiScreen, TextEvidence};
+
+/// The code that captures an at-OOM snapshot next time, for a report made from text.
+pub const CAPTURE_NEXT_TIME: &str = "import memlens.torch\nmemlens.torch.on_oom(server=\"http://YOUR-MEMLENS:8080\")  # before training: uploads a snapshot at the next OOM\n# or, without memlens' client:\n# torch.cuda.memory._record_memory_history(max_entries=1_000_000)\n# torch._C._cuda_attach_out_of_memory_observer(lambda *a: torch.cuda.memory._dump_snapshot(\"oom.pickle\"))";
+
+/// The phase a traceback's frames show, innermost evidence first: an optimizer's frames, the
+/// autograd engine's backward, a module's forward.
+pub fn phase_of_frames(frames: &[String]) -> OomPhase {
+    let any = |f: &dyn Fn(&str) -> bool| frames.iter().any(|x| f(x));
+    if any(&|x| x.contains("torch/optim/") || x.contains("bitsandbytes/optim/") || x.contains("Optimizer.step")) {
+        OomPhase::OptimizerStep
+    } else if any(&|x| {
+        x.contains("torch/autograd/") && (x.ends_with(":backward") || x.contains("_engine_run_backward"))
+            || x.contains("torch/_tensor.py") && x.ends_with(":backward")
+            || x.contains("torch::autograd::Engine")
+    }) {
+        OomPhase::Backward
+    } else if any(&|x| x.contains("torch/nn/modules/module.py") || x.ends_with(":forward")) {
+        OomPhase::Forward
+    } else {
+        OomPhase::Unknown
+    }
+}
+
+/// The facts a message gives, with the processes split into this one and the others. In a
+/// container the message may name this process by its host pid with no "this process"
+/// sentence: a process holding at least PyTorch's reserve, and less than 2 GiB above it, is
+/// taken for this one.
+pub fn facts_of(m: &OomMessage) -> OomFacts {
+    let mut processes = m.processes.clone();
+    let own = processes.iter().position(|p| p.this_process).or_else(|| {
+        let reserved = m.reserved?;
+        processes
+            .iter()
+            .position(|p| p.bytes >= reserved && p.bytes - reserved < 2 << 30)
+            .filter(|_| processes.len() > 1 || m.device_free.is_some())
+    });
+    let own_bytes = own.map(|i| processes.remove(i).bytes);
+    let others: i64 = processes.iter().map(|p| p.bytes).sum();
+    OomFacts {
+        requested: m.requested.unwrap_or(0),
+        allocated: m.allocated,
+        reserved: m.reserved,
+        reserved_free: m.reserved_unallocated,
+        largest_free_block: None,
+        device_free: m.device_free,
+        device_total: m.device_total,
+        allowed: m.allowed,
+        other_processes: (!m.processes.is_empty()).then_some(others),
+        non_pytorch: m
+            .other_allocations
+            .or_else(|| Some((own_bytes? - m.reserved? - m.private_pool.unwrap_or(0)).max(0))),
+        private_pool: m.private_pool,
+        expandable_segments: false,
+    }
+}
+
+/// One message, explained.
+pub fn explain_message(m: &OomMessage, screen: Option<&SmiScreen>) -> OomExplanation {
+    let mut processes = m.processes.clone();
+    // A screen in the same log names the processes an older message (or ROCm's) did not.
+    if processes.is_empty() {
+        if let Some(s) = screen {
+            let gpu = m.device.unwrap_or(0) as i32;
+            processes = s
+                .processes
+                .iter()
+                .filter(|p| p.gpu == gpu)
+                .filter_map(|p| {
+                    Some(ProcessMemory {
+                        pid: Some(p.pid),
+                        bytes: p.used_bytes?,
+                        this_process: false,
+                    })
+                })
+                .collect();
+        }
+    }
+    let with_processes = OomMessage {
+        processes: processes.clone(),
+        ..m.clone()
+    };
+    let facts = facts_of(&with_processes);
+    let cause = classify(&facts);
+    let phase = phase_of_frames(&m.traceback);
+    let list = remedies(cause, &facts, phase, None, None);
+    let mut remedy = verdict(cause, &facts, phase, None, &list, None);
+    if !m.missing.is_empty() {
+        remedy += &format!(" The message was cut short: it lacks {}.", m.missing.join(", "));
+    }
+    OomExplanation {
+        event_index: 0,
+        time_us: None,
+        requested_bytes: facts.requested,
+        device_free_bytes: m.device_free,
+        reserved_bytes: m.reserved.unwrap_or(0),
+        allocated_bytes: m.allocated.unwrap_or(0),
+        reserved_free_bytes: m.reserved_unallocated.unwrap_or(0),
+        largest_free_block_bytes: 0,
+        cause,
+        phase,
+        allowed_bytes: m.allowed,
+        device_total_bytes: m.device_total,
+        processes,
+        non_pytorch_bytes: facts.non_pytorch,
+        private_pool_bytes: m.private_pool,
+        remedy,
+        remedies: list,
+        fits: None,
+        live_stacks: Vec::new(),
+        live_categories: Vec::new(),
+        stack: m.traceback.iter().rev().take(12).rev().cloned().collect(),
+        text: Some(OomText {
+            line: m.line,
+            rank: m.rank,
+            exception: m.exception.clone(),
+            backend: m.backend,
+            missing: {
+                let mut missing = m.missing.clone();
+                missing.push("largest_free_block".into());
+                missing
+            },
+            capture_next_time: CAPTURE_NEXT_TIME.to_owned(),
+        }),
+    }
+}
+
+/// A text's device verdict: its first OOM's, else what its memory summary says.
+fn text_verdict(d: &DeviceSummary) -> String {
+    if !d.ooms.is_empty() {
+        return super::verdict::device_verdict(d);
+    }
+    match &d.memory_summary {
+        Some(s) => format!(
+            "Memory summary: peak {} allocated, {} reserved; {} OOM(s) and {} cudaMalloc retries{}.",
+            super::oom_cause::human(d.peak_allocated_bytes),
+            super::oom_cause::human(d.peak_reserved_bytes),
+            s.num_ooms,
+            s.num_alloc_retries,
+            match s.non_releasable {
+                Some(n) if n.current > 0 => format!(
+                    "; {} of the reserve sits in split blocks (non-releasable)",
+                    super::oom_cause::human(n.current)
+                ),
+                _ => String::new(),
+            }
+        ),
+        None => String::new(),
+    }
+}
+
+fn empty_device(device: i64) -> DeviceSummary {
+    DeviceSummary {
+        device,
+        time_axis: TimeAxis::EventOrder,
+        event_count: 0,
+        alloc_count: 0,
+        peak_allocated_bytes: 0,
+        peak_time_us: None,
+        peak_event_index: None,
+        peak_reserved_bytes: 0,
+        initial_allocated_bytes: 0,
+        initial_reserved_bytes: 0,
+        final_allocated_bytes: 0,
+        final_reserved_bytes: 0,
+        peak_stacks: Vec::new(),
+        peak_modules: Vec::new(),
+        fragmentation_at_peak: None,
+        oom_count: 0,
+        ooms: Vec::new(),
+        leaks: Vec::new(),
+        iterations: IterationInfo {
+            source: "none".into(),
+            count: 0,
+            note: Some("a text has no allocation history".into()),
+        },
+        phases: Vec::new(),
+        categories: Vec::new(),
+        trace_truncated: false,
+        complete_from_us: None,
+        frees_before_trace: 0,
+        pools: Vec::new(),
+        pending_free_stalls: Vec::new(),
+        pending_free_peak_bytes: 0,
+        memory_summary: None,
+        verdict: String::new(),
+    }
+}
+
+/// The report file of one text. Devices are PyTorch's indices; a message without one (MPS)
+/// is device 0. A distributed log's ranks each name their own device 0: their OOMs are kept
+/// apart by `text.rank`.
+pub fn text_file_summary(e: &TextEvidence, name: &str, format: Format, gzip: bool) -> FileSummary {
+    let mut devices: Vec<DeviceSummary> = Vec::new();
+    let device_mut = |devices: &mut Vec<DeviceSummary>, d: i64| -> usize {
+        match devices.iter().position(|x| x.device == d) {
+            Some(i) => i,
+            None => {
+                devices.push(empty_device(d));
+                devices.len() - 1
+            }
+        }
+    };
+    for m in &e.ooms {
+        let screen = e.screens.iter().rev().find(|s| s.line > m.line).or(e.screens.last());
+        let i = device_mut(&mut devices, m.device.unwrap_or(0));
+        let d = &mut devices[i];
+        let o = explain_message(m, screen);
+        d.peak_reserved_bytes = d.peak_reserved_bytes.max(o.reserved_bytes);
+        d.peak_allocated_bytes = d.peak_allocated_bytes.max(o.allocated_bytes);
+        d.ooms.push(o);
+        d.oom_count = d.ooms.len();
+    }
+    for s in &e.summaries {
+        let i = device_mut(&mut devices, s.device);
+        let d = &mut devices[i];
+        let f = &s.facts;
+        if let Some(a) = f.allocated {
+            d.peak_allocated_bytes = d.peak_allocated_bytes.max(a.peak);
+            d.final_allocated_bytes = a.current;
+        }
+        if let Some(r) = f.reserved {
+            d.peak_reserved_bytes = d.peak_reserved_bytes.max(r.peak);
+            d.final_reserved_bytes = r.current;
+        }
+        d.oom_count = d.oom_count.max(f.num_ooms.max(0) as usize);
+        d.memory_summary = Some(f.clone());
+    }
+    devices.sort_by_key(|d| d.device);
+    for d in &mut devices {
+        d.verdict = text_verdict(d);
+    }
+    let mut notes = Vec::new();
+    if !e.ooms.is_empty() {
+        notes.push(format!(
+            "Read from text: {} out-of-memory message(s){}. A message gives the allocator's totals, not what the memory \
+             is made of: capture a snapshot at the next OOM (memlens.torch.on_oom) for that.",
+            e.ooms.len(),
+            match e.ooms.iter().map(|m| m.occurrences).sum::<usize>() {
+                n if n > e.ooms.len() => format!(" ({n} lines, repeats counted once)"),
+                _ => String::new(),
+            }
+        ));
+    }
+    if !e.summaries.is_empty() {
+        notes.push(format!(
+            "Read from text: {} torch.cuda.memory_summary() table(s); their byte cells are rounded down in the unit printed.",
+            e.summaries.len()
+        ));
+    }
+    for s in &e.screens {
+        let procs: Vec<String> = s
+            .processes
+            .iter()
+            .map(|p| {
+                format!(
+                    "GPU {} pid {} {} {}",
+                    p.gpu,
+                    p.pid,
+                    p.name,
+                    p.used_bytes.map(super::oom_cause::human).unwrap_or_else(|| "N/A".into())
+                )
+            })
+            .collect();
+        notes.push(format!(
+            "nvidia-smi screen (line {}): {}{}",
+            s.line,
+            s.gpus
+                .iter()
+                .map(|g| format!(
+                    "GPU {} {} {} of {} used",
+                    g.index,
+                    g.name,
+                    g.used_bytes.map(super::oom_cause::human).unwrap_or_else(|| "?".into()),
+                    g.total_bytes.map(super::oom_cause::human).unwrap_or_else(|| "?".into())
+                ))
+                .collect::<Vec<_>>()
+                .join("; "),
+            if procs.is_empty() {
+                String::new()
+            } else {
+                format!("; processes: {}", procs.join(", "))
+            }
+        ));
+    }
+    let focus_device = devices
+        .iter()
+        .max_by_key(|d| (d.oom_count, d.peak_reserved_bytes))
+        .map(|d| d.device);
+    FileSummary {
+        file: name.to_owned(),
+        format,
+        gzip,
+        source: SourceInfo {
+            notes,
+            ..Default::default()
+        },
+        devices,
+        focus_device,
+    }
+}

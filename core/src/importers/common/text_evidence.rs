@@ -1,0 +1,99 @@
+//! The scan of one text for every kind of evidence it holds: out-of-memory messages
+//! ([`crate::importers::oom_message`]), `torch.cuda.memory_summary()` tables
+//! ([`crate::importers::memory_summary`]) and `nvidia-smi` screens
+//! ([`crate::importers::nvidia_smi_screen`]). A training log may hold all three; whichever
+//! importer the guesser chose, the whole text is read for each. A text holding none is an
+//! error that says what was looked for.
+
+use std::io::Read;
+
+use crate::error::ImportError;
+use crate::evidence::TextEvidence;
+use crate::importers::{memory_summary, nvidia_smi_screen, oom_message};
+use crate::source::{map_pipe_err, Source};
+
+/// One line of the text, without its line break, carriage return or terminal colour codes.
+#[derive(Debug, Clone)]
+pub struct TextLine {
+    /// 1-based.
+    pub number: usize,
+    pub text: String,
+}
+
+/// Whether `head` reads as text: no NUL byte, and valid UTF-8 but for a character the head's
+/// end may have cut.
+pub fn is_text(head: &[u8]) -> bool {
+    if head.is_empty() || head.contains(&0) {
+        return false;
+    }
+    match std::str::from_utf8(head) {
+        Ok(_) => true,
+        Err(e) => e.error_len().is_none() && e.valid_up_to() + 4 > head.len(),
+    }
+}
+
+/// Whether `head` starts like a JSON document (an object, or an array of values).
+pub fn looks_like_json(head: &[u8]) -> bool {
+    let t = String::from_utf8_lossy(head);
+    let t = t.trim_start_matches('\u{feff}').trim_start();
+    t.starts_with('{')
+        || t.strip_prefix('[').is_some_and(|rest| {
+            let r = rest.trim_start();
+            r.starts_with('{') || r.starts_with('[') || r.starts_with('"') || r.starts_with(']')
+        })
+}
+
+/// Every line of the source, numbered, with `\r` and ANSI colour codes taken out.
+pub fn read_lines(source: Source) -> Result<Vec<TextLine>, ImportError> {
+    let mut bytes = Vec::new();
+    let mut reader = source.reader;
+    reader.read_to_end(&mut bytes).map_err(map_pipe_err)?;
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(text
+        .split('\n')
+        .enumerate()
+        .map(|(i, l)| TextLine {
+            number: i + 1,
+            text: strip_ansi(l.trim_end_matches('\r')),
+        })
+        .collect())
+}
+
+fn strip_ansi(line: &str) -> String {
+    if !line.contains('\u{1b}') {
+        return line.to_owned();
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Everything the text holds; an error when it holds nothing memlens reads.
+pub fn read_evidence(source: Source) -> Result<TextEvidence, ImportError> {
+    let lines = read_lines(source)?;
+    let evidence = TextEvidence {
+        ooms: oom_message::find_oom_messages(&lines),
+        summaries: memory_summary::find_memory_summaries(&lines),
+        screens: nvidia_smi_screen::find_screens(&lines),
+    };
+    if evidence.is_empty() {
+        return Err(ImportError::Log(format!(
+            "a text of {} line(s) with no out-of-memory message (`CUDA out of memory. Tried to allocate …`, \
+             `HIP`/`XPU`/`MPS backend out of memory`), no torch.cuda.memory_summary() table and no nvidia-smi screen in it",
+            lines.len()
+        )));
+    }
+    Ok(evidence)
+}
