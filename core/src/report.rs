@@ -9,8 +9,8 @@ use memlens_api::{DeviceSummary, FileSummary, FreeStall, GpuLogSummary, TimeAxis
 use polars::prelude::*;
 
 use crate::analysis::categories::{
-    add_category_columns, autograd_windows, categorize, category_budget, explicit_labels,
-    Evidence, FrameRules, Placement,
+    add_category_columns, autograd_windows, categorize, category_budget, explicit_labels, Evidence, FrameRules,
+    Placement,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
 use crate::analysis::gpu_samples::{

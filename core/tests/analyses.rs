@@ -178,7 +178,13 @@ fn ooms_are_told_apart_by_what_stood_in_the_way() {
     // Enough free in the segments, but no block fits: fragmentation.
     let split = at(3 * MIB, MIB, 0);
     assert_eq!(classify(&split), OomCause::Fragmentation);
-    let r = remedies(OomCause::Fragmentation, &split, memlens_api::OomPhase::Unknown, None, None);
+    let r = remedies(
+        OomCause::Fragmentation,
+        &split,
+        memlens_api::OomPhase::Unknown,
+        None,
+        None,
+    );
     assert!(r[0].note.contains("expandable_segments:True"), "{:?}", r[0]);
     // The device had it free, the process was capped.
     assert_eq!(classify(&at(0, 0, 10 * MIB)), OomCause::Limit);

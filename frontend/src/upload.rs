@@ -98,12 +98,29 @@ pub fn UploadPage() -> impl IntoView {
         let input = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok());
         start(files_of(input.and_then(|i| i.files())));
     };
+    // Pasted text (an OOM message, a log, a memory_summary() table, an nvidia-smi screen) is
+    // uploaded as a file of its own: the server recognises it by content like any other.
+    let pasted = RwSignal::new(String::new());
+    let send_pasted = move |_| {
+        let text = pasted.get_untracked();
+        if text.trim().is_empty() {
+            set_error.set(Some(
+                "paste the error message, the log, memory_summary() or nvidia-smi first".into(),
+            ));
+            return;
+        }
+        let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(&text));
+        match web_sys::File::new_with_str_sequence(&parts, "pasted.txt") {
+            Ok(f) => start(vec![f]),
+            Err(_) => set_error.set(Some("this browser cannot make a file of the pasted text".into())),
+        }
+    };
 
     view! {
         <main class="upload">
             <h1>"Explain your GPU memory"</h1>
             <p class="lead">
-                "Drop what your training job left behind — a PyTorch allocator snapshot, and the NVML log of the same run if you have one. memlens finds the peak and what is in it, what leaks each iteration, and why an allocation ran out of memory with gigabytes free; the NVML log adds what the whole GPU used, and Nsight Systems exports are charted at the driver level."
+                "Drop what your training job left behind — a PyTorch allocator snapshot, and the NVML log of the same run if you have one — or paste the out-of-memory error. memlens says why it ran out and what to change to fit, finds the peak and what is in it and what leaks each iteration; the NVML log adds what the whole GPU used, and Nsight Systems exports are charted at the driver level."
             </p>
             <FormatList />
             <label
@@ -119,6 +136,12 @@ pub fn UploadPage() -> impl IntoView {
                 <input id="file-input" type="file" multiple=true on:change=on_pick />
                 <span>"Drop files here, or click to choose"</span>
             </label>
+            <div class="paste">
+                <label for="paste-text">"No snapshot? Paste the CUDA out-of-memory error, the log around it, torch.cuda.memory_summary() or nvidia-smi:"</label>
+                <textarea id="paste-text" rows="6" placeholder="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …"
+                    prop:value=move || pasted.get() on:input=move |ev| pasted.set(event_target_value(&ev))></textarea>
+                <button id="paste-go" on:click=send_pasted>"Explain it"</button>
+            </div>
             <Show when=move || !phase.get().is_empty()>
                 <div class="progress">
                     <div class="phase" id="upload-phase">{move || phase.get()}</div>

@@ -79,7 +79,9 @@ test('upload a real trace through the page, see the report, share it, delete it'
   assert.match(await page.textContent('#budget'), /optimizer_state — 96\.2 MiB at the peak/);
   await page.screenshot({ path: join(out, 'report.png'), fullPage: true });
 
-  // Hover a band: its size, lifetime and stack appear.
+  // Hover a band: its size, lifetime and stack appear (the verdict above the timeline may push
+  // its lower part out of the window).
+  await page.locator('#timeline').scrollIntoViewIfNeeded();
   const box = await page.locator('#timeline').boundingBox();
   await page.mouse.move(box.x + box.width * 0.9, box.y + box.height * 0.85);
   await page.waitForSelector('#band-detail', { timeout: 10_000 });
@@ -197,6 +199,65 @@ test('an OOM is marked and explained on click', async () => {
   await page.waitForSelector('#oom-detail', { timeout: 10_000 });
   assert.match(await page.textContent('#oom-detail'), /expandable_segments:True/);
   await page.screenshot({ path: join(out, 'oom.png'), fullPage: true });
+  await ctx.close();
+});
+
+/** Whether an element lies wholly in the first screen (the viewport, nothing scrolled). */
+async function inFirstScreen(page, selector) {
+  return page.evaluate((sel) => {
+    const r = document.querySelector(sel).getBoundingClientRect();
+    return window.scrollY === 0 && r.top >= 0 && r.bottom <= window.innerHeight && r.height > 0;
+  }, selector);
+}
+
+test('an at-OOM report leads with its verdict in the first screen, linked to the failure', async () => {
+  const { url } = await uploadViaApi('fwd_jump.at_oom.pickle.gz', readFileSync(join(traces, 'oom', 'fwd_jump.at_oom.pickle.gz')));
+  const ctx = await browser.newContext({ viewport: { width: 1440, height: 900 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await page.waitForSelector('#verdict', { timeout: 60_000 });
+  assert.ok(await inFirstScreen(page, '#verdict'), 'the verdict is not in the first screen');
+  const verdict = await page.textContent('#verdict');
+  // Cause, phase, the biggest live category and the first remedy with its number.
+  assert.match(verdict, /^Limit: /);
+  assert.match(verdict, /in the forward/);
+  assert.match(verdict, /biggest live category is activations \(14\.\d\d GiB\)/);
+  assert.match(verdict, /raise the cap by at least [\d.]+ GiB; or run \d+ % of the batch/);
+  await page.screenshot({ path: join(out, 'verdict_oom.png') });
+  await waitForTimeline(page);
+  await page.click('#verdict-timeline');
+  await page.waitForSelector('#oom-detail', { timeout: 10_000 });
+  await page.click('#verdict-segments');
+  await page.waitForSelector('#segment-summary', { timeout: 60_000 });
+  await ctx.close();
+});
+
+test('a leak report leads with its verdict in the first screen', async () => {
+  const { url } = await uploadViaApi('leak.pickle', readFileSync(join(traces, 'leak.pickle')));
+  const ctx = await browser.newContext({ viewport: { width: 1440, height: 900 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${url}`);
+  await page.waitForSelector('#verdict', { timeout: 60_000 });
+  assert.ok(await inFirstScreen(page, '#verdict'), 'the verdict is not in the first screen');
+  assert.match(await page.textContent('#verdict'), /^Leak: [\d.]+ MiB piles up per iteration from /);
+  await ctx.close();
+});
+
+test('an OOM message pasted on the front page is explained', async () => {
+  const message = readFileSync(join(traces, 'oom', 'fwd_first.error.txt'), 'utf8');
+  const ctx = await browser.newContext({ viewport: { width: 1440, height: 900 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}/`);
+  await page.fill('#paste-text', message);
+  await page.click('#paste-go');
+  await page.waitForURL('**/r/**', { timeout: 60_000 });
+  await page.waitForSelector('#verdict', { timeout: 60_000 });
+  assert.ok(await inFirstScreen(page, '#verdict'), 'the verdict is not in the first screen');
+  const verdict = await page.textContent('#verdict');
+  assert.match(verdict, /^Limit: the per-process cap of 13\.90 GiB stopped a 128\.0 MiB request in the forward/);
+  assert.match(await page.textContent('#text-ooms'), /limit · forward/);
+  assert.match(await page.textContent('#capture-next-time'), /memlens\.torch\.on_oom/);
+  await page.screenshot({ path: join(out, 'pasted_oom.png') });
   await ctx.close();
 });
 

@@ -22,7 +22,11 @@ fn oom(name: &str) -> OomExplanation {
 }
 
 fn live(o: &OomExplanation, c: Category) -> i64 {
-    o.live_categories.iter().filter(|x| x.category == c).map(|x| x.bytes).sum()
+    o.live_categories
+        .iter()
+        .filter(|x| x.category == c)
+        .map(|x| x.bytes)
+        .sum()
 }
 
 fn info() -> serde_json::Value {
@@ -36,7 +40,10 @@ fn check_fraction(name: &str, fraction: f64) {
     let max = sweep["max_fitting_batch"].as_f64().expect("max_fitting_batch");
     let batch = sweep["failing_batch"].as_f64().expect("failing_batch");
     let at = (fraction * batch).floor();
-    assert!(at <= max, "{name}: {fraction} of {batch} is {at} > {max}, the largest that fits");
+    assert!(
+        at <= max,
+        "{name}: {fraction} of {batch} is {at} > {max}, the largest that fits"
+    );
     assert!(
         (1.25 * fraction * batch).floor() > max,
         "{name}: 25 % more than {fraction} of {batch} still fits (largest {max})"
@@ -52,7 +59,11 @@ fn a_forward_after_the_batch_jumped_from_2_to_64() {
     // The failing forward's 14 GiB are activations; parameters and AdamW's state (from the
     // step at batch 2) are what they are.
     assert!(live(&o, Category::Activation) > 13 * GIB, "{:?}", o.live_categories);
-    assert!(live(&o, Category::Other) + live(&o, Category::Temporary) < GIB / 10, "{:?}", o.live_categories);
+    assert!(
+        live(&o, Category::Other) + live(&o, Category::Temporary) < GIB / 10,
+        "{:?}",
+        o.live_categories
+    );
     // Two states per parameter; the weights moved to the GPU also hold the rotary embedding's
     // buffer (a few hundred bytes), which has none.
     assert!((live(&o, Category::OptimizerState) - 2 * live(&o, Category::Parameter)).abs() < 4096);
@@ -92,7 +103,10 @@ fn the_first_optimizer_step_creating_adamw_state() {
     assert!(o.remedy.contains("lazily at their first step"), "{}", o.remedy);
     // No batch fits: the step's state alone is over the cap.
     assert_eq!(o.fits.as_ref().map(|f| f.batch_fraction), Some(0.0));
-    assert!(o.remedies.iter().any(|r| r.action == memlens_api::RemedyAction::LighterOptimizer));
+    assert!(o
+        .remedies
+        .iter()
+        .any(|r| r.action == memlens_api::RemedyAction::LighterOptimizer));
 }
 
 #[test]
@@ -109,7 +123,10 @@ fn each_text_a_failure_left_tells_its_cause_and_phase() {
             let d = device0(&format!("{name}.{text}"));
             let o = &d.ooms[0];
             assert_eq!((o.cause, o.phase), (cause, phase), "{name}.{text}: {}", o.remedy);
-            assert!(o.text.as_ref().is_some_and(|t| t.missing == ["largest_free_block"]), "{name}.{text}");
+            assert!(
+                o.text.as_ref().is_some_and(|t| t.missing == ["largest_free_block"]),
+                "{name}.{text}"
+            );
         }
         // The memory summary taken after the failure counts it.
         let d = device0(&format!("{name}.memory_summary.txt"));

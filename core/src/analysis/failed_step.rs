@@ -144,10 +144,7 @@ pub fn locate(ev: &DeviceEvents, stacks: &StackResolver, phases: &[PhaseRange], 
     let mut cur = StepWindows::default();
     let mut previous = None;
     let mut state = Kind::Weights;
-    for i in 0..oom.min(ev.len()) {
-        if action[i] != alloc {
-            continue;
-        }
+    for (i, _) in action.iter().enumerate().take(oom).filter(|(_, &a)| a == alloc) {
         let k = kinds.of(stack.at(i));
         match (k, state) {
             (Kind::Weights, _) => {
@@ -373,7 +370,12 @@ pub fn read_failure(
     let at = oom as i64;
     // The categories already hold the failed step's placements (`place_failed_steps`).
     let mut bytes = vec![0i64; Category::ALL.len()];
-    let slot = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(Category::ALL.len() - 1);
+    let slot = |c: Category| {
+        Category::ALL
+            .iter()
+            .position(|&x| x == c)
+            .unwrap_or(Category::ALL.len() - 1)
+    };
     for r in rows.iter().filter(|r| live_at(r, at)) {
         bytes[slot(r.category)] += r.size;
     }
@@ -395,7 +397,17 @@ pub fn read_failure(
             summary.optimizer_state_to_come = Some(2 * summary.gradient.max(summary.parameter));
         }
     }
-    let fits = batch_fit(&rows, &psize, &step, usage, oom, facts, cause, &summary, blocks.as_ref());
+    let fits = batch_fit(
+        &rows,
+        &psize,
+        &step,
+        usage,
+        oom,
+        facts,
+        cause,
+        &summary,
+        blocks.as_ref(),
+    );
     Ok(FailureReading {
         phase: step.phase,
         live,
@@ -500,7 +512,10 @@ fn needs_over(rows: &[Row], from: usize, to: usize, ratio: f64, base: i64, scale
         }
     }
     events.sort_by_key(|e| (e.0, e.1 < 0 || e.2 < 0.0));
-    let mut cur = Need { fixed: base, scaled: 0.0 };
+    let mut cur = Need {
+        fixed: base,
+        scaled: 0.0,
+    };
     let mut out = Vec::with_capacity(events.len());
     for (_, fx, sc) in events {
         cur.fixed += fx;
@@ -603,7 +618,10 @@ fn batch_fit(
     // process held plus what the device had free.
     let limit = match cause {
         OomCause::Limit => facts.allowed.unwrap_or_else(|| {
-            let peak_before = (0..oom.min(usage.len())).map(|i| usage.reserved_before(i)).max().unwrap_or(0);
+            let peak_before = (0..oom.min(usage.len()))
+                .map(|i| usage.reserved_before(i))
+                .max()
+                .unwrap_or(0);
             reserved.max(peak_before)
         }),
         _ => reserved + facts.device_free.unwrap_or(0),
@@ -813,7 +831,8 @@ fn output_layer(rows: &[Row], w: &StepWindows, b: &Blocks) -> Option<OutputLayer
     let tokens = ids / 8;
     // bf16 copies of the block's weights made in the forward: autocast.
     let autocast = rows.iter().any(|r| {
-        usize::try_from(r.alloc).is_ok_and(|a| a >= forward) && b.block_sizes.iter().any(|&s| s > 4096 && s == 2 * r.size)
+        usize::try_from(r.alloc).is_ok_and(|a| a >= forward)
+            && b.block_sizes.iter().any(|&s| s > 4096 && s == 2 * r.size)
     });
     let per = if autocast { 10 } else { 8 };
     Some(OutputLayer {

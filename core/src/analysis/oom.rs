@@ -43,8 +43,21 @@ pub fn explain_ooms(
         };
         let cause = classify(&facts);
         let reading = read_failure(ev, stacks, phases, lifetimes, usage, i, &facts, cause)?;
-        let list = remedies(cause, &facts, reading.phase, Some(&reading.summary), reading.fits.as_ref());
-        let remedy = verdict(cause, &facts, reading.phase, Some(&reading.summary), &list, reading.fits.as_ref());
+        let list = remedies(
+            cause,
+            &facts,
+            reading.phase,
+            Some(&reading.summary),
+            reading.fits.as_ref(),
+        );
+        let remedy = verdict(
+            cause,
+            &facts,
+            reading.phase,
+            Some(&reading.summary),
+            &list,
+            reading.fits.as_ref(),
+        );
         out.push(OomExplanation {
             event_index: i,
             time_us: ev.time_us(i),

@@ -266,9 +266,10 @@ pub fn remedies(
                 rest.push(Remedy {
                     action: RemedyAction::Bf16Activations,
                     saves_bytes: l.activation / 2,
-                    note: "Run the forward under torch.autocast(\"cuda\", dtype=torch.bfloat16): fp32 activations halve \
+                    note:
+                        "Run the forward under torch.autocast(\"cuda\", dtype=torch.bfloat16): fp32 activations halve \
                            (those already bf16 do not)."
-                        .to_owned(),
+                            .to_owned(),
                 });
             }
             let state = l.optimizer_state.max(l.optimizer_state_to_come.unwrap_or(0));
@@ -322,7 +323,8 @@ pub fn remedies(
             rest.push(Remedy {
                 action: RemedyAction::ShardStates,
                 saves_bytes: 0,
-                note: "ZeRO/FSDP over N GPUs keeps 1/N of parameters, gradients and optimizer state on each.".to_owned(),
+                note: "ZeRO/FSDP over N GPUs keeps 1/N of parameters, gradients and optimizer state on each."
+                    .to_owned(),
             });
             rest.push(Remedy {
                 action: RemedyAction::CpuOffload,
@@ -341,7 +343,10 @@ pub fn remedies(
     rest.sort_by_key(|r| std::cmp::Reverse(r.saves_bytes));
     if cause == OomCause::Capacity {
         // What follows from a full device: the remedy that makes the step fit.
-        if let Some(i) = rest.iter().position(|r| r.action == RemedyAction::SmallerBatch && r.saves_bytes > 0) {
+        if let Some(i) = rest
+            .iter()
+            .position(|r| r.action == RemedyAction::SmallerBatch && r.saves_bytes > 0)
+        {
             let r = rest.remove(i);
             rest.insert(0, r);
         }
@@ -425,10 +430,16 @@ pub fn verdict(
     });
     let mut out = why;
     if live.is_some_and(|l| l.optimizer_state_to_come.is_some()) {
-        out += " It failed creating the optimizer's state, which Adam-style optimizers make lazily at their first step.";
+        out +=
+            " It failed creating the optimizer's state, which Adam-style optimizers make lazily at their first step.";
     }
-    if let Some((name, b)) = biggest {
-        out += &format!(" The biggest live category is {name} ({}).", human(b));
+    match (biggest, f.allocated, f.reserved) {
+        (Some((name, b)), _, _) => out += &format!(" The biggest live category is {name} ({}).", human(b)),
+        // Text names no category: what PyTorch held, at least.
+        (None, Some(a), Some(r)) if cause != OomCause::Capacity => {
+            out += &format!(" Live tensors held {} of the {} PyTorch reserved.", human(a), human(r))
+        }
+        _ => {}
     }
     if let Some(r) = remedies.first() {
         out += &format!(" {}", first_sentence(r, fits));
@@ -464,7 +475,9 @@ fn first_sentence(r: &Remedy, fits: Option<&OomFit>) -> String {
         RemedyAction::ActivationCheckpointing => format!("First remedy: activation checkpointing (saves about {n})."),
         RemedyAction::Bf16Activations => format!("First remedy: bf16 activations (saves about {n})."),
         RemedyAction::LighterOptimizer => format!("First remedy: an 8-bit optimizer (saves about {n})."),
-        RemedyAction::ShardStates => format!("First remedy: ZeRO-3/FSDP over {SHARD_GPUS} GPUs (saves about {n} each)."),
+        RemedyAction::ShardStates => {
+            format!("First remedy: ZeRO-3/FSDP over {SHARD_GPUS} GPUs (saves about {n} each).")
+        }
         RemedyAction::CpuOffload => format!("First remedy: offload the optimizer state to the CPU (saves {n})."),
         RemedyAction::Defragment => format!("First remedy: {}", r.note),
         RemedyAction::FreeOtherProcesses => format!("First remedy: stop the other processes (frees {n})."),
@@ -481,9 +494,14 @@ mod tests {
     const MIB: i64 = 1 << 20;
 
     fn mentions_allocator_settings(text: &str) -> bool {
-        ["ALLOC_CONF", "expandable_segments", "max_split_size", "garbage_collection"]
-            .iter()
-            .any(|k| text.contains(k))
+        [
+            "ALLOC_CONF",
+            "expandable_segments",
+            "max_split_size",
+            "garbage_collection",
+        ]
+        .iter()
+        .any(|k| text.contains(k))
     }
 
     #[test]
@@ -556,9 +574,15 @@ mod tests {
             let r = remedies(cause, &f, OomPhase::Forward, Some(&live), None);
             let v = verdict(cause, &f, OomPhase::Forward, Some(&live), &r, None);
             let all: String = r.iter().map(|x| x.note.as_str()).chain([v.as_str()]).collect();
-            assert_eq!(mentions_allocator_settings(&all), cause == OomCause::Fragmentation, "{cause}: {all}");
+            assert_eq!(
+                mentions_allocator_settings(&all),
+                cause == OomCause::Fragmentation,
+                "{cause}: {all}"
+            );
             assert!(v.contains("activations (5.00 GiB)"), "{v}");
-            let others = OomCause::ALL.iter().filter(|c| **c != cause && **c != OomCause::Unknown);
+            let others = OomCause::ALL
+                .iter()
+                .filter(|c| **c != cause && **c != OomCause::Unknown);
             for other in others {
                 let word = match other {
                     OomCause::Fragmentation => "Fragmentation:",

@@ -268,7 +268,9 @@ pub fn text_file_summary(e: &TextEvidence, name: &str, format: Format, gzip: boo
                     p.gpu,
                     p.pid,
                     p.name,
-                    p.used_bytes.map(super::oom_cause::human).unwrap_or_else(|| "N/A".into())
+                    p.used_bytes
+                        .map(super::oom_cause::human)
+                        .unwrap_or_else(|| "N/A".into())
                 )
             })
             .collect();

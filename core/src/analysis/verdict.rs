@@ -51,7 +51,14 @@ pub fn device_verdict(d: &DeviceSummary) -> String {
     let made_of: Vec<String> = parts
         .iter()
         .take(3)
-        .map(|(c, b)| format!("{} {} ({:.0} %)", c.name().replace('_', " "), human(*b), *b as f64 * 100.0 / total as f64))
+        .map(|(c, b)| {
+            format!(
+                "{} {} ({:.0} %)",
+                c.name().replace('_', " "),
+                human(*b),
+                *b as f64 * 100.0 / total as f64
+            )
+        })
         .collect();
     if made_of.is_empty() {
         format!(

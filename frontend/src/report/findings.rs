@@ -121,7 +121,15 @@ pub fn details(st: ReportState, s: &DeviceSummary) -> impl IntoView {
             } else {
                 view! {
                     <ul class="groups">
-                        {s.ooms.iter().map(|o| view! { <li><b>{format!("{} requested", bytes(o.requested_bytes))}</b>{format!(" — {}", o.remedy)}</li> }).collect_view()}
+                        {s.ooms.iter().map(|o| view! {
+                            <li><b>{format!("{} · {} · {} requested", o.cause, o.phase.describe(), bytes(o.requested_bytes))}</b>
+                                {o.fits.as_ref().map(|f| format!(" · {:.0} % of the batch fits", f.batch_fraction * 100.0))}
+                                {format!(" — {}", o.remedy)}
+                                <ul class="remedies">{o.remedies.iter().filter(|r| r.saves_bytes > 0).map(|r| view! {
+                                    <li>{format!("saves {} — {}", bytes(r.saves_bytes), r.note)}</li>
+                                }).collect_view()}</ul>
+                            </li>
+                        }).collect_view()}
                     </ul>
                 }.into_any()
             }}

@@ -7,8 +7,9 @@
 //! uploaded with the snapshot add the whole GPU's `used` memory to the timeline and a section
 //! of their own ([`gpu_logs`]); a report of NVML logs alone shows just those. A report of
 //! several ranks opens with the run overview ([`run_overview`]: one bar per rank, each opening
-//! its own view, any two opening the compare page) on its worst rank. [`state`] holds the
-//! view's state and actions.
+//! its own view, any two opening the compare page) on its worst rank. Every report leads with
+//! its [`verdict`]; a text (an OOM message, a log, a memory summary) has a page of its own
+//! ([`text_report`]). [`state`] holds the view's state and actions.
 
 mod budget;
 mod cards;
@@ -22,7 +23,9 @@ mod prefetch;
 mod run_overview;
 mod segments;
 mod state;
+mod text_report;
 mod timeline_panel;
+mod verdict;
 mod view;
 mod whatif;
 
@@ -200,6 +203,9 @@ pub fn ReportPage(id: String) -> impl IntoView {
         Load::Waiting(msg) => view! { <main class="waiting"><p id="report-waiting">{msg}</p></main> }.into_any(),
         Load::Failed(title, detail) => error_page(&title, detail),
         Load::Ready(summary, meta) => match summary.files.get(file_to_show(&summary)).cloned() {
+            Some(file) if file.format.is_text_evidence() => {
+                view! { <text_report::TextReportView file=file /> }.into_any()
+            }
             Some(file) => view! {
                 <view::ReportView id=id.clone() file_index=file_to_show(&summary) file=file meta=meta
                     gpu_logs=summary.gpu_logs.clone() skipped=summary.skipped.clone() run=summary.run.clone() />

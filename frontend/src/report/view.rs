@@ -18,6 +18,7 @@ use super::segments::SegmentPanel;
 use super::skipped_note;
 use super::state::ReportState;
 use super::timeline_panel::TimelinePanel;
+use super::verdict::Verdict;
 use super::whatif::WhatIfPanel;
 use crate::{api, client};
 
@@ -188,6 +189,7 @@ pub fn ReportView(
                     <ShareButton />
                 </div>
             </div>
+            <Verdict st=st />
             {run.map(|r| view! { <RunOverviewPanel id=id.clone() run=r shown=file_index /> })}
             <DeviceOverview st=st file=file_for_overview />
             {meta_line(&meta)}

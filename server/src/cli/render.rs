@@ -72,7 +72,11 @@ fn render_ooms(d: &DeviceSummary) -> String {
             o.allowed_bytes.map(|a| format!(", cap {}", gib(a))).unwrap_or_default(),
             o.text
                 .as_ref()
-                .map(|t| format!(" (line {}{})", t.line, t.rank.map(|r| format!(", rank {r}")).unwrap_or_default()))
+                .map(|t| format!(
+                    " (line {}{})",
+                    t.line,
+                    t.rank.map(|r| format!(", rank {r}")).unwrap_or_default()
+                ))
                 .unwrap_or_default()
         );
         if !o.live_categories.is_empty() {

@@ -60,7 +60,11 @@ mod tests {
         assert_eq!(leading_size("1.37 GiB").map(|s| s.0), Some(1_471_026_299));
         assert_eq!(leading_size("6080.27 GiB").map(|s| s.0), Some(6_528_640_200_212));
         assert_eq!(leading_size("12 GB").map(|s| s.0), Some(12 << 30));
-        assert_eq!(leading_size("17179869184.00 GiB").map(|s| s.0), None, "2^64 bytes overflows i64");
+        assert_eq!(
+            leading_size("17179869184.00 GiB").map(|s| s.0),
+            None,
+            "2^64 bytes overflows i64"
+        );
         assert_eq!(leading_size("2.00 furlongs"), None);
         assert_eq!(leading_size("GiB"), None);
     }

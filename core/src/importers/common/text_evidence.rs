@@ -48,15 +48,18 @@ pub fn read_lines(source: Source) -> Result<Vec<TextLine>, ImportError> {
     let mut bytes = Vec::new();
     let mut reader = source.reader;
     reader.read_to_end(&mut bytes).map_err(map_pipe_err)?;
-    let text = String::from_utf8_lossy(&bytes);
-    Ok(text
-        .split('\n')
+    Ok(numbered_lines(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The lines of a text, numbered from 1, with `\r` and ANSI colour codes taken out.
+pub fn numbered_lines(text: &str) -> Vec<TextLine> {
+    text.split('\n')
         .enumerate()
         .map(|(i, l)| TextLine {
             number: i + 1,
             text: strip_ansi(l.trim_end_matches('\r')),
         })
-        .collect())
+        .collect()
 }
 
 fn strip_ansi(line: &str) -> String {

@@ -3,16 +3,8 @@
 //! (`traces/oom_text/memory_summary_113_shape.txt`: the same counters printed by 1.13's code).
 
 use super::*;
+use crate::importers::common::text_evidence::numbered_lines as lines;
 
-fn lines(text: &str) -> Vec<TextLine> {
-    text.split('\n')
-        .enumerate()
-        .map(|(i, l)| TextLine {
-            number: i + 1,
-            text: l.to_owned(),
-        })
-        .collect()
-}
 
 fn stat(stats: &serde_json::Value, key: &str) -> i64 {
     stats[key].as_i64().unwrap_or_else(|| panic!("{key}"))

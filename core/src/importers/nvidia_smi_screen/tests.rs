@@ -2,16 +2,8 @@
 //! and a 470 narrow one written from the reference's layout notes.
 
 use super::*;
+use crate::importers::common::text_evidence::numbered_lines as lines;
 
-fn lines(text: &str) -> Vec<TextLine> {
-    text.split('\n')
-        .enumerate()
-        .map(|(i, l)| TextLine {
-            number: i + 1,
-            text: l.to_owned(),
-        })
-        .collect()
-}
 
 const MIB: i64 = 1 << 20;
 

@@ -6,20 +6,11 @@
 use memlens_api::OomBackend;
 
 use super::*;
-use crate::importers::common::text_evidence::TextLine;
+use crate::importers::common::text_evidence::numbered_lines as lines;
 
 const GIB: i64 = 1 << 30;
 const MIB: i64 = 1 << 20;
 
-fn lines(text: &str) -> Vec<TextLine> {
-    text.split('\n')
-        .enumerate()
-        .map(|(i, l)| TextLine {
-            number: i + 1,
-            text: l.trim_end_matches('\r').to_owned(),
-        })
-        .collect()
-}
 
 fn one(text: &str) -> OomMessage {
     let mut m = find_oom_messages(&lines(text));
