@@ -102,3 +102,21 @@ fn a_short_script_of_bursts_has_no_leak_and_says_why() {
         d.iterations
     );
 }
+
+#[test]
+fn each_device_leads_with_its_most_important_finding() {
+    // A leak.
+    assert!(device0("leak.pickle").verdict.starts_with("Leak: "));
+    // An OOM's own verdict, whatever else the device shows.
+    let d = device0("oom_fragmentation.at_oom.pickle");
+    assert!(d.verdict.starts_with(&d.ooms[0].remedy), "{}", d.verdict);
+    // What the peak is made of, for a clean training loop.
+    let v = device0("gpt_train.pickle").verdict;
+    assert!(v.starts_with("Peak: ") && v.contains("activation"), "{v}");
+    // CuPy holding 3 GiB beside the allocator, seen by the NVML log of the same run.
+    let out =
+        memlens_core::pipeline::analyze_paths(&[trace("cupy_outside.pickle.gz"), trace("cupy_outside.nvidia_smi.csv")])
+            .unwrap_or_else(|e| panic!("{e}"));
+    let v = &out.files[0].devices[0].verdict;
+    assert!(v.starts_with("Outside PyTorch: up to 3.73 GiB"), "{v}");
+}

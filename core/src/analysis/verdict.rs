@@ -75,3 +75,33 @@ pub fn device_verdict(d: &DeviceSummary) -> String {
         )
     }
 }
+
+/// Memory beside PyTorch's reserve that an NVML log of the same report shows worth leading
+/// with, when a device has neither an OOM nor a leak: at least 1 GiB and a tenth of what PyTorch
+/// reserved at its peak.
+pub fn lead_with_memory_outside(files: &mut [memlens_api::FileSummary], logs: &[memlens_api::GpuLogSummary]) {
+    for f in files.iter_mut().filter(|f| !f.format.is_text_evidence()) {
+        for d in f.devices.iter_mut().filter(|d| d.ooms.is_empty() && d.leaks.is_empty()) {
+            let outside = logs
+                .iter()
+                .flat_map(|l| l.gpus.iter().map(move |g| (l, g)))
+                .filter(|(_, g)| g.gpu == d.device)
+                .filter_map(|(l, g)| Some((l, g, g.non_pytorch_peak_bytes?)))
+                .max_by_key(|x| x.2);
+            if let Some((log, g, bytes)) = outside {
+                let total = g.total_bytes.unwrap_or(0);
+                if bytes >= 1 << 30 && bytes * 10 >= d.peak_reserved_bytes {
+                    d.verdict =
+                        format!(
+                        "Outside PyTorch: up to {} of this GPU{} was held beside PyTorch's reserve (other processes, \
+                         the CUDA context, NCCL or other libraries: {}). {}",
+                        human(bytes),
+                        if total > 0 { format!("'s {}", human(total)) } else { String::new() },
+                        log.file,
+                        d.verdict
+                    );
+                }
+            }
+        }
+    }
+}
