@@ -23,6 +23,7 @@ fn fixtures() -> Vec<std::path::PathBuf> {
                 && !(n.ends_with(".memory_stats.json")
                     || n.ends_with(".truth.json")
                     || n == "capture_info.json"
+                    || n == "rerun.json"
                     || n.ends_with(".md")
                     || n.ends_with(".py"))
         })

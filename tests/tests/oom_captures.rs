@@ -134,3 +134,20 @@ fn each_text_a_failure_left_tells_its_cause_and_phase() {
         assert!(d.peak_reserved_bytes > 0);
     }
 }
+
+#[test]
+fn the_reruns_at_the_fractions_fit_and_25_percent_more_do_not() {
+    // `traces/capture/oom_rerun.py` on the H100, at the fractions these snapshots give.
+    let text = std::fs::read_to_string(traces_dir().join("oom/rerun.json")).expect("rerun.json");
+    let runs: serde_json::Value = serde_json::from_str(&text).expect("json");
+    for name in ["fwd_jump", "fwd_first", "bwd"] {
+        let o = oom(name);
+        let fraction = o.fits.as_ref().expect("fits").batch_fraction;
+        let at = &runs[format!("{name} fraction")];
+        let more = &runs[format!("{name} 25_percent_more")];
+        let full = at["of"].as_f64().expect("of");
+        assert_eq!(at["batch"].as_f64(), Some((fraction * full).floor()), "{name}: rerun at another fraction");
+        assert_eq!(at["fits"], true, "{name}");
+        assert_eq!(more["fits"], false, "{name}");
+    }
+}
