@@ -146,7 +146,11 @@ fn the_reruns_at_the_fractions_fit_and_25_percent_more_do_not() {
         let at = &runs[format!("{name} fraction")];
         let more = &runs[format!("{name} 25_percent_more")];
         let full = at["of"].as_f64().expect("of");
-        assert_eq!(at["batch"].as_f64(), Some((fraction * full).floor()), "{name}: rerun at another fraction");
+        assert_eq!(
+            at["batch"].as_f64(),
+            Some((fraction * full).floor()),
+            "{name}: rerun at another fraction"
+        );
         assert_eq!(at["fits"], true, "{name}");
         assert_eq!(more["fits"], false, "{name}");
     }

@@ -12,21 +12,13 @@
 //!   parameter's size is `optimizer_state` being created (Adam-style optimizers create it
 //!   lazily at their first step). Only what the run-wide rules left as other, temporary or
 //!   cache is placed so;
-//! - **how much of the batch fits** ([`OomFit`]): every allocation of the step is taken to
-//!   scale with the batch unless it has a parameter's size (weights, their bf16 copies,
-//!   gradients, optimizer state). The step's need at fraction `x` of the batch is, at each
-//!   moment, what does not scale plus `x` × what does; the fraction is the largest `x` whose
-//!   need stays under the limit at every moment. A completed step before the failing one
-//!   supplies the whole step's profile, scaled by the ratio of the two batches (each stack's
-//!   allocations compared in order); without one, the forward made so far is extrapolated over
-//!   the model's repeated blocks (layers counted from the parameters' repeating sizes, layers
-//!   done from the repeating stacks of the forward).
+//! - **how much of the batch fits**: [`super::batch_fit`].
 
 use memlens_api::{Category, CategoryBytes, CategoryRule, OomCause, OomFit, OomPhase, PhaseRange};
 use polars::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::oom_cause::{human, LiveAtFailure, OomFacts};
+use super::oom_cause::{LiveAtFailure, OomFacts};
 use super::usage::Usage;
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
@@ -216,16 +208,16 @@ pub fn locate(ev: &DeviceEvents, stacks: &StackResolver, phases: &[PhaseRange], 
 
 /// One allocation of the lifetimes table.
 #[derive(Debug, Clone, Copy)]
-struct Row {
-    alloc: i64,
-    free: i64,
-    size: i64,
-    stack: u32,
-    category: Category,
-    rule: CategoryRule,
+pub(super) struct Row {
+    pub(super) alloc: i64,
+    pub(super) free: i64,
+    pub(super) size: i64,
+    pub(super) stack: u32,
+    pub(super) category: Category,
+    pub(super) rule: CategoryRule,
 }
 
-fn rows(lifetimes: &DataFrame) -> PolarsResult<Vec<Row>> {
+pub(super) fn rows(lifetimes: &DataFrame) -> PolarsResult<Vec<Row>> {
     let alloc = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free = lt_col::FREE_IDX.slice(lifetimes)?;
     let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
@@ -243,7 +235,7 @@ fn rows(lifetimes: &DataFrame) -> PolarsResult<Vec<Row>> {
         .collect())
 }
 
-fn live_at(r: &Row, at: i64) -> bool {
+pub(super) fn live_at(r: &Row, at: i64) -> bool {
     r.alloc < at && (r.free < 0 || r.free > at)
 }
 
@@ -261,7 +253,7 @@ fn open_to_failed_step(r: &Row) -> bool {
 }
 
 /// Sizes a parameter has, and half of them (bf16 copies of fp32 weights).
-fn parameter_sizes(rows: &[Row]) -> FxHashSet<i64> {
+pub(super) fn parameter_sizes(rows: &[Row]) -> FxHashSet<i64> {
     let mut s = FxHashSet::default();
     for r in rows.iter().filter(|r| r.category == Category::Parameter) {
         s.insert(r.size);
@@ -386,7 +378,7 @@ pub fn read_failure(
         .map(|(&category, &bytes)| CategoryBytes { category, bytes })
         .collect();
     let mut summary = LiveAtFailure::of(&live);
-    let blocks = parameter_blocks(&rows);
+    let blocks = super::batch_fit::parameter_blocks(&rows);
     summary.layers = blocks.as_ref().map(|b| b.layers);
     if step.phase == OomPhase::OptimizerStep && step.failing.optimizer.is_some() {
         // Adam-style state, made lazily at the first step: two of each parameter's size.
@@ -397,7 +389,7 @@ pub fn read_failure(
             summary.optimizer_state_to_come = Some(2 * summary.gradient.max(summary.parameter));
         }
     }
-    let fits = batch_fit(
+    let fits = super::batch_fit::batch_fit(
         &rows,
         &psize,
         &step,
@@ -413,432 +405,5 @@ pub fn read_failure(
         live,
         summary,
         fits,
-    })
-}
-
-/// The model's repeated blocks, read from its parameters in the order they were moved to the
-/// device: one layer's sizes repeat once per layer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Blocks {
-    pub layers: usize,
-    /// The sizes of one block's parameters.
-    pub block_sizes: Vec<i64>,
-    /// The sizes of the parameters after the last block (a final norm, an output layer).
-    pub after: Vec<i64>,
-}
-
-fn parameter_blocks(rows: &[Row]) -> Option<Blocks> {
-    let mut params: Vec<&Row> = rows.iter().filter(|r| r.category == Category::Parameter).collect();
-    params.sort_by_key(|r| r.alloc);
-    let sizes: Vec<i64> = params.iter().map(|r| r.size).collect();
-    blocks_of(&sizes)
-}
-
-/// The longest run of one repeating pattern in `sizes` (a pattern of at least two sizes
-/// repeated at least twice), the period covering the most sizes winning.
-pub fn blocks_of(sizes: &[i64]) -> Option<Blocks> {
-    let n = sizes.len();
-    let mut best: Option<(usize, usize, usize, usize)> = None; // (covered, period, repeats, end)
-    for p in 2..=n / 2 {
-        // The longest stretch where sizes[i] == sizes[i + p].
-        let (mut run, mut longest, mut end) = (0, 0, 0);
-        for i in 0..n - p {
-            if sizes[i] == sizes[i + p] {
-                run += 1;
-                if run > longest {
-                    longest = run;
-                    end = i + p + 1;
-                }
-            } else {
-                run = 0;
-            }
-        }
-        let repeats = longest / p + 1;
-        if repeats >= 2 {
-            let covered = repeats * p;
-            if best.is_none_or(|b| covered > b.0) {
-                best = Some((covered, p, repeats, end));
-            }
-        }
-    }
-    let (_, p, layers, end) = best?;
-    Some(Blocks {
-        layers,
-        block_sizes: sizes[end - p..end].to_vec(),
-        after: sizes[end..].to_vec(),
-    })
-}
-
-/// The step's need at a fraction of its batch, moment by moment: `fixed` bytes that do not
-/// scale, `scaled` bytes that do.
-#[derive(Debug, Clone, Copy)]
-struct Need {
-    fixed: i64,
-    scaled: f64,
-}
-
-/// The largest `x` in [0, 1] with `fixed + x × scaled <= limit` at every moment.
-fn fraction_under(limit: i64, needs: &[Need]) -> f64 {
-    let mut x = 1.0f64;
-    for n in needs {
-        if n.fixed > limit {
-            return 0.0;
-        }
-        if n.scaled > 0.0 {
-            x = x.min((limit - n.fixed) as f64 / n.scaled);
-        }
-    }
-    x.clamp(0.0, 1.0)
-}
-
-/// Each moment's need over the rows made in `[from, to)`: a row that `scales` counts its bytes
-/// × `ratio` as scaled, any other as fixed; `base` is added to every moment (what lives
-/// through the step).
-fn needs_over(rows: &[Row], from: usize, to: usize, ratio: f64, base: i64, scales: &dyn Fn(&Row) -> bool) -> Vec<Need> {
-    let mut events: Vec<(i64, i64, f64)> = Vec::new();
-    for r in rows {
-        let Ok(a) = usize::try_from(r.alloc) else { continue };
-        if a < from || a >= to {
-            continue;
-        }
-        let (fx, sc) = if !scales(r) {
-            (r.size, 0.0)
-        } else {
-            (0, r.size as f64 * ratio)
-        };
-        events.push((r.alloc, fx, sc));
-        if r.free >= 0 && (r.free as usize) < to {
-            events.push((r.free, -fx, -sc));
-        }
-    }
-    events.sort_by_key(|e| (e.0, e.1 < 0 || e.2 < 0.0));
-    let mut cur = Need {
-        fixed: base,
-        scaled: 0.0,
-    };
-    let mut out = Vec::with_capacity(events.len());
-    for (_, fx, sc) in events {
-        cur.fixed += fx;
-        cur.scaled += sc;
-        out.push(cur);
-    }
-    out
-}
-
-/// The failing step's allocations against the same stacks' in the step before, each stack's
-/// allocations paired in order: the ratio of the batches (the upper third of the pairs' ratios:
-/// weights cast per layer, ratio 1, are fewer than the activations), and whether each earlier
-/// allocation scales (its pair's sizes differ). A line that casts a weight and computes with it
-/// makes both from one stack: its allocations alternate, so an earlier allocation past the
-/// failing step's reach takes the verdict of its place in the stack's repeating pattern.
-struct BatchRatio {
-    overall: f64,
-    /// Entry index of an earlier step's allocation → whether it scales with the batch.
-    scales: FxHashMap<i64, bool>,
-}
-
-/// The smallest period of `sizes` (the whole length when none repeats).
-fn period_of(sizes: &[i64]) -> usize {
-    (1..sizes.len())
-        .find(|&p| (0..sizes.len() - p).all(|i| sizes[i] == sizes[i + p]))
-        .unwrap_or(sizes.len().max(1))
-}
-
-fn batch_ratio(rows: &[Row], now: &StepWindows, before: &StepWindows, upto: usize) -> Option<BatchRatio> {
-    let collect = |from: usize, to: usize| {
-        let mut by_stack: FxHashMap<u32, Vec<(i64, i64)>> = FxHashMap::default();
-        let mut ordered: Vec<&Row> = rows
-            .iter()
-            .filter(|r| usize::try_from(r.alloc).is_ok_and(|a| a >= from && a < to))
-            .collect();
-        ordered.sort_by_key(|r| r.alloc);
-        for r in ordered {
-            by_stack.entry(r.stack).or_default().push((r.alloc, r.size));
-        }
-        by_stack
-    };
-    let a = collect(now.forward?, upto);
-    let b = collect(before.forward?, before.end.unwrap_or(upto));
-    let mut all: Vec<f64> = Vec::new();
-    let mut scales = FxHashMap::default();
-    for (stack, sizes) in &a {
-        let Some(prev) = b.get(stack) else { continue };
-        let verdicts: Vec<bool> = sizes
-            .iter()
-            .zip(prev)
-            .map(|((_, x), (_, y))| {
-                let k = *x as f64 / (*y).max(1) as f64;
-                all.push(k);
-                !(0.8..=1.25).contains(&k)
-            })
-            .collect();
-        if verdicts.is_empty() {
-            continue;
-        }
-        let now_sizes: Vec<i64> = sizes.iter().map(|s| s.1).collect();
-        let period = period_of(&now_sizes).min(verdicts.len());
-        for (j, (alloc, _)) in prev.iter().enumerate() {
-            let v = verdicts.get(j).copied().unwrap_or(verdicts[j % period]);
-            scales.insert(*alloc, v);
-        }
-    }
-    if all.is_empty() {
-        return None;
-    }
-    all.sort_by(|x, y| x.total_cmp(y));
-    Some(BatchRatio {
-        overall: all[all.len() * 2 / 3],
-        scales,
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn batch_fit(
-    rows: &[Row],
-    psize: &FxHashSet<i64>,
-    step: &FailedStep,
-    usage: &Usage,
-    oom: usize,
-    facts: &OomFacts,
-    cause: OomCause,
-    live: &LiveAtFailure,
-    blocks: Option<&Blocks>,
-) -> Option<OomFit> {
-    if !matches!(
-        cause,
-        OomCause::Limit | OomCause::Capacity | OomCause::Fragmentation | OomCause::Unknown
-    ) {
-        return None;
-    }
-    let w = &step.failing;
-    let reserved = usage.reserved_before(oom);
-    let allocated = usage.allocated_before(oom).max(1);
-    // The limit the failure hit: under a cap the snapshot does not record, at least the most
-    // the process held (the cap lies below that plus the request); on a full device, what the
-    // process held plus what the device had free.
-    let limit = match cause {
-        OomCause::Limit => facts.allowed.unwrap_or_else(|| {
-            let peak_before = (0..oom.min(usage.len()))
-                .map(|i| usage.reserved_before(i))
-                .max()
-                .unwrap_or(0);
-            reserved.max(peak_before)
-        }),
-        _ => reserved + facts.device_free.unwrap_or(0),
-    };
-    // The allocator holds more than it hands out (block rounding, split blocks).
-    let overhead = (reserved as f64 / allocated as f64).max(1.0);
-    let budget = (limit as f64 / overhead) as i64;
-    // What lives through the step: made before it (weights, optimizer state, anything older).
-    let at = oom as i64;
-    let base: i64 = rows
-        .iter()
-        .filter(|r| live_at(r, at) && usize::try_from(r.alloc).map_or(true, |a| a < w.start))
-        .map(|r| r.size)
-        .sum();
-    let requested = facts.requested;
-    let param_bytes: i64 = live.parameter;
-    match step.phase {
-        OomPhase::OptimizerStep => {
-            let need = base + live.gradient + live.optimizer_state_to_come.unwrap_or(live.optimizer_state) + requested;
-            Some(OomFit {
-                batch_fraction: 0.0,
-                limit_bytes: limit,
-                fixed_bytes: need,
-                batch_bytes: 0,
-                how: format!(
-                    "The optimizer step needs {} whatever the batch (parameters, gradients and optimizer state): no smaller \
-                     batch fits under {}.",
-                    human(need),
-                    human(limit)
-                ),
-            })
-        }
-        OomPhase::Forward | OomPhase::Backward => {
-            let mut needs;
-            let how;
-            // Without a step to compare with, a parameter's size (weights, their bf16 copies,
-            // gradients) does not scale.
-            let by_size = |r: &Row| !psize.contains(&r.size);
-            if let (OomPhase::Forward, Some(prev)) = (step.phase, step.previous.as_ref()) {
-                // The step before ran the whole way: its profile, scaled to this batch. A stack
-                // seen in both keeps its own ratio's verdict (a weight cast does not scale).
-                let ratio = batch_ratio(rows, w, prev, oom);
-                let overall = ratio.as_ref().map_or(1.0, |r| r.overall);
-                // Stacks the failing forward has not reached (the head, the loss, backward) scale
-                // unless the completed step's own rules made them state.
-                let scales = |r: &Row| match ratio.as_ref().and_then(|x| x.scales.get(&r.alloc)) {
-                    Some(k) => *k,
-                    // The optimizer step works on the parameters, whatever the batch.
-                    None => {
-                        prev.optimizer.is_none_or(|o| r.alloc < o as i64)
-                            && !matches!(
-                                r.category,
-                                Category::Parameter | Category::Gradient | Category::OptimizerState
-                            )
-                    }
-                };
-                let end = prev.end.unwrap_or(w.start);
-                // Its rows still live now are in `base` (optimizer state made at its step).
-                let transient: Vec<Row> = rows.iter().filter(|r| !live_at(r, at)).copied().collect();
-                needs = needs_over(&transient, prev.start, end, overall, base, &scales);
-                how = format!(
-                    "The previous step ran whole: its allocations, scaled by this batch's ratio to it ({overall:.1}×, each \
-                     stack's allocations compared in order), give the whole step's need; what does not grow with the batch \
-                     (weights cast per layer, gradients, optimizer state) does not scale."
-                );
-            } else {
-                needs = needs_over(rows, w.start, oom, 1.0, base, &by_size);
-                // The failing request, at the failure.
-                if let Some(last) = needs.last().copied() {
-                    let r = requested as f64;
-                    needs.push(Need {
-                        fixed: last.fixed,
-                        scaled: last.scaled + r,
-                    });
-                }
-                match (step.phase, blocks, layers_done(rows, psize, w, oom)) {
-                    (OomPhase::Forward, Some(b), Some((done, per_layer))) if (b.layers as f64) > done && done > 0.0 => {
-                        let more = per_layer * (b.layers as f64 - done);
-                        let head = output_layer(rows, w, b);
-                        if let Some(last) = needs.last_mut() {
-                            last.scaled += more + head.as_ref().map_or(0.0, |h| h.bytes as f64);
-                        }
-                        how = format!(
-                            "The first forward failed in block {:.1} of {} (the parameters repeat {} times; the forward's \
-                             repeated stacks show how far it got): the {} each block holds was added for the blocks to come{}",
-                            done + 1.0,
-                            b.layers,
-                            b.layers,
-                            human(per_layer as i64),
-                            match head {
-                                Some(h) => format!(
-                                    ", and {} for the output layer and its loss ({} tokens × {} outputs × {} bytes: the \
-                                     logits, their fp32 copy and the log-softmax kept for backward).",
-                                    human(h.bytes),
-                                    h.tokens,
-                                    h.outputs,
-                                    h.bytes_per_output
-                                ),
-                                None => ". What the model does after its blocks is not seen yet and not counted.".to_owned(),
-                            }
-                        );
-                    }
-                    (OomPhase::Forward, _, _) => {
-                        how = "The first forward failed and no repeated blocks were seen to extrapolate over: its need so far \
-                               is the whole need counted (a lower bound)."
-                            .to_owned()
-                    }
-                    _ => {
-                        let end_of_backward = base + param_bytes.max(live.gradient);
-                        if end_of_backward > budget {
-                            needs.push(Need {
-                                fixed: end_of_backward,
-                                scaled: 0.0,
-                            });
-                        }
-                        how = "The forward ran whole: every moment of the step up to the failure, with what has a parameter's \
-                               size fixed and the rest scaled, and the gradients of every parameter at the end of backward."
-                            .to_owned();
-                    }
-                }
-            }
-            let x = fraction_under(budget, &needs);
-            let peak = needs
-                .iter()
-                .max_by(|a, b| (a.fixed as f64 + a.scaled).total_cmp(&(b.fixed as f64 + b.scaled)))
-                .copied()?;
-            Some(OomFit {
-                batch_fraction: (x * 1000.0).floor() / 1000.0,
-                limit_bytes: limit,
-                fixed_bytes: peak.fixed,
-                batch_bytes: peak.scaled as i64,
-                how,
-            })
-        }
-        OomPhase::Unknown => None,
-    }
-}
-
-/// In a first forward: how many repeated blocks are done (a fraction for the one it failed in:
-/// the share of the block's repeating stacks it had reached) and the bytes one block holds.
-fn layers_done(rows: &[Row], psize: &FxHashSet<i64>, w: &StepWindows, oom: usize) -> Option<(f64, f64)> {
-    let f = w.forward?;
-    let mut count: FxHashMap<u32, usize> = FxHashMap::default();
-    let made: Vec<&Row> = rows
-        .iter()
-        .filter(|r| usize::try_from(r.alloc).is_ok_and(|a| a >= f && a < oom))
-        .collect();
-    for r in &made {
-        *count.entry(r.stack).or_default() += 1;
-    }
-    let repeating: Vec<usize> = count.values().copied().filter(|&c| c >= 2).collect();
-    // Blocks begun: the most common count. The failing block splits its stacks between that
-    // count and the one next to it; the share of them it reached is the part of it done.
-    let mut freq: FxHashMap<usize, usize> = FxHashMap::default();
-    for &c in &repeating {
-        *freq.entry(c).or_default() += 1;
-    }
-    let (mode, n_mode) = freq.iter().max_by_key(|&(c, n)| (*n, *c)).map(|(c, n)| (*c, *n))?;
-    let ahead = freq.get(&(mode + 1)).copied().unwrap_or(0);
-    let behind = freq.get(&(mode - 1)).copied().unwrap_or(0);
-    let done = if ahead > 0 {
-        mode as f64 + ahead as f64 / (ahead + n_mode) as f64
-    } else if behind > 0 && mode > 2 {
-        (mode - 1) as f64 + n_mode as f64 / (n_mode + behind) as f64
-    } else {
-        mode as f64
-    };
-    let at = oom as i64;
-    let layered: i64 = made
-        .iter()
-        .filter(|r| count.get(&r.stack).is_some_and(|&c| c >= 2) && live_at(r, at) && !psize.contains(&r.size))
-        .map(|r| r.size)
-        .sum();
-    Some((done, layered as f64 / done))
-}
-
-/// A language model's output layer, not yet run when its first forward failed: a parameter
-/// after the blocks at least four times the largest block parameter (`outputs` × hidden × 4
-/// bytes, the hidden size being the block's smallest parameter, a norm's weight), applied to
-/// every token of the batch (its int64 token ids, the largest input). Its logits cost 10 bytes
-/// an output under autocast (bf16 logits, the fp32 copy the loss makes, the fp32 log-softmax
-/// kept for backward) and 8 in fp32.
-struct OutputLayer {
-    tokens: i64,
-    outputs: i64,
-    bytes_per_output: i64,
-    bytes: i64,
-}
-
-fn output_layer(rows: &[Row], w: &StepWindows, b: &Blocks) -> Option<OutputLayer> {
-    let largest_block = *b.block_sizes.iter().max()?;
-    let head = *b.after.iter().max()?;
-    let hidden4 = *b.block_sizes.iter().min()?;
-    if head < 4 * largest_block || hidden4 <= 0 || head % hidden4 != 0 {
-        return None;
-    }
-    let outputs = head / hidden4;
-    let forward = w.forward?;
-    let ids = rows
-        .iter()
-        .filter(|r| usize::try_from(r.alloc).is_ok_and(|a| a >= w.start && a < forward))
-        .map(|r| r.size)
-        .max()?;
-    if ids % 8 != 0 {
-        return None;
-    }
-    let tokens = ids / 8;
-    // bf16 copies of the block's weights made in the forward: autocast.
-    let autocast = rows.iter().any(|r| {
-        usize::try_from(r.alloc).is_ok_and(|a| a >= forward)
-            && b.block_sizes.iter().any(|&s| s > 4096 && s == 2 * r.size)
-    });
-    let per = if autocast { 10 } else { 8 };
-    Some(OutputLayer {
-        tokens,
-        outputs,
-        bytes_per_output: per,
-        bytes: tokens * outputs * per,
     })
 }

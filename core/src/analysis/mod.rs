@@ -22,6 +22,7 @@
 //! Invariant: analyses read tables, never raw input, and never panic on odd but well-typed
 //! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
 
+mod batch_fit;
 mod block_chunks;
 #[cfg(test)]
 mod block_map_tests;
