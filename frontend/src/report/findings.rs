@@ -1,6 +1,7 @@
 //! What the analyses found for a device: what is live at the peak — by the model code that
 //! asked, or by whole folded stack, each stack one click from its frames and its full raw
-//! stack, each empty one with why — leak candidates and OOMs.
+//! stack, each empty one with why — and leak candidates; the OOMs, with their remedies, have a
+//! section of their own right under the verdict ([`ooms_section`]).
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -82,6 +83,38 @@ fn AtThePeak(st: ReportState, s: DeviceSummary) -> impl IntoView {
     }
 }
 
+/// Each OOM right under the verdict: cause, phase, how much of the batch fits, and every
+/// remedy with what it saves at the failure.
+pub fn ooms_section(s: &DeviceSummary) -> impl IntoView {
+    view! {
+        <section class="panel" id="ooms">
+            <h2>"OOMs"</h2>
+            {if s.ooms.is_empty() {
+                view! { <p class="muted">"No allocation failed."</p> }.into_any()
+            } else {
+                view! {
+                    <ul class="groups">
+                        {s.ooms.iter().map(|o| view! {
+                            <li><b>{format!("{} · {} · {} requested", o.cause, o.phase.describe(), bytes(o.requested_bytes))}</b>
+                                {o.fits.as_ref().map(|f| format!(" · {:.0} % of the batch fits", f.batch_fraction * 100.0))}
+                                {format!(" — {}", o.remedy)}
+                                {(!o.live_categories.is_empty()).then(|| view! {
+                                    <p class="muted">{format!("live at the failure: {}", o.live_categories.iter()
+                                        .map(|c| format!("{} {}", c.category.name(), bytes(c.bytes)))
+                                        .collect::<Vec<_>>().join(", "))}</p>
+                                })}
+                                <ul class="remedies">{o.remedies.iter().filter(|r| r.saves_bytes > 0).map(|r| view! {
+                                    <li>{format!("saves {} — {}", bytes(r.saves_bytes), r.note)}</li>
+                                }).collect_view()}</ul>
+                            </li>
+                        }).collect_view()}
+                    </ul>
+                }.into_any()
+            }}
+        </section>
+    }
+}
+
 pub fn details(st: ReportState, s: &DeviceSummary) -> impl IntoView {
     view! {
         <section class="panel" id="findings">
@@ -115,24 +148,6 @@ pub fn details(st: ReportState, s: &DeviceSummary) -> impl IntoView {
                     }).collect_view()}
                 </ul>
             })}
-            <h2>"OOMs"</h2>
-            {if s.ooms.is_empty() {
-                view! { <p class="muted">"No allocation failed."</p> }.into_any()
-            } else {
-                view! {
-                    <ul class="groups">
-                        {s.ooms.iter().map(|o| view! {
-                            <li><b>{format!("{} · {} · {} requested", o.cause, o.phase.describe(), bytes(o.requested_bytes))}</b>
-                                {o.fits.as_ref().map(|f| format!(" · {:.0} % of the batch fits", f.batch_fraction * 100.0))}
-                                {format!(" — {}", o.remedy)}
-                                <ul class="remedies">{o.remedies.iter().filter(|r| r.saves_bytes > 0).map(|r| view! {
-                                    <li>{format!("saves {} — {}", bytes(r.saves_bytes), r.note)}</li>
-                                }).collect_view()}</ul>
-                            </li>
-                        }).collect_view()}
-                    </ul>
-                }.into_any()
-            }}
         </section>
     }
 }

@@ -10,7 +10,7 @@ use super::budget::budget;
 use super::cards::cards;
 use super::category_chart::CategoryChart;
 use super::devices::DeviceOverview;
-use super::findings::details;
+use super::findings::{details, ooms_section};
 use super::flame::FlamePanel;
 use super::gpu_logs::gpu_logs_section;
 use super::run_overview::RunOverviewPanel;
@@ -202,6 +202,8 @@ pub fn ReportView(
                 )}</p>
             })}
             {move || st.dev_summary.get().map(|s| cards(&s))}
+            // An OOM's remedies come next: what the reader came for.
+            {move || st.dev_summary.get().filter(|s| !s.ooms.is_empty()).map(|s| ooms_section(&s))}
             {move || st.dev_summary.get().and_then(|s| budget(&s))}
             <WhatIfPanel st=st />
             <TimelinePanel st=st />
