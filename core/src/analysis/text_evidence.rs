@@ -47,10 +47,15 @@ pub fn facts_of(m: &OomMessage) -> OomFacts {
     });
     let own_bytes = own.map(|i| processes.remove(i).bytes);
     let others: i64 = processes.iter().map(|p| p.bytes).sum();
+    // MPS caps what it and the driver's other allocations hold together (the high watermark).
+    let reserved = match m.backend {
+        memlens_api::OomBackend::Mps => m.allocated.map(|a| a + m.other_allocations.unwrap_or(0)),
+        _ => m.reserved,
+    };
     OomFacts {
         requested: m.requested.unwrap_or(0),
         allocated: m.allocated,
-        reserved: m.reserved,
+        reserved,
         reserved_free: m.reserved_unallocated,
         largest_free_block: None,
         device_free: m.device_free,
