@@ -12,6 +12,9 @@ use crate::evidence::TextEvidence;
 use crate::importers::{memory_summary, nvidia_smi_screen, oom_message};
 use crate::source::{map_pipe_err, Source};
 
+/// The largest text read (held whole while its lines are scanned).
+pub const MAX_TEXT: u64 = 256 << 20;
+
 /// One line of the text, without its line break, carriage return or terminal colour codes.
 #[derive(Debug, Clone)]
 pub struct TextLine {
@@ -46,8 +49,18 @@ pub fn looks_like_json(head: &[u8]) -> bool {
 /// Every line of the source, numbered, with `\r` and ANSI colour codes taken out.
 pub fn read_lines(source: Source) -> Result<Vec<TextLine>, ImportError> {
     let mut bytes = Vec::new();
-    let mut reader = source.reader;
-    reader.read_to_end(&mut bytes).map_err(map_pipe_err)?;
+    source
+        .reader
+        .take(MAX_TEXT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(map_pipe_err)?;
+    if bytes.len() as u64 > MAX_TEXT {
+        return Err(ImportError::Log(format!(
+            "a text of more than {} MiB: memlens reads OOM messages, logs, memory summaries and nvidia-smi screens up to \
+             that size (cut the log around the failure)",
+            MAX_TEXT >> 20
+        )));
+    }
     Ok(numbered_lines(&String::from_utf8_lossy(&bytes)))
 }
 
