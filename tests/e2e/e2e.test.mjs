@@ -194,6 +194,8 @@ test('an OOM is marked and explained on click', async () => {
     const s = Number(p.get('start')), e = Number(p.get('end'));
     return 72 + (t - s) / (e - s) * (c.width - 72 - 12);
   }, oomTime);
+  // The verdict and the OOM's section come first: the timeline may start below the window.
+  await page.locator('#timeline').scrollIntoViewIfNeeded();
   const box = await page.locator('#timeline').boundingBox();
   await page.mouse.click(box.x + x, box.y + 100);
   await page.waitForSelector('#oom-detail', { timeout: 10_000 });
