@@ -90,20 +90,19 @@ fn fraction_under(limit: i64, needs: &[Need]) -> f64 {
     x.clamp(0.0, 1.0)
 }
 
-/// Each moment's need over the rows made in `[from, to)`: a row that `scales` counts its bytes
-/// × `ratio` as scaled, any other as fixed; `base` is added to every moment (what lives
-/// through the step).
-fn needs_over(rows: &[Row], from: usize, to: usize, ratio: f64, base: i64, scales: &dyn Fn(&Row) -> bool) -> Vec<Need> {
+/// Each moment's need over the rows made in `[from, to)`: a row whose `factor` is some `k`
+/// counts its bytes × `k` as scaled, any other as fixed; `base` is added to every moment (what
+/// lives through the step).
+fn needs_over(rows: &[Row], from: usize, to: usize, base: i64, factor: &dyn Fn(&Row) -> Option<f64>) -> Vec<Need> {
     let mut events: Vec<(i64, i64, f64)> = Vec::new();
     for r in rows {
         let Ok(a) = usize::try_from(r.alloc) else { continue };
         if a < from || a >= to {
             continue;
         }
-        let (fx, sc) = if !scales(r) {
-            (r.size, 0.0)
-        } else {
-            (0, r.size as f64 * ratio)
+        let (fx, sc) = match factor(r) {
+            None => (r.size, 0.0),
+            Some(k) => (0, r.size as f64 * k),
         };
         events.push((r.alloc, fx, sc));
         if r.free >= 0 && (r.free as usize) < to {
@@ -127,13 +126,14 @@ fn needs_over(rows: &[Row], from: usize, to: usize, ratio: f64, base: i64, scale
 /// The failing step's allocations against the same stacks' in the step before, each stack's
 /// allocations paired in order: the ratio of the batches (the upper third of the pairs' ratios:
 /// weights cast per layer, ratio 1, are fewer than the activations), and whether each earlier
-/// allocation scales (its pair's sizes differ). A line that casts a weight and computes with it
-/// makes both from one stack: its allocations alternate, so an earlier allocation past the
-/// failing step's reach takes the verdict of its place in the stack's repeating pattern.
+/// allocation scales, and by how much (its pair's ratio: a tensor quadratic in the sequence
+/// grows faster than one linear in it). A line that casts a weight and computes with it makes
+/// both from one stack: its allocations alternate, so an earlier allocation past the failing
+/// step's reach takes the ratio of its place in the stack's repeating pattern.
 struct BatchRatio {
     overall: f64,
-    /// Entry index of an earlier step's allocation → whether it scales with the batch.
-    scales: FxHashMap<i64, bool>,
+    /// Entry index of an earlier step's allocation → its ratio, `None` when it kept its size.
+    factor: FxHashMap<i64, Option<f64>>,
 }
 
 /// The smallest period of `sizes` (the whole length when none repeats).
@@ -159,16 +159,16 @@ fn batch_ratio(rows: &[Row], now: &StepWindows, before: &StepWindows, upto: usiz
     let a = collect(now.forward?, upto);
     let b = collect(before.forward?, before.end.unwrap_or(upto));
     let mut all: Vec<f64> = Vec::new();
-    let mut scales = FxHashMap::default();
+    let mut factor = FxHashMap::default();
     for (stack, sizes) in &a {
         let Some(prev) = b.get(stack) else { continue };
-        let verdicts: Vec<bool> = sizes
+        let verdicts: Vec<Option<f64>> = sizes
             .iter()
             .zip(prev)
             .map(|((_, x), (_, y))| {
                 let k = *x as f64 / (*y).max(1) as f64;
                 all.push(k);
-                !(0.8..=1.25).contains(&k)
+                (!(0.8..=1.25).contains(&k)).then_some(k)
             })
             .collect();
         if verdicts.is_empty() {
@@ -178,7 +178,7 @@ fn batch_ratio(rows: &[Row], now: &StepWindows, before: &StepWindows, upto: usiz
         let period = period_of(&now_sizes).min(verdicts.len());
         for (j, (alloc, _)) in prev.iter().enumerate() {
             let v = verdicts.get(j).copied().unwrap_or(verdicts[j % period]);
-            scales.insert(*alloc, v);
+            factor.insert(*alloc, v);
         }
     }
     if all.is_empty() {
@@ -187,7 +187,7 @@ fn batch_ratio(rows: &[Row], now: &StepWindows, before: &StepWindows, upto: usiz
     all.sort_by(|x, y| x.total_cmp(y));
     Some(BatchRatio {
         overall: all[all.len() * 2 / 3],
-        scales,
+        factor,
     })
 }
 
@@ -258,7 +258,7 @@ pub(super) fn batch_fit(
             let how;
             // Without a step to compare with, a parameter's size (weights, their bf16 copies,
             // gradients) does not scale.
-            let by_size = |r: &Row| !psize.contains(&r.size);
+            let by_size = |r: &Row| (!psize.contains(&r.size)).then_some(1.0);
             if let (OomPhase::Forward, Some(prev)) = (step.phase, step.previous.as_ref()) {
                 // The step before ran the whole way: its profile, scaled to this batch. A stack
                 // seen in both keeps its own ratio's verdict (a weight cast does not scale).
@@ -266,28 +266,28 @@ pub(super) fn batch_fit(
                 let overall = ratio.as_ref().map_or(1.0, |r| r.overall);
                 // Stacks the failing forward has not reached (the head, the loss, backward) scale
                 // unless the completed step's own rules made them state.
-                let scales = |r: &Row| match ratio.as_ref().and_then(|x| x.scales.get(&r.alloc)) {
+                let factor = |r: &Row| match ratio.as_ref().and_then(|x| x.factor.get(&r.alloc)) {
                     Some(k) => *k,
                     // The optimizer step works on the parameters, whatever the batch.
-                    None => {
-                        prev.optimizer.is_none_or(|o| r.alloc < o as i64)
-                            && !matches!(
-                                r.category,
-                                Category::Parameter | Category::Gradient | Category::OptimizerState
-                            )
-                    }
+                    None => (prev.optimizer.is_none_or(|o| r.alloc < o as i64)
+                        && !matches!(
+                            r.category,
+                            Category::Parameter | Category::Gradient | Category::OptimizerState
+                        ))
+                    .then_some(overall),
                 };
                 let end = prev.end.unwrap_or(w.start);
                 // Its rows still live now are in `base` (optimizer state made at its step).
                 let transient: Vec<Row> = rows.iter().filter(|r| !live_at(r, at)).copied().collect();
-                needs = needs_over(&transient, prev.start, end, overall, base, &scales);
+                needs = needs_over(&transient, prev.start, end, base, &factor);
                 how = format!(
-                    "The previous step ran whole: its allocations, scaled by this batch's ratio to it ({overall:.1}×, each \
-                     stack's allocations compared in order), give the whole step's need; what does not grow with the batch \
-                     (weights cast per layer, gradients, optimizer state) does not scale."
+                    "The previous step ran whole: its allocations, each scaled by the ratio of the same allocation in this \
+                     step (stacks compared in order; {overall:.1}× over the step, for what this step has not reached yet), give \
+                     the whole step's need; what does not grow with the batch (weights cast per layer, gradients, optimizer \
+                     state) does not scale."
                 );
             } else {
-                needs = needs_over(rows, w.start, oom, 1.0, base, &by_size);
+                needs = needs_over(rows, w.start, oom, base, &by_size);
                 // The failing request, at the failure.
                 if let Some(last) = needs.last().copied() {
                     let r = requested as f64;
