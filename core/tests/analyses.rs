@@ -42,6 +42,14 @@ impl Trace {
         let f = self.c.frames.intern_frame(function, "train.py", 10);
         self.c.frames.intern_stack(&[f])
     }
+    /// A stack of `(function, file)` frames, innermost first.
+    fn stack_of(&mut self, frames: &[(&str, &str)]) -> u32 {
+        let ids: Vec<u32> = frames
+            .iter()
+            .map(|(function, file)| self.c.frames.intern_frame(function, file, 10))
+            .collect();
+        self.c.frames.intern_stack(&ids)
+    }
     fn entry(&mut self, action: Action, addr: i64, size: i64, stack: u32) -> &mut Self {
         self.t += 10;
         self.c.trace.push(action, addr, size, 0, self.t, stack);
@@ -316,4 +324,62 @@ fn survivors_growing_at_many_moments_are_a_leak_without_iterations() {
     let l = &leaks[0];
     assert_eq!(l.stack, vec!["train.py:10 history.append".to_owned()]);
     assert_eq!((l.count, l.bytes, l.iterations_seen), (6, 6 * 4096, 6));
+}
+
+#[test]
+fn a_first_step_failing_in_backward_is_read_from_its_frames_alone() {
+    // A model made on the device (no `.to()`), its batch made by the script, a forward through
+    // `nn.Module`, then backward on the autograd thread (no Python frames): the first gradient
+    // is kept, a temporary freed, and the next gradient fails. No ranges anywhere.
+    let mut tr = Trace::new();
+    let init = tr.stack_of(&[("__init__", "torch/nn/modules/linear.py"), ("main", "train.py")]);
+    let batch = tr.stack_of(&[("main", "train.py")]);
+    let forward = tr.stack_of(&[
+        ("forward", "model.py"),
+        ("_call_impl", "torch/nn/modules/module.py"),
+        ("main", "train.py"),
+    ]);
+    let autograd = tr.stack_of(&[]);
+    let (p, k) = (4 * MIB, 64 << 10);
+    tr.entry(Action::SegmentAlloc, SEG, 64 * MIB, init);
+    let mut at = SEG;
+    let mut blocks = Vec::new();
+    let mut put = |tr: &mut Trace, size: i64, stack: u32, blocks: &mut Vec<(i64, i64, BlockState)>| {
+        tr.entry(Action::Alloc, at, size, stack);
+        blocks.push((size, size, BlockState::ActiveAllocated));
+        at += size;
+    };
+    for _ in 0..3 {
+        put(&mut tr, p, init, &mut blocks);
+    }
+    put(&mut tr, k, batch, &mut blocks);
+    for _ in 0..3 {
+        put(&mut tr, 2 * p, forward, &mut blocks);
+    }
+    put(&mut tr, p, autograd, &mut blocks);
+    tr.entry(Action::Alloc, at, 2 * MIB, autograd)
+        .entry(Action::FreeRequested, at, 2 * MIB, autograd)
+        .entry(Action::FreeCompleted, at, 2 * MIB, autograd)
+        .entry(Action::Oom, 0, p, autograd);
+    let used: i64 = blocks.iter().map(|b| b.0).sum();
+    blocks.push((64 * MIB - used, 0, BlockState::Inactive));
+    tr.segment(64 * MIB, &blocks);
+    let t = tr.tables();
+    let stacks = StackResolver::new(&t.frames, &t.stack_frames).expect("stacks");
+    let a = analyze_device(&t, 0, &stacks, &FrameRules::default()).expect("analysis");
+    let o = &a.summary.ooms[0];
+    assert_eq!(o.phase, memlens_api::OomPhase::Backward);
+    let live = |c: memlens_api::Category| {
+        o.live_categories
+            .iter()
+            .filter(|x| x.category == c)
+            .map(|x| x.bytes)
+            .sum::<i64>()
+    };
+    use memlens_api::Category as C;
+    assert_eq!(live(C::Parameter), 3 * p, "{:?}", o.live_categories);
+    assert_eq!(live(C::Input), k);
+    assert_eq!(live(C::Activation), 6 * p);
+    assert_eq!(live(C::Gradient), p);
+    assert_eq!(live(C::Other) + live(C::Temporary) + live(C::Cache), 0);
 }

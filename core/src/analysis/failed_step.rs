@@ -29,7 +29,8 @@ use crate::stacks::StackResolver;
 /// What an allocation's frames say it is part of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    /// `Module.to()` / `.cuda()` moving weights.
+    /// The model's weights made: `Module.to()` / `.cuda()` moving them, a module's constructor
+    /// or initialiser on the device, a checkpoint loaded onto it.
     Weights,
     /// A module's forward (`torch/nn/modules/module.py` calling it).
     Forward,
@@ -48,7 +49,18 @@ fn kind_of(frames: &[String], recorded: bool) -> Kind {
     let any = |f: &dyn Fn(&str) -> bool| frames.iter().any(|x| f(x));
     if any(&|x| x.contains("torch/optim/") || x.contains("bitsandbytes/optim/")) {
         Kind::Optimizer
-    } else if any(&|x| x.contains("torch/nn/modules/module.py") && x.ends_with(":_apply")) {
+    } else if any(&|x| x.contains("torch/nn/modules/module.py") && x.ends_with(":_apply"))
+        // Made on the device outside any module's call: a module's constructor, its
+        // initialisers, a checkpoint loaded onto it.
+        || !any(&|x| x.contains("torch/nn/modules/module.py"))
+            && any(&|x| {
+                x.contains("torch/nn/modules/") && (x.ends_with(":__init__") || x.ends_with(":reset_parameters"))
+                    || x.contains("torch/nn/init.py")
+                    || x.contains("transformers/modeling_utils.py") && (x.ends_with(":from_pretrained") || x.contains(":_load"))
+                    || x.contains("accelerate/utils/modeling.py")
+                    || x.contains("safetensors/")
+            })
+    {
         Kind::Weights
     } else if any(&|x| {
         (x.contains("torch/autograd/") || x.contains("torch/_tensor.py")) && x.ends_with(":backward")
@@ -68,12 +80,18 @@ fn kind_of(frames: &[String], recorded: bool) -> Kind {
 pub struct StepWindows {
     /// After the previous step's optimizer step (or the weights' move): where its batch is made.
     pub start: usize,
+    /// Where the batch began: the run of at most [`BATCH_ALLOCATIONS`] allocations of the
+    /// script's own just before the forward (`None`: the model made its own).
+    pub batch: Option<usize>,
     pub forward: Option<usize>,
     pub backward: Option<usize>,
     pub optimizer: Option<usize>,
     /// Where the next step began (for a completed step).
     pub end: Option<usize>,
 }
+
+/// The most allocations a batch is taken to be made of (ids, mask, labels, a few more).
+pub const BATCH_ALLOCATIONS: usize = 8;
 
 /// The step an OOM interrupted and the last one completed before it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -136,8 +154,18 @@ pub fn locate(ev: &DeviceEvents, stacks: &StackResolver, phases: &[PhaseRange], 
     let mut cur = StepWindows::default();
     let mut previous = None;
     let mut state = Kind::Weights;
+    // The run of the script's own allocations going on (where it began, how many).
+    let mut run: Option<(usize, usize)> = None;
     for (i, _) in action.iter().enumerate().take(oom).filter(|(_, &a)| a == alloc) {
         let k = kinds.of(stack.at(i));
+        let batch = run.filter(|r| r.1 <= BATCH_ALLOCATIONS).map(|r| r.0);
+        run = match (k, state) {
+            (Kind::Script, Kind::Weights | Kind::Script | Kind::Optimizer) => {
+                Some(run.map_or((i, 1), |r| (r.0, r.1 + 1)))
+            }
+            (Kind::Script, _) => run,
+            _ => None,
+        };
         match (k, state) {
             (Kind::Weights, _) => {
                 cur = StepWindows {
@@ -148,6 +176,7 @@ pub fn locate(ev: &DeviceEvents, stacks: &StackResolver, phases: &[PhaseRange], 
             }
             (Kind::Forward, Kind::Weights | Kind::Script) => {
                 cur.forward = Some(i);
+                cur.batch = batch;
                 state = Kind::Forward;
             }
             (Kind::Forward, Kind::Optimizer) => {
@@ -265,7 +294,14 @@ pub(super) fn parameter_sizes(rows: &[Row]) -> FxHashSet<i64> {
 }
 
 /// Where a row made in the failing step belongs.
-fn placed_in_step(r: &Row, w: &StepWindows, parameter_size: &FxHashSet<i64>) -> Option<(Category, CategoryRule)> {
+/// `first`: no step completed before this one, so what lives from before its batch was made to
+/// the failure is the model's weights (loaded or made on the device, not moved there).
+fn placed_in_step(
+    r: &Row,
+    w: &StepWindows,
+    parameter_size: &FxHashSet<i64>,
+    first: bool,
+) -> Option<(Category, CategoryRule)> {
     let a = usize::try_from(r.alloc).ok()?;
     // No model ran in the step: nothing training-shaped to place by.
     if a < w.start || w.forward.is_none() {
@@ -287,7 +323,11 @@ fn placed_in_step(r: &Row, w: &StepWindows, parameter_size: &FxHashSet<i64>) -> 
     } else if w.forward.is_some_and(|f| a >= f) && before(w.backward) {
         (Category::Activation, CategoryRule::MadeInFailedForward)
     } else if before(w.forward) {
-        (Category::Input, CategoryRule::MadeBeforeForward)
+        match w.batch {
+            Some(b) if a < b && first => (Category::Parameter, CategoryRule::AliveThroughout),
+            None if first => (Category::Parameter, CategoryRule::AliveThroughout),
+            _ => (Category::Input, CategoryRule::MadeBeforeForward),
+        }
     } else {
         return None;
     })
@@ -310,22 +350,38 @@ pub fn place_failed_steps(
     let alloc = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free = lt_col::FREE_IDX.slice(lifetimes)?;
     let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
+    let stack = StackIds::of(lifetimes, lt_col::STACK)?;
     let mut rows: Vec<Row> = (0..lifetimes.height())
         .map(|r| Row {
             alloc: i64::from(alloc[r]),
             free: i64::from(free[r]),
             size: size.at(r),
-            stack: 0,
+            stack: stack.at(r),
             category: placed[r].0,
             rule: placed[r].1,
         })
         .collect();
-    let psize = parameter_sizes(&rows);
+    let mut kinds = Kinds {
+        stacks,
+        recorded: stacks.any_recorded(),
+        seen: FxHashMap::default(),
+    };
     for oom in ooms {
         let step = locate(ev, stacks, phases, oom);
-        for (r, p) in rows.iter_mut().zip(placed.iter_mut()) {
-            if live_at(r, oom as i64) && open_to_failed_step(r) {
-                if let Some(np) = placed_in_step(r, &step.failing, &psize) {
+        let first = step.previous.is_none();
+        // What precedes the forward first (the weights, in a first step), then the rest with
+        // those weights' sizes known.
+        for pass in [0, 1] {
+            let psize = parameter_sizes(&rows);
+            for (r, p) in rows.iter_mut().zip(placed.iter_mut()) {
+                let pre_forward = step.failing.forward.is_some_and(|f| r.alloc < f as i64);
+                if (pass == 0) != pre_forward || !live_at(r, oom as i64) || !open_to_failed_step(r) {
+                    continue;
+                }
+                // Weights made on the device, before the failing step (or before any step).
+                let weights = (pass == 0 && kinds.of(r.stack) == Kind::Weights && step.failing.forward.is_some())
+                    .then_some((Category::Parameter, CategoryRule::AliveThroughout));
+                if let Some(np) = weights.or_else(|| placed_in_step(r, &step.failing, &psize, first)) {
                     *p = np;
                     r.category = np.0;
                     r.rule = np.1;
