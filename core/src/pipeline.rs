@@ -456,6 +456,7 @@ pub fn run_with(
         out.gpu_logs.push(summary);
     }
     link_process_gpus(&mut out.gpu_logs);
+    crate::analysis::text_evidence::join_messages_to_snapshots(&mut out.files);
     crate::analysis::verdict::lead_with_memory_outside(&mut out.files, &out.gpu_logs);
     out.run = run_overview(&out.files);
     if out.files.is_empty() && out.gpu_logs.is_empty() {

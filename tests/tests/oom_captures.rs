@@ -155,3 +155,26 @@ fn the_reruns_at_the_fractions_fit_and_25_percent_more_do_not() {
         assert_eq!(more["fits"], false, "{name}");
     }
 }
+
+#[test]
+fn a_snapshot_uploaded_with_its_log_takes_what_only_the_message_saw() {
+    let dir = traces_dir().join("oom");
+    for (name, cause) in [
+        ("other_proc", OomCause::OtherProcesses),
+        ("non_torch", OomCause::NonPytorch),
+        ("opt", OomCause::Limit),
+    ] {
+        let out = memlens_core::pipeline::analyze_paths(&[
+            dir.join(format!("{name}.at_oom.pickle.gz")),
+            dir.join(format!("{name}.log")),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let snap = &out.files[0].devices[0];
+        let o = &snap.ooms[0];
+        assert_eq!(o.cause, cause, "{name}: {}", o.remedy);
+        assert!(o.allowed_bytes.is_some() == (name == "opt"), "{name}");
+        // What only the snapshot knows stays: the categories and the batch fit.
+        assert!(!o.live_categories.is_empty() && o.fits.is_some(), "{name}");
+        assert!(snap.verdict.starts_with(&o.remedy), "{name}");
+    }
+}

@@ -316,3 +316,84 @@ pub fn text_file_summary(e: &TextEvidence, name: &str, format: Format, gzip: boo
         focus_device,
     }
 }
+
+/// Whether a message's request is the snapshot's: the same bytes as printed (two decimals in
+/// the unit: within half a hundredth of a GiB).
+fn same_request(printed: i64, exact: i64) -> bool {
+    (printed - exact).abs() <= (exact / 200).max(6 << 20)
+}
+
+/// A report holding an at-OOM snapshot and the message of the same failure (its log, its error
+/// text): the figures the snapshot cannot see — the cap, the device's size, other processes,
+/// memory outside PyTorch — join the snapshot's OOM, which is classified again and keeps what
+/// only the snapshot knows (what is live, how much of the batch fits).
+pub fn join_messages_to_snapshots(files: &mut [FileSummary]) {
+    use super::oom_cause::LiveAtFailure;
+    let messages: Vec<(i64, OomExplanation)> = files
+        .iter()
+        .filter(|f| f.format.is_text_evidence())
+        .flat_map(|f| {
+            f.devices
+                .iter()
+                .flat_map(|d| d.ooms.iter().map(move |o| (d.device, o.clone())))
+        })
+        .collect();
+    if messages.is_empty() {
+        return;
+    }
+    for f in files.iter_mut().filter(|f| !f.format.is_text_evidence()) {
+        for d in f.devices.iter_mut() {
+            let mut joined = false;
+            for o in d.ooms.iter_mut().filter(|o| o.text.is_none()) {
+                let Some((_, m)) = messages
+                    .iter()
+                    .find(|(dev, m)| *dev == d.device && same_request(m.requested_bytes, o.requested_bytes))
+                else {
+                    continue;
+                };
+                let others: i64 = m.processes.iter().filter(|p| !p.this_process).map(|p| p.bytes).sum();
+                let facts = OomFacts {
+                    requested: o.requested_bytes,
+                    allocated: Some(o.allocated_bytes),
+                    reserved: Some(o.reserved_bytes),
+                    reserved_free: Some(o.reserved_free_bytes),
+                    largest_free_block: Some(o.largest_free_block_bytes),
+                    device_free: o.device_free_bytes.or(m.device_free_bytes),
+                    device_total: m.device_total_bytes,
+                    allowed: m.allowed_bytes,
+                    other_processes: (!m.processes.is_empty()).then_some(others),
+                    non_pytorch: m.non_pytorch_bytes,
+                    private_pool: m.private_pool_bytes,
+                    expandable_segments: false,
+                };
+                let mut live = LiveAtFailure::of(&o.live_categories);
+                let lazily = o.remedies.iter().any(|r| r.note.contains("lazily"));
+                if o.phase == OomPhase::OptimizerStep && lazily {
+                    live.optimizer_state_to_come = Some(2 * live.gradient.max(live.parameter));
+                }
+                let cause = classify(&facts);
+                let mut list = remedies(cause, &facts, o.phase, Some(&live), o.fits.as_ref());
+                // The snapshot's own sizing of checkpointing (its layers) stands.
+                for r in list.iter_mut() {
+                    if let Some(old) = o.remedies.iter().find(|x| {
+                        x.action == r.action && x.action == memlens_api::RemedyAction::ActivationCheckpointing
+                    }) {
+                        *r = old.clone();
+                    }
+                }
+                o.remedy = verdict(cause, &facts, o.phase, Some(&live), &list, o.fits.as_ref());
+                o.remedies = list;
+                o.cause = cause;
+                o.allowed_bytes = m.allowed_bytes;
+                o.device_total_bytes = m.device_total_bytes;
+                o.processes = m.processes.clone();
+                o.non_pytorch_bytes = m.non_pytorch_bytes;
+                o.private_pool_bytes = m.private_pool_bytes;
+                joined = true;
+            }
+            if joined {
+                d.verdict = super::verdict::device_verdict(d);
+            }
+        }
+    }
+}
