@@ -246,12 +246,17 @@ pub(super) struct Row {
     pub(super) rule: CategoryRule,
 }
 
+/// The lifetimes' rows with their category columns.
 pub(super) fn rows(lifetimes: &DataFrame) -> PolarsResult<Vec<Row>> {
+    rows_placed(lifetimes, &super::whatif::categories_of(lifetimes)?)
+}
+
+/// The lifetimes' rows with each one's placement.
+fn rows_placed(lifetimes: &DataFrame, placed: &[(Category, CategoryRule)]) -> PolarsResult<Vec<Row>> {
     let alloc = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free = lt_col::FREE_IDX.slice(lifetimes)?;
     let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
     let stack = StackIds::of(lifetimes, lt_col::STACK)?;
-    let placed = super::whatif::categories_of(lifetimes)?;
     Ok((0..lifetimes.height())
         .map(|r| Row {
             alloc: i64::from(alloc[r]),
@@ -347,20 +352,7 @@ pub fn place_failed_steps(
     if ooms.is_empty() {
         return Ok(placed);
     }
-    let alloc = lt_col::ALLOC_IDX.slice(lifetimes)?;
-    let free = lt_col::FREE_IDX.slice(lifetimes)?;
-    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
-    let stack = StackIds::of(lifetimes, lt_col::STACK)?;
-    let mut rows: Vec<Row> = (0..lifetimes.height())
-        .map(|r| Row {
-            alloc: i64::from(alloc[r]),
-            free: i64::from(free[r]),
-            size: size.at(r),
-            stack: stack.at(r),
-            category: placed[r].0,
-            rule: placed[r].1,
-        })
-        .collect();
+    let mut rows = rows_placed(lifetimes, &placed)?;
     let mut kinds = Kinds {
         stacks,
         recorded: stacks.any_recorded(),
