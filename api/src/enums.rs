@@ -277,7 +277,7 @@ pub enum Category {
 
 impl CategoryRule {
     /// Every rule; stored reports keep positions in this list, so new rules go at the end.
-    pub const ALL: [CategoryRule; 20] = [
+    pub const ALL: [CategoryRule; 21] = [
         CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
@@ -298,6 +298,7 @@ impl CategoryRule {
         CategoryRule::ProfilerCategory,
         CategoryRule::LibraryWorkspace,
         CategoryRule::KeptFromBackwardUnlikeAnyParameter,
+        CategoryRule::MadeInFailedBackward,
     ];
 }
 
@@ -380,6 +381,10 @@ pub enum CategoryRule {
     /// state a library or wrapper keeps (a cuBLAS workspace seen without C++ frames, DDP's
     /// gradient buckets).
     KeptFromBackwardUnlikeAnyParameter,
+    /// Made in the backward of a step in which an allocation then failed, of no parameter's
+    /// size, live at the failure: a gradient being computed (of an activation, on its way to a
+    /// parameter's).
+    MadeInFailedBackward,
 }
 
 /// An optimizer, by how many fp32 states it keeps per parameter.

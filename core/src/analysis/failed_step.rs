@@ -8,7 +8,8 @@
 //!   optimizer step;
 //! - **what is live there, in the user's terms**: what the failing step made is placed by the
 //!   window it was made in — before the forward, the batch (`input`); in the forward,
-//!   `activation`; in backward, a parameter's size is its `gradient`; in the optimizer step, a
+//!   `activation`; in backward, `gradient` (a parameter's size is its gradient, any other a
+//!   gradient being computed on the way to one); in the optimizer step, a
 //!   parameter's size is `optimizer_state` being created (Adam-style optimizers create it
 //!   lazily at their first step). Only what the run-wide rules left as other, temporary or
 //!   cache is placed so;
@@ -323,7 +324,7 @@ fn placed_in_step(
         if parameter_size.contains(&r.size) {
             (Category::Gradient, CategoryRule::KeptFromBackward)
         } else {
-            (Category::Temporary, CategoryRule::WithinOnePhase)
+            (Category::Gradient, CategoryRule::MadeInFailedBackward)
         }
     } else if w.forward.is_some_and(|f| a >= f) && before(w.backward) {
         (Category::Activation, CategoryRule::MadeInFailedForward)

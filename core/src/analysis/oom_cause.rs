@@ -297,7 +297,8 @@ pub fn remedies(
                     ),
                 });
             }
-            let states = l.parameter + l.gradient + state;
+            // Gradients being computed in backward (of activations) are not sharded state.
+            let states = l.parameter + l.gradient.min(l.parameter) + state;
             if states > 0 && trains {
                 rest.push(Remedy {
                     action: RemedyAction::ShardStates,
