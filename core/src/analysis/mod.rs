@@ -38,6 +38,8 @@ pub mod lifetime_addresses;
 pub mod lifetimes;
 pub mod oom;
 pub mod oom_cause;
+#[cfg(test)]
+mod oom_cause_tests;
 mod packed_blocks;
 mod packed_entries;
 pub mod peak;
