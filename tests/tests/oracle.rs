@@ -34,7 +34,7 @@ fn check_dir(dir: &std::path::Path) -> usize {
 #[test]
 fn committed_traces_match_their_oracles() {
     assert!(
-        check_dir(&traces_dir()) >= 10,
+        check_dir(&traces_dir()) + check_dir(&traces_dir().join("anatomy")) >= 18,
         "expected the committed snapshots in traces/"
     );
 }
