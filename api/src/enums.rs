@@ -385,6 +385,28 @@ pub enum CategoryRule {
     /// size, live at the failure: a gradient being computed (of an activation, on its way to a
     /// parameter's).
     MadeInFailedBackward,
+    /// Made by AMP's `GradScaler` for its own state (`_lazy_init_scale_growth_tracker`: the loss
+    /// scale and its growth tracker), kept for the run beside the optimizer's.
+    GradScalerState,
+}
+
+/// The evidence a run's loop steps were found from, strongest first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum IterationEvidence {
+    /// The script's own repeated `record_function` ranges (`iteration_12`, `train_step`, …),
+    /// each range one step.
+    StepRanges,
+    /// Optimizer steps (ranges, or runs of `torch/optim/` frames) as separators: a step runs
+    /// from the end of one optimizer step (and its zero_grad) to the end of the next.
+    OptimizerSteps,
+    /// The allocation rhythm: the stack that allocates once per step, regularly, across the
+    /// run; a step runs from one of its allocations to the next.
+    AllocationRhythm,
+    /// No loop was seen.
+    #[default]
+    None,
 }
 
 /// An optimizer, by how many fp32 states it keeps per parameter.

@@ -30,8 +30,8 @@ pub use compare::{
 };
 
 pub use enums::{
-    ActivationDtype, BlockState, Category, CategoryRule, NoStackReason, OomBackend, OomCause, OomPhase, OptimizerKind,
-    PoolKind, RemedyAction, ReportState, SampleClock, Stage, TimelineAxis,
+    ActivationDtype, BlockState, Category, CategoryRule, IterationEvidence, NoStackReason, OomBackend, OomCause,
+    OomPhase, OptimizerKind, PoolKind, RemedyAction, ReportState, SampleClock, Stage, TimelineAxis,
 };
 pub use formats::{analysed_formats_sentence, Format, FormatInfo, FORMATS};
 pub use params::{

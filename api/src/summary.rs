@@ -427,17 +427,50 @@ pub struct LeakCandidate {
     pub bytes_per_iteration: i64,
 }
 
+/// The run's loop steps and where they came from: what the leak analysis counts in, what the
+/// timeline draws as iteration bands and what a comparison puts side by side.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IterationInfo {
-    /// `annotations:<name>` when taken from `record_function` ranges, `allocation_pattern` when
-    /// taken from the repeating allocation rhythm, `none` when the run shows no iteration.
+    /// `annotations:<range name>` for step ranges, `optimizer_steps:<range name>` for optimizer
+    /// steps, `allocation_pattern` for the allocation rhythm, `none` when the run shows no
+    /// loop (a label for people; `evidence` is the closed set).
     pub source: String,
-    /// Iterations found (0 with `none`).
+    /// Steps found (0 with `none`).
     pub count: usize,
     /// With `none`: what leak detection did instead, in plain words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Which evidence found the steps.
+    #[serde(default)]
+    pub evidence: IterationEvidence,
+    /// Each step, whole, in order (only with timestamps, and for at most 10,000 steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<IterationStep>,
+}
+
+impl IterationInfo {
+    /// Where the steps came from, for people: `the script's "iteration" ranges`, `optimizer
+    /// steps`, `the allocation rhythm`.
+    pub fn found_from(&self) -> String {
+        let name = self.source.split_once(':').map_or("", |(_, n)| n);
+        match self.evidence {
+            IterationEvidence::StepRanges => format!("the script's \"{name}\" ranges"),
+            IterationEvidence::OptimizerSteps => "optimizer steps".to_owned(),
+            IterationEvidence::AllocationRhythm => "the allocation rhythm".to_owned(),
+            IterationEvidence::None => self.source.clone(),
+        }
+    }
+}
+
+/// One step of a run's loop: from where it starts to where the next starts (the last, to its
+/// own end), and the most bytes allocated within it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct IterationStep {
+    pub start_us: i64,
+    pub end_us: i64,
+    pub peak_allocated_bytes: i64,
 }
 
 /// A `record_function` range from `external_annotations`.

@@ -19,9 +19,10 @@ use crate::analysis::gpu_samples::{
 use crate::analysis::leaks::leak_candidates;
 use crate::analysis::lifetime_addresses::LifetimeAddresses;
 use crate::analysis::lifetimes::{allocation_lifetimes_apart, allocation_lifetimes_with, Addresses};
+use crate::analysis::loop_steps::loop_steps;
 use crate::analysis::oom::explain_ooms;
 use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of, NoStackEvidence};
-use crate::analysis::phases::{iteration_starts, phase_ranges, with_inferred_optimizer_steps};
+use crate::analysis::phases::{phase_ranges, with_inferred_optimizer_steps};
 use crate::analysis::pools::memory_pools;
 use crate::analysis::run::metadata_rank;
 use crate::analysis::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
@@ -232,7 +233,18 @@ fn analyze_device_with(
         .has_time
         .then(|| crate::analysis::categories::structure(&structure, ev.time(), usage))
         .flatten();
-    let (mut leaks, iterations) = leak_candidates(ev, &lifetimes, iteration_starts(&phases), stacks)?;
+    let steps = loop_steps(&structure, training.as_ref(), ev);
+    let (mut leaks, note) = leak_candidates(ev, &lifetimes, steps.as_ref().map(|s| &s.spans[..]), stacks)?;
+    let iterations = match &steps {
+        Some(steps) => steps.info(ev, usage),
+        None => memlens_api::IterationInfo {
+            source: "none".to_owned(),
+            count: 0,
+            note,
+            evidence: memlens_api::IterationEvidence::None,
+            steps: Vec::new(),
+        },
+    };
     let pytorch = t.format.is_pytorch_snapshot();
     let labels = explicit_labels(&t.event_notes, ev)?;
     let evidence = Evidence { labels: &labels, rules };

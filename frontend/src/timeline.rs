@@ -212,6 +212,7 @@ impl TimelineView {
 
         self.draw_axes(ctx, ymax);
         self.draw_phases(ctx);
+        self.draw_iterations(ctx);
         self.draw_markers(ctx, ymax);
         if let Some((a, b)) = self.selection {
             ctx.set_fill_style_str("rgba(52,101,164,0.18)");
@@ -362,6 +363,38 @@ impl TimelineView {
             let t = self.x_to_time(x);
             let label = axis_time(t, self.origin, self.event_axis);
             let _ = ctx.fill_text(&label, (x - 20.0).max(LEFT), self.height - 8.0);
+        }
+    }
+
+    /// The loop's steps (`iterations.steps`, whatever evidence found them) as alternating bands:
+    /// a thin strip under the phases, or the phases' own strip, each step named with its peak
+    /// where it is wide enough, when the run has no phases.
+    fn draw_iterations(&self, ctx: &CanvasRenderingContext2d) {
+        let Some(s) = self.summary.as_ref().filter(|_| !self.event_axis) else {
+            return;
+        };
+        ctx.set_font("10px sans-serif");
+        for (k, step) in s.iterations.steps.iter().enumerate() {
+            let x0 = self.time_to_x(step.start_us).max(LEFT);
+            let x1 = self.time_to_x(step.end_us).min(LEFT + self.plot_w());
+            if x1 <= LEFT || x0 >= LEFT + self.plot_w() || x1 - x0 < 0.5 {
+                continue;
+            }
+            ctx.set_fill_style_str(if k % 2 == 0 {
+                "rgba(78,154,6,0.30)"
+            } else {
+                "rgba(78,154,6,0.14)"
+            });
+            if !self.phases.is_empty() {
+                ctx.fill_rect(x0, 20.5, x1 - x0, 4.5);
+                continue;
+            }
+            ctx.fill_rect(x0, 4.0, x1 - x0, 16.0);
+            if x1 - x0 > 110.0 {
+                ctx.set_fill_style_str("#232");
+                let label = format!("iteration {k} · peak {}", bytes(step.peak_allocated_bytes));
+                let _ = ctx.fill_text(&label, x0 + 3.0, 15.0);
+            }
         }
     }
 

@@ -12,7 +12,7 @@ fn device0(name: &str) -> DeviceSummary {
 #[test]
 fn leak_finds_both_leak_sites() {
     let d = device0("leak.pickle");
-    assert_eq!(d.iterations.source, "annotations:Optimizer.step#Adam.step");
+    assert_eq!(d.iterations.source, "optimizer_steps:Optimizer.step#Adam.step");
     assert_eq!(d.leaks.len(), 2, "{:#?}", d.leaks);
     // One site is the model output kept in a list, the other the copied input batch.
     let kept_output = d

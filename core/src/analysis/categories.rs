@@ -3,7 +3,7 @@
 //! each category's bytes at the peak and at its own maximum.
 //!
 //! Labels the entries carry win ([`super::labels`]); then math-library workspaces seen in C++
-//! stacks are cache; then the evidence is the structure of training, read from the snapshot
+//! stacks are cache, and AMP's `GradScaler` state is optimizer state; then the evidence is the structure of training, read from the snapshot
 //! alone:
 //! - **optimizer steps**: PyTorch's optimizers run their `step` and `zero_grad` under
 //!   `record_function("Optimizer.step#…")` / `("Optimizer.zero_grad#…")`, which the allocator
@@ -145,6 +145,15 @@ fn library_workspace(stacks: &StackResolver, stack: u32) -> bool {
         .any(|f| f.contains("at::cuda::setWorkspaceForHandle") || f.contains("at::cuda::getCUDABlasLtWorkspace"))
 }
 
+/// Whether a stack shows AMP's `GradScaler` making its state (the loss scale and its growth
+/// tracker, made once at the first `scale()` and kept for the run).
+fn grad_scaler_state(stacks: &StackResolver, stack: u32) -> bool {
+    stacks
+        .frames(stack)
+        .iter()
+        .any(|f| f.contains("amp/grad_scaler.py") && f.ends_with(":_lazy_init_scale_growth_tracker"))
+}
+
 /// What the built-in evidence leaves to user rules: nothing placed, state of a run without
 /// training structure, and what outlived its iteration.
 fn open_to_rules(placed: (Category, CategoryRule)) -> bool {
@@ -192,6 +201,8 @@ pub fn categorize(
     let mut module_to = PerStack::new(stacks);
     let mut workspace = PerStack::new(stacks);
     let mut is_workspace = |s: u32| workspace.get(s, || library_workspace(stacks, s));
+    let mut scaler = PerStack::new(stacks);
+    let mut is_scaler_state = |s: u32| scaler.get(s, || grad_scaler_state(stacks, s));
     // Each allocation's life is made where it is placed, not kept for all at once (40 bytes
     // per allocation); whether any moved weights is a pass over the stacks first.
     let mut moved = |s: u32| pytorch && module_to.get(s, || moved_by_module_to(stacks, s));
@@ -224,6 +235,7 @@ pub fn categorize(
         .map(|((life, &a), s)| match (&st, pytorch) {
             _ if !labels.is_empty() && a >= 0 && labels.contains_key(&(a as usize)) => labels[&(a as usize)],
             _ if pytorch && is_workspace(s) => (Category::Cache, CategoryRule::LibraryWorkspace),
+            _ if pytorch && is_scaler_state(s) => (Category::OptimizerState, CategoryRule::GradScalerState),
             (Some(st), _) => classify_training(st, life, weights_moved),
             (None, true) => classify_plain(life, span, &failed_forwards),
             (None, false) => (Category::Other, CategoryRule::Unplaced),

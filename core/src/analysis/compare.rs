@@ -16,7 +16,6 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::lifetimes::live_by_stack;
-use super::phases::iteration_spans;
 use crate::columns::usage as usage_col;
 use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
@@ -182,56 +181,46 @@ fn category_deltas(a: &DeviceSummary, b: &DeviceSummary) -> Vec<CategoryDelta> {
         .collect()
 }
 
-/// A side's usage columns and its iteration spans (only with timestamps).
+/// A side's usage columns and its loop's steps (only with timestamps).
 struct SideSeries<'a> {
     time: IntSlice<'a>,
     allocated: IntSlice<'a>,
     reserved: &'a EntrySteps,
-    iterations: Option<Vec<(i64, i64)>>,
+    steps: &'a [memlens_api::IterationStep],
 }
 
 impl<'a> SideSeries<'a> {
     fn new(side: &'a CompareSide) -> PolarsResult<SideSeries<'a>> {
         let u = &side.frames.usage;
-        let iterations = if side.device.time_axis == memlens_api::TimeAxis::TimeUs {
-            iteration_spans(&side.device.phases).filter(|s| !s.is_empty())
+        let steps = if side.device.time_axis == memlens_api::TimeAxis::TimeUs {
+            &side.device.iterations.steps[..]
         } else {
-            None
+            &[]
         };
         Ok(SideSeries {
             time: usage_col::times(u)?,
             allocated: usage_col::allocated(u)?,
             reserved: &side.frames.reserved,
-            iterations,
+            steps,
         })
     }
 
     /// The anchor times of the iteration axis: x = k at `anchors[k]`.
     fn anchors(&self) -> Option<Vec<i64>> {
-        let spans = self.iterations.as_ref()?;
+        let first_step = self.steps.first()?;
         let first = self.time.first()?;
         let last = self.time.last()?;
-        let mut a = vec![first.min(spans[0].0)];
-        a.extend(spans.iter().map(|s| s.0));
-        let end = spans.last().map_or(last, |s| s.1);
+        let mut a = vec![first.min(first_step.start_us)];
+        a.extend(self.steps.iter().map(|s| s.start_us));
+        let end = self.steps.last().map_or(last, |s| s.end_us);
         a.push(end);
         a.push(last.max(end));
         Some(a)
     }
 
-    /// The allocated peak within each iteration.
+    /// The allocated peak within each step.
     fn iteration_peaks(&self) -> Vec<i64> {
-        let Some(spans) = &self.iterations else {
-            return Vec::new();
-        };
-        spans
-            .iter()
-            .map(|&(s, e)| {
-                let lo = self.time.partition_point(|t| t < s);
-                let hi = self.time.partition_point(|t| t <= e);
-                self.allocated.slice(lo..hi.max(lo)).iter().max().unwrap_or(0)
-            })
-            .collect()
+        self.steps.iter().map(|s| s.peak_allocated_bytes).collect()
     }
 }
 
@@ -307,7 +296,7 @@ fn compared_run(side: &CompareSide, series: &SideSeries) -> ComparedRun {
         fragmentation_at_peak: d.fragmentation_at_peak.clone(),
         oom_count: d.oom_count,
         oom_causes: d.ooms.iter().map(|o| o.cause).collect(),
-        iterations: series.iterations.as_ref().map_or(0, Vec::len),
+        iterations: series.steps.len(),
         iteration_peaks: series.iteration_peaks(),
         steady_by_category: d
             .categories

@@ -48,7 +48,7 @@ fn kind_of(frames: &[String], recorded: bool) -> Kind {
         return if recorded { Kind::Backward } else { Kind::Script };
     }
     let any = |f: &dyn Fn(&str) -> bool| frames.iter().any(|x| f(x));
-    if any(&|x| x.contains("torch/optim/") || x.contains("bitsandbytes/optim/")) {
+    if any(&|x| super::phases::is_optimizer_frame(x)) {
         Kind::Optimizer
     } else if any(&|x| x.contains("torch/nn/modules/module.py") && x.ends_with(":_apply"))
         // Made on the device outside any module's call: a module's constructor, its

@@ -1,10 +1,9 @@
 //! Leak candidates: allocations still live at the end, grouped by stack, flagged only where
 //! the run shows growth.
 //!
-//! With iterations — repeated `record_function` ranges ([`super::phases::iteration_starts`]) or
-//! the repeating allocation rhythm ([`repeating_pattern`]) — a stack is a candidate when its
-//! survivors were allocated in at least 3 iterations and in at least half of the iterations
-//! seen; one-off state (parameters, optimizer state created at step 1, the last step's
+//! With a loop — its steps from whichever evidence the run has ([`super::loop_steps`]) — a
+//! stack is a candidate when its survivors were allocated in at least 3 steps and in at least
+//! half of them; one-off state (parameters, optimizer state created at step 1, the last step's
 //! gradients) survives from a single iteration and is not flagged.
 //!
 //! Without iterations none are invented: a stack is a candidate only when its own survivors
@@ -12,7 +11,7 @@
 //! run (its live bytes stepping up again and again). Tensors made in a few bursts and kept —
 //! a short script, a model being built — are not growth.
 
-use memlens_api::{IterationInfo, LeakCandidate};
+use memlens_api::LeakCandidate;
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
@@ -43,30 +42,36 @@ fn survivors(lifetimes: &DataFrame) -> PolarsResult<Vec<(usize, usize)>> {
         .collect())
 }
 
+/// Leak candidates, and without a loop what was done instead (in plain words). `steps`: each
+/// of the loop's steps as `(start, end)` on the events' time axis, in order
+/// ([`super::loop_steps`]); `None` without a loop.
 pub fn leak_candidates(
     ev: &DeviceEvents,
     lifetimes: &DataFrame,
-    iterations: Option<(String, Vec<i64>)>,
+    steps: Option<&[(i64, i64)]>,
     stacks: &StackResolver,
-) -> PolarsResult<(Vec<LeakCandidate>, IterationInfo)> {
-    let (source, starts) = match iterations {
-        Some((name, starts)) if ev.has_time => (format!("annotations:{name}"), starts),
-        _ => match repeating_pattern(ev) {
-            Some(starts) => ("allocation_pattern".to_owned(), starts),
-            None => return growth_candidates(ev, lifetimes, stacks),
-        },
+) -> PolarsResult<(Vec<LeakCandidate>, Option<String>)> {
+    let steps = match steps {
+        Some(steps) if !steps.is_empty() => steps,
+        _ => return growth_candidates(ev, lifetimes, stacks),
     };
-    let info = IterationInfo {
-        source,
-        count: starts.len() + 1,
-        note: None,
+    // What came before the first step counts as one more, as does what came after each step
+    // before the next (or after the last): a tensor kept after each step's end is made in a
+    // new bucket each time.
+    let buckets = steps.len() + 1;
+    let bucket_of = |t: i64| {
+        let k = steps.partition_point(|s| s.0 <= t);
+        match k.checked_sub(1) {
+            None => 0,
+            Some(j) if t <= steps[j].1 || steps.get(k).is_some_and(|n| n.0 <= steps[j].1) => 2 * k - 1,
+            Some(_) => 2 * k,
+        }
     };
     let mut rows = Vec::new();
     let mut bucket = Vec::new();
     for (i, a) in survivors(lifetimes)? {
-        let t = ev.time().at(a);
         rows.push(i as IdxSize);
-        bucket.push(starts.partition_point(|&s| s <= t) as u32);
+        bucket.push(bucket_of(ev.time().at(a)) as u32);
     }
     let live = lifetimes.take(&IdxCa::from_vec("idx".into(), rows))?;
     let live = live.hstack(&[Column::new("bucket".into(), bucket)])?;
@@ -94,14 +99,14 @@ pub fn leak_candidates(
     let mut out = Vec::new();
     for i in 0..groups.height() {
         let seen = it.get(i).unwrap_or(0) as usize;
-        if seen * 2 < info.count {
+        if seen * 2 < buckets {
             continue;
         }
         let id = s.get(i).unwrap_or(0);
         let bytes = b.get(i).unwrap_or(0);
         out.push(candidate(stacks, id, bytes, c.get(i).unwrap_or(0) as usize, seen));
     }
-    Ok((out, info))
+    Ok((out, None))
 }
 
 fn candidate(stacks: &StackResolver, id: u32, bytes: i64, count: usize, seen: usize) -> LeakCandidate {
@@ -131,7 +136,7 @@ fn growth_candidates(
     ev: &DeviceEvents,
     lifetimes: &DataFrame,
     stacks: &StackResolver,
-) -> PolarsResult<(Vec<LeakCandidate>, IterationInfo)> {
+) -> PolarsResult<(Vec<LeakCandidate>, Option<String>)> {
     let time = ev.time();
     let span = (time.last().unwrap_or(0) - time.first().unwrap_or(0)).max(1);
     let gap = ((span as f64) * MOMENT_GAP) as i64;
@@ -164,59 +169,72 @@ fn growth_candidates(
              {MIN_MOMENTS} or more separate moments across the run"
         )
     };
-    Ok((
-        out,
-        IterationInfo {
-            source: "none".to_owned(),
-            count: 0,
-            note: Some(note),
-        },
-    ))
+    Ok((out, Some(note)))
 }
+
+/// The fewest entries a step of the rhythm may hold on average (four allocations and their
+/// frees).
+const MIN_STEP_ENTRIES: usize = 12;
 
 /// The most repetitions a rhythm may have (more: a per-allocation pattern, not a step).
 const MOST_REPETITIONS: usize = 100_000;
 
-/// Iteration starts from the allocation pattern: the times of the stack that allocates most
-/// regularly (gaps within 30% of their mean) across at least half of the trace, with the fewest
-/// repetitions (at least 3) — a
-/// training loop allocates its input batch, activations and gradients once per step, so the
-/// coarsest regular rhythm is the step. `None` when nothing repeats regularly.
+/// Iteration starts from the allocation pattern: the times of the stack that allocates
+/// regularly across at least half of the trace with the fewest repetitions (at least 3), the
+/// earliest in the step among those — a loop allocates its input batch, activations and
+/// gradients once per step, so the coarsest regular rhythm is the step, and the first of its
+/// allocations starts it. Regular: the gaps between its allocations, in time or in entries,
+/// within 30 % of their mean (the first gap aside when there are more: a first step warms
+/// up). `None` when nothing repeats regularly.
 pub fn repeating_pattern(ev: &DeviceEvents) -> Option<Vec<i64>> {
     let (action, stack, time) = (ev.action(), ev.stack(), ev.time());
-    // A stack's times are kept up to one more than a rhythm may have: past that it is out
+    // A stack's entries are kept up to one more than a rhythm may have: past that it is out
     // whatever they are, and keeping them all (a stack allocating every step of a long run)
     // was hundreds of MB of fresh pages on a GB-scale trace.
-    let mut by_stack: rustc_hash::FxHashMap<u32, Vec<i64>> = rustc_hash::FxHashMap::default();
+    let mut by_stack: rustc_hash::FxHashMap<u32, Vec<u32>> = rustc_hash::FxHashMap::default();
     for (i, &a) in action.iter().enumerate() {
         if a == crate::tables::Action::Alloc as u8 && stack.at(i) != 0 {
-            let times = by_stack.entry(stack.at(i)).or_default();
-            if times.len() <= MOST_REPETITIONS {
-                times.push(time.at(i));
+            let entries = by_stack.entry(stack.at(i)).or_default();
+            if entries.len() <= MOST_REPETITIONS {
+                entries.push(i as u32);
             }
         }
     }
     let span = (time.last().unwrap_or(0) - time.first().unwrap_or(0)).max(1);
-    let mut best: Option<(usize, u64, u32, Vec<i64>)> = None;
-    for (s, times) in by_stack {
+    // (repetitions, first entry, stack) of the best so far, and its times.
+    let mut best: Option<((usize, u32, u32), Vec<i64>)> = None;
+    for (s, entries) in by_stack {
+        let times: Vec<i64> = entries.iter().map(|&i| time.at(i as usize)).collect();
         // A rhythm, not a burst: it must cover most of the trace.
         if times.len() < 3 || times.len() > MOST_REPETITIONS || (times[times.len() - 1] - times[0]) * 2 < span {
             continue;
         }
-        let gaps: Vec<f64> = times.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
-        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
-        if mean <= 0.0 {
+        let entry_gaps: Vec<f64> = entries.windows(2).map(|w| f64::from(w[1] - w[0])).collect();
+        // A step holds a few allocations at least (each an alloc and its frees): a stack
+        // allocating every few entries is a loop over tensors, not over steps.
+        if entry_gaps.iter().sum::<f64>() < (MIN_STEP_ENTRIES * entry_gaps.len()) as f64 {
             continue;
         }
-        let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
-        let cv = var.sqrt() / mean;
-        if cv > 0.3 {
+        let time_gaps: Vec<f64> = times.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
+        if !regular(&time_gaps) && !regular(&entry_gaps) {
             continue;
         }
-        let key = (times.len(), (cv * 1e6) as u64, s);
-        if best.as_ref().is_none_or(|b| key < (b.0, b.1, b.2)) {
-            best = Some((key.0, key.1, key.2, times));
+        let key = (times.len(), entries[0], s);
+        if best.as_ref().is_none_or(|b| key < b.0) {
+            best = Some((key, times));
         }
     }
-    best.map(|b| b.3)
+    best.map(|b| b.1)
+}
+
+/// Whether gaps are within 30 % of their mean (their coefficient of variation), the first
+/// one aside when at least three follow it.
+fn regular(gaps: &[f64]) -> bool {
+    let gaps = if gaps.len() >= 4 { &gaps[1..] } else { gaps };
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    if mean <= 0.0 {
+        return false;
+    }
+    let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+    var.sqrt() / mean <= 0.3
 }

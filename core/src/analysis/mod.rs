@@ -36,6 +36,7 @@ pub mod labels;
 pub mod leaks;
 pub mod lifetime_addresses;
 pub mod lifetimes;
+pub mod loop_steps;
 pub mod oom;
 pub mod oom_cause;
 #[cfg(test)]

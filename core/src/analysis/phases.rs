@@ -1,6 +1,5 @@
-//! Phase annotations (`record_function` ranges from `external_annotations`), the optimizer
-//! steps inferred from `torch/optim/` frames when a history has no such ranges, and the
-//! iteration boundaries the leak analysis counts in.
+//! Phase annotations (`record_function` ranges from `external_annotations`), and the optimizer
+//! steps inferred from optimizer frames (`torch/optim/`, …) when a history has no such ranges.
 
 use memlens_api::PhaseRange;
 use polars::prelude::*;
@@ -89,80 +88,40 @@ fn record_function_ranges(t: &SnapshotTables, device: i64) -> PolarsResult<Vec<P
 }
 
 /// `iteration_12` → `iteration`; `step#3` → `step`.
-fn family(name: &str) -> &str {
+pub(super) fn family(name: &str) -> &str {
     name.trim_end_matches(|c: char| c.is_ascii_digit())
         .trim_end_matches(['_', '#', '-', ' ', '.', ':'])
-}
-
-/// The iterations [`iteration_starts`] finds, as `(start, end)` µs in order: each ends where
-/// its range ends (or where the next one starts, when its END marker is missing).
-pub fn iteration_spans(phases: &[PhaseRange]) -> Option<Vec<(i64, i64)>> {
-    let (fam, _) = iteration_starts(phases)?;
-    let mut spans: Vec<(i64, Option<i64>)> = phases
-        .iter()
-        .filter(|p| family(&p.name) == fam)
-        .map(|p| (p.start_us, p.end_us))
-        .collect();
-    spans.sort_unstable();
-    let starts: Vec<i64> = spans.iter().map(|s| s.0).collect();
-    Some(
-        spans
-            .iter()
-            .enumerate()
-            .map(|(k, &(s, e))| (s, e.or(starts.get(k + 1).copied()).unwrap_or(s).max(s)))
-            .collect(),
-    )
-}
-
-/// Iteration start times from repeated `record_function` ranges: the most repeated range
-/// family, preferring names that say iteration/step/epoch/batch. `None` without ≥ 2 repeats.
-pub fn iteration_starts(phases: &[PhaseRange]) -> Option<(String, Vec<i64>)> {
-    let mut fams: FxHashMap<&str, Vec<i64>> = FxHashMap::default();
-    for p in phases {
-        fams.entry(family(&p.name)).or_default().push(p.start_us);
-    }
-    let says_iteration = |f: &str| {
-        let l = f.to_ascii_lowercase();
-        ["iter", "step", "epoch", "batch"].iter().any(|k| l.contains(k))
-    };
-    let mut best: Option<(&str, Vec<i64>)> = None;
-    for (f, starts) in fams {
-        if starts.len() < 2 || f.is_empty() {
-            continue;
-        }
-        let better = match &best {
-            None => true,
-            Some((bf, bs)) => {
-                (says_iteration(f), starts.len(), std::cmp::Reverse(starts.iter().min()))
-                    > (says_iteration(bf), bs.len(), std::cmp::Reverse(bs.iter().min()))
-            }
-        };
-        if better {
-            best = Some((f, starts));
-        }
-    }
-    best.map(|(f, mut s)| {
-        s.sort_unstable();
-        (f.to_owned(), s)
-    })
 }
 
 /// What a stack says about the optimizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OptimizerFrames {
     None,
-    /// A frame in `torch/optim/` (the LR schedulers aside).
+    /// An optimizer's frame ([`is_optimizer_frame`]).
     Step,
     /// `Optimizer.zero_grad` (`torch/optim/optimizer.py`), freeing gradients.
     ZeroGrad,
 }
 
+/// Where optimizers live: PyTorch's own, 8-bit ones (bitsandbytes), fused and low-bit ones
+/// (apex, DeepSpeed, torchao) and Hugging Face's Adafactor (`transformers/optimization.py`).
+const OPTIMIZER_PATHS: [&str; 6] = [
+    "torch/optim/",
+    "bitsandbytes/optim/",
+    "apex/optimizers/",
+    "deepspeed/ops/adam/",
+    "torchao/optim/",
+    "transformers/optimization.py",
+];
+
+/// Whether a frame (`file:line:function`) is an optimizer's own code (an LR scheduler's aside).
+pub fn is_optimizer_frame(frame: &str) -> bool {
+    OPTIMIZER_PATHS.iter().any(|p| frame.contains(p)) && !frame.contains("lr_scheduler")
+}
+
 fn optimizer_frames(stacks: &StackResolver, stack: u32) -> OptimizerFrames {
     let frames = stacks.frames(stack);
-    let mut optim = frames
-        .iter()
-        .filter(|f| f.contains("torch/optim/") && !f.contains("lr_scheduler"))
-        .peekable();
+    let mut optim = frames.iter().filter(|f| is_optimizer_frame(f)).peekable();
     if optim.peek().is_none() {
         return OptimizerFrames::None;
     }
@@ -174,7 +133,8 @@ fn optimizer_frames(stacks: &StackResolver, stack: u32) -> OptimizerFrames {
 }
 
 /// Entries without optimizer frames that may sit inside one inferred step (a free the
-/// autograd thread or a hook made meanwhile) before the step counts as over.
+/// autograd thread or a hook made meanwhile) before the step counts as over; an allocation
+/// outside the optimizer ends it at once.
 const STEP_GAP_ENTRIES: usize = 8;
 
 /// The phases the category analysis reads: `phases` plus, when the history names no optimizer
@@ -199,27 +159,62 @@ pub fn with_inferred_optimizer_steps(
     let mut kinds = FxHashMap::<u32, OptimizerFrames>::default();
     // (kind, first entry, last entry) of each run.
     let mut runs: Vec<(OptimizerFrames, usize, usize)> = Vec::new();
-    for (i, s) in stack.iter().enumerate() {
+    // Whether anything outside the optimizer allocated since the last run's last entry: a
+    // forward did, and the next run is another step's.
+    let mut allocated_outside = false;
+    let alloc = crate::tables::Action::Alloc as u8;
+    for ((i, s), &action) in stack.iter().enumerate().zip(ev.action()) {
         let k = *kinds.entry(s).or_insert_with(|| optimizer_frames(stacks, s));
         if k == OptimizerFrames::None {
+            allocated_outside |= action == alloc;
             continue;
         }
         match runs.last_mut() {
-            Some(r) if r.0 == k && i - r.2 <= STEP_GAP_ENTRIES + 1 => r.2 = i,
+            Some(r) if r.0 == k && !allocated_outside && i - r.2 <= STEP_GAP_ENTRIES + 1 => r.2 = i,
             _ => runs.push((k, i, i)),
         }
+        allocated_outside = false;
     }
+    // A step that allocates nothing (SGD's after the first, which made its momentum buffers)
+    // leaves no frames of its own; the zero_grad freeing its gradients does. A zero_grad after
+    // another with no step between them closes a step that ran just before it.
+    let mut step_since_zero_grad = true;
+    let mut zero_grads_seen = 0;
     for (k, first, last) in runs {
-        let name = match k {
-            OptimizerFrames::ZeroGrad => "Optimizer.zero_grad#inferred from torch/optim frames",
-            _ => "Optimizer.step#inferred from torch/optim frames",
-        };
-        out.push(PhaseRange {
-            device: ev.device,
-            name: name.to_owned(),
-            start_us: time.at(first),
-            end_us: Some(time.at(last)),
-        });
+        let (start, end) = (time.at(first), time.at(last));
+        if k == OptimizerFrames::ZeroGrad {
+            if !step_since_zero_grad && zero_grads_seen > 0 {
+                out.push(inferred(ev.device, INFERRED_FROM_ZERO_GRAD, start, start));
+            }
+            zero_grads_seen += 1;
+            step_since_zero_grad = false;
+            out.push(inferred(
+                ev.device,
+                "Optimizer.zero_grad#inferred from optimizer frames",
+                start,
+                end,
+            ));
+        } else {
+            step_since_zero_grad = true;
+            out.push(inferred(
+                ev.device,
+                "Optimizer.step#inferred from optimizer frames",
+                start,
+                end,
+            ));
+        }
     }
     out
+}
+
+/// The name of a step inferred from the zero_grad after it (it left no frames of its own).
+const INFERRED_FROM_ZERO_GRAD: &str = "Optimizer.step#inferred from the zero_grad after it";
+
+fn inferred(device: i64, name: &str, start_us: i64, end_us: i64) -> PhaseRange {
+    PhaseRange {
+        device,
+        name: name.to_owned(),
+        start_us,
+        end_us: Some(end_us),
+    }
 }

@@ -17,7 +17,7 @@ pub const CAPTURE_NEXT_TIME: &str = "import memlens.torch\nmemlens.torch.on_oom(
 /// autograd engine's backward, a module's forward.
 pub fn phase_of_frames(frames: &[String]) -> OomPhase {
     let any = |f: &dyn Fn(&str) -> bool| frames.iter().any(|x| f(x));
-    if any(&|x| x.contains("torch/optim/") || x.contains("bitsandbytes/optim/") || x.contains("Optimizer.step")) {
+    if any(&|x| super::phases::is_optimizer_frame(x) || x.contains("Optimizer.step")) {
         OomPhase::OptimizerStep
     } else if any(&|x| {
         x.contains("torch/autograd/") && (x.ends_with(":backward") || x.contains("_engine_run_backward"))
@@ -188,6 +188,8 @@ fn empty_device(device: i64) -> DeviceSummary {
             source: "none".into(),
             count: 0,
             note: Some("a text has no allocation history".into()),
+            evidence: memlens_api::IterationEvidence::None,
+            steps: Vec::new(),
         },
         phases: Vec::new(),
         categories: Vec::new(),

@@ -19,6 +19,8 @@ pub(super) struct Iteration {
     pub(super) forward: Span,
     pub(super) backward: Span,
     pub(super) step: Span,
+    /// Where the iteration ends: its step's end, or the end of the zero_grad right after it.
+    pub(super) end: i64,
 }
 
 /// The phases of a device's run.
@@ -166,6 +168,7 @@ pub fn structure(phases: &[PhaseRange], time: IntSlice, usage: &Usage) -> Option
             forward,
             backward,
             step,
+            end: step.1,
         });
         // zero_grad may follow the step: the next forward starts after it. (The ranges are
         // sorted: the first starting at or after the step's end is the one to look at.)
@@ -176,6 +179,9 @@ pub fn structure(phases: &[PhaseRange], time: IntSlice, usage: &Usage) -> Option
             .map(|z| z.1)
             .unwrap_or(step.1)
             .max(step.1);
+        if let Some(it) = iterations.last_mut() {
+            it.end = prev_end;
+        }
     }
     let index = PhaseIndex::new(&iterations, &zero_grads);
     Some(Structure {
@@ -265,6 +271,7 @@ mod tests {
                 forward: f,
                 backward: b,
                 step: s,
+                end: s.1,
             });
             let z = (s.1 + 1, s.1 + 1 + n(5) - n(2));
             zero_grads.push(z);

@@ -198,13 +198,18 @@ impl StackResolver {
             .collect()
     }
 
-    /// `file:line:function`; frames an importer made up (a bracketed file such as `[cuda]`,
-    /// line 0) read `name [kind]` instead.
+    /// `file:line:function`, the path with `/` between its parts whatever machine wrote it (the
+    /// evidence rules match `torch/optim/` on a Windows run's `torch\optim\sgd.py` too);
+    /// frames an importer made up (a bracketed file such as `[cuda]`, line 0) read
+    /// `name [kind]` instead.
     fn format(&self, f: u32) -> String {
         let f = f as usize;
         let file = &self.files[f];
         if self.lines[f] == 0 && file.starts_with('[') && file.ends_with(']') {
             return format!("{} {file}", self.names[f]);
+        }
+        if file.contains('\\') {
+            return format!("{}:{}:{}", file.replace('\\', "/"), self.lines[f], self.names[f]);
         }
         format!("{}:{}:{}", file, self.lines[f], self.names[f])
     }

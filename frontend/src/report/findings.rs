@@ -123,7 +123,7 @@ pub fn details(st: ReportState, s: &DeviceSummary) -> impl IntoView {
             {if s.leaks.is_empty() {
                 let why = match &s.iterations.note {
                     Some(note) => format!("No leak candidate: {note}."),
-                    None => format!("No allocation piled up across iterations ({} iterations from {}).", s.iterations.count, s.iterations.source),
+                    None => format!("No allocation piled up across iterations ({} iterations from {}).", s.iterations.count, s.iterations.found_from()),
                 };
                 view! { <p class="muted" id="no-leaks">{why}</p> }.into_any()
             } else {

@@ -268,7 +268,7 @@ fn render_device(d: &DeviceSummary) -> String {
             "    leak candidates {} (iterations: {} from {})\n",
             d.leaks.len(),
             d.iterations.count,
-            d.iterations.source
+            d.iterations.found_from()
         ),
     };
     let unit = if d.iterations.count == 0 {

@@ -1,0 +1,176 @@
+//! A run's loop steps, from whichever evidence it has, strongest first: the script's own
+//! step ranges (`record_function("iteration")`, `ProfilerStep#3`), optimizer steps as
+//! separators (ranges, or runs of `torch/optim/` frames: [`super::phases`]), the allocation
+//! rhythm ([`super::leaks::repeating_pattern`]), and last any range the script repeats.
+//!
+//! Invariant: a step is whole — its forward, backward and optimizer step — so its peak is
+//! the step's, and the run's peak, when it falls inside a step, is the highest step peak
+//! (`tests/tests/iterations.rs`).
+
+use memlens_api::{IterationEvidence, IterationInfo, IterationStep, PhaseRange};
+
+use super::phases::family;
+use super::training_structure::Structure;
+use super::usage::Usage;
+use super::DeviceEvents;
+use crate::int_slice::IntSlice;
+
+/// The most steps a summary lists one by one (about 90 bytes each in its JSON); a longer run
+/// keeps its count only.
+pub const MOST_STEPS_KEPT: usize = 10_000;
+
+/// The steps of a run's loop and the evidence that found them.
+pub struct LoopSteps {
+    pub evidence: IterationEvidence,
+    /// The name family of the ranges that gave them (`iteration`, `Optimizer.step#SGD.step`);
+    /// empty for the rhythm.
+    pub label: String,
+    /// Each step's `(start, end)` µs, in order. A step holds the entries from its start to the
+    /// next step's start (to its own end where a gap follows, or it is the last).
+    pub spans: Vec<(i64, i64)>,
+}
+
+impl LoopSteps {
+    /// The run's [`IterationInfo`]: the steps with their peaks (only with timestamps: `steps`
+    /// are on the time axis; and only up to [`MOST_STEPS_KEPT`]).
+    pub fn info(&self, ev: &DeviceEvents, usage: &Usage) -> IterationInfo {
+        let source = match self.evidence {
+            IterationEvidence::StepRanges => format!("annotations:{}", self.label),
+            IterationEvidence::OptimizerSteps => format!("optimizer_steps:{}", self.label),
+            IterationEvidence::AllocationRhythm => "allocation_pattern".to_owned(),
+            IterationEvidence::None => "none".to_owned(),
+        };
+        IterationInfo {
+            source,
+            count: self.spans.len(),
+            note: None,
+            evidence: self.evidence,
+            steps: if ev.has_time && self.spans.len() <= MOST_STEPS_KEPT {
+                self.with_peaks(ev.time(), usage)
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Each step with the most bytes allocated after any entry within it (with no entry in it,
+    /// what was allocated when it began).
+    fn with_peaks(&self, time: IntSlice, usage: &Usage) -> Vec<IterationStep> {
+        let n = self.spans.len();
+        (0..n)
+            .map(|k| {
+                let (start, end) = self.spans[k];
+                let lo = time.partition_point(|t| t < start);
+                let next_abuts = self.spans.get(k + 1).is_some_and(|s| s.0 <= end);
+                let hi = if next_abuts {
+                    time.partition_point(|t| t < end)
+                } else {
+                    time.partition_point(|t| t <= end)
+                };
+                let peak = usage
+                    .allocated_from(lo)
+                    .take(hi.saturating_sub(lo))
+                    .max()
+                    .unwrap_or_else(|| usage.allocated_before(lo));
+                IterationStep {
+                    start_us: start,
+                    end_us: end,
+                    peak_allocated_bytes: peak,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The loop's steps, from the strongest evidence the run has (without timestamps, only the
+/// allocation rhythm, on the entry axis); `None` without any loop. `phases` are the device's ranges with the inferred optimizer steps, `training`
+/// the structure found from them.
+pub fn loop_steps(phases: &[PhaseRange], training: Option<&Structure>, ev: &DeviceEvents) -> Option<LoopSteps> {
+    let last = ev.time().last().unwrap_or(0);
+    // Without timestamps the ranges and the steps they give have no place on the entry axis:
+    // only the rhythm can be read.
+    let phases: &[PhaseRange] = if ev.has_time { phases } else { &[] };
+    let training = training.filter(|_| ev.has_time);
+    if let Some((label, spans)) = repeated_ranges(phases, says_step, last) {
+        return Some(LoopSteps {
+            evidence: IterationEvidence::StepRanges,
+            label,
+            spans,
+        });
+    }
+    if let Some(st) = training.filter(|st| !st.iterations.is_empty()) {
+        let label = phases
+            .iter()
+            .filter(|p| p.name.to_ascii_lowercase().starts_with("optimizer.step"))
+            .map(|p| family(&p.name))
+            .next()
+            .unwrap_or("optimizer")
+            .to_owned();
+        return Some(LoopSteps {
+            evidence: IterationEvidence::OptimizerSteps,
+            label,
+            spans: st.iterations.iter().map(|it| (it.forward.0, it.end)).collect(),
+        });
+    }
+    if let Some(starts) = super::leaks::repeating_pattern(ev) {
+        let widest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        let spans = starts
+            .iter()
+            .enumerate()
+            .map(|(k, &s)| (s, starts.get(k + 1).copied().unwrap_or(last.min(s + widest))))
+            .collect();
+        return Some(LoopSteps {
+            evidence: IterationEvidence::AllocationRhythm,
+            label: String::new(),
+            spans,
+        });
+    }
+    repeated_ranges(phases, |n| !names_a_phase_of_a_step(n), last).map(|(label, spans)| LoopSteps {
+        evidence: IterationEvidence::StepRanges,
+        label,
+        spans,
+    })
+}
+
+/// Whether a range family's name says it is a step of the loop (not one of a step's parts).
+fn says_step(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["iter", "step", "epoch", "batch"].iter().any(|k| n.contains(k)) && !names_a_phase_of_a_step(&n)
+}
+
+/// Whether a lowercase range name is a part of a step: the optimizer's, a zero_grad, a forward
+/// or a backward.
+fn names_a_phase_of_a_step(n: &str) -> bool {
+    ["optimizer", "zero_grad", "forward", "backward", "lr_scheduler"]
+        .iter()
+        .any(|k| n.contains(k))
+}
+
+/// The most repeated family (at least 2) of ranges whose family `pick` takes, the earliest on
+/// a tie, as steps: each range's own span, or up to the next one's start where it has no
+/// length (an instant, or no END marker); the last such ends at `last`.
+fn repeated_ranges(phases: &[PhaseRange], pick: impl Fn(&str) -> bool, last: i64) -> Option<(String, Vec<(i64, i64)>)> {
+    let mut fams: rustc_hash::FxHashMap<&str, Vec<(i64, Option<i64>)>> = rustc_hash::FxHashMap::default();
+    for p in phases {
+        let f = family(&p.name);
+        if !f.is_empty() && pick(f) {
+            fams.entry(f).or_default().push((p.start_us, p.end_us));
+        }
+    }
+    let (name, mut ranges) = fams.into_iter().filter(|(_, r)| r.len() >= 2).max_by_key(|(f, r)| {
+        (
+            r.len(),
+            std::cmp::Reverse(r.iter().map(|x| x.0).min()),
+            std::cmp::Reverse(*f),
+        )
+    })?;
+    ranges.sort_unstable();
+    let spans = (0..ranges.len())
+        .map(|k| {
+            let (s, e) = ranges[k];
+            let next = ranges.get(k + 1).map_or(last, |r| r.0);
+            (s, e.filter(|&e| e > s).unwrap_or(next).max(s))
+        })
+        .collect();
+    Some((name.to_owned(), spans))
+}
