@@ -67,6 +67,42 @@ fn several_files_and_text_output() {
 }
 
 #[test]
+fn a_diff_leads_with_its_verdict_and_summarises_long_series() {
+    // Forty variable-length steps without and with expandable segments.
+    let run = |json: bool| {
+        let mut c = memlens();
+        c.arg("diff");
+        if json {
+            c.arg("--json");
+        }
+        let out = c
+            .arg(trace("anatomy/varlen_plain.pickle.gz"))
+            .arg(trace("anatomy/varlen_expandable.pickle.gz"))
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let v: serde_json::Value = serde_json::from_str(&run(true)).expect("JSON");
+    let headline = v["headline"].as_str().expect("headline");
+    assert!(
+        headline.starts_with("expandable segments (on in B) cut fragmentation at the peak 0.98 → 0.49;"),
+        "{headline}"
+    );
+    assert!(headline.contains("allocated peak unchanged"), "{headline}");
+    assert!(headline.contains("reserved −1.46 GiB"), "{headline}");
+    assert_eq!(v["a"]["iteration_peaks"].as_array().map(Vec::len), Some(40));
+    let text = run(false);
+    assert_eq!(text.lines().next(), Some(headline));
+    let peaks: Vec<&str> = text.lines().filter(|l| l.contains("peak per iteration")).collect();
+    assert_eq!(peaks.len(), 2, "{text}");
+    for line in peaks {
+        assert!(line.contains("(40 iterations): lowest 3.20 GiB, median"), "{line}");
+        assert!(line.contains("highest 15.31 GiB"), "{line}");
+    }
+}
+
+#[test]
 fn unreadable_input_is_one_line_naming_the_file() {
     let dir = std::env::temp_dir().join(format!("memlens-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");

@@ -9,12 +9,13 @@
 //! (every allocation live at a peak has one category and one stack).
 
 use memlens_api::{
-    bytes_label, AlignedTimelines, Category, CategoryDelta, CategorySteady, CompareAxis, ComparedRun, Comparison,
-    DeviceSummary, FileSummary, Side, StackDelta,
+    AlignedTimelines, Category, CategoryDelta, CategorySteady, CompareAxis, ComparedRun, Comparison, DeviceSummary,
+    FileSummary, Side, StackDelta,
 };
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
+use super::compare_verdict::{verdict, SettingChange};
 use super::lifetimes::live_by_stack;
 use crate::columns::usage as usage_col;
 use crate::entry_steps::EntrySteps;
@@ -309,45 +310,6 @@ fn compared_run(side: &CompareSide, series: &SideSeries) -> ComparedRun {
     }
 }
 
-/// What most of the difference is, in plain words.
-fn headline(delta: i64, a: &ComparedRun, b: &ComparedRun, cats: &[CategoryDelta]) -> String {
-    if delta == 0 {
-        return format!("Both peak at {}.", bytes_label(a.peak_allocated_bytes));
-    }
-    let (more, less) = if delta > 0 { (a, b) } else { (b, a) };
-    let mut drivers: Vec<&CategoryDelta> = cats
-        .iter()
-        .filter(|c| c.delta_bytes.signum() == delta.signum())
-        .collect();
-    drivers.sort_by_key(|c| std::cmp::Reverse(c.delta_bytes.abs()));
-    let parts: Vec<String> = drivers
-        .iter()
-        .take(2)
-        .map(|c| {
-            format!(
-                "{} {} ({:.0}%)",
-                c.category.name(),
-                bytes_label(c.delta_bytes.abs()),
-                100.0 * c.delta_bytes.abs() as f64 / delta.abs() as f64
-            )
-        })
-        .collect();
-    let mut s = format!(
-        "{} peaks {} higher than {} ({} vs {})",
-        more.label,
-        bytes_label(delta.abs()),
-        less.label,
-        bytes_label(more.peak_allocated_bytes),
-        bytes_label(less.peak_allocated_bytes)
-    );
-    if !parts.is_empty() {
-        s.push_str(": most of it is ");
-        s.push_str(&parts.join(", "));
-    }
-    s.push('.');
-    s
-}
-
 /// Compares two devices, A − B.
 pub fn compare_runs(a: &CompareSide, b: &CompareSide, width: usize) -> Result<Comparison, AnalysisError> {
     let (sa, sb) = (SideSeries::new(a)?, SideSeries::new(b)?);
@@ -355,8 +317,12 @@ pub fn compare_runs(a: &CompareSide, b: &CompareSide, width: usize) -> Result<Co
     let by_category = category_deltas(a.device, b.device);
     let (ra, rb) = (compared_run(a, &sa), compared_run(b, &sb));
     let peak_delta_bytes = a.device.peak_allocated_bytes - b.device.peak_allocated_bytes;
+    let setting = SettingChange::between(
+        (a.file.source.expandable_segments, a.file.source.alloc_conf.as_deref()),
+        (b.file.source.expandable_segments, b.file.source.alloc_conf.as_deref()),
+    );
     Ok(Comparison {
-        headline: headline(peak_delta_bytes, &ra, &rb, &by_category),
+        headline: verdict(&ra, &rb, &by_category, &by_stack, setting.as_ref()),
         peak_delta_bytes,
         reserved_delta_bytes: a.device.peak_reserved_bytes - b.device.peak_reserved_bytes,
         by_category,

@@ -28,6 +28,7 @@ mod block_chunks;
 mod block_map_tests;
 pub mod categories;
 pub mod compare;
+mod compare_verdict;
 mod device_events;
 pub mod failed_step;
 pub mod fragmentation;

@@ -93,6 +93,7 @@ fn signed(b: i64) -> String {
 }
 
 fn print_text(c: &Comparison) {
+    println!("{}", c.headline);
     for (name, r) in [("A", &c.a), ("B", &c.b)] {
         let frag = r
             .fragmentation_at_peak
@@ -112,7 +113,6 @@ fn print_text(c: &Comparison) {
         c.peak_delta_bytes,
         signed(c.reserved_delta_bytes)
     );
-    println!("{}", c.headline);
     println!("by category (at each peak):");
     for d in &c.by_category {
         println!(
@@ -139,11 +139,32 @@ fn print_text(c: &Comparison) {
         );
     }
     for (name, r) in [("A", &c.a), ("B", &c.b)] {
-        if !r.iteration_peaks.is_empty() {
-            let peaks: Vec<String> = r.iteration_peaks.iter().map(|&p| gib(p)).collect();
-            println!("{name} peak per iteration: {}", peaks.join(", "));
+        if let Some(line) = step_peaks_line(&r.iteration_peaks) {
+            println!("{name} {line}");
         }
     }
+}
+
+/// Each step's allocated peak, summarised: a few are listed, a long series is its lowest,
+/// median and highest (`--json` has them all).
+fn step_peaks_line(peaks: &[i64]) -> Option<String> {
+    const LISTED: usize = 8;
+    if peaks.is_empty() {
+        return None;
+    }
+    if peaks.len() <= LISTED {
+        let all: Vec<String> = peaks.iter().map(|&p| gib(p)).collect();
+        return Some(format!("peak per iteration: {}", all.join(", ")));
+    }
+    let mut sorted = peaks.to_vec();
+    sorted.sort_unstable();
+    Some(format!(
+        "peak per iteration ({} iterations): lowest {}, median {}, highest {}",
+        peaks.len(),
+        gib(sorted[0]),
+        gib(sorted[sorted.len() / 2]),
+        gib(sorted[sorted.len() - 1])
+    ))
 }
 
 pub fn diff(args: DiffArgs) -> ExitCode {
