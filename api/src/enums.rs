@@ -277,7 +277,7 @@ pub enum Category {
 
 impl CategoryRule {
     /// Every rule; stored reports keep positions in this list, so new rules go at the end.
-    pub const ALL: [CategoryRule; 21] = [
+    pub const ALL: [CategoryRule; 23] = [
         CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
@@ -299,7 +299,40 @@ impl CategoryRule {
         CategoryRule::LibraryWorkspace,
         CategoryRule::KeptFromBackwardUnlikeAnyParameter,
         CategoryRule::MadeInFailedBackward,
+        CategoryRule::GradScalerState,
+        CategoryRule::AutocastWeightCopy,
     ];
+
+    /// The rule's position in [`CategoryRule::ALL`] (what stored reports keep); a match over
+    /// every rule, so a new one cannot be left out of the list unnoticed
+    /// (`every_rule_has_its_place_in_all`).
+    pub const fn position(self) -> u8 {
+        match self {
+            CategoryRule::ExplicitLabel => 0,
+            CategoryRule::ModuleTo => 1,
+            CategoryRule::AliveThroughout => 2,
+            CategoryRule::PredatesTheTrace => 3,
+            CategoryRule::MadeByOptimizerStep => 4,
+            CategoryRule::FreedByZeroGrad => 5,
+            CategoryRule::KeptFromBackward => 6,
+            CategoryRule::ForwardFreedInBackward => 7,
+            CategoryRule::ForwardOutput => 8,
+            CategoryRule::MadeInFailedForward => 9,
+            CategoryRule::WithinOnePhase => 10,
+            CategoryRule::WithinOptimizerStep => 11,
+            CategoryRule::MadeBeforeForward => 12,
+            CategoryRule::LongLived => 13,
+            CategoryRule::KeptPastItsIteration => 14,
+            CategoryRule::FrameRule => 15,
+            CategoryRule::Unplaced => 16,
+            CategoryRule::ProfilerCategory => 17,
+            CategoryRule::LibraryWorkspace => 18,
+            CategoryRule::KeptFromBackwardUnlikeAnyParameter => 19,
+            CategoryRule::MadeInFailedBackward => 20,
+            CategoryRule::GradScalerState => 21,
+            CategoryRule::AutocastWeightCopy => 22,
+        }
+    }
 }
 
 impl Category {
@@ -388,6 +421,11 @@ pub enum CategoryRule {
     /// Made by AMP's `GradScaler` for its own state (`_lazy_init_scale_growth_tracker`: the loss
     /// scale and its growth tracker), kept for the run beside the optimizer's.
     GradScalerState,
+    /// Made in forward at exactly half a parameter's size and freed in backward, in a run where
+    /// such copies add up to a quarter of the weights or more per iteration: the fp16/bf16 copy
+    /// of a weight that autocast made and autograd kept (an activation that does not grow with
+    /// the batch).
+    AutocastWeightCopy,
 }
 
 /// The evidence a run's loop steps were found from, strongest first.
@@ -495,4 +533,21 @@ pub enum PoolKind {
     MemPool,
     /// A CUDA graph's private pool (id `(n, 0)`), as `torch.cuda.graph` and compile make.
     GraphPool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_has_its_place_in_all() {
+        for (k, r) in CategoryRule::ALL.iter().enumerate() {
+            assert_eq!(usize::from(r.position()), k, "{r:?}");
+        }
+        // The last position is the list's last: no rule's position is past its end.
+        assert_eq!(
+            usize::from(CategoryRule::AutocastWeightCopy.position()) + 1,
+            CategoryRule::ALL.len()
+        );
+    }
 }

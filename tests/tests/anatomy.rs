@@ -159,3 +159,26 @@ fn an_eval_loop_has_parameters_and_no_training_category() {
     let want = truth("resnet_eval", "parameter_bytes") + truth("resnet_eval", "buffer_bytes");
     assert_eq!(max_bytes(&d, Category::Parameter), want);
 }
+
+#[test]
+fn autocast_s_weight_copies_are_named_on_mixed_precision_runs_only() {
+    let rule_bytes = |d: &DeviceSummary| {
+        d.categories
+            .iter()
+            .flat_map(|c| &c.rules)
+            .filter(|r| r.rule == CategoryRule::AutocastWeightCopy)
+            .map(|r| r.bytes)
+            .sum::<i64>()
+    };
+    // fp16 (ViT) and bf16 (Llama) autocast: each step casts every weight once, half its size.
+    for case in ["vit_amp", "varlen_plain"] {
+        let d = device(case);
+        let per_step = rule_bytes(&d) / d.iterations.count as i64;
+        let half = truth(case, "parameter_bytes") / 2;
+        let off = (per_step - half).abs() as f64 / half as f64;
+        assert!(off < 0.05, "{case}: {per_step} per step vs {half}");
+    }
+    for case in ["resnet_sgd", "moe_custom", "resnet_eval"] {
+        assert_eq!(rule_bytes(&device(case)), 0, "{case}");
+    }
+}

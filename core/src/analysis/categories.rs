@@ -249,7 +249,12 @@ pub fn categorize(
             hit.map_or(placed, |c| (c, CategoryRule::FrameRule))
         })
         .collect();
-    let placed = not_gradients_unlike_any_parameter(placed, IntSlice::of(lifetimes, lt_col::SIZE)?);
+    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
+    let placed = not_gradients_unlike_any_parameter(placed, size);
+    let placed = match st {
+        Some(st) => autocast_weight_copies(placed, size, st.iterations.len()),
+        None => placed,
+    };
     let iteration_ends = st.map_or_else(Vec::new, |st| {
         st.iterations
             .iter()
@@ -303,6 +308,47 @@ fn not_gradients_unlike_any_parameter(
     for (p, s) in placed.iter_mut().zip(size) {
         if p.1 == CategoryRule::KeptFromBackward && !parameter_sizes.contains(&s) {
             *p = (Category::Cache, CategoryRule::KeptFromBackwardUnlikeAnyParameter);
+        }
+    }
+    placed
+}
+
+/// Autocast (`torch.autocast` to fp16 or bf16) casts each fp32 weight an op reads in forward
+/// and autograd keeps the copy for backward: made in forward, freed in backward, at exactly
+/// half a parameter's size. They are activations by their life, but not ones a batch makes:
+/// placed by a rule of their own, where the run shows autocast at work — such copies adding up
+/// to at least a quarter of the parameters' bytes per iteration (a full cast makes a half) —
+/// not on a coincidence of sizes.
+fn autocast_weight_copies(
+    mut placed: Vec<(Category, CategoryRule)>,
+    size: IntSlice,
+    iterations: usize,
+) -> Vec<(Category, CategoryRule)> {
+    let mut parameter_bytes = 0;
+    let mut halves = rustc_hash::FxHashSet::default();
+    for (p, s) in placed.iter().zip(size) {
+        if p.0 == Category::Parameter {
+            parameter_bytes += s;
+            if s % 2 == 0 {
+                halves.insert(s / 2);
+            }
+        }
+    }
+    let is_copy = |p: &(Category, CategoryRule), s: i64| {
+        *p == (Category::Activation, CategoryRule::ForwardFreedInBackward) && halves.contains(&s)
+    };
+    let copies: i64 = placed
+        .iter()
+        .zip(size)
+        .filter(|(p, s)| is_copy(p, *s))
+        .map(|(_, s)| s)
+        .sum();
+    if halves.is_empty() || copies * 4 < parameter_bytes * iterations as i64 {
+        return placed;
+    }
+    for (p, s) in placed.iter_mut().zip(size) {
+        if is_copy(p, s) {
+            p.1 = CategoryRule::AutocastWeightCopy;
         }
     }
     placed
@@ -448,8 +494,7 @@ const FREE_WINDOWS: usize = 4;
 /// `CategoryRule::ALL`), so stored reports can answer what-if questions.
 pub fn add_category_columns(lifetimes: &mut DataFrame, placed: &[(Category, CategoryRule)]) -> PolarsResult<()> {
     let pos_c = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(0) as u8;
-    let pos_r = |r: CategoryRule| CategoryRule::ALL.iter().position(|&x| x == r).unwrap_or(0) as u8;
     lifetimes.with_column(lt_col::CATEGORY.build(placed.iter().map(|p| pos_c(p.0)).collect()))?;
-    lifetimes.with_column(lt_col::CATEGORY_RULE.build(placed.iter().map(|p| pos_r(p.1)).collect()))?;
+    lifetimes.with_column(lt_col::CATEGORY_RULE.build(placed.iter().map(|p| p.1.position()).collect()))?;
     Ok(())
 }
