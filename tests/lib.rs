@@ -86,3 +86,18 @@ pub fn oracle_value(oracle: &Path, key: &str) -> i64 {
         .and_then(|x| x.as_i64())
         .unwrap_or_else(|| panic!("{}: no integer {key}", oracle.display()))
 }
+
+/// The summary of a committed snapshot (by its path under `traces/`) analysed with its
+/// `record_function` ranges dropped (the optimizer's own too), as a history from before PyTorch
+/// recorded them, or a script that never adds any, has it.
+pub fn summary_without_ranges(name: &str) -> memlens_api::FileSummary {
+    use memlens_core::importers::{import_path, Imported};
+    let file = import_path(&trace(name), ImportOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let Imported::Snapshot(mut t) = file.data else {
+        panic!("{name}: not a snapshot")
+    };
+    t.annotations = t.annotations.clear();
+    let rules = memlens_core::analysis::categories::FrameRules::default();
+    let (summary, _) = memlens_core::report::analyze_snapshot(&t, name, file.gzip, &rules).expect("analysis");
+    summary
+}

@@ -366,34 +366,53 @@ impl TimelineView {
         }
     }
 
+    /// Where a span of time lies across the plot, `(x0, x1)`, when any of it shows.
+    fn visible_span(&self, start: i64, end: i64) -> Option<(f64, f64)> {
+        let x0 = self.time_to_x(start).max(LEFT);
+        let x1 = self.time_to_x(end).min(LEFT + self.plot_w());
+        (x1 > LEFT && x0 < LEFT + self.plot_w() && x1 - x0 >= 0.5).then_some((x0, x1))
+    }
+
+    /// A band of the strip above the plot in `fill`, named where it is wider than `min_label`.
+    fn draw_strip_band(
+        &self,
+        ctx: &CanvasRenderingContext2d,
+        (x0, x1): (f64, f64),
+        fill: &str,
+        name: &str,
+        min_label: f64,
+    ) {
+        ctx.set_fill_style_str(fill);
+        ctx.fill_rect(x0, 4.0, x1 - x0, 16.0);
+        if x1 - x0 > min_label {
+            ctx.set_fill_style_str("#223");
+            let _ = ctx.fill_text(name, x0 + 3.0, 15.0);
+        }
+    }
+
     /// The loop's steps (`iterations.steps`, whatever evidence found them) as alternating bands:
-    /// a thin strip under the phases, or the phases' own strip, each step named with its peak
-    /// where it is wide enough, when the run has no phases.
+    /// a thin strip under the phases, or, when the run has no phases, the phases' own strip,
+    /// each step named with its peak where it is wide enough.
     fn draw_iterations(&self, ctx: &CanvasRenderingContext2d) {
         let Some(s) = self.summary.as_ref().filter(|_| !self.event_axis) else {
             return;
         };
         ctx.set_font("10px sans-serif");
         for (k, step) in s.iterations.steps.iter().enumerate() {
-            let x0 = self.time_to_x(step.start_us).max(LEFT);
-            let x1 = self.time_to_x(step.end_us).min(LEFT + self.plot_w());
-            if x1 <= LEFT || x0 >= LEFT + self.plot_w() || x1 - x0 < 0.5 {
+            let Some((x0, x1)) = self.visible_span(step.start_us, step.end_us) else {
                 continue;
-            }
-            ctx.set_fill_style_str(if k % 2 == 0 {
+            };
+            let fill = if k % 2 == 0 {
                 "rgba(78,154,6,0.30)"
             } else {
                 "rgba(78,154,6,0.14)"
-            });
-            if !self.phases.is_empty() {
+            };
+            if self.phases.is_empty() {
+                let name = format!("iteration {k} · peak {}", bytes(step.peak_allocated_bytes));
+                self.draw_strip_band(ctx, (x0, x1), fill, &name, 110.0);
+            } else {
+                ctx.set_fill_style_str(fill);
                 ctx.fill_rect(x0, 20.5, x1 - x0, 4.5);
-                continue;
-            }
-            ctx.fill_rect(x0, 4.0, x1 - x0, 16.0);
-            if x1 - x0 > 110.0 {
-                ctx.set_fill_style_str("#232");
-                let label = format!("iteration {k} · peak {}", bytes(step.peak_allocated_bytes));
-                let _ = ctx.fill_text(&label, x0 + 3.0, 15.0);
             }
         }
     }
@@ -414,21 +433,15 @@ impl TimelineView {
                 }
                 continue;
             }
-            let x0 = self.time_to_x(p.start_us).max(LEFT);
-            let x1 = self.time_to_x(p.end_us.unwrap_or(self.end)).min(LEFT + self.plot_w());
-            if x1 <= LEFT || x0 >= LEFT + self.plot_w() || x1 - x0 < 0.5 {
+            let Some(span) = self.visible_span(p.start_us, p.end_us.unwrap_or(self.end)) else {
                 continue;
-            }
-            ctx.set_fill_style_str(if i % 2 == 0 {
+            };
+            let fill = if i % 2 == 0 {
                 "rgba(52,101,164,0.25)"
             } else {
                 "rgba(52,101,164,0.12)"
-            });
-            ctx.fill_rect(x0, 4.0, x1 - x0, 16.0);
-            if x1 - x0 > 50.0 {
-                ctx.set_fill_style_str("#223");
-                let _ = ctx.fill_text(&p.name, x0 + 3.0, 15.0);
-            }
+            };
+            self.draw_strip_band(ctx, span, fill, &p.name, 50.0);
         }
     }
 

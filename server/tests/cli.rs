@@ -86,7 +86,7 @@ fn a_diff_leads_with_its_verdict_and_summarises_long_series() {
     let v: serde_json::Value = serde_json::from_str(&run(true)).expect("JSON");
     let headline = v["headline"].as_str().expect("headline");
     assert!(
-        headline.starts_with("expandable segments (on in B) cut fragmentation at the peak 0.98 → 0.49;"),
+        headline.starts_with("expandable segments (on in B) cut the fragmentation at the peak 0.98 → 0.49;"),
         "{headline}"
     );
     assert!(headline.contains("allocated peak unchanged"), "{headline}");

@@ -7,7 +7,7 @@
 
 use memlens_api::{Category, CategoryRule, DeviceSummary};
 use memlens_core::pipeline::summarize_file;
-use memlens_tests::trace;
+use memlens_tests::{summary_without_ranges, trace};
 
 fn capture(case: &str) -> std::path::PathBuf {
     trace(&format!("anatomy/{case}.pickle.gz"))
@@ -20,15 +20,8 @@ fn device(case: &str) -> DeviceSummary {
 
 /// The same capture with its `record_function` ranges dropped (the optimizer's own too).
 fn device_without_ranges(case: &str) -> DeviceSummary {
-    use memlens_core::importers::{import_path, Imported};
-    let file = import_path(&capture(case), Default::default()).unwrap_or_else(|e| panic!("{case}: {e}"));
-    let Imported::Snapshot(mut t) = file.data else {
-        panic!("{case}: not a snapshot")
-    };
-    t.annotations = t.annotations.clear();
-    let rules = memlens_core::analysis::categories::FrameRules::default();
-    let (summary, _) = memlens_core::report::analyze_snapshot(&t, case, file.gzip, &rules).expect("analysis");
-    summary.devices.into_iter().next().expect("a device")
+    let s = summary_without_ranges(&format!("anatomy/{case}.pickle.gz"));
+    s.devices.into_iter().next().expect("a device")
 }
 
 fn truth(case: &str, key: &str) -> i64 {

@@ -249,15 +249,7 @@ fn user_frame_rules_place_what_the_built_in_rules_leave_open() {
 /// Every device summary of a snapshot whose `record_function` ranges were dropped, as in a
 /// history from before PyTorch recorded them or of an optimizer outside its profiling hook.
 fn without_annotations(name: &str) -> Vec<DeviceSummary> {
-    use memlens_core::importers::{import_path, Imported};
-    let file = import_path(&trace(name), Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let Imported::Snapshot(mut t) = file.data else {
-        panic!("{name}: not a snapshot")
-    };
-    t.annotations = t.annotations.clear();
-    let rules = memlens_core::analysis::categories::FrameRules::default();
-    let (summary, _) = memlens_core::report::analyze_snapshot(&t, name, file.gzip, &rules).expect("analysis");
-    summary.devices
+    memlens_tests::summary_without_ranges(name).devices
 }
 
 #[test]

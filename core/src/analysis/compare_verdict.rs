@@ -1,7 +1,7 @@
 //! A comparison's verdict, A → B in one sentence: what changed most — the allocated peak,
 //! reserved memory, fragmentation at the peak — first and by how much, what drove it (a
 //! category, a stack), the rest after it, and the allocator setting the two runs differ in
-//! when there is one (`expandable segments cut fragmentation at the peak 0.33 → 0.11; reserved
+//! when there is one (`expandable segments cut the fragmentation at the peak 0.33 → 0.11; reserved
 //! +666.0 MiB; allocated peak unchanged`).
 
 use memlens_api::{bytes_label, CategoryDelta, ComparedRun, StackDelta};
@@ -58,46 +58,39 @@ fn signed(b: i64) -> String {
     }
 }
 
+/// A change named `what` from `a` to `b` (as shown), with its signed size when it has one;
+/// "unchanged" when it weighs less than `floor`.
+fn change(what: &str, (a, b): (String, String), rose: bool, delta: Option<String>, weight: f64, floor: f64) -> Change {
+    if weight < floor {
+        let same = format!("{what} unchanged ({b})");
+        return Change {
+            weight,
+            lead: same.clone(),
+            clause: same,
+        };
+    }
+    let verb = if rose { "raised" } else { "cut" };
+    let (lead, clause) = match delta {
+        Some(d) => (
+            format!("{verb} the {what} {a} → {b} ({d})"),
+            format!("{what} {d} ({a} → {b})"),
+        ),
+        None => (format!("{verb} the {what} {a} → {b}"), format!("{what} {a} → {b}")),
+    };
+    Change { weight, lead, clause }
+}
+
 /// The change from `a` to `b` bytes, named `what` (`allocated peak`, `reserved`).
 fn bytes_change(what: &str, a: i64, b: i64) -> Change {
     let weight = (b - a).abs() as f64 / a.max(b).max(1) as f64;
-    if weight < UNCHANGED {
-        let same = format!("{what} unchanged ({})", bytes_label(b));
-        return Change {
-            weight,
-            lead: same.clone(),
-            clause: same,
-        };
-    }
-    let verb = if b > a { "raised" } else { "cut" };
-    Change {
-        weight,
-        lead: format!(
-            "{verb} the {what} {} → {} ({})",
-            bytes_label(a),
-            bytes_label(b),
-            signed(b - a)
-        ),
-        clause: format!("{what} {} ({} → {})", signed(b - a), bytes_label(a), bytes_label(b)),
-    }
+    let shown = (bytes_label(a), bytes_label(b));
+    change(what, shown, b > a, Some(signed(b - a)), weight, UNCHANGED)
 }
 
 fn fragmentation_change(a: f64, b: f64) -> Change {
-    let weight = (b - a).abs();
-    if weight < FRAGMENTATION_UNCHANGED {
-        let same = format!("fragmentation at the peak unchanged ({b:.2})");
-        return Change {
-            weight,
-            lead: same.clone(),
-            clause: same,
-        };
-    }
-    let verb = if b > a { "raised" } else { "cut" };
-    Change {
-        weight,
-        lead: format!("{verb} fragmentation at the peak {a:.2} → {b:.2}"),
-        clause: format!("fragmentation at the peak {a:.2} → {b:.2}"),
-    }
+    let shown = (format!("{a:.2}"), format!("{b:.2}"));
+    let what = "fragmentation at the peak";
+    change(what, shown, b > a, None, (b - a).abs(), FRAGMENTATION_UNCHANGED)
 }
 
 /// What drove the allocated peak's change from A to B: the category and the stack that moved
@@ -233,7 +226,7 @@ mod tests {
             on.as_ref(),
         );
         assert!(
-            v.starts_with("expandable segments (on in B) cut fragmentation at the peak 0.60 → 0.10; "),
+            v.starts_with("expandable segments (on in B) cut the fragmentation at the peak 0.60 → 0.10; "),
             "{v}"
         );
         assert!(v.contains("allocated peak unchanged (8.00 GiB)"), "{v}");

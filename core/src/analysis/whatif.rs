@@ -239,7 +239,7 @@ fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<F
                 Category::Gradient => shard(2),
                 Category::OptimizerState => optimizer * shard(1),
                 // A weight's autocast copy follows its weight, not the batch.
-                Category::Activation if rule == CategoryRule::AutocastWeightCopy => shard(3),
+                Category::Activation if rule == CategoryRule::AutocastWeightCopy => shard(3) * ckpt[r],
                 Category::Activation => batch_ratio * dtype * ckpt[r],
                 Category::Input => batch_ratio,
                 Category::Temporary if rule == CategoryRule::WithinOptimizerStep => 1.0,
