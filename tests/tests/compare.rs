@@ -234,3 +234,28 @@ fn the_diff_of_the_checkpointing_pair_matches_its_reviewed_snapshot() {
     settings.set_snapshot_path("../snapshots");
     settings.bind(|| insta::assert_json_snapshot!("diff_gpt_train_vs_ckpt", c));
 }
+
+#[test]
+fn a_variable_length_pair_s_iteration_peaks_are_each_step_s_whole_peak() {
+    // Forty steps of their own batch × sequence, without and with expandable segments.
+    let c = compare_paths(
+        &trace("anatomy/varlen_plain.pickle.gz"),
+        &trace("anatomy/varlen_expandable.pickle.gz"),
+        600,
+    );
+    for r in [&c.a, &c.b] {
+        assert_eq!((r.iterations, r.iteration_peaks.len()), (40, 40));
+        assert_eq!(r.iteration_peaks.iter().max(), Some(&r.peak_allocated_bytes));
+        let lowest = r.iteration_peaks.iter().min().copied().unwrap_or(0);
+        assert!(lowest * 4 < r.peak_allocated_bytes, "{:?}", r.iteration_peaks);
+    }
+    // The same workload step by step: the allocator setting changes no step's allocated peak.
+    assert_eq!(c.a.iteration_peaks, c.b.iteration_peaks);
+    assert_eq!(c.timeline.axis, memlens_api::CompareAxis::Iteration);
+    assert!(
+        c.headline
+            .starts_with("expandable segments (on in B) cut the fragmentation at the peak"),
+        "{}",
+        c.headline
+    );
+}
