@@ -444,6 +444,10 @@ pub struct IterationInfo {
     /// Which evidence found the steps.
     #[serde(default)]
     pub evidence: IterationEvidence,
+    /// The name family of the ranges that gave the steps (`iteration`, `Optimizer.step#SGD.step`),
+    /// with `step_ranges` and `optimizer_steps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range_name: Option<String>,
     /// Each step, whole, in order (only with timestamps, and for at most 10,000 steps).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<IterationStep>,
@@ -453,9 +457,10 @@ impl IterationInfo {
     /// Where the steps came from, for people: `the script's "iteration" ranges`, `optimizer
     /// steps`, `the allocation rhythm`.
     pub fn found_from(&self) -> String {
-        let name = self.source.split_once(':').map_or("", |(_, n)| n);
         match self.evidence {
-            IterationEvidence::StepRanges => format!("the script's \"{name}\" ranges"),
+            IterationEvidence::StepRanges => {
+                format!("the script's \"{}\" ranges", self.range_name.as_deref().unwrap_or(""))
+            }
             IterationEvidence::OptimizerSteps => "optimizer steps".to_owned(),
             IterationEvidence::AllocationRhythm => "the allocation rhythm".to_owned(),
             IterationEvidence::None => self.source.clone(),

@@ -242,6 +242,7 @@ fn analyze_device_with(
             count: 0,
             note,
             evidence: memlens_api::IterationEvidence::None,
+            range_name: None,
             steps: Vec::new(),
         },
     };

@@ -45,6 +45,7 @@ impl LoopSteps {
             count: self.spans.len(),
             note: None,
             evidence: self.evidence,
+            range_name: (!self.label.is_empty()).then(|| self.label.clone()),
             steps: if ev.has_time && self.spans.len() <= MOST_STEPS_KEPT {
                 self.with_peaks(ev.time(), usage)
             } else {

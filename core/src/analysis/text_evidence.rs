@@ -189,6 +189,7 @@ fn empty_device(device: i64) -> DeviceSummary {
             count: 0,
             note: Some("a text has no allocation history".into()),
             evidence: memlens_api::IterationEvidence::None,
+            range_name: None,
             steps: Vec::new(),
         },
         phases: Vec::new(),
