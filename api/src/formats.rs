@@ -112,6 +112,23 @@ pub fn analysed_formats_sentence() -> String {
     }
 }
 
+/// `docs/formats.md`, written from [`FORMATS`] (`tests/tests/docs.rs` keeps the file equal to
+/// it): a new format's row is its documentation.
+pub fn formats_markdown() -> String {
+    let mut s = String::from(
+        "# Formats\n\n\
+         <!-- Written from the format table in api/src/formats.rs by tests/tests/docs.rs \
+         (MEMLENS_WRITE_DOCS=1 rewrites it); do not edit by hand. -->\n\n\
+         memlens recognises a file by its content, whatever its name, trying the formats in \
+         this order; `memlens analyze --help` prints the same list.\n\n\
+         | name | what it is |\n|---|---|\n",
+    );
+    for f in FORMATS {
+        s.push_str(&format!("| `{}` | {} |\n", f.name, f.description.replace('|', "\\|")));
+    }
+    s
+}
+
 impl Format {
     /// A PyTorch caching-allocator snapshot, whichever way it was saved.
     pub fn is_pytorch_snapshot(self) -> bool {
