@@ -55,10 +55,12 @@ impl LoopSteps {
     }
 
     /// Each step with the most bytes allocated after any entry within it (with no entry in it,
-    /// what was allocated when it began).
+    /// what was allocated when it began): one pass over the entries where the steps follow
+    /// each other, as a loop's do.
     fn with_peaks(&self, time: IntSlice, usage: &Usage) -> Vec<IterationStep> {
         let n = self.spans.len();
-        (0..n)
+        // Each step's entries, `lo..hi`.
+        let entries: Vec<(usize, usize)> = (0..n)
             .map(|k| {
                 let (start, end) = self.spans[k];
                 let lo = time.partition_point(|t| t < start);
@@ -68,16 +70,49 @@ impl LoopSteps {
                 } else {
                     time.partition_point(|t| t <= end)
                 };
-                let peak = usage
-                    .allocated_from(lo)
-                    .take(hi.saturating_sub(lo))
-                    .max()
-                    .unwrap_or_else(|| usage.allocated_before(lo));
-                IterationStep {
-                    start_us: start,
-                    end_us: end,
-                    peak_allocated_bytes: peak,
+                (lo, hi.max(lo))
+            })
+            .collect();
+        let in_order = entries.windows(2).all(|w| w[0].1 <= w[1].0);
+        let peaks: Vec<i64> = match entries.first() {
+            Some(&(first, _)) if in_order => {
+                let mut peaks = Vec::with_capacity(n);
+                let mut values = usage.allocated_from(first);
+                // The next entry `values` yields, and the bytes allocated after the one before.
+                let (mut next, mut now) = (first, usage.allocated_before(first));
+                for &(lo, hi) in &entries {
+                    // Up to the step's first entry, then through the step.
+                    for v in values.by_ref().take(lo - next) {
+                        now = v;
+                    }
+                    let mut peak = None::<i64>;
+                    for v in values.by_ref().take(hi - lo) {
+                        now = v;
+                        peak = Some(peak.map_or(v, |p| p.max(v)));
+                    }
+                    next = hi;
+                    peaks.push(peak.unwrap_or(now));
                 }
+                peaks
+            }
+            _ => entries
+                .iter()
+                .map(|&(lo, hi)| {
+                    usage
+                        .allocated_from(lo)
+                        .take(hi - lo)
+                        .max()
+                        .unwrap_or_else(|| usage.allocated_before(lo))
+                })
+                .collect(),
+        };
+        self.spans
+            .iter()
+            .zip(peaks)
+            .map(|(&(start_us, end_us), peak_allocated_bytes)| IterationStep {
+                start_us,
+                end_us,
+                peak_allocated_bytes,
             })
             .collect()
     }
