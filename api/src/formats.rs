@@ -1,41 +1,41 @@
 //! The format table: every input format memlens knows, declared once.
 //!
 //! [`for_each_format!`] holds one line per format — its [`Format`] variant, the core importer
-//! module that reads it (whose snake-case name is also the wire name), whether it is analysed or
-//! only recognised, and a description for people. This crate expands it into [`Format`] and
-//! [`FORMATS`] (shown by the upload page and the CLI help); `memlens-core` expands the same table
-//! into its importer registry and its "unrecognised format" message. Adding a format is its
-//! importer folder in `core/src/importers/` plus one line here.
+//! module that reads it (whose snake-case name is also the wire name), and a description for
+//! people. This crate expands it into [`Format`] and [`FORMATS`] (shown by the upload page, the
+//! CLI help and `docs/formats.md`); `memlens-core` expands the same table into its importer
+//! registry and its "unrecognised format" message. A format also has its fuzz target and seeds
+//! in `core/fuzz/`.
 //!
 //! Order matters: the registry tries sniffers in table order.
 
 /// Calls `$callback!` with the format table:
-/// `(Variant, importer_module, analysed, "what the file is")`, one per format.
+/// `(Variant, importer_module, "what the file is")`, one per format.
 #[macro_export]
 macro_rules! for_each_format {
     ($callback:ident) => {
         $callback! {
-            (PytorchSnapshot, pytorch_snapshot, true, "a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot, optionally gzip-compressed)"),
-            (PytorchSnapshotJson, pytorch_snapshot_json, true, "a PyTorch memory snapshot saved as JSON (json.dump(torch.cuda.memory._snapshot()), optionally gzip-compressed)"),
-            (NsysSqlite, nsys_sqlite, true, "an Nsight Systems SQLite export (nsys export --type sqlite)"),
-            (PytorchProfilerTrace, pytorch_profiler_trace, true, "a PyTorch profiler Chrome trace with memory (profile_memory=True, export_chrome_trace)"),
-            (PytorchMemoryTimeline, pytorch_memory_timeline, true, "a PyTorch profiler memory timeline (export_memory_timeline to .json or .raw.json, optionally gzip-compressed)"),
-            (NvmlJsonl, nvml_jsonl, true, "pynvml JSON lines"),
-            (NsysJson, nsys_json, true, "an Nsight Systems JSON export (nsys export --type json)"),
-            (DcgmExporter, dcgm_exporter, true, "DCGM exporter metrics (Prometheus text: DCGM_FI_DEV_FB_USED/FREE/RESERVED)"),
-            (NvidiaSmiCsv, nvidia_smi_csv, true, "an nvidia-smi --query-gpu or --query-compute-apps CSV log"),
-            (NvidiaSmiPmon, nvidia_smi_pmon, true, "an nvidia-smi pmon per-process log (-s m -o DT)"),
-            (NvidiaSmiDmon, nvidia_smi_dmon, true, "an nvidia-smi dmon log (-o DT)"),
-            (MemorySummary, memory_summary, true, "a torch.cuda.memory_summary() table (1.13 or 2.x units, abbreviated or not)"),
-            (NvidiaSmiScreen, nvidia_smi_screen, true, "an nvidia-smi screen (its default output, with the process list)"),
+            (PytorchSnapshot, pytorch_snapshot, "a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot, optionally gzip-compressed)"),
+            (PytorchSnapshotJson, pytorch_snapshot_json, "a PyTorch memory snapshot saved as JSON (json.dump(torch.cuda.memory._snapshot()), optionally gzip-compressed)"),
+            (NsysSqlite, nsys_sqlite, "an Nsight Systems SQLite export (nsys export --type sqlite)"),
+            (PytorchProfilerTrace, pytorch_profiler_trace, "a PyTorch profiler Chrome trace with memory (profile_memory=True, export_chrome_trace)"),
+            (PytorchMemoryTimeline, pytorch_memory_timeline, "a PyTorch profiler memory timeline (export_memory_timeline to .json or .raw.json, optionally gzip-compressed)"),
+            (NvmlJsonl, nvml_jsonl, "pynvml JSON lines"),
+            (NsysJson, nsys_json, "an Nsight Systems JSON export (nsys export --type json)"),
+            (DcgmExporter, dcgm_exporter, "DCGM exporter metrics (Prometheus text: DCGM_FI_DEV_FB_USED/FREE/RESERVED)"),
+            (NvidiaSmiCsv, nvidia_smi_csv, "an nvidia-smi --query-gpu or --query-compute-apps CSV log"),
+            (NvidiaSmiPmon, nvidia_smi_pmon, "an nvidia-smi pmon per-process log (-s m -o DT)"),
+            (NvidiaSmiDmon, nvidia_smi_dmon, "an nvidia-smi dmon log (-o DT)"),
+            (MemorySummary, memory_summary, "a torch.cuda.memory_summary() table (1.13 or 2.x units, abbreviated or not)"),
+            (NvidiaSmiScreen, nvidia_smi_screen, "an nvidia-smi screen (its default output, with the process list)"),
             // Last: it claims any text the rows above did not.
-            (OomMessage, oom_message, true, "a CUDA/HIP/XPU/MPS out-of-memory message, or a training log holding one (the error text, with or without its traceback)"),
+            (OomMessage, oom_message, "a CUDA/HIP/XPU/MPS out-of-memory message, or a training log holding one (the error text, with or without its traceback)"),
         }
     };
 }
 
 macro_rules! declare_formats {
-    ($(($variant:ident, $module:ident, $analysed:expr, $description:expr)),* $(,)?) => {
+    ($(($variant:ident, $module:ident, $description:expr)),* $(,)?) => {
         /// Every input format memlens knows by sight (the wire name is the snake-case variant).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
         #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -52,7 +52,6 @@ macro_rules! declare_formats {
             $(FormatInfo {
                 format: Format::$variant,
                 name: stringify!($module),
-                analysed: $analysed,
                 description: $description,
             },)*
         ];
@@ -67,8 +66,6 @@ pub struct FormatInfo {
     pub format: Format,
     /// The wire name, e.g. `pytorch_snapshot`.
     pub name: &'static str,
-    /// `false`: recognised and kept aside, not analysed yet.
-    pub analysed: bool,
     /// What the file is, for people ("a PyTorch memory snapshot pickle (…)").
     pub description: &'static str,
 }
@@ -102,9 +99,9 @@ impl std::fmt::Display for Format {
     }
 }
 
-/// "a, b or c": the descriptions of every analysed format, for messages and help.
-pub fn analysed_formats_sentence() -> String {
-    let d: Vec<&str> = FORMATS.iter().filter(|f| f.analysed).map(|f| f.description).collect();
+/// "a, b or c": the descriptions of every format, for messages and help.
+pub fn formats_sentence() -> String {
+    let d: Vec<&str> = FORMATS.iter().map(|f| f.description).collect();
     match d.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
         Some((last, _)) => (*last).to_owned(),

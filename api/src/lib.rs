@@ -33,7 +33,7 @@ pub use enums::{
     ActivationDtype, BlockState, Category, CategoryRule, IterationEvidence, NoStackReason, OomBackend, OomCause,
     OomPhase, OptimizerKind, PoolKind, RemedyAction, ReportState, SampleClock, Stage, TimelineAxis,
 };
-pub use formats::{analysed_formats_sentence, formats_markdown, Format, FormatInfo, FORMATS};
+pub use formats::{formats_markdown, formats_sentence, Format, FormatInfo, FORMATS};
 pub use params::{
     ChartParams, CompareParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams, SegmentsParams,
     TimelineParams, UploadParams, WhatIfParams,

@@ -14,7 +14,7 @@ pub struct AnalyzeOutput {
     /// NVML-based logs (nvidia-smi CSV, dmon, pynvml JSON lines), one summary each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_logs: Vec<GpuLogSummary>,
-    /// Files recognised but not analysed (a format this version cannot import yet).
+    /// Files recognised but with nothing to analyse, each with why (kept aside).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedFile>,
     /// With several snapshot files: the ranks of one job side by side.

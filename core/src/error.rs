@@ -10,11 +10,9 @@ pub enum ImportError {
     /// The message lists every analysed format of the format table.
     #[error(
         "unrecognised format (starts with {head}); expected {}",
-        memlens_api::analysed_formats_sentence()
+        memlens_api::formats_sentence()
     )]
     UnknownFormat { head: String },
-    #[error("recognised as {format}, which this version of memlens cannot import yet")]
-    NotSupported { format: &'static str },
     /// Recognised, but nothing in it to analyse (kept aside with this reason).
     #[error("{0}")]
     KeptAside(String),

@@ -3,7 +3,7 @@
 //!
 //! Order of work: every input is imported in turn; snapshots are analysed as they come, NVML
 //! logs wait until all snapshots are read (their zone-less clocks are lined up with the
-//! snapshots' time range), formats that are recognised but not analysed are kept aside in
+//! snapshots' time range), files recognised but holding nothing to analyse are kept aside in
 //! `skipped`. The first input that cannot be read stops the run with an error naming it.
 //!
 //! A [`PipelineSink`] sees the stages as they change and, when it asks for them, each file's
@@ -84,7 +84,7 @@ pub enum PipelineError {
     /// The input is at fault; the message names the file and the problem.
     #[error("{file}: {error}")]
     Input { file: String, error: ImportError },
-    /// No input could be analysed (all were recognised but are not analysed yet).
+    /// No input could be analysed (every one was kept aside, each with why).
     #[error("no file could be analysed ({0})")]
     NothingAnalysed(String),
     /// A bug or a resource failure while importing or analysing (not the input's fault).
@@ -276,13 +276,6 @@ pub fn run_with(
             Ok(i) => {
                 begin_next_import(&mut queue, options);
                 i
-            }
-            Err(ImportError::NotSupported { format }) => {
-                out.skipped.push(SkippedFile {
-                    file: name,
-                    reason: format!("{format} is not supported yet"),
-                });
-                continue;
             }
             Err(ImportError::KeptAside(reason)) => {
                 out.skipped.push(SkippedFile { file: name, reason });

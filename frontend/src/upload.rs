@@ -191,10 +191,7 @@ fn FormatList() -> impl IntoView {
             <ul>
                 {memlens_api::FORMATS
                     .iter()
-                    .map(|f| {
-                        let note = if f.analysed { "" } else { " — recognised, kept aside for now" };
-                        view! { <li><code>{f.name}</code>{format!(": {}{note}", f.description)}</li> }
-                    })
+                    .map(|f| view! { <li><code>{f.name}</code>{format!(": {}", f.description)}</li> })
                     .collect_view()}
             </ul>
         </details>

@@ -82,7 +82,7 @@ pub trait Importer: Sync {
 }
 
 macro_rules! registry {
-    ($(($variant:ident, $module:ident, $analysed:expr, $description:expr)),* $(,)?) => {
+    ($(($variant:ident, $module:ident, $description:expr)),* $(,)?) => {
         $(pub mod $module;)*
 
         /// The registered importers, in the format table's order.

@@ -29,8 +29,7 @@ pub struct AnalyzeArgs {
 fn formats_help() -> String {
     let mut s = String::from("Formats (recognised by content):\n");
     for f in memlens_api::FORMATS {
-        let note = if f.analysed { "" } else { " [recognised, kept aside]" };
-        s += &format!("  {:<24} {}{note}\n", f.name, f.description);
+        s += &format!("  {:<24} {}\n", f.name, f.description);
     }
     s
 }
