@@ -3,7 +3,7 @@
 //! Decoding a snapshot grows a few vectors — the trace's columns, the pickle memo — to
 //! gigabytes, a page at a time, on the decoder's one thread; each first write to a page is a
 //! fault the kernel handles on the writing thread (a page taken, zeroed, charged and mapped):
-//! 0.43 s of the 4.0 s a 2 GB snapshot's decoding took, while the machine's other core idled.
+//! a tenth of a GB-scale decode, while the machine's other core idled.
 //! A [`FaultAhead`] keeps its vector's capacity [`WINDOW`] elements past its length and asks
 //! one process-wide thread to fault in the pages of that window
 //! (`madvise(MADV_POPULATE_WRITE)`, Linux ≥ 5.14) while the writer fills the pages before them.

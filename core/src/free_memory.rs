@@ -17,11 +17,9 @@ pub const TRIM_ABOVE: u64 = 64 << 20;
 /// Has glibc keep one arena per CPU instead of eight (its default): called first thing by every
 /// binary, before it starts a thread. An ingest's threads (the analyses, the replay beside
 /// them, polars' pool, the encoders, the server's own) each took an arena of their own, and
-/// what one thread freed stayed resident there, unused by the others: the 2 GB generated
-/// snapshot's ingest peaked at 680-692 MiB so, 647-653 with one arena per CPU on two CPUs
-/// (`memlens-bench-ingest`), as fast (upload to ready 2.85-3.04 s against 2.92-3.29 in
-/// alternating runs; `memlens-bench` 4.72-4.73 s against 5.07-5.27, the bench file 0.38-0.41 s
-/// either way). A `MALLOC_ARENA_MAX` set in the environment is left to rule.
+/// what one thread freed stayed resident there, unused by the others: a GB-scale ingest peaks
+/// lower with one arena per CPU, as fast (`memlens-bench-ingest`, `memlens-bench`). A
+/// `MALLOC_ARENA_MAX` set in the environment is left to rule.
 pub fn one_arena_per_cpu() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {

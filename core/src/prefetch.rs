@@ -2,8 +2,8 @@
 //! after the importer's position (`posix_fadvise(POSIX_FADV_WILLNEED)`). The decoder is one
 //! thread and the machine's other core idles while it runs; on a file not in the page cache
 //! the kernel's work of reading it in (pages allocated, reads submitted) was done on the
-//! decoder's thread, as system time: 1.6–2.9 s of the 5.9–7.1 s a cold 2 GB snapshot took to
-//! decode, against 4.2–4.3 s warm. Bytes are still read by the importer's own `read` calls,
+//! decoder's thread, as system time, a large share of a cold GB-scale decode. Bytes are still
+//! read by the importer's own `read` calls,
 //! so a file already cached reads exactly as before (a thread handing over copies of the
 //! bytes instead was measured slower: one more copy, and across cores).
 

@@ -10,11 +10,9 @@ pub enum RowGroups {
     /// polars' default, 262,144 rows a group: what the tables are written as.
     Default,
     /// One group: it decodes to one chunk per column, so a load has nothing to rechunk. For the
-    /// device frames, which every timeline of a stored report loads. A 2 GB report (25 M
-    /// entries): the server's peak while loading them 1.70 -> 1.33 GB and the first exact
-    /// timeline after a restart 1.4 s -> 0.9 s, for an ingest peak of 2.82 GB instead of 2.44
-    /// (polars' dictionary-encoding writer, used then, held a whole group's encoding state).
-    /// Not for the tables, rarely loaded: one group each took that ingest to 3.05-3.2 GB.
+    /// device frames, which every timeline of a stored report loads: loading them peaks lower
+    /// and the first timeline after a restart comes sooner. Not for the tables, rarely loaded,
+    /// where one group each raised a GB-scale ingest's peak.
     One,
 }
 
@@ -265,15 +263,9 @@ fn with_scalars(df: &mut DataFrame, scalars: Vec<ScalarColumn>) -> PolarsResult<
 /// µs after the first), and running totals
 /// ([`RUNNING_TOTALS`]), whose changes are the trace's sizes. Either way zstd compresses the
 /// pages after. Deltas make such columns a fraction of their plain size and decode faster, but
-/// decode slower than plain values where they jump about (addresses, sizes). Measured with
-/// `memlens-bench-store` on the 2 GB generated snapshot, plain / these deltas / deltas for
-/// every integer column: stored 137 / 46 / 15 MiB, storing 4.0 / 2.8 / 2.8 s, its frames read
-/// back in 0.72-0.84 / 0.51 / 0.42 s, its tables in 1.36-1.43 / 1.16 / 2.56 s. The bench
-/// report: 28.5 / 20.9 / 19.9 MiB. The running totals as deltas too (the trace's tables no
-/// longer stored; a slower machine, two runs each): the 2 GB snapshot stored 39.4 -> 6.0 MiB,
-/// storing 1.63-2.06 -> 1.50-1.64 s, its frames read back in 0.79-0.93 -> 0.58-0.63 s; the
-/// bench report 14.3 -> 13.0 MiB, frames read back in 0.082 -> 0.068-0.077 s (deltas for
-/// every 64-bit column as well: 13.5 MiB, 0.066-0.075 s).
+/// decode slower than plain values where they jump about (addresses, sizes): measured with
+/// `memlens-bench-store`, deltas for these columns store several times smaller and read back
+/// faster, and deltas for every integer column read the tables back slower.
 fn deltas_pay(column: &Column) -> bool {
     if column.as_scalar_column().is_some() {
         return false;
@@ -330,7 +322,7 @@ pub fn decode(bytes: Vec<u8>) -> PolarsResult<DataFrame> {
     // Device frames are written as one row group (nothing to do here); the tables, and frames
     // stored before, hold many, rechunked one column at a time: each column's chunks go as soon
     // as its copy is made and, being small, go back to the system at once (else the arenas
-    // keep them all: a 2 GB report's tables took 1.45 GB more than they hold while loading).
+    // keep them all: a GB-scale report's tables took far more than they hold while loading).
     let names: Vec<PlSmallStr> = df.get_column_names_owned();
     for name in names {
         let column = df.column(&name)?;

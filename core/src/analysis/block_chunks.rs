@@ -17,10 +17,9 @@
 //! shifted it was no faster than the `BTreeMap`). The index is rebuilt whole only once empty
 //! or split chunks make it twice the size a fresh build has.
 //!
-//! On the generated 2 GB snapshot (`scripts/gen-snapshot`: one segment that gathers 180,000
-//! leaked blocks), the checkpoint build's replay took 3.2–4.1 s with the `BTreeMap`, 1.6–2.3 s
-//! with these chunks trying the last chunk alone, 1.3–1.75 s trying its neighbours too
-//! (`memlens-bench-segments`, each pair of versions run side by side).
+//! On a generated GB-scale snapshot (`scripts/gen-snapshot`: one segment that gathers hundreds
+//! of thousands of leaked blocks) the checkpoint build's replay runs two to three times as fast
+//! as with a `BTreeMap` (`memlens-bench-segments`, versions run side by side).
 //!
 //! Invariants: `bounds` rise strictly; chunk `c` holds addresses from `bounds[c]` to before
 //! `bounds[c + 1]`, rising, and a chunk that holds any starts at `bounds[c]`; at most [`CHUNK`]

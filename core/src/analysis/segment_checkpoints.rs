@@ -6,12 +6,12 @@
 //! segment map from that one object without loading the trace.
 //!
 //! Held until stored, a checkpoint's packed blocks are compressed (zstd, [`HELD_LEVEL`]): an
-//! ingest of the 2 GB generated snapshot holds 351 states of up to 181 K blocks each, about
-//! 245 MiB packed, under 0.1 MiB compressed (its leaked blocks, all of one size at regular
-//! addresses, pack into runs of equal bytes; a real trace's compress less). Taking a state for
-//! every stored object on the replay, instead of one for every three objects and rewinding the
-//! other two from it as they were stored, took the 2 GB report's segment objects from 1.8 s
-//! to 0.65 s (`memlens-bench-segments`), and its replay 0.15 s longer.
+//! ingest of a GB-scale snapshot holds hundreds of states of up to hundreds of thousands of
+//! blocks each, far smaller compressed (blocks of one size at regular addresses pack into runs
+//! of equal bytes; a real trace's compress less). A state is taken for every stored object on
+//! the replay, rather than one for every few objects rewound as they are stored: storing the
+//! segment objects is then several times faster for a slightly longer replay
+//! (`memlens-bench-segments`).
 
 use memlens_api::SegmentMap;
 use polars::prelude::*;
@@ -30,7 +30,7 @@ pub const CHECKPOINTS: usize = 128;
 /// millisecond, and a small trace is not stored as a hundred objects …
 pub const MIN_SPACING: usize = 8192;
 /// … nor farther apart than this: a map read back from a stored object rewinds at most this
-/// many entries (about 5-8 ms) on a trace of any length …
+/// many entries (a few milliseconds) on a trace of any length …
 pub const MAX_SPACING: usize = 100_000;
 /// … unless that would make more than this many times [`CHECKPOINTS`] (a device's trace of
 /// more than 51.2 M entries): a report's objects stay a few hundred.

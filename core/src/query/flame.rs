@@ -181,7 +181,7 @@ fn add_overlapping(
     // Predating the trace (`i64::MIN`) counts from `start`; never freed (`i64::MAX`) to `end`.
     let (live, born) = bands.overlapping_rows(ends, start, end);
     // The weighing written out in each loop: through one closure both loops called it, not
-    // inlined, and a full-range flame graph of the 2 GB report took 72 ms instead of 61.
+    // inlined, and a full-range flame graph was measurably slower (BENCHMARKS.md's timeline bench).
     for i in live {
         weights.add(stack.at(i), size.at(i), ends.alloc(i).max(start), ends.free(i).min(end));
     }

@@ -225,8 +225,8 @@ pub fn timeline_with(
             // The largest MAX_BANDS of the overlapping allocations, kept as they are found:
             // never a list of every one (8 bytes an allocation, 67 MB for a 2 GB snapshot's
             // first view, which every ingest draws), and most passed over with one comparison
-            // (each of that snapshot's 17 M allocations put through a selection took 0.5 s of
-            // its ingest).
+            // (putting each of a long trace's allocations through a selection was a visible
+            // part of its ingest).
             let mut largest = largest::LargestRows::new(size, MAX_BANDS);
             let mut total = 0usize;
             for i in 0..lt.height() {

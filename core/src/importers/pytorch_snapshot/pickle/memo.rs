@@ -140,7 +140,7 @@ impl Memo {
                 return 0;
             }
             // Past the head, a slot that seals no page goes to the tail here (out of line, each
-            // of a 2 GB snapshot's 89 M slots past the head was a call).
+            // of a long trace's tens of millions of slots past the head was a call).
             if self.tail.len() + 1 < 2 * PAGE {
                 self.tail.push(word);
                 return 0;
