@@ -81,6 +81,15 @@ pub fn by_stack(c: &Comparison) -> impl IntoView {
     }
 }
 
+/// Up to this many steps are listed one by one.
+const LISTED_STEPS: usize = 12;
+
+fn sorted(v: &[i64]) -> Vec<i64> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v
+}
+
 pub fn iterations(c: &Comparison) -> Option<impl IntoView> {
     let n = c.a.iteration_peaks.len().max(c.b.iteration_peaks.len());
     let cats: Vec<Category> = Category::ALL
@@ -94,13 +103,25 @@ pub fn iterations(c: &Comparison) -> Option<impl IntoView> {
         .collect();
     (n > 0 || !cats.is_empty()).then(|| {
         let cell = |v: Option<i64>| v.map_or("—".to_owned(), bytes);
-        let iter_rows = (0..n)
-            .map(|i| {
-                let (a, b) = (c.a.iteration_peaks.get(i).copied(), c.b.iteration_peaks.get(i).copied());
-                let d = a.zip(b).map_or("—".to_owned(), |(a, b)| signed(a - b));
-                view! { <tr><td>{format!("iteration {i}")}</td><td class="num">{cell(a)}</td><td class="num">{cell(b)}</td><td class="num">{d}</td></tr> }
-            })
-            .collect_view();
+        let row = |name: String, a: Option<i64>, b: Option<i64>| {
+            let d = a.zip(b).map_or("—".to_owned(), |(a, b)| signed(a - b));
+            view! { <tr><td>{name}</td><td class="num">{cell(a)}</td><td class="num">{cell(b)}</td><td class="num">{d}</td></tr> }
+        };
+        // A long run's steps are summarised (the chart above draws each one).
+        let iter_rows = if n <= LISTED_STEPS {
+            (0..n)
+                .map(|i| row(format!("iteration {i}"), c.a.iteration_peaks.get(i).copied(), c.b.iteration_peaks.get(i).copied()))
+                .collect_view()
+                .into_any()
+        } else {
+            let (a, b) = (sorted(&c.a.iteration_peaks), sorted(&c.b.iteration_peaks));
+            let at = |v: &[i64], q: usize| (!v.is_empty()).then(|| v[(v.len() - 1) * q / 2]);
+            [("lowest", 0), ("median", 1), ("highest", 2)]
+                .into_iter()
+                .map(|(name, q)| row(format!("{name} of {n} iteration peaks"), at(&a, q), at(&b, q)))
+                .collect_view()
+                .into_any()
+        };
         let steady = |side: &memlens_api::ComparedRun, k: Category| {
             side.steady_by_category.iter().find(|s| s.category == k).and_then(|s| s.steady_bytes)
         };
