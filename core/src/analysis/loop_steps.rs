@@ -1,7 +1,7 @@
 //! A run's loop steps, from whichever evidence it has, strongest first: the script's own
 //! step ranges (`record_function("iteration")`, `ProfilerStep#3`), optimizer steps as
 //! separators (ranges, or runs of `torch/optim/` frames: [`super::phases`]), the allocation
-//! rhythm ([`super::leaks::repeating_pattern`]), and last any range the script repeats.
+//! rhythm ([`repeating_pattern`]), and last any range the script repeats.
 //!
 //! Invariant: a step is whole — its forward, backward and optimizer step — so its peak is
 //! the step's, and the run's peak, when it falls inside a step, is the highest step peak
@@ -148,7 +148,7 @@ pub fn loop_steps(phases: &[PhaseRange], training: Option<&Structure>, ev: &Devi
             spans: st.iterations.iter().map(|it| (it.forward.0, it.end)).collect(),
         });
     }
-    if let Some(starts) = super::leaks::repeating_pattern(ev) {
+    if let Some(starts) = repeating_pattern(ev) {
         let widest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
         let spans = starts
             .iter()
@@ -209,4 +209,71 @@ fn repeated_ranges(phases: &[PhaseRange], pick: impl Fn(&str) -> bool, last: i64
         })
         .collect();
     Some((name.to_owned(), spans))
+}
+
+/// The fewest entries a step of the rhythm may hold on average (four allocations and their
+/// frees).
+const MIN_STEP_ENTRIES: usize = 12;
+
+/// The most repetitions a rhythm may have (more: a per-allocation pattern, not a step).
+const MOST_REPETITIONS: usize = 100_000;
+
+/// Iteration starts from the allocation pattern: the times of the stack that allocates
+/// regularly across at least half of the trace with the fewest repetitions (at least 3), the
+/// earliest in the step among those — a loop allocates its input batch, activations and
+/// gradients once per step, so the coarsest regular rhythm is the step, and the first of its
+/// allocations starts it. Regular: the gaps between its allocations, in time or in entries,
+/// within 30 % of their mean (the first gap aside when there are more: a first step warms
+/// up). `None` when nothing repeats regularly.
+fn repeating_pattern(ev: &DeviceEvents) -> Option<Vec<i64>> {
+    let (action, stack, time) = (ev.action(), ev.stack(), ev.time());
+    // A stack's entries are kept up to one more than a rhythm may have: past that it is out
+    // whatever they are, and keeping them all (a stack allocating every step of a long run)
+    // was hundreds of MB of fresh pages on a GB-scale trace.
+    let mut by_stack: rustc_hash::FxHashMap<u32, Vec<u32>> = rustc_hash::FxHashMap::default();
+    for (i, &a) in action.iter().enumerate() {
+        if a == crate::tables::Action::Alloc as u8 && stack.at(i) != 0 {
+            let entries = by_stack.entry(stack.at(i)).or_default();
+            if entries.len() <= MOST_REPETITIONS {
+                entries.push(i as u32);
+            }
+        }
+    }
+    let span = (time.last().unwrap_or(0) - time.first().unwrap_or(0)).max(1);
+    // (repetitions, first entry, stack) of the best so far, and its times.
+    let mut best: Option<((usize, u32, u32), Vec<i64>)> = None;
+    for (s, entries) in by_stack {
+        let times: Vec<i64> = entries.iter().map(|&i| time.at(i as usize)).collect();
+        // A rhythm, not a burst: it must cover most of the trace.
+        if times.len() < 3 || times.len() > MOST_REPETITIONS || (times[times.len() - 1] - times[0]) * 2 < span {
+            continue;
+        }
+        let entry_gaps: Vec<f64> = entries.windows(2).map(|w| f64::from(w[1] - w[0])).collect();
+        // A step holds a few allocations at least (each an alloc and its frees): a stack
+        // allocating every few entries is a loop over tensors, not over steps.
+        if entry_gaps.iter().sum::<f64>() < (MIN_STEP_ENTRIES * entry_gaps.len()) as f64 {
+            continue;
+        }
+        let time_gaps: Vec<f64> = times.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
+        if !regular(&time_gaps) && !regular(&entry_gaps) {
+            continue;
+        }
+        let key = (times.len(), entries[0], s);
+        if best.as_ref().is_none_or(|b| key < b.0) {
+            best = Some((key, times));
+        }
+    }
+    best.map(|b| b.1)
+}
+
+/// Whether gaps are within 30 % of their mean (their coefficient of variation), the first
+/// one aside when at least three follow it.
+fn regular(gaps: &[f64]) -> bool {
+    let gaps = if gaps.len() >= 4 { &gaps[1..] } else { gaps };
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    if mean <= 0.0 {
+        return false;
+    }
+    let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+    var.sqrt() / mean <= 0.3
 }
