@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use polars::prelude::*;
 
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 use crate::tables::{NarrowI64, OneOrEach};
 
 /// A column of polars numeric type `T`.
@@ -188,7 +188,7 @@ pub mod events {
     pub const ADDR_UNITS: &str = "addr_units";
     /// i64, one scalar.
     pub const ADDR_BASE: &str = "addr_base";
-    /// u32 when every size is below 4 GiB, else i64: read it as a [`crate::int_slice::IntSlice`].
+    /// u32 when every size is below 4 GiB, else i64: read it as a [`crate::tables::int_slice::IntSlice`].
     /// A trace of at most 65,536 distinct `(size, stack)` pairs holds [`SIZE_STACK`] instead of
     /// this and [`STACK`]; read either with [`crate::analysis::DeviceEvents::size`].
     pub const SIZE: &str = "size";
@@ -203,7 +203,7 @@ pub mod events {
     /// i64, one scalar: the first entry's time.
     pub const FIRST_TIME_US: &str = "first_time_us";
     /// u16 when every stack id is below 65,536, else u32: read it as a
-    /// [`crate::stack_ids::StackIds`] (with [`crate::analysis::DeviceEvents::stack`], which
+    /// [`crate::tables::stack_ids::StackIds`] (with [`crate::analysis::DeviceEvents::stack`], which
     /// also reads [`SIZE_STACK`]).
     pub const STACK: &str = "stack";
     /// Null unless `oom`.
@@ -279,11 +279,11 @@ pub mod lifetimes {
     /// in reports stored before 2026-12-04 `addr`): read them with [`super::addresses`].
     pub const ADDR: Col<Int64Type> = Col::new("addr");
     /// u32 when every size is below 4 GiB, else i64 (and i64 in reports stored before): read
-    /// it as a [`crate::int_slice::IntSlice`].
+    /// it as a [`crate::tables::int_slice::IntSlice`].
     pub const SIZE: &str = "size";
     pub const STREAM: Col<Int64Type> = Col::new("stream");
     /// u16 when every stack id is below 65,536, else u32 (and u32 in reports stored before):
-    /// read it as a [`crate::stack_ids::StackIds`].
+    /// read it as a [`crate::tables::stack_ids::StackIds`].
     pub const STACK: &str = "stack";
     /// Entry index of the alloc, `-1` before the trace (32 bits: a device's trace holds fewer
     /// than 2^31 entries, see [`crate::analysis::lifetimes::MAX_ENTRIES`]).

@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 use crate::analysis::lifetime_addresses::LifetimeAddresses;
 use crate::analysis::segment_checkpoints::SegmentCheckpoints;
 use crate::analysis::{device_notes, DeviceEvents};
-use crate::entry_steps::EntrySteps;
+use crate::tables::entry_steps::EntrySteps;
 use crate::tables::{Action, SnapshotTables};
 
 /// One analysed device's derived frames, as stored for level-of-detail queries.

@@ -1,7 +1,7 @@
 //! memlens-core: everything between an uploaded file and the numbers in a report, with no
 //! HTTP. [`pipeline::run`] is the one entry point the CLI, the server and the benches call:
-//! [`source`] opens (and un-gzips; [`prefetch`] asks for a file ahead) → [`importers::sniff`] names the format from the format table →
-//! [`importers`] (one folder per format; [`fault_ahead`] faults their growing columns' pages in on another thread) fill the canonical [`tables`] (allocator history) and
+//! [`source`] opens (and un-gzips; [`infra::prefetch`] asks for a file ahead) → [`importers::sniff`] names the format from the format table →
+//! [`importers`] (one folder per format; [`infra::fault_ahead`] faults their growing columns' pages in on another thread) fill the canonical [`tables`] (allocator history) and
 //! [`samples`] (whole-GPU samples from NVML logs) and [`evidence`] (what an OOM message, a log, a
 //! memory summary or an nvidia-smi screen says) → [`analysis`] functions over polars frames →
 //! [`report`] assembles the summary the CLI and the server return. [`query`] answers
@@ -16,22 +16,15 @@
 pub mod analysis;
 #[cfg(feature = "analysis")]
 pub mod columns;
-pub mod drop_aside;
-#[cfg(feature = "analysis")]
-pub mod entry_steps;
 pub mod error;
 pub mod evidence;
-pub mod fault_ahead;
 #[cfg(feature = "analysis")]
 pub mod frames;
-pub mod free_memory;
 pub mod importers;
-#[cfg(feature = "analysis")]
-pub mod int_slice;
+pub mod infra;
 pub mod names;
 #[cfg(feature = "analysis")]
 pub mod pipeline;
-pub mod prefetch;
 #[cfg(feature = "analysis")]
 pub mod query;
 #[cfg(feature = "analysis")]
@@ -39,14 +32,8 @@ pub mod report;
 pub mod samples;
 pub mod source;
 #[cfg(feature = "analysis")]
-pub mod stack_ids;
-#[cfg(feature = "analysis")]
 pub mod stacks;
 pub mod tables;
-#[cfg(test)]
-mod test_rng;
-#[cfg(feature = "analysis")]
-mod varint;
 
 #[cfg(feature = "analysis")]
 pub use error::AnalysisError;

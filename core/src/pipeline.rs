@@ -19,9 +19,9 @@ use crate::analysis::categories::FrameRules;
 use crate::analysis::gpu_samples::{link_process_gpus, ReservedSteps};
 use crate::analysis::run::run_overview;
 use crate::analysis::DeviceEvents;
-use crate::drop_aside::drop_aside;
 use crate::error::{AnalysisError, ImportError};
 use crate::importers::{begin_import, import_on_thread, BegunImport, ImportOptions, Imported, ImportedFile};
+use crate::infra::drop_aside::drop_aside;
 use crate::report::{
     analyze_gpu_log, analyze_snapshot_with, snapshot_time_range, Keeping, OnCheckpointsFinal, OnFramesFinal,
 };
@@ -304,7 +304,7 @@ pub fn run_with(
         };
         // The importer's working buffers are freed by now: on a GB-scale trace about as many
         // bytes as the trace holds, resident until given back (`free_memory`).
-        crate::free_memory::give_back_after(crate::columns::held_bytes(&tables.events) as u64);
+        crate::infra::free_memory::give_back_after(crate::columns::held_bytes(&tables.events) as u64);
         sink.stage(Stage::Analysing, Some(&name));
         let internal = |e: AnalysisError| PipelineError::Internal {
             file: name.clone(),

@@ -29,11 +29,11 @@ use crate::analysis::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use crate::analysis::stalls::pending_free_stalls;
 use crate::analysis::usage::{peak_allocated_entry, usage_over_time, Usage, UsageSeries};
 use crate::analysis::{devices, DeviceEvents};
-use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
 use crate::frames::{CheckpointsFinal, FinalFrames};
 use crate::samples::{GpuSampleTables, SampleClock};
 use crate::stacks::StackResolver;
+use crate::tables::entry_steps::EntrySteps;
 use crate::tables::{Action, SnapshotTables};
 
 /// How many fragmentation samples each device gets.
@@ -219,7 +219,7 @@ fn analyze_device_with(
     };
     // Their working maps are freed by now: given back before the analyses below, beside the
     // trace and the lifetimes, grow the heap again (`free_memory`).
-    crate::free_memory::give_back_after(crate::columns::held_bytes(&lifetimes) as u64);
+    crate::infra::free_memory::give_back_after(crate::columns::held_bytes(&lifetimes) as u64);
     let expandable = t.source.expandable_segments == Some(true)
         || t.segments
             .column("is_expandable")?

@@ -49,7 +49,7 @@ pub struct Source {
     /// Upper bound on the content length (file size, or the decompression limit).
     pub bound: u64,
     /// Whether an importer that reads it whole should have a thread of its own read it
-    /// ahead (a plain file of [`crate::prefetch::PREFETCH_FROM`] or more: its `read` calls
+    /// ahead (a plain file of [`crate::infra::prefetch::PREFETCH_FROM`] or more: its `read` calls
     /// copy from the page cache, work the decoder's thread need not do; a gzip stream is
     /// already decompressed on a thread of its own).
     pub read_ahead: bool,
@@ -57,12 +57,12 @@ pub struct Source {
 
 impl Source {
     /// A file on disk; from 4 MiB on, the kernel is asked for its next megabytes ahead of
-    /// the importer (see [`crate::prefetch`]), and a plain one is to be [`Source::read_ahead`].
+    /// the importer (see [`crate::infra::prefetch`]), and a plain one is to be [`Source::read_ahead`].
     pub fn open(path: &Path, limits: SourceLimits) -> Result<Source, ImportError> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();
-        let mut source = Source::from_reader(crate::prefetch::reader(file, len), len, limits)?;
-        source.read_ahead = !source.gzip && len >= crate::prefetch::PREFETCH_FROM;
+        let mut source = Source::from_reader(crate::infra::prefetch::reader(file, len), len, limits)?;
+        source.read_ahead = !source.gzip && len >= crate::infra::prefetch::PREFETCH_FROM;
         Ok(source)
     }
 

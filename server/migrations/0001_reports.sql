@@ -1,4 +1,4 @@
--- The report index of a shared store (see server/src/store/postgres.rs): one row per report,
+-- The report index of a shared store (see server/src/storage/store/postgres.rs): one row per report,
 -- its lifecycle, and the job-queue columns ingest workers claim it by.
 CREATE TABLE reports (
     id TEXT PRIMARY KEY,

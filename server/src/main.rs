@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    memlens_core::free_memory::one_arena_per_cpu();
+    memlens_core::infra::free_memory::one_arena_per_cpu();
     let args = cli::Cli::parse();
     if matches!(
         args.command,
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         cli::Command::Whatif(a) => cli::whatif::whatif(a),
         cli::Command::Upload(a) => cli::upload::upload(a),
         cli::Command::Serve(a) => memlens::serve::serve(a),
-        cli::Command::Worker(a) => memlens::worker::worker(a),
+        cli::Command::Worker(a) => memlens::ingest::worker::worker(a),
         cli::Command::Healthcheck(a) => cli::healthcheck::healthcheck(a),
     }
 }

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::filecache::LoadedFiles;
 use crate::http::auth::{UploadAuth, UploadLimit};
 use crate::http::{router, AppState, HttpConfig};
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
-use crate::store::StoreArgs;
+use crate::storage::filecache::LoadedFiles;
+use crate::storage::store::StoreArgs;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -126,7 +126,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         // A shared store: reports are claimed from its queue, by this server's loops and by
         // any `memlens worker`; one a crash left unfinished is claimed once its lease ran out.
         let lease = Duration::from_secs(args.lease_seconds.max(3));
-        crate::worker::spawn_claim_loops(&ingest, args.workers, lease, &stop_claiming)
+        crate::ingest::worker::spawn_claim_loops(&ingest, args.workers, lease, &stop_claiming)
     } else {
         let s = store.clone();
         let unfinished = tokio::task::spawn_blocking(move || s.unfinished())

@@ -5,8 +5,8 @@
 
 use memlens_core::analysis::lifetimes::{allocation_lifetimes, allocation_lifetimes_with, Addresses};
 use memlens_core::analysis::usage::{deltas, usage_over_time};
-use memlens_core::int_slice::IntSlice;
-use memlens_core::stack_ids::StackIds;
+use memlens_core::tables::int_slice::IntSlice;
+use memlens_core::tables::stack_ids::StackIds;
 
 #[test]
 fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {

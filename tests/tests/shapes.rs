@@ -153,7 +153,10 @@ fn time_range_is_read_in_one_pass_and_a_trace_without_timestamps_stays_one_scala
     for device in memlens_core::analysis::devices(&timed).expect("devices") {
         let narrow = memlens_core::analysis::DeviceEvents::new(&timed, device).expect("narrow");
         let widened = memlens_core::analysis::DeviceEvents::new(&wide, device).expect("wide");
-        assert!(matches!(widened.time(), memlens_core::int_slice::IntSlice::I64(_)));
+        assert!(matches!(
+            widened.time(),
+            memlens_core::tables::int_slice::IntSlice::I64(_)
+        ));
         assert_eq!(narrow.time().to_vec(), widened.time().to_vec(), "device {device}");
         assert!(narrow.has_time && widened.has_time);
     }

@@ -7,9 +7,9 @@
 use memlens_core::analysis::lifetimes::allocation_lifetimes;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_path, Imported};
-use memlens_core::int_slice::IntSlice;
 use memlens_core::pipeline::analyze_paths;
-use memlens_core::stack_ids::StackIds;
+use memlens_core::tables::int_slice::IntSlice;
+use memlens_core::tables::stack_ids::StackIds;
 use memlens_core::tables::SnapshotTables;
 use serde_json::{json, Value};
 

@@ -332,7 +332,7 @@ mod tests {
 
     use super::super::block_map_tests::{block, random_step, same_blocks, STATES};
     use super::*;
-    use crate::test_rng::Lcg;
+    use crate::infra::test_rng::Lcg;
 
     /// Thousands of blocks (chunks split, empty and are rebuilt), from random inserts,
     /// removes, frees and look-ups: always what a plain `BTreeMap` holds and answers, with the

@@ -9,7 +9,7 @@ use memlens_api::BlockState;
 use super::block_chunks::BlockChunks;
 use super::segment_blocks::SegmentBlocks;
 use super::segment_map::Block;
-use crate::test_rng::Lcg;
+use crate::infra::test_rng::Lcg;
 
 /// What the tests do to a map of blocks.
 pub(super) trait BlockMap {

@@ -28,9 +28,9 @@ pub use super::training_structure::{autograd_windows, structure, Structure};
 use super::training_structure::{in_zero_grad, locate, spans_or_open, within, Span};
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 
 /// One allocation's lifetime on the trace's time axis (`None`: before the trace / never freed).
 #[derive(Debug, Clone, Copy)]

@@ -18,11 +18,11 @@ use rustc_hash::FxHashMap;
 use super::compare_verdict::{verdict, SettingChange};
 use super::lifetimes::live_by_stack;
 use crate::columns::usage as usage_col;
-use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
 use crate::frames::DeviceFrames;
-use crate::int_slice::IntSlice;
 use crate::stacks::StackResolver;
+use crate::tables::entry_steps::EntrySteps;
+use crate::tables::int_slice::IntSlice;
 
 /// How many stacks a comparison lists (the rest are summed).
 pub const COMPARE_STACKS: usize = 50;

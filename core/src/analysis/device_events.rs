@@ -5,8 +5,8 @@
 use polars::prelude::*;
 
 use crate::columns::{addresses, events as ev_col, first_i64, size_stacks as ss_col, usage as usage_col, Col};
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 use crate::tables::{Action, SnapshotTables};
 
 /// Consecutive rows of `events` on one device.

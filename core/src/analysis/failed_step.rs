@@ -23,9 +23,9 @@ use super::oom_cause::{LiveAtFailure, OomFacts};
 use super::usage::Usage;
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 
 /// What an allocation's frames say it is part of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,10 +5,10 @@
 use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary, ProcessSummary};
 use polars::prelude::*;
 
-use crate::entry_steps::EntrySteps;
 use crate::error::AnalysisError;
-use crate::int_slice::IntSlice;
 use crate::samples::{GpuSampleTables, UsedMeaning};
+use crate::tables::entry_steps::EntrySteps;
+use crate::tables::int_slice::IntSlice;
 
 /// Time zones are whole quarter hours within ±14 h of UTC.
 const ZONE_STEP_MINUTES: i64 = 15;

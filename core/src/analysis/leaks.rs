@@ -17,9 +17,9 @@ use rustc_hash::FxHashMap;
 
 use super::DeviceEvents;
 use crate::columns::lifetimes as lt_col;
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 
 /// Without iterations: separate moments of growth a stack needs to be a leak candidate.
 pub const MIN_MOMENTS: usize = 4;

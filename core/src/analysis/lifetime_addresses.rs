@@ -20,7 +20,7 @@ use polars::prelude::*;
 
 use super::DeviceEvents;
 use crate::columns::{address_columns, lifetimes as lt_col};
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 use crate::tables::{NarrowI64, ADDRESS_SHIFT};
 
 /// What, beside the trace, gives each row of lifetimes built without their addresses its

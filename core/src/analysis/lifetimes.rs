@@ -25,8 +25,8 @@ use rustc_hash::FxHashMap;
 use super::lifetime_addresses::LifetimeAddresses;
 use super::{device_segments, DeviceEvents};
 use crate::columns::{address_columns, lifetimes as lt_col, one_or_each_column};
-use crate::int_slice::IntSlice;
-use crate::stack_ids::stack_id_column;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::stack_id_column;
 use crate::tables::OneOrEach;
 use crate::tables::{Action, BlockState, NarrowI64, NarrowStacks, SnapshotTables};
 

@@ -13,7 +13,7 @@ use super::phases::family;
 use super::training_structure::Structure;
 use super::usage::Usage;
 use super::DeviceEvents;
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 
 /// The most steps a summary lists one by one (about 90 bytes each in its JSON); a longer run
 /// keeps its count only.

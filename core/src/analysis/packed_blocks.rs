@@ -8,8 +8,8 @@
 //! these few bytes (a held checkpoint's are compressed after, `segment_checkpoints.rs`).
 
 use super::segment_map::Block;
+use crate::infra::varint::{checked_get, checked_get_signed, get, get_signed, put, put_signed};
 use crate::tables::BlockState;
-use crate::varint::{checked_get, checked_get_signed, get, get_signed, put, put_signed};
 
 /// Blocks in address order, packed.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -1,16 +1,16 @@
 //! The trace entries a stored segment object holds, packed as bytes: each entry's address as
 //! its distance from the entry before's, its size, its stream as its change from the entry
-//! before's and its stack, as variable-length integers ([`crate::varint`]), then its action.
+//! before's and its stack, as variable-length integers ([`crate::infra::varint`]), then its action.
 //! About 8 bytes an entry where a Parquet row of them cost a column value each: a stored
 //! object is one row per segment with its blocks and entries as two byte strings, which is
 //! cheaper to write and to read back than a row per block and per entry.
 
 use super::segment_map::EntryRows;
-use crate::varint::{checked_get, checked_get_signed, write, write_signed, MAX_BYTES};
+use crate::infra::varint::{checked_get, checked_get_signed, write, write_signed, MAX_BYTES};
 
 /// Entries [`pack`] reads from each column at a time: each column's values are read for a run of
 /// entries with one match on its form
-/// ([`crate::int_slice::IntSlice::read_into`]) instead of one an entry.
+/// ([`crate::tables::int_slice::IntSlice::read_into`]) instead of one an entry.
 const RUN: usize = 256;
 
 /// `rows`' entries, packed.
@@ -127,8 +127,8 @@ mod tests {
 
     #[test]
     fn entries_of_every_column_form_read_back_across_runs() {
-        use crate::int_slice::IntSlice;
-        use crate::stack_ids::StackIds;
+        use crate::tables::int_slice::IntSlice;
+        use crate::tables::stack_ids::StackIds;
         // Several runs and a part of one, from columns in their narrow and coded forms.
         let n = 3 * RUN + 7;
         let action: Vec<u8> = (0..n).map(|i| (i * 7 % 5) as u8).collect();

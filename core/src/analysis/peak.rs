@@ -7,9 +7,9 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::columns::lifetimes as lt_col;
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 
 /// What tells apart why allocations have no stack.
 pub struct NoStackEvidence<'a> {

@@ -223,7 +223,7 @@ mod tests {
 
     use super::super::block_map_tests::{block, random_step, same_blocks};
     use super::*;
-    use crate::test_rng::Lcg;
+    use crate::infra::test_rng::Lcg;
 
     /// Random inserts, removes, frees, look-ups and joins, on blocks that tile a range and
     /// on blocks that do not: the vector, the chunks and the switch between them always hold

@@ -17,8 +17,8 @@ pub use super::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentDetail, SegmentKey};
 use super::segments_by_address::SegmentsByAddress;
 use super::{device_segments, round_size, DeviceEvents, Streams, MIN_BLOCK, SMALL_SIZE};
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 use crate::tables::{Action, BlockState, SnapshotTables};
 
 #[derive(Debug, Clone, PartialEq)]

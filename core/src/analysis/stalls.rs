@@ -9,9 +9,9 @@ use memlens_api::FreeStall;
 use rustc_hash::FxHashMap;
 
 use super::DeviceEvents;
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 use crate::tables::Action;
 
 /// Waits shorter than this (µs) are the allocator's normal event polling.

@@ -5,7 +5,7 @@
 //! search where a run's iterations follow each other (a long run has thousands).
 
 use super::usage::Usage;
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 use memlens_api::PhaseRange;
 
 /// A time interval `[start, end]` on the trace's axis.
@@ -254,7 +254,7 @@ pub(super) fn in_zero_grad(st: &Structure, t: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_rng::Lcg;
+    use crate::infra::test_rng::Lcg;
 
     /// Iterations one after another as a run's are (`overlap` 0), or overlapping and out of
     /// order, with empty phases now and then; zero_grads between them or anywhere.

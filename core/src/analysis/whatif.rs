@@ -15,8 +15,8 @@ use memlens_api::{
 use polars::prelude::*;
 
 use crate::columns::lifetimes as lt_col;
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 
 /// Fewest repetitions per iteration that mark an activation as made by a repeated block.
 const MIN_LAYERS: usize = 4;

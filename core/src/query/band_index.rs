@@ -19,7 +19,7 @@
 
 use super::largest::{LargestInRuns, LargestRows};
 use super::row_list::{RowList, RowListBuilder, Rows};
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 
 /// An allocation's endpoints on the timeline's axis: its alloc (`i64::MIN` when it predates the
 /// trace) and its free (`i64::MAX` when never freed).

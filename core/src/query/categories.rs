@@ -13,7 +13,7 @@ use super::TimelineIndex;
 use crate::analysis::whatif::categories_of;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 
 /// The category timeline of `dev` between `start` and `end` (defaults: the whole trace), by a
 /// pass over every allocation and the entries up to the window's end.

@@ -15,7 +15,7 @@ use polars::prelude::*;
 use crate::analysis::whatif::categories_of;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 
 use super::row_list::{RowList, RowListBuilder};
 

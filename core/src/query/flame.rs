@@ -9,8 +9,8 @@
 //! overlapping the window are (see [`BandIndex::overlapping_rows`]), which is the same
 //! answer as a pass over every allocation.
 
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 use memlens_api::{FlameGraph, FlameNode};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;

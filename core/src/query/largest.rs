@@ -5,7 +5,7 @@
 //! candidates whatever its length. The tree holds about `2 × keep / BLOCK` entries per row.
 
 use super::row_list::RowList;
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 use std::cmp::Ordering;
 
 /// Rows per leaf of the tree.

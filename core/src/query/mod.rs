@@ -34,11 +34,11 @@ use timeline_index::{axis_positions, AxisEnds};
 
 use crate::analysis::Streams;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
-use crate::entry_steps::EntrySteps;
 use crate::frames::DeviceFrames;
-use crate::int_slice::IntSlice;
-use crate::stack_ids::StackIds;
 use crate::stacks::StackResolver;
+use crate::tables::entry_steps::EntrySteps;
+use crate::tables::int_slice::IntSlice;
+use crate::tables::stack_ids::StackIds;
 
 /// Most allocations drawn as their own band in one response.
 pub const MAX_BANDS: usize = 2_000;

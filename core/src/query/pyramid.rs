@@ -8,7 +8,7 @@
 //! pyramid is built only over sorted positions).
 
 use super::series::Series;
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 /// Entries per block of the finest level; each coarser level groups this many blocks.
 const FANOUT: usize = 64;
 

@@ -5,13 +5,13 @@
 //!
 //! `0, 1, …, n − 1` (a report's allocations in alloc order, as the pipeline makes them) is held
 //! as its length alone; any other list as the differences between neighbours, zigzag LEB128
-//! ([`crate::varint`]), in blocks of [`BLOCK`] rows, each block's first row and the offset of
+//! ([`crate::infra::varint`]), in blocks of [`BLOCK`] rows, each block's first row and the offset of
 //! its differences held apart, so that reading position `k` decodes one block at most and a run
 //! of positions decodes each of its rows once.
 
 use std::ops::Range;
 
-use crate::varint;
+use crate::infra::varint;
 
 /// Rows per block: a position is read after at most `BLOCK − 1` differences.
 const BLOCK: usize = 64;

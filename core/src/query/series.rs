@@ -72,21 +72,21 @@ impl Series for Units<'_> {
     }
 }
 
-/// Runs `$body` with `$s` bound to `$values` (an [`IntSlice`](crate::int_slice::IntSlice)) as a
+/// Runs `$body` with `$s` bound to `$values` (an [`IntSlice`](crate::tables::int_slice::IntSlice)) as a
 /// [`Series`]: [`Units`] for u32 offsets, the slice itself for i64, the values made into a
 /// vector for codes (no stored series is held as codes).
 macro_rules! on_series {
     ($values:expr, |$s:ident| $body:expr) => {
         match $values {
-            $crate::int_slice::IntSlice::U32 { base, shift, offsets } => {
+            $crate::tables::int_slice::IntSlice::U32 { base, shift, offsets } => {
                 let $s = $crate::query::series::Units { base, shift, offsets };
                 $body
             }
-            $crate::int_slice::IntSlice::I64(values) => {
+            $crate::tables::int_slice::IntSlice::I64(values) => {
                 let $s = values;
                 $body
             }
-            coded @ $crate::int_slice::IntSlice::Coded { .. } => {
+            coded @ $crate::tables::int_slice::IntSlice::Coded { .. } => {
                 let held = coded.to_vec();
                 let $s: &[i64] = &held;
                 $body

@@ -3,7 +3,7 @@
 //! grows with the buckets and the changes inside the window instead of with the entries.
 
 use super::pyramid::{bucket_min_max_by_entries, BucketRuns, Positions};
-use crate::entry_steps::EntrySteps;
+use crate::tables::entry_steps::EntrySteps;
 
 /// The min and max of `steps` in each of `width` buckets between `start` and `end` over
 /// `positions`. `sorted` says the positions never decrease (the index knows; otherwise it is

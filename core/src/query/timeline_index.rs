@@ -15,7 +15,7 @@ use super::series::on_series;
 use super::Axis;
 use crate::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::frames::DeviceFrames;
-use crate::int_slice::IntSlice;
+use crate::tables::int_slice::IntSlice;
 
 /// One device's timeline index on one axis.
 pub struct TimelineIndex {

@@ -11,7 +11,7 @@ use super::{
     TABLE_NAMES,
 };
 use crate::columns::{address_columns, events as ev, one_or_each_column, size_stacks as ss};
-use crate::stack_ids::stack_id_column;
+use crate::tables::stack_ids::stack_id_column;
 
 /// The canonical tables of one imported snapshot.
 pub struct SnapshotTables {

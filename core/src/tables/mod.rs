@@ -6,7 +6,7 @@
 //!
 //! | table | columns |
 //! |---|---|
-//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64 — or `addr_units` u32 and `addr_base` i64 (address = base + 512 × units) when every address is aligned and within 1 TiB of the first —, `size_stack` u16 (row in `size_stacks`, while the trace has at most 65,536 distinct `(size, stack)` pairs) — or `size` u32 (every size below 4 GiB) or i64 and, after the times, `stack` —, `stream` i64, `time_us` i64 (null when absent) — or `time_after_first_us` u32 and `first_time_us` i64 when every entry has one within 71 minutes of the first —, `stack` u16 (every stack id below 65,536) or u32 (only without `size_stack`), `device_free` i64 (null unless `oom`); a column of one value (one device, one stream, all null, a base) is a polars scalar column; the analyses read them through `DeviceEvents` as [`crate::int_slice::IntSlice`]s (the stack ids as [`crate::stack_ids::StackIds`]), whichever form |
+//! | `events` | `device` i32, `action` u8 ([`Action`]), `addr` i64 — or `addr_units` u32 and `addr_base` i64 (address = base + 512 × units) when every address is aligned and within 1 TiB of the first —, `size_stack` u16 (row in `size_stacks`, while the trace has at most 65,536 distinct `(size, stack)` pairs) — or `size` u32 (every size below 4 GiB) or i64 and, after the times, `stack` —, `stream` i64, `time_us` i64 (null when absent) — or `time_after_first_us` u32 and `first_time_us` i64 when every entry has one within 71 minutes of the first —, `stack` u16 (every stack id below 65,536) or u32 (only without `size_stack`), `device_free` i64 (null unless `oom`); a column of one value (one device, one stream, all null, a base) is a polars scalar column; the analyses read them through `DeviceEvents` as [`crate::tables::int_slice::IntSlice`]s (the stack ids as [`crate::tables::stack_ids::StackIds`]), whichever form |
 //! | `size_stacks` | `size` i64, `stack` u32: the pairs `events.size_stack` names, one row per code ([`SizesAndStacks`]); empty when the events hold them apart. Held beside the frames of [`TABLE_NAMES`] (never stored: only the analyses read the trace) |
 //! | `segments` | `device`, `address`, `total_size`, `allocated_size`, `active_size`, `requested_size`, `stream` (i64), `segment_type` str, `pool_a`/`pool_b` i64, `is_expandable` bool, `stack` u32 |
 //! | `blocks` | `device` i64, `segment` u32 (row in `segments`), `address`, `size`, `requested_size` i64, `state` u8 ([`BlockState`]), `stack` u32 |
@@ -92,7 +92,7 @@ impl Action {
 /// Block states, stored as `u8` in `blocks.state` (the wire enum of `memlens-api`).
 pub use memlens_api::BlockState;
 
-use crate::fault_ahead::FaultAhead;
+use crate::infra::fault_ahead::FaultAhead;
 pub use narrow_column::{Base, NarrowI64, ADDRESS_SHIFT};
 pub use narrow_stacks::NarrowStacks;
 pub use size_stacks::{PairCodes, SizesAndStacks};
@@ -183,7 +183,7 @@ impl TraceRows {
     /// kept by the caller: they are no part of the rows).
     #[inline]
     pub fn fault_ahead(&mut self, ahead: &mut [FaultAhead; 5]) {
-        if self.action.len().is_multiple_of(crate::fault_ahead::STEP) {
+        if self.action.len().is_multiple_of(crate::infra::fault_ahead::STEP) {
             let [action, addr, time_us, size_stack @ ..] = ahead;
             action.after_push(&mut self.action);
             self.addr.fault_ahead(addr);
@@ -500,9 +500,15 @@ pub struct SnapshotMeta {
 
 #[cfg(feature = "analysis")]
 mod dataframes;
+#[cfg(feature = "analysis")]
+pub mod entry_steps;
+#[cfg(feature = "analysis")]
+pub mod int_slice;
 mod narrow_column;
 mod narrow_stacks;
 mod size_stacks;
+#[cfg(feature = "analysis")]
+pub mod stack_ids;
 #[cfg(feature = "analysis")]
 pub use dataframes::SnapshotTables;
 

@@ -6,7 +6,7 @@
 //! for good ([`NarrowI64::into_u32_or_i64`]). On the 2 GB generated snapshot that is 280 MB
 //! less at the top of the decoding. The values read back are always the ones pushed.
 
-use crate::fault_ahead::FaultAhead;
+use crate::infra::fault_ahead::FaultAhead;
 
 /// Where the offsets count from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +129,7 @@ impl NarrowI64 {
     }
 
     /// The values as they are (u32 when every one fits with a base of zero), else as i64: a
-    /// column a reader takes either way ([`crate::int_slice::IntSlice`]) is kept narrow.
+    /// column a reader takes either way ([`crate::tables::int_slice::IntSlice`]) is kept narrow.
     pub fn into_u32_or_i64(self) -> Result<Vec<u32>, Vec<i64>> {
         match self {
             NarrowI64::Narrow {

@@ -5,9 +5,9 @@
 //! row then takes 2 bytes for its stack instead of 4, and so does a trace entry where the
 //! trace has too many `(size, stack)` pairs to code them ([`super::SizesAndStacks`]).
 //! `dataframes` and the lifetimes make it a u16 or u32 column; the analyses read either as
-//! `crate::stack_ids::StackIds`.
+//! `crate::tables::stack_ids::StackIds`.
 
-use crate::fault_ahead::FaultAhead;
+use crate::infra::fault_ahead::FaultAhead;
 
 /// Stack ids, u16 while they fit.
 #[derive(Debug, Clone, PartialEq)]

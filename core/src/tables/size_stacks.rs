@@ -9,13 +9,13 @@
 //! a u32 size and a u16 stack id took 6: 133 MiB less on the 2 GB generated snapshot's 35 M
 //! entries, in the decoder's builders and for as long as the trace lives. `dataframes` makes
 //! the codes the events' `size_stack` column and the pairs the `size_stacks` table; the
-//! analyses read the sizes as a [`crate::int_slice::IntSlice`] and the ids as
-//! [`crate::stack_ids::StackIds`] either way.
+//! analyses read the sizes as a [`crate::tables::int_slice::IntSlice`] and the ids as
+//! [`crate::tables::stack_ids::StackIds`] either way.
 
 use rustc_hash::FxHashMap;
 
 use super::{Base, NarrowI64, NarrowStacks};
-use crate::fault_ahead::FaultAhead;
+use crate::infra::fault_ahead::FaultAhead;
 
 /// Most distinct pairs a u16 code can name.
 pub const MAX_PAIRS: usize = 1 << 16;

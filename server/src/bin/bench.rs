@@ -30,7 +30,7 @@ impl PipelineSink for Timings {
 
 fn main() {
     // As the `memlens` binary starts.
-    memlens_core::free_memory::one_arena_per_cpu();
+    memlens_core::infra::free_memory::one_arena_per_cpu();
     let path = common::bench_file();
     let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let (_, base_rss) = common::rss();

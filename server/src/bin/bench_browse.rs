@@ -187,7 +187,7 @@ impl Latencies {
 
 fn main() -> Result<(), String> {
     // As the `memlens` binary starts.
-    memlens_core::free_memory::one_arena_per_cpu();
+    memlens_core::infra::free_memory::one_arena_per_cpu();
     if std::env::args().nth(1).as_deref() == Some(SERVE) {
         let args = std::env::args().skip(2);
         let serve =

@@ -59,7 +59,7 @@ impl Read for Throttled {
 
 fn main() -> Result<(), String> {
     // As the `memlens` binary starts.
-    memlens_core::free_memory::one_arena_per_cpu();
+    memlens_core::infra::free_memory::one_arena_per_cpu();
     let bench = Bench::parse();
     let file = bench.file.unwrap_or_else(common::shared_bench_file);
     let rate_mb = bench.rate;

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use common::{bench_file, percentile};
 
-use memlens::parquet_object::{self, RowGroups};
-use memlens::reportdata::segment_object_bytes;
+use memlens::storage::parquet_object::{self, RowGroups};
+use memlens::storage::reportdata::segment_object_bytes;
 use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, stored_objects};
 use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
@@ -23,7 +23,7 @@ use polars::prelude::{ParquetReader, SerReader};
 
 fn main() {
     // As the `memlens` binary starts.
-    memlens_core::free_memory::one_arena_per_cpu();
+    memlens_core::infra::free_memory::one_arena_per_cpu();
     let path = bench_file();
     let tables = match import_path(&path, Default::default()).map(|f| f.data) {
         Ok(Imported::Snapshot(t)) => t,

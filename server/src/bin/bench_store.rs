@@ -13,8 +13,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
-use memlens::reportdata;
-use memlens::store::{DataWriter, LocalStore, ReportRecord, ReportState, ReportStore};
+use memlens::storage::reportdata;
+use memlens::storage::store::{DataWriter, LocalStore, ReportRecord, ReportState, ReportStore};
 use memlens_api::Stage;
 use memlens_core::pipeline::{self, EarlyFrames, Input, PipelineSink, SnapshotOutput};
 
@@ -75,7 +75,7 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 
 fn main() {
     // As the `memlens` binary starts.
-    memlens_core::free_memory::one_arena_per_cpu();
+    memlens_core::infra::free_memory::one_arena_per_cpu();
     let path = common::bench_file();
     let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
         eprintln!("memlens-bench-store: {what}: {e}");

@@ -19,7 +19,7 @@ use memlens_core::query::{
 
 fn main() {
     // As the `memlens` binary starts.
-    memlens_core::free_memory::one_arena_per_cpu();
+    memlens_core::infra::free_memory::one_arena_per_cpu();
     let path = bench_file();
     let mut sink = KeepFrames {
         with_stacks: true,

@@ -1,5 +1,5 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
-//! `analyze` ([`analyze`]), `diff` ([`diff`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::worker`]), `healthcheck`
+//! `analyze` ([`analyze`]), `diff` ([`diff`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
 //! ([`healthcheck`]);
 //! [`render`] is the text output of `analyze`.
 
@@ -48,7 +48,7 @@ pub enum Command {
     /// Serve the web app and its API.
     Serve(crate::serve::ServeArgs),
     /// Process uploaded reports from a shared (Postgres + S3) store; run any number.
-    Worker(crate::worker::WorkerArgs),
+    Worker(crate::ingest::worker::WorkerArgs),
     /// Exit 0 when the server at `--bind` answers `GET /healthz` (for container health checks).
     Healthcheck(healthcheck::HealthArgs),
 }

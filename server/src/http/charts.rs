@@ -11,7 +11,7 @@ use super::error::{internal, ApiError, Q};
 use super::queries::{frames_of, pick, pick_gpu};
 use super::state::{loaded_file, loaded_gpu_logs, summary_of, Shared};
 use crate::charts::{render_png, render_svg, Chart};
-use crate::reportdata::{self, CHART_PNG, CHART_SVG};
+use crate::storage::reportdata::{self, CHART_PNG, CHART_SVG};
 
 /// What a chart request draws.
 #[derive(Clone, Copy)]

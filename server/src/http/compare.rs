@@ -92,7 +92,7 @@ pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result
     let both = std::sync::Arc::new((sa, sb, la.clone(), lb.clone()));
     let (report_a, report_b) = (ra.report.clone(), rb.report.clone());
     let c = blocking(both, move |(sa, sb, la, lb)| {
-        let parts = |f: &crate::reportdata::LoadedFile| -> Result<_, ApiError> {
+        let parts = |f: &crate::storage::reportdata::LoadedFile| -> Result<_, ApiError> {
             Ok((f.devices().map_err(internal)?, f.stacks().map_err(internal)?))
         };
         let ((devs_a, stacks_a), (devs_b, stacks_b)) = (parts(la)?, parts(lb)?);

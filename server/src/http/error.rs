@@ -109,7 +109,7 @@ pub fn internal<E: std::fmt::Display>(e: E) -> ApiError {
 }
 
 /// A store error: 507 when the disk is full, else internal.
-pub fn store_error(e: crate::store::StoreError) -> ApiError {
+pub fn store_error(e: crate::storage::store::StoreError) -> ApiError {
     if e.is_disk_full() {
         ApiError::StorageFull
     } else {

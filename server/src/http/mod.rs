@@ -7,7 +7,7 @@
 //! The OpenAPI document is collected from the routes themselves (utoipa-axum), so a route
 //! cannot be served undocumented or documented but not served.
 //!
-//! Invariants: handlers reach storage only through [`crate::store::ReportStore`] (no filesystem
+//! Invariants: handlers reach storage only through [`crate::storage::store::ReportStore`] (no filesystem
 //! access except the built frontend's static files); uploads are cut off at `--max-upload`
 //! (413) whatever the transfer encoding; CPU work runs on the blocking pool; 5xx causes are
 //! logged, clients get "internal error"; every response carries `Referrer-Policy: no-referrer`;

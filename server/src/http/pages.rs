@@ -8,7 +8,7 @@ use memlens_api::{ReportState, SideRef};
 
 use super::state::{record, summary_of, Shared};
 use crate::ids;
-use crate::reportdata::{self, CHART_PNG};
+use crate::storage::reportdata::{self, CHART_PNG};
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")

@@ -22,8 +22,8 @@ use memlens_core::query;
 
 use super::error::{internal, ApiError, Q};
 use super::state::{loaded_file, loaded_gpu_logs, summary_of, Shared};
-use crate::reportdata::LoadedFile;
-use crate::stored_segments::SegmentAt;
+use crate::storage::reportdata::LoadedFile;
+use crate::storage::stored_segments::SegmentAt;
 
 /// The `index`-th of `outer` (default the first), then the member of its `inner` list whose
 /// `id` is `wanted` (default the first); errors name what was asked for.
@@ -176,7 +176,7 @@ fn warm_view(st: Shared, id: String, file: usize, f: Arc<LoadedFile>, device: i6
 fn axis_of(q: &TimelineParams, d: &DeviceSummary) -> TimelineAxis {
     match q.axis {
         Some(TimelineAxis::Event) => TimelineAxis::Event,
-        _ => crate::reportdata::default_axis(d),
+        _ => crate::storage::reportdata::default_axis(d),
     }
 }
 

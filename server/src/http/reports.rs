@@ -11,7 +11,7 @@ use memlens_api::{AnalyzeOutput, DeleteParams, ErrorBody, MetaPatch, ServerLimit
 use super::error::{internal, ApiError, Q};
 use super::state::{now, record, status_of, summary_of, Shared};
 use crate::ids;
-use crate::store::ReportRecord;
+use crate::storage::store::ReportRecord;
 
 #[utoipa::path(get, path = "/api/reports/{id}/status", tag = "reports", params(("id" = String, Path)),
     responses((status = 200, body = Status), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody)))]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use memlens_api::{ReportMeta, ReportState};
 
 use crate::ids;
-use crate::store::{ReportRecord, StoredFile};
+use crate::storage::store::{ReportRecord, StoredFile};
 
 /// How long a run waits for its next rank before it is created with what it has.
 pub const RUN_QUIET: Duration = Duration::from_secs(120);

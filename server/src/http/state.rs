@@ -13,12 +13,12 @@ use polars::prelude::DataFrame;
 use super::auth::{UploadAuth, UploadLimit};
 use super::error::{internal, ApiError};
 use super::runs::Runs;
-use crate::filecache::LoadedFiles;
 use crate::ids;
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
-use crate::reportdata::{self, LoadedFile};
-use crate::store::{ReportRecord, ReportStore};
+use crate::storage::filecache::LoadedFiles;
+use crate::storage::reportdata::{self, LoadedFile};
+use crate::storage::store::{ReportRecord, ReportStore};
 
 /// Server settings the handlers need.
 #[derive(Clone, Debug)]

@@ -19,7 +19,7 @@ use super::error::{internal, store_error, ApiError, Q};
 use super::runs::open_run;
 use super::state::{now, Shared};
 use crate::ids;
-use crate::store::{BlobWriter, ReportRecord, StoredFile};
+use crate::storage::store::{BlobWriter, ReportRecord, StoredFile};
 use memlens_core::names::upload_name;
 
 /// How much of a rejected upload is read and discarded before answering, at most.
@@ -144,7 +144,7 @@ async fn write_batch(writer: Box<dyn BlobWriter>, batch: Vec<u8>) -> Result<Box<
 
 /// Streams chunks into upload `key`, counting against `budget`; returns the bytes written.
 /// With `import_ahead` (at most the upload's size, for its bounds), the upload is imported
-/// while it arrives when the ingest can ([`crate::pre_import`]).
+/// while it arrives when the ingest can ([`crate::ingest::pre_import`]).
 async fn stream_to_store<S, E>(
     st: &Shared,
     id: &str,

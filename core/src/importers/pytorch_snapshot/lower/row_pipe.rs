@@ -15,7 +15,7 @@
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
-use crate::fault_ahead::FaultAhead;
+use crate::infra::fault_ahead::FaultAhead;
 use crate::tables::{Action, TraceRows};
 
 /// Rows a batch holds (320 KiB: it stays in the caches between the two threads).

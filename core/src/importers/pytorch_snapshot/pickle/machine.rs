@@ -11,7 +11,7 @@ use super::memo::Memo;
 use super::numbers::{decode_long, decode_short_long};
 use super::value::*;
 use super::{AppendHook, PResult, PickleError, PickleLimits};
-use crate::drop_aside::drop_aside;
+use crate::infra::drop_aside::drop_aside;
 
 /// What decoding produced: the root value and the heap it lives in.
 pub struct Decoded {

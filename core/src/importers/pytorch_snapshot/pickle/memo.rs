@@ -38,8 +38,8 @@ pub(super) struct Memo {
     /// Slots `0 .. head.len()`, plain; at most `plain_slots` of them.
     head: Vec<u32>,
     plain_slots: usize,
-    /// Its pages asked for ahead of its slots (see [`crate::fault_ahead`]).
-    ahead: crate::fault_ahead::FaultAhead,
+    /// Its pages asked for ahead of its slots (see [`crate::infra::fault_ahead`]).
+    ahead: crate::infra::fault_ahead::FaultAhead,
     /// The slots after the head (made only once it is full), [`PAGE`] a page.
     pages: Vec<Page>,
     pool: PagePool,
@@ -371,7 +371,7 @@ impl Codes {
 mod tests {
     use super::super::T_INT;
     use super::*;
-    use crate::test_rng::Lcg;
+    use crate::infra::test_rng::Lcg;
 
     #[test]
     fn values_wider_than_a_slot_are_kept_aside_and_replaced() {

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 
-use crate::store::DataWriter;
+use crate::storage::store::DataWriter;
 
 /// An object to write: its key, and how to make its bytes.
 pub struct EncodeJob<'a, E> {
@@ -83,7 +83,7 @@ pub fn encode_threads() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoreResult;
+    use crate::storage::store::StoreResult;
 
     /// A data writer that keeps what it is given.
     #[derive(Default)]

@@ -12,7 +12,7 @@ use clap::Args;
 
 use crate::ingest::{Ingest, JobOutcome};
 use crate::metrics::Metrics;
-use crate::store::{JobQueue, ReportState, StoreArgs, MAX_ATTEMPTS};
+use crate::storage::store::{JobQueue, ReportState, StoreArgs, MAX_ATTEMPTS};
 
 #[derive(Args, Debug, Clone)]
 pub struct WorkerArgs {

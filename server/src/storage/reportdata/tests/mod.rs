@@ -17,9 +17,9 @@ use polars::prelude::*;
 use super::read::{read_json, read_parquet};
 use super::write::put_parquet;
 use super::*;
-use crate::parquet_object::RowGroups;
-use crate::store::{DataWriter, ReportStore};
-use crate::store::{LocalStore, ReportRecord, ReportState};
+use crate::storage::parquet_object::RowGroups;
+use crate::storage::store::{DataWriter, ReportStore};
+use crate::storage::store::{LocalStore, ReportRecord, ReportState};
 use memlens_core::pipeline::{self, CheckpointsFinal, EarlyFrames, FinalFrames, Input, PipelineSink, SnapshotOutput};
 
 fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
@@ -287,7 +287,7 @@ fn a_first_view_builds_the_focus_devices_indexes_that_its_queries_then_use() {
 
 #[test]
 fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace() {
-    use crate::stored_segments::SegmentAt;
+    use crate::storage::stored_segments::SegmentAt;
     use memlens_core::analysis::segment_detail::SegmentDetail;
     let id = "00000000000000000000000000000006";
     for name in ["expandable_oom_fragmentation.pickle", "leak.two_devices.pickle"] {
@@ -380,7 +380,7 @@ fn a_stored_report_answers_its_first_view_without_loading_its_frames() {
 
 #[test]
 fn the_cache_lets_other_files_go_before_a_file_loads_its_frames() {
-    use crate::filecache::LoadedFiles;
+    use crate::storage::filecache::LoadedFiles;
     let id = "00000000000000000000000000000008";
     let (_root, store) = store_with_report(id);
     let (_, out) = process_into(&store, id, "mlp_train.pickle");
@@ -420,7 +420,7 @@ fn the_cache_lets_other_files_go_before_a_file_loads_its_frames() {
 
 #[test]
 fn a_file_about_to_load_takes_the_place_of_the_one_used_before_it() {
-    use crate::filecache::LoadedFiles;
+    use crate::storage::filecache::LoadedFiles;
     let id = "0000000000000000000000000000000b";
     let (_root, store) = store_with_report(id);
     let (_, out) = process_into(&store, id, "mlp_train.pickle");
@@ -457,7 +457,7 @@ fn a_file_about_to_load_takes_the_place_of_the_one_used_before_it() {
 
 #[test]
 fn an_ingest_takes_its_memory_out_of_the_cache_while_it_runs() {
-    use crate::filecache::LoadedFiles;
+    use crate::storage::filecache::LoadedFiles;
     let id = "00000000000000000000000000000009";
     let (_root, store) = store_with_report(id);
     let (_, out) = process_into(&store, id, "mlp_train.pickle");

@@ -23,7 +23,7 @@ use super::{IndexRow, ReportRecord, ReportState, StoreError, StoreResult};
 pub const MAX_ATTEMPTS: i32 = 2;
 
 /// The schema, in order: (version, SQL).
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../migrations/0001_reports.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../../migrations/0001_reports.sql"))];
 
 /// An arbitrary constant naming memlens' migration lock among the database's advisory locks.
 const MIGRATION_LOCK: i64 = 0x6d656d6c656e73;

@@ -73,7 +73,7 @@ fn a_loaded_file_weighs_its_parts_without_making_their_one_value_columns() {
 /// Writes like the version before `meta.json`, `event_notes` and category columns.
 struct OldLayout<'a>(&'a mut dyn DataWriter);
 impl DataWriter for OldLayout<'_> {
-    fn put(&mut self, key: &str, bytes: &[u8]) -> crate::store::StoreResult<()> {
+    fn put(&mut self, key: &str, bytes: &[u8]) -> crate::storage::store::StoreResult<()> {
         if key.ends_with("meta.json")
             || key.ends_with("event_notes.parquet")
             || key.ends_with(USER_METADATA)
@@ -83,17 +83,17 @@ impl DataWriter for OldLayout<'_> {
         }
         if key.ends_with("lifetimes.parquet") {
             // Its entry indexes were 64-bit.
-            let mut df = crate::parquet_object::decode(bytes.to_vec()).expect("decode");
+            let mut df = crate::storage::parquet_object::decode(bytes.to_vec()).expect("decode");
             for idx in ["alloc_idx", "free_idx"] {
                 let wide = df.column(idx).expect("idx").cast(&DataType::Int64).expect("cast");
                 df.with_column(wide).expect("column");
             }
-            let bytes = crate::parquet_object::encode(&df, RowGroups::One).expect("encode");
+            let bytes = crate::storage::parquet_object::encode(&df, RowGroups::One).expect("encode");
             return self.0.put(key, &bytes);
         }
         self.0.put(key, bytes)
     }
-    fn commit(self: Box<Self>) -> crate::store::StoreResult<()> {
+    fn commit(self: Box<Self>) -> crate::storage::store::StoreResult<()> {
         Ok(())
     }
 }
@@ -220,7 +220,7 @@ fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
         loaded.summary.files[0].devices[0].peak_allocated_bytes
     );
     // It has no stored segment checkpoints: its maps are replayed from the trace.
-    let at = crate::stored_segments::SegmentAt::End;
+    let at = crate::storage::stored_segments::SegmentAt::End;
     let detail = memlens_core::analysis::segment_detail::SegmentDetail::FULL;
     assert_eq!(f.stored_segment_map(0, at, detail).expect("read"), None);
 }

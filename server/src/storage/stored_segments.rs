@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use memlens_api::SegmentMap;
 use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, StoredCheckpoint};
 use memlens_core::analysis::segment_detail::SegmentDetail;
-use memlens_core::int_slice::IntSlice;
+use memlens_core::tables::int_slice::IntSlice;
 
-use crate::reportdata::DataError;
+use crate::storage::reportdata::DataError;
 
 /// Decoded checkpoints kept per file (a cursor moving along the timeline mostly stays in one).
 const KEPT: usize = 4;

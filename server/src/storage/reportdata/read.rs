@@ -11,7 +11,7 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::{DataError, LoadedFile, SUMMARY};
-use crate::store::ReportStore;
+use crate::storage::store::ReportStore;
 
 /// Reads one data object of a report; `None` when it has none by that key.
 pub fn read_object(store: &dyn ReportStore, id: &str, key: &str) -> Result<Option<Vec<u8>>, DataError> {
@@ -39,7 +39,7 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
 
 pub(crate) fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Result<DataFrame, DataError> {
     let bytes = read_required(store, id, key)?;
-    crate::parquet_object::decode(bytes).map_err(|source| DataError::Parquet {
+    crate::storage::parquet_object::decode(bytes).map_err(|source| DataError::Parquet {
         key: key.to_owned(),
         source,
     })
@@ -59,7 +59,7 @@ pub(super) fn user_metadata_from(key: &str, bytes: Vec<u8>) -> Result<FxHashMap<
         key: key.to_owned(),
         source,
     };
-    let df = crate::parquet_object::decode(bytes).map_err(parquet)?;
+    let df = crate::storage::parquet_object::decode(bytes).map_err(parquet)?;
     let idx = df.column("alloc_idx").and_then(|c| c.i64().cloned()).map_err(parquet)?;
     let text = df
         .column("user_metadata")

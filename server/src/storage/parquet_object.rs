@@ -332,8 +332,8 @@ pub fn decode(bytes: Vec<u8>) -> PolarsResult<DataFrame> {
         let bytes = column.as_materialized_series().estimated_size() as u64;
         let whole = column.rechunk();
         df.with_column(whole)?;
-        if bytes > memlens_core::free_memory::TRIM_ABOVE {
-            memlens_core::free_memory::give_back();
+        if bytes > memlens_core::infra::free_memory::TRIM_ABOVE {
+            memlens_core::infra::free_memory::give_back();
         }
     }
     // A column of nothing but nulls (`device_free` without an OOM, `time_us` without

@@ -6,6 +6,16 @@
 //! Client-facing failures (input errors) name the file and the problem; internal failures are
 //! logged and reported to clients only as "internal error".
 
+//!
+//! Beside it: [`pre_import`] (imports begun while an upload still arrives), [`worker`]
+//! (`memlens worker` on a shared store's queue), [`encode_pool`] (the threads that encode a
+//! report's objects), [`priority`] (the job order).
+
+pub mod encode_pool;
+pub mod pre_import;
+pub mod priority;
+pub mod worker;
+
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,11 +31,11 @@ use memlens_core::pipeline::{
 use tokio::sync::Semaphore;
 
 use crate::charts::{self, Chart};
-use crate::filecache::LoadedFiles;
+use crate::ingest::pre_import::{FeedGuard, Forgotten, PreImports};
 use crate::metrics::Metrics;
-use crate::pre_import::{FeedGuard, Forgotten, PreImports};
-use crate::reportdata::{self, LoadedFile};
-use crate::store::{DataWriter, ReportStore};
+use crate::storage::filecache::LoadedFiles;
+use crate::storage::reportdata::{self, LoadedFile};
+use crate::storage::store::{DataWriter, ReportStore};
 
 /// Live progress of one job.
 pub struct Progress {
@@ -234,7 +244,7 @@ impl Ingest {
         })
     }
 
-    /// Begins importing upload `key` of report `id` while it arrives (see [`crate::pre_import`]);
+    /// Begins importing upload `key` of report `id` while it arrives (see [`crate::ingest::pre_import`]);
     /// `None` when it will be imported by its job instead (no free slot, a store that cannot
     /// read an upload back before it is finished, or a shared store's queue, whose job another
     /// process may claim).
@@ -354,7 +364,7 @@ impl Ingest {
             let job = std::thread::Builder::new()
                 .name("memlens-ingest".into())
                 .spawn_scoped(scope, || {
-                    crate::priority::lower_to(crate::priority::INGEST);
+                    crate::ingest::priority::lower_to(crate::ingest::priority::INGEST);
                     self.process(id, progress)
                 });
             match job {
@@ -462,7 +472,7 @@ impl Ingest {
     /// What processing `files` of report `id` will hold at its peak, roughly (the cache makes
     /// room for it while the ingest runs): gzipped uploads, known by their first two bytes,
     /// count as [`GZIP_RATIO`] times their size.
-    fn peak_bytes(&self, id: &str, files: &[crate::store::StoredFile]) -> u64 {
+    fn peak_bytes(&self, id: &str, files: &[crate::storage::store::StoredFile]) -> u64 {
         files
             .iter()
             .map(|f| {

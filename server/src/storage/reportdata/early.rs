@@ -21,7 +21,7 @@ use polars::prelude::*;
 use super::write::{
     device_dir, lifetimes_bytes, parquet_bytes, segment_object_bytes, segment_object_key, LIFETIMES, USAGE,
 };
-use crate::parquet_object::RowGroups;
+use crate::storage::parquet_object::RowGroups;
 
 /// Objects encoded during the analyses, by key, until their file is written.
 #[derive(Default)]

@@ -11,10 +11,10 @@ use memlens_core::analysis::segment_detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::columns::held_bytes;
-use memlens_core::entry_steps::EntrySteps;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{Axis, CategoryIndex, TimelineIndex};
 use memlens_core::stacks::StackResolver;
+use memlens_core::tables::entry_steps::EntrySteps;
 use memlens_core::tables::SnapshotTables;
 use polars::prelude::*;
 
@@ -23,10 +23,10 @@ use super::{
     default_axis, read_json, read_object, read_parquet, DataError, OVERVIEW, RESERVED, RESERVED_COLUMN,
     SEGMENT_CHECKPOINTS, USER_METADATA,
 };
-use crate::parquet_object;
-use crate::store::ReportStore;
-use crate::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
-use memlens_core::free_memory;
+use crate::storage::parquet_object;
+use crate::storage::store::ReportStore;
+use crate::storage::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
+use memlens_core::infra::free_memory;
 
 /// One analysed file of a stored report, read from the store part by part as queries ask
 /// for them: the timeline reads only its device frames, a stack only the two stack tables, and

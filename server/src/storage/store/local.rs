@@ -252,7 +252,7 @@ impl ReportStore for LocalStore {
         let file = File::open(self.report_dir(id)?.join("uploads").join(key))?;
         let len = file.metadata()?.len();
         // Asked of the disk ahead of the import, as a file the CLI analyses is.
-        Ok(memlens_core::prefetch::reader(file, len))
+        Ok(memlens_core::infra::prefetch::reader(file, len))
     }
 
     fn data_writer(&self, id: &str) -> StoreResult<Box<dyn DataWriter>> {

@@ -2,7 +2,7 @@
 //! analysed snapshot, the tables its queries read ([`QUERY_TABLES`]: the stacks) and each
 //! device's derived frames as Parquet, and per NVML log its samples. The trace and the rest of
 //! the canonical tables are what the analyses read at ingest: their answers are the stored
-//! frames and the segment map's checkpoints, and the upload they came from is kept. Everything goes through the [`ReportStore`](crate::store::ReportStore)'s
+//! frames and the segment map's checkpoints, and the upload they came from is kept. Everything goes through the [`ReportStore`](crate::storage::store::ReportStore)'s
 //! blob interface: `write.rs` makes the objects at ingest (`early.rs` holds those encoded
 //! while the analyses still run), `read.rs` reads them back, and
 //! `loaded_file.rs` holds a stored file's parts for queries, loading each when first asked for.
@@ -36,7 +36,7 @@ pub use write::{segment_object_bytes, write_charts, write_file, write_gpu_log, w
 use memlens_core::query::Axis;
 use polars::prelude::PolarsError;
 
-use crate::store::StoreError;
+use crate::storage::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {

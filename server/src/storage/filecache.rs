@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::reportdata::LoadedFile;
+use crate::storage::reportdata::LoadedFile;
 
 /// A loaded file in the cache, with its bytes when it was (re)inserted: the cache needs a
 /// weight that does not change while the entry is in it.

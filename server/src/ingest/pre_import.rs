@@ -24,8 +24,8 @@ use memlens_core::pipeline::PendingImport;
 use memlens_core::source::Source;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::filecache::Reservation;
-use crate::store::ReportStore;
+use crate::storage::filecache::Reservation;
+use crate::storage::store::ReportStore;
 
 /// How far an upload has been written, and how it ended.
 #[derive(Default)]
@@ -213,7 +213,7 @@ impl PreImports {
         let source = self.options.source;
         let import = begin_import(
             move || {
-                crate::priority::lower_to(crate::priority::INGEST);
+                crate::ingest::priority::lower_to(crate::ingest::priority::INGEST);
                 Source::from_reader(Box::new(reader), size_bound, source)
             },
             self.options,

@@ -1,5 +1,5 @@
 //! A processed file as store objects: the tables its queries read, each device's frames and first view, and the
-//! segment map's stored checkpoints, encoded on the [`encode_pool`](crate::encode_pool) and put
+//! segment map's stored checkpoints, encoded on the [`encode_pool`](crate::ingest::encode_pool) and put
 //! through a [`DataWriter`]; the summary, charts and NVML samples beside them.
 
 use memlens_api::{AnalyzeOutput, FileSummary};
@@ -18,9 +18,9 @@ use super::{
     default_axis, DataError, CHART_PNG, CHART_SVG, OVERVIEW, OVERVIEW_WIDTH, QUERY_TABLES, RESERVED, RESERVED_COLUMN,
     SEGMENT_CHECKPOINTS, SUMMARY, USER_METADATA,
 };
-use crate::encode_pool::{self, EncodeJob};
-use crate::parquet_object::{self, PagedColumn, ReadRows, RowGroups};
-use crate::store::DataWriter;
+use crate::ingest::encode_pool::{self, EncodeJob};
+use crate::storage::parquet_object::{self, PagedColumn, ReadRows, RowGroups};
+use crate::storage::store::DataWriter;
 
 /// A device's usage and lifetimes objects (under [`device_dir`]).
 pub(super) const USAGE: &str = "usage.parquet";
@@ -107,7 +107,7 @@ fn put_json<T: serde::Serialize>(w: &mut dyn DataWriter, key: &str, value: &T) -
 /// Writes one analysed file's tables and device frames under `f<index>/`: the objects
 /// `early` already holds (encoded during the analyses: [`EarlyObjects`](super::EarlyObjects))
 /// are put as they are; every other Parquet object is encoded on the
-/// [`encode_pool`](crate::encode_pool) (the largest first), and put through `w` as it is ready.
+/// [`encode_pool`](crate::ingest::encode_pool) (the largest first), and put through `w` as it is ready.
 pub fn write_file(
     w: &mut dyn DataWriter,
     index: usize,
