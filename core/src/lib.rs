@@ -14,12 +14,8 @@
 
 #[cfg(feature = "analysis")]
 pub mod analysis;
-#[cfg(feature = "analysis")]
-pub mod columns;
 pub mod error;
 pub mod evidence;
-#[cfg(feature = "analysis")]
-pub mod frames;
 pub mod importers;
 pub mod infra;
 pub mod names;

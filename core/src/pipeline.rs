@@ -102,8 +102,8 @@ impl PipelineError {
     }
 }
 
-use crate::frames::{alloc_metadata, stored_usage_with};
-pub use crate::frames::{CheckpointsFinal, DeviceFrames, FinalFrames};
+use crate::analysis::frames::{alloc_metadata, stored_usage_with};
+pub use crate::analysis::frames::{CheckpointsFinal, DeviceFrames, FinalFrames};
 
 /// What a run hands its sink for each analysed snapshot.
 pub struct SnapshotOutput<'a> {
@@ -177,7 +177,7 @@ pub trait PipelineSink {
     /// only after ([`crate::report::Keeping::usage_later`]), so that the series, the addresses
     /// and the lifetimes are never all held at once (134 MiB, the addresses, less at the top
     /// of a server's ingest of the 2 GB generated snapshot). `trace_bytes`: what the file's
-    /// trace holds ([`crate::columns::held_bytes`] of its events): a sink may keep a small
+    /// trace holds ([`crate::tables::columns::held_bytes`] of its events): a sink may keep a small
     /// trace whole, for the usage series is then encoded while the fragmentation replay runs.
     fn lets_addresses_go(&self, _trace_bytes: u64) -> bool {
         false
@@ -304,7 +304,7 @@ pub fn run_with(
         };
         // The importer's working buffers are freed by now: on a GB-scale trace about as many
         // bytes as the trace holds, resident until given back (`free_memory`).
-        crate::infra::free_memory::give_back_after(crate::columns::held_bytes(&tables.events) as u64);
+        crate::infra::free_memory::give_back_after(crate::tables::columns::held_bytes(&tables.events) as u64);
         sink.stage(Stage::Analysing, Some(&name));
         let internal = |e: AnalysisError| PipelineError::Internal {
             file: name.clone(),
@@ -315,7 +315,7 @@ pub fn run_with(
         // (`PipelineSink::lets_addresses_go`).
         let lets_go = sink.keeps_tables()
             && sink.early_frames().is_some()
-            && sink.lets_addresses_go(crate::columns::held_bytes(&tables.events) as u64);
+            && sink.lets_addresses_go(crate::tables::columns::held_bytes(&tables.events) as u64);
         let (summary, mut analyses) = {
             let index = out.files.len();
             let early = sink.keeps_tables().then(|| sink.early_frames()).flatten();
@@ -423,7 +423,7 @@ pub fn run_with(
             // Nothing keeps them: their memory (a GB on a GB-scale trace) is handed back on a
             // thread of its own, not before the next file or the caller's answer. (A sink that
             // keeps tables has them freed here, where its memory accounting expects it.)
-            let bytes = crate::columns::held_bytes(&tables.events);
+            let bytes = crate::tables::columns::held_bytes(&tables.events);
             drop_aside((tables, analyses), bytes);
         }
         out.files.push(summary);

@@ -13,6 +13,7 @@ use crate::analysis::categories::{
     Placement,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
+use crate::analysis::frames::{CheckpointsFinal, FinalFrames};
 use crate::analysis::gpu_samples::{
     add_non_pytorch_memory, align_local_clock, shift_clock, summarize_gpu_log, time_range, ReservedSteps,
 };
@@ -25,12 +26,11 @@ use crate::analysis::peak::{live_groups_at, live_modules_at, no_stack_reason_of,
 use crate::analysis::phases::{phase_ranges, with_inferred_optimizer_steps};
 use crate::analysis::pools::memory_pools;
 use crate::analysis::run::metadata_rank;
-use crate::analysis::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
+use crate::analysis::segment_map::checkpoints::{SegmentCheckpoints, CHECKPOINTS};
 use crate::analysis::stalls::pending_free_stalls;
 use crate::analysis::usage::{peak_allocated_entry, usage_over_time, Usage, UsageSeries};
 use crate::analysis::{devices, DeviceEvents};
 use crate::error::AnalysisError;
-use crate::frames::{CheckpointsFinal, FinalFrames};
 use crate::samples::{GpuSampleTables, SampleClock};
 use crate::stacks::StackResolver;
 use crate::tables::entry_steps::EntrySteps;
@@ -219,7 +219,7 @@ fn analyze_device_with(
     };
     // Their working maps are freed by now: given back before the analyses below, beside the
     // trace and the lifetimes, grow the heap again (`free_memory`).
-    crate::infra::free_memory::give_back_after(crate::columns::held_bytes(&lifetimes) as u64);
+    crate::infra::free_memory::give_back_after(crate::tables::columns::held_bytes(&lifetimes) as u64);
     let expandable = t.source.expandable_segments == Some(true)
         || t.segments
             .column("is_expandable")?
@@ -357,8 +357,8 @@ fn analyze_device_with(
 /// Frees in the trace of allocations made before its first entry: the sign that the trace
 /// starts mid-run.
 fn frees_of_earlier_memory(lifetimes: &DataFrame) -> PolarsResult<usize> {
-    let alloc = crate::columns::lifetimes::ALLOC_IDX.slice(lifetimes)?;
-    let free = crate::columns::lifetimes::FREE_IDX.slice(lifetimes)?;
+    let alloc = crate::tables::columns::lifetimes::ALLOC_IDX.slice(lifetimes)?;
+    let free = crate::tables::columns::lifetimes::FREE_IDX.slice(lifetimes)?;
     Ok(alloc.iter().zip(free).filter(|(&a, &f)| a < 0 && f >= 0).count())
 }
 
@@ -425,10 +425,10 @@ pub fn analyze_snapshot_with(
 /// before every snapshot's analyses, so on their way); a trace without timestamps holds one
 /// null scalar there, which is read as that, never materialised as a column.
 pub fn snapshot_time_range(t: &SnapshotTables) -> Result<Option<(i64, i64)>, AnalysisError> {
-    use crate::columns::events as ev_col;
+    use crate::tables::columns::events as ev_col;
     if let Ok(after_first) = t.events.column(ev_col::TIME_AFTER_FIRST_US) {
         // Times held as µs after the first: every entry has one.
-        let first = crate::columns::first_i64(&t.events, ev_col::FIRST_TIME_US)?;
+        let first = crate::tables::columns::first_i64(&t.events, ev_col::FIRST_TIME_US)?;
         let after_first = after_first.u32()?.cont_slice()?;
         let span = after_first.iter().fold(None, |span: Option<(u32, u32)>, &v| {
             Some(span.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))

@@ -246,25 +246,12 @@ impl Read for ChunkPipe {
     }
 }
 
-/// Threads of this process named `name` (Linux: `/proc/self/task/*/comm`), for tests of
-/// the threads inputs are read on.
-#[cfg(test)]
-pub(crate) fn threads_named(name: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .map(|tasks| {
-            tasks
-                .filter_map(|t| t.ok())
-                .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Write;
 
     use super::*;
+    use crate::infra::testing::threads_named;
 
     #[test]
     fn dropping_a_gzip_source_read_in_part_ends_its_thread() {

@@ -12,9 +12,9 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
 use polars::prelude::DataFrame;
 
-use memlens_core::columns::usage as usage_col;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{bucket_min_max, bucket_min_max_steps};
+use memlens_core::tables::columns::usage as usage_col;
 
 pub const WIDTH: u32 = 1200;
 pub const HEIGHT: u32 = 630;

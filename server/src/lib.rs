@@ -10,5 +10,6 @@ pub mod http;
 pub mod ids;
 pub mod ingest;
 pub mod metrics;
+pub mod process;
 pub mod serve;
 pub mod storage;

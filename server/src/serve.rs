@@ -81,36 +81,8 @@ pub struct ServeArgs {
     pub uploads_at_once: usize,
 }
 
-/// Logs to stderr, filtered by `MEMLENS_LOG` (default `info`).
-fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MEMLENS_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 pub fn serve(args: ServeArgs) -> std::process::ExitCode {
-    run_process(run(args))
-}
-
-/// Runs a long-lived command (`serve`, `worker`) on a multi-threaded runtime, logging to
-/// stderr; an error ends it with one line and a failure status.
-pub fn run_process(main: impl std::future::Future<Output = Result<(), String>>) -> std::process::ExitCode {
-    init_logging();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("memlens: cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(main) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("memlens: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    crate::process::run_process(run(args))
 }
 
 async fn run(args: ServeArgs) -> Result<(), String> {
@@ -205,7 +177,7 @@ async fn serve_connections(listener: tokio::net::TcpListener, app: axum::Router,
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout);
     builder.http2().timer(TokioTimer::new());
-    let shutdown = shutdown_signal();
+    let shutdown = crate::process::shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -239,48 +211,4 @@ async fn serve_connections(listener: tokio::net::TcpListener, app: axum::Router,
         });
     }
     graceful.shutdown().await;
-}
-
-/// Ctrl-C, or SIGTERM (`docker stop`; as PID 1 in a container nothing else would stop us).
-/// Unfinished ingests are resumed from their kept uploads at the next start. The handlers are
-/// installed when this is called, not when the future is first polled: a SIGTERM arriving
-/// while the first connections are served must not meet the default action and kill the
-/// process.
-pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    #[cfg(unix)]
-    let (interrupt, term) = {
-        use tokio::signal::unix::{signal, SignalKind};
-        let listen = |kind: SignalKind, name: &str| match signal(kind) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!("cannot listen for {name}: {e}");
-                None
-            }
-        };
-        (
-            listen(SignalKind::interrupt(), "SIGINT"),
-            listen(SignalKind::terminate(), "SIGTERM"),
-        )
-    };
-    async move {
-        #[cfg(unix)]
-        {
-            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
-                match s {
-                    Some(mut s) => {
-                        s.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                _ = wait(interrupt) => {}
-                _ = wait(term) => {}
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

@@ -17,7 +17,7 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
         // The addresses are held as the trace holds them (512-byte units after its base where
         // they fit, else i64): each an alloc's own address from the trace.
         let less = kept.drop_many(["addr", "addr_units", "addr_base"]);
-        let addresses = memlens_core::columns::addresses(&kept).expect("addresses");
+        let addresses = memlens_core::tables::columns::addresses(&kept).expect("addresses");
         let narrow = |a: IntSlice| matches!(a, IntSlice::U32 { .. });
         assert_eq!(narrow(addresses), narrow(ev.addr()), "{name}: device {device}");
         assert!(left.equals_missing(&less), "{name}: device {device}");
@@ -56,7 +56,7 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
             })
             .collect();
         let frame = usage.frame().expect("frame");
-        let stored = memlens_core::columns::usage::allocated(&frame).expect("allocated");
+        let stored = memlens_core::tables::columns::usage::allocated(&frame).expect("allocated");
         assert_eq!(stored.to_vec(), series, "{name}: device {device}");
         for i in (0..series.len()).step_by((series.len() / 50).max(1)) {
             assert_eq!(
@@ -101,7 +101,7 @@ fn lifetime_addresses_read_from_the_trace_are_those_held_with_them() {
                 h.name()
             );
         }
-        let wanted = memlens_core::columns::addresses(&kept).expect("addresses");
+        let wanted = memlens_core::tables::columns::addresses(&kept).expect("addresses");
         let n = column.len();
         match column.form() {
             AddressForm::Units { base } => {

@@ -107,7 +107,7 @@ fn mlp_train_replays_back_to_an_empty_allocator() {
 
 #[test]
 fn checkpoints_give_the_same_maps_as_a_full_replay() {
-    use memlens_core::analysis::segment_detail::SegmentDetail;
+    use memlens_core::analysis::segment_map::detail::SegmentDetail;
     use memlens_core::analysis::segment_map::SegmentCheckpoints;
     for name in [
         "gpt_train_ckpt.pickle",
@@ -138,7 +138,7 @@ fn checkpoints_give_the_same_maps_as_a_full_replay() {
 
 #[test]
 fn a_map_at_page_detail_lists_the_largest_segments_and_keeps_every_byte_and_total() {
-    use memlens_core::analysis::segment_detail::SegmentDetail;
+    use memlens_core::analysis::segment_map::detail::SegmentDetail;
     use memlens_core::analysis::segment_map::SegmentCheckpoints;
     let mut merged_somewhere = false;
     for name in [

@@ -27,8 +27,8 @@ use super::rows_in_entry_order::RowsByEntry;
 pub use super::training_structure::{autograd_windows, structure, Structure};
 use super::training_structure::{in_zero_grad, locate, spans_or_open, within, Span};
 use super::DeviceEvents;
-use crate::columns::lifetimes as lt_col;
 use crate::stacks::StackResolver;
+use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
 

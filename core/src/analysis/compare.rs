@@ -17,10 +17,10 @@ use rustc_hash::FxHashMap;
 
 use super::compare_verdict::{verdict, SettingChange};
 use super::lifetimes::live_by_stack;
-use crate::columns::usage as usage_col;
+use crate::analysis::frames::DeviceFrames;
 use crate::error::AnalysisError;
-use crate::frames::DeviceFrames;
 use crate::stacks::StackResolver;
+use crate::tables::columns::usage as usage_col;
 use crate::tables::entry_steps::EntrySteps;
 use crate::tables::int_slice::IntSlice;
 

@@ -4,7 +4,7 @@
 
 use polars::prelude::*;
 
-use crate::columns::{addresses, events as ev_col, first_i64, size_stacks as ss_col, usage as usage_col, Col};
+use crate::tables::columns::{addresses, events as ev_col, first_i64, size_stacks as ss_col, usage as usage_col, Col};
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
 use crate::tables::{Action, SnapshotTables};
@@ -266,7 +266,7 @@ impl DeviceEvents {
         }
     }
     /// [`DeviceEvents::time`] as a stored usage frame's time columns
-    /// ([`crate::columns::usage::times`] reads them): µs after the first (u32) and the first
+    /// ([`crate::tables::columns::usage::times`] reads them): µs after the first (u32) and the first
     /// (one scalar) when the events hold them so, else one i64 column. Timestamps share the
     /// events table's memory instead of copying it.
     pub fn usage_time_columns(&self) -> PolarsResult<Vec<Column>> {
@@ -390,4 +390,57 @@ pub fn device_notes<'a>(
             Some((i, v?))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::columns::{events, one_or_each_column, one_value_as_scalar};
+    use crate::tables::OneOrEach;
+
+    #[test]
+    fn one_value_throughout_becomes_a_scalar_and_reads_back_the_same() {
+        let one = one_value_as_scalar(events::STREAM.build(vec![5, 5, 5]));
+        assert!(one.as_scalar_column().is_some());
+        assert_eq!(one.len(), 3);
+        let df = DataFrame::new(3, vec![one]).expect("frame");
+        let streams = Streams::of(&df, "stream").expect("streams");
+        assert_eq!((streams.len(), streams.get(2)), (3, 5));
+        assert_eq!(streams.range(1, 3).len(), 2);
+        for kept in [
+            events::STREAM.build(vec![5, 6, 5]),
+            Int64Chunked::from_iter_options("stream".into(), [Some(5), None].into_iter()).into_column(),
+            events::STREAM.build(vec![]),
+        ] {
+            assert!(one_value_as_scalar(kept).as_scalar_column().is_none());
+        }
+        let each = DataFrame::new(3, vec![events::STREAM.build(vec![5, 6, 5])]).expect("frame");
+        let streams = Streams::of(&each, "stream").expect("streams");
+        assert_eq!((0..3).map(|i| streams.get(i)).collect::<Vec<_>>(), [5, 6, 5]);
+        // A stream builder of one value becomes the scalar, of several the array.
+        let mut built = OneOrEach::default();
+        built.push(1);
+        built.push(1);
+        assert!(one_or_each_column("stream", built.clone()).as_scalar_column().is_some());
+        built.push(2);
+        assert_eq!(
+            one_or_each_column("stream", built)
+                .i64()
+                .expect("i64")
+                .cont_slice()
+                .expect("slice"),
+            &[1, 1, 2]
+        );
+
+        // The device runs of a one-device trace (a scalar) and of two devices (an array).
+        let run = |device, first_row, rows| DeviceRun {
+            device,
+            first_row,
+            rows,
+        };
+        let one = DataFrame::new(4, vec![one_value_as_scalar(events::DEVICE.build(vec![3; 4]))]).expect("frame");
+        assert_eq!(device_runs(&one).expect("runs"), [run(3, 0, 4)]);
+        let two = DataFrame::new(4, vec![events::DEVICE.build(vec![0, 0, 1, 1])]).expect("frame");
+        assert_eq!(device_runs(&two).expect("runs"), [run(0, 0, 2), run(1, 2, 2)]);
+    }
 }

@@ -3,13 +3,13 @@
 //!
 //! One backward replay of the segment state visits evenly spaced sample entries plus any
 //! entries the caller needs exactly (the peak, every OOM), and on the way takes the segment
-//! map's checkpoints when asked ([`super::segment_checkpoints`]).
+//! map's checkpoints when asked ([`super::segment_map::checkpoints`]).
 
 use memlens_api::FragmentationPoint;
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::segment_checkpoints::{CheckpointTaker, SegmentCheckpoints};
+use super::segment_map::checkpoints::{CheckpointTaker, SegmentCheckpoints};
 use super::segment_map::{SegmentState, StateStats};
 use super::usage::Usage;
 use super::DeviceEvents;

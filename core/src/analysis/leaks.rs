@@ -16,8 +16,8 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::DeviceEvents;
-use crate::columns::lifetimes as lt_col;
 use crate::stacks::StackResolver;
+use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
 

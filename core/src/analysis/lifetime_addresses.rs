@@ -19,7 +19,7 @@ use std::ops::Range;
 use polars::prelude::*;
 
 use super::DeviceEvents;
-use crate::columns::{address_columns, lifetimes as lt_col};
+use crate::tables::columns::{address_columns, lifetimes as lt_col};
 use crate::tables::int_slice::IntSlice;
 use crate::tables::{NarrowI64, ADDRESS_SHIFT};
 

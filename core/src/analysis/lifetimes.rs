@@ -2,7 +2,7 @@
 //!
 //! Columns:
 //! - the addresses: `addr_units` u32 and `addr_base` (512-byte units after a base, as the trace
-//!   holds them) or `addr` i64, read with [`crate::columns::addresses`]; left out of a run that
+//!   holds them) or `addr` i64, read with [`crate::tables::columns::addresses`]; left out of a run that
 //!   keeps no frames ([`Addresses`]), and out of one that stores them until they are written
 //!   ([`allocation_lifetimes_apart`]);
 //! - `size`: requested bytes, u32 while every size is below 4 GiB, else i64;
@@ -24,7 +24,7 @@ use rustc_hash::FxHashMap;
 
 use super::lifetime_addresses::LifetimeAddresses;
 use super::{device_segments, DeviceEvents};
-use crate::columns::{address_columns, lifetimes as lt_col, one_or_each_column};
+use crate::tables::columns::{address_columns, lifetimes as lt_col, one_or_each_column};
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::stack_id_column;
 use crate::tables::OneOrEach;

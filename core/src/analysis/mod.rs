@@ -22,16 +22,13 @@
 //! Invariant: analyses read tables, never raw input, and never panic on odd but well-typed
 //! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
 
-mod batch_fit;
-mod block_chunks;
-#[cfg(test)]
-mod block_map_tests;
 pub mod categories;
 pub mod compare;
 mod compare_verdict;
 mod device_events;
 pub mod failed_step;
 pub mod fragmentation;
+pub mod frames;
 pub mod gpu_samples;
 pub mod labels;
 pub mod leaks;
@@ -42,19 +39,12 @@ pub mod oom;
 pub mod oom_cause;
 #[cfg(test)]
 mod oom_cause_tests;
-mod packed_blocks;
-mod packed_entries;
 pub mod peak;
 pub mod phases;
 pub mod pools;
 mod rows_in_entry_order;
 pub mod run;
-mod segment_blocks;
-pub mod segment_checkpoint_frame;
-pub mod segment_checkpoints;
-pub mod segment_detail;
 pub mod segment_map;
-mod segments_by_address;
 pub mod stalls;
 pub mod text_evidence;
 mod training_structure;

@@ -6,8 +6,8 @@ use memlens_api::{ModuleGroup, NoStackReason, PhaseRange, StackGroup};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::columns::lifetimes as lt_col;
 use crate::stacks::StackResolver;
+use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
 

@@ -138,7 +138,7 @@ impl Iterator for WindowRows<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::infra::test_rng::Lcg;
+    use crate::infra::testing::Lcg;
 
     /// Every set row in one window.
     fn rows_in_entry_order(entry: &[i32]) -> Vec<u32> {

@@ -254,7 +254,7 @@ pub(super) fn in_zero_grad(st: &Structure, t: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::infra::test_rng::Lcg;
+    use crate::infra::testing::Lcg;
 
     /// Iterations one after another as a run's are (`overlap` 0), or overlapping and out of
     /// order, with empty phases now and then; zero_grads between them or anywhere.

@@ -19,7 +19,7 @@
 use polars::prelude::*;
 
 use super::{device_segments, sum_i64, DeviceEvents};
-use crate::columns::{usage as usage_col, Col};
+use crate::tables::columns::{usage as usage_col, Col};
 use crate::tables::entry_steps::EntrySteps;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::{Action, SnapshotTables};
@@ -351,7 +351,7 @@ pub fn usage_over_time<'a>(t: &SnapshotTables, ev: &'a DeviceEvents) -> PolarsRe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::infra::test_rng::Lcg;
+    use crate::infra::testing::Lcg;
 
     /// A usage over `action` and `size` from `initial`, its marks made as `usage_over_time`
     /// makes them.

@@ -14,7 +14,7 @@ use memlens_api::{
 };
 use polars::prelude::*;
 
-use crate::columns::lifetimes as lt_col;
+use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
 
@@ -63,7 +63,7 @@ pub fn categories_of(lifetimes: &DataFrame) -> PolarsResult<Vec<(Category, Categ
 /// stored per-device frames; NVML logs of the same report give the memory outside the allocator.
 pub fn what_if_file(
     file: &FileSummary,
-    frames: &[crate::frames::DeviceFrames],
+    frames: &[crate::analysis::frames::DeviceFrames],
     gpu_logs: &[GpuLogSummary],
     s: &WhatIfParams,
 ) -> PolarsResult<WhatIfFile> {

@@ -202,6 +202,27 @@ where
         .map_err(|e| ImportError::Internal(format!("cannot start the import thread: {e}")))
 }
 
+/// Everything a text holds, whichever text importer the guesser chose: out-of-memory messages
+/// ([`oom_message`]), `torch.cuda.memory_summary()` tables ([`memory_summary`]) and
+/// `nvidia-smi` screens ([`nvidia_smi_screen`]); a training log may hold all three. A text
+/// holding none is an error that says what was looked for.
+pub fn read_evidence(source: Source) -> Result<TextEvidence, ImportError> {
+    let lines = common::text_lines::read_lines(source)?;
+    let evidence = TextEvidence {
+        ooms: oom_message::find_oom_messages(&lines),
+        summaries: memory_summary::find_memory_summaries(&lines),
+        screens: nvidia_smi_screen::find_screens(&lines),
+    };
+    if evidence.is_empty() {
+        return Err(ImportError::Log(format!(
+            "a text of {} line(s) with no out-of-memory message (`CUDA out of memory. Tried to allocate …`, \
+             `HIP`/`XPU`/`MPS backend out of memory`), no torch.cuda.memory_summary() table and no nvidia-smi screen in it",
+            lines.len()
+        )));
+    }
+    Ok(evidence)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

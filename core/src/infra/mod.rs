@@ -12,6 +12,6 @@ pub mod fault_ahead;
 pub mod free_memory;
 pub mod prefetch;
 #[cfg(test)]
-pub(crate) mod test_rng;
+pub(crate) mod testing;
 #[cfg(feature = "analysis")]
 pub(crate) mod varint;

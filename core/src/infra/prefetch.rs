@@ -158,7 +158,7 @@ mod tests {
     use super::*;
 
     fn prefetch_threads() -> usize {
-        crate::source::threads_named("memlens-ahead")
+        crate::infra::testing::threads_named("memlens-ahead")
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Variable-length integers (LEB128, zigzag for signed values): how a stored segment object
-//! packs its blocks ([`crate::analysis::packed_blocks`]) and entries
-//! ([`crate::analysis::packed_entries`]), and how the query indexes hold their lists of rows
+//! packs its blocks ([`crate::analysis::segment_map::packed_blocks`]) and entries
+//! ([`crate::analysis::segment_map::packed_entries`]), and how the query indexes hold their lists of rows
 //! ([`crate::query::row_list`]).
 //! Hand-written: a few lines, and the unchecked readers run where the bytes were checked once.
 

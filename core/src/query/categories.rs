@@ -10,9 +10,9 @@ use super::category_index::{slot_of, CategoryIndex};
 use super::pyramid::{BucketRuns, MinMaxPyramid, Positions};
 use super::series::on_series;
 use super::TimelineIndex;
+use crate::analysis::frames::DeviceFrames;
 use crate::analysis::whatif::categories_of;
-use crate::columns::{lifetimes as lt_col, usage as usage_col};
-use crate::frames::DeviceFrames;
+use crate::tables::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::tables::int_slice::IntSlice;
 
 /// The category timeline of `dev` between `start` and `end` (defaults: the whole trace), by a

@@ -12,9 +12,9 @@
 use memlens_api::Category;
 use polars::prelude::*;
 
+use crate::analysis::frames::DeviceFrames;
 use crate::analysis::whatif::categories_of;
-use crate::columns::{lifetimes as lt_col, usage as usage_col};
-use crate::frames::DeviceFrames;
+use crate::tables::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::tables::int_slice::IntSlice;
 
 use super::row_list::{RowList, RowListBuilder};

@@ -18,9 +18,9 @@ use rustc_hash::FxHashMap;
 use super::band_index::BandIndex;
 use super::timeline_index::AxisEnds;
 use super::{axis_positions, Axis, TimelineIndex};
-use crate::columns::lifetimes as lt_col;
-use crate::frames::DeviceFrames;
+use crate::analysis::frames::DeviceFrames;
 use crate::stacks::StackResolver;
+use crate::tables::columns::lifetimes as lt_col;
 
 /// Nodes narrower than this share of the root are left out.
 const MIN_SHARE: f64 = 0.002;

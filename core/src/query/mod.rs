@@ -32,10 +32,10 @@ use series::on_series;
 pub use timeline_index::TimelineIndex;
 use timeline_index::{axis_positions, AxisEnds};
 
+use crate::analysis::frames::DeviceFrames;
 use crate::analysis::Streams;
-use crate::columns::{lifetimes as lt_col, usage as usage_col};
-use crate::frames::DeviceFrames;
 use crate::stacks::StackResolver;
+use crate::tables::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::tables::entry_steps::EntrySteps;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
@@ -121,7 +121,7 @@ impl BandAddresses<'_> {
     fn of(dev: &DeviceFrames) -> PolarsResult<BandAddresses<'_>> {
         Ok(match &dev.lifetime_addresses {
             Some(kept) => BandAddresses::Kept(kept),
-            None => BandAddresses::Held(crate::columns::addresses(&dev.lifetimes)?),
+            None => BandAddresses::Held(crate::tables::columns::addresses(&dev.lifetimes)?),
         })
     }
 
@@ -332,7 +332,7 @@ pub fn search_allocations(
     limit: usize,
 ) -> PolarsResult<(usize, Vec<Band>)> {
     let lt = &dev.lifetimes;
-    let a = crate::columns::addresses(lt)?;
+    let a = crate::tables::columns::addresses(lt)?;
     let size = IntSlice::of(lt, lt_col::SIZE)?;
     let stream = Streams::of(lt, lt_col::STREAM.name)?;
     let stack = StackIds::of(lt, lt_col::STACK)?;

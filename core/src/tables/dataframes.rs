@@ -10,14 +10,14 @@ use super::{
     Base, NarrowI64, OneOrEach, PairCodes, SizesAndStacks, SnapshotColumns, SnapshotMeta, TraceRows, NO_TIME,
     TABLE_NAMES,
 };
-use crate::columns::{address_columns, events as ev, one_or_each_column, size_stacks as ss};
+use crate::tables::columns::{address_columns, events as ev, one_or_each_column, size_stacks as ss};
 use crate::tables::stack_ids::stack_id_column;
 
 /// The canonical tables of one imported snapshot.
 pub struct SnapshotTables {
     pub events: DataFrame,
     /// The `(size, stack)` pairs the events' `size_stack` codes name (see
-    /// [`crate::columns::size_stacks`]); held beside the frames of [`TABLE_NAMES`], which
+    /// [`crate::tables::columns::size_stacks`]); held beside the frames of [`TABLE_NAMES`], which
     /// reports stored before it have: empty there, as where the events hold them apart.
     pub size_stacks: DataFrame,
     pub segments: DataFrame,
@@ -69,7 +69,7 @@ impl SnapshotTables {
 
     /// Whether the events hold their addresses (not let go: [`SnapshotTables::let_addresses_go`]).
     pub fn holds_addresses(&self) -> bool {
-        crate::columns::addresses(&self.events).is_ok()
+        crate::tables::columns::addresses(&self.events).is_ok()
     }
 
     pub fn meta(&self) -> SnapshotMeta {

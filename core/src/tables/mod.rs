@@ -499,6 +499,8 @@ pub struct SnapshotMeta {
 }
 
 #[cfg(feature = "analysis")]
+pub mod columns;
+#[cfg(feature = "analysis")]
 mod dataframes;
 #[cfg(feature = "analysis")]
 pub mod entry_steps;

@@ -9,21 +9,6 @@ use super::state::InTrace;
 use crate::client;
 use crate::format::bytes;
 
-/// The first NVML log with a GPU of this index: (log index, label for the timeline line).
-pub fn gpu_of_device(logs: &[GpuLogSummary], device: i64) -> Option<(usize, String)> {
-    logs.iter().enumerate().find_map(|(i, l)| {
-        l.gpus.iter().any(|g| g.gpu == device).then(|| {
-            (
-                i,
-                format!(
-                    "- - GPU {device} used, whole device ({}); shaded above reserved: outside PyTorch",
-                    l.format
-                ),
-            )
-        })
-    })
-}
-
 fn gpu_cards(g: &GpuSeriesSummary, beside_trace: Option<AnyView>) -> impl IntoView {
     let of_total = g.total_bytes.map_or(String::new(), |t| format!("of {}", bytes(t)));
     let span = format!(

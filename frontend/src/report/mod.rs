@@ -21,6 +21,7 @@ mod gpu_logs;
 mod panels;
 mod prefetch;
 mod run_overview;
+mod segment_layout;
 mod segments;
 mod state;
 mod text_report;

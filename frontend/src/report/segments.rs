@@ -4,26 +4,11 @@ use leptos::prelude::*;
 use memlens_api::{BlockState, SegmentMap};
 
 use super::context_2d;
+use super::segment_layout::{bar_pixels, canvas_width, LABEL_WIDTH, SEGMENT_ROWS};
 use super::state::ReportState;
 use crate::format::{axis_time, bytes, stack_colour};
 
 const SEG_ROW: f64 = 14.0;
-/// Segments drawn, largest first: the map is asked for only these.
-pub const SEGMENT_ROWS: usize = 80;
-/// Left of the bars: the segment's size label; right of them: margin.
-const LABEL_WIDTH: f64 = 100.0;
-const BAR_MARGIN: f64 = 70.0;
-
-/// The canvas width the map is drawn at (its panel's width).
-fn canvas_width(c: &web_sys::HtmlCanvasElement) -> f64 {
-    c.parent_element().map(|p| p.client_width()).unwrap_or(900).max(400) as f64
-}
-
-/// The pixels the largest segment's bar spans on `c` (what the map is asked for at).
-pub fn bar_pixels(c: Option<&web_sys::HtmlCanvasElement>) -> usize {
-    (c.map_or(900.0, canvas_width) - LABEL_WIDTH - BAR_MARGIN) as usize
-}
-
 /// The segment map panel: a summary line and the drawing, following the timeline's cursor.
 #[component]
 pub fn SegmentPanel(st: ReportState) -> impl IntoView {

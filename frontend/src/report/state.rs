@@ -12,8 +12,8 @@ use memlens_api::{
     TimelineParams,
 };
 
-use super::gpu_logs::gpu_of_device;
 use super::prefetch;
+use super::segment_layout::{bar_pixels, SEGMENT_ROWS};
 use super::{context_2d, now_ms};
 use crate::fragmentation_chart::draw_fragmentation;
 use crate::timeline::{TimelineView, LEFT, RIGHT};
@@ -476,8 +476,8 @@ impl ReportState {
         let params = SegmentsParams {
             file: Some(self.file.get_value()),
             device: Some(self.device.get_untracked()),
-            max_segments: Some(super::segments::SEGMENT_ROWS),
-            width: Some(super::segments::bar_pixels(canvas.as_ref())),
+            max_segments: Some(SEGMENT_ROWS),
+            width: Some(bar_pixels(canvas.as_ref())),
             ..params
         };
         spawn_local(async move {
@@ -512,4 +512,19 @@ impl ReportState {
                 .with_value(|v| v.data.as_ref().and_then(|d| d.bands.get(i).cloned()))
         })
     }
+}
+
+/// The first NVML log with a GPU of this index: (log index, label for the timeline line).
+pub fn gpu_of_device(logs: &[GpuLogSummary], device: i64) -> Option<(usize, String)> {
+    logs.iter().enumerate().find_map(|(i, l)| {
+        l.gpus.iter().any(|g| g.gpu == device).then(|| {
+            (
+                i,
+                format!(
+                    "- - GPU {device} used, whole device ({}); shaded above reserved: outside PyTorch",
+                    l.format
+                ),
+            )
+        })
+    })
 }

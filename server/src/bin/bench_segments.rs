@@ -14,8 +14,8 @@ use common::{bench_file, percentile};
 
 use memlens::storage::parquet_object::{self, RowGroups};
 use memlens::storage::reportdata::segment_object_bytes;
-use memlens_core::analysis::segment_checkpoint_frame::{stored_checkpoint, stored_objects};
-use memlens_core::analysis::segment_detail::SegmentDetail;
+use memlens_core::analysis::segment_map::checkpoint_frame::{stored_checkpoint, stored_objects};
+use memlens_core::analysis::segment_map::detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_path, Imported};

@@ -41,7 +41,7 @@ fn main() {
         std::process::exit(2);
     };
     let initial = d.initial_allocated_bytes;
-    let time = memlens_core::columns::usage::times(&dev.usage)
+    let time = memlens_core::tables::columns::usage::times(&dev.usage)
         .map(|t| t.to_vec())
         .unwrap_or_default();
     let (t0, t1) = (time[0], time[time.len() - 1]);

@@ -14,7 +14,7 @@ use memlens_api::{
     WhatIfParams,
 };
 use memlens_core::analysis::gpu_samples::gpu_series;
-use memlens_core::analysis::segment_detail::SegmentDetail;
+use memlens_core::analysis::segment_map::detail::SegmentDetail;
 use memlens_core::analysis::whatif::what_if_file;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
@@ -22,8 +22,8 @@ use memlens_core::query;
 
 use super::error::{internal, ApiError, Q};
 use super::state::{loaded_file, loaded_gpu_logs, summary_of, Shared};
+use crate::storage::reportdata::stored_segments::SegmentAt;
 use crate::storage::reportdata::LoadedFile;
-use crate::storage::stored_segments::SegmentAt;
 
 /// The `index`-th of `outer` (default the first), then the member of its `inner` list whose
 /// `id` is `wanted` (default the first); errors name what was asked for.

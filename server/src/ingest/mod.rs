@@ -8,10 +8,8 @@
 
 //!
 //! Beside it: [`pre_import`] (imports begun while an upload still arrives), [`worker`]
-//! (`memlens worker` on a shared store's queue), [`encode_pool`] (the threads that encode a
-//! report's objects), [`priority`] (the job order).
+//! (`memlens worker` on a shared store's queue), [`priority`] (the job order).
 
-pub mod encode_pool;
 pub mod pre_import;
 pub mod priority;
 pub mod worker;

@@ -31,7 +31,7 @@ pub struct WorkerArgs {
 }
 
 pub fn worker(args: WorkerArgs) -> std::process::ExitCode {
-    crate::serve::run_process(run(args))
+    crate::process::run_process(run(args))
 }
 
 async fn run(args: WorkerArgs) -> Result<(), String> {
@@ -56,7 +56,7 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
     println!("memlens worker claiming reports with {} loop(s)", loops.len());
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    crate::serve::shutdown_signal().await;
+    crate::process::shutdown_signal().await;
     // Stop claiming; the reports in progress finish (their leases stay renewed meanwhile).
     stop.store(true, Ordering::Relaxed);
     for l in loops {

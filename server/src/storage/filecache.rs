@@ -215,3 +215,127 @@ impl LoadedFiles {
         self.cache.retain(|(r, _), _| r != id);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::storage::reportdata::tests::{process_into, store_with_report};
+
+    #[test]
+    fn the_cache_lets_other_files_go_before_a_file_loads_its_frames() {
+        let id = "00000000000000000000000000000008";
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, "mlp_train.pickle");
+        let summary = &out.files[0];
+        let probe = LoadedFile::open(store.clone(), id, 0, summary);
+        probe.devices().expect("frames");
+        // Room for one file's frames, not two.
+        let files = Arc::new(LoadedFiles::new(probe.bytes() * 3 / 2));
+        let open = || LoadedFile::open(store.clone(), id, 0, summary);
+        let a = files.get_or_open("a", 0, open);
+        a.devices().expect("frames");
+        files.reweigh("a", 0, &a);
+        assert!(files.get("a", 0).is_some());
+        let b = files.get_or_open("b", 0, open);
+        let a_kept_when_b_loads = Arc::new(Mutex::new(None));
+        {
+            let (files, me, seen) = (files.clone(), Arc::downgrade(&b), a_kept_when_b_loads.clone());
+            b.set_make_room(Box::new(move |extra| {
+                let me = me.upgrade().expect("b");
+                files.make_room("b", 0, &me, extra);
+                *seen.lock().unwrap() = Some(files.get("a", 0).is_some());
+            }));
+        }
+        b.devices().expect("frames");
+        assert_eq!(
+            *a_kept_when_b_loads.lock().unwrap(),
+            Some(false),
+            "a left before b loaded"
+        );
+        files.reweigh("b", 0, &b);
+        assert!(files.get("b", 0).is_some(), "b, loaded, fits");
+        // A file that could never fit leaves the cache as soon as it says what it will load.
+        let c = files.get_or_open("c", 0, open);
+        files.make_room("c", 0, &c, probe.bytes() * 2);
+        assert!(files.get("c", 0).is_none());
+    }
+
+    #[test]
+    fn a_file_about_to_load_takes_the_place_of_the_one_used_before_it() {
+        let id = "0000000000000000000000000000000b";
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, "mlp_train.pickle");
+        let open = || LoadedFile::open(store.clone(), id, 0, &out.files[0]);
+        // Files that have loaded nothing yet, weighed by what they are about to load: room for
+        // one, not two.
+        let files = LoadedFiles::new(1000);
+        let a = files.get_or_open("a", 0, open);
+        files.make_room("a", 0, &a, 600);
+        // Weighed again once loaded (as `reweigh` does), then read by its queries.
+        files.make_room("a", 0, &a, 580);
+        for _ in 0..3 {
+            assert!(files.get("a", 0).is_some(), "a is read by its queries");
+        }
+        let b = files.get_or_open("b", 0, open);
+        files.make_room("b", 0, &b, 600);
+        assert!(files.get("b", 0).is_some(), "the file about to load is kept");
+        assert!(files.get("a", 0).is_none(), "the one used before it made room");
+        // Used more recently than b, c stays when d comes; b goes.
+        let c = files.get_or_open("c", 0, open);
+        files.make_room("c", 0, &c, 300);
+        assert!(files.get("b", 0).is_some() && files.get("c", 0).is_some());
+        assert!(files.get("c", 0).is_some());
+        let d = files.get_or_open("d", 0, open);
+        files.make_room("d", 0, &d, 600);
+        assert!(files.get("b", 0).is_none(), "the least recently used left");
+        assert!(files.get("c", 0).is_some() && files.get("d", 0).is_some());
+        // A file of nearly the whole budget is kept too, alone.
+        let e = files.get_or_open("e", 0, open);
+        files.make_room("e", 0, &e, 990);
+        assert!(files.get("e", 0).is_some(), "a file of 99 % of the budget is kept");
+        assert!(files.get("c", 0).is_none() && files.get("d", 0).is_none());
+    }
+
+    #[test]
+    fn an_ingest_takes_its_memory_out_of_the_cache_while_it_runs() {
+        let id = "00000000000000000000000000000009";
+        let (_root, store) = store_with_report(id);
+        let (_, out) = process_into(&store, id, "mlp_train.pickle");
+        let summary = &out.files[0];
+        let open = || LoadedFile::open(store.clone(), id, 0, summary);
+        let loaded = |files: &LoadedFiles, name: &str| {
+            let f = files.get_or_open(name, 0, open);
+            f.devices().expect("frames");
+            files.reweigh(name, 0, &f);
+        };
+        let probe = open();
+        probe.devices().expect("frames");
+        // Room for two files' frames.
+        let files = Arc::new(LoadedFiles::new(probe.bytes() * 5 / 2));
+        loaded(&files, "a");
+        loaded(&files, "b");
+        assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
+        {
+            // An ingest that needs room for one and a half: one file stays.
+            let _ingest = files.reserve(probe.bytes() * 3 / 2);
+            assert_eq!(
+                [files.get("a", 0).is_some(), files.get("b", 0).is_some()]
+                    .iter()
+                    .filter(|&&kept| kept)
+                    .count(),
+                1
+            );
+            // One larger than the whole budget takes all of it, and files loaded meanwhile
+            // are let go.
+            let _other = files.reserve(probe.bytes() * 10);
+            loaded(&files, "c");
+            assert!(files.get("a", 0).is_none() && files.get("b", 0).is_none() && files.get("c", 0).is_none());
+        }
+        // Once the ingests end, the budget is whole again.
+        loaded(&files, "a");
+        loaded(&files, "b");
+        assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
+    }
+}

@@ -296,8 +296,8 @@ fn never_decreases<T: PolarsNumericType>(c: &ChunkedArray<T>) -> bool {
 /// Columns that are running totals of the trace's sizes: the allocated bytes after each entry
 /// (`usage`), in bytes or in units. Their deltas are one request's size, never the whole total.
 const RUNNING_TOTALS: [&str; 2] = [
-    memlens_core::columns::usage::ALLOCATED.name,
-    memlens_core::columns::usage::ALLOCATED_UNITS,
+    memlens_core::tables::columns::usage::ALLOCATED.name,
+    memlens_core::tables::columns::usage::ALLOCATED_UNITS,
 ];
 
 /// Rows a row group holds unless one group is asked for (polars' default).

@@ -15,7 +15,8 @@ use memlens_api::{MemorySummaryFacts, SummaryRow};
 use crate::error::ImportError;
 use crate::evidence::MemorySummaryTable;
 use crate::importers::common::sizes::{scaled, unit_bytes};
-use crate::importers::common::text_evidence::{read_evidence, TextLine};
+use crate::importers::common::text_lines::TextLine;
+use crate::importers::read_evidence;
 use crate::importers::{ImportOptions, Importer, Parsed};
 use crate::source::{leading_text, Source};
 

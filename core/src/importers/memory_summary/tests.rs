@@ -3,7 +3,7 @@
 //! (`traces/oom_text/memory_summary_113_shape.txt`: the same counters printed by 1.13's code).
 
 use super::*;
-use crate::importers::common::text_evidence::numbered_lines as lines;
+use crate::importers::common::text_lines::numbered_lines as lines;
 
 
 fn stat(stats: &serde_json::Value, key: &str) -> i64 {

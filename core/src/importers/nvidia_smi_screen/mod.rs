@@ -15,7 +15,7 @@ use regex::Regex;
 
 use crate::error::ImportError;
 use crate::evidence::{SmiGpu, SmiProcess, SmiScreen};
-use crate::importers::common::text_evidence::{read_lines, TextLine};
+use crate::importers::common::text_lines::{read_lines, TextLine};
 use crate::importers::{ImportOptions, Importer, Parsed};
 use crate::samples::{GpuInfo, GpuSampleLog, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
 use crate::source::{leading_text, Source};

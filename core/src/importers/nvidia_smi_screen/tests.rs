@@ -2,7 +2,7 @@
 //! and a 470 narrow one written from the reference's layout notes.
 
 use super::*;
-use crate::importers::common::text_evidence::numbered_lines as lines;
+use crate::importers::common::text_lines::numbered_lines as lines;
 
 
 const MIB: i64 = 1 << 20;

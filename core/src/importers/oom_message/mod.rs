@@ -32,7 +32,8 @@ use regex::Regex;
 use crate::error::ImportError;
 use crate::evidence::OomMessage;
 use crate::importers::common::sizes::{scaled, unit_bytes};
-use crate::importers::common::text_evidence::{read_evidence, TextLine};
+use crate::importers::common::text_lines::TextLine;
+use crate::importers::read_evidence;
 use crate::importers::{ImportOptions, Importer, Parsed};
 use crate::source::Source;
 
@@ -44,8 +45,8 @@ impl Importer for OomMessageImporter {
     /// Any text no other format claimed: no NUL byte, valid UTF-8 (a cut last character aside),
     /// and not JSON unless it holds an OOM message.
     fn sniff(&self, head: &[u8]) -> bool {
-        crate::importers::common::text_evidence::is_text(head)
-            && (!crate::importers::common::text_evidence::looks_like_json(head)
+        crate::importers::common::text_lines::is_text(head)
+            && (!crate::importers::common::text_lines::looks_like_json(head)
                 || String::from_utf8_lossy(head).contains("out of memory"))
     }
 

@@ -6,7 +6,7 @@
 use memlens_api::OomBackend;
 
 use super::*;
-use crate::importers::common::text_evidence::numbered_lines as lines;
+use crate::importers::common::text_lines::numbered_lines as lines;
 
 const GIB: i64 = 1 << 30;
 const MIB: i64 = 1 << 20;

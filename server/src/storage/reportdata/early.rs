@@ -12,9 +12,9 @@
 
 use std::sync::Mutex;
 
-use memlens_core::analysis::segment_checkpoint_frame::stored_objects;
+use memlens_core::analysis::frames::stored_usage;
+use memlens_core::analysis::segment_map::checkpoint_frame::stored_objects;
 use memlens_core::analysis::segment_map::EntryRows;
-use memlens_core::frames::stored_usage;
 use memlens_core::pipeline::{CheckpointsFinal, EarlyFrames, FinalFrames};
 use polars::prelude::*;
 

@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use memlens_api::{FileSummary, SegmentMap};
-use memlens_core::analysis::segment_detail::SegmentDetail;
+use memlens_core::analysis::segment_map::detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
-use memlens_core::columns::held_bytes;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{Axis, CategoryIndex, TimelineIndex};
 use memlens_core::stacks::StackResolver;
+use memlens_core::tables::columns::held_bytes;
 use memlens_core::tables::entry_steps::EntrySteps;
 use memlens_core::tables::SnapshotTables;
 use polars::prelude::*;
@@ -24,8 +24,8 @@ use super::{
     SEGMENT_CHECKPOINTS, USER_METADATA,
 };
 use crate::storage::parquet_object;
+use crate::storage::reportdata::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
 use crate::storage::store::ReportStore;
-use crate::storage::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
 use memlens_core::infra::free_memory;
 
 /// One analysed file of a stored report, read from the store part by part as queries ask
@@ -240,7 +240,7 @@ impl LoadedFile {
                 )? {
                     Some(bytes) => user_metadata_from(&format!("{dir}/{USER_METADATA}"), bytes)?,
                     // Stored before the map had its own object: found from the trace.
-                    None => memlens_core::frames::alloc_metadata(&*self.tables()?, d.device)?,
+                    None => memlens_core::analysis::frames::alloc_metadata(&*self.tables()?, d.device)?,
                 };
                 // The two large frames are decoded side by side.
                 let started = std::time::Instant::now();
@@ -321,7 +321,7 @@ impl LoadedFile {
         let Some(frames) = devices.iter().find(|d| d.device == device) else {
             return Ok(None);
         };
-        let times = memlens_core::columns::usage::times(&frames.usage)?;
+        let times = memlens_core::tables::columns::usage::times(&frames.usage)?;
         let cursor = at.cursor(times);
         let has_time = self
             .summary

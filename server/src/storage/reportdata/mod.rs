@@ -25,6 +25,7 @@
 mod early;
 mod loaded_file;
 mod read;
+pub mod stored_segments;
 mod write;
 
 pub use early::EarlyObjects;
@@ -87,4 +88,4 @@ const RESERVED: &str = "reserved.parquet";
 const RESERVED_COLUMN: &str = "reserved";
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

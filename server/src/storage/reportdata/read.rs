@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use memlens_api::{AnalyzeOutput, FileSummary};
 use memlens_core::analysis::run::run_overview;
-use memlens_core::columns::lifetimes as lt_col;
+use memlens_core::tables::columns::lifetimes as lt_col;
 use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
@@ -98,11 +98,11 @@ pub(super) fn entry_indexes_as_i32(lifetimes: &mut DataFrame, key: &str) -> Resu
 }
 
 /// Each of `columns` of `df` (read from the object `key`) held as one scalar when it has one
-/// value throughout ([`memlens_core::columns::one_value_as_scalar`]).
+/// value throughout ([`memlens_core::tables::columns::one_value_as_scalar`]).
 pub(super) fn one_values_as_scalars(df: &mut DataFrame, columns: &[&str], key: &str) -> Result<(), DataError> {
     for &name in columns {
         let Ok(column) = df.column(name) else { continue };
-        let column = memlens_core::columns::one_value_as_scalar(column.clone());
+        let column = memlens_core::tables::columns::one_value_as_scalar(column.clone());
         if column.as_scalar_column().is_some() {
             df.with_column(column).map_err(|source| DataError::Parquet {
                 key: key.to_owned(),

@@ -1,15 +1,15 @@
 //! A processed file as store objects: the tables its queries read, each device's frames and first view, and the
-//! segment map's stored checkpoints, encoded on the [`encode_pool`](crate::ingest::encode_pool) and put
+//! segment map's stored checkpoints, encoded on the [`encode_pool`](crate::storage::encode_pool) and put
 //! through a [`DataWriter`]; the summary, charts and NVML samples beside them.
 
 use memlens_api::{AnalyzeOutput, FileSummary};
 use memlens_core::analysis::lifetime_addresses::{AddressForm, LifetimeAddresses};
-use memlens_core::analysis::segment_checkpoint_frame::{stored_objects, StoredObject};
+use memlens_core::analysis::segment_map::checkpoint_frame::{stored_objects, StoredObject};
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints};
 use memlens_core::analysis::DeviceEvents;
-use memlens_core::columns::events as ev_col;
-use memlens_core::columns::held_bytes;
 use memlens_core::pipeline::DeviceFrames;
+use memlens_core::tables::columns::events as ev_col;
+use memlens_core::tables::columns::held_bytes;
 use memlens_core::tables::{SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
@@ -18,7 +18,7 @@ use super::{
     default_axis, DataError, CHART_PNG, CHART_SVG, OVERVIEW, OVERVIEW_WIDTH, QUERY_TABLES, RESERVED, RESERVED_COLUMN,
     SEGMENT_CHECKPOINTS, SUMMARY, USER_METADATA,
 };
-use crate::ingest::encode_pool::{self, EncodeJob};
+use crate::storage::encode_pool::{self, EncodeJob};
 use crate::storage::parquet_object::{self, PagedColumn, ReadRows, RowGroups};
 use crate::storage::store::DataWriter;
 
@@ -107,7 +107,7 @@ fn put_json<T: serde::Serialize>(w: &mut dyn DataWriter, key: &str, value: &T) -
 /// Writes one analysed file's tables and device frames under `f<index>/`: the objects
 /// `early` already holds (encoded during the analyses: [`EarlyObjects`](super::EarlyObjects))
 /// are put as they are; every other Parquet object is encoded on the
-/// [`encode_pool`](crate::ingest::encode_pool) (the largest first), and put through `w` as it is ready.
+/// [`encode_pool`](crate::storage::encode_pool) (the largest first), and put through `w` as it is ready.
 pub fn write_file(
     w: &mut dyn DataWriter,
     index: usize,

@@ -371,7 +371,7 @@ impl Codes {
 mod tests {
     use super::super::T_INT;
     use super::*;
-    use crate::infra::test_rng::Lcg;
+    use crate::infra::testing::Lcg;
 
     #[test]
     fn values_wider_than_a_slot_are_kept_aside_and_replaced() {

@@ -126,7 +126,7 @@ fn fill_loop(mut r: Box<dyn Read + Send>, empty: Receiver<Box<[u8]>>, filled: Sy
 #[cfg(test)]
 mod tests {
     use super::super::input::Input;
-    use crate::infra::test_rng::Lcg;
+    use crate::infra::testing::Lcg;
 
     /// A reader that returns at most `most` bytes a call, then fails at `fail_at` (if set).
     struct Trickle {

@@ -5,7 +5,7 @@
 mod early;
 mod old_reports;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use memlens_api::AnalyzeOutput;
 use memlens_core::analysis::segment_map::SegmentCheckpoints;
@@ -22,7 +22,7 @@ use crate::storage::store::{DataWriter, ReportStore};
 use crate::storage::store::{LocalStore, ReportRecord, ReportState};
 use memlens_core::pipeline::{self, CheckpointsFinal, EarlyFrames, FinalFrames, Input, PipelineSink, SnapshotOutput};
 
-fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
+pub(crate) fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
     let root = tempfile::tempdir().expect("tmp");
     let store: Arc<dyn ReportStore> = Arc::new(LocalStore::open(root.path()).expect("open"));
     store.upload_writer(id, "0-x").expect("w").finish().expect("finish");
@@ -101,7 +101,7 @@ impl EarlyFrames for Early {
 
 /// A file's tables as the pipeline handed them over: its frames in [`TABLE_NAMES`] order, the
 /// events' `(size, stack)` pairs, and its meta.
-struct Written {
+pub(crate) struct Written {
     frames: Vec<DataFrame>,
     size_stacks: DataFrame,
     meta: SnapshotMeta,
@@ -175,7 +175,7 @@ impl PipelineSink for Keep<'_> {
 
 /// Processes trace `name` into report `id` of `store` as the ingest does: what was
 /// written (each file's tables and meta) and the summary.
-fn process_into(store: &Arc<dyn ReportStore>, id: &str, name: &str) -> (Vec<Written>, AnalyzeOutput) {
+pub(crate) fn process_into(store: &Arc<dyn ReportStore>, id: &str, name: &str) -> (Vec<Written>, AnalyzeOutput) {
     let mut w = store.data_writer(id).expect("writer");
     let mut keep = Keep::new(w.as_mut(), true);
     let path = memlens_tests_trace(name);
@@ -253,7 +253,7 @@ fn a_timeline_reads_only_the_device_frames_and_their_stored_user_metadata() {
     let tables = written_tables(&written, 0);
     let mut any = false;
     for d in devices.iter() {
-        let from_trace = memlens_core::frames::alloc_metadata(&tables, d.device).expect("metadata");
+        let from_trace = memlens_core::analysis::frames::alloc_metadata(&tables, d.device).expect("metadata");
         any |= !from_trace.is_empty();
         assert_eq!(d.user_metadata, from_trace);
     }
@@ -287,8 +287,8 @@ fn a_first_view_builds_the_focus_devices_indexes_that_its_queries_then_use() {
 
 #[test]
 fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace() {
-    use crate::storage::stored_segments::SegmentAt;
-    use memlens_core::analysis::segment_detail::SegmentDetail;
+    use crate::storage::reportdata::stored_segments::SegmentAt;
+    use memlens_core::analysis::segment_map::detail::SegmentDetail;
     let id = "00000000000000000000000000000006";
     for name in ["expandable_oom_fragmentation.pickle", "leak.two_devices.pickle"] {
         let (_root, store) = store_with_report(id);
@@ -376,125 +376,6 @@ fn a_stored_report_answers_its_first_view_without_loading_its_frames() {
         .expect("read")
         .is_some());
     drop(building);
-}
-
-#[test]
-fn the_cache_lets_other_files_go_before_a_file_loads_its_frames() {
-    use crate::storage::filecache::LoadedFiles;
-    let id = "00000000000000000000000000000008";
-    let (_root, store) = store_with_report(id);
-    let (_, out) = process_into(&store, id, "mlp_train.pickle");
-    let summary = &out.files[0];
-    let probe = LoadedFile::open(store.clone(), id, 0, summary);
-    probe.devices().expect("frames");
-    // Room for one file's frames, not two.
-    let files = Arc::new(LoadedFiles::new(probe.bytes() * 3 / 2));
-    let open = || LoadedFile::open(store.clone(), id, 0, summary);
-    let a = files.get_or_open("a", 0, open);
-    a.devices().expect("frames");
-    files.reweigh("a", 0, &a);
-    assert!(files.get("a", 0).is_some());
-    let b = files.get_or_open("b", 0, open);
-    let a_kept_when_b_loads = Arc::new(Mutex::new(None));
-    {
-        let (files, me, seen) = (files.clone(), Arc::downgrade(&b), a_kept_when_b_loads.clone());
-        b.set_make_room(Box::new(move |extra| {
-            let me = me.upgrade().expect("b");
-            files.make_room("b", 0, &me, extra);
-            *seen.lock().unwrap() = Some(files.get("a", 0).is_some());
-        }));
-    }
-    b.devices().expect("frames");
-    assert_eq!(
-        *a_kept_when_b_loads.lock().unwrap(),
-        Some(false),
-        "a left before b loaded"
-    );
-    files.reweigh("b", 0, &b);
-    assert!(files.get("b", 0).is_some(), "b, loaded, fits");
-    // A file that could never fit leaves the cache as soon as it says what it will load.
-    let c = files.get_or_open("c", 0, open);
-    files.make_room("c", 0, &c, probe.bytes() * 2);
-    assert!(files.get("c", 0).is_none());
-}
-
-#[test]
-fn a_file_about_to_load_takes_the_place_of_the_one_used_before_it() {
-    use crate::storage::filecache::LoadedFiles;
-    let id = "0000000000000000000000000000000b";
-    let (_root, store) = store_with_report(id);
-    let (_, out) = process_into(&store, id, "mlp_train.pickle");
-    let open = || LoadedFile::open(store.clone(), id, 0, &out.files[0]);
-    // Files that have loaded nothing yet, weighed by what they are about to load: room for
-    // one, not two.
-    let files = LoadedFiles::new(1000);
-    let a = files.get_or_open("a", 0, open);
-    files.make_room("a", 0, &a, 600);
-    // Weighed again once loaded (as `reweigh` does), then read by its queries.
-    files.make_room("a", 0, &a, 580);
-    for _ in 0..3 {
-        assert!(files.get("a", 0).is_some(), "a is read by its queries");
-    }
-    let b = files.get_or_open("b", 0, open);
-    files.make_room("b", 0, &b, 600);
-    assert!(files.get("b", 0).is_some(), "the file about to load is kept");
-    assert!(files.get("a", 0).is_none(), "the one used before it made room");
-    // Used more recently than b, c stays when d comes; b goes.
-    let c = files.get_or_open("c", 0, open);
-    files.make_room("c", 0, &c, 300);
-    assert!(files.get("b", 0).is_some() && files.get("c", 0).is_some());
-    assert!(files.get("c", 0).is_some());
-    let d = files.get_or_open("d", 0, open);
-    files.make_room("d", 0, &d, 600);
-    assert!(files.get("b", 0).is_none(), "the least recently used left");
-    assert!(files.get("c", 0).is_some() && files.get("d", 0).is_some());
-    // A file of nearly the whole budget is kept too, alone.
-    let e = files.get_or_open("e", 0, open);
-    files.make_room("e", 0, &e, 990);
-    assert!(files.get("e", 0).is_some(), "a file of 99 % of the budget is kept");
-    assert!(files.get("c", 0).is_none() && files.get("d", 0).is_none());
-}
-
-#[test]
-fn an_ingest_takes_its_memory_out_of_the_cache_while_it_runs() {
-    use crate::storage::filecache::LoadedFiles;
-    let id = "00000000000000000000000000000009";
-    let (_root, store) = store_with_report(id);
-    let (_, out) = process_into(&store, id, "mlp_train.pickle");
-    let summary = &out.files[0];
-    let open = || LoadedFile::open(store.clone(), id, 0, summary);
-    let loaded = |files: &LoadedFiles, name: &str| {
-        let f = files.get_or_open(name, 0, open);
-        f.devices().expect("frames");
-        files.reweigh(name, 0, &f);
-    };
-    let probe = open();
-    probe.devices().expect("frames");
-    // Room for two files' frames.
-    let files = Arc::new(LoadedFiles::new(probe.bytes() * 5 / 2));
-    loaded(&files, "a");
-    loaded(&files, "b");
-    assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
-    {
-        // An ingest that needs room for one and a half: one file stays.
-        let _ingest = files.reserve(probe.bytes() * 3 / 2);
-        assert_eq!(
-            [files.get("a", 0).is_some(), files.get("b", 0).is_some()]
-                .iter()
-                .filter(|&&kept| kept)
-                .count(),
-            1
-        );
-        // One larger than the whole budget takes all of it, and files loaded meanwhile
-        // are let go.
-        let _other = files.reserve(probe.bytes() * 10);
-        loaded(&files, "c");
-        assert!(files.get("a", 0).is_none() && files.get("b", 0).is_none() && files.get("c", 0).is_none());
-    }
-    // Once the ingests end, the budget is whole again.
-    loaded(&files, "a");
-    loaded(&files, "b");
-    assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
 }
 
 fn memlens_tests_trace(name: &str) -> std::path::PathBuf {

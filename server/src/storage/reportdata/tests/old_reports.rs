@@ -115,7 +115,7 @@ impl PipelineSink for WriteOld<'_> {
                 .with_column(Column::new("reserved".into(), reserved))
                 .expect("column");
             // The usage's allocated bytes were i64 and its times one i64 column.
-            let allocated: Int64Chunked = memlens_core::columns::usage::allocated(&d.usage)
+            let allocated: Int64Chunked = memlens_core::tables::columns::usage::allocated(&d.usage)
                 .expect("allocated")
                 .iter()
                 .map(Some)
@@ -126,7 +126,7 @@ impl PipelineSink for WriteOld<'_> {
             d.usage
                 .with_column(allocated.with_name("allocated".into()).into_column())
                 .expect("column");
-            let time: Int64Chunked = memlens_core::columns::usage::times(&d.usage)
+            let time: Int64Chunked = memlens_core::tables::columns::usage::times(&d.usage)
                 .expect("times")
                 .iter()
                 .map(Some)
@@ -198,7 +198,7 @@ fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
     );
     assert_eq!(devices[0].reserved, fresh.files[0][0].reserved);
     assert!(devices[0].reserved.changes().len() > 0);
-    let draw = |d: &memlens_core::frames::DeviceFrames| {
+    let draw = |d: &memlens_core::analysis::frames::DeviceFrames| {
         let t = memlens_core::query::timeline(d, true, 0, None, None, 200).expect("timeline");
         assert!(t.bands.iter().any(|b| b.t_alloc.is_some() && b.t_free.is_some()));
         serde_json::to_value(t).expect("json")
@@ -220,7 +220,7 @@ fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
         loaded.summary.files[0].devices[0].peak_allocated_bytes
     );
     // It has no stored segment checkpoints: its maps are replayed from the trace.
-    let at = crate::storage::stored_segments::SegmentAt::End;
-    let detail = memlens_core::analysis::segment_detail::SegmentDetail::FULL;
+    let at = crate::storage::reportdata::stored_segments::SegmentAt::End;
+    let detail = memlens_core::analysis::segment_map::detail::SegmentDetail::FULL;
     assert_eq!(f.stored_segment_map(0, at, detail).expect("read"), None);
 }

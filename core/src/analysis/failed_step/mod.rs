@@ -13,17 +13,18 @@
 //!   parameter's size is `optimizer_state` being created (Adam-style optimizers create it
 //!   lazily at their first step). Only what the run-wide rules left as other, temporary or
 //!   cache is placed so;
-//! - **how much of the batch fits**: [`super::batch_fit`].
+//! - **how much of the batch fits**: [`batch_fit`].
 
+mod batch_fit;
 use memlens_api::{Category, CategoryBytes, CategoryRule, OomCause, OomFit, OomPhase, PhaseRange};
 use polars::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::oom_cause::{LiveAtFailure, OomFacts};
-use super::usage::Usage;
-use super::DeviceEvents;
-use crate::columns::lifetimes as lt_col;
+use crate::analysis::oom_cause::{LiveAtFailure, OomFacts};
+use crate::analysis::usage::Usage;
+use crate::analysis::DeviceEvents;
 use crate::stacks::StackResolver;
+use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
 
@@ -48,7 +49,7 @@ fn kind_of(frames: &[String], recorded: bool) -> Kind {
         return if recorded { Kind::Backward } else { Kind::Script };
     }
     let any = |f: &dyn Fn(&str) -> bool| frames.iter().any(|x| f(x));
-    if any(&|x| super::phases::is_optimizer_frame(x)) {
+    if any(&|x| crate::analysis::phases::is_optimizer_frame(x)) {
         Kind::Optimizer
     } else if any(&|x| x.contains("torch/nn/modules/module.py") && x.ends_with(":_apply"))
         // Made on the device outside any module's call: a module's constructor, its
@@ -249,7 +250,7 @@ pub(super) struct Row {
 
 /// The lifetimes' rows with their category columns.
 pub(super) fn rows(lifetimes: &DataFrame) -> PolarsResult<Vec<Row>> {
-    rows_placed(lifetimes, &super::whatif::categories_of(lifetimes)?)
+    rows_placed(lifetimes, &crate::analysis::whatif::categories_of(lifetimes)?)
 }
 
 /// The lifetimes' rows with each one's placement.
@@ -427,7 +428,7 @@ pub fn read_failure(
         .map(|(&category, &bytes)| CategoryBytes { category, bytes })
         .collect();
     let mut summary = LiveAtFailure::of(&live);
-    let blocks = super::batch_fit::parameter_blocks(&rows);
+    let blocks = batch_fit::parameter_blocks(&rows);
     summary.layers = blocks.as_ref().map(|b| b.layers);
     if step.phase == OomPhase::OptimizerStep && step.failing.optimizer.is_some() {
         // Adam-style state, made lazily at the first step: two of each parameter's size.
@@ -438,7 +439,7 @@ pub fn read_failure(
             summary.optimizer_state_to_come = Some(2 * summary.gradient.max(summary.parameter));
         }
     }
-    let fits = super::batch_fit::batch_fit(
+    let fits = batch_fit::batch_fit(
         &rows,
         &psize,
         &step,

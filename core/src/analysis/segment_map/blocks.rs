@@ -12,8 +12,8 @@
 //! [`TO_MAP`] blocks and back below [`TO_VEC`]. Both hold the same map from address to block:
 //! the tests apply random operations to both and to a plain `BTreeMap`.
 
+use super::block::Block;
 use super::block_chunks::BlockChunks;
-use super::segment_map::Block;
 
 /// Blocks above which a segment's blocks are [`BlockChunks`].
 const TO_MAP: usize = 128;
@@ -221,9 +221,11 @@ mod tests {
 
     use memlens_api::BlockState;
 
-    use super::super::block_map_tests::{block, random_step, same_blocks};
+    use super::super::block_map_tests::{block, block_map_by_own_methods, random_step, same_blocks};
     use super::*;
-    use crate::infra::test_rng::Lcg;
+    use crate::infra::testing::Lcg;
+
+    block_map_by_own_methods!(SegmentBlocks);
 
     /// Random inserts, removes, frees, look-ups and joins, on blocks that tile a range and
     /// on blocks that do not: the vector, the chunks and the switch between them always hold

@@ -6,10 +6,8 @@ use std::collections::BTreeMap;
 
 use memlens_api::BlockState;
 
-use super::block_chunks::BlockChunks;
-use super::segment_blocks::SegmentBlocks;
-use super::segment_map::Block;
-use crate::infra::test_rng::Lcg;
+use super::block::Block;
+use crate::infra::testing::Lcg;
 
 /// What the tests do to a map of blocks.
 pub(super) trait BlockMap {
@@ -22,32 +20,33 @@ pub(super) trait BlockMap {
     fn pairs(&self) -> Vec<(i64, Block)>;
 }
 
-/// Both maps of blocks, by their own methods of the same names.
+/// A map of blocks as a [`BlockMap`], by its own methods of the same names (invoked in each
+/// map's own tests, so this module imports neither).
 macro_rules! block_map_by_own_methods {
     ($($map:ident),*) => {$(
-        impl BlockMap for $map {
-            fn insert(&mut self, addr: i64, block: Block) {
+        impl $crate::analysis::segment_map::block_map_tests::BlockMap for $map {
+            fn insert(&mut self, addr: i64, block: $crate::analysis::segment_map::block::Block) {
                 $map::insert(self, addr, block)
             }
-            fn remove(&mut self, addr: i64) -> Option<Block> {
+            fn remove(&mut self, addr: i64) -> Option<$crate::analysis::segment_map::block::Block> {
                 $map::remove(self, addr)
             }
             fn free_block(&mut self, addr: i64) {
                 $map::free_block(self, addr)
             }
-            fn last_at_or_before_mut(&mut self, addr: i64) -> Option<(i64, &mut Block)> {
+            fn last_at_or_before_mut(&mut self, addr: i64) -> Option<(i64, &mut $crate::analysis::segment_map::block::Block)> {
                 $map::last_at_or_before_mut(self, addr)
             }
-            fn get_mut(&mut self, addr: i64) -> Option<&mut Block> {
+            fn get_mut(&mut self, addr: i64) -> Option<&mut $crate::analysis::segment_map::block::Block> {
                 $map::get_mut(self, addr)
             }
-            fn pairs(&self) -> Vec<(i64, Block)> {
+            fn pairs(&self) -> Vec<(i64, $crate::analysis::segment_map::block::Block)> {
                 self.iter().map(|(a, b)| (a, b.clone())).collect()
             }
         }
     )*};
 }
-block_map_by_own_methods!(SegmentBlocks, BlockChunks);
+pub(super) use block_map_by_own_methods;
 
 pub(super) const STATES: [BlockState; 3] = [
     BlockState::Inactive,

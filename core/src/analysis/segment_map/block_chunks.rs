@@ -1,6 +1,6 @@
 //! `BlockChunks`: the blocks of a segment that holds many, as short sorted vectors in address
 //! order (a B+-tree's leaves without the tree): the replay's map for segments above
-//! `segment_blocks::TO_MAP` blocks.
+//! `blocks::TO_MAP` blocks.
 //!
 //! A segment with thousands of blocks (an expandable segment, a large one that fragments, one
 //! that collects a leak every iteration) was a `BTreeMap`, and its descents were most of the
@@ -28,7 +28,7 @@
 
 use std::cell::Cell;
 
-use super::segment_map::Block;
+use super::block::Block;
 
 /// Most blocks a chunk holds; a fuller chunk splits in two.
 const CHUNK: usize = 32;
@@ -330,9 +330,11 @@ mod tests {
 
     use memlens_api::BlockState;
 
-    use super::super::block_map_tests::{block, random_step, same_blocks, STATES};
+    use super::super::block_map_tests::{block, block_map_by_own_methods, random_step, same_blocks, STATES};
     use super::*;
-    use crate::infra::test_rng::Lcg;
+    use crate::infra::testing::Lcg;
+
+    block_map_by_own_methods!(BlockChunks);
 
     /// Thousands of blocks (chunks split, empty and are rebuilt), from random inserts,
     /// removes, frees and look-ups: always what a plain `BTreeMap` holds and answers, with the

@@ -313,53 +313,6 @@ mod tests {
     }
 
     #[test]
-    fn one_value_throughout_becomes_a_scalar_and_reads_back_the_same() {
-        use crate::analysis::{device_runs, DeviceRun, Streams};
-        let one = one_value_as_scalar(events::STREAM.build(vec![5, 5, 5]));
-        assert!(one.as_scalar_column().is_some());
-        assert_eq!(one.len(), 3);
-        let df = DataFrame::new(3, vec![one]).expect("frame");
-        let streams = Streams::of(&df, "stream").expect("streams");
-        assert_eq!((streams.len(), streams.get(2)), (3, 5));
-        assert_eq!(streams.range(1, 3).len(), 2);
-        for kept in [
-            events::STREAM.build(vec![5, 6, 5]),
-            Int64Chunked::from_iter_options("stream".into(), [Some(5), None].into_iter()).into_column(),
-            events::STREAM.build(vec![]),
-        ] {
-            assert!(one_value_as_scalar(kept).as_scalar_column().is_none());
-        }
-        let each = DataFrame::new(3, vec![events::STREAM.build(vec![5, 6, 5])]).expect("frame");
-        let streams = Streams::of(&each, "stream").expect("streams");
-        assert_eq!((0..3).map(|i| streams.get(i)).collect::<Vec<_>>(), [5, 6, 5]);
-        // A stream builder of one value becomes the scalar, of several the array.
-        let mut built = OneOrEach::default();
-        built.push(1);
-        built.push(1);
-        assert!(one_or_each_column("stream", built.clone()).as_scalar_column().is_some());
-        built.push(2);
-        assert_eq!(
-            one_or_each_column("stream", built)
-                .i64()
-                .expect("i64")
-                .cont_slice()
-                .expect("slice"),
-            &[1, 1, 2]
-        );
-
-        // The device runs of a one-device trace (a scalar) and of two devices (an array).
-        let run = |device, first_row, rows| DeviceRun {
-            device,
-            first_row,
-            rows,
-        };
-        let one = DataFrame::new(4, vec![one_value_as_scalar(events::DEVICE.build(vec![3; 4]))]).expect("frame");
-        assert_eq!(device_runs(&one).expect("runs"), [run(3, 0, 4)]);
-        let two = DataFrame::new(4, vec![events::DEVICE.build(vec![0, 0, 1, 1])]).expect("frame");
-        assert_eq!(device_runs(&two).expect("runs"), [run(0, 0, 2), run(1, 2, 2)]);
-    }
-
-    #[test]
     fn a_wrong_name_or_type_is_an_error_not_empty_data() {
         let df = DataFrame::new(2, vec![events::ADDR.build(vec![1, 2])]).expect("frame");
         assert_eq!(events::ADDR.slice(&df).expect("addr"), &[1, 2]);

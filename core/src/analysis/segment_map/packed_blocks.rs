@@ -7,7 +7,7 @@
 //! alone would cost the replay thread, the ingest's critical path, far more time than on
 //! these few bytes (a held checkpoint's are compressed after, `segment_checkpoints.rs`).
 
-use super::segment_map::Block;
+use super::block::Block;
 use crate::infra::varint::{checked_get, checked_get_signed, get, get_signed, put, put_signed};
 use crate::tables::BlockState;
 

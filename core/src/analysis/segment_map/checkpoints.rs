@@ -2,7 +2,7 @@
 //! `n / CHECKPOINTS` entries (at most [`MAX_SPACING`] apart) on one backward pass (the
 //! fragmentation replay's, at ingest), so that the map at any entry costs at most that many undo
 //! steps from the checkpoint after it. A stored report keeps each checkpoint as an object of its
-//! own together with the entries before it ([`super::segment_checkpoint_frame`]), and answers a
+//! own together with the entries before it ([`super::checkpoint_frame`]), and answers a
 //! segment map from that one object without loading the trace.
 //!
 //! Held until stored, a checkpoint's packed blocks are compressed (zstd, [`HELD_LEVEL`]): an
@@ -16,11 +16,13 @@
 use memlens_api::SegmentMap;
 use polars::prelude::*;
 
+use super::blocks::SegmentBlocks;
+use super::by_address::Segment;
+use super::detail::SegmentDetail;
+use super::entry_rows::EntryRows;
 use super::packed_blocks::PackedBlocks;
-use super::segment_blocks::SegmentBlocks;
-use super::segment_detail::SegmentDetail;
-use super::segment_map::{EntryRows, Segment, SegmentState};
-use super::DeviceEvents;
+use super::state::SegmentState;
+use crate::analysis::DeviceEvents;
 use crate::tables::SnapshotTables;
 
 /// How many checkpoints a device's segment maps are answered from: a map then costs at most

@@ -6,7 +6,16 @@
 //! for both ends of the range: about 130 instructions an entry on the bench file, most of the
 //! replay's segment work), at the price of moving the later segments on an insert or a remove.
 
-use super::segment_map::Segment;
+use super::blocks::SegmentBlocks;
+
+#[derive(Debug, Clone)]
+pub(super) struct Segment {
+    pub(super) size: i64,
+    pub(super) stream: i64,
+    pub(super) expandable: bool,
+    /// Keyed by block address; blocks tile the segment.
+    pub(super) blocks: SegmentBlocks,
+}
 
 /// Segments keyed by start address, at most one per address, in address order.
 #[derive(Debug, Clone, Default)]

@@ -1,15 +1,10 @@
-//! The scan of one text for every kind of evidence it holds: out-of-memory messages
-//! ([`crate::importers::oom_message`]), `torch.cuda.memory_summary()` tables
-//! ([`crate::importers::memory_summary`]) and `nvidia-smi` screens
-//! ([`crate::importers::nvidia_smi_screen`]). A training log may hold all three; whichever
-//! importer the guesser chose, the whole text is read for each. A text holding none is an
-//! error that says what was looked for.
+//! A pasted text or a log as numbered lines ([`TextLine`]): read whole (up to [`MAX_TEXT`]),
+//! its terminal colour codes stripped, for the text importers' finders. Which texts are text
+//! at all ([`is_text`]) and which only look like one ([`looks_like_json`]).
 
 use std::io::Read;
 
 use crate::error::ImportError;
-use crate::evidence::TextEvidence;
-use crate::importers::{memory_summary, nvidia_smi_screen, oom_message};
 use crate::source::{map_pipe_err, Source};
 
 /// The largest text read (held whole while its lines are scanned).
@@ -94,22 +89,4 @@ fn strip_ansi(line: &str) -> String {
         }
     }
     out
-}
-
-/// Everything the text holds; an error when it holds nothing memlens reads.
-pub fn read_evidence(source: Source) -> Result<TextEvidence, ImportError> {
-    let lines = read_lines(source)?;
-    let evidence = TextEvidence {
-        ooms: oom_message::find_oom_messages(&lines),
-        summaries: memory_summary::find_memory_summaries(&lines),
-        screens: nvidia_smi_screen::find_screens(&lines),
-    };
-    if evidence.is_empty() {
-        return Err(ImportError::Log(format!(
-            "a text of {} line(s) with no out-of-memory message (`CUDA out of memory. Tried to allocate …`, \
-             `HIP`/`XPU`/`MPS backend out of memory`), no torch.cuda.memory_summary() table and no nvidia-smi screen in it",
-            lines.len()
-        )));
-    }
-    Ok(evidence)
 }

@@ -6,7 +6,7 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::analysis::lifetime_addresses::LifetimeAddresses;
-use crate::analysis::segment_checkpoints::SegmentCheckpoints;
+use crate::analysis::segment_map::checkpoints::SegmentCheckpoints;
 use crate::analysis::{device_notes, DeviceEvents};
 use crate::tables::entry_steps::EntrySteps;
 use crate::tables::{Action, SnapshotTables};

@@ -11,9 +11,9 @@
 use memlens_api::{Category, OomCause, OomFit, OomPhase};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::failed_step::{live_at, FailedStep, Row, StepWindows};
-use super::oom_cause::{human, LiveAtFailure, OomFacts};
-use super::usage::Usage;
+use super::{live_at, FailedStep, Row, StepWindows};
+use crate::analysis::oom_cause::{human, LiveAtFailure, OomFacts};
+use crate::analysis::usage::Usage;
 
 /// The model's repeated blocks, read from its parameters in the order they were moved to the
 /// device: one layer's sizes repeat once per layer.

@@ -5,7 +5,7 @@
 //! object is one row per segment with its blocks and entries as two byte strings, which is
 //! cheaper to write and to read back than a row per block and per entry.
 
-use super::segment_map::EntryRows;
+use super::entry_rows::EntryRows;
 use crate::infra::varint::{checked_get, checked_get_signed, write, write_signed, MAX_BYTES};
 
 /// Entries [`pack`] reads from each column at a time: each column's values are read for a run of

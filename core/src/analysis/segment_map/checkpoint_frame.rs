@@ -24,12 +24,13 @@
 use memlens_api::{BlockState, SegmentMap};
 use polars::prelude::*;
 
+use super::block::Block;
+use super::checkpoints::{map_from, FlatSegment, FlatState, SegmentCheckpoints};
+use super::detail::SegmentDetail;
+use super::entry_rows::EntryRows;
 use super::packed_blocks::PackedBlocks;
 use super::packed_entries;
-use super::segment_checkpoints::{map_from, FlatSegment, FlatState, SegmentCheckpoints};
-use super::segment_detail::SegmentDetail;
-use super::segment_map::{Block, EntryRows};
-use super::Streams;
+use crate::analysis::Streams;
 
 const WINDOW: u8 = 0;
 const SEGMENT: u8 = 1;
@@ -146,7 +147,7 @@ impl StoredObject<'_> {
 }
 
 /// The stored objects of a device's checkpoints `cp`, whose entries are `rows`, in cursor
-/// order: one a checkpoint (no more than [`super::segment_checkpoints::MAX_SPACING`] entries
+/// order: one a checkpoint (no more than [`super::checkpoints::MAX_SPACING`] entries
 /// apart on a trace of up to 51.2 M entries a device).
 pub fn stored_objects<'a>(cp: &'a SegmentCheckpoints, rows: &EntryRows<'a>) -> Vec<StoredObject<'a>> {
     let mut first = rows.first;
@@ -260,8 +261,8 @@ pub fn stored_checkpoint(df: &DataFrame) -> PolarsResult<StoredCheckpoint> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::state::segment_map_at;
     use super::*;
-    use crate::analysis::segment_map::segment_map_at;
     use crate::analysis::DeviceEvents;
     use crate::importers::{import_path, Imported};
 

@@ -12,83 +12,13 @@
 use memlens_api::{BlockView, SegmentMap};
 use polars::prelude::*;
 
-use super::segment_blocks::SegmentBlocks;
-pub use super::segment_checkpoints::{SegmentCheckpoints, CHECKPOINTS};
-use super::segment_detail::{listed_segments, pixel_bytes, segment_view, SegmentDetail, SegmentKey};
-use super::segments_by_address::SegmentsByAddress;
-use super::{device_segments, round_size, DeviceEvents, Streams, MIN_BLOCK, SMALL_SIZE};
-use crate::tables::int_slice::IntSlice;
-use crate::tables::stack_ids::StackIds;
+use super::block::Block;
+use super::blocks::SegmentBlocks;
+use super::by_address::{Segment, SegmentsByAddress};
+use super::detail::{listed_segments, pixel_bytes, segment_view, SegmentDetail, SegmentKey};
+use super::entry_rows::EntryRows;
+use crate::analysis::{device_segments, round_size, DeviceEvents, MIN_BLOCK, SMALL_SIZE};
 use crate::tables::{Action, BlockState, SnapshotTables};
-
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Block {
-    pub(super) size: i64,
-    pub(super) requested: i64,
-    pub(super) state: BlockState,
-    pub(super) stack: u32,
-}
-
-impl Block {
-    /// Makes the block free: no request, no stack.
-    pub(super) fn set_free(&mut self) {
-        self.state = BlockState::Inactive;
-        self.requested = 0;
-        self.stack = 0;
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Segment {
-    pub(super) size: i64,
-    pub(super) stream: i64,
-    pub(super) expandable: bool,
-    /// Keyed by block address; blocks tile the segment.
-    pub(super) blocks: SegmentBlocks,
-}
-
-/// The columns undoing reads of consecutive trace entries: row `i` is entry `first + i`.
-#[derive(Debug, Clone, Copy)]
-pub struct EntryRows<'a> {
-    pub first: usize,
-    pub action: &'a [u8],
-    pub addr: IntSlice<'a>,
-    pub size: IntSlice<'a>,
-    pub stack: StackIds<'a>,
-    pub stream: Streams<'a>,
-}
-
-impl<'a> EntryRows<'a> {
-    /// Every entry of a device.
-    pub fn of(ev: &'a DeviceEvents) -> EntryRows<'a> {
-        EntryRows {
-            first: 0,
-            action: ev.action(),
-            addr: ev.addr(),
-            size: ev.size(),
-            stack: ev.stack(),
-            stream: ev.stream(),
-        }
-    }
-
-    /// The entries from `first` to before `end`.
-    pub fn range(&self, first: usize, end: usize) -> EntryRows<'a> {
-        let (a, b) = (first - self.first, end - self.first);
-        EntryRows {
-            first,
-            action: &self.action[a..b],
-            addr: self.addr.slice(a..b),
-            size: self.size.slice(a..b),
-            stack: self.stack.slice(a..b),
-            stream: self.stream.range(a, b),
-        }
-    }
-
-    /// One past the last entry held.
-    pub fn end(&self) -> usize {
-        self.first + self.action.len()
-    }
-}
 
 /// Aggregates of one state.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
