@@ -90,10 +90,14 @@ pub enum PipelineError {
     /// A bug or a resource failure while importing or analysing (not the input's fault).
     #[error("{file}: {message}")]
     Internal { file: String, message: String },
-    /// The sink could not keep what it was given.
+    /// The sink could not keep what it was given; its own error, so its caller can tell what
+    /// failed (a full disk, say) by type.
     #[error("{0}")]
-    Sink(String),
+    Sink(#[source] SinkError),
 }
+
+/// What a [`PipelineSink`] fails with: its own error type, boxed (core knows no store).
+pub type SinkError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 impl PipelineError {
     /// Whether the uploader should see this message (else it is logged as an internal error).
@@ -182,10 +186,10 @@ pub trait PipelineSink {
     fn lets_addresses_go(&self, _trace_bytes: u64) -> bool {
         false
     }
-    fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), String> {
+    fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         Ok(())
     }
-    fn gpu_log(&mut self, _out: GpuLogOutput<'_>) -> Result<(), String> {
+    fn gpu_log(&mut self, _out: GpuLogOutput<'_>) -> Result<(), SinkError> {
         Ok(())
     }
 }
@@ -217,13 +221,12 @@ impl PipelineSink for KeepFrames {
     fn keeps_tables(&self) -> bool {
         true
     }
-    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let t = &*out.tables;
-        DeviceFrames::put_all_addresses_in(t, out.devices).map_err(|e| e.to_string())?;
+        DeviceFrames::put_all_addresses_in(t, out.devices)?;
         self.files.push(out.devices.iter_mut().map(std::mem::take).collect());
         if self.with_stacks {
-            self.stacks
-                .push(StackResolver::new(&t.frames, &t.stack_frames).map_err(|e| e.to_string())?);
+            self.stacks.push(StackResolver::new(&t.frames, &t.stack_frames)?);
         }
         Ok(())
     }

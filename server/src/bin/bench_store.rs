@@ -16,7 +16,7 @@ use std::time::Instant;
 use memlens::storage::reportdata;
 use memlens::storage::store::{DataWriter, LocalStore, ReportRecord, ReportState, ReportStore};
 use memlens_api::Stage;
-use memlens_core::pipeline::{self, EarlyFrames, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{self, EarlyFrames, Input, PipelineSink, SinkError, SnapshotOutput};
 
 /// Writes each analysed file as the ingest does, noting when storing begins.
 struct StoreSink<'a> {
@@ -54,10 +54,10 @@ impl PipelineSink for StoreSink<'_> {
         // As the server's ingest (asked only with the early frames).
         trace_bytes > memlens::ingest::LET_ADDRESSES_GO_ABOVE
     }
-    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let early = self.early.take(out.index);
         reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices, early)
-            .map_err(|e| e.to_string())
+            .map_err(SinkError::from)
     }
 }
 

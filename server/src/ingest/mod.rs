@@ -24,7 +24,7 @@ use memlens_api::{FileSummary, ReportState, Stage};
 use memlens_core::analysis::categories::FrameRules;
 use memlens_core::importers::ImportOptions;
 use memlens_core::pipeline::{
-    self, DeviceFrames, EarlyFrames, GpuLogOutput, Input, PipelineSink, SnapshotOutput, GZIP_RATIO,
+    self, DeviceFrames, EarlyFrames, GpuLogOutput, Input, PipelineSink, SinkError, SnapshotOutput, GZIP_RATIO,
 };
 use tokio::sync::Semaphore;
 
@@ -33,7 +33,7 @@ use crate::ingest::pre_import::{FeedGuard, Forgotten, PreImports};
 use crate::metrics::Metrics;
 use crate::storage::filecache::LoadedFiles;
 use crate::storage::reportdata::{self, LoadedFile};
-use crate::storage::store::{DataWriter, ReportStore};
+use crate::storage::store::{DataWriter, ReportStore, StoreError};
 
 /// Live progress of one job.
 pub struct Progress {
@@ -113,6 +113,22 @@ enum JobError {
     Input(String),
     /// The server is at fault; logged, never shown.
     Internal(String),
+    /// The store's disk (or database) ran out of space while the report was written.
+    DiskFull,
+}
+
+impl JobError {
+    /// An internal error, or [`JobError::DiskFull`] when a [`StoreError`] in its chain says so.
+    fn internal(e: &(dyn std::error::Error + 'static)) -> JobError {
+        let mut at = Some(e);
+        while let Some(e) = at {
+            if e.downcast_ref::<StoreError>().is_some_and(StoreError::is_disk_full) {
+                return JobError::DiskFull;
+            }
+            at = e.source();
+        }
+        JobError::Internal(e.to_string())
+    }
 }
 
 /// The pipeline's sink for one report: progress, and every table and chart into the data
@@ -159,10 +175,9 @@ impl PipelineSink for StoreSink<'_> {
         // `write_file` reads no trace entry once every segment-map object is encoded early.
         trace_bytes > LET_ADDRESSES_GO_ABOVE
     }
-    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let early = self.early.take(out.index);
-        reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices, early)
-            .map_err(|e| e.to_string())?;
+        reportdata::write_file(self.data, out.index, out.summary, out.tables, out.devices, early)?;
         if !self.charted {
             if let (Some(dev), Some(d)) = (out.devices.first(), out.summary.devices.first()) {
                 self.chart(&Chart::Device(dev, d))?;
@@ -174,7 +189,7 @@ impl PipelineSink for StoreSink<'_> {
         if self.keep_frames {
             self.sole_file = None;
             if out.index == 0 && out.tables.holds_addresses() {
-                DeviceFrames::put_all_addresses_in(out.tables, out.devices).map_err(|e| e.to_string())?;
+                DeviceFrames::put_all_addresses_in(out.tables, out.devices)?;
                 self.sole_file = Some(SoleFile {
                     summary: out.summary.clone(),
                     devices: out.devices.iter_mut().map(std::mem::take).collect(),
@@ -183,8 +198,8 @@ impl PipelineSink for StoreSink<'_> {
         }
         Ok(())
     }
-    fn gpu_log(&mut self, out: GpuLogOutput<'_>) -> Result<(), String> {
-        reportdata::write_gpu_log(self.data, out.index, &mut out.samples.samples).map_err(|e| e.to_string())?;
+    fn gpu_log(&mut self, out: GpuLogOutput<'_>) -> Result<(), SinkError> {
+        reportdata::write_gpu_log(self.data, out.index, &mut out.samples.samples)?;
         if !self.charted {
             if let Some(g) = out.summary.gpus.first() {
                 self.chart(&Chart::Gpu(&out.samples.samples, out.summary, g))?;
@@ -195,9 +210,9 @@ impl PipelineSink for StoreSink<'_> {
 }
 
 impl StoreSink<'_> {
-    fn chart(&mut self, chart: &Chart<'_>) -> Result<(), String> {
-        let (png, svg) = charts::render_png_and_svg(chart).map_err(|e| e.to_string())?;
-        reportdata::write_charts(self.data, &png, &svg).map_err(|e| e.to_string())?;
+    fn chart(&mut self, chart: &Chart<'_>) -> Result<(), SinkError> {
+        let (png, svg) = charts::render_png_and_svg(chart)?;
+        reportdata::write_charts(self.data, &png, &svg)?;
         self.charted = true;
         Ok(())
     }
@@ -372,14 +387,6 @@ impl Ingest {
                 Err(e) => Err(JobError::Internal(format!("cannot start the ingest thread: {e}"))),
             }
         });
-        let outcome = outcome.map_err(|e| match e {
-            JobError::Internal(msg) if says_disk_full(&msg) => JobError::Input(
-                "the server's disk filled up while writing this report, so nothing of it was kept; \
-                 free space (or delete reports) and upload it again"
-                    .to_owned(),
-            ),
-            e => e,
-        });
         self.metrics
             .record_ingest(started.elapsed().as_secs_f64(), outcome.is_ok());
         match outcome {
@@ -389,11 +396,16 @@ impl Ingest {
                 tracing::error!(report = %id, "processing failed: {msg}");
                 JobOutcome::InternalError(msg)
             }
+            Err(JobError::DiskFull) => JobOutcome::InputError(
+                "the server's disk filled up while writing this report, so nothing of it was kept; \
+                 free space (or delete reports) and upload it again"
+                    .to_owned(),
+            ),
         }
     }
 
     fn process(&self, id: &str, progress: &Arc<Progress>) -> Result<(), JobError> {
-        let internal = |e: &dyn std::fmt::Display| JobError::Internal(e.to_string());
+        let internal = |e: &(dyn std::error::Error + 'static)| JobError::internal(e);
         let record = self
             .store
             .get(id)
@@ -442,7 +454,7 @@ impl Ingest {
             if e.is_input_error() {
                 JobError::Input(e.to_string())
             } else {
-                JobError::Internal(e.to_string())
+                JobError::internal(&e)
             }
         })?;
         let sole_file = sink.sole_file.take().filter(|_| out.files.len() == 1);
@@ -490,11 +502,4 @@ impl Ingest {
 fn peak_of(size: u64, gzip: bool) -> u64 {
     let content = if gzip { size.saturating_mul(GZIP_RATIO) } else { size };
     (content as f64 * PEAK_PER_BYTE) as u64
-}
-
-/// Whether an error's text is the disk running out of space: ENOSPC as Rust's `io::Error` shows
-/// it (`os error 28`), or SQLite's `SQLITE_FULL`. The report-data writers report their errors
-/// as text, so the text is what is left to read.
-fn says_disk_full(msg: &str) -> bool {
-    msg.contains("(os error 28)") || msg.contains("database or disk is full")
 }

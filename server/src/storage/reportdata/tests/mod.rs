@@ -20,7 +20,9 @@ use super::*;
 use crate::storage::parquet_object::RowGroups;
 use crate::storage::store::{DataWriter, ReportStore};
 use crate::storage::store::{LocalStore, ReportRecord, ReportState};
-use memlens_core::pipeline::{self, CheckpointsFinal, EarlyFrames, FinalFrames, Input, PipelineSink, SnapshotOutput};
+use memlens_core::pipeline::{
+    self, CheckpointsFinal, EarlyFrames, FinalFrames, Input, PipelineSink, SinkError, SnapshotOutput,
+};
 
 pub(crate) fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
     let root = tempfile::tempdir().expect("tmp");
@@ -149,7 +151,7 @@ impl PipelineSink for Keep<'_> {
     fn lets_addresses_go(&self, _trace_bytes: u64) -> bool {
         self.lets_go
     }
-    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         self.written.push(Written {
             frames: out.tables.frames_mut().into_iter().map(|(_, df)| df.clone()).collect(),
             size_stacks: out.tables.size_stacks.clone(),
@@ -160,8 +162,8 @@ impl PipelineSink for Keep<'_> {
             self.frames.push((format!("{dir}/usage.parquet"), d.usage.clone()));
             // As stored: with their addresses, read from the trace while it holds them.
             let lifetimes = if out.tables.holds_addresses() {
-                let ev = DeviceEvents::new(out.tables, d.device).map_err(|e| e.to_string())?;
-                d.whole_lifetimes(&ev).map_err(|e| e.to_string())?
+                let ev = DeviceEvents::new(out.tables, d.device)?;
+                d.whole_lifetimes(&ev)?
             } else {
                 d.lifetimes.clone()
             };
@@ -169,7 +171,7 @@ impl PipelineSink for Keep<'_> {
         }
         let early = self.early.objects.take(out.index);
         self.early_keys.extend(early.iter().map(|(key, _)| key.clone()));
-        write_file(self.data, out.index, out.summary, out.tables, out.devices, early).map_err(|e| e.to_string())
+        write_file(self.data, out.index, out.summary, out.tables, out.devices, early).map_err(SinkError::from)
     }
 }
 

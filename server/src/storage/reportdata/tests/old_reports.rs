@@ -3,6 +3,7 @@
 //! `meta.json`, `event_notes` or category columns).
 
 use super::*;
+use memlens_core::pipeline::SinkError;
 
 /// Puts the tables a report stored before 2026-12 also had (the trace, segments, blocks,
 /// annotations, event notes), as that version wrote them: its events held each entry's `size`
@@ -102,7 +103,7 @@ impl PipelineSink for WriteOld<'_> {
     fn keeps_tables(&self) -> bool {
         true
     }
-    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), String> {
+    fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         for d in out.devices.iter_mut() {
             let _ = d.lifetimes.drop_in_place("category");
             let _ = d.lifetimes.drop_in_place("category_rule");
@@ -157,7 +158,7 @@ impl PipelineSink for WriteOld<'_> {
             }
         }
         put_trace_tables(&mut self.0, out.index, out.tables);
-        write_file(&mut self.0, out.index, out.summary, out.tables, out.devices, Vec::new()).map_err(|e| e.to_string())
+        write_file(&mut self.0, out.index, out.summary, out.tables, out.devices, Vec::new()).map_err(SinkError::from)
     }
 }
 
