@@ -7,22 +7,22 @@ mod compare;
 mod enums;
 mod formats;
 mod gpu_log;
+mod labels;
 mod meta;
 mod params;
 mod payloads;
 mod segments;
 mod stacks;
 mod summary;
-mod text;
 
 pub use gpu_log::*;
 pub use payloads::*;
 pub use segments::*;
 pub use summary::*;
 
+pub use labels::{bytes_label, device_label, HOST_DEVICE};
 pub use meta::{MetaPatch, ReportMeta};
 pub use stacks::{stack_headline, FlameGraph, FlameNode, FreeStall, ModuleGroup, StackGroup};
-pub use text::{bytes_label, device_label, HOST_DEVICE};
 
 pub use compare::{
     AlignedTimelines, CategoryDelta, CategorySteady, CompareAxis, ComparedRun, Comparison, RankPeak, RankSource,

@@ -21,7 +21,7 @@ use crate::analysis::run::run_overview;
 use crate::analysis::DeviceEvents;
 use crate::error::{AnalysisError, ImportError};
 use crate::importers::{begin_import, import_on_thread, BegunImport, ImportOptions, Imported, ImportedFile};
-use crate::infra::drop_aside::drop_aside;
+use crate::infra::background_drop::drop_in_background;
 use crate::report::{
     analyze_gpu_log, analyze_snapshot_with, snapshot_time_range, Keeping, OnCheckpointsFinal, OnFramesFinal,
 };
@@ -307,7 +307,7 @@ pub fn run_with(
         };
         // The importer's working buffers are freed by now: on a GB-scale trace about as many
         // bytes as the trace holds, resident until given back (`free_memory`).
-        crate::infra::free_memory::give_back_after(crate::tables::columns::held_bytes(&tables.events) as u64);
+        crate::infra::free_memory::trim_heap_after(crate::tables::columns::held_bytes(&tables.events) as u64);
         sink.stage(Stage::Analysing, Some(&name));
         let internal = |e: AnalysisError| PipelineError::Internal {
             file: name.clone(),
@@ -427,7 +427,7 @@ pub fn run_with(
             // thread of its own, not before the next file or the caller's answer. (A sink that
             // keeps tables has them freed here, where its memory accounting expects it.)
             let bytes = crate::tables::columns::held_bytes(&tables.events);
-            drop_aside((tables, analyses), bytes);
+            drop_in_background((tables, analyses), bytes);
         }
         out.files.push(summary);
     }

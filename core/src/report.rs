@@ -219,7 +219,7 @@ fn analyze_device_with(
     };
     // Their working maps are freed by now: given back before the analyses below, beside the
     // trace and the lifetimes, grow the heap again (`free_memory`).
-    crate::infra::free_memory::give_back_after(crate::tables::columns::held_bytes(&lifetimes) as u64);
+    crate::infra::free_memory::trim_heap_after(crate::tables::columns::held_bytes(&lifetimes) as u64);
     let expandable = t.source.expandable_segments == Some(true)
         || t.segments
             .column("is_expandable")?

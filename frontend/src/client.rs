@@ -9,7 +9,7 @@ use memlens_api::{
 };
 use serde::Serialize;
 
-use crate::api::{get_json, FetchError};
+use crate::fetch::{get_json, FetchError};
 
 /// Where uploads are posted (multipart).
 const UPLOAD_PATH: &str = "/api/reports";
@@ -19,7 +19,7 @@ pub async fn upload(
     files: Vec<web_sys::File>,
     on_progress: impl Fn(f64, f64) + 'static,
 ) -> Result<memlens_api::Created, FetchError> {
-    crate::api::upload_to(UPLOAD_PATH, files, on_progress).await
+    crate::fetch::upload_to(UPLOAD_PATH, files, on_progress).await
 }
 
 /// `path` with `params` as its query string (nothing when they are all unset).

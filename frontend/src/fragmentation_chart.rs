@@ -4,7 +4,7 @@
 use memlens_api::FragmentationSeries;
 use web_sys::CanvasRenderingContext2d;
 
-use crate::format::bytes;
+use crate::display::bytes;
 use crate::timeline::{TimelineView, LEFT, RIGHT};
 
 /// The fragmentation chart under the timeline, sharing its x mapping.

@@ -9,11 +9,13 @@
 //! Invariant: this crate depends on `memlens-api`, leptos and the web-sys family only — never on
 //! tokio or polars — so it builds for `wasm32-unknown-unknown`. It never receives a raw trace.
 
-mod api;
+mod browser;
 mod client;
 mod compare;
-mod format;
+mod display;
+mod fetch;
 mod fragmentation_chart;
+mod recent;
 mod report;
 mod timeline;
 mod upload;

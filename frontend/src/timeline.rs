@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use memlens_api::{Band, DeviceSummary, GpuSeries, PhaseRange, Timeline};
 use web_sys::CanvasRenderingContext2d;
 
-use crate::format::{axis_time, bytes, stack_colour};
+use crate::display::{axis_time, bytes, stack_colour};
 
 pub const LEFT: f64 = 72.0;
 pub const RIGHT: f64 = 12.0;

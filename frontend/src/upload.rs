@@ -5,8 +5,8 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
 
-use crate::format::bytes;
-use crate::{api, client};
+use crate::display::bytes;
+use crate::{browser, client, recent};
 
 fn files_of(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
     let Some(list) = list else { return Vec::new() };
@@ -20,7 +20,7 @@ pub fn UploadPage() -> impl IntoView {
     let (error, set_error) = signal(None::<String>);
     let (dragging, set_dragging) = signal(false);
     let busy = RwSignal::new(false);
-    let recent = api::recent_reports();
+    let recent = recent::recent_reports();
 
     let start = move |files: Vec<web_sys::File>| {
         if files.is_empty() || busy.get_untracked() {
@@ -83,9 +83,9 @@ pub fn UploadPage() -> impl IntoView {
                         return;
                     }
                 }
-                api::sleep(300).await;
+                browser::sleep(300).await;
             }
-            api::navigate(&created.url);
+            browser::navigate(&created.url);
         });
     };
 

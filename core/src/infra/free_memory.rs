@@ -34,7 +34,7 @@ pub fn one_arena_per_cpu() {
 }
 
 /// Returns the free memory of every glibc arena to the system (nothing elsewhere).
-pub fn give_back() {
+pub fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free memory of glibc's arenas to the system.
     unsafe {
@@ -42,10 +42,10 @@ pub fn give_back() {
     }
 }
 
-/// [`give_back`] after a stage that freed about `freed` bytes, when they are worth a trim.
-pub fn give_back_after(freed: u64) {
+/// [`trim_heap`] after a stage that freed about `freed` bytes, when they are worth a trim.
+pub fn trim_heap_after(freed: u64) {
     if freed > TRIM_ABOVE {
-        give_back();
+        trim_heap();
     }
 }
 
@@ -116,7 +116,7 @@ mod tests {
         let kept = vec![1u8; BLOCK];
         drop(blocks);
         let before = resident_bytes();
-        give_back_after(FREED as u64);
+        trim_heap_after(FREED as u64);
         let after = resident_bytes();
         assert!(
             before.saturating_sub(after) > (FREED / 2) as u64,

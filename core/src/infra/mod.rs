@@ -3,11 +3,11 @@
 //! - [`prefetch`] asks the kernel for a file's pages ahead of the reader;
 //! - [`fault_ahead`] faults a growing column's pages in on another thread, so the importer
 //!   that fills it does not stall on page faults;
-//! - [`drop_aside`] frees large values on another thread, off the critical path;
+//! - [`background_drop`] frees large values on another thread, off the critical path;
 //! - [`free_memory`] hands freed heap back to the operating system between ingests;
 //! - `varint` packs the stored row lists and checkpoints.
 
-pub mod drop_aside;
+pub mod background_drop;
 pub mod fault_ahead;
 pub mod free_memory;
 pub mod prefetch;

@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use memlens_api::{AlignedTimelines, CompareAxis, Comparison};
 
-use crate::format::bytes;
+use crate::display::bytes;
 use crate::report::panel_canvas;
 
 const HEIGHT: f64 = 300.0;

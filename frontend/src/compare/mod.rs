@@ -14,7 +14,7 @@ use leptos::task::spawn_local;
 use memlens_api::{CompareParams, ComparedRun, Comparison, SideRef};
 
 use crate::client;
-use crate::format::bytes;
+use crate::display::bytes;
 
 /// `+1.2 GiB` / `−300.0 MiB`.
 pub(crate) fn signed(b: i64) -> String {

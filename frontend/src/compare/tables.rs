@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use memlens_api::{Category, Comparison, Side};
 
 use super::signed;
-use crate::format::bytes;
+use crate::display::bytes;
 use crate::report::colour;
 
 pub fn by_category(c: &Comparison) -> impl IntoView {

@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 use memlens_api::{Category, DeviceSummary};
 
-use crate::format::bytes;
+use crate::display::bytes;
 
 /// A fixed colour per category (red stays for leaks and OOMs).
 pub fn colour(c: Category) -> &'static str {

@@ -3,7 +3,7 @@
 use leptos::prelude::*;
 use memlens_api::DeviceSummary;
 
-use crate::format::bytes;
+use crate::display::bytes;
 
 pub fn cards(s: &DeviceSummary) -> impl IntoView {
     let when = s

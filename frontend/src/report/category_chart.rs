@@ -7,7 +7,7 @@ use memlens_api::CategoryTimeline;
 use super::budget::colour;
 use super::panel_canvas;
 use super::state::ReportState;
-use crate::format::bytes;
+use crate::display::bytes;
 use crate::timeline::{LEFT, RIGHT};
 
 const HEIGHT: f64 = 160.0;

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use memlens_api::FileSummary;
 
 use super::state::ReportState;
-use crate::format::bytes;
+use crate::display::bytes;
 
 /// Why the report opened on `focus` (when it is not the first device), in plain words.
 fn opened_because(file: &FileSummary, focus: i64) -> Option<String> {
@@ -33,7 +33,7 @@ fn opened_because(file: &FileSummary, focus: i64) -> Option<String> {
 #[component]
 pub fn DeviceOverview(st: ReportState, file: FileSummary) -> impl IntoView {
     (file.devices.len() > 1).then(|| {
-        let opened = crate::api::query_param("device")
+        let opened = crate::browser::query_param("device")
             .is_none()
             .then(|| file.focus_device.and_then(|f| opened_because(&file, f)))
             .flatten();

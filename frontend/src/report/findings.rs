@@ -9,7 +9,7 @@ use memlens_api::{DeviceSummary, FrameView, StackGroup};
 
 use super::state::ReportState;
 use crate::client;
-use crate::format::bytes;
+use crate::display::bytes;
 
 /// One stack group: its headline, and on click its folded frames and the whole raw stack.
 #[component]

@@ -7,7 +7,7 @@ use memlens_api::FlameGraph;
 
 use super::panel_canvas;
 use super::state::ReportState;
-use crate::format::stack_colour;
+use crate::display::stack_colour;
 
 const ROW: f64 = 18.0;
 const MAX_ROWS: u32 = 16;

@@ -7,7 +7,7 @@ use memlens_api::{AnalyzeOutput, ChartParams, GpuLogSummary, GpuSeriesSummary, S
 use super::skipped_note;
 use super::state::InTrace;
 use crate::client;
-use crate::format::bytes;
+use crate::display::bytes;
 
 fn gpu_cards(g: &GpuSeriesSummary, beside_trace: Option<AnyView>) -> impl IntoView {
     let of_total = g.total_bytes.map_or(String::new(), |t| format!("of {}", bytes(t)));

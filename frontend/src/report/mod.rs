@@ -36,9 +36,10 @@ use leptos::task::spawn_local;
 use memlens_api::{AnalyzeOutput, ReportMeta, ReportState as Lifecycle, SkippedFile};
 use wasm_bindgen::JsCast;
 
-use crate::api::{self, FetchError};
 use crate::client;
-use crate::format::bytes;
+use crate::display::bytes;
+use crate::fetch::FetchError;
+use crate::{browser, recent};
 
 pub(crate) fn context_2d(c: &web_sys::HtmlCanvasElement) -> Option<web_sys::CanvasRenderingContext2d> {
     c.get_context("2d")
@@ -154,13 +155,13 @@ async fn wait_and_load(id: String, load: RwSignal<Load>) {
             ))),
             Err(e) => {
                 if matches!(e.status, 404 | 410) {
-                    api::forget_report(&id);
+                    recent::forget_report(&id);
                 }
                 load.set(not_found(e));
                 return;
             }
         }
-        api::sleep(400).await;
+        browser::sleep(400).await;
     }
     match client::summary(&id).await {
         Ok(s) => show_summary(&id, s, meta, load),
@@ -176,14 +177,14 @@ fn show_summary(id: &str, s: AnalyzeOutput, meta: ReportMeta, load: RwSignal<Loa
         .map(|f| f.file.clone())
         .or_else(|| s.gpu_logs.first().map(|g| g.file.clone()))
         .unwrap_or_else(|| "report".to_owned());
-    api::remember_report(id, &name);
+    recent::remember_report(id, &name);
     load.set(Load::Ready(s, meta));
 }
 
 /// The snapshot file the page shows: the link's `?file=`, else in a run of several ranks the
 /// worst rank's, else the first.
 fn file_to_show(summary: &AnalyzeOutput) -> usize {
-    api::query_param("file")
+    browser::query_param("file")
         .and_then(|f| f.parse::<usize>().ok())
         .filter(|&f| f < summary.files.len())
         .or_else(|| {

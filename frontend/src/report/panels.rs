@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 use memlens_api::{Band, FrameView, OomExplanation};
 
-use crate::format::{axis_time, bytes, stack_colour};
+use crate::display::{axis_time, bytes, stack_colour};
 
 fn frames_view(frames: Vec<FrameView>, show_internal: RwSignal<bool>) -> impl IntoView {
     let hidden = frames.iter().filter(|f| f.internal).count();

@@ -12,7 +12,7 @@ use leptos::task::spawn_local;
 use memlens_api::{Timeline, TimelineAxis, TimelineParams};
 
 use crate::timeline::{LEFT, RIGHT};
-use crate::{api, client};
+use crate::{browser, client};
 
 /// The answer to come (`None`: the request failed).
 pub type Pending = Shared<LocalBoxFuture<'static, Option<Timeline>>>;
@@ -63,16 +63,16 @@ fn guessed_canvas_width() -> Option<f64> {
 
 /// The first request as the link describes it.
 fn link_params(width: usize) -> TimelineParams {
-    let int = |name: &str| api::query_param(name).and_then(|v| v.parse::<i64>().ok());
+    let int = |name: &str| browser::query_param(name).and_then(|v| v.parse::<i64>().ok());
     let (start, end) = match (int("start"), int("end")) {
         (Some(s), Some(e)) if e > s => (Some(s), Some(e)),
         _ => (None, None),
     };
     TimelineParams {
-        file: api::query_param("file").and_then(|f| f.parse().ok()),
+        file: browser::query_param("file").and_then(|f| f.parse().ok()),
         device: int("device"),
         width: Some(width),
-        axis: Some(if api::query_param("axis").as_deref() == Some("event") {
+        axis: Some(if browser::query_param("axis").as_deref() == Some("event") {
             TimelineAxis::Event
         } else {
             TimelineAxis::Time

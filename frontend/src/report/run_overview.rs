@@ -6,8 +6,8 @@
 use leptos::prelude::*;
 use memlens_api::{RunOverview, SideRef};
 
-use crate::format::bytes;
-use crate::{api, client};
+use crate::display::bytes;
+use crate::{browser, client};
 
 fn side(id: &str, file: usize) -> SideRef {
     SideRef {
@@ -45,7 +45,7 @@ fn RankCompare(id: String, run: RunOverview) -> impl IntoView {
     };
     let (oa, ob) = (options(a), options(b));
     let go = move |_| {
-        api::navigate(&client::compare_page(
+        browser::navigate(&client::compare_page(
             &side(&id, a.get_untracked()),
             &side(&id, b.get_untracked()),
         ))

@@ -6,7 +6,7 @@ use memlens_api::{BlockState, SegmentMap};
 use super::context_2d;
 use super::segment_layout::{bar_pixels, canvas_width, LABEL_WIDTH, SEGMENT_ROWS};
 use super::state::ReportState;
-use crate::format::{axis_time, bytes, stack_colour};
+use crate::display::{axis_time, bytes, stack_colour};
 
 const SEG_ROW: f64 = 14.0;
 /// The segment map panel: a summary line and the drawing, following the timeline's cursor.

@@ -17,7 +17,7 @@ use super::segment_layout::{bar_pixels, SEGMENT_ROWS};
 use super::{context_2d, now_ms};
 use crate::fragmentation_chart::draw_fragmentation;
 use crate::timeline::{TimelineView, LEFT, RIGHT};
-use crate::{api, client};
+use crate::{browser, client};
 
 pub const TIMELINE_H: f64 = 380.0;
 
@@ -94,7 +94,7 @@ pub struct ReportState {
 impl ReportState {
     pub fn new(id: String, file_index: usize, file: FileSummary, gpu_logs: Vec<GpuLogSummary>) -> ReportState {
         let devices: Vec<i64> = file.devices.iter().map(|d| d.device).collect();
-        let initial_device = api::query_param("device")
+        let initial_device = browser::query_param("device")
             .and_then(|d| d.parse().ok())
             .filter(|d| devices.contains(d))
             .or(file.focus_device.filter(|d| devices.contains(d)))
@@ -107,7 +107,7 @@ impl ReportState {
             file: StoredValue::new(file_index),
             gpu_logs: StoredValue::new(gpu_logs),
             device,
-            event_axis: RwSignal::new(api::query_param("axis").as_deref() == Some("event")),
+            event_axis: RwSignal::new(browser::query_param("axis").as_deref() == Some("event")),
             dev_summary: Memo::new(move |_| {
                 file.with_value(|f| f.devices.iter().find(|d| d.device == device.get()).cloned())
             }),
@@ -131,8 +131,8 @@ impl ReportState {
             request_seq: StoredValue::new(0),
             seg_seq: StoredValue::new(0),
             first_view: StoredValue::new((
-                api::query_param("start").and_then(|s| s.parse::<i64>().ok()),
-                api::query_param("end").and_then(|s| s.parse::<i64>().ok()),
+                browser::query_param("start").and_then(|s| s.parse::<i64>().ok()),
+                browser::query_param("end").and_then(|s| s.parse::<i64>().ok()),
             )),
             full_range: StoredValue::new((0, 1)),
             drag: StoredValue::new(None),
@@ -193,7 +193,7 @@ impl ReportState {
                 Some(tl) => tl,
                 None => {
                     if !initial {
-                        api::sleep(40).await;
+                        browser::sleep(40).await;
                         if self.request_seq.get_value() != seq {
                             return;
                         }
@@ -235,7 +235,7 @@ impl ReportState {
                 // When the first drawing reached the screen (read by the speed bench).
                 if c.get_attribute("data-painted-at").is_none() {
                     spawn_local(async move {
-                        api::after_next_paint().await;
+                        browser::after_next_paint().await;
                         let _ = c.set_attribute("data-painted-at", &format!("{:.1}", now_ms()));
                         self.first_drawn.set(true);
                     });
@@ -257,7 +257,7 @@ impl ReportState {
             if ev {
                 q.push(("axis", "event".into()));
             }
-            api::set_query(&q);
+            browser::set_query(&q);
             self.fetch_categories(seq, &params).await;
             self.fetch_flame(seq, &params).await;
             self.fetch_gpu_line(seq, d, width, ev, initial).await;

@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use memlens_api::{DeviceSummary, FileSummary, MemorySummaryFacts, OomExplanation, SummaryRow};
 
-use crate::format::bytes;
+use crate::display::bytes;
 
 /// A closed set's wire name (`smaller_batch`, `cuda`), as other tools read it.
 fn wire<T: serde::Serialize>(t: &T) -> String {

@@ -7,7 +7,7 @@ use leptos::task::spawn_local;
 
 use super::panels::{band_panel, oom_panel};
 use super::state::ReportState;
-use crate::api;
+use crate::browser;
 use crate::timeline::{LEFT, RIGHT};
 
 /// The mouse position in canvas pixels.
@@ -33,7 +33,7 @@ fn hover(st: ReportState, x: f64, y: f64) {
         st.seg_seq.set_value(seq);
         let t = st.view.with_value(|v| v.x_to_time(x));
         spawn_local(async move {
-            api::sleep(300).await;
+            browser::sleep(300).await;
             if st.seg_seq.get_value() == seq {
                 st.load_segments_at(t);
             }

@@ -20,7 +20,7 @@ use super::state::ReportState;
 use super::timeline_panel::TimelinePanel;
 use super::verdict::Verdict;
 use super::whatif::WhatIfPanel;
-use crate::{api, client};
+use crate::{browser, client};
 
 /// The device picker, shown when the snapshot has several devices.
 #[component]
@@ -54,7 +54,7 @@ fn ShareButton() -> impl IntoView {
         let _ = w.navigator().clipboard().write_text(&href);
         copied.set(true);
         spawn_local(async move {
-            api::sleep(2000).await;
+            browser::sleep(2000).await;
             copied.set(false);
         });
     };
@@ -130,7 +130,7 @@ fn CompareWith(st: ReportState) -> impl IntoView {
                 file: None,
                 device: None,
             };
-            api::navigate(&client::compare_page(&a, &b));
+            browser::navigate(&client::compare_page(&a, &b));
         }
         None => problem.set(Some("paste a report link or its 32-character id")),
     };

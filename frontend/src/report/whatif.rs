@@ -8,7 +8,7 @@ use memlens_api::{OptimizerKind, WhatIfDevice, WhatIfParams};
 
 use super::state::ReportState;
 use crate::client;
-use crate::format::bytes;
+use crate::display::bytes;
 
 fn number(v: &str) -> Option<u64> {
     v.trim().parse().ok().filter(|&n| n > 0)

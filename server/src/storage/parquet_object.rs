@@ -333,7 +333,7 @@ pub fn decode(bytes: Vec<u8>) -> PolarsResult<DataFrame> {
         let whole = column.rechunk();
         df.with_column(whole)?;
         if bytes > memlens_core::infra::free_memory::TRIM_ABOVE {
-            memlens_core::infra::free_memory::give_back();
+            memlens_core::infra::free_memory::trim_heap();
         }
     }
     // A column of nothing but nulls (`device_free` without an OOM, `time_us` without

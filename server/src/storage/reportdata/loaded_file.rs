@@ -71,7 +71,7 @@ impl Drop for LoadedFile {
             self.timeline_indexes = Mutex::new(HashMap::new());
             self.category_indexes = Mutex::new(HashMap::new());
             self.checkpoints = Mutex::new(HashMap::new());
-            free_memory::give_back();
+            free_memory::trim_heap();
         }
     }
 }
@@ -101,7 +101,7 @@ impl<T> Part<T> {
         *slot = Some(value.clone());
         bytes.fetch_add(size as u64, Ordering::Relaxed);
         if size as u64 > free_memory::TRIM_ABOVE {
-            free_memory::give_back();
+            free_memory::trim_heap();
         }
         Ok(value)
     }

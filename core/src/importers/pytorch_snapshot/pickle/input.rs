@@ -136,13 +136,13 @@ impl<R: Read> Input<R> {
             let mut both = vec![0u8; tail + n].into_boxed_slice();
             both[..tail].copy_from_slice(&self.buf[self.pos..self.end]);
             both[tail..].copy_from_slice(&next[HEADROOM..HEADROOM + n]);
-            ahead.give_back(next);
+            ahead.recycle(next);
             self.before = offset;
             self.pos = 0;
             self.end = tail + n;
             std::mem::replace(&mut self.buf, both)
         };
-        ahead.give_back(old);
+        ahead.recycle(old);
         Ok(true)
     }
 

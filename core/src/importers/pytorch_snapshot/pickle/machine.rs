@@ -11,7 +11,7 @@ use super::memo::Memo;
 use super::numbers::{decode_long, decode_short_long};
 use super::value::*;
 use super::{AppendHook, PResult, PickleError, PickleLimits};
-use crate::infra::drop_aside::drop_aside;
+use crate::infra::background_drop::drop_in_background;
 
 /// What decoding produced: the root value and the heap it lives in.
 pub struct Decoded {
@@ -70,7 +70,7 @@ pub fn decode<R: Read, H: AppendHook>(input: &mut Input<R>, limits: PickleLimits
                 let root = stack.pop().unwrap_or(Val::NONE);
                 // Tens to hundreds of megabytes on a long trace.
                 let memo_bytes = memo.held_bytes();
-                drop_aside(memo, memo_bytes);
+                drop_in_background(memo, memo_bytes);
                 return Ok(Decoded { root, heap });
             }
             // FRAME: a buffering hint

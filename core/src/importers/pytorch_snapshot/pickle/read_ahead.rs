@@ -77,7 +77,7 @@ impl ReadAhead {
 
     /// A buffer the decoder is done with, to be filled again (one of another size — a joined
     /// one — is dropped instead).
-    pub fn give_back(&mut self, buf: Box<[u8]>) {
+    pub fn recycle(&mut self, buf: Box<[u8]>) {
         if buf.len() == HEADROOM + CHUNK {
             let _ = self.empty.try_send(buf);
         }

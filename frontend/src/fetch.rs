@@ -1,5 +1,6 @@
-//! Talking to the memlens server: JSON GETs, uploads with progress, and the view state kept in
-//! the URL. The browser only ever receives summaries and level-of-detail answers.
+//! Talking to the memlens server: JSON GETs (taken over from the page's early requests) and
+//! uploads with progress, failing with the server's own message. The browser only ever
+//! receives summaries and level-of-detail answers.
 
 use serde::de::DeserializeOwned;
 use wasm_bindgen::closure::Closure;
@@ -113,108 +114,4 @@ pub async fn upload_to(
         status,
         message: format!("unexpected answer: {e}"),
     })
-}
-
-/// Sleeps `ms` milliseconds.
-pub async fn sleep(ms: i32) {
-    let p = js_sys::Promise::new(&mut |resolve, _| {
-        if let Some(w) = web_sys::window() {
-            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
-        }
-    });
-    let _ = JsFuture::from(p).await;
-}
-
-/// Waits until the browser has painted the next frame: a timer set from that frame's
-/// animation callback, which runs once the frame is on its way to the screen.
-pub async fn after_next_paint() {
-    let p = js_sys::Promise::new(&mut |resolve, _| {
-        let Some(w) = web_sys::window() else { return };
-        let frame = Closure::once_into_js(move || {
-            if let Some(w) = web_sys::window() {
-                let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
-            }
-        });
-        let _ = w.request_animation_frame(frame.unchecked_ref());
-    });
-    let _ = JsFuture::from(p).await;
-}
-
-/// A query parameter of the current URL.
-pub fn query_param(name: &str) -> Option<String> {
-    let search = web_sys::window()?.location().search().ok()?;
-    web_sys::UrlSearchParams::new_with_str(&search).ok()?.get(name)
-}
-
-/// Replaces the URL's query (no navigation), so the link always carries the current view.
-pub fn set_query(pairs: &[(&str, String)]) {
-    let Some(w) = web_sys::window() else { return };
-    let path = w.location().pathname().unwrap_or_default();
-    let q: Vec<String> = pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={}", js_sys::encode_uri_component(v)))
-        .collect();
-    let url = if q.is_empty() {
-        path
-    } else {
-        format!("{path}?{}", q.join("&"))
-    };
-    if let Ok(h) = w.history() {
-        let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
-    }
-}
-
-pub fn navigate(url: &str) {
-    if let Some(w) = web_sys::window() {
-        let _ = w.location().set_href(url);
-    }
-}
-
-/// Reports opened in this browser, newest first (there is no global list).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct RecentReport {
-    pub id: String,
-    pub name: String,
-    pub opened_ms: f64,
-}
-
-const RECENT_KEY: &str = "memlens.recent";
-
-pub fn recent_reports() -> Vec<RecentReport> {
-    web_sys::window()
-        .and_then(|w| w.local_storage().ok().flatten())
-        .and_then(|s| s.get_item(RECENT_KEY).ok().flatten())
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default()
-}
-
-pub fn remember_report(id: &str, name: &str) {
-    let mut list = recent_reports();
-    list.retain(|r| r.id != id);
-    list.insert(
-        0,
-        RecentReport {
-            id: id.to_owned(),
-            name: name.to_owned(),
-            opened_ms: js_sys::Date::now(),
-        },
-    );
-    list.truncate(50);
-    if let (Some(s), Ok(t)) = (
-        web_sys::window().and_then(|w| w.local_storage().ok().flatten()),
-        serde_json::to_string(&list),
-    ) {
-        let _ = s.set_item(RECENT_KEY, &t);
-    }
-}
-
-pub fn forget_report(id: &str) {
-    let mut list = recent_reports();
-    list.retain(|r| r.id != id);
-    if let (Some(s), Ok(t)) = (
-        web_sys::window().and_then(|w| w.local_storage().ok().flatten()),
-        serde_json::to_string(&list),
-    ) {
-        let _ = s.set_item(RECENT_KEY, &t);
-    }
 }

@@ -4,12 +4,12 @@
 //! once a run that keeps nothing is done with them.
 
 /// Below this many bytes a value is dropped where it is.
-const DROP_ASIDE_FROM: usize = 8 << 20;
+const BACKGROUND_FROM: usize = 8 << 20;
 
 /// Drops `value`, which holds about `bytes` of memory, on a thread of its own when that is a
 /// lot (else here, now).
-pub fn drop_aside<T: Send + 'static>(value: T, bytes: usize) {
-    if bytes < DROP_ASIDE_FROM {
+pub fn drop_in_background<T: Send + 'static>(value: T, bytes: usize) {
+    if bytes < BACKGROUND_FROM {
         return;
     }
     let spawned = std::thread::Builder::new()
@@ -32,13 +32,13 @@ mod tests {
             }
         }
         let (tx, rx) = std::sync::mpsc::channel();
-        drop_aside(Signals(tx.clone()), 1 << 10);
+        drop_in_background(Signals(tx.clone()), 1 << 10);
         assert_eq!(
             rx.try_recv(),
             Ok(std::thread::current().id()),
             "a small value, here and now"
         );
-        drop_aside(Signals(tx), DROP_ASIDE_FROM);
+        drop_in_background(Signals(tx), BACKGROUND_FROM);
         let on = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("dropped");
         assert_ne!(on, std::thread::current().id(), "a large one, elsewhere");
     }
