@@ -17,7 +17,7 @@ use crate::ids;
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
 use crate::storage::filecache::LoadedFiles;
-use crate::storage::reportdata::{self, LoadedFile};
+use crate::storage::reportdata::{self, DataError, LoadedFile};
 use crate::storage::store::{ReportRecord, ReportStore};
 
 /// Server settings the handlers need.
@@ -145,23 +145,50 @@ pub async fn ready(st: &Shared, id: &str) -> Result<ReportRecord, ApiError> {
     }
 }
 
-/// The summary of a ready report (read from `summary.json`, without loading its tables).
+/// The summary of a ready report (read from `summary.json`, without loading its tables). A
+/// report stored in a layout this server does not read is queued to be analysed again from
+/// its kept uploads, and answered as not ready meanwhile.
 pub async fn summary_of(st: &Shared, id: &str) -> Result<Arc<AnalyzeOutput>, ApiError> {
     ready(st, id).await?;
     if let Some(s) = st.summaries.get(id) {
         return Ok(s);
     }
     let st2 = st.clone();
-    let id = id.to_owned();
-    tokio::task::spawn_blocking(move || {
-        st2.summaries.get_or_insert_with(&id, || {
-            reportdata::read_summary(st2.store.as_ref(), &id)
-                .map(Arc::new)
-                .map_err(internal)
-        })
+    let id2 = id.to_owned();
+    let read = tokio::task::spawn_blocking(move || {
+        // Loads of one key run one at a time: the first to find the layout unreadable queues
+        // the report, and those after it find it no longer ready.
+        st2.summaries
+            .get_or_insert_with(&id2, || match reportdata::read_summary(st2.store.as_ref(), &id2) {
+                Ok(summary) => Ok(Arc::new(summary)),
+                Err(DataError::Unreadable { version }) => Err(analyse_again(&st2, &id2, version)),
+                Err(e) => Err(Some(internal(e))),
+            })
     })
     .await
-    .map_err(internal)?
+    .map_err(internal)?;
+    match read {
+        Ok(summary) => Ok(summary),
+        Err(Some(e)) => Err(e),
+        Err(None) => Err(ApiError::NotReady(Box::new(status_of(st, &record(st, id).await?)))),
+    }
+}
+
+/// Queues a ready report stored in an unreadable layout `version` to be analysed again from
+/// its kept uploads (once, however many readers found it so). `None` once queued.
+fn analyse_again(st: &Shared, id: &str, version: u32) -> Option<ApiError> {
+    match st.store.get(id) {
+        Ok(Some(rec)) if rec.state == ReportState::Ready => {}
+        Ok(_) => return None,
+        Err(e) => return Some(internal(e)),
+    }
+    tracing::info!(report = %id, "stored in layout version {version}: analysing it again from its uploads");
+    if let Err(e) = st.store.set_state(id, ReportState::Queued, None) {
+        return Some(internal(e));
+    }
+    // On the runtime's blocking pool: its handle is at hand.
+    st.ingest.enqueue(id.to_owned());
+    None
 }
 
 /// One snapshot file of a ready report, as the cache holds it (opened once however many

@@ -12,6 +12,7 @@ mod encoding;
 mod lifecycle;
 mod limits;
 mod queries;
+mod schema;
 mod streaming;
 
 use std::path::{Path, PathBuf};

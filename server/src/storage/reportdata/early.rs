@@ -18,9 +18,8 @@ use memlens_core::analysis::segment_map::EntryRows;
 use memlens_core::pipeline::{CheckpointsFinal, EarlyFrames, FinalFrames};
 use polars::prelude::*;
 
-use super::write::{
-    device_dir, lifetimes_bytes, parquet_bytes, segment_object_bytes, segment_object_key, LIFETIMES, USAGE,
-};
+use super::keys::FileKeys;
+use super::write::{lifetimes_bytes, parquet_bytes, segment_object_bytes};
 use crate::storage::parquet_object::RowGroups;
 
 /// Objects encoded during the analyses, by key, until their file is written.
@@ -32,7 +31,7 @@ pub struct EarlyObjects {
 impl EarlyObjects {
     /// The objects encoded for snapshot `index`, taken.
     pub fn take(&self, index: usize) -> Vec<(String, Vec<u8>)> {
-        let prefix = format!("f{index}/");
+        let prefix = FileKeys::of(index).prefix();
         let Ok(mut objects) = self.objects.lock() else {
             return Vec::new();
         };
@@ -59,18 +58,17 @@ impl EarlyObjects {
 
 impl EarlyFrames for EarlyObjects {
     fn frames_final(&self, index: usize, frames: FinalFrames<'_>) {
-        let dir = device_dir(index, frames.device);
+        let dir = FileKeys::of(index).device(frames.device);
         // A run that makes the usage series later has it encoded in the storing stage.
         let usage = frames.usage.map(|u| move || stored_usage(u.clone(), frames.events));
-        let mut jobs: Vec<(&str, &dyn Fn() -> PolarsResult<DataFrame>)> = Vec::with_capacity(2);
+        let mut jobs: Vec<(String, &dyn Fn() -> PolarsResult<DataFrame>)> = Vec::with_capacity(2);
         if let Some(usage) = &usage {
-            jobs.push((USAGE, usage));
+            jobs.push((dir.usage(), usage));
         }
-        for (name, frame) in jobs {
+        for (key, frame) in jobs {
             if !(frames.others_running)() {
                 return;
             }
-            let key = format!("{dir}/{name}");
             // An error is left to the storing stage, which encodes the frame again and says.
             if let Ok(bytes) = frame()
                 .map_err(Into::into)
@@ -79,7 +77,7 @@ impl EarlyFrames for EarlyObjects {
                 self.keep(key, bytes);
             }
         }
-        let key = format!("{dir}/{LIFETIMES}");
+        let key = dir.lifetimes();
         // Called again before the trace lets go of its addresses: what was encoded stays.
         if !(frames.others_running)() || self.holds(&key) {
             return;
@@ -91,7 +89,7 @@ impl EarlyFrames for EarlyObjects {
     }
 
     fn checkpoints_final(&self, index: usize, c: CheckpointsFinal<'_>) {
-        let dir = device_dir(index, c.device);
+        let dir = FileKeys::of(index).device(c.device);
         for (k, object) in stored_objects(c.checkpoints, &EntryRows::of(c.events))
             .iter()
             .enumerate()
@@ -99,7 +97,7 @@ impl EarlyFrames for EarlyObjects {
             if !(c.others_running)() {
                 return;
             }
-            let key = segment_object_key(&dir, k);
+            let key = dir.segment_window(k);
             // Called again before the trace lets go of its addresses: what was encoded stays.
             if self.holds(&key) {
                 continue;

@@ -18,11 +18,9 @@ use memlens_core::tables::entry_steps::EntrySteps;
 use memlens_core::tables::SnapshotTables;
 use polars::prelude::*;
 
+use super::keys::{DeviceKeys, FileKeys};
 use super::read::{entry_indexes_as_i32, load_tables, one_values_as_scalars, user_metadata_from};
-use super::{
-    default_axis, read_json, read_object, read_parquet, DataError, OVERVIEW, RESERVED, RESERVED_COLUMN,
-    SEGMENT_CHECKPOINTS, USER_METADATA,
-};
+use super::{default_axis, read_json, read_object, read_parquet, DataError, RESERVED_COLUMN};
 use crate::storage::parquet_object;
 use crate::storage::reportdata::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
 use crate::storage::store::ReportStore;
@@ -200,8 +198,12 @@ impl LoadedFile {
         .collect()
     }
 
-    fn parquet(&self, name: &str) -> Result<DataFrame, DataError> {
-        read_parquet(self.store.as_ref(), &self.id, &format!("f{}/{name}", self.index))
+    fn parquet(&self, key: &str) -> Result<DataFrame, DataError> {
+        read_parquet(self.store.as_ref(), &self.id, key)
+    }
+
+    fn keys(&self) -> FileKeys {
+        FileKeys::of(self.index)
     }
 
     /// The snapshot's canonical tables (the trace itself: the largest part), which only a
@@ -220,7 +222,11 @@ impl LoadedFile {
     /// The snapshot's stacks, from its two frame tables.
     pub fn stacks(&self) -> Result<Arc<StackResolver>, DataError> {
         self.stacks.get_or_load(&self.bytes, || {
-            let (frames, stack_frames) = (self.parquet("frames.parquet")?, self.parquet("stack_frames.parquet")?);
+            let file = self.keys();
+            let (frames, stack_frames) = (
+                self.parquet(&file.table("frames"))?,
+                self.parquet(&file.table("stack_frames"))?,
+            );
             let size = held_bytes(&frames) + held_bytes(&stack_frames);
             Ok((StackResolver::new(&frames, &stack_frames)?, size))
         })
@@ -232,37 +238,29 @@ impl LoadedFile {
             self.before_loading(self.frames_estimate());
             let mut devices = Vec::new();
             for d in &self.summary.devices {
-                let dir = format!("d{}", d.device);
-                let user_metadata = match read_object(
-                    self.store.as_ref(),
-                    &self.id,
-                    &format!("f{}/{dir}/{USER_METADATA}", self.index),
-                )? {
-                    Some(bytes) => user_metadata_from(&format!("{dir}/{USER_METADATA}"), bytes)?,
+                let dir = self.keys().device(d.device);
+                let user_metadata = match read_object(self.store.as_ref(), &self.id, &dir.user_metadata())? {
+                    Some(bytes) => user_metadata_from(&dir.user_metadata(), bytes)?,
                     // Stored before the map had its own object: found from the trace.
                     None => memlens_core::analysis::frames::alloc_metadata(&*self.tables()?, d.device)?,
                 };
                 // The two large frames are decoded side by side.
                 let started = std::time::Instant::now();
                 let (usage, lifetimes) = std::thread::scope(|scope| {
-                    let usage = scope.spawn(|| self.parquet(&format!("{dir}/usage.parquet")));
-                    let lifetimes = self.parquet(&format!("{dir}/lifetimes.parquet"));
+                    let usage = scope.spawn(|| self.parquet(&dir.usage()));
+                    let lifetimes = self.parquet(&dir.lifetimes());
                     (usage.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), lifetimes)
                 });
                 tracing::debug!(report = %self.id, file = self.index, device = d.device,
                     "device frames read in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
                 let mut lifetimes = lifetimes?;
-                one_values_as_scalars(
-                    &mut lifetimes,
-                    &["stream", "addr_base"],
-                    &format!("{dir}/lifetimes.parquet"),
-                )?;
+                one_values_as_scalars(&mut lifetimes, &["stream", "addr_base"], &dir.lifetimes())?;
                 // Stored before an allocation's times were read from the entry times: the
                 // columns it had for them are not held; its entry indexes were 64-bit.
                 for old in ["t_alloc", "t_free"] {
                     let _ = lifetimes.drop_in_place(old);
                 }
-                entry_indexes_as_i32(&mut lifetimes, &format!("{dir}/lifetimes.parquet"))?;
+                entry_indexes_as_i32(&mut lifetimes, &dir.lifetimes())?;
                 let mut usage = usage?;
                 let reserved = self.reserved_steps(&dir, &mut usage, d.initial_reserved_bytes)?;
                 devices.push(DeviceFrames {
@@ -272,7 +270,7 @@ impl LoadedFile {
                     lifetimes,
                     // Stored with their addresses.
                     lifetime_addresses: None,
-                    fragmentation: self.parquet(&format!("{dir}/fragmentation.parquet"))?,
+                    fragmentation: self.parquet(&dir.fragmentation())?,
                     user_metadata,
                     segment_checkpoints: None,
                 });
@@ -285,8 +283,8 @@ impl LoadedFile {
     /// A device's reserved bytes as their changes: the object stored beside its usage, or, for
     /// a report stored before there was one, the usage's `reserved` column, which (with the
     /// `active` column such reports also have) is not held.
-    fn reserved_steps(&self, dir: &str, usage: &mut DataFrame, initial: i64) -> Result<EntrySteps, DataError> {
-        let key = format!("f{}/{dir}/{RESERVED}", self.index);
+    fn reserved_steps(&self, dir: &DeviceKeys, usage: &mut DataFrame, initial: i64) -> Result<EntrySteps, DataError> {
+        let key = dir.reserved();
         let invalid = |source| DataError::Parquet {
             key: key.clone(),
             source,
@@ -295,7 +293,7 @@ impl LoadedFile {
             let df = parquet_object::decode(bytes).map_err(invalid)?;
             return EntrySteps::from_frame(&df, RESERVED_COLUMN, usage.height()).map_err(invalid);
         }
-        let key = format!("f{}/{dir}/usage.parquet", self.index);
+        let key = dir.usage();
         let invalid = |source| DataError::Parquet {
             key: key.clone(),
             source,
@@ -352,7 +350,7 @@ impl LoadedFile {
         if default != Some(axis) || built {
             return Ok(None);
         }
-        let key = format!("f{}/d{device}/{OVERVIEW}", self.index);
+        let key = self.keys().device(device).overview();
         match read_object(self.store.as_ref(), &self.id, &key)? {
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
@@ -429,7 +427,7 @@ impl LoadedFile {
 
 impl DeviceObjects for LoadedFile {
     fn cursors(&self, device: i64) -> Result<Option<Vec<usize>>, DataError> {
-        let key = format!("f{}/d{device}/{SEGMENT_CHECKPOINTS}", self.index);
+        let key = self.keys().device(device).segment_cursors();
         if read_object(self.store.as_ref(), &self.id, &key)?.is_none() {
             return Ok(None);
         }
@@ -437,7 +435,7 @@ impl DeviceObjects for LoadedFile {
     }
 
     fn checkpoint(&self, device: i64, k: usize) -> Result<DataFrame, DataError> {
-        self.parquet(&format!("d{device}/segments/{k}.parquet"))
+        self.parquet(&self.keys().device(device).segment_window(k))
     }
 }
 

@@ -7,28 +7,17 @@
 //! while the analyses still run), `read.rs` reads them back, and
 //! `loaded_file.rs` holds a stored file's parts for queries, loading each when first asked for.
 //!
-//! ```text
-//! summary.json                 AnalyzeOutput (what GET /api/reports/{id} returns)
-//! f<i>/meta.json               SnapshotMeta (source facts, max_split_size, format)
-//! f<i>/<table>.parquet         the tables of QUERY_TABLES (frames, stack_frames); reports stored before 2026-12 have every table of TABLE_NAMES (events, …, event_notes)
-//! f<i>/d<device>/user_metadata.parquet  alloc_idx, user_metadata (what the script set)
-//! f<i>/d<device>/usage.parquet        time, allocated (reports stored before 2026-12 also have active, and reserved)
-//! f<i>/d<device>/reserved.parquet     entry, reserved: reserved bytes at entry -1 (before the trace) and where they change
-//! f<i>/d<device>/lifetimes.parquet
-//! f<i>/d<device>/fragmentation.parquet
-//! f<i>/d<device>/overview.json        the timeline's first view (whole range, default axis, 1500 wide)
-//! f<i>/d<device>/segments/<k>.parquet, segments.json   the segment map's checkpoints and cursors
-//! g<j>/samples.parquet        NVML log j's device samples (times already aligned)
-//! chart.png, chart.svg         the first device's usage chart (else the first GPU log's)
-//! ```
+//! The layout — every key, and the version each report records — is declared in [`keys`].
 
 mod early;
+pub mod keys;
 mod loaded_file;
 mod read;
 pub mod stored_segments;
 mod write;
 
 pub use early::EarlyObjects;
+pub use keys::{CHART_PNG, CHART_SVG};
 pub use loaded_file::{LoadedFile, MakeRoom};
 pub use read::{load, load_gpu_logs, read_object, read_summary, LoadedReport};
 pub(crate) use read::{read_json, read_parquet};
@@ -43,6 +32,9 @@ use crate::storage::store::StoreError;
 pub enum DataError {
     #[error("{key}: {source}")]
     Store { key: String, source: StoreError },
+    /// The report was stored in a layout this code does not read (see [`keys::SCHEMA_VERSION`]).
+    #[error("stored in layout version {version}, which this server does not read")]
+    Unreadable { version: u32 },
     #[error("{key}: missing from the report's data")]
     Missing { key: String },
     #[error("{key}: {source}")]
@@ -53,21 +45,16 @@ pub enum DataError {
     Polars(#[from] PolarsError),
 }
 
-pub const SUMMARY: &str = "summary.json";
-
 /// The canonical tables a stored report's queries read (the stacks: stack ids to frames).
 /// The others, the trace above all, are read only by the analyses at ingest, so they are not
 /// stored (it was a third of a report's bytes and of its storing stage): a report stored
 /// before 2026-12 has them all, and reads them where it has no checkpoints or no
 /// `user_metadata` object.
 pub const QUERY_TABLES: [&str; 2] = ["frames", "stack_frames"];
-pub const CHART_PNG: &str = "chart.png";
-pub const CHART_SVG: &str = "chart.svg";
 
-/// A device's first view: its whole range on its default axis at [`OVERVIEW_WIDTH`], as the
-/// timeline query answers it (stored so that a page opened on a report whose frames are not
-/// loaded draws at once: `timeline?overview=true`).
-const OVERVIEW: &str = "overview.json";
+/// The width of a device's first view ([`keys::DeviceKeys::overview`]): its whole range on its
+/// default axis, as the timeline query answers it (stored so that a page opened on a report
+/// whose frames are not loaded draws at once: `timeline?overview=true`).
 pub const OVERVIEW_WIDTH: usize = 1500;
 
 /// The axis a device's timeline opens on: time where the trace has timestamps.
@@ -78,13 +65,7 @@ pub fn default_axis(d: &memlens_api::DeviceSummary) -> Axis {
     }
 }
 
-/// The cursors of a device's stored segment checkpoints (absent in reports stored before them).
-const SEGMENT_CHECKPOINTS: &str = "segments.json";
-
-/// Each device's `user_metadata` map, stored beside its frames (alloc entry index, text).
-const USER_METADATA: &str = "user_metadata.parquet";
-/// A device's reserved bytes, as their changes ([`EntrySteps::frame`]).
-const RESERVED: &str = "reserved.parquet";
+/// The column of a device's reserved-bytes object ([`EntrySteps::frame`]).
 const RESERVED_COLUMN: &str = "reserved";
 
 #[cfg(test)]

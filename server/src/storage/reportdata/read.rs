@@ -10,7 +10,8 @@ use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::{DataError, LoadedFile, SUMMARY};
+use super::keys::{self, FileKeys, Schema, SCHEMA, SUMMARY};
+use super::{DataError, LoadedFile};
 use crate::storage::store::ReportStore;
 
 /// Reads one data object of a report; `None` when it has none by that key.
@@ -46,12 +47,29 @@ pub(crate) fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Resu
 }
 
 /// The stored summary; reports stored before run overviews existed get theirs from their files.
+/// A report of a layout this code does not read is [`DataError::Unreadable`]: its caller
+/// analyses it again from its kept uploads.
 pub fn read_summary(store: &dyn ReportStore, id: &str) -> Result<AnalyzeOutput, DataError> {
+    let schema = read_schema(store, id)?;
+    if !schema.is_readable() {
+        return Err(DataError::Unreadable {
+            version: schema.version,
+        });
+    }
     let mut summary: AnalyzeOutput = read_json(store, id, SUMMARY)?;
     if summary.run.is_none() {
         summary.run = run_overview(&summary.files);
     }
     Ok(summary)
+}
+
+/// The layout a report was written in: version 1 when it records none (stored before the
+/// version was).
+fn read_schema(store: &dyn ReportStore, id: &str) -> Result<Schema, DataError> {
+    match read_object(store, id, SCHEMA)? {
+        Some(_) => read_json(store, id, SCHEMA),
+        None => Ok(Schema { version: 1 }),
+    }
 }
 
 pub(super) fn user_metadata_from(key: &str, bytes: Vec<u8>) -> Result<FxHashMap<i64, String>, DataError> {
@@ -123,7 +141,8 @@ pub(super) fn load_tables(
 ) -> Result<SnapshotTables, DataError> {
     // Reports written before `meta.json` and `event_notes` were stored still load: their
     // meta comes from the summary, their notes are empty.
-    let meta_key = format!("f{i}/meta.json");
+    let file = FileKeys::of(i);
+    let meta_key = file.meta();
     let meta: SnapshotMeta = match read_object(store, id, &meta_key)? {
         Some(_) => read_json(store, id, &meta_key)?,
         None => SnapshotMeta {
@@ -134,7 +153,7 @@ pub(super) fn load_tables(
     };
     let mut frames: [DataFrame; 7] = Default::default();
     for (slot, name) in frames.iter_mut().zip(TABLE_NAMES) {
-        let key = format!("f{i}/{name}.parquet");
+        let key = file.table(name);
         *slot = if name == "event_notes" && read_object(store, id, &key)?.is_none() {
             DataFrame::empty()
         } else {
@@ -143,14 +162,14 @@ pub(super) fn load_tables(
     }
     // A trace of one device, or on one stream, held that column as one scalar when it was
     // analysed (`SnapshotColumns::into_tables`): it is held so again, as the analyses read it.
-    one_values_as_scalars(&mut frames[0], &["device", "stream"], &format!("f{i}/events.parquet"))?;
+    one_values_as_scalars(&mut frames[0], &["device", "stream"], &file.table("events"))?;
     Ok(SnapshotTables::from_frames(frames, meta))
 }
 
 /// The samples of each NVML log of a report, in `summary.gpu_logs` order.
 pub fn load_gpu_logs(store: &dyn ReportStore, id: &str, summary: &AnalyzeOutput) -> Result<Vec<DataFrame>, DataError> {
     (0..summary.gpu_logs.len())
-        .map(|j| read_parquet(store, id, &format!("g{j}/samples.parquet")))
+        .map(|j| read_parquet(store, id, &keys::gpu_samples(j)))
         .collect()
 }
 

@@ -14,22 +14,11 @@ use memlens_core::tables::{SnapshotTables, TABLE_NAMES};
 use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::{
-    default_axis, DataError, CHART_PNG, CHART_SVG, OVERVIEW, OVERVIEW_WIDTH, QUERY_TABLES, RESERVED, RESERVED_COLUMN,
-    SEGMENT_CHECKPOINTS, SUMMARY, USER_METADATA,
-};
+use super::keys::{self, DeviceKeys, FileKeys, Schema, CHART_PNG, CHART_SVG, SCHEMA, SUMMARY};
+use super::{default_axis, DataError, OVERVIEW_WIDTH, QUERY_TABLES, RESERVED_COLUMN};
 use crate::storage::encode_pool::{self, EncodeJob};
 use crate::storage::parquet_object::{self, PagedColumn, ReadRows, RowGroups};
 use crate::storage::store::DataWriter;
-
-/// A device's usage and lifetimes objects (under [`device_dir`]).
-pub(super) const USAGE: &str = "usage.parquet";
-pub(super) const LIFETIMES: &str = "lifetimes.parquet";
-
-/// Where snapshot `index`'s `device` keeps its objects.
-pub(super) fn device_dir(index: usize, device: i64) -> String {
-    format!("f{index}/d{device}")
-}
 
 /// A frame as a Parquet object under `key` ([`parquet_object::encode`]).
 pub(super) fn parquet_bytes(key: &str, df: &DataFrame, groups: RowGroups) -> Result<Vec<u8>, DataError> {
@@ -116,7 +105,8 @@ pub fn write_file(
     devices: &mut [DeviceFrames],
     early: Vec<(String, Vec<u8>)>,
 ) -> Result<(), DataError> {
-    put_json(w, &format!("f{index}/meta.json"), &t.meta())?;
+    let file = FileKeys::of(index);
+    put_json(w, &file.meta(), &t.meta())?;
     for (key, bytes) in &early {
         put(w, key, bytes)?;
     }
@@ -126,11 +116,11 @@ pub fn write_file(
         .iter()
         .zip(t.frames_ref())
         .filter(|(name, _)| QUERY_TABLES.contains(name))
-        .map(|(name, df)| (format!("f{index}/{name}.parquet"), df.clone(), RowGroups::Default))
+        .map(|(name, df)| (file.table(name), df.clone(), RowGroups::Default))
         .collect();
     // Lifetimes built apart from their addresses, not encoded early (before the trace let go
     // of them), read them from the trace as they are encoded.
-    let lifetimes_key = |d: &DeviceFrames| format!("{}/{LIFETIMES}", device_dir(index, d.device));
+    let lifetimes_key = |d: &DeviceFrames| file.device(d.device).lifetimes();
     let lifetime_events: Vec<Option<DeviceEvents>> = devices
         .iter()
         .map(|d| {
@@ -140,29 +130,21 @@ pub fn write_file(
         .collect::<PolarsResult<_>>()?;
     let mut checkpoints = Vec::new();
     // Each device's checkpoint cursors, for its `segments.json`.
-    let mut cursors: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut cursors: Vec<(DeviceKeys, Vec<usize>)> = Vec::new();
     for d in devices.iter_mut() {
-        let dir = device_dir(index, d.device);
+        let dir = file.device(d.device);
         let metadata = user_metadata_frame(&d.user_metadata)?;
-        frames.push((format!("{dir}/{USER_METADATA}"), metadata, RowGroups::One));
-        frames.push((format!("{dir}/{USAGE}"), d.usage.clone(), RowGroups::One));
-        frames.push((
-            format!("{dir}/{RESERVED}"),
-            d.reserved.frame(RESERVED_COLUMN)?,
-            RowGroups::One,
-        ));
-        frames.push((
-            format!("{dir}/fragmentation.parquet"),
-            d.fragmentation.clone(),
-            RowGroups::One,
-        ));
+        frames.push((dir.user_metadata(), metadata, RowGroups::One));
+        frames.push((dir.usage(), d.usage.clone(), RowGroups::One));
+        frames.push((dir.reserved(), d.reserved.frame(RESERVED_COLUMN)?, RowGroups::One));
+        frames.push((dir.fragmentation(), d.fragmentation.clone(), RowGroups::One));
         if let Some(cp) = d.segment_checkpoints.take() {
             // Objects all encoded during the analyses need nothing of the trace (which may have
             // let go of its addresses by now: `PipelineSink::lets_addresses_go`), only their
             // cursors.
             let at: Vec<usize> = cp.cursors().collect();
             let all_early = (0..at.len()).all(|k| {
-                let key = segment_object_key(&dir, k);
+                let key = dir.segment_window(k);
                 early.iter().any(|(done, _)| *done == key)
             });
             if all_early {
@@ -196,7 +178,7 @@ pub fn write_file(
     let mut jobs: Vec<EncodeJob<'_, DataError>> = sized.into_iter().map(|(_, job)| job).collect();
     for d in devices.iter() {
         if let Some(ds) = summary.devices.iter().find(|s| s.device == d.device) {
-            let key = format!("f{index}/d{}/{OVERVIEW}", d.device);
+            let key = file.device(d.device).overview();
             jobs.push(EncodeJob::new(key.clone(), move || overview_bytes(&key, d, ds)));
         }
     }
@@ -209,7 +191,7 @@ pub fn write_file(
     jobs.retain(|job| !early.iter().any(|(done, _)| *done == job.key));
     encode_pool::put_all(w, jobs, encode_pool::encode_threads(), put)?;
     for (dir, at) in &cursors {
-        put_json(w, &format!("{dir}/{SEGMENT_CHECKPOINTS}"), at)?;
+        put_json(w, &dir.segment_cursors(), at)?;
     }
     Ok(())
 }
@@ -229,10 +211,10 @@ fn overview_bytes(key: &str, d: &DeviceFrames, ds: &memlens_api::DeviceSummary) 
     })
 }
 
-/// The segment map's stored objects of a device (`{dir}/segments/{k}.parquet`, one a
-/// checkpoint: [`stored_objects`]), and their cursors (for `{dir}/segments.json`).
+/// The segment map's stored objects of a device (one a checkpoint: [`stored_objects`]), and
+/// their cursors (for its [`DeviceKeys::segment_cursors`]).
 fn segment_checkpoint_jobs<'a>(
-    dir: &str,
+    dir: &DeviceKeys,
     ev: &'a DeviceEvents,
     cp: &'a SegmentCheckpoints,
 ) -> (Vec<usize>, Vec<EncodeJob<'a, DataError>>) {
@@ -242,16 +224,11 @@ fn segment_checkpoint_jobs<'a>(
         .into_iter()
         .enumerate()
         .map(|(k, object)| {
-            let key = segment_object_key(dir, k);
+            let key = dir.segment_window(k);
             EncodeJob::new(key.clone(), move || segment_object_bytes(&key, &object))
         })
         .collect();
     (cursors, jobs)
-}
-
-/// The key of a device's stored checkpoint `k`, under the device's `dir`.
-pub(super) fn segment_object_key(dir: &str, k: usize) -> String {
-    format!("{dir}/segments/{k}.parquet")
 }
 
 /// A stored object of the segment map, under `key` (what `memlens-bench-segments` reads back
@@ -266,11 +243,14 @@ pub fn segment_object_bytes(key: &str, object: &StoredObject<'_>) -> Result<Vec<
 
 /// Writes one NVML log's samples under `g<index>/`.
 pub fn write_gpu_log(w: &mut dyn DataWriter, index: usize, samples: &mut DataFrame) -> Result<(), DataError> {
-    put_parquet(w, &format!("g{index}/samples.parquet"), samples)
+    put_parquet(w, &keys::gpu_samples(index), samples)
 }
 
+/// Writes the summary, and the version of the layout everything was written in: the last
+/// objects of a report before its commit.
 pub fn write_summary(w: &mut dyn DataWriter, summary: &AnalyzeOutput) -> Result<(), DataError> {
-    put_json(w, SUMMARY, summary)
+    put_json(w, SUMMARY, summary)?;
+    put_json(w, SCHEMA, &Schema::NOW)
 }
 
 /// Writes the report's default chart (PNG and SVG).

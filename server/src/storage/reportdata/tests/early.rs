@@ -66,8 +66,7 @@ fn segment_objects_encoded_during_the_analyses_are_the_bytes_the_storing_stage_w
         pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
         let early_keys = std::mem::take(&mut keep.early_keys);
         w.commit().expect("commit");
-        let cursors: Vec<usize> =
-            read_json(store.as_ref(), id, &format!("f0/d0/{SEGMENT_CHECKPOINTS}")).expect("cursors");
+        let cursors: Vec<usize> = read_json(store.as_ref(), id, "f0/d0/segments.json").expect("cursors");
         let objects: Vec<(String, Vec<u8>)> = (0..cursors.len())
             .map(|k| {
                 let key = format!("f0/d0/segments/{k}.parquet");
@@ -105,17 +104,11 @@ fn a_sink_that_lets_the_addresses_go_stores_the_same_bytes() {
         pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
         let events = keep.written[0].frames[0].clone();
         w.commit().expect("commit");
-        let cursors: Vec<usize> =
-            read_json(store.as_ref(), id, &format!("f0/d0/{SEGMENT_CHECKPOINTS}")).expect("cursors");
-        let mut keys: Vec<String> = [
-            "usage.parquet",
-            "lifetimes.parquet",
-            "overview.json",
-            SEGMENT_CHECKPOINTS,
-        ]
-        .iter()
-        .map(|name| format!("f0/d0/{name}"))
-        .collect();
+        let cursors: Vec<usize> = read_json(store.as_ref(), id, "f0/d0/segments.json").expect("cursors");
+        let mut keys: Vec<String> = ["usage.parquet", "lifetimes.parquet", "overview.json", "segments.json"]
+            .iter()
+            .map(|name| format!("f0/d0/{name}"))
+            .collect();
         keys.extend((0..cursors.len()).map(|k| format!("f0/d0/segments/{k}.parquet")));
         let objects: Vec<(String, Vec<u8>)> = keys
             .into_iter()

@@ -77,8 +77,9 @@ impl DataWriter for OldLayout<'_> {
     fn put(&mut self, key: &str, bytes: &[u8]) -> crate::storage::store::StoreResult<()> {
         if key.ends_with("meta.json")
             || key.ends_with("event_notes.parquet")
-            || key.ends_with(USER_METADATA)
-            || key.ends_with(RESERVED)
+            || key.ends_with("user_metadata.parquet")
+            || key.ends_with("reserved.parquet")
+            || key == "schema.json"
         {
             return Ok(());
         }
