@@ -79,6 +79,53 @@ pub enum SampleClock {
     LocalNoZone,
 }
 
+/// What an NVML log's `used` counts, which depends on the API that produced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case", try_from = "String")]
+pub enum UsedMeaning {
+    /// nvidia-smi's `memory.used` / dmon `fb`: memory of active contexts, without the driver's
+    /// own reservation (driver ≥ 5xx reports that as `memory.reserved`).
+    ExcludesDriverReserved,
+    /// NVML v1 `nvmlDeviceGetMemoryInfo` (pynvml's default): includes the driver's reservation.
+    IncludesDriverReserved,
+}
+
+impl UsedMeaning {
+    fn wire_name(self) -> &'static str {
+        match self {
+            UsedMeaning::ExcludesDriverReserved => "excludes_driver_reserved",
+            UsedMeaning::IncludesDriverReserved => "includes_driver_reserved",
+        }
+    }
+
+    /// What `used` counts, for people.
+    pub fn note(self) -> &'static str {
+        match self {
+            UsedMeaning::ExcludesDriverReserved => {
+                "used = memory of all processes' CUDA contexts (PyTorch's reserved memory, the CUDA context itself, \
+                 NCCL/cuBLAS workspaces, other processes); the driver's own reservation is not included"
+            }
+            UsedMeaning::IncludesDriverReserved => {
+                "used as NVML's v1 API reports it: all processes' memory plus the driver's own reservation \
+                 (several hundred MiB more than nvidia-smi's memory.used)"
+            }
+        }
+    }
+}
+
+/// Its name on the wire, or, in a summary stored before the meaning was (its `used_note`),
+/// the note it wrote.
+impl TryFrom<String> for UsedMeaning {
+    type Error = String;
+    fn try_from(s: String) -> Result<UsedMeaning, String> {
+        [UsedMeaning::ExcludesDriverReserved, UsedMeaning::IncludesDriverReserved]
+            .into_iter()
+            .find(|m| s == m.wire_name() || s == m.note())
+            .ok_or_else(|| format!("unknown used meaning `{s}`"))
+    }
+}
+
 /// What stood in the way of a failed allocation (the `ooms[].cause` contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -549,5 +596,16 @@ mod tests {
             usize::from(CategoryRule::AutocastWeightCopy.position()) + 1,
             CategoryRule::ALL.len()
         );
+    }
+
+    #[test]
+    fn used_meaning_reads_its_name_and_the_note_stored_before_it() {
+        for m in [UsedMeaning::ExcludesDriverReserved, UsedMeaning::IncludesDriverReserved] {
+            let wire = serde_json::to_string(&m).expect("json");
+            assert_eq!(serde_json::from_str::<UsedMeaning>(&wire).expect("name"), m);
+            let old = serde_json::to_string(m.note()).expect("json");
+            assert_eq!(serde_json::from_str::<UsedMeaning>(&old).expect("note"), m);
+        }
+        assert!(serde_json::from_str::<UsedMeaning>("\"whatever\"").is_err());
     }
 }

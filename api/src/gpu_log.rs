@@ -18,8 +18,11 @@ pub struct GpuLogSummary {
     /// Minutes added to the log's local times so they line up with the snapshots of the same
     /// report (0: read as UTC).
     pub clock_offset_minutes: i64,
-    /// What `used` counts, which differs between nvidia-smi and NVML's v1 API.
-    pub used_note: String,
+    /// What `used` counts, which differs between nvidia-smi and NVML's v1 API
+    /// ([`UsedMeaning::note`] says it for people). Read from `used_note` in summaries stored
+    /// before it was.
+    #[serde(alias = "used_note")]
+    pub used_meaning: UsedMeaning,
     /// Lines skipped because the log was cut off mid-line.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_lines: Vec<String>,

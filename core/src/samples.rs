@@ -14,15 +14,9 @@ use polars::prelude::*;
 /// How a log's timestamps relate to the Unix epoch (the wire enum of `memlens-api`).
 pub use memlens_api::SampleClock;
 
-/// Which API produced `used_bytes`, which decides what it includes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UsedMeaning {
-    /// nvidia-smi's `memory.used` / dmon `fb`: memory of active contexts, without the driver's
-    /// own reservation (driver ≥ 5xx reports that as `memory.reserved`).
-    ExcludesDriverReserved,
-    /// NVML v1 `nvmlDeviceGetMemoryInfo` (pynvml's default): includes the driver's reservation.
-    IncludesDriverReserved,
-}
+/// Which API produced `used_bytes`, which decides what it includes (the wire enum of
+/// `memlens-api`).
+pub use memlens_api::UsedMeaning;
 
 /// Identity of one GPU as the log names it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

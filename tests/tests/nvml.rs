@@ -115,7 +115,7 @@ fn pynvml_json_lines_in_bytes_with_epoch_times() {
     assert_eq!(g.peak_time_us, Some(1_795_962_103_602_740));
     assert_eq!(g.min_used_bytes, Some(648_347_648));
     assert_eq!(g.total_bytes, Some(150_754_820_096));
-    assert!(log.used_note.contains("driver"), "{}", log.used_note);
+    assert_eq!(log.used_meaning, memlens_api::UsedMeaning::IncludesDriverReserved);
 }
 
 #[test]

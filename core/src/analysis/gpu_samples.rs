@@ -6,7 +6,7 @@ use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary, ProcessSummary};
 use polars::prelude::*;
 
 use crate::error::AnalysisError;
-use crate::samples::{GpuSampleTables, UsedMeaning};
+use crate::samples::GpuSampleTables;
 use crate::tables::entry_steps::EntrySteps;
 use crate::tables::int_slice::IntSlice;
 
@@ -196,23 +196,13 @@ pub fn summarize_gpu_log(
             non_pytorch_peak_time_us: None,
         });
     }
-    let used_note = match t.used_meaning {
-        UsedMeaning::ExcludesDriverReserved => {
-            "used = memory of all processes' CUDA contexts (PyTorch's reserved memory, the CUDA context itself, \
-             NCCL/cuBLAS workspaces, other processes); the driver's own reservation is not included"
-        }
-        UsedMeaning::IncludesDriverReserved => {
-            "used as NVML's v1 API reports it: all processes' memory plus the driver's own reservation \
-             (several hundred MiB more than nvidia-smi's memory.used)"
-        }
-    };
     Ok(GpuLogSummary {
         file: file.to_owned(),
         format,
         gzip,
         clock: t.clock,
         clock_offset_minutes,
-        used_note: used_note.to_owned(),
+        used_meaning: t.used_meaning,
         skipped_lines: t.skipped_lines.clone(),
         notes: t.notes.clone(),
         gpus,

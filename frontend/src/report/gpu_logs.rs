@@ -82,7 +82,7 @@ pub fn gpu_logs_section(id: &str, logs: &[GpuLogSummary], in_trace: Option<RwSig
             view! {
                 <section class="panel gpu-log">
                     <h2>{format!("{} ({})", l.file, l.format)}</h2>
-                    <p class="muted">{format!("{clock}. {}", l.used_note)}</p>
+                    <p class="muted">{format!("{clock}. {}", l.used_meaning.note())}</p>
                     {gpus}
                     {(!l.processes.is_empty()).then(|| processes_view(&l.processes))}
                     {(!l.notes.is_empty()).then(|| view! { <p class="muted">{l.notes.join("; ")}</p> })}

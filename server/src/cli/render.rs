@@ -191,7 +191,7 @@ pub fn render_gpu_log_text(g: &GpuLogSummary) -> String {
             p.sample_count
         );
     }
-    s += &format!("  note: {}\n", g.used_note);
+    s += &format!("  note: {}\n", g.used_meaning.note());
     for l in &g.skipped_lines {
         s += &format!("  skipped {l}\n");
     }
