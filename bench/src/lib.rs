@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 /// The file named on the command line, else the shared benchmark trace.
-#[allow(dead_code)]
 pub fn bench_file() -> PathBuf {
     std::env::args_os()
         .nth(1)
@@ -27,7 +26,6 @@ fn manifest_dir() -> PathBuf {
 }
 
 /// The `p` quantile of ascending `sorted`.
-#[allow(dead_code)]
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -35,7 +33,6 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Latencies (ms, ascending) of a query over the full range and over zoom windows, and each
 /// answer's JSON in order.
-#[allow(dead_code)]
 pub struct Timed {
     pub full: Vec<f64>,
     pub zoom: Vec<f64>,
@@ -44,7 +41,6 @@ pub struct Timed {
 
 /// Times `query` (start, end → JSON) `full_runs` times over the full range, then once per
 /// window.
-#[allow(dead_code)]
 pub fn time_windows(
     full_runs: usize,
     windows: &[(i64, i64)],
@@ -73,7 +69,6 @@ pub fn time_windows(
 }
 
 /// `VmHWM` (peak RSS) and `VmRSS` from /proc, in bytes.
-#[allow(dead_code)]
 pub fn rss() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
@@ -89,7 +84,6 @@ pub fn rss() -> (u64, u64) {
 
 /// CPU seconds this process has used so far, user and system, all threads (`getrusage`): set
 /// against a stage's wall time it says how many cores the stage kept busy.
-#[allow(dead_code)]
 pub fn cpu_seconds() -> f64 {
     // SAFETY: getrusage writes the struct it is given and nothing else.
     let mut usage = unsafe { std::mem::zeroed::<libc::rusage>() };
@@ -101,14 +95,12 @@ pub fn cpu_seconds() -> f64 {
 }
 
 /// Bytes in MiB.
-#[allow(dead_code)]
 pub fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
 
 /// Sends `body` (`size` bytes, the file `file`'s content) to `base`'s upload endpoint as a new
 /// report named after the file, as a raw body: the server's answer.
-#[allow(dead_code)]
 pub fn post_upload(
     agent: &ureq::Agent,
     base: &str,

@@ -3,8 +3,6 @@
 //! `../shared/traces/bench/big_many_small.pickle.gz`. Run it in release mode:
 //! `cargo run --release --bin memlens-bench`.
 
-mod common;
-
 use std::time::Instant;
 
 use memlens_api::Stage;
@@ -22,8 +20,8 @@ impl PipelineSink for Timings {
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
         if stage == Stage::Analysing && self.analysing_at.is_none() {
             self.analysing_at = Some(Instant::now());
-            self.cpu_at_analysis = common::cpu_seconds();
-            self.hwm_after_decode = common::rss().0;
+            self.cpu_at_analysis = memlens_bench::cpu_seconds();
+            self.hwm_after_decode = memlens_bench::rss().0;
         }
     }
 }
@@ -31,10 +29,10 @@ impl PipelineSink for Timings {
 fn main() {
     // As the `memlens` binary starts.
     memlens_core::infra::free_memory::one_arena_per_cpu();
-    let path = common::bench_file();
+    let path = memlens_bench::bench_file();
     let file_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    let (_, base_rss) = common::rss();
-    let cpu0 = common::cpu_seconds();
+    let (_, base_rss) = memlens_bench::rss();
+    let cpu0 = memlens_bench::cpu_seconds();
     let t0 = Instant::now();
     let mut timings = Timings::default();
     let out = match pipeline::run(vec![Input::path(&path)], Default::default(), &mut timings) {
@@ -45,8 +43,8 @@ fn main() {
         }
     };
     let end = Instant::now();
-    let cpu_end = common::cpu_seconds();
-    let (hwm, _) = common::rss();
+    let cpu_end = memlens_bench::cpu_seconds();
+    let (hwm, _) = memlens_bench::rss();
     let split = timings.analysing_at.unwrap_or(end);
     let (decode, analysis) = (split - t0, end - split);
     let hwm_decode = timings.hwm_after_decode;
@@ -59,7 +57,7 @@ fn main() {
     println!(
         "file            {} ({:.1} MiB on disk, gzip: {})",
         path.display(),
-        common::mib(file_len),
+        memlens_bench::mib(file_len),
         summary.gzip
     );
     println!("trace entries   {rows}");
@@ -85,13 +83,13 @@ fn main() {
     );
     println!(
         "peak RSS        {:.1} MiB (after decode: {:.1} MiB; process baseline {:.1} MiB)",
-        common::mib(hwm),
-        common::mib(hwm_decode),
-        common::mib(base_rss)
+        memlens_bench::mib(hwm),
+        memlens_bench::mib(hwm_decode),
+        memlens_bench::mib(base_rss)
     );
     println!(
         "peak RSS − baseline {:.1} MiB",
-        common::mib(hwm.saturating_sub(base_rss))
+        memlens_bench::mib(hwm.saturating_sub(base_rss))
     );
     if let Some(d) = d {
         println!(

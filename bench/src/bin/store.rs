@@ -8,8 +8,6 @@
 //! device frames and stacks back as a restarted server does, timing each. Defaults to the shared
 //! benchmark file. Run it in release mode.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -37,7 +35,7 @@ impl PipelineSink for StoreSink<'_> {
     }
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
         if stage == Stage::Analysing {
-            self.cpu_at_analysis.get_or_insert_with(common::cpu_seconds);
+            self.cpu_at_analysis.get_or_insert_with(memlens_bench::cpu_seconds);
         }
         let at = match stage {
             Stage::Analysing => &mut self.analysing_at,
@@ -76,7 +74,7 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 fn main() {
     // As the `memlens` binary starts.
     memlens_core::infra::free_memory::one_arena_per_cpu();
-    let path = common::bench_file();
+    let path = memlens_bench::bench_file();
     let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
         eprintln!("memlens-bench-store: {what}: {e}");
         std::process::exit(2);
@@ -109,7 +107,7 @@ fn main() {
     reportdata::write_summary(data.as_mut(), &out).unwrap_or_else(|e| fail("the summary", &e));
     data.commit().unwrap_or_else(|e| fail("the commit", &e));
     let end = Instant::now();
-    let cpu_after_decode = common::cpu_seconds() - cpu_at_analysis.unwrap_or_else(common::cpu_seconds);
+    let cpu_after_decode = memlens_bench::cpu_seconds() - cpu_at_analysis.unwrap_or_else(memlens_bench::cpu_seconds);
     println!("file                {}", path.display());
     println!(
         "to storing          {:.3} s (decode, tables, analyses)",
@@ -130,9 +128,12 @@ fn main() {
     println!("cpu after decode    {cpu_after_decode:.3} s (analyses and storing, all threads)");
     println!(
         "stored              {:.1} MiB",
-        common::mib(dir_bytes(&root.path().join("reports")))
+        memlens_bench::mib(dir_bytes(&root.path().join("reports")))
     );
-    println!("peak RSS            {:.1} MiB", common::mib(common::rss().0));
+    println!(
+        "peak RSS            {:.1} MiB",
+        memlens_bench::mib(memlens_bench::rss().0)
+    );
     // What a restarted server reads on a report's first zoom (its device frames), and for the
     // stacks of a band, a flame graph or the findings (its two stack tables).
     let Some(summary) = out.files.first() else { return };

@@ -7,8 +7,6 @@
 //! the process's peak RSS: the server's, the client side holding one 64 KiB buffer. Defaults to
 //! the shared benchmark file. Run it in release mode.
 
-mod common;
-
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
@@ -61,7 +59,7 @@ fn main() -> Result<(), String> {
     // As the `memlens` binary starts.
     memlens_core::infra::free_memory::one_arena_per_cpu();
     let bench = Bench::parse();
-    let file = bench.file.unwrap_or_else(common::shared_bench_file);
+    let file = bench.file.unwrap_or_else(memlens_bench::shared_bench_file);
     let rate_mb = bench.rate;
     let data = tempfile::tempdir().map_err(|e| format!("a throwaway store: {e}"))?;
     // A free port: taken, noted and let go for the server.
@@ -99,7 +97,7 @@ fn main() -> Result<(), String> {
         started: Instant::now(),
     };
     let upload_started = Instant::now();
-    let created = common::post_upload(&agent, &base, &file, size, body)?;
+    let created = memlens_bench::post_upload(&agent, &base, &file, size, body)?;
     let answered = Instant::now();
     let upload_s = (answered - upload_started).as_secs_f64();
 
@@ -121,7 +119,7 @@ fn main() -> Result<(), String> {
     if status.state == ReportState::Failed {
         return Err(format!("the report failed: {}", status.error.unwrap_or_default()));
     }
-    let (peak, _) = common::rss();
+    let (peak, _) = memlens_bench::rss();
     println!(
         "{}: {:.1} MB uploaded in {upload_s:.2} s ({})",
         file.display(),

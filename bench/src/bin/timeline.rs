@@ -6,11 +6,9 @@
 //! pass and from its index, checked equal the same way. Defaults to the shared benchmark file.
 //! Run it in release mode.
 
-mod common;
-
 use std::time::Instant;
 
-use common::{bench_file, percentile, time_windows};
+use memlens_bench::{bench_file, percentile, time_windows};
 
 use memlens_core::pipeline::{self, Input, KeepFrames};
 use memlens_core::query::{
@@ -159,7 +157,7 @@ fn main() {
 }
 
 /// The line under a category or flame heading.
-fn print_full_and_zooms(t: &common::Timed) {
+fn print_full_and_zooms(t: &memlens_bench::Timed) {
     println!(
         "  full range p50 {:.1} ms, {} zooms p50 {:.1} ms, p95 {:.1} ms",
         percentile(&t.full, 0.5),

@@ -9,8 +9,6 @@
 //! server's peak RSS (its `VmHWM`). Defaults to the shared benchmark file. Run it in release
 //! mode.
 
-mod common;
-
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -131,7 +129,7 @@ fn upload(agent: &ureq::Agent, base: &str, file: &Path) -> Result<String, String
         .map_err(|e| format!("{}: {e}", file.display()))?
         .len();
     let body = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let created = common::post_upload(agent, base, file, size, body)?;
+    let created = memlens_bench::post_upload(agent, base, file, size, body)?;
     loop {
         let (body, _) = timed_get(agent, &format!("{base}/api/reports/{}/status", created.id))?;
         let status: Status = serde_json::from_slice(&body).map_err(|e| format!("status answer: {e}"))?;
@@ -174,7 +172,7 @@ struct Latencies(Vec<f64>);
 impl Latencies {
     fn line(&mut self, what: &str) -> String {
         self.0.sort_by(f64::total_cmp);
-        let at = |p| common::percentile(&self.0, p);
+        let at = |p| memlens_bench::percentile(&self.0, p);
         format!(
             "{what:<14} {:>4} answers: p50 {:6.1} ms, p95 {:6.1} ms, max {:6.1} ms",
             self.0.len(),
@@ -196,7 +194,7 @@ fn main() -> Result<(), String> {
         return Ok(());
     }
     let bench = Bench::parse();
-    let file = bench.file.unwrap_or_else(common::shared_bench_file);
+    let file = bench.file.unwrap_or_else(memlens_bench::shared_bench_file);
     let store = tempfile::tempdir().map_err(|e| format!("a throwaway store: {e}"))?;
     let agent = agent();
 

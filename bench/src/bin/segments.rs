@@ -6,11 +6,9 @@
 //! the entries before it), and a map decoding the one object that covers its entry. Every
 //! stored answer is checked equal to the in-memory one. Defaults to the shared benchmark file. Run it in release mode.
 
-mod common;
-
 use std::time::Instant;
 
-use common::{bench_file, percentile};
+use memlens_bench::{bench_file, percentile};
 
 use memlens::storage::parquet_object::{self, RowGroups};
 use memlens::storage::reportdata::segment_object_bytes;
