@@ -132,59 +132,45 @@ pub struct GpuLogOutput<'a> {
 pub trait EarlyFrames: Sync {
     /// Snapshot `index` (as in [`SnapshotOutput::index`]): the device's usage and lifetimes.
     fn frames_final(&self, index: usize, frames: FinalFrames<'_>);
-    /// Snapshot `index`: the device's segment-map checkpoints (when
-    /// [`PipelineSink::keeps_segment_checkpoints`]), on the replay's thread.
+    /// Snapshot `index`: the device's segment-map checkpoints (when [`Keep::segment_checkpoints`]),
+    /// on the replay's thread.
     fn checkpoints_final(&self, _index: usize, _checkpoints: CheckpointsFinal<'_>) {}
-    /// Snapshot `index`: the device's segment-map checkpoints again, once its analyses are
-    /// over and before the trace lets go of its addresses ([`PipelineSink::lets_addresses_go`]):
-    /// the last call that can encode its objects. [`EarlyFrames::checkpoints_final`] by
-    /// default, told the other analyses still run.
-    fn checkpoints_before_addresses_go(&self, index: usize, checkpoints: CheckpointsFinal<'_>) {
-        self.checkpoints_final(index, checkpoints);
-    }
-    /// Snapshot `index`: the device's lifetimes again (without its usage series, made later),
-    /// once its analyses are over and before the trace lets go of its addresses: the last call
-    /// that can read the lifetimes' addresses ([`FinalFrames::lifetime_addresses`]).
-    /// [`EarlyFrames::frames_final`] by default, told the other analyses still run.
-    fn frames_before_addresses_go(&self, index: usize, frames: FinalFrames<'_>) {
-        self.frames_final(index, frames);
-    }
 }
 
-/// Receives progress and, when [`PipelineSink::keeps_tables`], each file's tables.
+/// What a sink keeps of each file, said once ([`PipelineSink::keeps`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keep {
+    /// Each file's tables and per-device frames, handed to [`PipelineSink::snapshot`] and
+    /// [`PipelineSink::gpu_log`] (building per-device frames costs a copy of each time axis).
+    pub tables: bool,
+    /// Each device's frames carry the segment map's checkpoints (taken on the fragmentation
+    /// replay; what a stored report answers segment maps from).
+    pub segment_checkpoints: bool,
+    /// With [`PipelineSink::early_frames`]: a trace holding this many bytes or more
+    /// ([`crate::tables::columns::held_bytes`] of its events) lets go of its addresses before
+    /// [`PipelineSink::snapshot`], which then reads no trace entry. Before they go, the
+    /// pipeline calls the early frames once more for every device, with
+    /// [`FinalFrames::last_chance`] set, to encode its segment-map objects and lifetimes; each
+    /// usage series is made only after ([`crate::report::Keeping::usage_later`]), so that the
+    /// series, the addresses and the lifetimes are never all held at once. A smaller trace is
+    /// kept whole, so its usage series is encoded while the fragmentation replay runs.
+    pub release_addresses_from: Option<u64>,
+}
+
+/// Receives progress and, when it [`Keep::tables`], each file's tables.
 pub trait PipelineSink {
     /// The run moved to `stage` (for the input `file`, when there is one).
     fn stage(&mut self, _stage: Stage, _file: Option<&str>) {}
-    /// Whether [`PipelineSink::snapshot`] and [`PipelineSink::gpu_log`] are wanted (building
-    /// per-device frames costs a copy of each time axis).
-    fn keeps_tables(&self) -> bool {
-        false
-    }
-    /// Whether each device's frames should carry the segment map's checkpoints (taken on the
-    /// fragmentation replay; what a stored report answers segment maps from).
-    fn keeps_segment_checkpoints(&self) -> bool {
-        false
+    /// What it keeps (nothing, by default).
+    fn keeps(&self) -> Keep {
+        Keep::default()
     }
     /// Where each device's usage and lifetimes go as soon as they are final, before its other
-    /// analyses end (asked only when [`PipelineSink::keeps_tables`]): a sink that stores them
+    /// analyses end (asked only when it [`Keep::tables`]): a sink that stores them
     /// can encode them on the analysis thread that would otherwise wait for the fragmentation
     /// replay. They still come in [`PipelineSink::snapshot`] after.
     fn early_frames(&self) -> Option<&dyn EarlyFrames> {
         None
-    }
-    /// Whether [`PipelineSink::snapshot`] may get the tables without the trace's addresses
-    /// (asked only of a sink that keeps tables and has [`PipelineSink::early_frames`]). Such a
-    /// sink reads no trace entry there: before the addresses go, the pipeline has it encode
-    /// every device's segment-map objects and lifetimes
-    /// ([`EarlyFrames::checkpoints_before_addresses_go`],
-    /// [`EarlyFrames::frames_before_addresses_go`]), and each device's usage series is made
-    /// only after ([`crate::report::Keeping::usage_later`]), so that the series, the addresses
-    /// and the lifetimes are never all held at once (134 MiB, the addresses, less at the top
-    /// of a server's ingest of the 2 GB generated snapshot). `trace_bytes`: what the file's
-    /// trace holds ([`crate::tables::columns::held_bytes`] of its events): a sink may keep a small
-    /// trace whole, for the usage series is then encoded while the fragmentation replay runs.
-    fn lets_addresses_go(&self, _trace_bytes: u64) -> bool {
-        false
     }
     fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         Ok(())
@@ -195,7 +181,7 @@ pub trait PipelineSink {
 }
 
 /// What a device's stored frames take from the trace, taken before the trace lets go of its
-/// addresses ([`PipelineSink::lets_addresses_go`]): their columns are shared, not copied.
+/// addresses ([`Keep::release_addresses_from`]): their columns are shared, not copied.
 struct TakenFromTrace {
     /// The stored usage's time axis ([`DeviceEvents::usage_time_columns`]).
     time: Vec<polars::prelude::Column>,
@@ -218,12 +204,15 @@ pub struct KeepFrames {
 }
 
 impl PipelineSink for KeepFrames {
-    fn keeps_tables(&self) -> bool {
-        true
+    fn keeps(&self) -> Keep {
+        Keep {
+            tables: true,
+            ..Keep::default()
+        }
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let t = &*out.tables;
-        DeviceFrames::put_all_addresses_in(t, out.devices)?;
+        DeviceFrames::fill_lifetime_addresses(t, out.devices)?;
         self.files.push(out.devices.iter_mut().map(std::mem::take).collect());
         if self.with_stacks {
             self.stacks.push(StackResolver::new(&t.frames, &t.stack_frames)?);
@@ -314,20 +303,21 @@ pub fn run_with(
             message: e.to_string(),
         };
         snapshot_ranges.extend(snapshot_time_range(&tables).map_err(internal)?);
-        // Whether the usage series is made after the trace lets go of its addresses
-        // (`PipelineSink::lets_addresses_go`).
-        let lets_go = sink.keeps_tables()
+        // Whether the usage series is made after the trace lets go of its addresses.
+        let keep = sink.keeps();
+        let trace_bytes = crate::tables::columns::held_bytes(&tables.events) as u64;
+        let lets_go = keep.tables
             && sink.early_frames().is_some()
-            && sink.lets_addresses_go(crate::tables::columns::held_bytes(&tables.events) as u64);
+            && keep.release_addresses_from.is_some_and(|from| trace_bytes >= from);
         let (summary, mut analyses) = {
             let index = out.files.len();
-            let early = sink.keeps_tables().then(|| sink.early_frames()).flatten();
+            let early = keep.tables.then(|| sink.early_frames()).flatten();
             let on_final = early.map(|e| move |frames: FinalFrames<'_>| e.frames_final(index, frames));
             let on_checkpoints = early.map(|e| move |c: CheckpointsFinal<'_>| e.checkpoints_final(index, c));
             let keeping = Keeping {
-                frames: sink.keeps_tables(),
+                frames: keep.tables,
                 usage_later: lets_go,
-                checkpoints: sink.keeps_tables() && sink.keeps_segment_checkpoints(),
+                checkpoints: keep.tables && keep.segment_checkpoints,
                 frames_final: on_final.as_ref().map(|f| f as OnFramesFinal<'_>),
                 checkpoints_final: on_checkpoints.as_ref().map(|f| f as OnCheckpointsFinal<'_>),
             };
@@ -344,7 +334,7 @@ pub fn run_with(
                 ));
             }
         }
-        if sink.keeps_tables() {
+        if keep.tables {
             sink.stage(Stage::Storing, Some(&name));
             let index = out.files.len();
             // What each device's stored frames take from the trace, taken while it is whole.
@@ -362,17 +352,18 @@ pub fn run_with(
                 }
                 if let (true, Some(early)) = (lets_go, sink.early_frames()) {
                     if let Some(checkpoints) = a.segment_checkpoints.as_ref() {
-                        early.checkpoints_before_addresses_go(
+                        early.checkpoints_final(
                             index,
                             CheckpointsFinal {
                                 device,
                                 events: &ev,
                                 checkpoints,
                                 others_running: &|| true,
+                                last_chance: true,
                             },
                         );
                     }
-                    early.frames_before_addresses_go(
+                    early.frames_final(
                         index,
                         FinalFrames {
                             device,
@@ -381,6 +372,7 @@ pub fn run_with(
                             lifetimes: &a.lifetimes,
                             lifetime_addresses: a.lifetime_addresses.as_ref(),
                             others_running: &|| true,
+                            last_chance: true,
                         },
                     );
                 }
@@ -440,7 +432,7 @@ pub fn run_with(
                     message: e.to_string(),
                 }
             })?;
-        if sink.keeps_tables() {
+        if sink.keeps().tables {
             sink.stage(Stage::Storing, Some(&name));
             sink.gpu_log(GpuLogOutput {
                 index: out.gpu_logs.len(),

@@ -145,6 +145,7 @@ pub fn analyze_device_keeping(
                     events: ev,
                     checkpoints,
                     others_running: &|| !rest.load(Ordering::Acquire),
+                    last_chance: false,
                 });
             }
             done.store(true, Ordering::Release);
@@ -302,6 +303,7 @@ fn analyze_device_with(
             lifetimes: &lifetimes,
             lifetime_addresses: lifetime_addresses.as_ref(),
             others_running,
+            last_chance: false,
         });
     }
     let (mut frag, (stalls, pending_peak)) = second()?;

@@ -14,7 +14,7 @@ use std::time::Instant;
 use memlens::storage::reportdata;
 use memlens::storage::store::{DataWriter, LocalStore, ReportRecord, ReportState, ReportStore};
 use memlens_api::Stage;
-use memlens_core::pipeline::{self, EarlyFrames, Input, PipelineSink, SinkError, SnapshotOutput};
+use memlens_core::pipeline::{self, EarlyFrames, Input, Keep, PipelineSink, SinkError, SnapshotOutput};
 
 /// Writes each analysed file as the ingest does, noting when storing begins.
 struct StoreSink<'a> {
@@ -27,11 +27,9 @@ struct StoreSink<'a> {
 }
 
 impl PipelineSink for StoreSink<'_> {
-    fn keeps_tables(&self) -> bool {
-        true
-    }
-    fn keeps_segment_checkpoints(&self) -> bool {
-        true
+    fn keeps(&self) -> Keep {
+        // As the server's ingest.
+        memlens::ingest::KEEP
     }
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
         if stage == Stage::Analysing {
@@ -47,10 +45,6 @@ impl PipelineSink for StoreSink<'_> {
     fn early_frames(&self) -> Option<&dyn EarlyFrames> {
         // `MEMLENS_BENCH_EARLY=0`: every frame encoded in the storing stage, for comparison.
         (std::env::var("MEMLENS_BENCH_EARLY").as_deref() != Ok("0")).then_some(&self.early as &dyn EarlyFrames)
-    }
-    fn lets_addresses_go(&self, trace_bytes: u64) -> bool {
-        // As the server's ingest (asked only with the early frames).
-        trace_bytes > memlens::ingest::LET_ADDRESSES_GO_ABOVE
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let early = self.early.take(out.index);

@@ -21,7 +21,7 @@ pub struct DeviceFrames {
     pub reserved: EntrySteps,
     pub lifetimes: DataFrame,
     /// `Some` while the lifetimes hold no address columns: what gives each its address from the
-    /// trace they were built from ([`DeviceFrames::put_addresses_in`], or read a page at a time
+    /// trace they were built from ([`DeviceFrames::fill_addresses`], or read a page at a time
     /// as they are stored). `None` once they hold them (a stored report's, read back).
     pub lifetime_addresses: Option<LifetimeAddresses>,
     pub fragmentation: DataFrame,
@@ -29,7 +29,7 @@ pub struct DeviceFrames {
     /// index (lifetimes' `alloc_idx`), from the snapshot's `event_notes`.
     pub user_metadata: FxHashMap<i64, String>,
     /// The segment map's checkpoints, when the sink asked for them
-    /// ([`crate::pipeline::PipelineSink::keeps_segment_checkpoints`]); stored as objects of
+    /// ([`crate::pipeline::Keep::segment_checkpoints`]); stored as objects of
     /// their own and never loaded back with the frames.
     pub segment_checkpoints: Option<SegmentCheckpoints>,
 }
@@ -37,18 +37,18 @@ pub struct DeviceFrames {
 impl DeviceFrames {
     /// Puts the lifetimes' address columns in (first, as lifetimes built with them hold them),
     /// read from `ev`, the trace they were built from, where they were built apart from them.
-    pub fn put_addresses_in(&mut self, ev: &DeviceEvents) -> PolarsResult<()> {
+    pub fn fill_addresses(&mut self, ev: &DeviceEvents) -> PolarsResult<()> {
         self.lifetimes = self.whole_lifetimes(ev)?;
         self.lifetime_addresses = None;
         Ok(())
     }
 
-    /// [`DeviceFrames::put_addresses_in`] for each of `devices`, from `t`, the tables they were
+    /// [`DeviceFrames::fill_addresses`] for each of `devices`, from `t`, the tables they were
     /// analysed from (for frames kept whole, whose queries read the lifetimes' addresses).
-    pub fn put_all_addresses_in(t: &SnapshotTables, devices: &mut [DeviceFrames]) -> PolarsResult<()> {
+    pub fn fill_lifetime_addresses(t: &SnapshotTables, devices: &mut [DeviceFrames]) -> PolarsResult<()> {
         for d in devices {
             let ev = DeviceEvents::new(t, d.device)?;
-            d.put_addresses_in(&ev)?;
+            d.fill_addresses(&ev)?;
         }
         Ok(())
     }
@@ -102,6 +102,9 @@ pub struct FinalFrames<'a> {
     /// Whether the device's other analyses are still running (work beyond that point delays
     /// the device's summary instead of filling a wait).
     pub others_running: &'a dyn Fn() -> bool,
+    /// The pipeline's last call for this device, before the trace lets go of its addresses
+    /// ([`crate::pipeline::Keep::release_addresses_from`]): the last that can read them.
+    pub last_chance: bool,
 }
 
 /// A device's segment-map checkpoints as soon as the fragmentation replay has taken them, while
@@ -117,6 +120,8 @@ pub struct CheckpointsFinal<'a> {
     /// Whether the device's other analyses are still running (work beyond that point delays
     /// the device's summary instead of filling a wait).
     pub others_running: &'a dyn Fn() -> bool,
+    /// The pipeline's last call for this device (see [`FinalFrames::last_chance`]).
+    pub last_chance: bool,
 }
 
 /// The `user_metadata` of a device's alloc entries, by entry index on the device.

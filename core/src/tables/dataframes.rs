@@ -59,7 +59,7 @@ impl SnapshotTables {
     }
 
     /// Drops the events' addresses, in whichever form they are held: for a sink that reads no
-    /// trace entry once the analyses are over ([`crate::pipeline::PipelineSink::lets_addresses_go`]).
+    /// trace entry once the analyses are over ([`crate::pipeline::Keep::release_addresses_from`]).
     /// A `DeviceEvents` made after it is an error naming the column.
     pub fn let_addresses_go(&mut self) {
         for name in [ev::ADDR_UNITS, ev::ADDR_BASE, ev::ADDR.name] {

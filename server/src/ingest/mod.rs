@@ -24,7 +24,7 @@ use memlens_api::{FileSummary, ReportState, Stage};
 use memlens_core::analysis::categories::FrameRules;
 use memlens_core::importers::ImportOptions;
 use memlens_core::pipeline::{
-    self, DeviceFrames, EarlyFrames, GpuLogOutput, Input, PipelineSink, SinkError, SnapshotOutput, GZIP_RATIO,
+    self, DeviceFrames, EarlyFrames, GpuLogOutput, Input, Keep, PipelineSink, SinkError, SnapshotOutput, GZIP_RATIO,
 };
 use tokio::sync::Semaphore;
 
@@ -140,20 +140,25 @@ struct StoreSink<'a> {
     charted: bool,
     /// The report's snapshot file and its device frames while it has only one (a run of many
     /// ranks opens on its worst rank, known only at the end); kept only with a cache to fill.
-    sole_file: Option<SoleFile>,
+    file_for_cache: Option<FileForCache>,
     keep_frames: bool,
     /// Frames encoded while their analyses still ran.
     early: reportdata::EarlyObjects,
 }
 
-/// A trace holding more than this lets go of its addresses before its usage series is made
-/// (`PipelineSink::lets_addresses_go`): the 2 GB generated snapshot's ingest peaks 115 MiB
-/// lower. A smaller one keeps them and has its usage series encoded while its fragmentation
-/// replay runs: the bench file (a 30 MiB trace) is ready about 0.08 s sooner so.
-pub const LET_ADDRESSES_GO_ABOVE: u64 = 64 << 20;
+/// What an ingest keeps of each file: everything a stored report answers from. A trace of
+/// 64 MiB or more lets go of its addresses before its usage series is made, which lowers the peak of a
+/// GB-scale ingest (`memlens-bench-ingest`, BENCHMARKS.md); a smaller one keeps them and has
+/// its usage series encoded while its fragmentation replay runs, which makes it ready sooner.
+/// `write_file` reads no trace entry once every segment-map object is encoded early.
+pub const KEEP: Keep = Keep {
+    tables: true,
+    segment_checkpoints: true,
+    release_addresses_from: Some(64 << 20),
+};
 
 /// The one snapshot file of a report just processed, as the cache will hold it.
-struct SoleFile {
+struct FileForCache {
     summary: FileSummary,
     devices: Vec<DeviceFrames>,
 }
@@ -162,18 +167,11 @@ impl PipelineSink for StoreSink<'_> {
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
         self.progress.set_stage(stage);
     }
-    fn keeps_tables(&self) -> bool {
-        true
-    }
-    fn keeps_segment_checkpoints(&self) -> bool {
-        true
+    fn keeps(&self) -> Keep {
+        KEEP
     }
     fn early_frames(&self) -> Option<&dyn EarlyFrames> {
         Some(&self.early)
-    }
-    fn lets_addresses_go(&self, trace_bytes: u64) -> bool {
-        // `write_file` reads no trace entry once every segment-map object is encoded early.
-        trace_bytes > LET_ADDRESSES_GO_ABOVE
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let early = self.early.take(out.index);
@@ -187,10 +185,10 @@ impl PipelineSink for StoreSink<'_> {
         // apart from them are put in from the trace. A trace that let go of its addresses (a
         // large one) leaves its frames to be read back from the store when first asked for.
         if self.keep_frames {
-            self.sole_file = None;
+            self.file_for_cache = None;
             if out.index == 0 && out.tables.holds_addresses() {
-                DeviceFrames::put_all_addresses_in(out.tables, out.devices)?;
-                self.sole_file = Some(SoleFile {
+                DeviceFrames::fill_lifetime_addresses(out.tables, out.devices)?;
+                self.file_for_cache = Some(FileForCache {
                     summary: out.summary.clone(),
                     devices: out.devices.iter_mut().map(std::mem::take).collect(),
                 });
@@ -446,7 +444,7 @@ impl Ingest {
             progress,
             data: data.as_mut(),
             charted: false,
-            sole_file: None,
+            file_for_cache: None,
             keep_frames: self.files.is_some(),
             early: Default::default(),
         };
@@ -457,11 +455,11 @@ impl Ingest {
                 JobError::internal(&e)
             }
         })?;
-        let sole_file = sink.sole_file.take().filter(|_| out.files.len() == 1);
+        let file_for_cache = sink.file_for_cache.take().filter(|_| out.files.len() == 1);
         reportdata::write_summary(data.as_mut(), &out).map_err(|e| internal(&e))?;
         data.commit().map_err(|e| internal(&e))?;
         drop(reservation);
-        if let (Some(files), Some(f)) = (&self.files, sole_file) {
+        if let (Some(files), Some(f)) = (&self.files, file_for_cache) {
             let loaded = LoadedFile::with_devices(self.store.clone(), id, 0, &f.summary, f.devices);
             files.insert(id, 0, Arc::new(loaded));
         }

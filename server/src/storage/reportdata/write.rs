@@ -140,7 +140,7 @@ pub fn write_file(
         frames.push((dir.fragmentation(), d.fragmentation.clone(), RowGroups::One));
         if let Some(cp) = d.segment_checkpoints.take() {
             // Objects all encoded during the analyses need nothing of the trace (which may have
-            // let go of its addresses by now: `PipelineSink::lets_addresses_go`), only their
+            // let go of its addresses by now: `Keep::release_addresses_from`), only their
             // cursors.
             let at: Vec<usize> = cp.cursors().collect();
             let all_early = (0..at.len()).all(|k| {

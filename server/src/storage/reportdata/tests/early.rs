@@ -17,7 +17,7 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
         let id = "0000000000000000000000000000000c";
         let (_root, store) = store_with_report(id);
         let mut w = store.data_writer(id).expect("writer");
-        let mut keep = Keep::new(w.as_mut(), replay_running);
+        let mut keep = KeepingSink::new(w.as_mut(), replay_running);
         let path = memlens_tests_trace(trace);
         pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
         let (early_keys, frames) = (std::mem::take(&mut keep.early_keys), std::mem::take(&mut keep.frames));
@@ -61,7 +61,7 @@ fn segment_objects_encoded_during_the_analyses_are_the_bytes_the_storing_stage_w
         let id = "0000000000000000000000000000000d";
         let (root, store) = store_with_report(id);
         let mut w = store.data_writer(id).expect("writer");
-        let mut keep = Keep::new(w.as_mut(), others_running);
+        let mut keep = KeepingSink::new(w.as_mut(), others_running);
         let path = memlens_tests_trace("leak.pickle");
         pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
         let early_keys = std::mem::take(&mut keep.early_keys);
@@ -98,7 +98,7 @@ fn a_sink_that_lets_the_addresses_go_stores_the_same_bytes() {
         let id = "0000000000000000000000000000000e";
         let (root, store) = store_with_report(id);
         let mut w = store.data_writer(id).expect("writer");
-        let mut keep = Keep::new(w.as_mut(), others_running);
+        let mut keep = KeepingSink::new(w.as_mut(), others_running);
         keep.lets_go = lets_go;
         let path = memlens_tests_trace(trace);
         pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");

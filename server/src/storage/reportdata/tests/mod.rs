@@ -21,7 +21,7 @@ use crate::storage::parquet_object::RowGroups;
 use crate::storage::store::{DataWriter, ReportStore};
 use crate::storage::store::{LocalStore, ReportRecord, ReportState};
 use memlens_core::pipeline::{
-    self, CheckpointsFinal, EarlyFrames, FinalFrames, Input, PipelineSink, SinkError, SnapshotOutput,
+    self, CheckpointsFinal, EarlyFrames, FinalFrames, Input, Keep, PipelineSink, SinkError, SnapshotOutput,
 };
 
 pub(crate) fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
@@ -72,6 +72,10 @@ struct Early {
 }
 impl EarlyFrames for Early {
     fn frames_final(&self, index: usize, frames: FinalFrames<'_>) {
+        if frames.last_chance {
+            // The pipeline's last call, as it comes.
+            return self.objects.frames_final(index, frames);
+        }
         let running = || self.replay_running;
         self.objects.frames_final(
             index,
@@ -82,6 +86,10 @@ impl EarlyFrames for Early {
         );
     }
     fn checkpoints_final(&self, index: usize, checkpoints: CheckpointsFinal<'_>) {
+        if checkpoints.last_chance {
+            // The pipeline's last call, as it comes.
+            return self.objects.checkpoints_final(index, checkpoints);
+        }
         let running = || self.replay_running;
         self.objects.checkpoints_final(
             index,
@@ -90,14 +98,6 @@ impl EarlyFrames for Early {
                 ..checkpoints
             },
         );
-    }
-    fn checkpoints_before_addresses_go(&self, index: usize, checkpoints: CheckpointsFinal<'_>) {
-        // The pipeline's last call, as it comes.
-        self.objects.checkpoints_final(index, checkpoints);
-    }
-    fn frames_before_addresses_go(&self, index: usize, frames: FinalFrames<'_>) {
-        // As it comes, too.
-        self.objects.frames_final(index, frames);
     }
 }
 
@@ -111,7 +111,7 @@ pub(crate) struct Written {
 
 /// Keeps what the pipeline hands over, as the server's ingest does; its usage and lifetimes
 /// encoded during the analyses (as when the replay outlasts the rest).
-struct Keep<'a> {
+struct KeepingSink<'a> {
     data: &'a mut dyn DataWriter,
     written: Vec<Written>,
     early: Early,
@@ -122,13 +122,13 @@ struct Keep<'a> {
     /// server's ingest does.
     lets_go: bool,
 }
-impl<'a> Keep<'a> {
+impl<'a> KeepingSink<'a> {
     fn new(data: &'a mut dyn DataWriter, replay_running: bool) -> Self {
         let early = Early {
             objects: EarlyObjects::default(),
             replay_running,
         };
-        Keep {
+        KeepingSink {
             data,
             written: Vec::new(),
             early,
@@ -138,18 +138,16 @@ impl<'a> Keep<'a> {
         }
     }
 }
-impl PipelineSink for Keep<'_> {
-    fn keeps_tables(&self) -> bool {
-        true
-    }
-    fn keeps_segment_checkpoints(&self) -> bool {
-        true
+impl PipelineSink for KeepingSink<'_> {
+    fn keeps(&self) -> Keep {
+        Keep {
+            tables: true,
+            segment_checkpoints: true,
+            release_addresses_from: self.lets_go.then_some(0),
+        }
     }
     fn early_frames(&self) -> Option<&dyn EarlyFrames> {
         Some(&self.early)
-    }
-    fn lets_addresses_go(&self, _trace_bytes: u64) -> bool {
-        self.lets_go
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         self.written.push(Written {
@@ -179,7 +177,7 @@ impl PipelineSink for Keep<'_> {
 /// written (each file's tables and meta) and the summary.
 pub(crate) fn process_into(store: &Arc<dyn ReportStore>, id: &str, name: &str) -> (Vec<Written>, AnalyzeOutput) {
     let mut w = store.data_writer(id).expect("writer");
-    let mut keep = Keep::new(w.as_mut(), true);
+    let mut keep = KeepingSink::new(w.as_mut(), true);
     let path = memlens_tests_trace(name);
     let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
     let written = std::mem::take(&mut keep.written);

@@ -49,7 +49,7 @@ fn a_loaded_file_weighs_its_parts_without_making_their_one_value_columns() {
     let (_root, store) = store_with_report(id);
     // As a report stored before 2026-12, with its trace.
     let mut w = store.data_writer(id).expect("writer");
-    let mut keep = Keep::new(w.as_mut(), true);
+    let mut keep = KeepingSink::new(w.as_mut(), true);
     let path = memlens_tests_trace("mlp_train.pickle");
     let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
     let mut t = written_tables(&keep.written, 0);
@@ -101,8 +101,11 @@ impl DataWriter for OldLayout<'_> {
 }
 struct WriteOld<'a>(OldLayout<'a>);
 impl PipelineSink for WriteOld<'_> {
-    fn keeps_tables(&self) -> bool {
-        true
+    fn keeps(&self) -> Keep {
+        Keep {
+            tables: true,
+            ..Keep::default()
+        }
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         for d in out.devices.iter_mut() {
