@@ -3,11 +3,10 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 RUN rustup target add wasm32-unknown-unknown \
- && cargo install trunk --version 0.21.14 --locked \
  && cargo install wasm-bindgen-cli --version =0.2.130
 COPY . .
 RUN cargo fetch --locked \
- && trunk build --release \
+ && cargo run --locked -p memlens-bundle -- --release \
  && cargo build --release --locked -p memlens \
  && cp target/release/memlens /usr/local/bin/memlens
 

@@ -1,4 +1,4 @@
-//! memlens web UI (leptos, client-side rendered, built with trunk).
+//! memlens web UI (leptos, client-side rendered, bundled by `memlens-bundle`).
 //!
 //! Three pages: `/` (upload, then follow processing; reports opened in this browser are listed
 //! from local storage), `/r/{id}` (the shareable report: cards, the flame-style timeline,

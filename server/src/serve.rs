@@ -46,7 +46,7 @@ pub struct ServeArgs {
     /// instead of queueing without bound (`/healthz`, `/metrics` and pages are not counted).
     #[arg(long, env = "MEMLENS_MAX_IN_FLIGHT", default_value_t = 512)]
     pub max_in_flight: usize,
-    /// The built frontend (trunk's `dist`).
+    /// The built frontend (`memlens-bundle`'s `dist`).
     #[arg(long, env = "MEMLENS_STATIC_DIR", default_value = "dist")]
     pub static_dir: PathBuf,
     /// Category rules for every report (`category: regex` lines, see `memlens analyze --help`).

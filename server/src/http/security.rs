@@ -8,7 +8,7 @@ use axum::http::{header, HeaderValue};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-/// `'sha256-…'` sources for every inline `<script>` of the page (trunk's module loader).
+/// `'sha256-…'` sources for every inline `<script>` of the page (the bundle's module loader).
 fn inline_script_hashes(html: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = html;

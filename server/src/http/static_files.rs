@@ -1,5 +1,5 @@
 //! The built frontend (`--static-dir`): each asset's gzipped twin (written beside it by
-//! Trunk.toml's post-build hook) goes to clients that accept gzip, and assets named by their
+//! `memlens-bundle`) goes to clients that accept gzip, and assets named by their
 //! content hash (`memlens-frontend-<hash>.js`, `…_bg.wasm`, `style-<hash>.css`) are cached
 //! for a year without revalidation: a new build has new names. Everything else (the page
 //! itself, unknown paths answered with it) is revalidated on every load.
@@ -37,7 +37,7 @@ async fn cache_policy(req: Request, next: Next) -> Response {
 }
 
 /// Whether a path names a file by its content: a `-` then 16 hex digits, then `.` or `_`
-/// (Trunk's `name-<hash>.ext` and wasm-bindgen's `name-<hash>_bg.wasm`).
+/// (`memlens-bundle`'s `name-<hash>.ext` and `name-<hash>_bg.wasm`).
 fn is_content_hashed(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or("");
     name.rsplit_once('-').is_some_and(|(_, rest)| {

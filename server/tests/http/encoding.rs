@@ -26,7 +26,7 @@ fn built_assets_go_out_gzipped_and_cached_by_their_content_hash() {
     let dir = tmpdir("gzip");
     let s = Server::serve_on(&dir, &[]);
     // An asset named by its hash and its gzipped twin, as the frontend build writes them
-    // (Trunk.toml's hook).
+    // (`memlens-bundle`).
     let name = "app-0123456789abcdef_bg.wasm";
     let wasm: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     let asset = dir.join("dist").join(name);
