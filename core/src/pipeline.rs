@@ -464,7 +464,7 @@ pub fn run_with(
 /// one waits its turn, so that at most one large file's tables are held at a time.
 const IMPORT_AHEAD_BYTES: u64 = 256 << 20;
 /// How many times its size gzipped content is taken to hold once inflated (PyTorch snapshots
-/// deflate about ten to one; the shared bench file 9.7): what an upload that may be gzip counts
+/// deflate about ten to one): what an upload that may be gzip counts
 /// as here, and a gzipped upload in the server's memory reservation for an ingest.
 pub const GZIP_RATIO: u64 = 10;
 

@@ -287,8 +287,8 @@ fn analyze_device_with(
     // What needs nothing of the replay is done before waiting for it (on a long trace, the
     // replay's thread is the last to finish).
     add_category_columns(&mut lifetimes, &placed)?;
-    // From here on the columns say what the placements said (2 bytes an allocation: 22 MiB at
-    // the top of the 2 GB generated snapshot's ingest, where the usage series is made).
+    // From here on the columns say what the placements said (2 bytes an allocation, let go
+    // before the usage series, the ingest's peak, is made).
     drop(placed);
     let alloc_count = ev.action().iter().filter(|&&a| a == Action::Alloc as u8).count();
     let pools = memory_pools(t, ev)?;

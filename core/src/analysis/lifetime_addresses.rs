@@ -2,8 +2,8 @@
 //! column through the analyses.
 //!
 //! No analysis reads a lifetime's address: only a stored report's queries do. Yet a run that
-//! stores its lifetimes held them as a column (4 bytes an allocation, 45 MiB on the 2 GB
-//! generated snapshot) beside the whole trace, at the top of a server's ingest. Each address
+//! stores its lifetimes would hold them as a column (4 bytes an allocation) beside the whole
+//! trace, at the top of a server's ingest. Each address
 //! is the trace's at one of the allocation's ends: its `alloc` entry (`alloc_idx`), else its
 //! `free_completed` (`free_idx`). Only the rows of blocks live in the snapshot that no entry
 //! explains (the last rows, neither end in the trace) keep theirs here

@@ -2,10 +2,9 @@
 //! trace entry frees at most one allocation, so the lifetimes' `free_idx` values are distinct
 //! entries of the device, and a row's place is the number of set entries before its own in a
 //! bitmap of them. The rows come a window of entries at a time ([`RowsByEntry::in_windows`]):
-//! on the 2 GB generated snapshot (11.7 M frees over 35 M entries) the category budget held
-//! all of them at once, 4 bytes a free, at the top of the analyses' memory (44 MiB over what
-//! was held before and after); a quarter at a time it holds 12 MB, for one more pass over the
-//! column a window. Sorting `(entry, row)` pairs, before, held 8 bytes a free.
+//! holding all of them at once (4 bytes a free) would sit at the top of the analyses' memory;
+//! a quarter at a time costs one more pass over the column a window. Sorting `(entry, row)`
+//! pairs would hold 8 bytes a free.
 
 use std::ops::Range;
 

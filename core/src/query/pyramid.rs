@@ -306,8 +306,8 @@ impl BucketRuns {
 /// of values folded from the value before it, whole blocks of `pyramid` (built over `values`,
 /// or [`NO_BLOCKS`]) read from the pyramid — the entry-by-entry answer of
 /// [`bucket_min_max_by_entries`]. Without blocks, a run's min and max are found in one pass
-/// (two folds, one for each, took six times as long): a 2 GB snapshot's first view (35 M
-/// entries), which every ingest draws, and its chart.
+/// rather than two folds: a large snapshot's first view, which every ingest draws, and its
+/// chart.
 pub(super) fn bucket_min_max_sorted<S: Series>(
     runs: &BucketRuns,
     values: S,

@@ -122,7 +122,7 @@ pub fn address_columns(addr: NarrowI64, n: usize) -> Vec<Column> {
 /// The heap bytes a frame's columns hold, a one-value (scalar) column counted as nothing:
 /// polars' own `DataFrame::estimated_size` makes such a column into a full array to measure
 /// it and keeps that array as long as the column lives (8 bytes a row for a trace's device,
-/// stream and `device_free`: 50 MB on the bench file, over 400 MB on a 25 M-entry trace).
+/// stream and `device_free`).
 pub fn held_bytes(df: &DataFrame) -> usize {
     df.columns()
         .iter()

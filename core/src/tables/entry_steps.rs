@@ -1,7 +1,6 @@
 //! A series over a device's trace entries that changes at few of them — reserved bytes change
 //! only on segment events, a few thousand of a trace's millions of entries — held as its
-//! changes instead of one value per entry (8 bytes per entry saved: 21 MB on the bench file,
-//! 200 MB on a 25 M-entry trace). Read in place: the value after any entry is a binary search,
+//! changes instead of one value per entry (8 bytes per entry saved). Read in place: the value after any entry is a binary search,
 //! a timeline's buckets cost the changes inside the window ([`crate::query::bucket_min_max_steps`]).
 
 use polars::prelude::*;

@@ -5,7 +5,7 @@
 //! block of 4 GiB or more is rare), its timestamps as µs after the first when the trace
 //! spans under 71 minutes, and its addresses as 512-byte units from a base when they lie
 //! within 1 TiB of the first: 4 bytes an entry less for each (8 for the addresses) for as long
-//! as the trace lives, 133 MiB (267) on a 35 M-entry snapshot. Its sizes are codes of
+//! as the trace lives. Its sizes are codes of
 //! `(size, stack)` pairs while there are few ([`crate::tables::SizesAndStacks`]). The
 //! analyses read them through this type, so they read a stored report from before (i64) and one
 //! from now alike.

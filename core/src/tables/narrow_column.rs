@@ -3,8 +3,8 @@
 //! its first, for traces up to 71 minutes long) and its sizes (below 4 GiB) take half the
 //! memory while the decoder's memo is alive beside them. The timestamps become the i64 column
 //! the analyses read once the memo is gone ([`NarrowI64::into_vec`]); sizes that fit stay u32
-//! for good ([`NarrowI64::into_u32_or_i64`]). On the 2 GB generated snapshot that is 280 MB
-//! less at the top of the decoding. The values read back are always the ones pushed.
+//! for good ([`NarrowI64::into_u32_or_i64`]), at the top of the decoding's memory. The values
+//! read back are always the ones pushed.
 
 use crate::infra::fault_ahead::FaultAhead;
 

@@ -1,7 +1,6 @@
 //! Stack ids pushed one by one, held as u16 while every id is below 65,536 and as u32 from
 //! the first that is not. Ids are interned in the order stacks are first met, so a column
-//! widens at most once, at its 65,536th distinct stack. Traces hold far fewer (each real
-//! snapshot in `shared/traces` under 50, the 2 GB generated one 3): an allocation's lifetime
+//! widens at most once, at its 65,536th distinct stack. Traces hold far fewer: an allocation's lifetime
 //! row then takes 2 bytes for its stack instead of 4, and so does a trace entry where the
 //! trace has too many `(size, stack)` pairs to code them ([`super::SizesAndStacks`]).
 //! `dataframes` and the lifetimes make it a u16 or u32 column; the analyses read either as

@@ -4,10 +4,9 @@
 //! first pair that does not fit.
 //!
 //! A call site allocates the same few sizes again and again (a layer's activations, its
-//! gradients, the optimizer's state), so a trace has few distinct pairs: every real snapshot in
-//! `shared/traces` under 300 for up to 180,000 entries, the 2 GB generated one 3. One code takes 2 bytes an entry where
-//! a u32 size and a u16 stack id took 6: 133 MiB less on the 2 GB generated snapshot's 35 M
-//! entries, in the decoder's builders and for as long as the trace lives. `dataframes` makes
+//! gradients, the optimizer's state), so a trace has few distinct pairs. One code takes 2 bytes
+//! an entry where a u32 size and a u16 stack id take 6, in the decoder's builders and for as
+//! long as the trace lives. `dataframes` makes
 //! the codes the events' `size_stack` column and the pairs the `size_stacks` table; the
 //! analyses read the sizes as a [`crate::tables::int_slice::IntSlice`] and the ids as
 //! [`crate::tables::stack_ids::StackIds`] either way.

@@ -1,8 +1,7 @@
 //! `SegmentBlocks`: one segment's blocks by address, as the segment-map replay changes them.
 //!
 //! The replay finds, frees, carves and merges blocks for nearly every trace entry it undoes.
-//! A segment holds tens of blocks most of the time (30–80 on the bench file's 2 MiB segments),
-//! a few hold thousands (an expandable segment, a fragmented large one, one a leak fills). Few
+//! A segment holds tens of blocks most of the time, a few hold thousands (an expandable segment, a fragmented large one, one a leak fills). Few
 //! blocks are one vector sorted by address — a binary search, and a move of at most
 //! [`TO_MAP`] blocks on an insert or a remove —, far cheaper than a `BTreeMap`'s range
 //! searches at that size (they were most of the replay); many are [`BlockChunks`], short

@@ -3,8 +3,7 @@
 //! The replay finds the segment holding an address for every trace entry it undoes, and
 //! changes the set of segments only on segment events (a few per thousand entries). A binary
 //! search over a vector answers the first far cheaper than a `BTreeMap` range (which searches
-//! for both ends of the range: about 130 instructions an entry on the bench file, most of the
-//! replay's segment work), at the price of moving the later segments on an insert or a remove.
+//! for both ends of the range), at the price of moving the later segments on an insert or a remove.
 
 use super::blocks::SegmentBlocks;
 

@@ -16,10 +16,8 @@
 //! `packed_blocks` ([`PackedBlocks`]) and `packed_entries` ([`super::packed_entries`]), null on
 //! the other rows. Objects stored before these columns hold their blocks and entries as rows of
 //! kinds 2 and 3, and read back as they did. A row each block and entry was most of the work
-//! of storing a GB-scale report: on the 2 GB generated snapshot (385 objects, up to 181 K
-//! blocks in each state) `memlens-bench-segments` wrote them in 5.2 s as 35.9 MiB, and decoded
-//! one for a map in 4.3 ms (p50); packed, 3.3 s, 2.0 MiB and 2.9 ms (the bench file: 0.19 ->
-//! 0.15 s, 7.6 -> 8.9 MiB, 1.0 -> 0.7 ms).
+//! of storing a GB-scale report; packed, they are smaller and faster both ways
+//! (`memlens-bench-segments`, BENCHMARKS.md).
 
 use memlens_api::{BlockState, SegmentMap};
 use polars::prelude::*;

@@ -337,8 +337,7 @@ mod tests {
         assert_eq!(spacing(0, CHECKPOINTS), MIN_SPACING);
         // n / count where that lies between the bounds.
         assert_eq!(spacing(5_000_000, CHECKPOINTS), 5_000_000usize.div_ceil(128));
-        // A long trace: no farther apart than MAX_SPACING (the 2 GB generated snapshot: 350
-        // checkpoints) …
+        // A long trace: no farther apart than MAX_SPACING …
         assert_eq!(spacing(12_800_000, CHECKPOINTS), MAX_SPACING);
         assert_eq!(spacing(35_000_000, CHECKPOINTS), MAX_SPACING);
         // … unless that would make more than MAX_SPACING_FACTOR × count of them.

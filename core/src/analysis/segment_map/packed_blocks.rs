@@ -2,8 +2,7 @@
 //! of the block before (0 where blocks tile a segment, as they do), its size, the bytes it
 //! holds beyond its request and its stack, as variable-length integers, then its state: about
 //! 7 bytes a block where a plain `(address, Block)` takes 32. An ingest holds its segment
-//! map's checkpoints until it stores them: 255 MiB of plain blocks on the 2 GB generated
-//! snapshot. Hand-written: the encoding is a few lines of LEB128, and a general compressor
+//! map's checkpoints until it stores them. Hand-written: the encoding is a few lines of LEB128, and a general compressor
 //! alone would cost the replay thread, the ingest's critical path, far more time than on
 //! these few bytes (a held checkpoint's are compressed after, `segment_checkpoints.rs`).
 

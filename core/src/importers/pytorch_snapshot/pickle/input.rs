@@ -3,8 +3,8 @@
 //!
 //! Its buffer is filled by `read` calls on the decoder's thread, or ([`Input::read_ahead`],
 //! for a large plain file) by a thread of its own ([`super::read_ahead`]), which hands over
-//! whole buffers: the kernel's copy of the file's bytes (0.25 s of a 2 GB snapshot's 4 s
-//! decode) is then made on the machine's other core, and only the few bytes an opcode spans
+//! whole buffers: the kernel's copy of the file's bytes is then made on the machine's other
+//! core, and only the few bytes an opcode spans
 //! across two buffers are copied again.
 
 use std::io::Read;

@@ -11,8 +11,8 @@
 //! of a handful) and its frame list (a stack id, from however many stacks the program has).
 //! So past its first [`PLAIN_SLOTS`] (plain words, read as fast as before), the slots are held
 //! in pages of [`PAGE`]: the newest two as plain words, the ones before each as its distinct
-//! words and, per slot, the bits that pick one of them ([`PackedPage`]). On the 2 GB generated
-//! snapshot that is a few bits a slot instead of 32 for 84 % of its slots. A page whose words
+//! words and, per slot, the bits that pick one of them ([`PackedPage`]): a few bits a slot
+//! instead of 32 for most slots of a long trace. A page whose words
 //! hardly repeat stays plain, and so does one a store reaches after it was packed (a container
 //! that died replaced by its stand-in), so a hostile pickle can make it no larger than before.
 //! Every slot reads back the word it was given.
