@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use memlens::storage::reportdata;
-use memlens::storage::store::{DataWriter, LocalStore, ReportRecord, ReportState, ReportStore};
+use memlens::storage::store::{DataWriter, LocalStore, ReportId, ReportRecord, ReportState, ReportStore};
 use memlens_api::Stage;
 use memlens_core::pipeline::{self, EarlyFrames, Input, Keep, PipelineSink, SinkError, SnapshotOutput};
 
@@ -75,7 +75,7 @@ fn main() {
     };
     let root = tempfile::tempdir().unwrap_or_else(|e| fail("a temporary folder", &e));
     let store: Arc<dyn ReportStore> = Arc::new(LocalStore::open(root.path()).unwrap_or_else(|e| fail("the store", &e)));
-    let id = "00000000000000000000000000000000";
+    let id = &ReportId::new();
     // A report is created from its uploads; this one has an empty one (the bench reads FILE).
     store
         .upload_writer(id, "0-bench")

@@ -2,15 +2,16 @@
 //! chosen snapshot device or NVML GPU.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use memlens_api::ChartParams;
 
 use super::error::{internal, ApiError, Q};
 use super::queries::{frames_of, pick, pick_gpu};
-use super::state::{loaded_file, loaded_gpu_logs, summary_of, Shared};
+use super::state::{loaded_file, loaded_gpu_logs, summary_of, ReportPath, Shared};
 use crate::charts::{render_png, render_svg, Chart};
+use crate::ids::ReportId;
 use crate::storage::reportdata::{self, CHART_PNG, CHART_SVG};
 
 /// What a chart request draws.
@@ -20,7 +21,7 @@ enum Target {
     Gpu { log: usize, gpu: i64 },
 }
 
-async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Response, ApiError> {
+async fn chart(st: Shared, id: ReportId, q: ChartParams, svg: bool) -> Result<Response, ApiError> {
     let r = summary_of(&st, &id).await?;
     let (ctype, key) = if svg {
         ("image/svg+xml", CHART_SVG)
@@ -109,7 +110,7 @@ async fn chart(st: Shared, id: String, q: ChartParams, svg: bool) -> Result<Resp
 #[utoipa::path(get, path = "/api/reports/{id}/chart.png", tag = "charts", params(("id" = String, Path), ChartParams), responses((status = 200, content_type = "image/png")))]
 pub async fn chart_png(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<ChartParams>,
 ) -> Result<Response, ApiError> {
     chart(st, id, q, false).await
@@ -118,7 +119,7 @@ pub async fn chart_png(
 #[utoipa::path(get, path = "/api/reports/{id}/chart.svg", tag = "charts", params(("id" = String, Path), ChartParams), responses((status = 200, content_type = "image/svg+xml")))]
 pub async fn chart_svg(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<ChartParams>,
 ) -> Result<Response, ApiError> {
     chart(st, id, q, true).await

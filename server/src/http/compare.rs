@@ -11,7 +11,7 @@ use memlens_core::analysis::run::busiest_device;
 
 use super::error::{internal, ApiError, Q};
 use super::queries::{blocking, frames_of};
-use super::state::{loaded_file, summary_of, Shared};
+use super::state::{link_id, loaded_file, summary_of, Shared};
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::stacks::StackResolver;
 
@@ -81,16 +81,16 @@ fn label(s: &AnalyzeOutput, fi: usize, device: i64) -> (String, Option<u32>) {
               (status = 404, body = memlens_api::ErrorBody)))]
 pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result<Json<Comparison>, ApiError> {
     let (ra, rb) = (side_ref("a", &q.a)?, side_ref("b", &q.b)?);
-    let (sa, sb) = (summary_of(&st, &ra.report).await?, summary_of(&st, &rb.report).await?);
+    let (report_a, report_b) = (link_id(&ra.report)?, link_id(&rb.report)?);
+    let (sa, sb) = (summary_of(&st, &report_a).await?, summary_of(&st, &report_b).await?);
     let ((fa, da), (fb, db)) = (device_of(&sa, &ra)?, device_of(&sb, &rb)?);
     let (dev_a, dev_b) = (da.device, db.device);
     let (la, lb) = (
-        loaded_file(&st, &ra.report, fa).await?,
-        loaded_file(&st, &rb.report, fb).await?,
+        loaded_file(&st, &report_a, fa).await?,
+        loaded_file(&st, &report_b, fb).await?,
     );
     let width = q.width.unwrap_or(COMPARE_WIDTH);
     let both = std::sync::Arc::new((sa, sb, la.clone(), lb.clone()));
-    let (report_a, report_b) = (ra.report.clone(), rb.report.clone());
     let c = blocking(both, move |(sa, sb, la, lb)| {
         let parts = |f: &crate::storage::reportdata::LoadedFile| -> Result<_, ApiError> {
             Ok((f.devices().map_err(internal)?, f.stacks().map_err(internal)?))

@@ -6,8 +6,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use memlens_api::{ReportState, SideRef};
 
-use super::state::{record, summary_of, Shared};
-use crate::ids;
+use super::state::{link_id, record, summary_of, Shared};
+use crate::ids::ReportId;
 use crate::storage::reportdata::{self, CHART_PNG};
 
 fn escape(s: &str) -> String {
@@ -18,11 +18,8 @@ fn escape(s: &str) -> String {
 }
 
 /// Whether the report's data has a default chart (reports of per-process logs alone have none).
-async fn has_chart(st: &Shared, id: &str) -> bool {
-    if !ids::is_report_id(id) {
-        return false;
-    }
-    let (store, id) = (st.store.clone(), id.to_owned());
+async fn has_chart(st: &Shared, id: &ReportId) -> bool {
+    let (store, id) = (st.store.clone(), id.clone());
     tokio::task::spawn_blocking(move || reportdata::read_object(store.as_ref(), &id, CHART_PNG))
         .await
         .ok()
@@ -55,12 +52,17 @@ fn title_tags(title: &str) -> String {
     )
 }
 
+/// The share page of a report (any path id: the page itself says when there is no such report).
 pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
-    let rec = record(&st, &id).await.ok();
+    let id = link_id(&id).ok();
+    let rec = match &id {
+        Some(id) => record(&st, id).await.ok(),
+        None => None,
+    };
     let name = rec.as_ref().map(|r| {
         r.meta
             .title
@@ -69,7 +71,8 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
             .unwrap_or_else(|| "report".to_owned())
     });
     let image = match &rec {
-        Some(r) if r.state == ReportState::Ready && has_chart(&st, &id).await => {
+        Some(r) if r.state == ReportState::Ready && has_chart(&st, &r.id).await => {
+            let id = &r.id;
             Some(format!("http://{host}/api/reports/{id}/chart.png"))
         }
         _ => None,
@@ -92,8 +95,8 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
 pub async fn compare_page(State(st): State<Shared>, Path((a, b)): Path<(String, String)>) -> Response {
     let mut names = Vec::new();
     for side in [&a, &b] {
-        let name = match SideRef::parse(side) {
-            Some(r) => summary_of(&st, &r.report)
+        let name = match SideRef::parse(side).and_then(|r| Some((link_id(&r.report).ok()?, r))) {
+            Some((id, r)) => summary_of(&st, &id)
                 .await
                 .ok()
                 .and_then(|s| s.files.get(r.file.unwrap_or(0)).map(|f| f.file.clone())),

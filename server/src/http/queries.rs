@@ -21,7 +21,8 @@ use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query;
 
 use super::error::{internal, ApiError, Q};
-use super::state::{loaded_file, loaded_gpu_logs, summary_of, Shared};
+use super::state::{link_id, loaded_file, loaded_gpu_logs, summary_of, ReportPath, Shared};
+use crate::ids::ReportId;
 use crate::storage::reportdata::stored_segments::SegmentAt;
 use crate::storage::reportdata::LoadedFile;
 
@@ -78,7 +79,7 @@ pub fn frames_of(devices: &[DeviceFrames], device: i64) -> Result<&DeviceFrames,
 /// loaded from the store if the cache does not hold them yet.
 pub async fn with_file<T: Send + 'static>(
     st: &Shared,
-    id: &str,
+    id: &ReportId,
     file: usize,
     query: impl FnOnce(&LoadedFile) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -100,7 +101,7 @@ pub async fn blocking<D: Send + Sync + 'static, T: Send + 'static>(
     params(("id" = String, Path), TimelineParams), responses((status = 200, body = Timeline)))]
 pub async fn timeline(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<TimelineParams>,
 ) -> Result<Json<Timeline>, ApiError> {
     let s = summary_of(&st, &id).await?;
@@ -149,7 +150,7 @@ static WARMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Builds a device's view indexes on the blocking pool behind a stored first view: the page
 /// that asked for it zooms next.
-fn warm_view(st: Shared, id: String, file: usize, f: Arc<LoadedFile>, device: i64, axis: TimelineAxis) {
+fn warm_view(st: Shared, id: ReportId, file: usize, f: Arc<LoadedFile>, device: i64, axis: TimelineAxis) {
     tokio::task::spawn_blocking(move || {
         let _one_at_a_time = WARMING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // While it waited, the cache may have let the file go (or a query opened it again):
@@ -184,7 +185,7 @@ fn axis_of(q: &TimelineParams, d: &DeviceSummary) -> TimelineAxis {
     params(("id" = String, Path), TimelineParams), responses((status = 200, body = CategoryTimeline)))]
 pub async fn category_timeline(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<TimelineParams>,
 ) -> Result<Json<CategoryTimeline>, ApiError> {
     let s = summary_of(&st, &id).await?;
@@ -206,7 +207,7 @@ pub async fn category_timeline(
     params(("id" = String, Path), TimelineParams), responses((status = 200, body = FlameGraph)))]
 pub async fn flame(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<TimelineParams>,
 ) -> Result<Json<FlameGraph>, ApiError> {
     let s = summary_of(&st, &id).await?;
@@ -226,7 +227,7 @@ pub async fn flame(
     params(("id" = String, Path), SegmentsParams), responses((status = 200, body = SegmentMap)))]
 pub async fn segments(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<SegmentsParams>,
 ) -> Result<Json<SegmentMap>, ApiError> {
     let s = summary_of(&st, &id).await?;
@@ -265,7 +266,7 @@ pub async fn segments(
     params(("id" = String, Path), DeviceParams), responses((status = 200, body = FragmentationSeries)))]
 pub async fn fragmentation(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<DeviceParams>,
 ) -> Result<Json<FragmentationSeries>, ApiError> {
     let s = summary_of(&st, &id).await?;
@@ -279,7 +280,7 @@ pub async fn fragmentation(
 }
 
 /// The summary of one device of a ready report.
-async fn device_summary(st: &Shared, id: &str, q: &DeviceParams) -> Result<DeviceSummary, ApiError> {
+async fn device_summary(st: &Shared, id: &ReportId, q: &DeviceParams) -> Result<DeviceSummary, ApiError> {
     let r = summary_of(st, id).await?;
     Ok(pick(&r, q.file, q.device)?.1.clone())
 }
@@ -287,7 +288,7 @@ async fn device_summary(st: &Shared, id: &str, q: &DeviceParams) -> Result<Devic
 #[utoipa::path(get, path = "/api/reports/{id}/peak", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = Peak)))]
 pub async fn peak(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<DeviceParams>,
 ) -> Result<Json<Peak>, ApiError> {
     let d = device_summary(&st, &id, &q).await?;
@@ -305,7 +306,7 @@ pub async fn peak(
 #[utoipa::path(get, path = "/api/reports/{id}/leaks", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [LeakCandidate])))]
 pub async fn leaks(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<DeviceParams>,
 ) -> Result<Json<Vec<LeakCandidate>>, ApiError> {
     Ok(Json(device_summary(&st, &id, &q).await?.leaks))
@@ -314,7 +315,7 @@ pub async fn leaks(
 #[utoipa::path(get, path = "/api/reports/{id}/ooms", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [OomExplanation])))]
 pub async fn ooms(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<DeviceParams>,
 ) -> Result<Json<Vec<OomExplanation>>, ApiError> {
     Ok(Json(device_summary(&st, &id, &q).await?.ooms))
@@ -323,7 +324,7 @@ pub async fn ooms(
 #[utoipa::path(get, path = "/api/reports/{id}/annotations", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [PhaseRange])))]
 pub async fn annotations(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<DeviceParams>,
 ) -> Result<Json<Vec<PhaseRange>>, ApiError> {
     Ok(Json(device_summary(&st, &id, &q).await?.phases))
@@ -336,6 +337,7 @@ pub async fn stack(
     Path((id, stack)): Path<(String, u32)>,
     Q(q): Q<FileParams>,
 ) -> Result<Json<Vec<FrameView>>, ApiError> {
+    let id = link_id(&id)?;
     let frames = with_file(&st, &id, q.file.unwrap_or(0), move |f| {
         let stacks = f.stacks().map_err(internal)?;
         Ok(query::stack_frames(&stacks, stack))
@@ -357,7 +359,7 @@ fn parse_address(a: &str) -> Result<i64, ApiError> {
     params(("id" = String, Path), SearchParams), responses((status = 200, body = SearchResult)))]
 pub async fn allocations(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<SearchParams>,
 ) -> Result<Json<SearchResult>, ApiError> {
     let addr = match q.addr.as_deref().map(str::trim) {
@@ -384,7 +386,7 @@ pub async fn allocations(
     params(("id" = String, Path), GpuSamplesParams), responses((status = 200, body = GpuSeries)))]
 pub async fn gpu_samples(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<GpuSamplesParams>,
 ) -> Result<Json<GpuSeries>, ApiError> {
     let s = summary_of(&st, &id).await?;
@@ -414,7 +416,7 @@ pub async fn gpu_samples(
     params(("id" = String, Path), WhatIfParams), responses((status = 200, body = WhatIfFile), (status = 400, body = memlens_api::ErrorBody)))]
 pub async fn whatif(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<WhatIfParams>,
 ) -> Result<Json<WhatIfFile>, ApiError> {
     let s = summary_of(&st, &id).await?;

@@ -3,19 +3,19 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use memlens_api::{AnalyzeOutput, DeleteParams, ErrorBody, MetaPatch, ServerLimits, Status};
 
 use super::error::{internal, ApiError, Q};
-use super::state::{now, record, status_of, summary_of, Shared};
-use crate::ids;
+use super::state::{now, record, status_of, summary_of, ReportPath, Shared};
+use crate::ids::{self, ReportId};
 use crate::storage::store::ReportRecord;
 
 #[utoipa::path(get, path = "/api/reports/{id}/status", tag = "reports", params(("id" = String, Path)),
     responses((status = 200, body = Status), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody)))]
-pub async fn status(State(st): State<Shared>, Path(id): Path<String>) -> Result<Json<Status>, ApiError> {
+pub async fn status(State(st): State<Shared>, ReportPath(id): ReportPath) -> Result<Json<Status>, ApiError> {
     let rec = record(&st, &id).await?;
     Ok(Json(status_of(&st, &rec)))
 }
@@ -23,18 +23,15 @@ pub async fn status(State(st): State<Shared>, Path(id): Path<String>) -> Result<
 #[utoipa::path(get, path = "/api/reports/{id}", tag = "reports", params(("id" = String, Path)),
     responses((status = 200, body = AnalyzeOutput, description = "the same JSON as `memlens analyze --json`"),
               (status = 202, body = ErrorBody), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn summary(State(st): State<Shared>, Path(id): Path<String>) -> Result<Json<AnalyzeOutput>, ApiError> {
+pub async fn summary(State(st): State<Shared>, ReportPath(id): ReportPath) -> Result<Json<AnalyzeOutput>, ApiError> {
     Ok(Json(Arc::unwrap_or_clone(summary_of(&st, &id).await?)))
 }
 
 /// The report's record when the request carries its owner token (`X-Delete-Token` or
 /// `?token=`): 404 for no such report, 403 for a wrong or missing token.
-async fn owned(st: &Shared, id: &str, q: DeleteParams, headers: &HeaderMap) -> Result<ReportRecord, ApiError> {
-    if !ids::is_report_id(id) {
-        return Err(ApiError::NotFound);
-    }
+async fn owned(st: &Shared, id: &ReportId, q: DeleteParams, headers: &HeaderMap) -> Result<ReportRecord, ApiError> {
     let store = st.store.clone();
-    let id2 = id.to_owned();
+    let id2 = id.clone();
     let rec = tokio::task::spawn_blocking(move || store.get(&id2))
         .await
         .map_err(internal)?
@@ -59,7 +56,7 @@ async fn owned(st: &Shared, id: &str, q: DeleteParams, headers: &HeaderMap) -> R
     responses((status = 200, body = Status), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn edit_meta(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<DeleteParams>,
     headers: HeaderMap,
     body: axum::body::Bytes,
@@ -101,7 +98,7 @@ pub async fn edit_meta(
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn delete_report(
     State(st): State<Shared>,
-    Path(id): Path<String>,
+    ReportPath(id): ReportPath,
     Q(q): Q<DeleteParams>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {

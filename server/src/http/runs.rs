@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use memlens_api::{ReportMeta, ReportState};
 
-use crate::ids;
+use crate::ids::{self, ReportId};
 use crate::storage::store::{ReportRecord, StoredFile};
 
 /// How long a run waits for its next rank before it is created with what it has.
@@ -24,7 +24,7 @@ const MAX_RUN_KEY: usize = 200;
 
 /// A run still gathering its ranks.
 pub struct Gathering {
-    pub id: String,
+    pub id: ReportId,
     /// The owner token every rank's answer carries (the ranks of a job share it).
     pub token: String,
     pub files: Vec<StoredFile>,
@@ -61,7 +61,7 @@ pub struct Runs {
 
 /// Where one rank's upload goes.
 pub struct Slot {
-    pub id: String,
+    pub id: ReportId,
     pub token: String,
     /// The first upload key index for this rank's files.
     pub first_key: usize,
@@ -85,9 +85,9 @@ impl Runs {
     }
 
     /// Adds a rank's received files; returns the run, closed, when it is complete.
-    pub fn arrived(&self, id: &str, files: Vec<StoredFile>, expected: Option<u32>) -> Option<Gathering> {
+    pub fn arrived(&self, id: &ReportId, files: Vec<StoredFile>, expected: Option<u32>) -> Option<Gathering> {
         let mut runs = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let key = runs.iter().find(|(_, g)| g.id == id).map(|(k, _)| k.clone())?;
+        let key = runs.iter().find(|(_, g)| &g.id == id).map(|(k, _)| k.clone())?;
         let g = runs.get_mut(&key)?;
         g.files.extend(files);
         g.last = Instant::now();
@@ -113,16 +113,16 @@ impl Runs {
     }
 
     /// A run still gathering, as its report will be.
-    pub fn pending(&self, id: &str) -> Option<ReportRecord> {
+    pub fn pending(&self, id: &ReportId) -> Option<ReportRecord> {
         let runs = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        runs.values().find(|g| g.id == id).map(Gathering::record)
+        runs.values().find(|g| &g.id == id).map(Gathering::record)
     }
 }
 
 /// A new run's gathering state.
 pub fn open_run(meta: ReportMeta, created_at: i64, expires_at: Option<i64>) -> Gathering {
     Gathering {
-        id: ids::new_report_id(),
+        id: ReportId::new(),
         token: ids::new_delete_token(),
         files: Vec::new(),
         next_key: 0,

@@ -7,13 +7,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
 use memlens_api::{AnalyzeOutput, ReportState, Stage, Status};
 use polars::prelude::DataFrame;
 
 use super::auth::{UploadAuth, UploadLimit};
 use super::error::{internal, ApiError};
 use super::runs::Runs;
-use crate::ids;
+use crate::ids::ReportId;
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
 use crate::storage::filecache::LoadedFiles;
@@ -49,11 +51,32 @@ pub struct AppState {
     pub config: HttpConfig,
     /// Loaded files by report id and file index, shared with this process's ingest.
     pub files: Arc<LoadedFiles>,
-    summaries: quick_cache::sync::Cache<String, Arc<AnalyzeOutput>>,
-    gpu_logs: quick_cache::sync::Cache<String, Arc<Vec<DataFrame>>>,
+    summaries: quick_cache::sync::Cache<ReportId, Arc<AnalyzeOutput>>,
+    gpu_logs: quick_cache::sync::Cache<ReportId, Arc<Vec<DataFrame>>>,
 }
 
 pub type Shared = Arc<AppState>;
+
+/// The report a request's path names (`/api/reports/{id}/…`, `/r/{id}`): an id of any shape
+/// but a minted one is a 404, as an unknown one is, so a path never reaches the store with a
+/// name it could misuse.
+pub struct ReportPath(pub ReportId);
+
+impl<S: Send + Sync> FromRequestParts<S> for ReportPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::NotFound)?;
+        link_id(&id).map(ReportPath)
+    }
+}
+
+/// The report id a link names; any other shape is a 404.
+pub fn link_id(id: &str) -> Result<ReportId, ApiError> {
+    ReportId::from_link(id).ok_or(ApiError::NotFound)
+}
 
 impl AppState {
     pub fn new(
@@ -79,7 +102,7 @@ impl AppState {
     }
 
     /// Drops a report from the caches (after it was deleted).
-    pub fn forget(&self, id: &str) {
+    pub fn forget(&self, id: &ReportId) {
         self.summaries.remove(id);
         self.gpu_logs.remove(id);
         self.files.forget(id);
@@ -93,12 +116,9 @@ pub fn now() -> i64 {
 }
 
 /// The index record of a report that exists and has not expired.
-pub async fn record(st: &Shared, id: &str) -> Result<ReportRecord, ApiError> {
-    if !ids::is_report_id(id) {
-        return Err(ApiError::NotFound);
-    }
+pub async fn record(st: &Shared, id: &ReportId) -> Result<ReportRecord, ApiError> {
     let store = st.store.clone();
-    let id2 = id.to_owned();
+    let id2 = id.clone();
     let rec = tokio::task::spawn_blocking(move || store.get(&id2))
         .await
         .map_err(internal)?
@@ -122,7 +142,7 @@ pub fn status_of(st: &Shared, rec: &ReportRecord) -> Status {
         (ReportState::Processing, None) => (Stage::Processing, 0),
     };
     Status {
-        id: rec.id.clone(),
+        id: rec.id.to_string(),
         state: rec.state,
         stage,
         bytes_read: read.min(total),
@@ -136,7 +156,7 @@ pub fn status_of(st: &Shared, rec: &ReportRecord) -> Status {
 }
 
 /// The index record of a report that finished processing successfully.
-pub async fn ready(st: &Shared, id: &str) -> Result<ReportRecord, ApiError> {
+pub async fn ready(st: &Shared, id: &ReportId) -> Result<ReportRecord, ApiError> {
     let rec = record(st, id).await?;
     match rec.state {
         ReportState::Ready => Ok(rec),
@@ -148,13 +168,13 @@ pub async fn ready(st: &Shared, id: &str) -> Result<ReportRecord, ApiError> {
 /// The summary of a ready report (read from `summary.json`, without loading its tables). A
 /// report stored in a layout this server does not read is queued to be analysed again from
 /// its kept uploads, and answered as not ready meanwhile.
-pub async fn summary_of(st: &Shared, id: &str) -> Result<Arc<AnalyzeOutput>, ApiError> {
+pub async fn summary_of(st: &Shared, id: &ReportId) -> Result<Arc<AnalyzeOutput>, ApiError> {
     ready(st, id).await?;
     if let Some(s) = st.summaries.get(id) {
         return Ok(s);
     }
     let st2 = st.clone();
-    let id2 = id.to_owned();
+    let id2 = id.clone();
     let read = tokio::task::spawn_blocking(move || {
         // Loads of one key run one at a time: the first to find the layout unreadable queues
         // the report, and those after it find it no longer ready.
@@ -176,7 +196,7 @@ pub async fn summary_of(st: &Shared, id: &str) -> Result<Arc<AnalyzeOutput>, Api
 
 /// Queues a ready report stored in an unreadable layout `version` to be analysed again from
 /// its kept uploads (once, however many readers found it so). `None` once queued.
-fn analyse_again(st: &Shared, id: &str, version: u32) -> Option<ApiError> {
+fn analyse_again(st: &Shared, id: &ReportId, version: u32) -> Option<ApiError> {
     match st.store.get(id) {
         Ok(Some(rec)) if rec.state == ReportState::Ready => {}
         Ok(_) => return None,
@@ -187,14 +207,14 @@ fn analyse_again(st: &Shared, id: &str, version: u32) -> Option<ApiError> {
         return Some(internal(e));
     }
     // On the runtime's blocking pool: its handle is at hand.
-    st.ingest.enqueue(id.to_owned());
+    st.ingest.enqueue(id.clone());
     None
 }
 
 /// One snapshot file of a ready report, as the cache holds it (opened once however many
 /// requests ask at the same time; its parts load as queries read them); an index past the
 /// report's files is a 400.
-pub async fn loaded_file(st: &Shared, id: &str, file: usize) -> Result<Arc<LoadedFile>, ApiError> {
+pub async fn loaded_file(st: &Shared, id: &ReportId, file: usize) -> Result<Arc<LoadedFile>, ApiError> {
     let summary = summary_of(st, id).await?;
     if summary.files.get(file).is_none() {
         return Err(ApiError::BadRequest(format!("no file {file} in this report")));
@@ -205,7 +225,7 @@ pub async fn loaded_file(st: &Shared, id: &str, file: usize) -> Result<Arc<Loade
     });
     // Before a large part loads, the cache lets other files go (weakly held: a file must not
     // keep the cache, nor itself, alive).
-    let (files, me, id2) = (Arc::downgrade(&st.files), Arc::downgrade(&f), id.to_owned());
+    let (files, me, id2) = (Arc::downgrade(&st.files), Arc::downgrade(&f), id.clone());
     f.set_make_room(Box::new(move |extra| {
         if let (Some(files), Some(me)) = (files.upgrade(), me.upgrade()) {
             files.make_room(&id2, file, &me, extra);
@@ -215,13 +235,13 @@ pub async fn loaded_file(st: &Shared, id: &str, file: usize) -> Result<Arc<Loade
 }
 
 /// The NVML samples of a ready report, one frame per log.
-pub async fn loaded_gpu_logs(st: &Shared, id: &str) -> Result<Arc<Vec<DataFrame>>, ApiError> {
+pub async fn loaded_gpu_logs(st: &Shared, id: &ReportId) -> Result<Arc<Vec<DataFrame>>, ApiError> {
     let summary = summary_of(st, id).await?;
     if let Some(g) = st.gpu_logs.get(id) {
         return Ok(g);
     }
     let st2 = st.clone();
-    let id = id.to_owned();
+    let id = id.clone();
     tokio::task::spawn_blocking(move || {
         st2.gpu_logs.get_or_insert_with(&id, || {
             reportdata::load_gpu_logs(st2.store.as_ref(), &id, &summary)

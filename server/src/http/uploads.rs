@@ -18,7 +18,7 @@ use super::auth::{admit, Refusal};
 use super::error::{internal, store_error, ApiError, Q};
 use super::runs::open_run;
 use super::state::{now, Shared};
-use crate::ids;
+use crate::ids::{self, ReportId};
 use crate::storage::store::{BlobWriter, ReportRecord, StoredFile};
 use memlens_core::names::upload_name;
 
@@ -39,7 +39,7 @@ const WRITE_BATCH: usize = 4 << 20;
     responses((status = 201, body = Created), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 413, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: HeaderMap, req: Request) -> Response {
-    let id = ids::new_report_id();
+    let id = ReportId::new();
     // The peer's address (absent only when the router is served without connect info).
     let client = req
         .extensions()
@@ -147,7 +147,7 @@ async fn write_batch(writer: Box<dyn BlobWriter>, batch: Vec<u8>) -> Result<Box<
 /// while it arrives when the ingest can ([`crate::ingest::pre_import`]).
 async fn stream_to_store<S, E>(
     st: &Shared,
-    id: &str,
+    id: &ReportId,
     key: &str,
     mut chunks: S,
     budget: &mut u64,
@@ -158,7 +158,7 @@ where
     S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let (store, id2, key2) = (st.store.clone(), id.to_owned(), key.to_owned());
+    let (store, id2, key2) = (st.store.clone(), id.clone(), key.to_owned());
     let mut writer = tokio::task::spawn_blocking(move || store.upload_writer(&id2, &key2))
         .await
         .map_err(internal)?
@@ -191,7 +191,7 @@ where
             // allowed. Files leaving memory are freed on the blocking pool.
             if covered < bound && written.saturating_mul(2) > covered {
                 covered = bound.min(written.saturating_mul(4).max(WRITE_BATCH as u64));
-                let (ingest, id, key, upto) = (st.ingest.clone(), id.to_owned(), key.to_owned(), covered);
+                let (ingest, id, key, upto) = (st.ingest.clone(), id.clone(), key.to_owned(), covered);
                 tokio::task::spawn_blocking(move || ingest.reserve_for_pre_import(&id, &key, upto, &head))
                     .await
                     .map_err(internal)?;
@@ -219,7 +219,7 @@ where
 
 async fn receive(
     st: &Shared,
-    id: &str,
+    id: &ReportId,
     q: &UploadParams,
     headers: &HeaderMap,
     req: Request,
@@ -244,8 +244,8 @@ async fn receive(
         st.runs
             .join(key, KEYS_PER_UPLOAD, || open_run(q.meta(), created_at, expires_at))
     });
-    let id_owned = slot.as_ref().map_or_else(|| id.to_owned(), |s| s.id.clone());
-    let id = id_owned.as_str();
+    let id_owned = slot.as_ref().map_or_else(|| id.clone(), |s| s.id.clone());
+    let id = &id_owned;
     let first_key = slot.as_ref().map_or(0, |s| s.first_key);
     // A run's report waits for its last rank: its uploads are imported by its job. Others are
     // imported while they arrive, bounded by the body's declared length (else the budget).
@@ -301,7 +301,7 @@ async fn receive(
         None => {
             let token = ids::new_delete_token();
             let record = ReportRecord {
-                id: id.to_owned(),
+                id: id.clone(),
                 state: ReportState::Queued,
                 created_at,
                 expires_at,
@@ -319,10 +319,10 @@ async fn receive(
             .await
             .map_err(internal)?
             .map_err(store_error)?;
-        st.ingest.enqueue(id.to_owned());
+        st.ingest.enqueue(id.clone());
     }
     Ok(Created {
-        id: id.to_owned(),
+        id: id.to_string(),
         url: format!("/r/{id}"),
         delete_token: token,
     })

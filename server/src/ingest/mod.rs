@@ -33,7 +33,7 @@ use crate::ingest::pre_import::{FeedGuard, Forgotten, PreImports};
 use crate::metrics::Metrics;
 use crate::storage::filecache::LoadedFiles;
 use crate::storage::reportdata::{self, LoadedFile};
-use crate::storage::store::{DataWriter, ReportStore, StoreError};
+use crate::storage::store::{DataWriter, ReportId, ReportStore, StoreError};
 
 /// Live progress of one job.
 pub struct Progress {
@@ -220,7 +220,7 @@ impl StoreSink<'_> {
 pub struct Ingest {
     store: Arc<dyn ReportStore>,
     permits: Arc<Semaphore>,
-    progress: Mutex<HashMap<String, Arc<Progress>>>,
+    progress: Mutex<HashMap<ReportId, Arc<Progress>>>,
     metrics: Arc<Metrics>,
     options: ImportOptions,
     category_rules: FrameRules,
@@ -259,7 +259,7 @@ impl Ingest {
     /// `None` when it will be imported by its job instead (no free slot, a store that cannot
     /// read an upload back before it is finished, or a shared store's queue, whose job another
     /// process may claim).
-    pub fn begin_pre_import(&self, id: &str, key: &str, size_bound: u64) -> Option<FeedGuard> {
+    pub fn begin_pre_import(&self, id: &ReportId, key: &str, size_bound: u64) -> Option<FeedGuard> {
         if self.store.jobs().is_some() {
             return None;
         }
@@ -273,7 +273,7 @@ impl Ingest {
     /// job's own reservation covers the rest), in place of what it took before: the files used
     /// least recently leave before the import grows, instead of staying beside it while the
     /// upload arrives. `head`, the upload's first bytes, says whether it is gzipped.
-    pub fn reserve_for_pre_import(&self, id: &str, key: &str, upto: u64, head: &[u8]) {
+    pub fn reserve_for_pre_import(&self, id: &ReportId, key: &str, upto: u64, head: &[u8]) {
         if let Some(files) = &self.files {
             let gzip = head.starts_with(&[0x1f, 0x8b]);
             self.pre_imports.hold(id, key, files.reserve(peak_of(upto, gzip)));
@@ -282,7 +282,7 @@ impl Ingest {
 
     /// Forgets what was begun for the uploads of report `id` (refused, or never created); the
     /// imports' threads can be waited for through what is returned.
-    pub fn forget_pre_imports(&self, id: &str) -> Forgotten {
+    pub fn forget_pre_imports(&self, id: &ReportId) -> Forgotten {
         self.pre_imports.forget(id)
     }
 
@@ -291,7 +291,7 @@ impl Ingest {
         self.pre_imports.pending()
     }
 
-    pub fn progress(&self, id: &str) -> Option<Arc<Progress>> {
+    pub fn progress(&self, id: &ReportId) -> Option<Arc<Progress>> {
         self.progress.lock().ok()?.get(id).cloned()
     }
 
@@ -301,7 +301,7 @@ impl Ingest {
 
     /// Queues a report for processing. With a shared store this is nothing: the report's row
     /// is the job, and workers claim it from the index.
-    pub fn enqueue(self: &Arc<Self>, id: String) {
+    pub fn enqueue(self: &Arc<Self>, id: ReportId) {
         if self.store.jobs().is_some() {
             return;
         }
@@ -342,7 +342,7 @@ impl Ingest {
     /// For a report this server just processed and keeps in memory, builds what a page opened
     /// on it asks for first. Called once its outcome is recorded: the page opened when it reads
     /// as ready finds them built, or waits for this build instead of starting its own.
-    pub fn prepare_first_view(&self, id: &str) {
+    pub fn prepare_first_view(&self, id: &ReportId) {
         let Some(f) = self.files.as_ref().and_then(|files| files.get(id, 0)) else {
             return;
         };
@@ -354,10 +354,10 @@ impl Ingest {
         }
     }
 
-    pub fn process_job(&self, id: &str) -> JobOutcome {
+    pub fn process_job(&self, id: &ReportId) -> JobOutcome {
         let progress = Arc::new(Progress::default());
         if let Ok(mut m) = self.progress.lock() {
-            m.insert(id.to_owned(), progress.clone());
+            m.insert(id.clone(), progress.clone());
         }
         let outcome = self.run(id, &progress);
         // Whatever was imported ahead and not taken (a job that stopped early) goes too.
@@ -368,7 +368,7 @@ impl Ingest {
         outcome
     }
 
-    fn run(&self, id: &str, progress: &Arc<Progress>) -> JobOutcome {
+    fn run(&self, id: &ReportId, progress: &Arc<Progress>) -> JobOutcome {
         let started = Instant::now();
         progress.set_stage(Stage::Processing);
         let outcome = std::thread::scope(|scope| {
@@ -402,7 +402,7 @@ impl Ingest {
         }
     }
 
-    fn process(&self, id: &str, progress: &Arc<Progress>) -> Result<(), JobError> {
+    fn process(&self, id: &ReportId, progress: &Arc<Progress>) -> Result<(), JobError> {
         let internal = |e: &(dyn std::error::Error + 'static)| JobError::internal(e);
         let record = self
             .store
@@ -427,7 +427,7 @@ impl Ingest {
                     progress.bytes_read.fetch_add(f.size, Ordering::Relaxed);
                     return Input::begun(f.name.clone(), import);
                 }
-                let (store, id2, key, p) = (self.store.clone(), id.to_owned(), f.key.clone(), progress.clone());
+                let (store, id2, key, p) = (self.store.clone(), id.clone(), f.key.clone(), progress.clone());
                 Input::reader(
                     f.name.clone(),
                     f.size,
@@ -469,18 +469,17 @@ impl Ingest {
 }
 
 /// About what an ingest holds at its peak, for each byte of a snapshot as the importer reads
-/// it, rounded up (`memlens-bench-store`, re-measured as the ingest shrank): the 2 GB generated
-/// pickle of the smallest entries (58 bytes) peaks at 0.81 GiB (0.43 a byte), one of 121-byte
-/// entries at 0.42 GiB (0.23), the bench's 176 MB at 111 MiB (0.66 a byte, the binary and its
-/// baseline included: the figure that sets this one). It was 1.25 when these were 0.74 and
-/// 1.23: a reservation twice what the ingest holds pushed reports out of the cache for nothing.
+/// it, rounded up from the largest ratio `memlens-bench-store` measures (BENCHMARKS.md; small
+/// files have the largest, the binary's baseline included). Re-measure it when the ingest's
+/// memory changes: a reservation far above what the ingest holds pushes reports out of the
+/// cache for nothing, one below lets the cache and the ingest together over the budget.
 const PEAK_PER_BYTE: f64 = 0.8;
 
 impl Ingest {
     /// What processing `files` of report `id` will hold at its peak, roughly (the cache makes
     /// room for it while the ingest runs): gzipped uploads, known by their first two bytes,
     /// count as [`GZIP_RATIO`] times their size.
-    fn peak_bytes(&self, id: &str, files: &[crate::storage::store::StoredFile]) -> u64 {
+    fn peak_bytes(&self, id: &ReportId, files: &[crate::storage::store::StoredFile]) -> u64 {
         files
             .iter()
             .map(|f| {

@@ -25,7 +25,7 @@ use memlens_core::source::Source;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::storage::filecache::Reservation;
-use crate::storage::store::ReportStore;
+use crate::storage::store::{ReportId, ReportStore};
 
 /// How far an upload has been written, and how it ended.
 #[derive(Default)]
@@ -180,7 +180,7 @@ impl Forgotten {
 /// The imports begun while uploads arrive, by (report, upload key).
 pub struct PreImports {
     slots: Arc<Semaphore>,
-    begun: Mutex<HashMap<(String, String), Begun>>,
+    begun: Mutex<HashMap<(ReportId, String), Begun>>,
     options: ImportOptions,
 }
 
@@ -198,7 +198,7 @@ impl PreImports {
     /// the store can read the upload back meanwhile; the returned guard is the upload's feed.
     /// `size_bound` is at least the upload's final size (it bounds decompression and length
     /// prefixes the way a file's size does).
-    pub fn begin(&self, store: &dyn ReportStore, id: &str, key: &str, size_bound: u64) -> Option<FeedGuard> {
+    pub fn begin(&self, store: &dyn ReportStore, id: &ReportId, key: &str, size_bound: u64) -> Option<FeedGuard> {
         let slot = self.slots.clone().try_acquire_owned().ok()?;
         let inner = match store.read_incoming(id, key) {
             Ok(Some(r)) => r,
@@ -228,7 +228,7 @@ impl PreImports {
         tracing::debug!(report = %id, "importing upload {key} as it arrives");
         if let Ok(mut m) = self.begun.lock() {
             m.insert(
-                (id.to_owned(), key.to_owned()),
+                (id.clone(), key.to_owned()),
                 Begun {
                     import,
                     feed: feed.clone(),
@@ -244,9 +244,9 @@ impl PreImports {
     /// taken or forgotten, in place of the one it kept (made before that one is given back, so
     /// the budget never has room for both files and the import); dropped at once when there is
     /// no such import.
-    pub fn hold(&self, id: &str, key: &str, reservation: Reservation) {
+    pub fn hold(&self, id: &ReportId, key: &str, reservation: Reservation) {
         if let Ok(mut m) = self.begun.lock() {
-            if let Some(b) = m.get_mut(&(id.to_owned(), key.to_owned())) {
+            if let Some(b) = m.get_mut(&(id.clone(), key.to_owned())) {
                 b.reservation = Some(reservation);
             }
         }
@@ -254,8 +254,8 @@ impl PreImports {
 
     /// The import begun for upload `key` of report `id`, as a pipeline input's import; its
     /// slot and its reservation are given back once the tables are handed over.
-    pub fn take(&self, id: &str, key: &str) -> Option<PendingImport> {
-        let begun = self.begun.lock().ok()?.remove(&(id.to_owned(), key.to_owned()))?;
+    pub fn take(&self, id: &ReportId, key: &str) -> Option<PendingImport> {
+        let begun = self.begun.lock().ok()?.remove(&(id.clone(), key.to_owned()))?;
         Some(Box::new(move || {
             let imported: Result<ImportedFile, _> = begun.import.wait();
             drop(begun.slot);
@@ -267,7 +267,7 @@ impl PreImports {
     /// Forgets every import begun for report `id` (its upload was refused, or its job has
     /// taken what it needs): each stops at its next read and its thread ends on its own; their
     /// slots come back once the returned [`Forgotten`] is dropped or waited for.
-    pub fn forget(&self, id: &str) -> Forgotten {
+    pub fn forget(&self, id: &ReportId) -> Forgotten {
         let Ok(mut m) = self.begun.lock() else {
             return Forgotten(Vec::new());
         };

@@ -1,8 +1,8 @@
 //! CPU priorities of the server's threads: ingests are batch work and run below everything
 //! else (nice 10), so a machine saturated by uploads still answers its readers and its health
-//! check (measured by the load test: /healthz p99 775 → 460 ms, reads 269 → 420/s with 10
-//! ingests beside 200 readers on 2 cores). Best effort: where the system refuses, nothing
-//! changes.
+//! check (`server/tests/http/limits.rs`, its two hundred readers beside ten ingests). Best
+//! effort: where the system refuses, nothing changes.
+
 /// Nice value of ingest threads (and the import threads they start, which inherit it).
 pub const INGEST: i32 = 10;
 

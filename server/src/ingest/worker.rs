@@ -12,7 +12,7 @@ use clap::Args;
 
 use crate::ingest::{Ingest, JobOutcome};
 use crate::metrics::Metrics;
-use crate::storage::store::{JobQueue, ReportState, StoreArgs, MAX_ATTEMPTS};
+use crate::storage::store::{JobQueue, ReportId, ReportState, StoreArgs, MAX_ATTEMPTS};
 
 #[derive(Args, Debug, Clone)]
 pub struct WorkerArgs {
@@ -74,7 +74,7 @@ pub fn spawn_claim_loops(
     lease: Duration,
     stop: &Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let tag = &crate::ids::new_report_id()[..8];
+    let tag = &crate::ids::random_hex(4);
     (0..n)
         .map(|i| {
             let (ingest, stop) = (ingest.clone(), stop.clone());
@@ -121,7 +121,7 @@ fn claim_loop(ingest: &Arc<Ingest>, worker: &str, lease: Duration, stop: &Atomic
 }
 
 /// Runs `work` while a second thread renews the lease every third of it.
-fn with_lease<T>(jobs: &dyn JobQueue, id: &str, worker: &str, lease: Duration, work: impl FnOnce() -> T) -> T {
+fn with_lease<T>(jobs: &dyn JobQueue, id: &ReportId, worker: &str, lease: Duration, work: impl FnOnce() -> T) -> T {
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {

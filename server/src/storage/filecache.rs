@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::storage::reportdata::LoadedFile;
+use crate::storage::store::ReportId;
 
 /// A loaded file in the cache, with its bytes when it was (re)inserted: the cache needs a
 /// weight that does not change while the entry is in it.
@@ -23,8 +24,8 @@ struct CachedFile {
 #[derive(Clone)]
 struct FileWeight;
 
-impl quick_cache::Weighter<(String, usize), CachedFile> for FileWeight {
-    fn weight(&self, _key: &(String, usize), file: &CachedFile) -> u64 {
+impl quick_cache::Weighter<(ReportId, usize), CachedFile> for FileWeight {
+    fn weight(&self, _key: &(ReportId, usize), file: &CachedFile) -> u64 {
         file.bytes.max(1)
     }
 }
@@ -34,7 +35,7 @@ const EXPECTED_FILES: usize = 8;
 
 /// Loaded files by report id and file index.
 pub struct LoadedFiles {
-    cache: quick_cache::sync::Cache<(String, usize), CachedFile, FileWeight>,
+    cache: quick_cache::sync::Cache<(ReportId, usize), CachedFile, FileWeight>,
     budget: u64,
     /// What running ingests have taken out of the budget.
     reserved: Mutex<u64>,
@@ -105,8 +106,8 @@ impl LoadedFiles {
 
     /// File `file` of report `id`, opened by `open` when the cache does not hold it (concurrent
     /// callers for the same file wait for one open).
-    pub fn get_or_open(&self, id: &str, file: usize, open: impl FnOnce() -> LoadedFile) -> Arc<LoadedFile> {
-        let key = (id.to_owned(), file);
+    pub fn get_or_open(&self, id: &ReportId, file: usize, open: impl FnOnce() -> LoadedFile) -> Arc<LoadedFile> {
+        let key = (id.clone(), file);
         match self.cache.get_or_insert_with(&key, || {
             let f = Arc::new(open());
             let bytes = f.bytes();
@@ -121,8 +122,8 @@ impl LoadedFiles {
     }
 
     /// File `file` of report `id` if the cache holds it.
-    pub fn get(&self, id: &str, file: usize) -> Option<Arc<LoadedFile>> {
-        self.cache.get(&(id.to_owned(), file)).map(|c| {
+    pub fn get(&self, id: &ReportId, file: usize) -> Option<Arc<LoadedFile>> {
+        self.cache.get(&(id.clone(), file)).map(|c| {
             c.used.store(self.tick(), Ordering::Relaxed);
             c.file
         })
@@ -134,16 +135,16 @@ impl LoadedFiles {
     }
 
     /// Puts a file in (one larger than the whole budget is not kept).
-    pub fn insert(&self, id: &str, file: usize, f: Arc<LoadedFile>) {
+    pub fn insert(&self, id: &ReportId, file: usize, f: Arc<LoadedFile>) {
         let bytes = f.bytes();
-        self.put((id.to_owned(), file), f, bytes);
+        self.put((id.clone(), file), f, bytes);
     }
 
     /// Weighs a cached file again after a query loaded more of it (or did not load what it
     /// made room for), so that the bound counts what files hold now; one grown past the whole
     /// budget leaves the cache. A file the cache no longer holds is not put back.
-    pub fn reweigh(&self, id: &str, file: usize, f: &Arc<LoadedFile>) {
-        let key = (id.to_owned(), file);
+    pub fn reweigh(&self, id: &ReportId, file: usize, f: &Arc<LoadedFile>) {
+        let key = (id.clone(), file);
         if self
             .cache
             .get(&key)
@@ -157,8 +158,8 @@ impl LoadedFiles {
     /// if they were loaded, so that the cache lets other files go first and a file being
     /// loaded is not in memory together with all those it will push out. One that would not
     /// fit at all leaves the cache (and is not kept after its load either).
-    pub fn make_room(&self, id: &str, file: usize, f: &Arc<LoadedFile>, extra: u64) {
-        let key = (id.to_owned(), file);
+    pub fn make_room(&self, id: &ReportId, file: usize, f: &Arc<LoadedFile>, extra: u64) {
+        let key = (id.clone(), file);
         if !self.cache.get(&key).is_some_and(|cur| Arc::ptr_eq(&cur.file, f)) {
             return;
         }
@@ -171,13 +172,13 @@ impl LoadedFiles {
     /// newcomer that does not fit beside it, so a 2 GB report browsed first stayed, and each
     /// one opened after it, as large, was let go as it made room for its frames: loaded again
     /// by every query, while both were in memory (1.6 GB under `--cache-mb 1300`).
-    fn put(&self, key: (String, usize), f: Arc<LoadedFile>, bytes: u64) {
+    fn put(&self, key: (ReportId, usize), f: Arc<LoadedFile>, bytes: u64) {
         if bytes > self.budget {
             self.cache.remove(&key);
             return;
         }
         let capacity = self.capacity.load(Ordering::Relaxed);
-        let mut others: Vec<((String, usize), u64, u64)> = self
+        let mut others: Vec<((ReportId, usize), u64, u64)> = self
             .cache
             .iter()
             .filter(|(k, _)| *k != key)
@@ -211,7 +212,7 @@ impl LoadedFiles {
     }
 
     /// Drops every file of report `id`.
-    pub fn forget(&self, id: &str) {
+    pub fn forget(&self, id: &ReportId) {
         self.cache.retain(|(r, _), _| r != id);
     }
 }
@@ -221,11 +222,11 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::storage::reportdata::tests::{process_into, store_with_report};
+    use crate::storage::reportdata::tests::{process_into, rid, store_with_report};
 
     #[test]
     fn the_cache_lets_other_files_go_before_a_file_loads_its_frames() {
-        let id = "00000000000000000000000000000008";
+        let id = &rid("00000000000000000000000000000008");
         let (_root, store) = store_with_report(id);
         let (_, out) = process_into(&store, id, "mlp_train.pickle");
         let summary = &out.files[0];
@@ -234,18 +235,18 @@ mod tests {
         // Room for one file's frames, not two.
         let files = Arc::new(LoadedFiles::new(probe.bytes() * 3 / 2));
         let open = || LoadedFile::open(store.clone(), id, 0, summary);
-        let a = files.get_or_open("a", 0, open);
+        let a = files.get_or_open(&rid("a"), 0, open);
         a.devices().expect("frames");
-        files.reweigh("a", 0, &a);
-        assert!(files.get("a", 0).is_some());
-        let b = files.get_or_open("b", 0, open);
+        files.reweigh(&rid("a"), 0, &a);
+        assert!(files.get(&rid("a"), 0).is_some());
+        let b = files.get_or_open(&rid("b"), 0, open);
         let a_kept_when_b_loads = Arc::new(Mutex::new(None));
         {
             let (files, me, seen) = (files.clone(), Arc::downgrade(&b), a_kept_when_b_loads.clone());
             b.set_make_room(Box::new(move |extra| {
                 let me = me.upgrade().expect("b");
-                files.make_room("b", 0, &me, extra);
-                *seen.lock().unwrap() = Some(files.get("a", 0).is_some());
+                files.make_room(&rid("b"), 0, &me, extra);
+                *seen.lock().unwrap() = Some(files.get(&rid("a"), 0).is_some());
             }));
         }
         b.devices().expect("frames");
@@ -254,58 +255,61 @@ mod tests {
             Some(false),
             "a left before b loaded"
         );
-        files.reweigh("b", 0, &b);
-        assert!(files.get("b", 0).is_some(), "b, loaded, fits");
+        files.reweigh(&rid("b"), 0, &b);
+        assert!(files.get(&rid("b"), 0).is_some(), "b, loaded, fits");
         // A file that could never fit leaves the cache as soon as it says what it will load.
-        let c = files.get_or_open("c", 0, open);
-        files.make_room("c", 0, &c, probe.bytes() * 2);
-        assert!(files.get("c", 0).is_none());
+        let c = files.get_or_open(&rid("c"), 0, open);
+        files.make_room(&rid("c"), 0, &c, probe.bytes() * 2);
+        assert!(files.get(&rid("c"), 0).is_none());
     }
 
     #[test]
     fn a_file_about_to_load_takes_the_place_of_the_one_used_before_it() {
-        let id = "0000000000000000000000000000000b";
+        let id = &rid("0000000000000000000000000000000b");
         let (_root, store) = store_with_report(id);
         let (_, out) = process_into(&store, id, "mlp_train.pickle");
         let open = || LoadedFile::open(store.clone(), id, 0, &out.files[0]);
         // Files that have loaded nothing yet, weighed by what they are about to load: room for
         // one, not two.
         let files = LoadedFiles::new(1000);
-        let a = files.get_or_open("a", 0, open);
-        files.make_room("a", 0, &a, 600);
+        let a = files.get_or_open(&rid("a"), 0, open);
+        files.make_room(&rid("a"), 0, &a, 600);
         // Weighed again once loaded (as `reweigh` does), then read by its queries.
-        files.make_room("a", 0, &a, 580);
+        files.make_room(&rid("a"), 0, &a, 580);
         for _ in 0..3 {
-            assert!(files.get("a", 0).is_some(), "a is read by its queries");
+            assert!(files.get(&rid("a"), 0).is_some(), "a is read by its queries");
         }
-        let b = files.get_or_open("b", 0, open);
-        files.make_room("b", 0, &b, 600);
-        assert!(files.get("b", 0).is_some(), "the file about to load is kept");
-        assert!(files.get("a", 0).is_none(), "the one used before it made room");
+        let b = files.get_or_open(&rid("b"), 0, open);
+        files.make_room(&rid("b"), 0, &b, 600);
+        assert!(files.get(&rid("b"), 0).is_some(), "the file about to load is kept");
+        assert!(files.get(&rid("a"), 0).is_none(), "the one used before it made room");
         // Used more recently than b, c stays when d comes; b goes.
-        let c = files.get_or_open("c", 0, open);
-        files.make_room("c", 0, &c, 300);
-        assert!(files.get("b", 0).is_some() && files.get("c", 0).is_some());
-        assert!(files.get("c", 0).is_some());
-        let d = files.get_or_open("d", 0, open);
-        files.make_room("d", 0, &d, 600);
-        assert!(files.get("b", 0).is_none(), "the least recently used left");
-        assert!(files.get("c", 0).is_some() && files.get("d", 0).is_some());
+        let c = files.get_or_open(&rid("c"), 0, open);
+        files.make_room(&rid("c"), 0, &c, 300);
+        assert!(files.get(&rid("b"), 0).is_some() && files.get(&rid("c"), 0).is_some());
+        assert!(files.get(&rid("c"), 0).is_some());
+        let d = files.get_or_open(&rid("d"), 0, open);
+        files.make_room(&rid("d"), 0, &d, 600);
+        assert!(files.get(&rid("b"), 0).is_none(), "the least recently used left");
+        assert!(files.get(&rid("c"), 0).is_some() && files.get(&rid("d"), 0).is_some());
         // A file of nearly the whole budget is kept too, alone.
-        let e = files.get_or_open("e", 0, open);
-        files.make_room("e", 0, &e, 990);
-        assert!(files.get("e", 0).is_some(), "a file of 99 % of the budget is kept");
-        assert!(files.get("c", 0).is_none() && files.get("d", 0).is_none());
+        let e = files.get_or_open(&rid("e"), 0, open);
+        files.make_room(&rid("e"), 0, &e, 990);
+        assert!(
+            files.get(&rid("e"), 0).is_some(),
+            "a file of 99 % of the budget is kept"
+        );
+        assert!(files.get(&rid("c"), 0).is_none() && files.get(&rid("d"), 0).is_none());
     }
 
     #[test]
     fn an_ingest_takes_its_memory_out_of_the_cache_while_it_runs() {
-        let id = "00000000000000000000000000000009";
+        let id = &rid("00000000000000000000000000000009");
         let (_root, store) = store_with_report(id);
         let (_, out) = process_into(&store, id, "mlp_train.pickle");
         let summary = &out.files[0];
         let open = || LoadedFile::open(store.clone(), id, 0, summary);
-        let loaded = |files: &LoadedFiles, name: &str| {
+        let loaded = |files: &LoadedFiles, name: &ReportId| {
             let f = files.get_or_open(name, 0, open);
             f.devices().expect("frames");
             files.reweigh(name, 0, &f);
@@ -314,14 +318,14 @@ mod tests {
         probe.devices().expect("frames");
         // Room for two files' frames.
         let files = Arc::new(LoadedFiles::new(probe.bytes() * 5 / 2));
-        loaded(&files, "a");
-        loaded(&files, "b");
-        assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
+        loaded(&files, &rid("a"));
+        loaded(&files, &rid("b"));
+        assert!(files.get(&rid("a"), 0).is_some() && files.get(&rid("b"), 0).is_some());
         {
             // An ingest that needs room for one and a half: one file stays.
             let _ingest = files.reserve(probe.bytes() * 3 / 2);
             assert_eq!(
-                [files.get("a", 0).is_some(), files.get("b", 0).is_some()]
+                [files.get(&rid("a"), 0).is_some(), files.get(&rid("b"), 0).is_some()]
                     .iter()
                     .filter(|&&kept| kept)
                     .count(),
@@ -330,12 +334,16 @@ mod tests {
             // One larger than the whole budget takes all of it, and files loaded meanwhile
             // are let go.
             let _other = files.reserve(probe.bytes() * 10);
-            loaded(&files, "c");
-            assert!(files.get("a", 0).is_none() && files.get("b", 0).is_none() && files.get("c", 0).is_none());
+            loaded(&files, &rid("c"));
+            assert!(
+                files.get(&rid("a"), 0).is_none()
+                    && files.get(&rid("b"), 0).is_none()
+                    && files.get(&rid("c"), 0).is_none()
+            );
         }
         // Once the ingests end, the budget is whole again.
-        loaded(&files, "a");
-        loaded(&files, "b");
-        assert!(files.get("a", 0).is_some() && files.get("b", 0).is_some());
+        loaded(&files, &rid("a"));
+        loaded(&files, &rid("b"));
+        assert!(files.get(&rid("a"), 0).is_some() && files.get(&rid("b"), 0).is_some());
     }
 }

@@ -23,7 +23,7 @@ use super::read::{entry_indexes_as_i32, load_tables, one_values_as_scalars, user
 use super::{default_axis, read_json, read_object, read_parquet, DataError, RESERVED_COLUMN};
 use crate::storage::parquet_object;
 use crate::storage::reportdata::stored_segments::{DeviceObjects, SegmentAt, StoredSegments};
-use crate::storage::store::ReportStore;
+use crate::storage::store::{ReportId, ReportStore};
 use memlens_core::infra::free_memory;
 
 /// One analysed file of a stored report, read from the store part by part as queries ask
@@ -32,7 +32,7 @@ use memlens_core::infra::free_memory;
 /// is kept until the file leaves the server's cache.
 pub struct LoadedFile {
     store: Arc<dyn ReportStore>,
-    id: String,
+    id: ReportId,
     index: usize,
     summary: FileSummary,
     stacks: Part<StackResolver>,
@@ -120,10 +120,10 @@ fn device_frames_bytes(d: &DeviceFrames) -> usize {
 
 impl LoadedFile {
     /// File `index` of stored report `id` (summarised by `summary`); nothing is read yet.
-    pub fn open(store: Arc<dyn ReportStore>, id: &str, index: usize, summary: &FileSummary) -> LoadedFile {
+    pub fn open(store: Arc<dyn ReportStore>, id: &ReportId, index: usize, summary: &FileSummary) -> LoadedFile {
         LoadedFile {
             store,
-            id: id.to_owned(),
+            id: id.clone(),
             index,
             summary: summary.clone(),
             stacks: Part::default(),
@@ -143,7 +143,7 @@ impl LoadedFile {
     /// just wrote them); its other parts load from the store when asked for.
     pub fn with_devices(
         store: Arc<dyn ReportStore>,
-        id: &str,
+        id: &ReportId,
         index: usize,
         summary: &FileSummary,
         devices: Vec<DeviceFrames>,

@@ -12,23 +12,23 @@ use rustc_hash::FxHashMap;
 
 use super::keys::{self, FileKeys, Schema, SCHEMA, SUMMARY};
 use super::{DataError, LoadedFile};
-use crate::storage::store::ReportStore;
+use crate::storage::store::{ReportId, ReportStore};
 
 /// Reads one data object of a report; `None` when it has none by that key.
-pub fn read_object(store: &dyn ReportStore, id: &str, key: &str) -> Result<Option<Vec<u8>>, DataError> {
+pub fn read_object(store: &dyn ReportStore, id: &ReportId, key: &str) -> Result<Option<Vec<u8>>, DataError> {
     store.read_data(id, key).map_err(|source| DataError::Store {
         key: key.to_owned(),
         source,
     })
 }
 
-fn read_required(store: &dyn ReportStore, id: &str, key: &str) -> Result<Vec<u8>, DataError> {
+fn read_required(store: &dyn ReportStore, id: &ReportId, key: &str) -> Result<Vec<u8>, DataError> {
     read_object(store, id, key)?.ok_or_else(|| DataError::Missing { key: key.to_owned() })
 }
 
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     store: &dyn ReportStore,
-    id: &str,
+    id: &ReportId,
     key: &str,
 ) -> Result<T, DataError> {
     let bytes = read_required(store, id, key)?;
@@ -38,7 +38,7 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     })
 }
 
-pub(crate) fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Result<DataFrame, DataError> {
+pub(crate) fn read_parquet(store: &dyn ReportStore, id: &ReportId, key: &str) -> Result<DataFrame, DataError> {
     let bytes = read_required(store, id, key)?;
     crate::storage::parquet_object::decode(bytes).map_err(|source| DataError::Parquet {
         key: key.to_owned(),
@@ -49,7 +49,7 @@ pub(crate) fn read_parquet(store: &dyn ReportStore, id: &str, key: &str) -> Resu
 /// The stored summary; reports stored before run overviews existed get theirs from their files.
 /// A report of a layout this code does not read is [`DataError::Unreadable`]: its caller
 /// analyses it again from its kept uploads.
-pub fn read_summary(store: &dyn ReportStore, id: &str) -> Result<AnalyzeOutput, DataError> {
+pub fn read_summary(store: &dyn ReportStore, id: &ReportId) -> Result<AnalyzeOutput, DataError> {
     let schema = read_schema(store, id)?;
     if !schema.is_readable() {
         return Err(DataError::Unreadable {
@@ -65,7 +65,7 @@ pub fn read_summary(store: &dyn ReportStore, id: &str) -> Result<AnalyzeOutput, 
 
 /// The layout a report was written in: version 1 when it records none (stored before the
 /// version was).
-fn read_schema(store: &dyn ReportStore, id: &str) -> Result<Schema, DataError> {
+fn read_schema(store: &dyn ReportStore, id: &ReportId) -> Result<Schema, DataError> {
     match read_object(store, id, SCHEMA)? {
         Some(_) => read_json(store, id, SCHEMA),
         None => Ok(Schema { version: 1 }),
@@ -135,7 +135,7 @@ pub(super) fn one_values_as_scalars(df: &mut DataFrame, columns: &[&str], key: &
 /// reports store only [`QUERY_TABLES`](super::QUERY_TABLES): this finds their trace missing).
 pub(super) fn load_tables(
     store: &dyn ReportStore,
-    id: &str,
+    id: &ReportId,
     i: usize,
     fs: &FileSummary,
 ) -> Result<SnapshotTables, DataError> {
@@ -167,7 +167,11 @@ pub(super) fn load_tables(
 }
 
 /// The samples of each NVML log of a report, in `summary.gpu_logs` order.
-pub fn load_gpu_logs(store: &dyn ReportStore, id: &str, summary: &AnalyzeOutput) -> Result<Vec<DataFrame>, DataError> {
+pub fn load_gpu_logs(
+    store: &dyn ReportStore,
+    id: &ReportId,
+    summary: &AnalyzeOutput,
+) -> Result<Vec<DataFrame>, DataError> {
     (0..summary.gpu_logs.len())
         .map(|j| read_parquet(store, id, &keys::gpu_samples(j)))
         .collect()
@@ -176,7 +180,7 @@ pub fn load_gpu_logs(store: &dyn ReportStore, id: &str, summary: &AnalyzeOutput)
 /// Loads a report's published data: every file's stacks and device frames, and the NVML
 /// samples (the trace tables of a report stored before 2026-12 only when asked for,
 /// [`LoadedFile::tables`]).
-pub fn load(store: &Arc<dyn ReportStore>, id: &str) -> Result<LoadedReport, DataError> {
+pub fn load(store: &Arc<dyn ReportStore>, id: &ReportId) -> Result<LoadedReport, DataError> {
     let summary = read_summary(store.as_ref(), id)?;
     let mut files = Vec::new();
     for (i, fs) in summary.files.iter().enumerate() {

@@ -24,7 +24,8 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    check_key, BlobWriter, DataWriter, IndexRow, ReportRecord, ReportState, ReportStore, StoreError, StoreResult,
+    check_key, ids_from_rows, BlobWriter, DataWriter, IndexRow, ReportId, ReportRecord, ReportState, ReportStore,
+    StoreError, StoreResult,
 };
 
 /// SQLite index + local folders.
@@ -68,14 +69,12 @@ impl LocalStore {
         Ok(store)
     }
 
-    fn report_dir(&self, id: &str) -> StoreResult<PathBuf> {
-        check_key(id)?;
-        Ok(self.root.join("reports").join(id))
+    fn report_dir(&self, id: &ReportId) -> StoreResult<PathBuf> {
+        Ok(self.root.join("reports").join(id.as_str()))
     }
 
-    fn incoming_dir(&self, id: &str) -> StoreResult<PathBuf> {
-        check_key(id)?;
-        Ok(self.root.join("incoming").join(id))
+    fn incoming_dir(&self, id: &ReportId) -> StoreResult<PathBuf> {
+        Ok(self.root.join("incoming").join(id.as_str()))
     }
 
     fn remove_stale_staging(&self) -> StoreResult<()> {
@@ -134,9 +133,8 @@ fn start_writeback(f: &File) {
 const SYNC_THREADS: usize = 16;
 
 /// fsyncs every file and folder of `paths`, several at a time: a report's data is hundreds of
-/// objects (a 2 GB snapshot's: about 400), and fsyncs issued together share the file system's
-/// journal commits where one after another each waits for its own (on this project's 2-core
-/// test machine, the bench report's storing stage spent about 1 ms per object on it).
+/// objects for a large snapshot, and fsyncs issued together share the file system's
+/// journal commits where one after another each waits for its own.
 fn sync_all_of(paths: &[PathBuf]) -> StoreResult<()> {
     if paths.is_empty() {
         return Ok(());
@@ -225,7 +223,7 @@ impl DataWriter for LocalDataWriter {
 }
 
 impl ReportStore for LocalStore {
-    fn upload_writer(&self, id: &str, key: &str) -> StoreResult<Box<dyn BlobWriter>> {
+    fn upload_writer(&self, id: &ReportId, key: &str) -> StoreResult<Box<dyn BlobWriter>> {
         check_key(key)?;
         let dir = self.incoming_dir(id)?;
         std::fs::create_dir_all(&dir)?;
@@ -233,7 +231,7 @@ impl ReportStore for LocalStore {
         Ok(Box::new(LocalBlobWriter { file, written: 0 }))
     }
 
-    fn discard_uploads(&self, id: &str) -> StoreResult<()> {
+    fn discard_uploads(&self, id: &ReportId) -> StoreResult<()> {
         let dir = self.incoming_dir(id)?;
         if dir.exists() {
             std::fs::remove_dir_all(dir)?;
@@ -241,13 +239,13 @@ impl ReportStore for LocalStore {
         Ok(())
     }
 
-    fn read_incoming(&self, id: &str, key: &str) -> StoreResult<Option<Box<dyn Read + Send>>> {
+    fn read_incoming(&self, id: &ReportId, key: &str) -> StoreResult<Option<Box<dyn Read + Send>>> {
         check_key(key)?;
         // The open file stays readable when `create` renames its folder into the report's.
         Ok(Some(Box::new(File::open(self.incoming_dir(id)?.join(key))?)))
     }
 
-    fn open_upload(&self, id: &str, key: &str) -> StoreResult<Box<dyn Read + Send>> {
+    fn open_upload(&self, id: &ReportId, key: &str) -> StoreResult<Box<dyn Read + Send>> {
         check_key(key)?;
         let file = File::open(self.report_dir(id)?.join("uploads").join(key))?;
         let len = file.metadata()?.len();
@@ -255,7 +253,7 @@ impl ReportStore for LocalStore {
         Ok(memlens_core::infra::prefetch::reader(file, len))
     }
 
-    fn data_writer(&self, id: &str) -> StoreResult<Box<dyn DataWriter>> {
+    fn data_writer(&self, id: &ReportId) -> StoreResult<Box<dyn DataWriter>> {
         let report_dir = self.report_dir(id)?;
         let staging = tempfile::Builder::new().prefix("staging-").tempdir_in(&report_dir)?;
         Ok(Box::new(LocalDataWriter {
@@ -265,7 +263,7 @@ impl ReportStore for LocalStore {
         }))
     }
 
-    fn read_data(&self, id: &str, key: &str) -> StoreResult<Option<Vec<u8>>> {
+    fn read_data(&self, id: &ReportId, key: &str) -> StoreResult<Option<Vec<u8>>> {
         check_key(key)?;
         match std::fs::read(self.report_dir(id)?.join("data").join(key)) {
             Ok(bytes) => Ok(Some(bytes)),
@@ -284,7 +282,7 @@ impl ReportStore for LocalStore {
             "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash, meta)
              VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, ?7)",
             params![
-                r.id,
+                r.id.as_str(),
                 r.state.name(),
                 r.created_at,
                 r.expires_at,
@@ -296,37 +294,38 @@ impl ReportStore for LocalStore {
         Ok(())
     }
 
-    fn get(&self, id: &str) -> StoreResult<Option<ReportRecord>> {
+    fn get(&self, id: &ReportId) -> StoreResult<Option<ReportRecord>> {
         let row = self
             .conn()?
             .query_row(
                 &format!("SELECT {ROW_COLUMNS} FROM reports WHERE id = ?1"),
-                params![id],
+                params![id.as_str()],
                 read_row,
             )
             .optional()?;
         row.map(IndexRow::decode).transpose()
     }
 
-    fn set_state(&self, id: &str, state: ReportState, error: Option<&str>) -> StoreResult<()> {
+    fn set_state(&self, id: &ReportId, state: ReportState, error: Option<&str>) -> StoreResult<()> {
         self.conn()?.execute(
             "UPDATE reports SET state = ?2, error = ?3 WHERE id = ?1",
-            params![id, state.name(), error],
+            params![id.as_str(), state.name(), error],
         )?;
         Ok(())
     }
 
-    fn set_meta(&self, id: &str, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()> {
-        let m = serde_json::to_string(meta).map_err(|e| StoreError::BadRow(id.to_owned(), e.to_string()))?;
+    fn set_meta(&self, id: &ReportId, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()> {
+        let m = serde_json::to_string(meta).map_err(|e| StoreError::BadRow(id.to_string(), e.to_string()))?;
         self.conn()?.execute(
             "UPDATE reports SET meta = ?2, expires_at = ?3 WHERE id = ?1",
-            params![id, m, expires_at],
+            params![id.as_str(), m, expires_at],
         )?;
         Ok(())
     }
 
-    fn delete(&self, id: &str) -> StoreResult<()> {
-        self.conn()?.execute("DELETE FROM reports WHERE id = ?1", params![id])?;
+    fn delete(&self, id: &ReportId) -> StoreResult<()> {
+        self.conn()?
+            .execute("DELETE FROM reports WHERE id = ?1", params![id.as_str()])?;
         let dir = self.report_dir(id)?;
         if dir.exists() {
             std::fs::remove_dir_all(dir)?;
@@ -334,22 +333,22 @@ impl ReportStore for LocalStore {
         Ok(())
     }
 
-    fn unfinished(&self) -> StoreResult<Vec<String>> {
+    fn unfinished(&self) -> StoreResult<Vec<ReportId>> {
         let conn = self.conn()?;
         let mut stmt =
             conn.prepare("SELECT id FROM reports WHERE state IN ('queued', 'processing') ORDER BY created_at")?;
         let ids = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
-        Ok(ids)
+        ids_from_rows(ids)
     }
 
-    fn purge_expired(&self, now: i64) -> StoreResult<Vec<String>> {
-        let ids: Vec<String> = {
+    fn purge_expired(&self, now: i64) -> StoreResult<Vec<ReportId>> {
+        let ids: Vec<ReportId> = {
             let conn = self.conn()?;
             let mut stmt = conn.prepare("SELECT id FROM reports WHERE expires_at IS NOT NULL AND expires_at <= ?1")?;
             let ids = stmt
                 .query_map(params![now], |r| r.get(0))?
                 .collect::<Result<Vec<String>, _>>()?;
-            ids
+            ids_from_rows(ids)?
         };
         let mut purged = Vec::new();
         for id in ids {
@@ -367,9 +366,9 @@ impl ReportStore for LocalStore {
 mod tests {
     use super::*;
 
-    fn record(id: &str) -> ReportRecord {
+    fn record(id: &ReportId) -> ReportRecord {
         ReportRecord {
-            id: id.to_owned(),
+            id: id.clone(),
             state: ReportState::Queued,
             created_at: 1,
             expires_at: None,
@@ -388,7 +387,7 @@ mod tests {
     fn uploads_and_data_round_trip_and_uncommitted_data_is_discarded() {
         let root = tempfile::tempdir().expect("tmp");
         let store = LocalStore::open(root.path()).expect("open");
-        let id = "0123456789abcdef0123456789abcdef";
+        let id = &ReportId::parse("0123456789abcdef0123456789abcdef").expect("id");
         let mut w = store.upload_writer(id, "0-a.pickle").expect("writer");
         w.write(b"abc").expect("write");
         assert_eq!(w.finish().expect("finish"), 3);
@@ -418,7 +417,10 @@ mod tests {
         assert_eq!(store.read_data(id, "summary.json").expect("read"), Some(b"{}".to_vec()));
         assert_eq!(store.read_data(id, "missing.json").expect("read"), None);
         assert!(store.read_data(id, "../index.sqlite").is_err());
-        assert!(store.upload_writer("../x", "k").is_err());
+        assert!(
+            ReportId::parse("../x").is_err(),
+            "an id cannot name a path out of the store"
+        );
 
         store.set_state(id, ReportState::Ready, None).expect("state");
         assert_eq!(store.get(id).expect("get").map(|r| r.state), Some(ReportState::Ready));
@@ -431,7 +433,7 @@ mod tests {
     fn a_commit_that_cannot_make_every_object_durable_publishes_nothing() {
         let root = tempfile::tempdir().expect("tmp");
         let store = LocalStore::open(root.path()).expect("open");
-        let id = "0123456789abcdef0123456789abcdef";
+        let id = &ReportId::parse("0123456789abcdef0123456789abcdef").expect("id");
         store
             .upload_writer(id, "0-a.pickle")
             .expect("writer")
@@ -446,7 +448,7 @@ mod tests {
         d.put("summary.json", b"{\"new\":1}").expect("put");
         d.put("f0/d0/segments/0.parquet", b"s").expect("put");
         // The object goes before its fsync at commit (as a failing disk would refuse it).
-        let staging = std::fs::read_dir(root.path().join("reports").join(id))
+        let staging = std::fs::read_dir(root.path().join("reports").join(id.as_str()))
             .expect("report folder")
             .flatten()
             .find(|e| e.file_name().to_string_lossy().starts_with("staging-"))

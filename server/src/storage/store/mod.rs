@@ -30,6 +30,8 @@ pub use postgres::{Claim, MAX_ATTEMPTS};
 use serde::{Deserialize, Serialize};
 pub use shared::SharedStore;
 
+pub use crate::ids::ReportId;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("index: {0}")]
@@ -62,6 +64,13 @@ impl StoreError {
     }
 }
 
+/// Ids as the index keeps them, checked.
+pub(crate) fn ids_from_rows(ids: Vec<String>) -> StoreResult<Vec<ReportId>> {
+    ids.into_iter()
+        .map(|id| ReportId::parse(&id).map_err(|e| StoreError::BadRow(id.clone(), e.to_string())))
+        .collect()
+}
+
 /// One uploaded file of a report.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StoredFile {
@@ -75,7 +84,7 @@ pub struct StoredFile {
 /// What the index knows about a report.
 #[derive(Debug, Clone)]
 pub struct ReportRecord {
-    pub id: String,
+    pub id: ReportId,
     pub state: ReportState,
     pub created_at: i64,
     pub expires_at: Option<i64>,
@@ -90,9 +99,9 @@ pub struct ReportRecord {
 impl ReportRecord {
     /// A report in `state` with no uploads listed, no owner token, created at time 0: one that
     /// the benches and tests write data for directly, without the upload path.
-    pub fn bare(id: &str, state: ReportState) -> ReportRecord {
+    pub fn bare(id: &ReportId, state: ReportState) -> ReportRecord {
         ReportRecord {
-            id: id.to_owned(),
+            id: id.clone(),
             state,
             created_at: 0,
             expires_at: None,
@@ -123,39 +132,39 @@ pub trait DataWriter: Send {
 pub trait ReportStore: Send + Sync {
     // Blobs: uploads.
     /// A writer for upload `key` of the report being received as `id`.
-    fn upload_writer(&self, id: &str, key: &str) -> StoreResult<Box<dyn BlobWriter>>;
+    fn upload_writer(&self, id: &ReportId, key: &str) -> StoreResult<Box<dyn BlobWriter>>;
     /// Forgets the uploads of a report that was never created (a rejected upload).
-    fn discard_uploads(&self, id: &str) -> StoreResult<()>;
+    fn discard_uploads(&self, id: &ReportId) -> StoreResult<()>;
     /// Reads a kept upload of a created report.
-    fn open_upload(&self, id: &str, key: &str) -> StoreResult<Box<dyn Read + Send>>;
+    fn open_upload(&self, id: &ReportId, key: &str) -> StoreResult<Box<dyn Read + Send>>;
     /// Reads upload `key` of the report being received as `id` while its writer still writes
     /// it (from its first byte; what is read past the bytes written so far is unspecified, so
     /// callers read no further than that). `None`: this store cannot read an upload back
     /// before it is finished (an object store's multipart upload).
-    fn read_incoming(&self, _id: &str, _key: &str) -> StoreResult<Option<Box<dyn Read + Send>>> {
+    fn read_incoming(&self, _id: &ReportId, _key: &str) -> StoreResult<Option<Box<dyn Read + Send>>> {
         Ok(None)
     }
 
     // Blobs: report data.
     /// A writer for a new version of the report's data.
-    fn data_writer(&self, id: &str) -> StoreResult<Box<dyn DataWriter>>;
+    fn data_writer(&self, id: &ReportId) -> StoreResult<Box<dyn DataWriter>>;
     /// One object of the report's published data; `None` when it has none by that key.
-    fn read_data(&self, id: &str, key: &str) -> StoreResult<Option<Vec<u8>>>;
+    fn read_data(&self, id: &ReportId, key: &str) -> StoreResult<Option<Vec<u8>>>;
 
     // Rows.
     /// Indexes the report (with its received uploads) in `record.state`.
     fn create(&self, record: &ReportRecord) -> StoreResult<()>;
-    fn get(&self, id: &str) -> StoreResult<Option<ReportRecord>>;
-    fn set_state(&self, id: &str, state: ReportState, error: Option<&str>) -> StoreResult<()>;
+    fn get(&self, id: &ReportId) -> StoreResult<Option<ReportRecord>>;
+    fn set_state(&self, id: &ReportId, state: ReportState, error: Option<&str>) -> StoreResult<()>;
     /// Replaces the report's metadata and expiry.
-    fn set_meta(&self, id: &str, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()>;
+    fn set_meta(&self, id: &ReportId, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()>;
     /// Removes a report, its uploads and its data.
-    fn delete(&self, id: &str) -> StoreResult<()>;
+    fn delete(&self, id: &ReportId) -> StoreResult<()>;
     /// Reports a crash left unfinished, oldest first.
-    fn unfinished(&self) -> StoreResult<Vec<String>>;
+    fn unfinished(&self) -> StoreResult<Vec<ReportId>>;
     /// Removes the uploads and data (not the index row) of reports expired before `now`;
     /// returns their ids.
-    fn purge_expired(&self, now: i64) -> StoreResult<Vec<String>>;
+    fn purge_expired(&self, now: i64) -> StoreResult<Vec<ReportId>>;
 
     /// The queue ingest workers claim reports from, when processes share this store; `None`
     /// for a store only one server uses (it processes its own uploads as they arrive).
@@ -171,9 +180,9 @@ pub trait JobQueue: Send + Sync {
     /// The oldest report no live worker holds, now `worker`'s for `lease`.
     fn claim(&self, worker: &str, lease: Duration) -> StoreResult<Option<Claim>>;
     /// Extends `worker`'s lease; `false` when it no longer holds the report.
-    fn renew(&self, id: &str, worker: &str, lease: Duration) -> StoreResult<bool>;
+    fn renew(&self, id: &ReportId, worker: &str, lease: Duration) -> StoreResult<bool>;
     /// Records the outcome if `worker` still holds the report; `false` when it does not.
-    fn finish(&self, id: &str, worker: &str, state: ReportState, error: Option<&str>) -> StoreResult<bool>;
+    fn finish(&self, id: &ReportId, worker: &str, state: ReportState, error: Option<&str>) -> StoreResult<bool>;
 }
 
 /// An index row as both index backends store it (files and metadata as JSON text).
@@ -191,13 +200,15 @@ pub(crate) struct IndexRow {
 impl IndexRow {
     /// The record's files and metadata as stored.
     pub fn encode(r: &ReportRecord) -> StoreResult<(String, String)> {
-        let files = serde_json::to_string(&r.files).map_err(|e| StoreError::BadRow(r.id.clone(), e.to_string()))?;
-        let meta = serde_json::to_string(&r.meta).map_err(|e| StoreError::BadRow(r.id.clone(), e.to_string()))?;
+        let bad = |e: serde_json::Error| StoreError::BadRow(r.id.to_string(), e.to_string());
+        let files = serde_json::to_string(&r.files).map_err(bad)?;
+        let meta = serde_json::to_string(&r.meta).map_err(bad)?;
         Ok((files, meta))
     }
 
     /// The record back, checked.
     pub fn decode(self) -> StoreResult<ReportRecord> {
+        let id = ReportId::parse(&self.id).map_err(|e| StoreError::BadRow(self.id.clone(), e.to_string()))?;
         let state = ReportState::from_name(&self.state)
             .ok_or_else(|| StoreError::BadRow(self.id.clone(), format!("state `{}`", self.state)))?;
         let files = serde_json::from_str(&self.files)
@@ -209,7 +220,7 @@ impl IndexRow {
             None => memlens_api::ReportMeta::default(),
         };
         Ok(ReportRecord {
-            id: self.id,
+            id,
             state,
             created_at: self.created_at,
             expires_at: self.expires_at,

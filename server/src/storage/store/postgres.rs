@@ -17,7 +17,7 @@ use std::time::Duration;
 use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 
-use super::{IndexRow, ReportRecord, ReportState, StoreError, StoreResult};
+use super::{ids_from_rows, IndexRow, ReportId, ReportRecord, ReportState, StoreError, StoreResult};
 
 /// Claims of one job without an outcome before it is marked failed.
 pub const MAX_ATTEMPTS: i32 = 2;
@@ -36,7 +36,7 @@ type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
 /// A job a worker claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
-    pub id: String,
+    pub id: ReportId,
     /// 1 for the first claim; more when earlier workers died holding it.
     pub attempt: i32,
 }
@@ -132,7 +132,7 @@ impl PgIndex {
             "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash, meta)
              VALUES ($1, $2, $3, $4, NULL, $5, $6, $7)",
             &[
-                &r.id,
+                &r.id.as_str(),
                 &r.state.name(),
                 &r.created_at,
                 &r.expires_at,
@@ -144,14 +144,16 @@ impl PgIndex {
         Ok(())
     }
 
-    pub fn get(&self, id: &str) -> StoreResult<Option<ReportRecord>> {
+    pub fn get(&self, id: &ReportId) -> StoreResult<Option<ReportRecord>> {
+        let id = id.as_str();
         let row = self
             .conn()?
             .query_opt(&format!("SELECT {ROW_COLUMNS} FROM reports WHERE id = $1"), &[&id])?;
         row.map(|r| index_row(&r).decode()).transpose()
     }
 
-    pub fn set_state(&self, id: &str, state: ReportState, error: Option<&str>) -> StoreResult<()> {
+    pub fn set_state(&self, id: &ReportId, state: ReportState, error: Option<&str>) -> StoreResult<()> {
+        let id = id.as_str();
         self.conn()?.execute(
             "UPDATE reports SET state = $2, error = $3 WHERE id = $1",
             &[&id, &state.name(), &error],
@@ -159,8 +161,9 @@ impl PgIndex {
         Ok(())
     }
 
-    pub fn set_meta(&self, id: &str, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()> {
-        let m = serde_json::to_string(meta).map_err(|e| StoreError::BadRow(id.to_owned(), e.to_string()))?;
+    pub fn set_meta(&self, id: &ReportId, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()> {
+        let id = id.as_str();
+        let m = serde_json::to_string(meta).map_err(|e| StoreError::BadRow(id.to_string(), e.to_string()))?;
         self.conn()?.execute(
             "UPDATE reports SET meta = $2, expires_at = $3 WHERE id = $1",
             &[&id, &m, &expires_at],
@@ -168,13 +171,15 @@ impl PgIndex {
         Ok(())
     }
 
-    pub fn delete(&self, id: &str) -> StoreResult<()> {
+    pub fn delete(&self, id: &ReportId) -> StoreResult<()> {
+        let id = id.as_str();
         self.conn()?.execute("DELETE FROM reports WHERE id = $1", &[&id])?;
         Ok(())
     }
 
     /// The prefix of the report's published data.
-    pub fn data_prefix(&self, id: &str) -> StoreResult<Option<String>> {
+    pub fn data_prefix(&self, id: &ReportId) -> StoreResult<Option<String>> {
+        let id = id.as_str();
         let row = self
             .conn()?
             .query_opt("SELECT data_prefix FROM reports WHERE id = $1 AND NOT purged", &[&id])?;
@@ -182,33 +187,34 @@ impl PgIndex {
     }
 
     /// Publishes `prefix` as the report's data; returns the prefix it replaced.
-    pub fn publish_data(&self, id: &str, prefix: &str) -> StoreResult<Option<String>> {
+    pub fn publish_data(&self, id: &ReportId, prefix: &str) -> StoreResult<Option<String>> {
+        let id = id.as_str();
         let mut c = self.conn()?;
         let mut tx = c.transaction()?;
         let old = tx
             .query_opt("SELECT data_prefix FROM reports WHERE id = $1 FOR UPDATE", &[&id])?
-            .ok_or_else(|| StoreError::BadRow(id.to_owned(), "no such report".into()))?;
+            .ok_or_else(|| StoreError::BadRow(id.to_string(), "no such report".into()))?;
         tx.execute("UPDATE reports SET data_prefix = $2 WHERE id = $1", &[&id, &prefix])?;
         tx.commit()?;
         Ok(old.get(0))
     }
 
-    pub fn unfinished(&self) -> StoreResult<Vec<String>> {
+    pub fn unfinished(&self) -> StoreResult<Vec<ReportId>> {
         let rows = self.conn()?.query(
             "SELECT id FROM reports WHERE state IN ('queued', 'processing') ORDER BY created_at",
             &[],
         )?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        ids_from_rows(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Expired reports not purged yet, marked purged; the caller removes their objects.
-    pub fn take_expired(&self, now: i64) -> StoreResult<Vec<String>> {
+    pub fn take_expired(&self, now: i64) -> StoreResult<Vec<ReportId>> {
         let rows = self.conn()?.query(
             "UPDATE reports SET purged = TRUE, data_prefix = NULL
              WHERE expires_at IS NOT NULL AND expires_at <= $1 AND NOT purged RETURNING id",
             &[&now],
         )?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        ids_from_rows(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Claims the oldest job no live worker holds, for `lease`. Jobs already claimed
@@ -235,14 +241,19 @@ impl PgIndex {
              RETURNING id, attempts",
             &[&worker, &lease_ms],
         )?;
-        Ok(row.map(|r| Claim {
-            id: r.get(0),
-            attempt: r.get(1),
-        }))
+        row.map(|r| {
+            let id: String = r.get(0);
+            Ok(Claim {
+                id: ReportId::parse(&id).map_err(|e| StoreError::BadRow(id.clone(), e.to_string()))?,
+                attempt: r.get(1),
+            })
+        })
+        .transpose()
     }
 
     /// Renews `worker`'s lease on `id`; `false` when it no longer holds it.
-    pub fn renew(&self, id: &str, worker: &str, lease: Duration) -> StoreResult<bool> {
+    pub fn renew(&self, id: &ReportId, worker: &str, lease: Duration) -> StoreResult<bool> {
+        let id = id.as_str();
         let lease_ms = lease.as_millis() as i64;
         let n = self.conn()?.execute(
             "UPDATE reports SET lease_until = now() + make_interval(secs => $3::bigint / 1000.0)
@@ -254,7 +265,8 @@ impl PgIndex {
 
     /// Records a job's outcome if `worker` still holds it; `false` when it does not (another
     /// worker took it over after this one's lease ran out).
-    pub fn finish(&self, id: &str, worker: &str, state: ReportState, error: Option<&str>) -> StoreResult<bool> {
+    pub fn finish(&self, id: &ReportId, worker: &str, state: ReportState, error: Option<&str>) -> StoreResult<bool> {
+        let id = id.as_str();
         let n = self.conn()?.execute(
             "UPDATE reports SET state = $3, error = $4, lease_owner = NULL, lease_until = NULL
              WHERE id = $1 AND lease_owner = $2 AND state = 'processing'",

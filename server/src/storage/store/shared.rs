@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use super::objects::{ObjectWriter, Objects, Puts, S3Config};
 use super::postgres::{Claim, PgIndex};
-use super::{check_key, BlobWriter, DataWriter, JobQueue, ReportRecord, ReportState, ReportStore, StoreResult};
+use super::{
+    check_key, BlobWriter, DataWriter, JobQueue, ReportId, ReportRecord, ReportState, ReportStore, StoreResult,
+};
 
 /// Postgres index + S3-compatible objects.
 pub struct SharedStore {
@@ -38,8 +40,7 @@ impl SharedStore {
         })
     }
 
-    fn upload_key(id: &str, key: &str) -> StoreResult<String> {
-        check_key(id)?;
+    fn upload_key(id: &ReportId, key: &str) -> StoreResult<String> {
         check_key(key)?;
         Ok(format!("reports/{id}/uploads/{key}"))
     }
@@ -65,7 +66,7 @@ impl BlobWriter for SharedBlobWriter {
 
 /// A version of a report's data under a fresh prefix, published by [`DataWriter::commit`].
 struct SharedDataWriter {
-    id: String,
+    id: ReportId,
     prefix: String,
     index: Arc<PgIndex>,
     objects: Arc<Objects>,
@@ -110,13 +111,12 @@ impl Drop for SharedDataWriter {
 }
 
 impl ReportStore for SharedStore {
-    fn upload_writer(&self, id: &str, key: &str) -> StoreResult<Box<dyn BlobWriter>> {
+    fn upload_writer(&self, id: &ReportId, key: &str) -> StoreResult<Box<dyn BlobWriter>> {
         let object = self.objects.writer(&Self::upload_key(id, key)?)?;
         Ok(Box::new(SharedBlobWriter { object, written: 0 }))
     }
 
-    fn discard_uploads(&self, id: &str) -> StoreResult<()> {
-        check_key(id)?;
+    fn discard_uploads(&self, id: &ReportId) -> StoreResult<()> {
         if self.index.get(id)?.is_some() {
             // A created report keeps its uploads (this was a rank joining its run).
             return Ok(());
@@ -124,15 +124,14 @@ impl ReportStore for SharedStore {
         self.objects.delete_prefix(&format!("reports/{id}/uploads"))
     }
 
-    fn open_upload(&self, id: &str, key: &str) -> StoreResult<Box<dyn Read + Send>> {
+    fn open_upload(&self, id: &ReportId, key: &str) -> StoreResult<Box<dyn Read + Send>> {
         self.objects.reader(&Self::upload_key(id, key)?)
     }
 
-    fn data_writer(&self, id: &str) -> StoreResult<Box<dyn DataWriter>> {
-        check_key(id)?;
+    fn data_writer(&self, id: &ReportId) -> StoreResult<Box<dyn DataWriter>> {
         Ok(Box::new(SharedDataWriter {
-            id: id.to_owned(),
-            prefix: format!("data-{}", crate::ids::new_report_id()),
+            id: id.clone(),
+            prefix: format!("data-{}", ReportId::new()),
             index: self.index.clone(),
             objects: self.objects.clone(),
             wrote_any: false,
@@ -141,8 +140,7 @@ impl ReportStore for SharedStore {
         }))
     }
 
-    fn read_data(&self, id: &str, key: &str) -> StoreResult<Option<Vec<u8>>> {
-        check_key(id)?;
+    fn read_data(&self, id: &ReportId, key: &str) -> StoreResult<Option<Vec<u8>>> {
         check_key(key)?;
         match self.index.data_prefix(id)? {
             Some(prefix) => self.objects.get(&format!("reports/{id}/{prefix}/{key}")),
@@ -151,33 +149,31 @@ impl ReportStore for SharedStore {
     }
 
     fn create(&self, record: &ReportRecord) -> StoreResult<()> {
-        check_key(&record.id)?;
         self.index.insert(record)
     }
 
-    fn get(&self, id: &str) -> StoreResult<Option<ReportRecord>> {
+    fn get(&self, id: &ReportId) -> StoreResult<Option<ReportRecord>> {
         self.index.get(id)
     }
 
-    fn set_state(&self, id: &str, state: ReportState, error: Option<&str>) -> StoreResult<()> {
+    fn set_state(&self, id: &ReportId, state: ReportState, error: Option<&str>) -> StoreResult<()> {
         self.index.set_state(id, state, error)
     }
 
-    fn set_meta(&self, id: &str, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()> {
+    fn set_meta(&self, id: &ReportId, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()> {
         self.index.set_meta(id, meta, expires_at)
     }
 
-    fn delete(&self, id: &str) -> StoreResult<()> {
-        check_key(id)?;
+    fn delete(&self, id: &ReportId) -> StoreResult<()> {
         self.index.delete(id)?;
         self.objects.delete_prefix(&format!("reports/{id}"))
     }
 
-    fn unfinished(&self) -> StoreResult<Vec<String>> {
+    fn unfinished(&self) -> StoreResult<Vec<ReportId>> {
         self.index.unfinished()
     }
 
-    fn purge_expired(&self, now: i64) -> StoreResult<Vec<String>> {
+    fn purge_expired(&self, now: i64) -> StoreResult<Vec<ReportId>> {
         let ids = self.index.take_expired(now)?;
         for id in &ids {
             self.objects.delete_prefix(&format!("reports/{id}"))?;
@@ -194,10 +190,10 @@ impl JobQueue for SharedStore {
     fn claim(&self, worker: &str, lease: Duration) -> StoreResult<Option<Claim>> {
         self.index.claim(worker, lease)
     }
-    fn renew(&self, id: &str, worker: &str, lease: Duration) -> StoreResult<bool> {
+    fn renew(&self, id: &ReportId, worker: &str, lease: Duration) -> StoreResult<bool> {
         self.index.renew(id, worker, lease)
     }
-    fn finish(&self, id: &str, worker: &str, state: ReportState, error: Option<&str>) -> StoreResult<bool> {
+    fn finish(&self, id: &ReportId, worker: &str, state: ReportState, error: Option<&str>) -> StoreResult<bool> {
         self.index.finish(id, worker, state, error)
     }
 }

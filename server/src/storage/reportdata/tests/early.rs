@@ -14,7 +14,7 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
         ("leak.pickle", false),
         ("mlp_train.pt113_shape.pickle", true),
     ] {
-        let id = "0000000000000000000000000000000c";
+        let id = &rid("0000000000000000000000000000000c");
         let (_root, store) = store_with_report(id);
         let mut w = store.data_writer(id).expect("writer");
         let mut keep = KeepingSink::new(w.as_mut(), replay_running);
@@ -58,7 +58,7 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
 fn segment_objects_encoded_during_the_analyses_are_the_bytes_the_storing_stage_writes() {
     // Every stored checkpoint of a report, by key, and the keys encoded early.
     let stored = |others_running: bool| {
-        let id = "0000000000000000000000000000000d";
+        let id = &rid("0000000000000000000000000000000d");
         let (root, store) = store_with_report(id);
         let mut w = store.data_writer(id).expect("writer");
         let mut keep = KeepingSink::new(w.as_mut(), others_running);
@@ -95,7 +95,7 @@ fn a_sink_that_lets_the_addresses_go_stores_the_same_bytes() {
     // objects encoded just before (all of them when the analysis thread encoded none early):
     // every stored object the same bytes as when the trace stays whole.
     let stored = |trace: &str, lets_go: bool, others_running: bool| {
-        let id = "0000000000000000000000000000000e";
+        let id = &rid("0000000000000000000000000000000e");
         let (root, store) = store_with_report(id);
         let mut w = store.data_writer(id).expect("writer");
         let mut keep = KeepingSink::new(w.as_mut(), others_running);

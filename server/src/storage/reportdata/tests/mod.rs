@@ -18,13 +18,18 @@ use super::read::{read_json, read_parquet};
 use super::write::put_parquet;
 use super::*;
 use crate::storage::parquet_object::RowGroups;
-use crate::storage::store::{DataWriter, ReportStore};
+use crate::storage::store::{DataWriter, ReportId, ReportStore};
 use crate::storage::store::{LocalStore, ReportRecord, ReportState};
 use memlens_core::pipeline::{
     self, CheckpointsFinal, EarlyFrames, FinalFrames, Input, Keep, PipelineSink, SinkError, SnapshotOutput,
 };
 
-pub(crate) fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
+/// A report id for a test (any one key segment).
+pub(crate) fn rid(s: &str) -> ReportId {
+    ReportId::parse(s).expect("a report id")
+}
+
+pub(crate) fn store_with_report(id: &ReportId) -> (tempfile::TempDir, Arc<dyn ReportStore>) {
     let root = tempfile::tempdir().expect("tmp");
     let store: Arc<dyn ReportStore> = Arc::new(LocalStore::open(root.path()).expect("open"));
     store.upload_writer(id, "0-x").expect("w").finish().expect("finish");
@@ -36,7 +41,7 @@ pub(crate) fn store_with_report(id: &str) -> (tempfile::TempDir, Arc<dyn ReportS
 
 #[test]
 fn large_frames_come_back_contiguous() {
-    let id = "00000000000000000000000000000001";
+    let id = &rid("00000000000000000000000000000001");
     let (_root, store) = store_with_report(id);
     let n = 3_000_000i64;
     let mut df = DataFrame::new(
@@ -175,7 +180,7 @@ impl PipelineSink for KeepingSink<'_> {
 
 /// Processes trace `name` into report `id` of `store` as the ingest does: what was
 /// written (each file's tables and meta) and the summary.
-pub(crate) fn process_into(store: &Arc<dyn ReportStore>, id: &str, name: &str) -> (Vec<Written>, AnalyzeOutput) {
+pub(crate) fn process_into(store: &Arc<dyn ReportStore>, id: &ReportId, name: &str) -> (Vec<Written>, AnalyzeOutput) {
     let mut w = store.data_writer(id).expect("writer");
     let mut keep = KeepingSink::new(w.as_mut(), true);
     let path = memlens_tests_trace(name);
@@ -197,7 +202,7 @@ fn written_tables(written: &[Written], i: usize) -> SnapshotTables {
 
 #[test]
 fn a_stored_report_keeps_the_tables_its_queries_read_and_not_the_trace() {
-    let id = "00000000000000000000000000000002";
+    let id = &rid("00000000000000000000000000000002");
     let (_root, store) = store_with_report(id);
     // A snapshot with event notes (user_metadata / compile_context) and settings.
     let (written, out) = process_into(&store, id, "leak.pickle");
@@ -230,7 +235,7 @@ fn a_stored_report_keeps_the_tables_its_queries_read_and_not_the_trace() {
 
 #[test]
 fn a_timeline_reads_only_the_device_frames_and_their_stored_user_metadata() {
-    let id = "00000000000000000000000000000004";
+    let id = &rid("00000000000000000000000000000004");
     let (_root, store) = store_with_report(id);
     // traces/capture/labels.py: batches allocated under `_set_memory_metadata`.
     let (written, out) = process_into(&store, id, "labels.pickle");
@@ -262,7 +267,7 @@ fn a_timeline_reads_only_the_device_frames_and_their_stored_user_metadata() {
 
 #[test]
 fn a_first_view_builds_the_focus_devices_indexes_that_its_queries_then_use() {
-    let id = "00000000000000000000000000000005";
+    let id = &rid("00000000000000000000000000000005");
     let (_root, store) = store_with_report(id);
     // Two devices: the report opens on device 1, where the leak is.
     let (_, out) = process_into(&store, id, "leak.two_devices.pickle");
@@ -289,7 +294,7 @@ fn a_first_view_builds_the_focus_devices_indexes_that_its_queries_then_use() {
 fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace() {
     use crate::storage::reportdata::stored_segments::SegmentAt;
     use memlens_core::analysis::segment_map::detail::SegmentDetail;
-    let id = "00000000000000000000000000000006";
+    let id = &rid("00000000000000000000000000000006");
     for name in ["expandable_oom_fragmentation.pickle", "leak.two_devices.pickle"] {
         let (_root, store) = store_with_report(id);
         let (written, out) = process_into(&store, id, name);
@@ -331,7 +336,7 @@ fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace()
 
 #[test]
 fn a_stored_report_answers_its_first_view_without_loading_its_frames() {
-    let id = "00000000000000000000000000000007";
+    let id = &rid("00000000000000000000000000000007");
     for name in ["mlp_train.pickle", "leak.two_devices.pickle", "many_small.pickle.gz"] {
         let (_root, store) = store_with_report(id);
         let (_, out) = process_into(&store, id, name);

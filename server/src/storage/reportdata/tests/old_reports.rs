@@ -45,7 +45,7 @@ fn events_apart(t: &SnapshotTables) -> DataFrame {
 
 #[test]
 fn a_loaded_file_weighs_its_parts_without_making_their_one_value_columns() {
-    let id = "0000000000000000000000000000000a";
+    let id = &rid("0000000000000000000000000000000a");
     let (_root, store) = store_with_report(id);
     // As a report stored before 2026-12, with its trace.
     let mut w = store.data_writer(id).expect("writer");
@@ -168,7 +168,7 @@ impl PipelineSink for WriteOld<'_> {
 
 #[test]
 fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
-    let id = "00000000000000000000000000000003";
+    let id = &rid("00000000000000000000000000000003");
     let (_root, store) = store_with_report(id);
     let mut w = store.data_writer(id).expect("writer");
     let mut sink = WriteOld(OldLayout(w.as_mut()));
