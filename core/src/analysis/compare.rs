@@ -44,16 +44,12 @@ pub struct CompareSide<'a> {
 /// Live bytes and allocations at a side's peak by stack: frames shortened and interned in
 /// `frames` (shared by both sides, so equal frames get equal ids).
 fn peak_by_stack(side: &CompareSide, frames: &mut FxHashMap<String, u32>) -> PolarsResult<Vec<PeakStack>> {
-    let df = live_by_stack(&side.frames.lifetimes, side.device.peak_event_index, usize::MAX)?;
-    let stack = df.column("stack")?.u32()?;
-    let bytes = df.column("bytes")?.i64()?;
-    let count = df.column("count")?.cast(&DataType::UInt64)?;
-    let count = count.u64()?;
+    let live = live_by_stack(&side.frames.lifetimes, side.device.peak_event_index, usize::MAX)?;
     let mut by_key: FxHashMap<Vec<u32>, (i64, usize)> = FxHashMap::default();
-    for i in 0..df.height() {
+    for l in live {
         let key: Vec<u32> = side
             .stacks
-            .user_frames(stack.get(i).unwrap_or(0))
+            .user_frames(l.stack)
             .iter()
             .map(|f| {
                 let n = frames.len() as u32;
@@ -61,8 +57,8 @@ fn peak_by_stack(side: &CompareSide, frames: &mut FxHashMap<String, u32>) -> Pol
             })
             .collect();
         let e = by_key.entry(key).or_default();
-        e.0 += bytes.get(i).unwrap_or(0);
-        e.1 += count.get(i).unwrap_or(0) as usize;
+        e.0 += l.bytes;
+        e.1 += l.count;
     }
     let mut out: Vec<PeakStack> = by_key
         .into_iter()

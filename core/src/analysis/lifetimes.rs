@@ -26,7 +26,7 @@ use super::lifetime_addresses::LifetimeAddresses;
 use super::{device_segments, DeviceEvents};
 use crate::tables::columns::{address_columns, lifetimes as lt_col, one_or_each_column};
 use crate::tables::int_slice::IntSlice;
-use crate::tables::stack_ids::stack_id_column;
+use crate::tables::stack_ids::{stack_id_column, StackIds};
 use crate::tables::OneOrEach;
 use crate::tables::{Action, BlockState, NarrowI64, NarrowStacks, SnapshotTables};
 
@@ -202,29 +202,38 @@ fn lifetimes_and_predating(
     Ok((DataFrame::new(n, columns)?, predating))
 }
 
+/// One stack's allocations live at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveStack {
+    pub stack: u32,
+    pub bytes: i64,
+    pub count: usize,
+}
+
 /// Allocations live right after entry `idx` (`None`: before the first entry), grouped by
-/// stack: columns `stack`, `bytes`, `count`, largest first, at most `top` rows.
-pub fn live_by_stack(lifetimes: &DataFrame, idx: Option<usize>, top: usize) -> PolarsResult<DataFrame> {
+/// stack: largest first (equal bytes by stack id), at most `top`.
+pub fn live_by_stack(lifetimes: &DataFrame, idx: Option<usize>, top: usize) -> PolarsResult<Vec<LiveStack>> {
     let at = idx.map_or(-1, |i| i32::try_from(i).unwrap_or(i32::MAX));
-    lifetimes
-        .clone()
-        .lazy()
-        .filter(
-            col("alloc_idx")
-                .lt_eq(lit(at))
-                .and(col("free_idx").eq(lit(-1i32)).or(col("free_idx").gt(lit(at)))),
-        )
-        .group_by([col("stack")])
-        .agg([
-            col("size").cast(DataType::Int64).sum().alias("bytes"),
-            col("size").count().alias("count"),
-        ])
-        .sort_by_exprs(
-            [col("bytes"), col("stack")],
-            SortMultipleOptions::default().with_order_descending_multi([true, false]),
-        )
-        .limit(top as IdxSize)
-        // The ids as u32 whether the lifetimes hold them as u16 or u32.
-        .with_column(col("stack").cast(DataType::UInt32))
-        .collect()
+    let alloc_idx = lt_col::ALLOC_IDX.of(lifetimes)?;
+    let free_idx = lt_col::FREE_IDX.of(lifetimes)?;
+    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
+    let stack = StackIds::of(lifetimes, lt_col::STACK)?;
+    let mut by_stack: FxHashMap<u32, LiveStack> = FxHashMap::default();
+    for (i, ends) in alloc_idx.iter().zip(free_idx.iter()).enumerate() {
+        let (Some(a), Some(f)) = ends else { continue };
+        if a <= at && (f == -1 || f > at) {
+            let id = stack.at(i);
+            let e = by_stack.entry(id).or_insert(LiveStack {
+                stack: id,
+                bytes: 0,
+                count: 0,
+            });
+            e.bytes += size.at(i);
+            e.count += 1;
+        }
+    }
+    let mut out: Vec<LiveStack> = by_stack.into_values().collect();
+    out.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
+    out.truncate(top);
+    Ok(out)
 }

@@ -26,30 +26,30 @@ pub mod categories;
 pub mod compare;
 mod compare_verdict;
 mod device_events;
-pub mod failed_step;
+pub(crate) mod failed_step;
 pub mod fragmentation;
 pub mod frames;
 pub mod gpu_samples;
-pub mod labels;
+pub(crate) mod labels;
 pub mod leaks;
 pub mod lifetime_addresses;
 pub mod lifetimes;
-pub mod loop_steps;
-pub mod oom;
+pub(crate) mod loop_steps;
+pub(crate) mod oom;
 pub mod oom_cause;
 #[cfg(test)]
 mod oom_cause_tests;
-pub mod peak;
+pub(crate) mod peak;
 pub mod phases;
 pub mod pools;
 mod rows_in_entry_order;
 pub mod run;
 pub mod segment_map;
-pub mod stalls;
-pub mod text_evidence;
+pub(crate) mod stalls;
+pub(crate) mod text_evidence;
 mod training_structure;
 pub mod usage;
-pub mod verdict;
+pub(crate) mod verdict;
 pub mod whatif;
 
 use polars::prelude::*;
@@ -85,19 +85,11 @@ pub fn devices(t: &SnapshotTables) -> PolarsResult<Vec<i64>> {
 
 /// The segments and blocks of one device from the snapshot (the state at the end of the trace).
 pub fn device_segments(t: &SnapshotTables, device: i64) -> PolarsResult<(DataFrame, DataFrame)> {
-    let segs = t
-        .segments
-        .clone()
-        .lazy()
-        .filter(col("device").eq(lit(device)))
-        .collect()?;
-    let blocks = t
-        .blocks
-        .clone()
-        .lazy()
-        .filter(col("device").eq(lit(device)))
-        .collect()?;
-    Ok((segs, blocks))
+    let of_device = |df: &DataFrame| -> PolarsResult<DataFrame> {
+        let mask = df.column("device")?.as_materialized_series().i64()?.equal(device);
+        df.filter(&mask)
+    };
+    Ok((of_device(&t.segments)?, of_device(&t.blocks)?))
 }
 
 /// Sum of an i64 column (0 for an empty frame).
