@@ -2,8 +2,7 @@
 # No network is needed at run time.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-RUN rustup target add wasm32-unknown-unknown \
- && cargo install wasm-bindgen-cli --version =0.2.130
+RUN rustup target add wasm32-unknown-unknown
 COPY . .
 RUN cargo fetch --locked \
  && cargo run --locked -p memlens-bundle -- --release \

@@ -1,8 +1,9 @@
 //! `memlens-bundle [--release]`: builds the web UI into `dist/`, as a bundler would, with only
-//! cargo and the wasm-bindgen CLI (the version `Cargo.lock` pins, on `PATH`):
+//! cargo and wasm-bindgen's own library (`wasm-bindgen-cli-support`, the version of the
+//! `wasm-bindgen` the frontend links: the workspace pins both):
 //! 1. `memlens-frontend` for `wasm32-unknown-unknown` (`--release`: the `wasm-release`
 //!    profile, optimised for size; else the dev profile);
-//! 2. `wasm-bindgen --target web` writes the JS glue, both named by the wasm's content hash;
+//! 2. wasm-bindgen's web target writes the JS glue, both named by the wasm's content hash;
 //! 3. `frontend/style.css` is copied under its content hash;
 //! 4. `frontend/index.html`'s marker line becomes the module script that starts the app, the
 //!    stylesheet and the preloads, each with its subresource integrity (sha384);
@@ -11,7 +12,9 @@
 //!
 //! The new `dist/` replaces the old one whole. Hand-written because the one bundler that fits
 //! (trunk) is a six-minute compile on a small machine before a newcomer's first page, for these
-//! few steps.
+//! few steps; and the library rather than the wasm-bindgen CLI, which is a separate install of
+//! its own (with an HTTP server and a TLS stack for its test runner) that cargo cannot share
+//! with this build.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -134,10 +137,11 @@ fn bundle(release: bool) -> Result<PathBuf, String> {
 /// Writes the bundle into `stage`.
 fn fill(root: &Path, wasm: &Path, stage: &Path) -> Result<(), String> {
     let name = format!("{APP}-{}", content_hash(&read(wasm)?));
-    run(Command::new("wasm-bindgen")
-        .args(["--target", "web", "--no-typescript", "--out-name", &name, "--out-dir"])
-        .arg(stage)
-        .arg(wasm))?;
+    wasm_bindgen_cli_support::Bindgen::new()
+        .input_path(wasm)
+        .web(true)
+        .and_then(|b| b.typescript(false).out_name(&name).generate(stage))
+        .map_err(|e| format!("wasm-bindgen on {}: {e:#}", wasm.display()))?;
     let (js, bg) = (format!("{name}.js"), format!("{name}_bg.wasm"));
     let css_bytes = read(&root.join("frontend/style.css"))?;
     let css = format!("style-{}.css", content_hash(&css_bytes));
