@@ -144,7 +144,8 @@ async fn write_batch(writer: Box<dyn BlobWriter>, batch: Vec<u8>) -> Result<Box<
 
 /// Streams chunks into upload `key`, counting against `budget`; returns the bytes written.
 /// With `import_ahead` (at most the upload's size, for its bounds), the upload is imported
-/// while it arrives when the ingest can ([`crate::ingest::pre_import`]).
+/// while it arrives when the ingest can ([`crate::ingest::follow_upload`]): the handler says
+/// what arrived and what is stored; the ingest makes room for the import.
 async fn stream_to_store<S, E>(
     st: &Shared,
     id: &ReportId,
@@ -165,13 +166,9 @@ where
         .map_err(store_error)?;
     // Dropped on any early return below: the import ahead then fails and ends.
     let bound = import_ahead.map(|bound| bound.min(*budget));
-    let feed = bound.and_then(|bound| st.ingest.begin_pre_import(id, key, bound));
+    let mut follower = bound.and_then(|bound| st.ingest.follow_upload(id, key, bound));
     let mut written = 0u64;
     let mut stored = 0u64;
-    // The upload's first bytes (whether it is gzipped), and how much of it the cache has made
-    // room for so far.
-    let mut head: Option<[u8; 2]> = None;
-    let mut covered = 0u64;
     let mut batch = Vec::with_capacity(WRITE_BATCH);
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("upload interrupted: {e}")))?;
@@ -180,33 +177,19 @@ where
             return Err(ApiError::TooLarge(limit));
         }
         batch.extend_from_slice(&chunk);
-        if head.is_none() && stored == 0 {
-            head = batch.get(..2).and_then(|h| h.try_into().ok());
-        }
-        if let (Some(_), Some(bound), Some(head)) = (&feed, bound, head) {
-            // The import ahead grows with what arrives: the cache makes room for it ahead of
-            // it, from the first bytes on (which say whether it is gzipped), for twice to four
-            // times what has arrived (so a few times in all), never beyond the upload's declared
-            // length — an upload that declares none (chunked) is not taken for the largest
-            // allowed. Files leaving memory are freed on the blocking pool.
-            if covered < bound && written.saturating_mul(2) > covered {
-                covered = bound.min(written.saturating_mul(4).max(WRITE_BATCH as u64));
-                let (ingest, id, key, upto) = (st.ingest.clone(), id.clone(), key.to_owned(), covered);
-                tokio::task::spawn_blocking(move || ingest.reserve_for_pre_import(&id, &key, upto, &head))
-                    .await
-                    .map_err(internal)?;
-            }
+        if let Some(f) = &mut follower {
+            f.arrived(&chunk, written).await.map_err(internal)?;
         }
         if batch.len() >= WRITE_BATCH {
             stored += batch.len() as u64;
             writer = write_batch(writer, std::mem::replace(&mut batch, Vec::with_capacity(WRITE_BATCH))).await?;
-            if let Some(f) = &feed {
-                f.advance(stored);
+            if let Some(f) = &follower {
+                f.stored(stored);
             }
         }
     }
     writer = write_batch(writer, batch).await?;
-    if let Some(f) = feed {
+    if let Some(f) = follower {
         f.complete(written);
     }
     tokio::task::spawn_blocking(move || writer.finish())

@@ -10,6 +10,7 @@
 //! Beside it: [`pre_import`] (imports begun while an upload still arrives), [`worker`]
 //! (`memlens worker` on a shared store's queue), [`priority`] (the job order).
 
+pub mod follow_upload;
 pub mod pre_import;
 pub mod priority;
 pub mod worker;
@@ -29,7 +30,8 @@ use memlens_core::pipeline::{
 use tokio::sync::Semaphore;
 
 use crate::charts::{self, Chart};
-use crate::ingest::pre_import::{FeedGuard, Forgotten, PreImports};
+use crate::ingest::follow_upload::UploadFollower;
+use crate::ingest::pre_import::{Forgotten, PreImports};
 use crate::metrics::Metrics;
 use crate::storage::filecache::LoadedFiles;
 use crate::storage::reportdata::{self, LoadedFile};
@@ -259,13 +261,13 @@ impl Ingest {
     /// `None` when it will be imported by its job instead (no free slot, a store that cannot
     /// read an upload back before it is finished, or a shared store's queue, whose job another
     /// process may claim).
-    pub fn begin_pre_import(&self, id: &ReportId, key: &str, size_bound: u64) -> Option<FeedGuard> {
+    pub fn follow_upload(self: &Arc<Self>, id: &ReportId, key: &str, size_bound: u64) -> Option<UploadFollower> {
         if self.store.jobs().is_some() {
             return None;
         }
         let feed = self.pre_imports.begin(self.store.as_ref(), id, key, size_bound)?;
         self.metrics.import_ahead_begun();
-        Some(feed)
+        Some(UploadFollower::new(self.clone(), id, key, feed, size_bound))
     }
 
     /// Takes what the import begun for upload `key` of report `id` will hold once `upto` bytes
@@ -273,7 +275,7 @@ impl Ingest {
     /// job's own reservation covers the rest), in place of what it took before: the files used
     /// least recently leave before the import grows, instead of staying beside it while the
     /// upload arrives. `head`, the upload's first bytes, says whether it is gzipped.
-    pub fn reserve_for_pre_import(&self, id: &ReportId, key: &str, upto: u64, head: &[u8]) {
+    fn reserve_for_pre_import(&self, id: &ReportId, key: &str, upto: u64, head: &[u8]) {
         if let Some(files) = &self.files {
             let gzip = head.starts_with(&[0x1f, 0x8b]);
             self.pre_imports.hold(id, key, files.reserve(peak_of(upto, gzip)));
