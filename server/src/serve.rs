@@ -88,7 +88,8 @@ pub fn serve(args: ServeArgs) -> std::process::ExitCode {
 async fn run(args: ServeArgs) -> Result<(), String> {
     let store = args.store.open().await?;
     let metrics = Arc::new(Metrics::default());
-    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
+    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())
+        .map_err(|e| e.to_string())?;
     // Bytes of loaded report files kept in memory between queries (a file larger than this is
     // loaded for each query and dropped after).
     let files = Arc::new(LoadedFiles::new(args.cache_mb.saturating_mul(1 << 20)));

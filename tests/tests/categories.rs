@@ -241,7 +241,7 @@ fn user_frame_rules_place_what_the_built_in_rules_leave_open() {
         ("cache", "line 1: expected `category: regex`"),
         ("\n\ncache: (", "line 3:"),
     ] {
-        let e = FrameRules::parse(text).expect_err(text);
+        let e = FrameRules::parse(text).expect_err(text).to_string();
         assert!(e.starts_with(want), "{text}: {e}");
     }
 }

@@ -22,7 +22,7 @@
 use memlens_api::{Category, CategoryRule, CategorySummary, PhaseRange, RuleShare};
 use polars::prelude::*;
 
-pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, Labels};
+pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, FrameRulesError, Labels};
 use super::rows_in_entry_order::RowsByEntry;
 pub use super::training_structure::{autograd_windows, structure, Structure};
 use super::training_structure::{in_zero_grad, locate, spans_or_open, within, Span};

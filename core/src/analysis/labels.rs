@@ -15,34 +15,67 @@ pub struct FrameRules {
     rules: Vec<(regex::Regex, Category)>,
 }
 
+/// Why a rules file cannot be used; each names the file and, inside it, the line.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameRulesError {
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: std::path::PathBuf,
+        source: Box<FrameRulesError>,
+    },
+    #[error("line {line}: expected `category: regex`")]
+    NotARule { line: usize },
+    #[error("line {line}: `{name}` is not a category")]
+    NotACategory { line: usize, name: String },
+    #[error("line {line}: {source}")]
+    BadPattern { line: usize, source: regex::Error },
+}
+
 impl FrameRules {
     /// Reads the rules file a user named (`--category-rules`); no file, no rules. Errors name
     /// the file (and the line).
-    pub fn load(path: Option<&std::path::Path>) -> Result<FrameRules, String> {
+    pub fn load(path: Option<&std::path::Path>) -> Result<FrameRules, FrameRulesError> {
         let Some(path) = path else {
             return Ok(FrameRules::default());
         };
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        FrameRules::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let text = std::fs::read_to_string(path).map_err(|source| FrameRulesError::Unreadable {
+            path: path.to_owned(),
+            source,
+        })?;
+        FrameRules::parse(&text).map_err(|e| FrameRulesError::InFile {
+            path: path.to_owned(),
+            source: Box::new(e),
+        })
     }
 
     /// Parses a rules file; errors name the line.
-    pub fn parse(text: &str) -> Result<FrameRules, String> {
+    pub fn parse(text: &str) -> Result<FrameRules, FrameRulesError> {
         let mut rules = Vec::new();
         for (i, line) in text.lines().enumerate() {
+            let line_no = i + 1;
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
             let (name, pattern) = line
                 .split_once(':')
-                .ok_or_else(|| format!("line {}: expected `category: regex`", i + 1))?;
+                .ok_or(FrameRulesError::NotARule { line: line_no })?;
             let name = name.trim();
-            let category = Category::ALL
-                .into_iter()
-                .find(|c| c.name() == name)
-                .ok_or_else(|| format!("line {}: `{name}` is not a category", i + 1))?;
-            let re = regex::Regex::new(pattern.trim()).map_err(|e| format!("line {}: {e}", i + 1))?;
+            let category =
+                Category::ALL
+                    .into_iter()
+                    .find(|c| c.name() == name)
+                    .ok_or_else(|| FrameRulesError::NotACategory {
+                        line: line_no,
+                        name: name.to_owned(),
+                    })?;
+            let re = regex::Regex::new(pattern.trim())
+                .map_err(|source| FrameRulesError::BadPattern { line: line_no, source })?;
             rules.push((re, category));
         }
         Ok(FrameRules { rules })

@@ -45,7 +45,8 @@ fn device_of(f: &FileSummary, wanted: Option<i64>) -> Result<&DeviceSummary, Str
 }
 
 fn compare(args: &DiffArgs) -> Result<Comparison, String> {
-    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
+    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())
+        .map_err(|e| e.to_string())?;
     let same = args.a == args.b;
     let mut inputs = vec![Input::path(&args.a)];
     if !same {

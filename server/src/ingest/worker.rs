@@ -43,7 +43,8 @@ async fn run(args: WorkerArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
+    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())
+        .map_err(|e| e.to_string())?;
     // No HTTP here, so no cache of loaded files to fill.
     let ingest = Ingest::new(store.clone(), args.workers, Arc::new(Metrics::default()), rules, None);
     let stop = Arc::new(AtomicBool::new(false));
