@@ -67,12 +67,6 @@ impl fmt::Display for ReportId {
     }
 }
 
-impl From<ReportId> for String {
-    fn from(id: ReportId) -> String {
-        id.0
-    }
-}
-
 /// A delete token: 256 random bits.
 pub fn new_delete_token() -> String {
     random_hex(32)
