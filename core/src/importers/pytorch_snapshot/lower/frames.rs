@@ -89,10 +89,15 @@ impl FrameTable {
     pub(super) fn frames_of(&mut self, heap: &mut Heap, v: Val, k: &FrameKeys, offset: u64, out: &mut Vec<u32>) -> PResult<()> {
         match heap.get(v) {
             V::Frame(id) => out.push(id),
+            V::Consumed => return Err(super::trace::entry_referenced_twice(offset)),
             V::Obj(d) if heap.kind(d) == Kind::Dict => {
-                if let V::Frame(id) = heap.get(heap.objs[d as usize].lowered) {
-                    out.push(id);
-                    return Ok(());
+                match heap.get(heap.objs[d as usize].lowered) {
+                    V::Frame(id) => {
+                        out.push(id);
+                        return Ok(());
+                    }
+                    V::Consumed => return Err(super::trace::entry_referenced_twice(offset)),
+                    _ => {}
                 }
                 let text = |key: u32| heap.dict_get(d, key).and_then(|v| heap.str_of(v));
                 let mut name = text(k.name).unwrap_or("??").to_owned();

@@ -160,6 +160,15 @@ impl TraceLowering {
     }
 }
 
+/// The error of a trace entry dict met again after it was lowered into a row: the flat read
+/// keeps no dict to meet, so both readers refuse the file alike.
+pub(super) fn entry_referenced_twice(offset: u64) -> PickleError {
+    PickleError::Malformed {
+        offset,
+        msg: "a trace entry is referenced twice".into(),
+    }
+}
+
 impl Default for TraceLowering {
     fn default() -> Self {
         Self::new()
@@ -176,17 +185,15 @@ impl AppendHook for TraceLowering {
         }
         let d = match heap.get(item) {
             V::Obj(d) if heap.kind(d) == Kind::Dict => d,
-            V::Consumed => {
-                return Err(PickleError::Malformed {
-                    offset,
-                    msg: "a trace entry is referenced twice".into(),
-                })
-            }
+            V::Consumed => return Err(entry_referenced_twice(offset)),
             _ => return Ok(false),
         };
-        // A dict already lowered to a frame is no trace entry.
-        if let V::Frame(_) = heap.get(heap.objs[d as usize].lowered) {
-            return Ok(false);
+        match heap.get(heap.objs[d as usize].lowered) {
+            // A dict already lowered to a frame is no trace entry.
+            V::Frame(_) => return Ok(false),
+            // The flat read forgets an entry once lowered; the machine refuses it the same way.
+            V::Consumed => return Err(entry_referenced_twice(offset)),
+            _ => {}
         }
         self.lower_entry(heap, list, d, offset)
     }
