@@ -405,6 +405,10 @@ impl Category {
             Category::Other => "other",
         }
     }
+    /// The category [`Category::name`] calls `s`.
+    pub fn from_name(s: &str) -> Option<Category> {
+        Category::ALL.into_iter().find(|c| c.name() == s)
+    }
 }
 
 /// The rule that placed an allocation in its category, strongest evidence first.

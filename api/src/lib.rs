@@ -3,6 +3,7 @@
 //! Invariant: this crate depends on `serde` only, so it compiles for `wasm32-unknown-unknown`
 //! and never pulls tokio, polars or anything with system dependencies into the frontend.
 
+mod check;
 mod compare;
 mod enums;
 mod formats;
@@ -24,6 +25,10 @@ pub use labels::{bytes_label, device_label, HOST_DEVICE};
 pub use meta::{MetaPatch, ReportMeta};
 pub use stacks::{stack_headline, FlameGraph, FlameNode, FreeStall, ModuleGroup, StackGroup};
 
+pub use check::{
+    delta_ratio, signed_bytes_label, signed_ratio_label, CategoryCheck, CategoryLimit, CheckMeasure, CheckOutcome,
+    CheckedRun, Limit, Thresholds, Violation,
+};
 pub use compare::{
     AlignedTimelines, CategoryDelta, CategorySteady, CompareAxis, ComparedRun, Comparison, RankPeak, RankSource,
     RunOverview, Side, SideRef, StackDelta,
@@ -35,6 +40,6 @@ pub use enums::{
 };
 pub use formats::{formats_markdown, formats_sentence, Format, FormatInfo, FORMATS};
 pub use params::{
-    ChartParams, CompareParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams, SegmentsParams,
-    TimelineParams, UploadParams, WhatIfParams,
+    ChartParams, CheckParams, CompareParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams,
+    SegmentsParams, TimelineParams, UploadParams, WhatIfParams,
 };

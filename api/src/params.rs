@@ -159,6 +159,22 @@ pub struct CompareParams {
     pub width: Option<usize>,
 }
 
+/// `GET /api/check`: report `new` held to limits against report `baseline` (each a report id,
+/// `id:file` or `id:file:device`; a report id alone is its worst rank's busiest device).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct CheckParams {
+    pub new: String,
+    pub baseline: String,
+    /// How far the allocated peak may grow: `5%` (the default) or bytes (`512MiB`).
+    pub max_peak_increase: Option<String>,
+    /// How far the reserved peak may grow (unchecked when absent).
+    pub max_reserved_increase: Option<String>,
+    /// `CATEGORY=LIMIT` pairs separated by commas (`activation=10%,temporary=1GiB`).
+    pub max_category_increase: Option<String>,
+}
+
 /// Options of an upload.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]

@@ -15,13 +15,18 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     if matches!(
         args.command,
-        cli::Command::Analyze(_) | cli::Command::Diff(_) | cli::Command::Whatif(_) | cli::Command::Upload(_)
+        cli::Command::Analyze(_)
+            | cli::Command::Diff(_)
+            | cli::Command::Check(_)
+            | cli::Command::Whatif(_)
+            | cli::Command::Upload(_)
     ) {
         cli::end_quietly_when_stdout_closes();
     }
     match args.command {
         cli::Command::Analyze(a) => cli::analyze::analyze(a),
         cli::Command::Diff(a) => cli::diff::diff(a),
+        cli::Command::Check(a) => cli::check::check(a),
         cli::Command::Whatif(a) => cli::whatif::whatif(a),
         cli::Command::Upload(a) => cli::upload::upload(a),
         cli::Command::Serve(a) => memlens::serve::serve(a),

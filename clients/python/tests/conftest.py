@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# `pytester` runs pytest sessions inside a test (the `memlens_check` plugin's tests).
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parents[3]
 TRACES = REPO / "traces"
 TOKEN = "py-client-token"

@@ -159,7 +159,7 @@ fn stack_deltas(a: &CompareSide, b: &CompareSide) -> PolarsResult<(Vec<StackDelt
     Ok((all, rest))
 }
 
-fn category_deltas(a: &DeviceSummary, b: &DeviceSummary) -> Vec<CategoryDelta> {
+pub(crate) fn category_deltas(a: &DeviceSummary, b: &DeviceSummary) -> Vec<CategoryDelta> {
     let at_peak = |d: &DeviceSummary, c: Category| {
         d.categories
             .iter()

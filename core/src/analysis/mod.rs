@@ -23,6 +23,7 @@
 //! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
 
 pub mod categories;
+pub mod check;
 pub mod compare;
 mod compare_verdict;
 mod device_events;

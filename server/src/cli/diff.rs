@@ -2,7 +2,7 @@
 //! side by side, A − B — the peak difference split by category and by stack, reserved,
 //! fragmentation and OOMs of each, and the per-iteration peaks.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -44,13 +44,18 @@ fn device_of(f: &FileSummary, wanted: Option<i64>) -> Result<&DeviceSummary, Str
     }
 }
 
-fn compare(args: &DiffArgs) -> Result<Comparison, String> {
-    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())
-        .map_err(|e| e.to_string())?;
-    let same = args.a == args.b;
-    let mut inputs = vec![Input::path(&args.a)];
+/// The comparison of files `a` and `b` (A − B), each on its chosen device (default: its
+/// busiest); the same path twice compares two devices of one file.
+pub fn compare_files(
+    (a, device_a): (&Path, Option<i64>),
+    (b, device_b): (&Path, Option<i64>),
+    category_rules: Option<&Path>,
+) -> Result<Comparison, String> {
+    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules).map_err(|e| e.to_string())?;
+    let same = a == b;
+    let mut inputs = vec![Input::path(a)];
     if !same {
-        inputs.push(Input::path(&args.b));
+        inputs.push(Input::path(b));
     }
     let mut sink = KeepFrames {
         with_stacks: true,
@@ -59,7 +64,7 @@ fn compare(args: &DiffArgs) -> Result<Comparison, String> {
     let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink).map_err(|e| e.to_string())?;
     let n = if same { 1 } else { 2 };
     if out.files.len() != n {
-        let not = if same { &args.a } else { &args.b };
+        let not = if same { a } else { b };
         return Err(format!("{}: not an allocator snapshot", not.display()));
     }
     let side = |fi: usize, wanted: Option<i64>| -> Result<CompareSide<'_>, String> {
@@ -80,8 +85,8 @@ fn compare(args: &DiffArgs) -> Result<Comparison, String> {
             rank: None,
         })
     };
-    let a = side(0, args.device_a)?;
-    let b = side(n - 1, args.device_b)?;
+    let a = side(0, device_a)?;
+    let b = side(n - 1, device_b)?;
     compare_runs(&a, &b, COMPARE_WIDTH).map_err(|e| e.to_string())
 }
 
@@ -169,7 +174,12 @@ fn step_peaks_line(peaks: &[i64]) -> Option<String> {
 }
 
 pub fn diff(args: DiffArgs) -> ExitCode {
-    let c = match compare(&args) {
+    let compared = compare_files(
+        (&args.a, args.device_a),
+        (&args.b, args.device_b),
+        args.category_rules.as_deref(),
+    );
+    let c = match compared {
         Ok(c) => c,
         Err(e) => {
             eprintln!("memlens: {e}");

@@ -1,9 +1,10 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
-//! `analyze` ([`analyze`]), `diff` ([`diff`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
+//! `analyze` ([`analyze`]), `diff` ([`diff`]), `check` ([`check`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
 //! ([`healthcheck`]);
 //! [`render`] is the text output of `analyze`.
 
 pub mod analyze;
+pub mod check;
 pub mod diff;
 pub mod healthcheck;
 pub mod render;
@@ -41,6 +42,9 @@ pub enum Command {
     Analyze(analyze::AnalyzeArgs),
     /// Compare two snapshots (or two devices of one): the peak difference by category and stack.
     Diff(diff::DiffArgs),
+    /// Fail (exit 1) when a run's memory grew past limits from a baseline's: a regression gate
+    /// for CI.
+    Check(check::CheckArgs),
     /// Predict the allocated peak under another batch size, checkpointing, optimizer or sharding.
     Whatif(whatif::WhatIfArgs),
     /// Upload files to a memlens server as one report and print its share link.

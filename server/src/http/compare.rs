@@ -1,11 +1,13 @@
-//! `GET /api/compare?a=…&b=…`: two devices side by side, A − B. Each side is a report, a file
+//! `GET /api/compare?a=…&b=…`: two devices side by side, A − B; `GET /api/check`, the same
+//! comparison held to a regression gate's limits. Each side is a report, a file
 //! of it or a device of that file (`id`, `id:file`, `id:file:device`), so two runs, two ranks of
 //! one run or two devices of one snapshot compare the same way. Only the two files named are
 //! loaded.
 
 use axum::extract::State;
 use axum::Json;
-use memlens_api::{AnalyzeOutput, CompareParams, Comparison, DeviceSummary, SideRef};
+use memlens_api::{AnalyzeOutput, CheckOutcome, CheckParams, CompareParams, Comparison, DeviceSummary, SideRef};
+use memlens_core::analysis::check::{check_run, checked_device, parse_thresholds, RunDelta};
 use memlens_core::analysis::compare::{compare_runs, CompareSide, COMPARE_WIDTH};
 use memlens_core::analysis::run::busiest_device;
 
@@ -81,15 +83,53 @@ fn label(s: &AnalyzeOutput, fi: usize, device: i64) -> (String, Option<u32>) {
               (status = 404, body = memlens_api::ErrorBody)))]
 pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result<Json<Comparison>, ApiError> {
     let (ra, rb) = (side_ref("a", &q.a)?, side_ref("b", &q.b)?);
+    let c = comparison(&st, ra, rb, q.width.unwrap_or(COMPARE_WIDTH)).await?;
+    Ok(Json(c))
+}
+
+/// `GET /api/check`: a regression gate over two reports, as `memlens check` answers it.
+#[utoipa::path(get, path = "/api/check", tag = "queries", params(CheckParams),
+    responses((status = 200, body = CheckOutcome), (status = 400, body = memlens_api::ErrorBody),
+              (status = 404, body = memlens_api::ErrorBody)))]
+pub async fn check(State(st): State<Shared>, Q(q): Q<CheckParams>) -> Result<Json<CheckOutcome>, ApiError> {
+    let thresholds = parse_thresholds(
+        q.max_peak_increase.as_deref(),
+        q.max_reserved_increase.as_deref(),
+        q.max_category_increase.as_deref(),
+    )
+    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let (new, baseline) = (side_ref("new", &q.new)?, side_ref("baseline", &q.baseline)?);
+    let (new, baseline) = (checked_side(&st, new).await?, checked_side(&st, baseline).await?);
+    // Only the aligned timelines depend on the width, and a check reports none of them.
+    let c = comparison(&st, new, baseline, 1).await?;
+    Ok(Json(check_run(RunDelta::from_comparison(&c), &thresholds)))
+}
+
+/// A side as a check takes it: a report id alone is its worst rank's busiest device.
+async fn checked_side(st: &Shared, r: SideRef) -> Result<SideRef, ApiError> {
+    if r.file.is_some() {
+        return Ok(r);
+    }
+    let summary = summary_of(st, &link_id(&r.report)?).await?;
+    let (file, device) = checked_device(&summary)
+        .ok_or_else(|| ApiError::BadRequest(format!("report {} has no allocator snapshot with a device", r.report)))?;
+    Ok(SideRef {
+        file: Some(file),
+        device: r.device.or(Some(device.device)),
+        ..r
+    })
+}
+
+/// The comparison of the two sides named, A − B; only the two files named are loaded.
+async fn comparison(st: &Shared, ra: SideRef, rb: SideRef, width: usize) -> Result<Comparison, ApiError> {
     let (report_a, report_b) = (link_id(&ra.report)?, link_id(&rb.report)?);
-    let (sa, sb) = (summary_of(&st, &report_a).await?, summary_of(&st, &report_b).await?);
+    let (sa, sb) = (summary_of(st, &report_a).await?, summary_of(st, &report_b).await?);
     let ((fa, da), (fb, db)) = (device_of(&sa, &ra)?, device_of(&sb, &rb)?);
     let (dev_a, dev_b) = (da.device, db.device);
     let (la, lb) = (
-        loaded_file(&st, &report_a, fa).await?,
-        loaded_file(&st, &report_b, fb).await?,
+        loaded_file(st, &report_a, fa).await?,
+        loaded_file(st, &report_b, fb).await?,
     );
-    let width = q.width.unwrap_or(COMPARE_WIDTH);
     let both = std::sync::Arc::new((sa, sb, la.clone(), lb.clone()));
     let c = blocking(both, move |(sa, sb, la, lb)| {
         let parts = |f: &crate::storage::reportdata::LoadedFile| -> Result<_, ApiError> {
@@ -103,5 +143,5 @@ pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result
     .await;
     st.files.reweigh(&report_a, fa, &la);
     st.files.reweigh(&report_b, fb, &lb);
-    Ok(Json(c?))
+    c
 }

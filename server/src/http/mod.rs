@@ -70,6 +70,7 @@ pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(queries::gpu_samples))
         .routes(routes!(queries::whatif))
         .routes(routes!(compare::compare))
+        .routes(routes!(compare::check))
         .routes(routes!(charts::chart_png))
         .routes(routes!(charts::chart_svg))
         .split_for_parts()
