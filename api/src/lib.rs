@@ -8,6 +8,7 @@ mod compare;
 mod enums;
 mod formats;
 mod gpu_log;
+mod jobs;
 mod labels;
 mod meta;
 mod params;
@@ -17,6 +18,7 @@ mod stacks;
 mod summary;
 
 pub use gpu_log::*;
+pub use jobs::{JobRegression, JobRun, JobView};
 pub use payloads::*;
 pub use segments::*;
 pub use summary::*;

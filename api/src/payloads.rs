@@ -72,6 +72,13 @@ pub struct Created {
     pub url: String,
     /// Needed to delete the report; shown once.
     pub delete_token: String,
+    /// The job's page (`/j/ID`), when the upload named a job (`?job=`): the same for every
+    /// upload of that name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_url: Option<String>,
+    /// Edits the job's thresholds; only in the answer to the upload that made the job, once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_owner_token: Option<String>,
 }
 
 /// What this server accepts, so that a client can refuse an upload before sending it.

@@ -67,6 +67,33 @@ impl fmt::Display for ReportId {
     }
 }
 
+/// A job's id: the last part of its link (`/j/ID`), 128 random bits as lowercase hex, made when
+/// the job's first run is uploaded.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JobId(String);
+
+impl JobId {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> JobId {
+        JobId(random_hex(16))
+    }
+
+    /// The id a link names, or as the index keeps it: only the shape [`JobId::new`] makes.
+    pub fn from_link(s: &str) -> Option<JobId> {
+        is_report_id(s).then(|| JobId(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// A delete token: 256 random bits.
 pub fn new_delete_token() -> String {
     random_hex(32)

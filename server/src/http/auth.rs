@@ -25,6 +25,15 @@ pub struct UploadAuth {
     from_file: Mutex<(Option<SystemTime>, Vec<String>)>,
 }
 
+/// The token of an `Authorization: Bearer …` header.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
+}
+
 /// Why an upload was refused before its body was read.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -89,12 +98,7 @@ impl UploadAuth {
         if !self.required() {
             return true;
         }
-        let Some(given) = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
-        else {
+        let Some(given) = bearer(headers) else {
             return false;
         };
         self.refresh();

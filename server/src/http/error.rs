@@ -11,6 +11,8 @@ use memlens_api::{ErrorBody, Status};
 #[derive(Debug)]
 pub enum ApiError {
     NotFound,
+    /// No job has this id.
+    NoSuchJob,
     Gone,
     Forbidden,
     /// An upload without a token in force.
@@ -41,6 +43,7 @@ impl IntoResponse for ApiError {
                 "no such report (it may have been deleted)".to_owned(),
                 None,
             ),
+            ApiError::NoSuchJob => (StatusCode::NOT_FOUND, "no such job".to_owned(), None),
             ApiError::Gone => (StatusCode::GONE, "this report has expired".to_owned(), None),
             ApiError::Forbidden => (StatusCode::FORBIDDEN, "wrong or missing owner token".to_owned(), None),
             ApiError::Unauthorized => {

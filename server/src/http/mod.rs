@@ -1,6 +1,6 @@
 //! The HTTP API (axum), one module per resource: [`uploads`] (who may upload: [`auth`]; ranks
 //! of one job gathering into one report: [`runs`]), [`reports`] (status, summary,
-//! delete, limits), [`queries`] (level-of-detail), [`compare`] (two runs or ranks, A − B), [`charts`], [`pages`] (share pages) and
+//! delete, limits), [`queries`] (level-of-detail), [`compare`] (two runs or ranks, A − B; the regression gate), [`jobs`] (the runs of a job), [`charts`], [`pages`] (share pages) and
 //! [`ops`] (health, metrics, OpenAPI). [`state`] holds what handlers share, [`error`] the JSON
 //! errors and the query extractor.
 //!
@@ -17,6 +17,7 @@ pub mod auth;
 pub mod charts;
 pub mod compare;
 pub mod error;
+pub mod jobs;
 pub mod ops;
 pub mod pages;
 pub mod queries;
@@ -44,7 +45,7 @@ use utoipa_axum::routes;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "memlens", description = "GPU memory reports: uploads, summaries and level-of-detail queries."),
-    tags((name = "reports"), (name = "queries"), (name = "charts"))
+    tags((name = "reports"), (name = "queries"), (name = "charts"), (name = "jobs"))
 )]
 struct ApiDoc;
 
@@ -71,6 +72,7 @@ pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(queries::whatif))
         .routes(routes!(compare::compare))
         .routes(routes!(compare::check))
+        .routes(routes!(jobs::job, jobs::edit_thresholds))
         .routes(routes!(charts::chart_png))
         .routes(routes!(charts::chart_svg))
         .split_for_parts()
@@ -118,6 +120,7 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/r/{id}", get(pages::report_page))
         .route("/compare/{a}/{b}", get(pages::compare_page))
+        .route("/j/{id}", get(pages::job_page))
         .merge(static_files::service(&static_dir));
     // Without a built UI (API-only runs) the policy still holds; it pins no inline script.
     let index_html = std::fs::read_to_string(&index).unwrap_or_default();

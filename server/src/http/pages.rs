@@ -1,4 +1,4 @@
-//! `/r/{id}` and `/compare/{a}/{b}`: the frontend's page with link-preview tags (`og:title`,
+//! `/r/{id}`, `/compare/{a}/{b}` and `/j/{id}`: the frontend's page with link-preview tags (`og:title`,
 //! and for a report `og:image` when it has a chart).
 
 use axum::extract::{Path, State};
@@ -89,6 +89,24 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
         );
     }
     page_with(&st, tags).await
+}
+
+/// The page of a job; its title names the job.
+pub async fn job_page(State(st): State<Shared>, Path(id): Path<String>) -> Response {
+    let name = match crate::ids::JobId::from_link(&id) {
+        Some(id) => {
+            let store = st.store.clone();
+            tokio::task::spawn_blocking(move || store.job(&id))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten()
+                .map(|j| j.name)
+        }
+        None => None,
+    };
+    let title = name.map_or_else(|| "memlens job".to_owned(), |n| format!("memlens job: {n}"));
+    page_with(&st, title_tags(&title)).await
 }
 
 /// The share page of a comparison; its title names the two sides' files.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use memlens_api::{ReportMeta, ReportState};
 
-use crate::ids::{self, ReportId};
+use crate::ids::{self, JobId, ReportId};
 use crate::storage::store::{ReportRecord, StoredFile};
 
 /// How long a run waits for its next rank before it is created with what it has.
@@ -34,6 +34,8 @@ pub struct Gathering {
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub meta: ReportMeta,
+    /// The job the run is one of.
+    pub job: Option<JobId>,
     last: Instant,
 }
 
@@ -49,6 +51,7 @@ impl Gathering {
             files: self.files.clone(),
             delete_token_hash: ids::token_hash(&self.token),
             meta: self.meta.clone(),
+            job: self.job.clone(),
         }
     }
 }
@@ -120,7 +123,7 @@ impl Runs {
 }
 
 /// A new run's gathering state.
-pub fn open_run(meta: ReportMeta, created_at: i64, expires_at: Option<i64>) -> Gathering {
+pub fn open_run(meta: ReportMeta, job: Option<JobId>, created_at: i64, expires_at: Option<i64>) -> Gathering {
     Gathering {
         id: ReportId::new(),
         token: ids::new_delete_token(),
@@ -130,6 +133,7 @@ pub fn open_run(meta: ReportMeta, created_at: i64, expires_at: Option<i64>) -> G
         created_at,
         expires_at,
         meta,
+        job,
         last: Instant::now(),
     }
 }

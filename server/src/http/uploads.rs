@@ -14,12 +14,12 @@ use memlens_api::{Created, ErrorBody, ReportState, UploadParams};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::auth::{admit, Refusal};
+use super::auth::{admit, bearer, Refusal};
 use super::error::{internal, store_error, ApiError, Q};
 use super::runs::open_run;
 use super::state::{now, Shared};
-use crate::ids::{self, ReportId};
-use crate::storage::store::{BlobWriter, ReportRecord, StoredFile};
+use crate::ids::{self, JobId, ReportId};
+use crate::storage::store::{BlobWriter, JobRecord, ReportRecord, StoredFile};
 use memlens_core::names::upload_name;
 
 /// How much of a rejected upload is read and discarded before answering, at most.
@@ -221,11 +221,18 @@ async fn receive(
         (None, r) => Some(r),
     };
     let expires_at = days.map(|d| created_at + (d as i64) * 86_400);
+    // The job it is a run of: found or made before the body is read.
+    let job = match q.meta().job {
+        Some(name) => Some(join_job(st, name, headers, created_at).await?),
+        None => None,
+    };
+    let job_id = job.as_ref().map(|j| j.record.id.clone());
     // A rank of a run writes into the run's report, with upload keys of its own.
     let run = q.run.as_deref().map(str::trim).filter(|r| !r.is_empty());
     let slot = run.map(|key| {
-        st.runs
-            .join(key, KEYS_PER_UPLOAD, || open_run(q.meta(), created_at, expires_at))
+        st.runs.join(key, KEYS_PER_UPLOAD, || {
+            open_run(q.meta(), job_id.clone(), created_at, expires_at)
+        })
     });
     let id_owned = slot.as_ref().map_or_else(|| id.clone(), |s| s.id.clone());
     let id = &id_owned;
@@ -292,6 +299,7 @@ async fn receive(
                 files,
                 delete_token_hash: ids::token_hash(&token),
                 meta: q.meta(),
+                job: job_id,
             };
             (Some(record), token)
         }
@@ -304,9 +312,50 @@ async fn receive(
             .map_err(store_error)?;
         st.ingest.enqueue(id.clone());
     }
+    let (job_url, job_owner_token) = match job {
+        Some(j) => (Some(format!("/j/{}", j.record.id)), j.owner_token),
+        None => (None, None),
+    };
     Ok(Created {
         id: id.to_string(),
         url: format!("/r/{id}"),
         delete_token: token,
+        job_url,
+        job_owner_token,
+    })
+}
+
+/// A job as an upload joins it: its record, and the owner token when this upload made it.
+struct JoinedJob {
+    record: JobRecord,
+    owner_token: Option<String>,
+}
+
+/// The job `name` of the upload's scope (its upload token's, or the open server's), made now
+/// when it has no run yet.
+async fn join_job(st: &Shared, name: String, headers: &HeaderMap, now: i64) -> Result<JoinedJob, ApiError> {
+    let scope = match bearer(headers) {
+        Some(t) if st.upload_auth.required() => ids::token_hash(t),
+        _ => String::new(),
+    };
+    let owner_token = ids::new_delete_token();
+    let new = JobRecord {
+        id: JobId::new(),
+        scope,
+        name,
+        created_at: now,
+        owner_token_hash: ids::token_hash(&owner_token),
+        thresholds: None,
+    };
+    let store = st.store.clone();
+    let new2 = new.clone();
+    let record = tokio::task::spawn_blocking(move || store.job_named(&new2))
+        .await
+        .map_err(internal)?
+        .map_err(store_error)?;
+    let made = record.id == new.id;
+    Ok(JoinedJob {
+        record,
+        owner_token: made.then_some(owner_token),
     })
 }

@@ -9,6 +9,7 @@ mod common;
 mod cache;
 mod disk;
 mod encoding;
+mod jobs;
 mod lifecycle;
 mod limits;
 mod queries;

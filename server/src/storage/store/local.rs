@@ -24,8 +24,8 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    check_key, ids_from_rows, BlobWriter, DataWriter, IndexRow, ReportId, ReportRecord, ReportState, ReportStore,
-    StoreError, StoreResult,
+    check_key, ids_from_rows, BlobWriter, DataWriter, IndexRow, JobId, JobRecord, JobRow, ReportId, ReportRecord,
+    ReportState, ReportStore, StoreError, StoreResult, JOB_COLUMNS, ROW_COLUMNS,
 };
 
 /// SQLite index + local folders.
@@ -54,13 +54,33 @@ impl LocalStore {
                  delete_token_hash TEXT NOT NULL
              );",
         )?;
-        // Indexes made before report metadata existed gain its column.
-        let has_meta = db
-            .prepare("SELECT 1 FROM pragma_table_info('reports') WHERE name = 'meta'")?
-            .exists([])?;
-        if !has_meta {
+        // Indexes made before report metadata, or jobs, existed gain their columns.
+        let has = |column: &str| -> rusqlite::Result<bool> {
+            db.prepare("SELECT 1 FROM pragma_table_info('reports') WHERE name = ?1")?
+                .exists([column])
+        };
+        if !has("meta")? {
             db.execute_batch("ALTER TABLE reports ADD COLUMN meta TEXT;")?;
         }
+        if !has("job_id")? {
+            db.execute_batch(
+                "ALTER TABLE reports ADD COLUMN job_id TEXT; ALTER TABLE reports ADD COLUMN job_seq INTEGER;",
+            )?;
+        }
+        // As the shared store's migrations/0002_jobs.sql.
+        db.execute_batch(
+            "CREATE TABLE IF NOT EXISTS training_jobs (
+                 id TEXT PRIMARY KEY,
+                 scope TEXT NOT NULL,
+                 name TEXT NOT NULL,
+                 created_at INTEGER NOT NULL,
+                 owner_token_hash TEXT NOT NULL,
+                 thresholds TEXT,
+                 runs INTEGER NOT NULL DEFAULT 0,
+                 UNIQUE (scope, name)
+             );
+             CREATE INDEX IF NOT EXISTS reports_by_job ON reports (job_id, job_seq) WHERE job_id IS NOT NULL;",
+        )?;
         let store = LocalStore {
             root: root.to_owned(),
             db: Mutex::new(db),
@@ -97,9 +117,7 @@ impl LocalStore {
     }
 }
 
-/// The columns [`read_row`] reads, in its order.
-const ROW_COLUMNS: &str = "id, state, created_at, expires_at, error, files, delete_token_hash, meta";
-
+/// A report's row, as [`ROW_COLUMNS`] names it.
 fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<IndexRow> {
     Ok(IndexRow {
         id: row.get(0)?,
@@ -110,6 +128,19 @@ fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<IndexRow> {
         files: row.get(5)?,
         delete_token_hash: row.get(6)?,
         meta: row.get(7)?,
+        job_id: row.get(8)?,
+    })
+}
+
+/// A job's row, as [`JOB_COLUMNS`] names it.
+fn read_job(row: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
+    Ok(JobRow {
+        id: row.get(0)?,
+        scope: row.get(1)?,
+        name: row.get(2)?,
+        created_at: row.get(3)?,
+        owner_token_hash: row.get(4)?,
+        thresholds: row.get(5)?,
     })
 }
 
@@ -278,9 +309,22 @@ impl ReportStore for LocalStore {
         std::fs::rename(self.incoming_dir(&r.id)?, dir.join("uploads"))?;
         sync_dir(&dir);
         let (files, meta) = IndexRow::encode(r)?;
-        self.conn()?.execute(
-            "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash, meta)
-             VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, ?7)",
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        // A job's run takes the job's next place in upload order.
+        let job_seq: Option<i64> = match &r.job {
+            Some(job) => tx
+                .query_row(
+                    "UPDATE training_jobs SET runs = runs + 1 WHERE id = ?1 RETURNING runs",
+                    params![job.as_str()],
+                    |row| row.get(0),
+                )
+                .optional()?,
+            None => None,
+        };
+        tx.execute(
+            "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash, meta, job_id, job_seq)
+             VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, ?7, ?8, ?9)",
             params![
                 r.id.as_str(),
                 r.state.name(),
@@ -288,9 +332,12 @@ impl ReportStore for LocalStore {
                 r.expires_at,
                 files,
                 r.delete_token_hash,
-                meta
+                meta,
+                r.job.as_ref().map(JobId::as_str),
+                job_seq
             ],
         )?;
+        tx.commit()?;
         Ok(())
     }
 
@@ -330,6 +377,59 @@ impl ReportStore for LocalStore {
         if dir.exists() {
             std::fs::remove_dir_all(dir)?;
         }
+        Ok(())
+    }
+
+    fn job_named(&self, new: &JobRecord) -> StoreResult<JobRecord> {
+        let conn = self.conn()?;
+        conn.execute(
+            "INSERT INTO training_jobs (id, scope, name, created_at, owner_token_hash, thresholds)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (scope, name) DO NOTHING",
+            params![
+                new.id.as_str(),
+                new.scope,
+                new.name,
+                new.created_at,
+                new.owner_token_hash,
+                JobRow::encode_thresholds(&new.id, new.thresholds.as_ref())?
+            ],
+        )?;
+        conn.query_row(
+            &format!("SELECT {JOB_COLUMNS} FROM training_jobs WHERE scope = ?1 AND name = ?2"),
+            params![new.scope, new.name],
+            read_job,
+        )?
+        .decode()
+    }
+
+    fn job(&self, id: &JobId) -> StoreResult<Option<JobRecord>> {
+        let row = self
+            .conn()?
+            .query_row(
+                &format!("SELECT {JOB_COLUMNS} FROM training_jobs WHERE id = ?1"),
+                params![id.as_str()],
+                read_job,
+            )
+            .optional()?;
+        row.map(JobRow::decode).transpose()
+    }
+
+    fn job_reports(&self, id: &JobId) -> StoreResult<Vec<ReportRecord>> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {ROW_COLUMNS} FROM reports WHERE job_id = ?1 ORDER BY job_seq, created_at"
+        ))?;
+        let rows = stmt
+            .query_map(params![id.as_str()], read_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter().map(IndexRow::decode).collect()
+    }
+
+    fn set_job_thresholds(&self, id: &JobId, thresholds: &memlens_api::Thresholds) -> StoreResult<()> {
+        self.conn()?.execute(
+            "UPDATE training_jobs SET thresholds = ?2 WHERE id = ?1",
+            params![id.as_str(), JobRow::encode_thresholds(id, Some(thresholds))?],
+        )?;
         Ok(())
     }
 
@@ -380,6 +480,7 @@ mod tests {
             }],
             delete_token_hash: "h".into(),
             meta: Default::default(),
+            job: None,
         }
     }
 

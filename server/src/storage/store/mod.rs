@@ -30,7 +30,7 @@ pub use postgres::{Claim, MAX_ATTEMPTS};
 use serde::{Deserialize, Serialize};
 pub use shared::SharedStore;
 
-pub use crate::ids::ReportId;
+pub use crate::ids::{JobId, ReportId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -94,6 +94,22 @@ pub struct ReportRecord {
     pub delete_token_hash: String,
     /// What the report says about itself.
     pub meta: memlens_api::ReportMeta,
+    /// The job it is a run of.
+    pub job: Option<JobId>,
+}
+
+/// A job: the runs uploaded under one name (`?job=NAME`) in one scope — the hash of the upload
+/// token they came with, or empty on a server open to uploads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub scope: String,
+    pub name: String,
+    pub created_at: i64,
+    /// Hash of the owner token (edits the job's thresholds), given to its first uploader.
+    pub owner_token_hash: String,
+    /// The limits each run is held to against the one before; `None`: the defaults.
+    pub thresholds: Option<memlens_api::Thresholds>,
 }
 
 impl ReportRecord {
@@ -109,6 +125,7 @@ impl ReportRecord {
             files: Vec::new(),
             delete_token_hash: String::new(),
             meta: Default::default(),
+            job: None,
         }
     }
 }
@@ -160,6 +177,15 @@ pub trait ReportStore: Send + Sync {
     fn set_meta(&self, id: &ReportId, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()>;
     /// Removes a report, its uploads and its data.
     fn delete(&self, id: &ReportId) -> StoreResult<()>;
+    // Rows: jobs.
+    /// Job `new.name` in `new.scope`: the one indexed already, else `new`, indexed now (two
+    /// uploads naming a new job at once get one job).
+    fn job_named(&self, new: &JobRecord) -> StoreResult<JobRecord>;
+    fn job(&self, id: &JobId) -> StoreResult<Option<JobRecord>>;
+    /// The job's reports, in the order they were indexed.
+    fn job_reports(&self, id: &JobId) -> StoreResult<Vec<ReportRecord>>;
+    fn set_job_thresholds(&self, id: &JobId, thresholds: &memlens_api::Thresholds) -> StoreResult<()>;
+
     /// Reports a crash left unfinished, oldest first.
     fn unfinished(&self) -> StoreResult<Vec<ReportId>>;
     /// Removes the uploads and data (not the index row) of reports expired before `now`;
@@ -195,7 +221,11 @@ pub(crate) struct IndexRow {
     pub files: String,
     pub delete_token_hash: String,
     pub meta: Option<String>,
+    pub job_id: Option<String>,
 }
+
+/// The columns of a report's index row, in [`IndexRow`]'s order (both backends).
+pub(crate) const ROW_COLUMNS: &str = "id, state, created_at, expires_at, error, files, delete_token_hash, meta, job_id";
 
 impl IndexRow {
     /// The record's files and metadata as stored.
@@ -219,6 +249,10 @@ impl IndexRow {
             }
             None => memlens_api::ReportMeta::default(),
         };
+        let job = self
+            .job_id
+            .map(|j| JobId::from_link(&j).ok_or_else(|| StoreError::BadRow(self.id.clone(), format!("job `{j}`"))))
+            .transpose()?;
         Ok(ReportRecord {
             id,
             state,
@@ -228,6 +262,45 @@ impl IndexRow {
             files,
             delete_token_hash: self.delete_token_hash,
             meta,
+            job,
+        })
+    }
+}
+
+/// A job's index row as both backends store it (thresholds as JSON text).
+pub(crate) struct JobRow {
+    pub id: String,
+    pub scope: String,
+    pub name: String,
+    pub created_at: i64,
+    pub owner_token_hash: String,
+    pub thresholds: Option<String>,
+}
+
+/// The columns of a job's index row, in [`JobRow`]'s order.
+pub(crate) const JOB_COLUMNS: &str = "id, scope, name, created_at, owner_token_hash, thresholds";
+
+impl JobRow {
+    /// The thresholds as stored.
+    pub fn encode_thresholds(id: &JobId, t: Option<&memlens_api::Thresholds>) -> StoreResult<Option<String>> {
+        t.map(|t| serde_json::to_string(t).map_err(|e| StoreError::BadRow(id.to_string(), e.to_string())))
+            .transpose()
+    }
+
+    pub fn decode(self) -> StoreResult<JobRecord> {
+        let bad = |what: String| StoreError::BadRow(format!("job {}", self.id), what);
+        Ok(JobRecord {
+            id: JobId::from_link(&self.id).ok_or_else(|| bad("id".into()))?,
+            thresholds: self
+                .thresholds
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(|e| bad(format!("thresholds: {e}")))?,
+            scope: self.scope,
+            name: self.name,
+            created_at: self.created_at,
+            owner_token_hash: self.owner_token_hash,
         })
     }
 }

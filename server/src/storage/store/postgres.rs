@@ -17,19 +17,22 @@ use std::time::Duration;
 use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 
-use super::{ids_from_rows, IndexRow, ReportId, ReportRecord, ReportState, StoreError, StoreResult};
+use super::{
+    ids_from_rows, IndexRow, JobId, JobRecord, JobRow, ReportId, ReportRecord, ReportState, StoreError, StoreResult,
+    JOB_COLUMNS, ROW_COLUMNS,
+};
 
 /// Claims of one job without an outcome before it is marked failed.
 pub const MAX_ATTEMPTS: i32 = 2;
 
 /// The schema, in order: (version, SQL).
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../../migrations/0001_reports.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../../../migrations/0001_reports.sql")),
+    (2, include_str!("../../../migrations/0002_jobs.sql")),
+];
 
 /// An arbitrary constant naming memlens' migration lock among the database's advisory locks.
 const MIGRATION_LOCK: i64 = 0x6d656d6c656e73;
-
-/// The columns [`index_row`] reads, in its order.
-const ROW_COLUMNS: &str = "id, state, created_at, expires_at, error, files, delete_token_hash, meta";
 
 type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
 
@@ -80,6 +83,18 @@ fn index_row(r: &postgres::Row) -> IndexRow {
         files: r.get(5),
         delete_token_hash: r.get(6),
         meta: r.get(7),
+        job_id: r.get(8),
+    }
+}
+
+fn job_row(r: &postgres::Row) -> JobRow {
+    JobRow {
+        id: r.get(0),
+        scope: r.get(1),
+        name: r.get(2),
+        created_at: r.get(3),
+        owner_token_hash: r.get(4),
+        thresholds: r.get(5),
     }
 }
 
@@ -128,9 +143,22 @@ impl PgIndex {
 
     pub fn insert(&self, r: &ReportRecord) -> StoreResult<()> {
         let (files, meta) = IndexRow::encode(r)?;
-        self.conn()?.execute(
-            "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash, meta)
-             VALUES ($1, $2, $3, $4, NULL, $5, $6, $7)",
+        let job = r.job.as_ref().map(JobId::as_str);
+        let mut c = self.conn()?;
+        let mut tx = c.transaction()?;
+        // A job's run takes the job's next place in upload order (the row lock orders them).
+        let job_seq: Option<i64> = match job {
+            Some(j) => tx
+                .query_opt(
+                    "UPDATE training_jobs SET runs = runs + 1 WHERE id = $1 RETURNING runs",
+                    &[&j],
+                )?
+                .map(|row| row.get(0)),
+            None => None,
+        };
+        tx.execute(
+            "INSERT INTO reports (id, state, created_at, expires_at, error, files, delete_token_hash, meta, job_id, job_seq)
+             VALUES ($1, $2, $3, $4, NULL, $5, $6, $7, $8, $9)",
             &[
                 &r.id.as_str(),
                 &r.state.name(),
@@ -139,7 +167,55 @@ impl PgIndex {
                 &files,
                 &r.delete_token_hash,
                 &meta,
+                &job,
+                &job_seq,
             ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn job_named(&self, new: &JobRecord) -> StoreResult<JobRecord> {
+        let mut c = self.conn()?;
+        c.execute(
+            "INSERT INTO training_jobs (id, scope, name, created_at, owner_token_hash, thresholds)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope, name) DO NOTHING",
+            &[
+                &new.id.as_str(),
+                &new.scope,
+                &new.name,
+                &new.created_at,
+                &new.owner_token_hash,
+                &JobRow::encode_thresholds(&new.id, new.thresholds.as_ref())?,
+            ],
+        )?;
+        let row = c.query_one(
+            &format!("SELECT {JOB_COLUMNS} FROM training_jobs WHERE scope = $1 AND name = $2"),
+            &[&new.scope, &new.name],
+        )?;
+        job_row(&row).decode()
+    }
+
+    pub fn job(&self, id: &JobId) -> StoreResult<Option<JobRecord>> {
+        let row = self.conn()?.query_opt(
+            &format!("SELECT {JOB_COLUMNS} FROM training_jobs WHERE id = $1"),
+            &[&id.as_str()],
+        )?;
+        row.map(|r| job_row(&r).decode()).transpose()
+    }
+
+    pub fn job_reports(&self, id: &JobId) -> StoreResult<Vec<ReportRecord>> {
+        let rows = self.conn()?.query(
+            &format!("SELECT {ROW_COLUMNS} FROM reports WHERE job_id = $1 ORDER BY job_seq, created_at"),
+            &[&id.as_str()],
+        )?;
+        rows.iter().map(|r| index_row(r).decode()).collect()
+    }
+
+    pub fn set_job_thresholds(&self, id: &JobId, thresholds: &memlens_api::Thresholds) -> StoreResult<()> {
+        self.conn()?.execute(
+            "UPDATE training_jobs SET thresholds = $2 WHERE id = $1",
+            &[&id.as_str(), &JobRow::encode_thresholds(id, Some(thresholds))?],
         )?;
         Ok(())
     }

@@ -19,7 +19,8 @@ use std::time::Duration;
 use super::objects::{ObjectWriter, Objects, Puts, S3Config};
 use super::postgres::{Claim, PgIndex};
 use super::{
-    check_key, BlobWriter, DataWriter, JobQueue, ReportId, ReportRecord, ReportState, ReportStore, StoreResult,
+    check_key, BlobWriter, DataWriter, JobId, JobQueue, JobRecord, ReportId, ReportRecord, ReportState, ReportStore,
+    StoreResult,
 };
 
 /// Postgres index + S3-compatible objects.
@@ -167,6 +168,22 @@ impl ReportStore for SharedStore {
     fn delete(&self, id: &ReportId) -> StoreResult<()> {
         self.index.delete(id)?;
         self.objects.delete_prefix(&format!("reports/{id}"))
+    }
+
+    fn job_named(&self, new: &JobRecord) -> StoreResult<JobRecord> {
+        self.index.job_named(new)
+    }
+
+    fn job(&self, id: &JobId) -> StoreResult<Option<JobRecord>> {
+        self.index.job(id)
+    }
+
+    fn job_reports(&self, id: &JobId) -> StoreResult<Vec<ReportRecord>> {
+        self.index.job_reports(id)
+    }
+
+    fn set_job_thresholds(&self, id: &JobId, thresholds: &memlens_api::Thresholds) -> StoreResult<()> {
+        self.index.set_job_thresholds(id, thresholds)
     }
 
     fn unfinished(&self) -> StoreResult<Vec<ReportId>> {
