@@ -4,8 +4,8 @@
 
 use memlens_api::{
     AnalyzeOutput, CategoryTimeline, ChartParams, CompareParams, Comparison, DeviceParams, FileParams, FlameGraph,
-    FragmentationSeries, FrameView, GpuSamplesParams, GpuSeries, SearchParams, SearchResult, SegmentMap,
-    SegmentsParams, ServerLimits, SideRef, Status, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
+    FragmentationSeries, FrameView, GpuSamplesParams, GpuSeries, JobView, SearchParams, SearchResult, SegmentMap,
+    SegmentsParams, ServerLimits, SideRef, Status, Thresholds, Timeline, TimelineParams, WhatIfFile, WhatIfParams,
 };
 use serde::Serialize;
 
@@ -77,6 +77,20 @@ pub async fn segments(id: &str, params: &SegmentsParams) -> Result<SegmentMap, F
 pub async fn stack(id: &str, file: usize, stack: u32) -> Result<Vec<FrameView>, FetchError> {
     let params = FileParams { file: Some(file) };
     get_json(&url(&report_path(id, &format!("/stacks/{stack}")), &params)).await
+}
+
+/// A job's runs.
+pub async fn job(id: &str) -> Result<JobView, FetchError> {
+    get_json(&format!("/api/jobs/{id}")).await
+}
+
+/// Sets a job's thresholds with its owner token.
+pub async fn set_job_thresholds(id: &str, token: &str, thresholds: &Thresholds) -> Result<JobView, FetchError> {
+    let body = serde_json::to_string(thresholds).map_err(|e| FetchError {
+        status: 0,
+        message: e.to_string(),
+    })?;
+    crate::fetch::patch_json(&format!("/api/jobs/{id}"), token, &body).await
 }
 
 /// Two sides compared, A − B.

@@ -115,3 +115,35 @@ pub async fn upload_to(
         message: format!("unexpected answer: {e}"),
     })
 }
+
+/// PATCHes `body` (JSON) to `url` with the owner token (`X-Delete-Token`) and decodes the JSON
+/// answer; non-2xx answers become errors carrying `error` from the body.
+pub async fn patch_json<T: DeserializeOwned>(url: &str, token: &str, body: &str) -> Result<T, FetchError> {
+    let xhr = web_sys::XmlHttpRequest::new().map_err(js_err)?;
+    xhr.open("PATCH", url).map_err(js_err)?;
+    xhr.set_request_header("Content-Type", "application/json")
+        .map_err(js_err)?;
+    xhr.set_request_header("X-Delete-Token", token).map_err(js_err)?;
+    let done = js_sys::Promise::new(&mut |resolve, _reject| {
+        let r = resolve.clone();
+        let cb = Closure::<dyn FnMut()>::new(move || {
+            let _ = r.call0(&JsValue::NULL);
+        });
+        xhr.set_onloadend(Some(cb.as_ref().unchecked_ref()));
+        cb.forget();
+    });
+    xhr.send_with_opt_str(Some(body)).map_err(js_err)?;
+    JsFuture::from(done).await.map_err(js_err)?;
+    let status = xhr.status().unwrap_or(0);
+    let text = xhr.response_text().ok().flatten().unwrap_or_default();
+    if !(200..300).contains(&status) {
+        let message = serde_json::from_str::<memlens_api::ErrorBody>(&text)
+            .map(|e| e.error)
+            .unwrap_or(text);
+        return Err(FetchError { status, message });
+    }
+    serde_json::from_str(&text).map_err(|e| FetchError {
+        status,
+        message: format!("unexpected answer: {e}"),
+    })
+}

@@ -1,9 +1,10 @@
 //! memlens web UI (leptos, client-side rendered, bundled by `memlens-bundle`).
 //!
-//! Three pages: `/` (upload, then follow processing; reports opened in this browser are listed
+//! Four pages: `/` (upload, then follow processing; reports opened in this browser are listed
 //! from local storage), `/r/{id}` (the shareable report: cards, the flame-style timeline,
 //! segment map, fragmentation, leaks, OOMs; a run of several ranks adds its overview) and
-//! `/compare/{a}/{b}` (two runs, ranks or devices side by side). The URL carries the view
+//! `/compare/{a}/{b}` (two runs, ranks or devices side by side) and `/j/{id}` (a job's runs over
+//! time, each checked against the one before). The URL carries the view
 //! (file, device, window, axis).
 //!
 //! Invariant: this crate depends on `memlens-api`, leptos and the web-sys family only — never on
@@ -15,6 +16,7 @@ mod compare;
 mod display;
 mod fetch;
 mod fragmentation_chart;
+mod job;
 mod recent;
 mod report;
 mod timeline;
@@ -36,6 +38,7 @@ fn App() -> impl IntoView {
         .and_then(|w| w.location().pathname().ok())
         .unwrap_or_default();
     let id = path.strip_prefix("/r/").map(|s| s.trim_end_matches('/').to_owned());
+    let job = path.strip_prefix("/j/").map(|s| s.trim_end_matches('/').to_owned());
     let sides = path
         .strip_prefix("/compare/")
         .and_then(|s| s.trim_end_matches('/').split_once('/'))
@@ -46,6 +49,9 @@ fn App() -> impl IntoView {
             <span class="tagline">"where your GPU memory went"</span>
         </header>
         {match (id, sides) {
+            _ if job.as_ref().is_some_and(|j| !j.is_empty()) => {
+                view! { <job::JobPage id=job.clone().unwrap_or_default() /> }.into_any()
+            }
             (_, Some((a, b))) => view! { <compare::ComparePage a=a b=b /> }.into_any(),
             (Some(id), _) if !id.is_empty() => view! { <report::ReportPage id=id /> }.into_any(),
             _ => view! { <upload::UploadPage /> }.into_any(),

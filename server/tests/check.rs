@@ -263,3 +263,59 @@ fn report_links_check_as_their_files_do() {
     assert_eq!(code(&unreachable), 2);
     assert!(String::from_utf8_lossy(&unreachable.stderr).contains("http://127.0.0.1:9/r/abc: cannot reach the server"));
 }
+
+#[test]
+fn a_jobs_last_good_run_is_the_baseline() {
+    let server = Process::serve_in(tmpdir("check-job"), &[]);
+    let upload = |name: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+            .args(["upload", "--server", &server.base, "--job", "nightly"])
+            .arg(trace(name))
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let link = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        wait_done(&server, link.rsplit('/').next().unwrap());
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let job = err
+            .lines()
+            .find_map(|l| l.strip_prefix("job nightly: "))
+            .unwrap_or_else(|| panic!("no job line in {err}"))
+            .to_owned();
+        (link, job, err)
+    };
+    let (b8, job, first) = upload(B8);
+    assert!(
+        first.contains("job owner token"),
+        "the first upload makes the job: {first}"
+    );
+    let (b16, job_again, second) = upload(B16);
+    assert_eq!(job, job_again);
+    assert!(!second.contains("job owner token"));
+    // The last good run is b8 (b16 grew past 5 %).
+    let grown = check_job(&path(B16), &job);
+    assert_eq!(grown["passed"], false);
+    assert!(grown["baseline"]["label"].as_str().unwrap().starts_with(&b8), "{grown}");
+    // The run itself, by its link: still checked against b8, never against itself.
+    let itself = check_job(&b16, &job);
+    assert_eq!(
+        itself["baseline"]["label"].as_str().map(|l| l.starts_with(&b8)),
+        Some(true)
+    );
+    let missing = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["check", &path(B8), "--baseline-job"])
+        .arg(format!("{}/j/0123456789abcdef0123456789abcdef", server.base))
+        .output()
+        .expect("runs");
+    assert_eq!(code(&missing), 2);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no such job"));
+}
+
+fn check_job(new: &str, job: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["check", new, "--baseline-job", job, "--json"])
+        .output()
+        .expect("runs");
+    assert_ne!(code(&out), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    json(&out)
+}

@@ -703,3 +703,60 @@ test('a ready report asks for its first timeline together with the summary, and 
   await page.close();
   await ctx.close();
 });
+
+test('a job of three runs: the verdict first, the regression flagged, limits edited by its owner', async () => {
+  const upload = async (name) => {
+    const form = new FormData();
+    form.append('file', new Blob([readFileSync(join(traces, name))]), name);
+    const r = await fetch(`${base}/api/reports?job=e2e-nightly&title=${name}`, { method: 'POST', body: form });
+    assert.equal(r.status, 201);
+    const created = await r.json();
+    await waitReady(created.id);
+    return created;
+  };
+  // b8, then b16 (the peak grows 68.5 %: past the default 5 %), then b8 again.
+  const first = await upload('gpt_b8.pickle.gz');
+  const second = await upload('gpt_b16.pickle.gz');
+  const third = await upload('gpt_b8.pickle.gz');
+  assert.equal(second.job_url, first.job_url);
+  assert.equal(third.job_url, first.job_url);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${first.job_url}`);
+  await page.waitForSelector('#job-chart[data-drawn]', { timeout: 30_000 });
+  assert.equal(await page.textContent('#job-name'), 'Job e2e-nightly');
+  assert.ok(await inFirstScreen(page, '#job-verdict'), 'the verdict leads the page');
+  assert.match(await page.textContent('#job-verdict'), /last run within limits: allocated peak −4\.74 GiB .* 3 runs · 1 run broke the job's limits/);
+  const rows = await page.$$eval('#job-runs tbody tr', trs => trs.map(t => ({ id: t.dataset.run, regression: t.classList.contains('regression') })));
+  assert.deepEqual(rows, [
+    { id: first.id, regression: false },
+    { id: second.id, regression: true },
+    { id: third.id, regression: false },
+  ]);
+  assert.match(await page.textContent(`#job-runs tr[data-run="${second.id}"]`), /regression: allocated peak \+4\.74 GiB \(\+68\.5 %\), limit 5%/);
+  assert.ok(await colourFraction(page, '#job-chart', [214, 39, 40]) > 0.0005, 'the regression marked in red');
+  assert.ok(await colourFraction(page, '#job-chart', [221, 132, 82]) > 0.005, 'activations stacked');
+  await page.screenshot({ path: join(out, 'job.png'), fullPage: true });
+
+  // A run compared with the one before it.
+  await page.click(`#job-runs tr[data-run="${second.id}"] .job-compare-previous`);
+  await page.waitForURL(`**/compare/${first.id}/${second.id}`, { timeout: 30_000 });
+  await page.waitForSelector('#compare-headline', { timeout: 30_000 });
+  assert.match(await page.textContent('#compare-headline'), /allocated peak/);
+
+  // Only the owner loosens the limits; then no run broke them.
+  await page.goto(`${base}${first.job_url}`);
+  await page.waitForSelector('#job-chart[data-drawn]', { timeout: 30_000 });
+  await page.click('#job-limits summary');
+  await page.fill('#job-max-peak', '100');
+  await page.fill('#job-owner-token', 'not-the-token');
+  await page.click('#job-limits-save');
+  await page.waitForSelector('#job-limits-error', { timeout: 10_000 });
+  assert.match(await page.textContent('#job-limits-error'), /owner token/);
+  await page.fill('#job-owner-token', first.job_owner_token);
+  await page.click('#job-limits-save');
+  await page.waitForFunction(() => document.querySelector('#job-verdict')?.textContent.includes('no run broke'), null, { timeout: 10_000 });
+  assert.match(await page.textContent('#job-limits-now'), /allocated peak 100%/);
+  assert.equal(await page.$$eval('#job-runs tr.regression', trs => trs.length), 0);
+  await ctx.close();
+});

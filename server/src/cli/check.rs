@@ -1,5 +1,6 @@
 //! `memlens check NEW --baseline BASE`: a regression gate for CI. Each side is a snapshot file
-//! or a report's share link (`http…/r/ID`); the new run is held to limits on how far its
+//! or a report's share link (`http…/r/ID`), or the baseline a job's last good run
+//! (`--baseline-job http…/j/ID`); the new run is held to limits on how far its
 //! allocated peak, reserved peak and categories may grow from the baseline's. Exit 0 within
 //! the limits, 1 past one, 2 when a side cannot be read. Prints a short verdict, the JSON
 //! (`--json`), or a pull-request comment (`--format markdown`).
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use memlens_api::{
     bytes_label, signed_bytes_label, signed_ratio_label, AnalyzeOutput, CategoryLimit, CheckMeasure, CheckOutcome,
-    DeviceSummary, ErrorBody, Limit, Thresholds,
+    DeviceSummary, ErrorBody, JobView, Limit, ReportState, Thresholds,
 };
 use memlens_core::analysis::check::{check_run, checked_device, parse_category_limit, parse_limit, RunDelta};
 use memlens_core::pipeline::{run_with, Input, NoSink};
@@ -24,8 +25,12 @@ pub struct CheckArgs {
     /// The new run: a snapshot file or a report link (`https://memlens.example/r/ID`).
     pub new: String,
     /// The baseline run: a snapshot file or a report link.
-    #[arg(long)]
-    pub baseline: String,
+    #[arg(long, required_unless_present = "baseline_job", conflicts_with = "baseline_job")]
+    pub baseline: Option<String>,
+    /// The baseline is a job's last good run: its last analysed run that broke no limit
+    /// (`https://memlens.example/j/ID`).
+    #[arg(long, value_name = "JOB_LINK")]
+    pub baseline_job: Option<String>,
     /// How far the allocated peak may grow: a percentage of the baseline's (`5%`) or a size
     /// (`512MiB`).
     #[arg(long, value_name = "LIMIT", default_value = "5%", value_parser = limit_arg)]
@@ -105,6 +110,43 @@ impl Side {
             id: id.to_owned(),
         })
     }
+}
+
+/// A job's last analysed run that broke none of its limits, other than `new` itself.
+fn last_good_run(job_link: &str, new: &Side) -> Result<Side, SideError> {
+    let fail = |problem: String| SideError::Link {
+        link: job_link.to_owned(),
+        problem,
+    };
+    let path_end = job_link.find(['?', '#']).unwrap_or(job_link.len());
+    let (server, id) = job_link[..path_end]
+        .rsplit_once("/j/")
+        .filter(|(s, id)| {
+            (s.starts_with("http://") || s.starts_with("https://")) && !id.is_empty() && !id.contains('/')
+        })
+        .ok_or_else(|| fail("not a job link (expected http…/j/ID)".into()))?;
+    let job: JobView =
+        get_json(job_link, &format!("{server}/api/jobs/{id}"))?.ok_or_else(|| fail("the job is not ready".into()))?;
+    let new_id = match new {
+        Side::Report { id, .. } => Some(id.as_str()),
+        Side::File(_) => None,
+    };
+    let run = job
+        .runs
+        .iter()
+        .rev()
+        .find(|r| r.state == ReportState::Ready && r.regression.is_none() && Some(r.id.as_str()) != new_id)
+        .ok_or_else(|| {
+            fail(format!(
+                "job {:?} has no analysed run without a regression yet",
+                job.name
+            ))
+        })?;
+    Ok(Side::Report {
+        link: format!("{server}{}", run.url),
+        server: server.to_owned(),
+        id: run.id.clone(),
+    })
 }
 
 /// A report's summary, once its analysis is done (a 202 is waited on until `wait` runs out).
@@ -204,7 +246,11 @@ fn wait(args: &CheckArgs) -> Duration {
 /// there), by this process otherwise (stacks compared when both sides are files).
 fn outcome(args: &CheckArgs, thresholds: &Thresholds) -> Result<CheckOutcome, SideError> {
     let new = Side::parse(&args.new)?;
-    let base = Side::parse(&args.baseline)?;
+    let base = match (&args.baseline, &args.baseline_job) {
+        (Some(b), _) => Side::parse(b)?,
+        (None, Some(job)) => last_good_run(job, &new)?,
+        (None, None) => unreachable!("clap requires one"),
+    };
     let delta = match (&new, &base) {
         (Side::File(n), Side::File(b)) => compare_files((n, None), (b, None), args.category_rules.as_deref())
             .map(|c| RunDelta::from_comparison(&c))

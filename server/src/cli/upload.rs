@@ -30,7 +30,8 @@ pub struct UploadArgs {
     /// Comma-separated tags.
     #[arg(long)]
     pub tags: Option<String>,
-    /// The job (launcher run id, Slurm job, …).
+    /// The job this run is one of (`nightly-llama`): its runs are listed on one page, each
+    /// checked against the one before.
     #[arg(long)]
     pub job: Option<String>,
     /// Expire the report after this many days.
@@ -112,8 +113,8 @@ fn attempt(args: &UploadArgs, url: &str) -> Result<Created, Failure> {
     }
 }
 
-/// Uploads and returns the share link and the owner token.
-pub fn send(args: &UploadArgs) -> Result<(String, String), String> {
+/// Uploads and returns the server's answer, its links made absolute.
+pub fn send(args: &UploadArgs) -> Result<Created, String> {
     let server = args.server.trim_end_matches('/');
     let mut query: Vec<(&str, String)> = Vec::new();
     for (k, v) in [
@@ -138,7 +139,13 @@ pub fn send(args: &UploadArgs) -> Result<(String, String), String> {
     let mut wait = Duration::from_millis(500);
     for n in 1..=args.attempts.max(1) {
         match attempt(args, &url) {
-            Ok(c) => return Ok((format!("{server}{}", c.url), c.delete_token)),
+            Ok(c) => {
+                return Ok(Created {
+                    url: format!("{server}{}", c.url),
+                    job_url: c.job_url.map(|j| format!("{server}{j}")),
+                    ..c
+                })
+            }
             Err(Failure::Final(m)) => return Err(m),
             Err(Failure::Retry(m, after)) if n < args.attempts => {
                 let pause = after.unwrap_or(wait).min(Duration::from_secs(60));
@@ -154,9 +161,18 @@ pub fn send(args: &UploadArgs) -> Result<(String, String), String> {
 
 pub fn upload(args: UploadArgs) -> ExitCode {
     match send(&args) {
-        Ok((link, token)) => {
-            println!("{link}");
-            eprintln!("owner token (edits or deletes the report; shown once): {token}");
+        Ok(c) => {
+            println!("{}", c.url);
+            eprintln!(
+                "owner token (edits or deletes the report; shown once): {}",
+                c.delete_token
+            );
+            if let Some(job) = &c.job_url {
+                eprintln!("job {}: {job}", args.job.as_deref().unwrap_or_default());
+            }
+            if let Some(t) = &c.job_owner_token {
+                eprintln!("job owner token (edits the job's thresholds; shown once): {t}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
