@@ -196,6 +196,10 @@ pub struct UploadParams {
     /// This upload's rank in the run (its files are named by it when they are not already).
     pub rank: Option<u32>,
     pub world_size: Option<u32>,
+    /// This upload is window K of a recording taken window by window
+    /// (`memlens.torch.record(every_steps=N)`): window 0 makes the report, later ones go to
+    /// `POST /api/reports/{id}/windows`, and the windows are analysed as one snapshot.
+    pub window: Option<u32>,
 }
 
 impl UploadParams {

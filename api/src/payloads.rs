@@ -107,6 +107,10 @@ pub struct Status {
     pub expires_at: Option<i64>,
     #[serde(default)]
     pub meta: ReportMeta,
+    /// Windows of a recording taken window by window (0: not one): the report grows as they
+    /// arrive, and a page open on it looks again when this changes.
+    #[serde(default)]
+    pub windows: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -48,6 +48,8 @@ enum InputOpener {
     Path(PathBuf),
     Reader(OpenInput),
     Begun(PendingImport),
+    /// The windows of one recording, in order, each with its size.
+    Windows(Vec<(u64, OpenInput)>),
 }
 
 impl Input {
@@ -65,6 +67,16 @@ impl Input {
             name: name.into(),
             size: Some(size),
             open: InputOpener::Reader(open),
+        }
+    }
+    /// The windows of one process's recording, in the order they were taken (each an upload in
+    /// a store, with its size): imported as the one snapshot they make together
+    /// ([`crate::importers::import_windows`]).
+    pub fn windows(name: impl Into<String>, windows: Vec<(u64, OpenInput)>) -> Input {
+        Input {
+            name: name.into(),
+            size: None,
+            open: InputOpener::Windows(windows),
         }
     }
     /// An input whose import was begun elsewhere ([`crate::importers::begin_import`]): the
@@ -255,6 +267,7 @@ pub fn run_with(
                 sink.stage(Stage::Importing, Some(&name));
                 let imported = match input.open {
                     InputOpener::Begun(import) => import(),
+                    InputOpener::Windows(windows) => import_windows_on_thread(windows, options),
                     open => import_on_thread(move || open_source(open, input.size, options), options),
                 };
                 (name, imported)
@@ -477,6 +490,7 @@ fn expanded_size(input: &Input) -> Option<u64> {
         InputOpener::Path(path) => file_expanded_size(path).ok(),
         InputOpener::Reader(_) => input.size.map(|s| s.saturating_mul(GZIP_RATIO)),
         InputOpener::Begun(_) => None,
+        InputOpener::Windows(w) => Some(w.iter().map(|(size, _)| size.saturating_mul(GZIP_RATIO)).sum()),
     }
 }
 
@@ -532,8 +546,36 @@ fn open_source(open: InputOpener, size: Option<u64>, options: ImportOptions) -> 
     match open {
         InputOpener::Path(path) => Source::open(&path, options.source),
         InputOpener::Reader(open) => Source::from_reader(open()?, size.unwrap_or(u64::MAX), options.source),
-        InputOpener::Begun(_) => Err(ImportError::Internal("an import begun elsewhere has no source".into())),
+        InputOpener::Begun(_) | InputOpener::Windows(_) => Err(ImportError::Internal(
+            "an import begun elsewhere, or of windows, has no one source".into(),
+        )),
     }
+}
+
+/// Imports a recording's windows on a thread of its own (as [`import_on_thread`] does a file).
+fn import_windows_on_thread(
+    windows: Vec<(u64, OpenInput)>,
+    options: ImportOptions,
+) -> Result<ImportedFile, ImportError> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("memlens-import".into())
+            .stack_size(crate::importers::IMPORT_STACK)
+            .spawn_scoped(scope, move || {
+                let sources = windows
+                    .into_iter()
+                    .map(|(size, open)| Source::from_reader(open()?, size, options.source))
+                    .collect::<Result<Vec<_>, _>>()?;
+                crate::importers::import_windows(sources, &options)
+            })
+            .map_err(|e| ImportError::Internal(format!("cannot start the import thread: {e}")))?
+            .join()
+            .unwrap_or_else(|_| {
+                Err(ImportError::Internal(
+                    "the import of a recording's windows panicked".into(),
+                ))
+            })
+    })
 }
 
 /// Analyses files on disk as one report (what `memlens analyze` prints).

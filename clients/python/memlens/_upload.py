@@ -75,36 +75,47 @@ def upload(path_or_snapshot, server=None, token=None, title=None, tags=None, run
            quiet=True):
     """Uploads one or more snapshot files (paths), a snapshot dict or pickled bytes as one
     report; returns the share link. `run` groups the ranks of one job into one report
-    (`rank`, `world_size` say which and how many). Raises `UploadError` on a refusal or when
-    the server stays unreachable."""
+    (`rank`, `world_size` say which and how many); `job` lines the report up with the job's
+    other runs. Raises `UploadError` on a refusal or when the server stays unreachable."""
+    server = _server(server)
+    query = {k: v for k, v in {
+        "title": title, "notes": notes, "job": job, "host": host, "run": run,
+        "tags": ",".join(tags) if isinstance(tags, (list, tuple)) else tags,
+        "rank": rank, "world_size": world_size,
+    }.items() if v is not None}
+    created = _post(server, "/api/reports", query, path_or_snapshot, name, {}, token, attempts, timeout, quiet)
+    return server.rstrip("/") + created["url"]
+
+
+def _server(server):
     server = server or os.environ.get("MEMLENS_SERVER")
     if not server:
         raise UploadError("no server: pass server=… or set MEMLENS_SERVER")
+    return server
+
+
+def _post(server, path, query, path_or_snapshot, name, headers, token, attempts, timeout, quiet):
+    """POSTs the files as multipart to `path?query`, retried with backoff; the JSON answer."""
     token = token or os.environ.get("MEMLENS_TOKEN")
     files, temps = _as_files(path_or_snapshot, name)
     try:
-        query = {k: v for k, v in {
-            "title": title, "notes": notes, "job": job, "host": host, "run": run,
-            "tags": ",".join(tags) if isinstance(tags, (list, tuple)) else tags,
-            "rank": rank, "world_size": world_size,
-        }.items() if v is not None}
         parts, tail = _parts(files)
         length = sum(len(h) + size + 2 for h, _, size in parts) + len(tail)
         wait = 0.5
         for attempt in range(1, max(1, attempts) + 1):
             conn, base = _connection(server, timeout)
-            path = f"{base}/api/reports" + (f"?{urllib.parse.urlencode(query)}" if query else "")
-            headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Content-Length": str(length)}
+            target = f"{base}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+            sent = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}", "Content-Length": str(length),
+                    **headers}
             if token:
-                headers["Authorization"] = f"Bearer {token}"
+                sent["Authorization"] = f"Bearer {token}"
             retry_after = None
             try:
-                conn.request("POST", path, body=_body(parts, tail), headers=headers)
+                conn.request("POST", target, body=_body(parts, tail), headers=sent)
                 resp = conn.getresponse()
                 text = resp.read().decode("utf-8", "replace")
-                if resp.status == 201:
-                    created = json.loads(text)
-                    return server.rstrip("/") + created["url"]
+                if 200 <= resp.status < 300:
+                    return json.loads(text)
                 try:
                     why = json.loads(text).get("error", text)
                 except ValueError:
@@ -130,3 +141,29 @@ def upload(path_or_snapshot, server=None, token=None, title=None, tags=None, run
                 os.remove(t)
             except OSError:
                 pass
+
+
+class Recording:
+    """A report made window by window: window 0 creates it (`start`), each later window joins
+    it (`add`), and the server analyses the windows as one snapshot."""
+
+    def __init__(self, server=None, token=None, name="snapshot.pickle", attempts=4, timeout=120, **meta):
+        self.server, self.token, self.name = _server(server), token, name
+        self.attempts, self.timeout, self.meta = attempts, timeout, meta
+        self.link = self.id = self._owner = None
+        self.windows = 0
+
+    def add(self, snapshot):
+        """Sends the next window (a snapshot dict, pickled bytes or a path); returns the link."""
+        if self.id is None:
+            query = {k: v for k, v in self.meta.items() if v is not None}
+            query["window"] = 0
+            created = _post(self.server, "/api/reports", query, snapshot, self.name, {}, self.token,
+                            self.attempts, self.timeout, True)
+            self.id, self._owner = created["id"], created["delete_token"]
+            self.link = self.server.rstrip("/") + created["url"]
+        else:
+            _post(self.server, f"/api/reports/{self.id}/windows", {"window": self.windows}, snapshot, self.name,
+                  {"X-Delete-Token": self._owner}, self.token, self.attempts, self.timeout, True)
+        self.windows += 1
+        return self.link

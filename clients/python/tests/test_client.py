@@ -1,9 +1,12 @@
 """The Python client against a real `memlens serve`: uploads carry PyTorch's own numbers,
 refusals are clear, and the torch hooks dump, upload and re-raise (PyTorch is reached through
 `memlens.torch._backend`, replaced here by one that writes real snapshots)."""
+import gzip
+import pickle
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -155,3 +158,55 @@ def test_ranks_of_one_job_gather_into_one_report_and_only_rank_0_prints(server, 
     assert [r["rank"] for r in run["ranks"]] == [0, 1]
     assert run["worst_rank"] == 1
     assert {r["peak_allocated_bytes"] for r in run["ranks"]} == {oracle("ddp_rank0.pickle.gz"), oracle("ddp_rank3.pickle.gz")}
+
+
+class WindowedTorch(FakeTorch):
+    """PyTorch recording window by window: each `window()` is the next of a real snapshot's
+    windows (traces/windows/, split as a windowed recording sends them); the optimizer-step
+    hook is kept to be fired as training would."""
+
+    def __init__(self, name, count):
+        super().__init__(None)
+        self.windows = []
+        for k in range(count):
+            with gzip.open(TRACES / "windows" / f"{name}.window_{k}.pickle.gz", "rb") as f:
+                self.windows.append(pickle.load(f))
+        self.step = None
+        self.threads = []
+
+    def window(self, max_entries, stacks):
+        self.calls.append(("window",))
+        self.threads.append(threading.current_thread().name)
+        return self.windows.pop(0)
+
+    def on_step(self, fn):
+        self.step = fn
+        fake = self
+
+        class Handle:
+            def remove(self):
+                fake.step = None
+
+        return Handle()
+
+
+@pytest.mark.parametrize("every", [{"every_steps": 2}, {"every_seconds": 1e-9}])
+def test_record_window_by_window_grows_one_report_of_the_whole_run(server, monkeypatch, capsys, every):
+    for k in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(k, raising=False)
+    f = WindowedTorch("gpt_b8", 4)
+    monkeypatch.setattr(mt, "_backend", f)
+    steps = 6 if "every_steps" in every else 3
+    rec = mt.record(server=server.url, token=TOKEN, job="py-windows", **every)
+    with rec:
+        for _ in range(steps):
+            f.step()  # as the optimizer's step hook is called
+    assert f.step is None, "the hook is removed on leaving"
+    assert [c[0] for c in f.calls] == ["start", "window", "window", "window", "window", "stop"]
+    assert set(f.threads) == {threading.current_thread().name}, "windows are taken on the training thread"
+    assert "it grows as the job runs" in capsys.readouterr().err
+    report = server.wait_ready(rec.link)
+    status = server.get(f"/api/reports/{rec.link.rsplit('/', 1)[-1]}/status")
+    assert status["windows"] == 4
+    assert status["meta"]["job"] == "py-windows"
+    assert report["files"][0]["devices"][0]["peak_allocated_bytes"] == oracle("gpt_b8.pickle.gz")

@@ -133,6 +133,35 @@ pub struct ImportedFile {
     pub data: Imported,
 }
 
+/// Imports the windows of one process's recording (`sources`, in the order they were taken),
+/// each an allocator snapshot, as the one snapshot they make together
+/// ([`crate::tables::windows::join_windows`]).
+#[cfg(feature = "analysis")]
+pub fn import_windows(sources: Vec<Source>, options: &ImportOptions) -> Result<ImportedFile, ImportError> {
+    let mut windows = Vec::with_capacity(sources.len());
+    let mut gzip = false;
+    for (k, source) in sources.into_iter().enumerate() {
+        let parsed = parse_source(source, options)?;
+        gzip |= parsed.gzip;
+        match parsed.data {
+            Parsed::Snapshot(columns) => windows.push(*columns),
+            _ => {
+                return Err(ImportError::Snapshot(format!(
+                    "window {k} is a {} file, not an allocator snapshot",
+                    parsed.format
+                )))
+            }
+        }
+    }
+    let joined = crate::tables::windows::join_windows(windows)
+        .ok_or_else(|| ImportError::Snapshot("a recording of no window".into()))?;
+    Ok(ImportedFile {
+        format: Format::PytorchSnapshot,
+        gzip,
+        data: Parsed::Snapshot(Box::new(joined)).into_tables()?,
+    })
+}
+
 /// Imports an already-opened source with the first importer whose sniff accepts it.
 #[cfg(feature = "analysis")]
 pub fn import_source(source: Source, options: &ImportOptions) -> Result<ImportedFile, ImportError> {
@@ -146,7 +175,7 @@ pub fn import_source(source: Source, options: &ImportOptions) -> Result<Imported
 
 /// Stack size of import threads: the decoder is iterative, this is headroom, not a requirement.
 #[cfg(feature = "analysis")]
-const IMPORT_STACK: usize = 16 << 20;
+pub(crate) const IMPORT_STACK: usize = 16 << 20;
 
 /// Opens and imports `path` on a dedicated thread.
 #[cfg(feature = "analysis")]

@@ -511,6 +511,7 @@ mod narrow_stacks;
 mod size_stacks;
 #[cfg(feature = "analysis")]
 pub mod stack_ids;
+pub mod windows;
 #[cfg(feature = "analysis")]
 pub use dataframes::SnapshotTables;
 

@@ -123,20 +123,21 @@ fn not_found(e: FetchError) -> Load {
 /// Polls the status until the report is ready (or failed), then loads its summary. A report
 /// already ready (every shared link after the first minute) is opened in one round trip: the
 /// status, the summary and the first timeline ([`prefetch`]) are asked for together.
-async fn wait_and_load(id: String, load: RwSignal<Load>) {
+async fn wait_and_load(id: String, load: RwSignal<Load>, growing: RwSignal<u32>) {
     prefetch::start(&id);
     let (status, summary) = futures_util::future::join(client::status(&id), client::summary(&id)).await;
     if let (Ok(s), Ok(summary)) = (status, summary) {
         if s.state == Lifecycle::Ready {
             show_summary(&id, summary, s.meta, load);
+            watch_growth(id, s.windows, growing).await;
             return;
         }
     }
-    let meta;
+    let (meta, windows);
     loop {
         match client::status(&id).await {
             Ok(s) if s.state == Lifecycle::Ready => {
-                meta = s.meta;
+                (meta, windows) = (s.meta, s.windows);
                 break;
             }
             Ok(s) if s.state == Lifecycle::Failed => {
@@ -165,7 +166,33 @@ async fn wait_and_load(id: String, load: RwSignal<Load>) {
     }
     match client::summary(&id).await {
         Ok(s) => show_summary(&id, s, meta, load),
-        Err(e) => load.set(not_found(e)),
+        Err(e) => return load.set(not_found(e)),
+    }
+    watch_growth(id, windows, growing).await;
+}
+
+/// How often a page open on a recording that grows window by window looks for a new window.
+const GROWTH_POLL_MS: i32 = 3_000;
+
+/// A report recorded window by window (`windows` so far) grows while its job runs: the page
+/// says so, and reloads once a newer version of it is ready (the view is kept in the URL).
+async fn watch_growth(id: String, windows: u32, growing: RwSignal<u32>) {
+    if windows == 0 {
+        return;
+    }
+    growing.set(windows);
+    loop {
+        browser::sleep(GROWTH_POLL_MS).await;
+        match client::status(&id).await {
+            Ok(s) if s.windows > windows && s.state == Lifecycle::Ready => {
+                if let Some(w) = web_sys::window() {
+                    let _ = w.location().reload();
+                }
+                return;
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
     }
 }
 
@@ -200,8 +227,19 @@ fn file_to_show(summary: &AnalyzeOutput) -> usize {
 #[component]
 pub fn ReportPage(id: String) -> impl IntoView {
     let load = RwSignal::new(Load::Waiting("loading…".into()));
-    spawn_local(wait_and_load(id.clone(), load));
-    move || match load.get() {
+    let growing = RwSignal::new(0u32);
+    spawn_local(wait_and_load(id.clone(), load, growing));
+    let banner = move || {
+        let n = growing.get();
+        (n > 0).then(|| {
+            view! {
+                <p class="growing" id="report-growing" data-windows=n.to_string()>
+                    {format!("Recorded window by window: {n} window{} so far. This page refreshes when the next is analysed.", if n == 1 { "" } else { "s" })}
+                </p>
+            }
+        })
+    };
+    let page = move || match load.get() {
         Load::Waiting(msg) => view! { <main class="waiting"><p id="report-waiting">{msg}</p></main> }.into_any(),
         Load::Failed(title, detail) => error_page(&title, detail),
         Load::Ready(summary, meta) => match summary.files.get(file_to_show(&summary)).cloned() {
@@ -216,5 +254,6 @@ pub fn ReportPage(id: String) -> impl IntoView {
             None if !summary.gpu_logs.is_empty() => gpu_logs::gpu_logs_page(&id, &summary),
             None => error_page("Nothing to show", "the report has no analysed file".into()),
         },
-    }
+    };
+    view! { {banner} {page} }
 }

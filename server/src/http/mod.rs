@@ -53,6 +53,7 @@ struct ApiDoc;
 pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(uploads::upload))
+        .routes(routes!(uploads::add_window))
         .layer(DefaultBodyLimit::disable())
         .routes(routes!(reports::summary, reports::delete_report, reports::edit_meta))
         .routes(routes!(reports::status))

@@ -51,7 +51,9 @@ pub struct AppState {
     pub config: HttpConfig,
     /// Loaded files by report id and file index, shared with this process's ingest.
     pub files: Arc<LoadedFiles>,
-    summaries: quick_cache::sync::Cache<ReportId, Arc<AnalyzeOutput>>,
+    /// By report and its number of uploads: a recording that grew by a window (here or on
+    /// another server of a shared store) is read anew.
+    summaries: quick_cache::sync::Cache<(ReportId, usize), Arc<AnalyzeOutput>>,
     gpu_logs: quick_cache::sync::Cache<ReportId, Arc<Vec<DataFrame>>>,
 }
 
@@ -103,7 +105,7 @@ impl AppState {
 
     /// Drops a report from the caches (after it was deleted).
     pub fn forget(&self, id: &ReportId) {
-        self.summaries.remove(id);
+        self.summaries.retain(|(r, _), _| r != id);
         self.gpu_logs.remove(id);
         self.files.forget(id);
     }
@@ -152,6 +154,7 @@ pub fn status_of(st: &Shared, rec: &ReportRecord) -> Status {
         created_at: rec.created_at,
         expires_at: rec.expires_at,
         meta: rec.meta.clone(),
+        windows: rec.files.iter().filter(|f| f.window.is_some()).count() as u32,
     }
 }
 
@@ -169,9 +172,22 @@ pub async fn ready(st: &Shared, id: &ReportId) -> Result<ReportRecord, ApiError>
 /// report stored in a layout this server does not read is queued to be analysed again from
 /// its kept uploads, and answered as not ready meanwhile.
 pub async fn summary_of(st: &Shared, id: &ReportId) -> Result<Arc<AnalyzeOutput>, ApiError> {
-    ready(st, id).await?;
-    if let Some(s) = st.summaries.get(id) {
+    let uploads = ready(st, id).await?.files.len();
+    let key = (id.clone(), uploads);
+    if let Some(s) = st.summaries.get(&key) {
         return Ok(s);
+    }
+    if uploads > 1 {
+        // What an earlier version of a grown recording left here, summary and files, goes.
+        let stale = std::sync::atomic::AtomicBool::new(false);
+        st.summaries.retain(|(r, n), _| {
+            let keep = r != id || *n == uploads;
+            stale.fetch_or(!keep, std::sync::atomic::Ordering::Relaxed);
+            keep
+        });
+        if stale.into_inner() {
+            st.files.forget(id);
+        }
     }
     let st2 = st.clone();
     let id2 = id.clone();
@@ -179,7 +195,7 @@ pub async fn summary_of(st: &Shared, id: &ReportId) -> Result<Arc<AnalyzeOutput>
         // Loads of one key run one at a time: the first to find the layout unreadable queues
         // the report, and those after it find it no longer ready.
         st2.summaries
-            .get_or_insert_with(&id2, || match reportdata::read_summary(st2.store.as_ref(), &id2) {
+            .get_or_insert_with(&key, || match reportdata::read_summary(st2.store.as_ref(), &id2) {
                 Ok(summary) => Ok(Arc::new(summary)),
                 Err(DataError::Unreadable { version }) => Err(analyse_again(&st2, &id2, version)),
                 Err(e) => Err(Some(internal(e))),

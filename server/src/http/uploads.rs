@@ -10,14 +10,14 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::StreamExt;
-use memlens_api::{Created, ErrorBody, ReportState, UploadParams};
+use memlens_api::{Created, ErrorBody, ReportState, Status, UploadParams};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::auth::{admit, bearer, Refusal};
 use super::error::{internal, store_error, ApiError, Q};
 use super::runs::open_run;
-use super::state::{now, Shared};
+use super::state::{now, record, status_of, ReportPath, Shared};
 use crate::ids::{self, JobId, ReportId};
 use crate::storage::store::{BlobWriter, JobRecord, ReportRecord, StoredFile};
 use memlens_core::names::upload_name;
@@ -211,8 +211,6 @@ async fn receive(
     if declared_length(headers).is_some_and(|len| len > limit.saturating_add(64 << 10)) {
         return Err(ApiError::TooLarge(limit));
     }
-    let mut budget = limit;
-    let mut files: Vec<StoredFile> = Vec::new();
     let created_at = now();
     let days = match (q.expires_in_days, st.config.retention_days) {
         (Some(d), 0) => Some(d),
@@ -240,47 +238,13 @@ async fn receive(
     // A run's report waits for its last rank: its uploads are imported by its job. Others are
     // imported while they arrive, bounded by the body's declared length (else the budget).
     let import_ahead = slot.is_none().then(|| declared_length(headers).unwrap_or(limit));
-    let is_multipart = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with("multipart/form-data"));
-    if is_multipart {
-        let mut mp = Multipart::from_request(req, &())
-            .await
-            .map_err(|e| ApiError::BadRequest(format!("multipart: {e}")))?;
-        loop {
-            let field = match mp.next_field().await {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => {
-                    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                        return Err(ApiError::TooLarge(limit));
-                    }
-                    return Err(ApiError::BadRequest(format!("multipart: {e}")));
-                }
-            };
-            let Some(fname) = field.file_name().map(str::to_owned) else {
-                continue;
-            };
-            let name = upload_name(&fname, q.rank);
-            let key = format!("{}-{name}", first_key + files.len());
-            let size = stream_to_store(st, id, &key, field, &mut budget, limit, import_ahead).await?;
-            files.push(StoredFile { name, key, size });
-        }
-    } else {
-        let name = upload_name(q.name.as_deref().unwrap_or("upload"), q.rank);
-        let key = format!("{first_key}-{name}");
-        let stream = req.into_body().into_data_stream();
-        let size = stream_to_store(st, id, &key, stream, &mut budget, limit, import_ahead).await?;
-        if size > 0 {
-            files.push(StoredFile { name, key, size });
-        }
-    }
-    if files.is_empty() {
-        return Err(ApiError::BadRequest(
-            "no file in the upload (send multipart `file` fields or a raw body)".into(),
-        ));
-    }
+    let to = Receiving {
+        id,
+        first_key,
+        import_ahead,
+        window: q.window,
+    };
+    let files = receive_files(st, q, headers, req, to).await?;
     st.metrics.upload_accepted(files.iter().map(|f| f.size).sum());
     let (record, token) = match slot {
         // The run's report is created once its last rank is in (or it goes quiet).
@@ -323,6 +287,183 @@ async fn receive(
         job_url,
         job_owner_token,
     })
+}
+
+/// Adds the next window of a recording to the report its window 0 made (the owner token as
+/// `X-Delete-Token`), and analyses the report again with it. A window the report already has
+/// (a retried upload) is answered as it is.
+#[utoipa::path(post, path = "/api/reports/{id}/windows", tag = "reports",
+    params(("id" = String, Path), UploadParams),
+    request_body(content = String, description = "the window's snapshot: multipart/form-data with one `file` field, or a raw body", content_type = "multipart/form-data"),
+    responses((status = 200, body = Status), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn add_window(
+    State(st): State<Shared>,
+    ReportPath(id): ReportPath,
+    Q(q): Q<UploadParams>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    let client = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    let result = match admit(&st.upload_auth, &st.upload_limit, &headers, client) {
+        Ok(_slot) => receive_window(&st, &id, &q, &headers, req).await,
+        Err(Refusal::Unauthorized) => Err(ApiError::Unauthorized),
+        Err(Refusal::RateLimited(wait)) => Err(ApiError::TooMany(wait)),
+        Err(Refusal::TooManyAtOnce(n)) => Err(ApiError::TooManyAtOnce(n)),
+    };
+    match result {
+        Ok(status) => Json(status).into_response(),
+        Err(e) => {
+            st.metrics.upload_rejected();
+            let (store, id) = (st.store.clone(), id.clone());
+            let _ = tokio::task::spawn_blocking(move || store.discard_uploads(&id)).await;
+            e.into_response()
+        }
+    }
+}
+
+async fn receive_window(
+    st: &Shared,
+    id: &ReportId,
+    q: &UploadParams,
+    headers: &HeaderMap,
+    req: Request,
+) -> Result<Status, ApiError> {
+    let window = q
+        .window
+        .ok_or_else(|| ApiError::BadRequest("which window is this? (`?window=K`)".into()))?;
+    let rec = record(st, id).await?;
+    let token = headers
+        .get("x-delete-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !ids::token_matches(token, &rec.delete_token_hash) {
+        return Err(ApiError::Forbidden);
+    }
+    if !rec.files.iter().any(|f| f.window.is_some()) {
+        return Err(ApiError::BadRequest(
+            "this report is not a recording taken window by window (its window 0 is uploaded with `?window=0`)".into(),
+        ));
+    }
+    if rec.files.iter().any(|f| f.window == Some(window)) {
+        return Ok(status_of(st, &rec));
+    }
+    let limit = st.config.max_upload;
+    if declared_length(headers).is_some_and(|len| len > limit.saturating_add(64 << 10)) {
+        return Err(ApiError::TooLarge(limit));
+    }
+    let to = Receiving {
+        id,
+        first_key: rec.files.len(),
+        import_ahead: None,
+        window: Some(window),
+    };
+    let files = receive_files(st, q, headers, req, to).await?;
+    let (store, id2) = (st.store.clone(), id.clone());
+    tokio::task::spawn_blocking(move || store.add_uploads(&id2, &files))
+        .await
+        .map_err(internal)?
+        .map_err(store_error)?;
+    st.forget(id);
+    st.ingest.enqueue(id.clone());
+    Ok(status_of(st, &record(st, id).await?))
+}
+
+/// Where one upload's files go: the report, the first upload key of this upload, how many
+/// bytes may be imported while they arrive (`None`: none), and the window of a recording they
+/// are.
+struct Receiving<'a> {
+    id: &'a ReportId,
+    first_key: usize,
+    import_ahead: Option<u64>,
+    window: Option<u32>,
+}
+
+/// The key of the `n`th file of an upload: a window's is named by its window, so that two
+/// windows arriving at once never share one.
+fn upload_key(to: &Receiving<'_>, n: usize, name: &str) -> String {
+    match to.window {
+        Some(w) => format!("w{w:06}-{name}"),
+        None => format!("{}-{name}", to.first_key + n),
+    }
+}
+
+/// Streams the request's files (multipart `file` fields, or a raw body) into the store, within
+/// the upload budget.
+async fn receive_files(
+    st: &Shared,
+    q: &UploadParams,
+    headers: &HeaderMap,
+    req: Request,
+    to: Receiving<'_>,
+) -> Result<Vec<StoredFile>, ApiError> {
+    let limit = st.config.max_upload;
+    let mut budget = limit;
+    let mut files: Vec<StoredFile> = Vec::new();
+    let is_multipart = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("multipart/form-data"));
+    if is_multipart {
+        let mut mp = Multipart::from_request(req, &())
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("multipart: {e}")))?;
+        loop {
+            let field = match mp.next_field().await {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                        return Err(ApiError::TooLarge(limit));
+                    }
+                    return Err(ApiError::BadRequest(format!("multipart: {e}")));
+                }
+            };
+            let Some(fname) = field.file_name().map(str::to_owned) else {
+                continue;
+            };
+            let name = upload_name(&fname, q.rank);
+            let key = upload_key(&to, files.len(), &name);
+            let size = stream_to_store(st, to.id, &key, field, &mut budget, limit, to.import_ahead).await?;
+            files.push(StoredFile {
+                name,
+                key,
+                size,
+                window: to.window,
+            });
+        }
+    } else {
+        let name = upload_name(q.name.as_deref().unwrap_or("upload"), q.rank);
+        let key = upload_key(&to, 0, &name);
+        let stream = req.into_body().into_data_stream();
+        let size = stream_to_store(st, to.id, &key, stream, &mut budget, limit, to.import_ahead).await?;
+        if size > 0 {
+            files.push(StoredFile {
+                name,
+                key,
+                size,
+                window: to.window,
+            });
+        }
+    }
+    if files.is_empty() {
+        return Err(ApiError::BadRequest(
+            "no file in the upload (send multipart `file` fields or a raw body)".into(),
+        ));
+    }
+    if files.is_empty() {
+        return Err(ApiError::BadRequest(
+            "no file in the upload (send multipart `file` fields or a raw body)".into(),
+        ));
+    }
+    if to.window.is_some() && files.len() > 1 {
+        return Err(ApiError::BadRequest("a window of a recording is one file".into()));
+    }
+    st.metrics.upload_accepted(files.iter().map(|f| f.size).sum());
+    Ok(files)
 }
 
 /// A job as an upload joins it: its record, and the owner token when this upload made it.

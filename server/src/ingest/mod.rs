@@ -35,7 +35,7 @@ use crate::ingest::pre_import::{Forgotten, PreImports};
 use crate::metrics::Metrics;
 use crate::storage::filecache::LoadedFiles;
 use crate::storage::reportdata::{self, LoadedFile};
-use crate::storage::store::{DataWriter, ReportId, ReportStore, StoreError};
+use crate::storage::store::{DataWriter, ReportId, ReportStore, StoreError, StoredFile};
 
 /// Live progress of one job.
 pub struct Progress {
@@ -230,6 +230,10 @@ pub struct Ingest {
     files: Option<Arc<LoadedFiles>>,
     /// Uploads imported while they arrive, taken by their reports' jobs.
     pre_imports: PreImports,
+    /// Reports being processed here, each with whether it was queued again meanwhile (a
+    /// window added to a recording): one report is processed by one job at a time, and a job
+    /// records its outcome only when nothing was added since it read the report.
+    running: Mutex<HashMap<ReportId, bool>>,
 }
 
 impl Ingest {
@@ -247,6 +251,7 @@ impl Ingest {
             store,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             progress: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
             metrics,
             options,
             category_rules,
@@ -307,6 +312,14 @@ impl Ingest {
         if self.store.jobs().is_some() {
             return;
         }
+        {
+            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(again) = running.get_mut(&id) {
+                *again = true; // the job processing it goes round once more
+                return;
+            }
+            running.insert(id.clone(), false);
+        }
         let this = self.clone();
         tokio::spawn(async move {
             let Ok(_permit) = this.permits.clone().acquire_owned().await else {
@@ -314,21 +327,31 @@ impl Ingest {
             };
             let job = this.clone();
             let id2 = id.clone();
-            let result = tokio::task::spawn_blocking(move || {
+            let result = tokio::task::spawn_blocking(move || loop {
                 if let Err(e) = job.store.set_state(&id2, ReportState::Processing, None) {
                     tracing::error!(report = %id2, "cannot mark processing: {e}");
                 }
                 let (state, error) = job.process_job(&id2).state();
+                // The outcome is recorded, and the job ends, under the lock an enqueue takes.
+                let mut running = job.running.lock().unwrap_or_else(|p| p.into_inner());
+                if running.get(&id2) == Some(&true) {
+                    running.insert(id2.clone(), false);
+                    continue;
+                }
                 if let Err(e) = job.store.set_state(&id2, state, error.as_deref()) {
                     tracing::error!(report = %id2, "cannot record the outcome: {e}");
                 }
+                running.remove(&id2);
+                drop(running);
                 if state == ReportState::Ready {
                     job.prepare_first_view(&id2);
                 }
+                break;
             })
             .await;
             if let Err(e) = result {
                 tracing::error!(report = %id, "ingest task failed: {e}");
+                this.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 let store = this.store.clone();
                 let _ = tokio::task::spawn_blocking(move || {
                     store.set_state(&id, ReportState::Failed, Some("internal error while processing"))
@@ -419,10 +442,30 @@ impl Ingest {
             .files
             .as_ref()
             .map(|files| files.reserve(self.peak_bytes(id, &record.files)));
-        let inputs = record
-            .files
-            .iter()
-            .map(|f| {
+        // A recording's windows are one input, in window order; other files one each.
+        let mut windows: Vec<&StoredFile> = record.files.iter().filter(|f| f.window.is_some()).collect();
+        windows.sort_by_key(|f| f.window);
+        let recording = windows.first().map(|first| {
+            let name = match windows.len() {
+                1 => first.name.clone(),
+                n => format!("{} ({n} windows)", first.name),
+            };
+            let opens = windows
+                .iter()
+                .map(|f| {
+                    let (store, id2, key, p) = (self.store.clone(), id.clone(), f.key.clone(), progress.clone());
+                    let open: pipeline::OpenInput = Box::new(move || {
+                        let inner = store.open_upload(&id2, &key).map_err(std::io::Error::other)?;
+                        Ok(Box::new(CountingReader { inner, progress: p }) as Box<dyn Read + Send>)
+                    });
+                    (f.size, open)
+                })
+                .collect();
+            Input::windows(name, opens)
+        });
+        let inputs = recording
+            .into_iter()
+            .chain(record.files.iter().filter(|f| f.window.is_none()).map(|f| {
                 if let Some(import) = self.pre_imports.take(id, &f.key) {
                     // Read while it arrived: its bytes are in.
                     tracing::debug!(report = %id, "upload {} imported while it arrived", f.key);
@@ -438,7 +481,7 @@ impl Ingest {
                         Ok(Box::new(CountingReader { inner, progress: p }) as Box<dyn Read + Send>)
                     }),
                 )
-            })
+            }))
             .collect();
         // Dropped without commit on any error: the report's data stays as it was.
         let mut data = self.store.data_writer(id).map_err(|e| internal(&e))?;
@@ -481,7 +524,7 @@ impl Ingest {
     /// What processing `files` of report `id` will hold at its peak, roughly (the cache makes
     /// room for it while the ingest runs): gzipped uploads, known by their first two bytes,
     /// count as [`GZIP_RATIO`] times their size.
-    fn peak_bytes(&self, id: &ReportId, files: &[crate::storage::store::StoredFile]) -> u64 {
+    fn peak_bytes(&self, id: &ReportId, files: &[StoredFile]) -> u64 {
         files
             .iter()
             .map(|f| {

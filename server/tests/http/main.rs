@@ -15,6 +15,7 @@ mod limits;
 mod queries;
 mod schema;
 mod streaming;
+mod windows;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -24,8 +24,8 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    check_key, ids_from_rows, BlobWriter, DataWriter, IndexRow, JobId, JobRecord, JobRow, ReportId, ReportRecord,
-    ReportState, ReportStore, StoreError, StoreResult, JOB_COLUMNS, ROW_COLUMNS,
+    check_key, ids_from_rows, with_files, BlobWriter, DataWriter, IndexRow, JobId, JobRecord, JobRow, ReportId,
+    ReportRecord, ReportState, ReportStore, StoreError, StoreResult, StoredFile, JOB_COLUMNS, ROW_COLUMNS,
 };
 
 /// SQLite index + local folders.
@@ -341,6 +341,28 @@ impl ReportStore for LocalStore {
         Ok(())
     }
 
+    fn add_uploads(&self, id: &ReportId, files: &[StoredFile]) -> StoreResult<()> {
+        let (incoming, uploads) = (self.incoming_dir(id)?, self.report_dir(id)?.join("uploads"));
+        for f in files {
+            check_key(&f.key)?;
+            std::fs::rename(incoming.join(&f.key), uploads.join(&f.key))?;
+        }
+        sync_dir(&uploads);
+        let _ = std::fs::remove_dir(&incoming);
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let listed: String = tx.query_row("SELECT files FROM reports WHERE id = ?1", params![id.as_str()], |r| {
+            r.get(0)
+        })?;
+        let all = with_files(id, &listed, files)?;
+        tx.execute(
+            "UPDATE reports SET files = ?2, state = 'queued', error = NULL WHERE id = ?1",
+            params![id.as_str(), all],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
     fn get(&self, id: &ReportId) -> StoreResult<Option<ReportRecord>> {
         let row = self
             .conn()?
@@ -477,6 +499,7 @@ mod tests {
                 name: "a.pickle".into(),
                 key: "0-a.pickle".into(),
                 size: 3,
+                window: None,
             }],
             delete_token_hash: "h".into(),
             meta: Default::default(),

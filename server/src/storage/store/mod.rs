@@ -79,6 +79,10 @@ pub struct StoredFile {
     /// The upload's key in the store.
     pub key: String,
     pub size: u64,
+    /// Its place among the windows of one recording (`?window=K`): the report's windows are
+    /// analysed as the one snapshot they make together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
 }
 
 /// What the index knows about a report.
@@ -172,6 +176,9 @@ pub trait ReportStore: Send + Sync {
     /// Indexes the report (with its received uploads) in `record.state`.
     fn create(&self, record: &ReportRecord) -> StoreResult<()>;
     fn get(&self, id: &ReportId) -> StoreResult<Option<ReportRecord>>;
+    /// Adds received uploads (written by [`ReportStore::upload_writer`] under `id`) to the
+    /// created report `id` and queues it to be analysed again with them.
+    fn add_uploads(&self, id: &ReportId, files: &[StoredFile]) -> StoreResult<()>;
     fn set_state(&self, id: &ReportId, state: ReportState, error: Option<&str>) -> StoreResult<()>;
     /// Replaces the report's metadata and expiry.
     fn set_meta(&self, id: &ReportId, meta: &memlens_api::ReportMeta, expires_at: Option<i64>) -> StoreResult<()>;
@@ -265,6 +272,14 @@ impl IndexRow {
             job,
         })
     }
+}
+
+/// A report's files as the index lists them (`listed`), with `added` after them.
+pub(crate) fn with_files(id: &ReportId, listed: &str, added: &[StoredFile]) -> StoreResult<String> {
+    let bad = |e: serde_json::Error| StoreError::BadRow(id.to_string(), format!("files: {e}"));
+    let mut files: Vec<StoredFile> = serde_json::from_str(listed).map_err(bad)?;
+    files.extend_from_slice(added);
+    serde_json::to_string(&files).map_err(bad)
 }
 
 /// A job's index row as both backends store it (thresholds as JSON text).

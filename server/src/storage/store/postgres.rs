@@ -228,6 +228,26 @@ impl PgIndex {
         row.map(|r| index_row(&r).decode()).transpose()
     }
 
+    /// Adds uploads to the report's files and queues it again. A worker processing it keeps its
+    /// lease: its outcome is not recorded (the report stays queued) and the report is claimed
+    /// again once that worker lets go ([`PgIndex::finish`]).
+    pub fn add_uploads(&self, id: &ReportId, files: &[super::StoredFile]) -> StoreResult<()> {
+        let key = id.as_str();
+        let mut c = self.conn()?;
+        let mut tx = c.transaction()?;
+        let listed: String = tx
+            .query_opt("SELECT files FROM reports WHERE id = $1 FOR UPDATE", &[&key])?
+            .ok_or_else(|| StoreError::BadRow(id.to_string(), "no such report".into()))?
+            .get(0);
+        let all = super::with_files(id, &listed, files)?;
+        tx.execute(
+            "UPDATE reports SET files = $2, state = 'queued', error = NULL, attempts = 0 WHERE id = $1",
+            &[&key, &all],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
     pub fn set_state(&self, id: &ReportId, state: ReportState, error: Option<&str>) -> StoreResult<()> {
         let id = id.as_str();
         self.conn()?.execute(
@@ -310,7 +330,8 @@ impl PgIndex {
                  attempts = attempts + 1
              WHERE id = (
                  SELECT id FROM reports
-                 WHERE state = 'queued' OR (state = 'processing' AND lease_until < now())
+                 WHERE (state = 'queued' AND (lease_until IS NULL OR lease_until < now()))
+                    OR (state = 'processing' AND lease_until < now())
                  ORDER BY created_at
                  FOR UPDATE SKIP LOCKED
                  LIMIT 1)
@@ -333,19 +354,23 @@ impl PgIndex {
         let lease_ms = lease.as_millis() as i64;
         let n = self.conn()?.execute(
             "UPDATE reports SET lease_until = now() + make_interval(secs => $3::bigint / 1000.0)
-             WHERE id = $1 AND lease_owner = $2 AND state = 'processing'",
+             WHERE id = $1 AND lease_owner = $2 AND state IN ('processing', 'queued')",
             &[&id, &worker, &lease_ms],
         )?;
         Ok(n == 1)
     }
 
     /// Records a job's outcome if `worker` still holds it; `false` when it does not (another
-    /// worker took it over after this one's lease ran out).
+    /// worker took it over after this one's lease ran out). A report given more uploads while
+    /// it was processed stays queued, for the next claim, and the lease is let go either way.
     pub fn finish(&self, id: &ReportId, worker: &str, state: ReportState, error: Option<&str>) -> StoreResult<bool> {
         let id = id.as_str();
         let n = self.conn()?.execute(
-            "UPDATE reports SET state = $3, error = $4, lease_owner = NULL, lease_until = NULL
-             WHERE id = $1 AND lease_owner = $2 AND state = 'processing'",
+            "UPDATE reports SET
+                 error = CASE WHEN state = 'processing' THEN $4 ELSE error END,
+                 state = CASE WHEN state = 'processing' THEN $3 ELSE state END,
+                 lease_owner = NULL, lease_until = NULL
+             WHERE id = $1 AND lease_owner = $2 AND state IN ('processing', 'queued')",
             &[&id, &worker, &state.name(), &error],
         )?;
         Ok(n == 1)

@@ -157,6 +157,11 @@ impl ReportStore for SharedStore {
         self.index.get(id)
     }
 
+    fn add_uploads(&self, id: &ReportId, files: &[super::StoredFile]) -> StoreResult<()> {
+        // The uploads are already the report's objects: only the index learns of them.
+        self.index.add_uploads(id, files)
+    }
+
     fn set_state(&self, id: &ReportId, state: ReportState, error: Option<&str>) -> StoreResult<()> {
         self.index.set_state(id, state, error)
     }
