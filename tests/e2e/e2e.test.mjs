@@ -760,3 +760,30 @@ test('a job of three runs: the verdict first, the regression flagged, limits edi
   assert.equal(await page.$$eval('#job-runs tr.regression', trs => trs.length), 0);
   await ctx.close();
 });
+
+test('a recording window by window: the page says it grows and refreshes when the next window is in', async () => {
+  const windowBytes = k => readFileSync(join(traces, 'windows', `gpt_b8.window_${k}.pickle.gz`));
+  const send = async (url, k, headers = {}) => {
+    const form = new FormData();
+    form.append('file', new Blob([windowBytes(k)]), 'snapshot.pickle');
+    const r = await fetch(url, { method: 'POST', body: form, headers });
+    assert.ok(r.ok, `${r.status}`);
+    return r.json();
+  };
+  const created = await send(`${base}/api/reports?window=0`, 0);
+  await waitReady(created.id);
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}${created.url}`);
+  await page.waitForSelector('#report-growing[data-windows="1"]', { timeout: 30_000 });
+  assert.match(await page.textContent('#report-growing'), /1 window so far/);
+  for (const k of [1, 2, 3]) {
+    await send(`${base}/api/reports/${created.id}/windows?window=${k}`, k, { 'X-Delete-Token': created.delete_token });
+  }
+  await page.waitForSelector('#report-growing[data-windows="4"]', { timeout: 60_000 });
+  await waitForTimeline(page);
+  // The whole run now: PyTorch's own peak (6.93 GiB).
+  await page.waitForSelector('#peak-value', { timeout: 30_000 });
+  assert.equal(await page.textContent('#peak-value'), `${(oraclePeak('gpt_b8.memory_stats.json') / 2 ** 30).toFixed(2)} GiB`);
+  await ctx.close();
+});
