@@ -30,7 +30,7 @@ fn a_recordings_windows_make_one_report_of_the_whole_run() {
 
     let (ctype, body) = multipart(&[("snapshot.pickle", window(0))]);
     let (code, created) = status_code(
-        ureq::post(&s.url("/api/reports?window=0"))
+        ureq::post(&s.url("/api/reports?window=0&job=nightly"))
             .set("Content-Type", &ctype)
             .send_bytes(&body),
     );
@@ -46,12 +46,21 @@ fn a_recordings_windows_make_one_report_of_the_whole_run() {
             .send_bytes(&window(1)),
     );
     assert_eq!(code, 400);
-    // The other windows, sent while the report is being analysed: none is lost.
+    // The other windows, sent while the report is being analysed, and another run of its job
+    // uploaded meanwhile: nothing is lost.
+    let (ctype, body) = multipart(&[("leak.pickle", std::fs::read(trace("leak.pickle")).unwrap())]);
+    let other_run = std::thread::spawn({
+        let url = s.url("/api/reports?job=nightly");
+        move || status_code(ureq::post(&url).set("Content-Type", &ctype).send_bytes(&body))
+    });
     for k in 1..4 {
         let (code, status) = add_window(&s, &id, Some(&token), k);
         assert_eq!(code, 200, "{status}");
         assert_eq!(status["windows"], k + 1);
     }
+    let (code, other) = other_run.join().unwrap();
+    assert_eq!(code, 201, "{other}");
+    assert_eq!(other["job_url"], created["job_url"]);
     // A window sent again (a retry) changes nothing.
     assert_eq!(add_window(&s, &id, Some(&token), 2).1["windows"], 4);
     let status = wait_done(&s, &id);
@@ -70,6 +79,27 @@ fn a_recordings_windows_make_one_report_of_the_whole_run() {
     let (_, whole_report) = get_json(&whole, &format!("/api/reports/{whole_id}"));
     assert_eq!(d["event_count"], whole_report["files"][0]["devices"][0]["event_count"]);
     assert_eq!(d["categories"], whole_report["files"][0]["devices"][0]["categories"]);
+    // The job holds both runs, each ready with its own peak.
+    wait_done(&s, other["id"].as_str().unwrap());
+    let job = created["job_url"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("/j/")
+        .to_owned();
+    let (_, j) = get_json(&s, &format!("/api/jobs/{job}"));
+    let peaks: Vec<Option<i64>> = j["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["peak_allocated_bytes"].as_i64())
+        .collect();
+    assert_eq!(
+        peaks,
+        [
+            Some(oracle_value_of("gpt_b8.pickle.gz")),
+            Some(oracle_value_of("leak.pickle"))
+        ]
+    );
     // Its queries read the joined trace.
     let (code, timeline) = get_json(&s, &format!("/api/reports/{id}/timeline?device=0&width=200"));
     assert_eq!(code, 200, "{timeline}");
