@@ -9,6 +9,7 @@ pub mod cli;
 pub mod http;
 pub mod ids;
 pub mod ingest;
+pub mod mcp;
 pub mod metrics;
 pub mod process;
 pub mod serve;

@@ -1,10 +1,11 @@
 //! `memlens analyze FILE... [--json]`: the core pipeline over files on disk, printed as text or
 //! as the JSON the server stores.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use memlens_api::AnalyzeOutput;
 use memlens_core::pipeline::{run_with, Input, NoSink};
 
 use super::render::{print_json, render_gpu_log_text, render_run_text, render_text};
@@ -34,16 +35,16 @@ fn formats_help() -> String {
     s
 }
 
+/// The analysis of `files` as one report (what `--json` prints), with the user's category
+/// rules; the error names the file and the problem.
+pub fn analyze_files(files: &[PathBuf], category_rules: Option<&Path>) -> Result<AnalyzeOutput, String> {
+    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules).map_err(|e| e.to_string())?;
+    let inputs = files.iter().map(|p| Input::path(p)).collect();
+    run_with(inputs, Default::default(), &rules, &mut NoSink).map_err(|e| e.to_string())
+}
+
 pub fn analyze(args: AnalyzeArgs) -> ExitCode {
-    let rules = match memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("memlens: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let inputs = args.files.iter().map(|p| Input::path(p)).collect();
-    let out = match run_with(inputs, Default::default(), &rules, &mut NoSink) {
+    let out = match analyze_files(&args.files, args.category_rules.as_deref()) {
         Ok(out) => out,
         Err(e) => {
             eprintln!("memlens: {e}");

@@ -312,12 +312,33 @@ fn outcome(args: &CheckArgs, thresholds: &Thresholds) -> Result<CheckOutcome, Si
     Ok(check_run(delta, thresholds))
 }
 
+impl CheckArgs {
+    fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            max_peak_increase: Some(self.max_peak_increase),
+            max_reserved_increase: self.max_reserved_increase,
+            max_category_increase: self.max_category_increase.clone(),
+        }
+    }
+}
+
+/// The check `args` asks for (what `--json` prints); the error names the side that could not
+/// be read.
+pub fn run_check(args: &CheckArgs) -> Result<CheckOutcome, String> {
+    outcome(args, &args.thresholds()).map_err(|e| e.to_string())
+}
+
+/// The summary of the report a share link names (`http…/r/ID`), once analysed (a report being
+/// analysed is waited on for `wait`); the error names the link.
+pub fn report_at(link: &str, wait: Duration) -> Result<AnalyzeOutput, String> {
+    match Side::parse(link).map_err(|e| e.to_string())? {
+        Side::Report { link, server, id } => report_summary(&link, &server, &id, wait).map_err(|e| e.to_string()),
+        Side::File(_) => Err(format!("{link}: not a report link (expected http…/r/ID)")),
+    }
+}
+
 pub fn check(args: CheckArgs) -> ExitCode {
-    let thresholds = Thresholds {
-        max_peak_increase: Some(args.max_peak_increase),
-        max_reserved_increase: args.max_reserved_increase,
-        max_category_increase: args.max_category_increase.clone(),
-    };
+    let thresholds = args.thresholds();
     let outcome = match outcome(&args, &thresholds) {
         Ok(o) => o,
         Err(e) => {

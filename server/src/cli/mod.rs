@@ -1,5 +1,5 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
-//! `analyze` ([`analyze`]), `diff` ([`diff`]), `check` ([`check`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
+//! `analyze` ([`analyze`]), `diff` ([`diff`]), `check` ([`check`]), `mcp` ([`mcp`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
 //! ([`healthcheck`]);
 //! [`render`] is the text output of `analyze`.
 
@@ -7,6 +7,7 @@ pub mod analyze;
 pub mod check;
 pub mod diff;
 pub mod healthcheck;
+pub mod mcp;
 pub mod render;
 pub mod upload;
 pub mod whatif;
@@ -47,6 +48,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Predict the allocated peak under another batch size, checkpointing, optimizer or sharding.
     Whatif(whatif::WhatIfArgs),
+    /// Serve memlens' analyses to a coding agent: a Model Context Protocol server over stdio.
+    Mcp(mcp::McpArgs),
     /// Upload files to a memlens server as one report and print its share link.
     Upload(upload::UploadArgs),
     /// Serve the web app and its API.

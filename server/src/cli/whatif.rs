@@ -2,7 +2,7 @@
 //! peak of each device under a scenario (the keys of `memlens_api::WhatIfParams`), with the
 //! assumptions each prediction rests on.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -45,11 +45,17 @@ fn scenario(args: &WhatIfArgs) -> Result<WhatIfParams, String> {
     if let Some(b) = args.batch_size {
         pairs.push(("run_batch_size".into(), b.to_string()));
     }
+    scenario_of(&pairs)
+}
+
+/// The scenario `key=value` pairs name (the keys of `WhatIfParams`); the error names the
+/// setting at fault.
+pub fn scenario_of(pairs: &[(String, String)]) -> Result<WhatIfParams, String> {
     let parse = |pairs: &[(String, String)]| -> Result<WhatIfParams, String> {
         let query = serde_urlencoded::to_string(pairs).map_err(|e| e.to_string())?;
         serde_urlencoded::from_str(&query).map_err(|e| e.to_string())
     };
-    parse(&pairs).map_err(|e| {
+    parse(pairs).map_err(|e| {
         // Name the setting at fault: the parser's message does not.
         match pairs.iter().find(|p| parse(std::slice::from_ref(*p)).is_err()) {
             Some((k, v)) => format!("--set {k}={v}: {e}"),
@@ -58,41 +64,27 @@ fn scenario(args: &WhatIfArgs) -> Result<WhatIfParams, String> {
     })
 }
 
-pub fn whatif(args: WhatIfArgs) -> ExitCode {
-    let s = match scenario(&args) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("memlens: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let rules = match memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("memlens: {e}");
-            return ExitCode::from(2);
-        }
-    };
+/// The prediction for `files` (a run's snapshots, and NVML logs of it) under scenario `s`.
+pub fn predict(files: &[PathBuf], s: &WhatIfParams, category_rules: Option<&Path>) -> Result<WhatIfOutput, String> {
+    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules).map_err(|e| e.to_string())?;
     let mut sink = KeepFrames::default();
-    let inputs = args.files.iter().map(|p| Input::path(p)).collect();
-    let out = match pipeline::run_with(inputs, Default::default(), &rules, &mut sink) {
-        Ok(out) => out,
+    let inputs = files.iter().map(|p| Input::path(p)).collect();
+    let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink).map_err(|e| e.to_string())?;
+    let mut predicted = Vec::new();
+    for (f, frames) in out.files.iter().zip(&sink.files) {
+        predicted.push(what_if_file(f, frames, &out.gpu_logs, s).map_err(|e| format!("{}: {e}", f.file))?);
+    }
+    Ok(WhatIfOutput { files: predicted })
+}
+
+pub fn whatif(args: WhatIfArgs) -> ExitCode {
+    let answer = match scenario(&args).and_then(|s| predict(&args.files, &s, args.category_rules.as_deref())) {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("memlens: {e}");
             return ExitCode::from(2);
         }
     };
-    let mut files = Vec::new();
-    for (f, frames) in out.files.iter().zip(&sink.files) {
-        match what_if_file(f, frames, &out.gpu_logs, &s) {
-            Ok(w) => files.push(w),
-            Err(e) => {
-                eprintln!("memlens: {}: {e}", f.file);
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    let answer = WhatIfOutput { files };
     if args.json {
         return print_json(&answer);
     }

@@ -1,0 +1,86 @@
+//! `memlens mcp`: a Model Context Protocol server over stdio (the official SDK, `rmcp`), so
+//! that a coding agent can ask memlens what a run's memory did. Its [`tools`] call what the
+//! command line calls; answers are bounded ([`bound`]); a tool's failure is an error answer
+//! naming the file and the problem, never the end of the server.
+
+pub mod bound;
+pub mod tools;
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, InitializeResult,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+
+/// The server's one state: the tools it lists.
+struct Memlens {
+    tools: Vec<Tool>,
+}
+
+impl Memlens {
+    fn new() -> Memlens {
+        let tools = tools::catalogue()
+            .into_iter()
+            .map(|(name, description, schema)| {
+                let schema = match schema {
+                    serde_json::Value::Object(o) => o,
+                    _ => serde_json::Map::new(),
+                };
+                Tool::new(name, description, Arc::new(schema))
+            })
+            .collect();
+        Memlens { tools }
+    }
+}
+
+impl ServerHandler for Memlens {
+    fn get_info(&self) -> ServerConfig {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("memlens", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "memlens explains GPU memory of PyTorch training runs from allocator snapshots, OOM texts, \
+                 Nsight exports and NVML logs: start with analyze_files (or explain_oom for a pasted error), \
+                 compare_runs or check for a change, what_if for another setting.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let answer = tokio::task::spawn_blocking(move || tools::call(&name, arguments))
+            .await
+            .unwrap_or_else(|e| Err(format!("the tool failed: {e}")));
+        Ok(match answer {
+            Ok((text, json)) => {
+                CallToolResult::success(vec![ContentBlock::text(text), ContentBlock::text(json.to_string())])
+            }
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e)]),
+        }
+        .into())
+    }
+}
+
+/// Serves the tools on stdin/stdout until the client goes.
+pub async fn serve_stdio() -> Result<(), String> {
+    let running = Memlens::new()
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("MCP: {e}"))?;
+    running.waiting().await.map_err(|e| format!("MCP: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! The tools: each one what a command of the CLI does (`analyze`, `diff`, `whatif`, `check`,
+//! the summary of a report by its link), no analysis of its own. Each answers a short text
+//! first, then its JSON within [`MAX_ANSWER_BYTES`]; a tool that cannot do what it is asked
+//! answers an error naming the file and the problem.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use memlens_api::{AnalyzeOutput, CategoryLimit, Limit};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::bound::{bounded_json, MAX_ANSWER_BYTES};
+use crate::cli::check::{run_check, CheckArgs, OutputFormat};
+use crate::cli::render::{gib, render_gpu_log_text, render_run_text, render_text};
+
+/// What a tool answers: its text summary and its JSON, or why it could not.
+pub type Answer = Result<(String, Value), String>;
+
+/// The tools as listed to a client: name, description (written for a model) and input schema.
+pub fn catalogue() -> Vec<(&'static str, &'static str, Value)> {
+    let max_list = json!({"type": "integer", "minimum": 1, "description": "Lists longer than this are cut to their first items (default 12); each cut list says so beside it (`<key>_cut`)."});
+    vec![
+        (
+            "analyze_files",
+            "Analyse GPU memory files of one training run: PyTorch CUDA allocator snapshots (torch.cuda.memory._dump_snapshot pickles), Nsight Systems exports, NVML/nvidia-smi logs, OOM error texts. Answers what the peak is made of (parameters, gradients, optimizer state, activations, temporaries by category and by stack), the OOMs with their cause and what to change, leaks, fragmentation, and for several ranks the worst one. The same JSON as `memlens analyze --json`, after a short text summary.",
+            json!({"type": "object", "properties": {
+                "paths": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Paths of the files on this machine."},
+                "max_list": max_list,
+            }, "required": ["paths"]}),
+        ),
+        (
+            "explain_oom",
+            "Explain a CUDA out-of-memory failure from pasted text: the OOM error message, a training log holding it, torch.cuda.memory_summary() output or an nvidia-smi screen. Answers each OOM found: what was asked for, what was free and reserved, whether memory was fragmented or held by another process or a cap, and what to change.",
+            json!({"type": "object", "properties": {
+                "text": {"type": "string", "description": "The text as the job left it."},
+                "max_list": max_list,
+            }, "required": ["text"]}),
+        ),
+        (
+            "compare_runs",
+            "Compare two allocator snapshots (A − B): the allocated peak's difference to the byte, split by category and by stack (matched on user frames), reserved memory and fragmentation of each, and each iteration's peak. Answers a one-line verdict first.",
+            json!({"type": "object", "properties": {
+                "a": {"type": "string", "description": "Path of snapshot A."},
+                "b": {"type": "string", "description": "Path of snapshot B (the same path compares two devices of one file)."},
+                "device_a": {"type": "integer"}, "device_b": {"type": "integer"},
+                "max_list": max_list,
+            }, "required": ["a", "b"]}),
+        ),
+        (
+            "what_if",
+            "Predict a measured run's allocated peak under another setting: batch size, activation checkpointing, activation dtype, optimizer, ZeRO stage and GPU count, optimizer offload; with gpu_memory_bytes also the largest batch that fits. Each prediction lists the assumptions it rests on.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "Path of the run's snapshot."},
+                "run_batch_size": {"type": "integer", "minimum": 1, "description": "The batch size the run used."},
+                "set": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
+                        "description": "The changes: batch_size, activation_checkpointing, activations (bf16|fp16|fp32), optimizer (adam|adamw|sgd_momentum|sgd|none), zero_stage, gpus, optimizer_offload, expandable_segments, gpu_memory_bytes."},
+            }, "required": ["path"]}),
+        ),
+        (
+            "check",
+            "Check a run's memory against a baseline, as a CI gate would: passed or regression, the allocated and reserved peaks' change, each category's, the stacks that moved most, and which limits were broken. Each side is a snapshot path or a memlens report link (http…/r/ID); or the baseline is a job's last good run (http…/j/ID).",
+            json!({"type": "object", "properties": {
+                "new": {"type": "string"},
+                "baseline": {"type": "string"},
+                "baseline_job": {"type": "string"},
+                "max_peak_increase": {"type": "string", "description": "`5%` (the default) or a size (`512MiB`)."},
+                "max_reserved_increase": {"type": "string"},
+                "max_category_increase": {"type": "object", "additionalProperties": {"type": "string"},
+                                          "description": "Per category (parameter, gradient, optimizer_state, activation, temporary, input, cache, other): `10%` or a size."},
+            }, "required": ["new"]}),
+        ),
+        (
+            "open_report",
+            "Read a report from a memlens server by its share link (http…/r/ID): the same summary as analyze_files, for a run someone uploaded.",
+            json!({"type": "object", "properties": {
+                "url": {"type": "string"},
+                "max_list": max_list,
+            }, "required": ["url"]}),
+        ),
+    ]
+}
+
+/// Runs tool `name` on `arguments` (blocking: file analyses).
+pub fn call(name: &str, arguments: Value) -> Answer {
+    match name {
+        "analyze_files" => analyze_files(parse(arguments)?),
+        "explain_oom" => explain_oom(parse(arguments)?),
+        "compare_runs" => compare_runs(parse(arguments)?),
+        "what_if" => what_if(parse(arguments)?),
+        "check" => check(parse(arguments)?),
+        "open_report" => open_report(parse(arguments)?),
+        other => Err(format!("no tool {other:?}")),
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, String> {
+    serde_json::from_value(arguments).map_err(|e| format!("arguments: {e}"))
+}
+
+fn default_max_list() -> usize {
+    12
+}
+
+/// `value` within the answer's budget, its lists cut to `max_list`.
+fn bounded(value: &impl serde::Serialize, max_list: usize) -> Result<Value, String> {
+    let v = serde_json::to_value(value).map_err(|e| e.to_string())?;
+    let text = bounded_json(&v, max_list, MAX_ANSWER_BYTES - 4096).ok_or("the answer does not fit")?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// The text summary of a report: each file's verdict and numbers, the run, the logs.
+fn summary_text(out: &AnalyzeOutput) -> String {
+    let mut s = String::new();
+    for f in &out.files {
+        s += &render_text(f);
+    }
+    for g in &out.gpu_logs {
+        s += &render_gpu_log_text(g);
+    }
+    if let Some(r) = &out.run {
+        s += &render_run_text(r);
+    }
+    for k in &out.skipped {
+        s += &format!("{}: kept aside: {}\n", k.file, k.reason);
+    }
+    // The summary is a lead, not the whole: the JSON has the rest.
+    s.chars().take(6_000).collect()
+}
+
+#[derive(Deserialize)]
+struct AnalyzeFiles {
+    paths: Vec<PathBuf>,
+    #[serde(default = "default_max_list")]
+    max_list: usize,
+}
+
+fn analyze_files(a: AnalyzeFiles) -> Answer {
+    if a.paths.is_empty() {
+        return Err("paths: give at least one file".into());
+    }
+    let out = crate::cli::analyze::analyze_files(&a.paths, None)?;
+    Ok((summary_text(&out), bounded(&out, a.max_list)?))
+}
+
+#[derive(Deserialize)]
+struct ExplainOom {
+    text: String,
+    #[serde(default = "default_max_list")]
+    max_list: usize,
+}
+
+fn explain_oom(a: ExplainOom) -> Answer {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let path = dir.path().join("pasted.txt");
+    std::fs::write(&path, a.text.as_bytes()).map_err(|e| e.to_string())?;
+    let out = crate::cli::analyze::analyze_files(std::slice::from_ref(&path), None)
+        .map_err(|e| e.replace(&path.display().to_string(), "the pasted text"))?;
+    Ok((summary_text(&out), bounded(&out, a.max_list)?))
+}
+
+#[derive(Deserialize)]
+struct CompareRuns {
+    a: PathBuf,
+    b: PathBuf,
+    device_a: Option<i64>,
+    device_b: Option<i64>,
+    #[serde(default = "default_max_list")]
+    max_list: usize,
+}
+
+fn compare_runs(a: CompareRuns) -> Answer {
+    let c = crate::cli::diff::compare_files((&a.a, a.device_a), (&a.b, a.device_b), None)?;
+    let mut v = serde_json::to_value(&c).map_err(|e| e.to_string())?;
+    // Both lines bucketed for drawing: no use to a model, and most of the bytes.
+    if let Some(o) = v.as_object_mut() {
+        o.remove("timeline");
+    }
+    let text = format!(
+        "{}\nA − B: allocated peak {} B, reserved {} B",
+        c.headline, c.peak_delta_bytes, c.reserved_delta_bytes
+    );
+    Ok((text, bounded(&v, a.max_list)?))
+}
+
+#[derive(Deserialize)]
+struct WhatIf {
+    path: PathBuf,
+    run_batch_size: Option<u64>,
+    #[serde(default)]
+    set: serde_json::Map<String, Value>,
+}
+
+fn what_if(a: WhatIf) -> Answer {
+    let mut pairs: Vec<(String, String)> = a
+        .set
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    if let Some(b) = a.run_batch_size {
+        pairs.push(("run_batch_size".into(), b.to_string()));
+    }
+    let scenario = crate::cli::whatif::scenario_of(&pairs).map_err(|e| e.replace("--set ", "set."))?;
+    let out = crate::cli::whatif::predict(std::slice::from_ref(&a.path), &scenario, None)?;
+    let mut text = String::new();
+    for f in &out.files {
+        for d in &f.devices {
+            text += &format!(
+                "{} device {}: peak allocated {} → predicted {}{}\n",
+                f.file,
+                d.device,
+                gib(d.peak_allocated_bytes),
+                gib(d.predicted_peak_allocated_bytes),
+                d.max_batch_size
+                    .map_or(String::new(), |b| format!("; largest batch that fits: {b}"))
+            );
+        }
+    }
+    Ok((text, bounded(&out, default_max_list())?))
+}
+
+#[derive(Deserialize)]
+struct Check {
+    new: String,
+    baseline: Option<String>,
+    baseline_job: Option<String>,
+    max_peak_increase: Option<String>,
+    max_reserved_increase: Option<String>,
+    #[serde(default)]
+    max_category_increase: serde_json::Map<String, Value>,
+}
+
+fn check(a: Check) -> Answer {
+    use memlens_core::analysis::check::{parse_category_limit, parse_limit};
+    if a.baseline.is_none() == a.baseline_job.is_none() {
+        return Err("give one of baseline and baseline_job".into());
+    }
+    let limit = |s: &Option<String>| s.as_deref().map(parse_limit).transpose().map_err(|e| e.to_string());
+    let categories = a
+        .max_category_increase
+        .iter()
+        .map(|(c, l)| {
+            let l = l.as_str().map_or_else(|| l.to_string(), str::to_owned);
+            parse_category_limit(&format!("{c}={l}")).map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<CategoryLimit>, String>>()?;
+    let args = CheckArgs {
+        new: a.new,
+        baseline: a.baseline,
+        baseline_job: a.baseline_job,
+        max_peak_increase: limit(&a.max_peak_increase)?.unwrap_or(Limit::Ratio(0.05)),
+        max_reserved_increase: limit(&a.max_reserved_increase)?,
+        max_category_increase: categories,
+        json: true,
+        format: OutputFormat::Json,
+        wait: 120,
+        category_rules: None,
+    };
+    let outcome = run_check(&args)?;
+    Ok((outcome.verdict.clone(), bounded(&outcome, default_max_list())?))
+}
+
+#[derive(Deserialize)]
+struct OpenReport {
+    url: String,
+    #[serde(default = "default_max_list")]
+    max_list: usize,
+}
+
+fn open_report(a: OpenReport) -> Answer {
+    let out = crate::cli::check::report_at(&a.url, Duration::from_secs(60))?;
+    Ok((summary_text(&out), bounded(&out, a.max_list)?))
+}
