@@ -9,7 +9,6 @@ pub mod cli;
 pub mod http;
 pub mod ids;
 pub mod ingest;
-pub mod mcp;
 pub mod metrics;
 pub mod process;
 pub mod serve;

@@ -71,11 +71,7 @@ pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: He
             let _ = tokio::time::timeout(FORGET_TIME, tokio::task::spawn_blocking(move || imports.wait())).await;
             // `receive` has dropped its end of the pump: let the pump discard what the client is
             // still sending (bounded), so that the client reads this answer instead of a reset.
-            if declared_length(&headers).is_some_and(|len| len > DRAIN_BYTES) {
-                pump.abort(); // too much to drain: the connection is closed after the answer.
-            } else {
-                let _ = tokio::time::timeout(DRAIN_TIME, pump).await;
-            }
+            let_the_body_go(&headers, pump).await;
             e.into_response()
         }
     }
@@ -308,20 +304,41 @@ pub async fn add_window(
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    let (parts, body) = req.into_parts();
+    let stalled = Arc::new(AtomicBool::new(false));
+    let (body, pump) = pump_body(body, st.config.body_timeout, stalled.clone());
     let result = match admit(&st.upload_auth, &st.upload_limit, &headers, client) {
-        Ok(_slot) => receive_window(&st, &id, &q, &headers, req).await,
+        Ok(_slot) => receive_window(&st, &id, &q, &headers, Request::from_parts(parts, body)).await,
         Err(Refusal::Unauthorized) => Err(ApiError::Unauthorized),
         Err(Refusal::RateLimited(wait)) => Err(ApiError::TooMany(wait)),
         Err(Refusal::TooManyAtOnce(n)) => Err(ApiError::TooManyAtOnce(n)),
     };
     match result {
-        Ok(status) => Json(status).into_response(),
+        Ok(status) => {
+            // A window the report already had was answered without reading it.
+            let_the_body_go(&headers, pump).await;
+            Json(status).into_response()
+        }
+        Err(_) if stalled.load(Ordering::Relaxed) => {
+            ApiError::BodyTimeout(st.config.body_timeout.as_secs()).into_response()
+        }
         Err(e) => {
             st.metrics.upload_rejected();
             let (store, id) = (st.store.clone(), id.clone());
             let _ = tokio::task::spawn_blocking(move || store.discard_uploads(&id)).await;
+            let_the_body_go(&headers, pump).await;
             e.into_response()
         }
+    }
+}
+
+/// After a refusal: the rest of the body is read and dropped (bounded), so that the client,
+/// still sending, reads the answer instead of a reset; a body too large to drain is cut off.
+async fn let_the_body_go(headers: &HeaderMap, pump: tokio::task::JoinHandle<()>) {
+    if declared_length(headers).is_some_and(|len| len > DRAIN_BYTES) {
+        pump.abort(); // too much to drain: the connection is closed after the answer.
+    } else {
+        let _ = tokio::time::timeout(DRAIN_TIME, pump).await;
     }
 }
 

@@ -1,7 +1,8 @@
 //! `memlens mcp`: a Model Context Protocol server over stdio (the official SDK, `rmcp`), so
 //! that a coding agent can ask memlens what a run's memory did. Its [`tools`] call what the
-//! command line calls; answers are bounded ([`bound`]); a tool's failure is an error answer
-//! naming the file and the problem, never the end of the server.
+//! other commands call; answers are bounded ([`bound`]); a tool's failure is an error answer
+//! naming the file and the problem, never the end of the server. Logs go to stderr; stdout is
+//! the protocol's.
 
 pub mod bound;
 pub mod tools;
@@ -14,6 +15,13 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+
+#[derive(clap::Args)]
+pub struct McpArgs {}
+
+pub fn mcp(_args: McpArgs) -> std::process::ExitCode {
+    crate::process::run_process(serve_stdio())
+}
 
 /// The server's one state: the tools it lists.
 struct Memlens {
