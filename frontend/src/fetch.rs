@@ -54,15 +54,40 @@ pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, FetchError> {
         .map_err(js_err)?
         .as_string()
         .unwrap_or_default();
-    if !(200..300).contains(&status) || status == 202 {
-        let message = serde_json::from_str::<memlens_api::ErrorBody>(&text)
-            .map(|e| e.error)
-            .unwrap_or(text);
-        return Err(FetchError { status, message });
+    if status == 202 {
+        return Err(error_of(status, text));
+    }
+    answer_of(status, text)
+}
+
+/// A non-2xx answer as an error carrying `error` from its body (else the body).
+fn error_of(status: u16, text: String) -> FetchError {
+    let message = serde_json::from_str::<memlens_api::ErrorBody>(&text)
+        .map(|e| e.error)
+        .unwrap_or(text);
+    FetchError { status, message }
+}
+
+/// An answer decoded as JSON, or the error it carries.
+fn answer_of<T: DeserializeOwned>(status: u16, text: String) -> Result<T, FetchError> {
+    if !(200..300).contains(&status) {
+        return Err(error_of(status, text));
     }
     serde_json::from_str(&text).map_err(|e| FetchError {
         status,
         message: format!("unexpected answer: {e}"),
+    })
+}
+
+/// A promise that settles when `xhr` has ended, whatever its outcome.
+fn load_end(xhr: &web_sys::XmlHttpRequest) -> js_sys::Promise {
+    js_sys::Promise::new(&mut |resolve, _reject| {
+        let r = resolve.clone();
+        let cb = Closure::<dyn FnMut()>::new(move || {
+            let _ = r.call0(&JsValue::NULL);
+        });
+        xhr.set_onloadend(Some(cb.as_ref().unchecked_ref()));
+        cb.forget();
     })
 }
 
@@ -85,14 +110,7 @@ pub async fn upload_to(
     if let Ok(up) = xhr.upload() {
         up.set_onprogress(Some(progress.as_ref().unchecked_ref()));
     }
-    let done = js_sys::Promise::new(&mut |resolve, _reject| {
-        let r = resolve.clone();
-        let cb = Closure::<dyn FnMut()>::new(move || {
-            let _ = r.call0(&JsValue::NULL);
-        });
-        xhr.set_onloadend(Some(cb.as_ref().unchecked_ref()));
-        cb.forget();
-    });
+    let done = load_end(&xhr);
     xhr.send_with_opt_form_data(Some(&form)).map_err(js_err)?;
     JsFuture::from(done).await.map_err(js_err)?;
     drop(progress);
@@ -124,26 +142,11 @@ pub async fn patch_json<T: DeserializeOwned>(url: &str, token: &str, body: &str)
     xhr.set_request_header("Content-Type", "application/json")
         .map_err(js_err)?;
     xhr.set_request_header("X-Delete-Token", token).map_err(js_err)?;
-    let done = js_sys::Promise::new(&mut |resolve, _reject| {
-        let r = resolve.clone();
-        let cb = Closure::<dyn FnMut()>::new(move || {
-            let _ = r.call0(&JsValue::NULL);
-        });
-        xhr.set_onloadend(Some(cb.as_ref().unchecked_ref()));
-        cb.forget();
-    });
+    let done = load_end(&xhr);
     xhr.send_with_opt_str(Some(body)).map_err(js_err)?;
     JsFuture::from(done).await.map_err(js_err)?;
-    let status = xhr.status().unwrap_or(0);
-    let text = xhr.response_text().ok().flatten().unwrap_or_default();
-    if !(200..300).contains(&status) {
-        let message = serde_json::from_str::<memlens_api::ErrorBody>(&text)
-            .map(|e| e.error)
-            .unwrap_or(text);
-        return Err(FetchError { status, message });
-    }
-    serde_json::from_str(&text).map_err(|e| FetchError {
-        status,
-        message: format!("unexpected answer: {e}"),
-    })
+    answer_of(
+        xhr.status().unwrap_or(0),
+        xhr.response_text().ok().flatten().unwrap_or_default(),
+    )
 }

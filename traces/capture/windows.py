@@ -27,34 +27,22 @@ V, D, H, L, T, B = 8192, 256, 4, 4, 256, 8
 torch.manual_seed(0)
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        self.fc, self.out = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
-
-    def forward(self, x):
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
-        q, k, v = (z.view(b, t, H, D // H).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, D))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
-
-
 class GPT(nn.Module):
+    """Token and position embeddings, pre-norm causal transformer layers, an untied head."""
+
     def __init__(self):
         super().__init__()
         self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
-        self.blocks = nn.ModuleList(Block() for _ in range(L))
-        self.ln, self.head = nn.LayerNorm(D), nn.Linear(D, V, bias=False)
+        layer = nn.TransformerEncoderLayer(D, H, 4 * D, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.layers = nn.TransformerEncoder(layer, L, enable_nested_tensor=False)
+        self.head = nn.Linear(D, V, bias=False)
 
     def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln(x))
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        mask = nn.Transformer.generate_square_subsequent_mask(t, device=idx.device)
+        return self.head(self.layers(x, mask=mask, is_causal=True))
 
 
 def train(model, opt, n):

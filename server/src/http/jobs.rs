@@ -132,13 +132,7 @@ pub async fn edit_thresholds(
     body: axum::body::Bytes,
 ) -> Result<Json<JobView>, ApiError> {
     let (mut job, runs) = job_and_runs(&st, &id).await?;
-    let token = headers
-        .get("x-delete-token")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or(q.token)
-        .unwrap_or_default();
-    if !ids::token_matches(&token, &job.owner_token_hash) {
+    if !ids::token_matches(&super::reports::owner_token(&headers, q), &job.owner_token_hash) {
         return Err(ApiError::Forbidden);
     }
     let thresholds: Thresholds =

@@ -27,6 +27,16 @@ pub async fn summary(State(st): State<Shared>, ReportPath(id): ReportPath) -> Re
     Ok(Json(Arc::unwrap_or_clone(summary_of(&st, &id).await?)))
 }
 
+/// The owner token a request carries: `X-Delete-Token`, else `?token=` (empty when neither).
+pub(super) fn owner_token(headers: &HeaderMap, q: DeleteParams) -> String {
+    headers
+        .get("x-delete-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or(q.token)
+        .unwrap_or_default()
+}
+
 /// The report's record when the request carries its owner token (`X-Delete-Token` or
 /// `?token=`): 404 for no such report, 403 for a wrong or missing token.
 async fn owned(st: &Shared, id: &ReportId, q: DeleteParams, headers: &HeaderMap) -> Result<ReportRecord, ApiError> {
@@ -37,13 +47,7 @@ async fn owned(st: &Shared, id: &ReportId, q: DeleteParams, headers: &HeaderMap)
         .map_err(internal)?
         .map_err(internal)?
         .ok_or(ApiError::NotFound)?;
-    let token = headers
-        .get("x-delete-token")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or(q.token)
-        .unwrap_or_default();
-    if !ids::token_matches(&token, &rec.delete_token_hash) {
+    if !ids::token_matches(&owner_token(headers, q), &rec.delete_token_hash) {
         return Err(ApiError::Forbidden);
     }
     Ok(rec)

@@ -40,24 +40,7 @@ const WRITE_BATCH: usize = 4 << 20;
               (status = 413, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: HeaderMap, req: Request) -> Response {
     let id = ReportId::new();
-    // The peer's address (absent only when the router is served without connect info).
-    let client = req
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-    let (parts, body) = req.into_parts();
-    let stalled = Arc::new(AtomicBool::new(false));
-    let (body, pump) = pump_body(body, st.config.body_timeout, stalled.clone());
-    let result = match admit(&st.upload_auth, &st.upload_limit, &headers, client) {
-        Ok(_slot) => receive(&st, &id, &q, &headers, Request::from_parts(parts, body)).await,
-        Err(Refusal::Unauthorized) => Err(ApiError::Unauthorized),
-        Err(Refusal::RateLimited(wait)) => Err(ApiError::TooMany(wait)),
-        Err(Refusal::TooManyAtOnce(n)) => Err(ApiError::TooManyAtOnce(n)),
-    };
-    let result = match result {
-        Err(_) if stalled.load(Ordering::Relaxed) => Err(ApiError::BodyTimeout(st.config.body_timeout.as_secs())),
-        r => r,
-    };
+    let (result, pump) = when_admitted(&st, &headers, req, |req| receive(&st, &id, &q, &headers, req)).await;
     match result {
         Ok(created) => (StatusCode::CREATED, Json(created)).into_response(),
         Err(e) => {
@@ -300,27 +283,12 @@ pub async fn add_window(
     headers: HeaderMap,
     req: Request,
 ) -> Response {
-    let client = req
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-    let (parts, body) = req.into_parts();
-    let stalled = Arc::new(AtomicBool::new(false));
-    let (body, pump) = pump_body(body, st.config.body_timeout, stalled.clone());
-    let result = match admit(&st.upload_auth, &st.upload_limit, &headers, client) {
-        Ok(_slot) => receive_window(&st, &id, &q, &headers, Request::from_parts(parts, body)).await,
-        Err(Refusal::Unauthorized) => Err(ApiError::Unauthorized),
-        Err(Refusal::RateLimited(wait)) => Err(ApiError::TooMany(wait)),
-        Err(Refusal::TooManyAtOnce(n)) => Err(ApiError::TooManyAtOnce(n)),
-    };
+    let (result, pump) = when_admitted(&st, &headers, req, |req| receive_window(&st, &id, &q, &headers, req)).await;
     match result {
         Ok(status) => {
             // A window the report already had was answered without reading it.
             let_the_body_go(&headers, pump).await;
             Json(status).into_response()
-        }
-        Err(_) if stalled.load(Ordering::Relaxed) => {
-            ApiError::BodyTimeout(st.config.body_timeout.as_secs()).into_response()
         }
         Err(e) => {
             st.metrics.upload_rejected();
@@ -330,6 +298,36 @@ pub async fn add_window(
             e.into_response()
         }
     }
+}
+
+/// Runs `receive` on the request once its client is admitted (upload token, rate, uploads in
+/// progress), its body read on a pump of its own ([`pump_body`]); a body that stalled is
+/// answered as such. The pump is handed back for [`let_the_body_go`].
+async fn when_admitted<T, F: std::future::Future<Output = Result<T, ApiError>>>(
+    st: &Shared,
+    headers: &HeaderMap,
+    req: Request,
+    receive: impl FnOnce(Request) -> F,
+) -> (Result<T, ApiError>, tokio::task::JoinHandle<()>) {
+    // The peer's address (absent only when the router is served without connect info).
+    let client = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    let (parts, body) = req.into_parts();
+    let stalled = Arc::new(AtomicBool::new(false));
+    let (body, pump) = pump_body(body, st.config.body_timeout, stalled.clone());
+    let result = match admit(&st.upload_auth, &st.upload_limit, headers, client) {
+        Ok(_slot) => receive(Request::from_parts(parts, body)).await,
+        Err(Refusal::Unauthorized) => Err(ApiError::Unauthorized),
+        Err(Refusal::RateLimited(wait)) => Err(ApiError::TooMany(wait)),
+        Err(Refusal::TooManyAtOnce(n)) => Err(ApiError::TooManyAtOnce(n)),
+    };
+    let result = match result {
+        Err(_) if stalled.load(Ordering::Relaxed) => Err(ApiError::BodyTimeout(st.config.body_timeout.as_secs())),
+        r => r,
+    };
+    (result, pump)
 }
 
 /// After a refusal: the rest of the body is read and dropped (bounded), so that the client,
