@@ -27,7 +27,7 @@ done
 curl -s "$MEMLENS_SERVER/api/reports/$id/status" > "$OUT/windowed.status.json"
 curl -s "$MEMLENS_SERVER/api/reports/$id" > "$OUT/windowed.report.json"
 "$bin" analyze --json "$OUT/full.pickle" > "$OUT/full.report.json" 2> "$OUT/full.analyze.log"
-for round in 1 2 3; do
+for round in 1 2; do
   for how in none full windowed; do
     python3 "$here/windows.py" "$OUT" time "$steps" "$how" "$every" >> "$OUT/throughput.jsonl" 2>> "$OUT/throughput.log"
   done
