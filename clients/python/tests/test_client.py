@@ -210,3 +210,25 @@ def test_record_window_by_window_grows_one_report_of_the_whole_run(server, monke
     assert status["windows"] == 4
     assert status["meta"]["job"] == "py-windows"
     assert report["files"][0]["devices"][0]["peak_allocated_bytes"] == oracle("gpt_b8.pickle.gz")
+
+
+def test_an_oom_ending_a_windowed_recording_sends_the_last_window_and_is_raised_untouched(server, monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(k, raising=False)
+    f = WindowedTorch("gpt_b8", 4)
+    monkeypatch.setattr(mt, "_backend", f)
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    err = OutOfMemoryError("CUDA out of memory. Tried to allocate 1.95 GiB")
+    rec = mt.record(server=server.url, token=TOKEN, every_steps=1, print_link=False)
+    with pytest.raises(OutOfMemoryError) as raised:
+        with rec:
+            for _ in range(3):
+                f.step()
+            raise err
+    assert raised.value is err
+    assert [c[0] for c in f.calls].count("window") == 4, "three steps, then the last window as the OOM ends it"
+    server.wait_ready(rec.link)
+    assert server.get(f"/api/reports/{rec.link.rsplit('/', 1)[-1]}/status")["windows"] == 4

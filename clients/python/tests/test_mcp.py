@@ -89,7 +89,8 @@ def test_compare_what_if_and_check_answer_as_the_cli_does():
     async def go(s):
         return (await s.call_tool("compare_runs", {"a": b16, "b": b8}),
                 await s.call_tool("what_if", {"path": b8, "run_batch_size": 8, "set": {"batch_size": 16}}),
-                await s.call_tool("check", {"new": b16, "baseline": b8, "max_category_increase": {"activation": "90%"}}))
+                await s.call_tool("check", {"new": b16, "baseline": b8,
+                                            "thresholds": {"max_category_increase": {"activation": "90%"}}}))
 
     compared, predicted, checked = run(go)
     text, c = answer(compared)

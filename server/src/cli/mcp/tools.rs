@@ -64,10 +64,12 @@ pub fn catalogue() -> Vec<(&'static str, &'static str, Value)> {
                 "new": {"type": "string"},
                 "baseline": {"type": "string"},
                 "baseline_job": {"type": "string"},
-                "max_peak_increase": {"type": "string", "description": "`5%` (the default) or a size (`512MiB`)."},
-                "max_reserved_increase": {"type": "string"},
-                "max_category_increase": {"type": "object", "additionalProperties": {"type": "string"},
-                                          "description": "Per category (parameter, gradient, optimizer_state, activation, temporary, input, cache, other): `10%` or a size."},
+                "thresholds": {"type": "object", "properties": {
+                    "max_peak_increase": {"type": "string", "description": "`5%` (the default) or a size (`512MiB`)."},
+                    "max_reserved_increase": {"type": "string"},
+                    "max_category_increase": {"type": "object", "additionalProperties": {"type": "string"},
+                                              "description": "Per category (parameter, gradient, optimizer_state, activation, temporary, input, cache, other): `10%` or a size."},
+                }},
             }, "required": ["new"]}),
         ),
         (
@@ -230,6 +232,13 @@ struct Check {
     new: String,
     baseline: Option<String>,
     baseline_job: Option<String>,
+    #[serde(default)]
+    thresholds: CheckLimits,
+}
+
+/// The limits as `memlens check` takes them, as text.
+#[derive(Deserialize, Default)]
+struct CheckLimits {
     max_peak_increase: Option<String>,
     max_reserved_increase: Option<String>,
     #[serde(default)]
@@ -242,7 +251,8 @@ fn check(a: Check) -> Answer {
         return Err("give one of baseline and baseline_job".into());
     }
     let limit = |s: &Option<String>| s.as_deref().map(parse_limit).transpose().map_err(|e| e.to_string());
-    let categories = a
+    let t = a.thresholds;
+    let categories = t
         .max_category_increase
         .iter()
         .map(|(c, l)| {
@@ -254,8 +264,8 @@ fn check(a: Check) -> Answer {
         new: a.new,
         baseline: a.baseline,
         baseline_job: a.baseline_job,
-        max_peak_increase: limit(&a.max_peak_increase)?.unwrap_or(Limit::Ratio(0.05)),
-        max_reserved_increase: limit(&a.max_reserved_increase)?,
+        max_peak_increase: limit(&t.max_peak_increase)?.unwrap_or(Limit::Ratio(0.05)),
+        max_reserved_increase: limit(&t.max_reserved_increase)?,
         max_category_increase: categories,
         json: true,
         format: OutputFormat::Json,
