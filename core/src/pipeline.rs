@@ -30,8 +30,7 @@ use crate::source::Source;
 use crate::stacks::StackResolver;
 use crate::tables::SnapshotTables;
 
-/// Opens an input's content (the pipeline un-gzips and sniffs it).
-pub type OpenInput = Box<dyn FnOnce() -> std::io::Result<Box<dyn Read + Send>> + Send>;
+pub use crate::importers::OpenInput;
 
 /// Waits for an input's import begun elsewhere (an upload imported while it arrived).
 pub type PendingImport = Box<dyn FnOnce() -> Result<ImportedFile, ImportError> + Send>;
@@ -267,7 +266,7 @@ pub fn run_with(
                 sink.stage(Stage::Importing, Some(&name));
                 let imported = match input.open {
                     InputOpener::Begun(import) => import(),
-                    InputOpener::Windows(windows) => import_windows_on_thread(windows, options),
+                    InputOpener::Windows(windows) => crate::importers::import_windows_on_thread(windows, options),
                     open => import_on_thread(move || open_source(open, input.size, options), options),
                 };
                 (name, imported)
@@ -550,32 +549,6 @@ fn open_source(open: InputOpener, size: Option<u64>, options: ImportOptions) -> 
             "an import begun elsewhere, or of windows, has no one source".into(),
         )),
     }
-}
-
-/// Imports a recording's windows on a thread of its own (as [`import_on_thread`] does a file).
-fn import_windows_on_thread(
-    windows: Vec<(u64, OpenInput)>,
-    options: ImportOptions,
-) -> Result<ImportedFile, ImportError> {
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("memlens-import".into())
-            .stack_size(crate::importers::IMPORT_STACK)
-            .spawn_scoped(scope, move || {
-                let sources = windows
-                    .into_iter()
-                    .map(|(size, open)| Source::from_reader(open()?, size, options.source))
-                    .collect::<Result<Vec<_>, _>>()?;
-                crate::importers::import_windows(sources, &options)
-            })
-            .map_err(|e| ImportError::Internal(format!("cannot start the import thread: {e}")))?
-            .join()
-            .unwrap_or_else(|_| {
-                Err(ImportError::Internal(
-                    "the import of a recording's windows panicked".into(),
-                ))
-            })
-    })
 }
 
 /// Analyses files on disk as one report (what `memlens analyze` prints).

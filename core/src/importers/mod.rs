@@ -194,6 +194,36 @@ where
     begin_import(open, options)?.wait()
 }
 
+/// Opens an input's content (the pipeline un-gzips and sniffs it).
+pub type OpenInput = Box<dyn FnOnce() -> std::io::Result<Box<dyn std::io::Read + Send>> + Send>;
+
+/// Imports a recording's windows on a thread of its own (as [`import_on_thread`] does a file).
+#[cfg(feature = "analysis")]
+pub fn import_windows_on_thread(
+    windows: Vec<(u64, OpenInput)>,
+    options: ImportOptions,
+) -> Result<ImportedFile, ImportError> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("memlens-import".into())
+            .stack_size(IMPORT_STACK)
+            .spawn_scoped(scope, move || {
+                let sources = windows
+                    .into_iter()
+                    .map(|(size, open)| Source::from_reader(open()?, size, options.source))
+                    .collect::<Result<Vec<_>, _>>()?;
+                import_windows(sources, &options)
+            })
+            .map_err(|e| ImportError::Internal(format!("cannot start the import thread: {e}")))?
+            .join()
+            .unwrap_or_else(|_| {
+                Err(ImportError::Internal(
+                    "the import of a recording's windows panicked".into(),
+                ))
+            })
+    })
+}
+
 /// An import running on a thread of its own ([`begin_import`]).
 #[cfg(feature = "analysis")]
 pub struct BegunImport(std::thread::JoinHandle<Result<ImportedFile, ImportError>>);
