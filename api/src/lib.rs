@@ -13,6 +13,7 @@ mod labels;
 mod meta;
 mod params;
 mod payloads;
+mod plan;
 mod segments;
 mod stacks;
 mod summary;
@@ -45,3 +46,4 @@ pub use params::{
     ChartParams, CheckParams, CompareParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams,
     SegmentsParams, TimelineParams, UploadParams, WhatIfParams,
 };
+pub use plan::{AutocastDtype, ModelFamily, Plan, PlanOptimizer, PlanParams, PlanPhase, WeightsDtype};

@@ -22,6 +22,8 @@ pub mod names;
 #[cfg(feature = "analysis")]
 pub mod pipeline;
 #[cfg(feature = "analysis")]
+pub mod plan;
+#[cfg(feature = "analysis")]
 pub mod query;
 #[cfg(feature = "analysis")]
 pub mod report;

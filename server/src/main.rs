@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         cli::Command::Check(a) => cli::check::check(a),
         cli::Command::Mcp(a) => cli::mcp::mcp(a),
         cli::Command::Whatif(a) => cli::whatif::whatif(a),
+        cli::Command::Plan(a) => cli::plan::plan(a),
         cli::Command::Upload(a) => cli::upload::upload(a),
         cli::Command::Serve(a) => memlens::serve::serve(a),
         cli::Command::Worker(a) => memlens::ingest::worker::worker(a),

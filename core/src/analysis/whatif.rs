@@ -67,9 +67,24 @@ pub fn what_if_file(
     gpu_logs: &[GpuLogSummary],
     s: &WhatIfParams,
 ) -> PolarsResult<WhatIfFile> {
-    let mut devices = Vec::new();
+    Ok(WhatIfFile {
+        file: file.file.clone(),
+        devices: for_each_device(file, frames, gpu_logs, s.device, |run| what_if(run, s))?,
+    })
+}
+
+/// `body` over the facts of each device of an analysed file that has stored frames (or the one
+/// `device` names).
+pub fn for_each_device<T>(
+    file: &FileSummary,
+    frames: &[crate::analysis::frames::DeviceFrames],
+    gpu_logs: &[GpuLogSummary],
+    device: Option<i64>,
+    mut body: impl FnMut(&RunFacts) -> PolarsResult<T>,
+) -> PolarsResult<Vec<T>> {
+    let mut out = Vec::new();
     for d in &file.devices {
-        if s.device.is_some_and(|want| want != d.device) {
+        if device.is_some_and(|want| want != d.device) {
             continue;
         }
         let Some(f) = frames.iter().find(|f| f.device == d.device) else {
@@ -92,12 +107,9 @@ pub fn what_if_file(
             active_at_peak_bytes: d.fragmentation_at_peak.as_ref().map(|f| f.active_bytes),
             outside_allocator_bytes: outside,
         };
-        devices.push(what_if(&run, s)?);
+        out.push(body(&run)?);
     }
-    Ok(WhatIfFile {
-        file: file.file.clone(),
-        devices,
-    })
+    Ok(out)
 }
 
 /// What the run looked like, for the prediction.

@@ -1,5 +1,5 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
-//! `analyze` ([`analyze`]), `diff` ([`diff`]), `check` ([`check`]), `mcp` ([`mcp`]), `whatif` ([`whatif`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
+//! `analyze` ([`analyze`]), `diff` ([`diff`]), `check` ([`check`]), `mcp` ([`mcp`]), `whatif` ([`whatif`]), `plan` ([`plan`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
 //! ([`healthcheck`]);
 //! [`render`] is the text output of `analyze`.
 
@@ -8,6 +8,7 @@ pub mod check;
 pub mod diff;
 pub mod healthcheck;
 pub mod mcp;
+pub mod plan;
 pub mod render;
 pub mod upload;
 pub mod whatif;
@@ -48,6 +49,9 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Predict the allocated peak under another batch size, checkpointing, optimizer or sharding.
     Whatif(whatif::WhatIfArgs),
+    /// Plan before you run: a training step's memory from a model's Hugging Face config.json,
+    /// optionally calibrated by a measured run.
+    Plan(plan::PlanArgs),
     /// Serve memlens' analyses to a coding agent: a Model Context Protocol server over stdio.
     Mcp(mcp::McpArgs),
     /// Upload files to a memlens server as one report and print its share link.

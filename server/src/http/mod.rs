@@ -20,6 +20,7 @@ pub mod error;
 pub mod jobs;
 pub mod ops;
 pub mod pages;
+pub mod plan;
 pub mod queries;
 pub mod reports;
 pub mod runs;
@@ -71,6 +72,7 @@ pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(queries::allocations))
         .routes(routes!(queries::gpu_samples))
         .routes(routes!(queries::whatif))
+        .routes(routes!(plan::plan))
         .routes(routes!(compare::compare))
         .routes(routes!(compare::check))
         .routes(routes!(jobs::job, jobs::edit_thresholds))

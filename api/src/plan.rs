@@ -1,0 +1,151 @@
+//! The plan: a memory budget for a training run before it runs, from a Hugging Face
+//! `config.json` (`memlens plan`, `GET /api/plan`, the Plan page), optionally calibrated by a
+//! measured run of the same model.
+
+use serde::{Deserialize, Serialize};
+
+use crate::CategoryBytes;
+
+/// The architectures whose parameters are counted exactly from their config (`model_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ModelFamily {
+    Llama,
+    Mistral,
+    Qwen2,
+    Qwen3,
+    Mixtral,
+    Gemma,
+    Gemma2,
+    Phi,
+    Phi3,
+    Gpt2,
+    GptNeox,
+    Falcon,
+    /// Another `model_type` with Llama's config fields, counted as a Llama-style decoder (not
+    /// exact); or no config at all (`params` given).
+    Other,
+}
+
+/// The optimizer of the planned run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PlanOptimizer {
+    #[default]
+    Adamw,
+    Adam,
+    SgdMomentum,
+    Sgd,
+    /// Hugging Face's Adafactor (no first moment; factored second moment of matrices).
+    Adafactor,
+    /// bitsandbytes' 8-bit AdamW (block-wise quantised states).
+    #[serde(rename = "adamw_8bit")]
+    Adamw8bit,
+}
+
+/// The element type the model's weights are stored in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum WeightsDtype {
+    #[default]
+    Fp32,
+    Bf16,
+    Fp16,
+}
+
+/// `torch.autocast` around the forward pass (`none`: the weights' own type throughout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum AutocastDtype {
+    #[default]
+    Bf16,
+    Fp16,
+    None,
+}
+
+/// Where in the training step the planned peak falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PlanPhase {
+    /// The loss and the start of backward: every saved activation is still held.
+    LossBackward,
+    /// Backward's last layers: the gradients are nearly all made, a recomputed block is held.
+    Backward,
+    /// The optimizer step: gradients, state and the step's temporaries.
+    OptimizerStep,
+}
+
+/// `GET /api/plan?…`: the settings of a plan (the Plan page's URL holds the same query).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct PlanParams {
+    /// The model's Hugging Face `config.json`, as text.
+    pub config: Option<String>,
+    /// Parameter count, for a model without a config this tool reads (no activations then).
+    pub params: Option<u64>,
+    /// Sequences per step (default 1).
+    pub batch_size: Option<u64>,
+    /// Tokens per sequence (default: the config's context length, at most 2048).
+    pub seq_len: Option<u64>,
+    pub optimizer: Option<PlanOptimizer>,
+    pub weights: Option<WeightsDtype>,
+    pub autocast: Option<AutocastDtype>,
+    /// Activation checkpointing of every decoder layer.
+    pub checkpointing: Option<bool>,
+    /// Only this many parameters train (the rest frozen: no gradient, no optimizer state).
+    pub trainable_params: Option<u64>,
+    /// LoRA adapters of this rank on the attention's query and value projections (PEFT's
+    /// default targets); the base model is frozen.
+    pub lora_rank: Option<u64>,
+    /// DeepSpeed ZeRO stage 0–3, over `gpus` data-parallel GPUs.
+    pub zero_stage: Option<u8>,
+    pub gpus: Option<u64>,
+    /// Optimizer state (and its master weights) kept in CPU memory.
+    pub optimizer_offload: Option<bool>,
+    /// The GPU's memory in bytes: adds `fits`, `max_batch_size` and `max_seq_len`.
+    pub gpu_memory_bytes: Option<i64>,
+    /// A report of a run of the same model (HTTP: its id): its measured activation and temporary
+    /// bytes per token replace the formula's.
+    pub calibrate: Option<String>,
+    /// The calibrating run's batch size and sequence length (needed with `calibrate`).
+    pub run_batch_size: Option<u64>,
+    pub run_seq_len: Option<u64>,
+    /// The calibrating run used activation checkpointing.
+    pub run_checkpointing: Option<bool>,
+}
+
+/// The predicted memory of a training step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Plan {
+    pub model_family: ModelFamily,
+    pub parameter_count: u64,
+    pub trainable_parameter_count: u64,
+    pub batch_size: u64,
+    pub seq_len: u64,
+    pub predicted_peak_allocated_bytes: i64,
+    /// Allocated × the allocator's rounding and caching (the run's own ratio when calibrated).
+    pub predicted_peak_reserved_bytes: i64,
+    pub peak_phase: PlanPhase,
+    /// What the allocated peak is made of.
+    pub by_category: Vec<CategoryBytes>,
+    /// CUDA context and libraries, outside PyTorch's allocator (counted against `gpu_memory_bytes`).
+    pub outside_allocator_bytes: i64,
+    pub gpu_memory_bytes: Option<i64>,
+    /// Reserved peak + outside the allocator ≤ the GPU's memory.
+    pub fits: Option<bool>,
+    /// The largest batch that fits at this sequence length (0: not even one).
+    pub max_batch_size: Option<u64>,
+    /// The longest sequence that fits at this batch size (0: not even one token).
+    pub max_seq_len: Option<u64>,
+    /// The run whose measured terms the plan uses.
+    pub calibrated_from: Option<String>,
+    /// Every assumption the numbers rest on, in words.
+    pub assumptions: Vec<String>,
+}

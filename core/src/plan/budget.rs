@@ -1,0 +1,422 @@
+//! The uncalibrated budget: every term of a training step's memory from the model's shape and
+//! the run's settings, counted the way PyTorch holds them.
+//!
+//! - Parameters, gradients (trainable only) and optimizer state in the weights' type, plus
+//!   fp32 master weights and state where DeepSpeed's mixed precision keeps them.
+//! - Activations: the tensors autograd saves for backward, per token and per decoder layer,
+//!   from the layer's layout — norms (RMSNorm upcasts to fp32), autocast's per-linear input
+//!   copies, the attention's q/k/v/output and log-sum-exp (SDPA's fused kernels: nothing
+//!   quadratic in the sequence), the MLP's saved intermediates, residuals and dropout masks —
+//!   and, with checkpointing, each layer's input alone plus one recomputed layer in backward.
+//! - The loss: logits in the compute type, their fp32 copy and `log_softmax`'s output, and at
+//!   the start of backward the two fp32 gradients of the same size.
+//! - autocast's half-precision copies of the weights (kept for backward).
+//! - The optimizer step's temporaries (foreach AdamW: one state-sized tensor).
+//!
+//! The peak is the largest of the three moments a step has: the loss and start of backward,
+//! the end of backward (with checkpointing), and the optimizer step.
+
+use memlens_api::{AutocastDtype, Category, CategoryBytes, ModelFamily, PlanOptimizer, PlanPhase, WeightsDtype};
+
+use super::config::ModelShape;
+use super::params::{parameter_tensors, ParamKind, ParamTensor};
+
+/// Outside PyTorch's allocator: the CUDA context with its kernels loaded lazily (CUDA ≥ 11.7).
+pub const CUDA_CONTEXT_BYTES: i64 = 512 << 20;
+
+/// cuBLAS workspaces PyTorch's allocator holds on Hopper: one for the forward thread's handle and
+/// one for the autograd thread's (`CUBLAS_WORKSPACE_CONFIG=:4096:8`, 32 MiB each).
+pub const CUBLAS_WORKSPACE_BYTES: f64 = (64u64 << 20) as f64;
+
+/// Reserved ÷ allocated at a training step's peak: the caching allocator's segment rounding and
+/// free-but-cached blocks (the median over the runs in traces/plan/runs.json).
+pub const RESERVED_PER_ALLOCATED: f64 = 1.13;
+
+/// What trains.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Trainable {
+    All,
+    /// This many parameters train; the rest are frozen.
+    Count(u64),
+    /// LoRA adapters of this rank on the query and value projections; the base is frozen.
+    LoraRank(u64),
+}
+
+/// A planned run's settings, defaults resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub batch: u64,
+    pub seq: u64,
+    pub optimizer: PlanOptimizer,
+    pub weights: WeightsDtype,
+    pub autocast: AutocastDtype,
+    pub checkpointing: bool,
+    pub trainable: Trainable,
+    pub zero_stage: u8,
+    pub gpus: u64,
+    pub optimizer_offload: bool,
+}
+
+/// The memory of one step, by category, at its peak.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budget {
+    pub parameter_count: u64,
+    pub trainable_parameter_count: u64,
+    pub peak_allocated_bytes: i64,
+    pub phase: PlanPhase,
+    pub by_category: Vec<CategoryBytes>,
+    pub assumptions: Vec<String>,
+}
+
+/// Element sizes of the run's tensors.
+#[derive(Debug, Clone, Copy)]
+struct Types {
+    /// Weights and their gradients.
+    weights: f64,
+    /// Matmul outputs (the compute type).
+    compute: f64,
+    /// The residual stream (the weights' type: autocast leaves additions in fp32).
+    residual: f64,
+    /// autocast casts each linear's input (and weight) to the compute type.
+    casts: bool,
+}
+
+impl Types {
+    fn of(s: &Settings) -> Types {
+        let weights = match s.weights {
+            WeightsDtype::Fp32 => 4.0,
+            WeightsDtype::Bf16 | WeightsDtype::Fp16 => 2.0,
+        };
+        let casts = weights == 4.0 && s.autocast != AutocastDtype::None;
+        Types {
+            weights,
+            compute: if casts { 2.0 } else { weights },
+            residual: weights,
+            casts,
+        }
+    }
+}
+
+/// Bytes a norm of `width` saves beyond its input, per token.
+fn norm_saved(m: &ModelShape, t: Types, width: f64) -> f64 {
+    if m.layer_norm() {
+        return 0.0; // saves its input (counted) and per-row statistics
+    }
+    // RMSNorm computes in fp32: an upcast of a half input, the normalised fp32 tensor, and
+    // (Llama's) its cast back before the weight multiplies it.
+    let upcast = if t.residual < 4.0 { 4.0 * width } else { 0.0 };
+    let cast_back = if t.residual < 4.0 && !matches!(m.family, ModelFamily::Gemma | ModelFamily::Gemma2) {
+        t.residual * width
+    } else {
+        0.0
+    };
+    upcast + 4.0 * width + cast_back
+}
+
+/// Bytes saved for `linears` linear layers reading one input of `width`, per token: autocast
+/// casts the input once per layer; otherwise the one input is saved.
+fn linear_inputs(t: Types, linears: f64, width: f64) -> f64 {
+    if t.casts {
+        linears * 2.0 * width
+    } else {
+        t.compute * width
+    }
+}
+
+/// Activations one decoder layer saves for backward, per token.
+pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
+    let t = Types::of(t_settings);
+    // SDPA's fused kernels take half precision only: fp32 attention runs the math kernel, which
+    // saves the softmax of every query against every key.
+    let math_attention = if t.compute >= 4.0 {
+        4.0 * m.heads as f64 * t_settings.seq as f64
+    } else {
+        0.0
+    };
+    let (h, i) = (m.hidden as f64, m.intermediate as f64);
+    let (q, kv) = (m.q_width() as f64, m.kv_width() as f64);
+    let a = t.compute;
+    let fused_qkv = matches!(
+        m.family,
+        ModelFamily::Gpt2 | ModelFamily::GptNeox | ModelFamily::Falcon | ModelFamily::Phi3
+    );
+    let rope = m.family != ModelFamily::Gpt2;
+    // Attention: its norm, the projections' inputs, q/k/v as SDPA saves them, its output and
+    // the output's contiguous copy (the output projection's input), log-sum-exp in fp32.
+    let mut attn = norm_saved(m, t, h) + linear_inputs(t, if fused_qkv { 1.0 } else { 3.0 }, h);
+    attn += if fused_qkv {
+        a * (q + 2.0 * kv) + if rope { a * (q + kv) } else { 0.0 }
+    } else {
+        a * (q + 2.0 * kv)
+    };
+    if m.family == ModelFamily::Qwen3 {
+        let half = Types { residual: a, ..t };
+        attn += norm_saved(m, half, q) + norm_saved(m, half, kv) + a * (q + kv);
+    }
+    attn += 2.0 * a * q + 4.0 * m.heads as f64 + math_attention;
+    // MLP.
+    let gated = !matches!(
+        m.family,
+        ModelFamily::Gpt2 | ModelFamily::GptNeox | ModelFamily::Falcon | ModelFamily::Phi
+    );
+    let mlp_norm = if m.parallel_attention && m.norms_per_layer < 2 {
+        0.0
+    } else {
+        norm_saved(m, t, h)
+    };
+    let mlp = if m.experts > 0 {
+        // Routed: the router's input, then per routed token the expert's gathered input, its
+        // projections' inputs and a gated MLP's intermediates, and the weighted output.
+        let k = m.experts_per_token as f64;
+        mlp_norm + linear_inputs(t, 1.0, h) + k * (t.residual * h + linear_inputs(t, 2.0, h) + 4.0 * a * i + a * h)
+    } else if gated {
+        let linears = if m.family == ModelFamily::Phi3 { 1.0 } else { 2.0 };
+        mlp_norm + linear_inputs(t, linears, h) + 4.0 * a * i
+    } else {
+        // gelu_new (GPT-2, Phi) is written out in Python: pow goes to fp32 under autocast, and
+        // tanh's output, 1 + tanh and x / 2 are saved; F.gelu saves its input alone.
+        let act = if matches!(m.family, ModelFamily::Gpt2 | ModelFamily::Phi) {
+            if t.casts {
+                2.0 * i + 4.0 * i + 4.0 * i + 2.0 * i + 2.0 * i
+            } else {
+                5.0 * a * i
+            }
+        } else {
+            2.0 * a * i
+        };
+        mlp_norm + linear_inputs(t, 1.0, h) + act
+    };
+    // Residual stream: one new tensor per residual addition (the next norm saves it); GPT-2's
+    // dropout keeps a one-byte mask per element after attention and after the MLP.
+    let residuals = if m.parallel_attention { 1.0 } else { 2.0 };
+    let dropout = if m.family == ModelFamily::Gpt2 { 2.0 * h } else { 0.0 };
+    attn + mlp + residuals * t.residual * h + dropout
+}
+
+/// Activations outside the layers, per token: the embedding's output, the final norm and the
+/// language-model head's input.
+fn outer_activation_bytes(m: &ModelShape, s: &Settings) -> f64 {
+    let t = Types::of(s);
+    let h = m.hidden as f64;
+    let dropout = if m.family == ModelFamily::Gpt2 { h } else { 0.0 };
+    t.residual * h + dropout + norm_saved(m, t, h) + linear_inputs(t, 1.0, h)
+}
+
+/// The loss's tensors per token at the start of backward: `log_softmax`'s saved fp32 output
+/// and the two fp32 gradients of that size (NLL's and `log_softmax`'s); in forward the
+/// logits, their fp32 copy and that output are fewer.
+fn loss_bytes(m: &ModelShape, s: &Settings) -> f64 {
+    let t = Types::of(s);
+    let v = m.vocab as f64;
+    let forward = t.compute * v + if t.compute < 4.0 { 4.0 * v } else { 0.0 } + 4.0 * v;
+    forward.max(12.0 * v)
+}
+
+/// Optimizer state bytes for the trainable tensors, and the step's temporaries.
+fn optimizer_bytes(tensors: &[ParamTensor], trainable: u64, s: &Settings, state: f64) -> (f64, f64) {
+    let p = trainable as f64;
+    match s.optimizer {
+        PlanOptimizer::Adamw | PlanOptimizer::Adam => (2.0 * state * p, state * p),
+        PlanOptimizer::SgdMomentum => (state * p, 0.0),
+        PlanOptimizer::Sgd => (0.0, 0.0),
+        PlanOptimizer::Adafactor => {
+            let all: u64 = tensors.iter().map(ParamTensor::elements).sum::<u64>().max(1);
+            let factored: f64 = tensors
+                .iter()
+                .map(|t| {
+                    let n = if t.cols > 1 { t.rows + t.cols } else { t.rows };
+                    (n * t.copies) as f64
+                })
+                .sum();
+            let largest = tensors.iter().map(|t| t.rows * t.cols).max().unwrap_or(0) as f64;
+            // Factored second moments of the trainable share; the step works on one tensor at a time.
+            (state * factored * p / all as f64, 2.0 * state * largest)
+        }
+        PlanOptimizer::Adamw8bit => (2.0 * p + 2.0 * 4.0 * p / 256.0, 0.0),
+    }
+}
+
+/// The budget of one training step.
+pub fn budget(m: &ModelShape, s: &Settings) -> Budget {
+    let tensors = parameter_tensors(m);
+    let params: u64 = tensors.iter().map(ParamTensor::elements).sum();
+    budget_of(Some(m), &tensors, params, s)
+}
+
+/// The budget of a model known only by its parameter count: the model states, no activations.
+pub fn budget_without_config(params: u64, s: &Settings) -> Budget {
+    budget_of(None, &[], params, s)
+}
+
+fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &Settings) -> Budget {
+    let t = Types::of(s);
+    let mut assumptions = Vec::new();
+    let trainable = match s.trainable {
+        Trainable::All => params,
+        Trainable::Count(n) => n.min(params),
+        Trainable::LoraRank(r) => m.map_or(0, |m| r * m.layers * (m.hidden + m.q_width() + m.hidden + m.kv_width())),
+    };
+    if let (Trainable::LoraRank(r), Some(_)) = (s.trainable, m) {
+        assumptions.push(format!(
+            "LoRA rank {r} on the query and value projections (PEFT's default targets): {trainable} adapter \
+             parameters train in fp32, the base model is frozen"
+        ));
+    }
+    let gpus = s.gpus.max(1) as f64;
+    let shard = |from: u8| if s.zero_stage >= from { 1.0 / gpus } else { 1.0 };
+    let tokens = (s.batch * s.seq) as f64;
+    let lora = matches!(s.trainable, Trainable::LoraRank(_));
+    // Weights, and the trainable part's gradients; LoRA adapters are fp32 whatever the base.
+    let weights = params as f64 * t.weights * shard(3) + if lora { trainable as f64 * 4.0 } else { 0.0 };
+    let grad_type = if lora { 4.0 } else { t.weights };
+    let gradients = trainable as f64 * grad_type * shard(2);
+    // Optimizer state: in the weights' type with plain PyTorch; DeepSpeed's mixed precision
+    // (ZeRO with half weights) keeps fp32 state and fp32 master weights.
+    let master = s.zero_stage > 0 && t.weights < 4.0 && !lora;
+    let state_type = if master || lora { 4.0 } else { t.weights };
+    let (mut state, mut step_temp) = optimizer_bytes(tensors, trainable, s, state_type);
+    if master {
+        state += 4.0 * trainable as f64;
+        assumptions.push("ZeRO with half-precision weights: fp32 master weights and fp32 optimizer state".into());
+    }
+    state *= shard(1);
+    step_temp *= shard(1);
+    if s.optimizer_offload {
+        state = 0.0;
+        step_temp = 0.0;
+        assumptions.push("optimizer state offloaded to CPU memory: none of it, nor its step, on the GPU".into());
+    }
+    if s.zero_stage > 0 {
+        assumptions.push(format!(
+            "ZeRO stage {} over {gpus} GPUs: optimizer state ÷ {gpus}{}{}",
+            s.zero_stage,
+            if s.zero_stage >= 2 { ", gradients ÷ GPUs" } else { "" },
+            if s.zero_stage >= 3 {
+                ", parameters ÷ GPUs (the layer being computed is gathered whole, not counted)"
+            } else {
+                ""
+            }
+        ));
+    }
+    // Activations and the loss.
+    let (layer, outer, loss, copies) = match m {
+        Some(m) => {
+            let matrices: u64 = tensors
+                .iter()
+                .filter(|p| p.kind == ParamKind::Matrix || (p.kind == ParamKind::Embedding && m.tied))
+                .filter(|p| p.kind == ParamKind::Matrix || p.name == "embed_tokens")
+                .map(ParamTensor::elements)
+                .sum();
+            let copies = if t.casts { 2.0 * matrices as f64 * shard(3) } else { 0.0 };
+            (
+                layer_activation_bytes(m, s),
+                outer_activation_bytes(m, s),
+                loss_bytes(m, s),
+                copies,
+            )
+        }
+        None => {
+            assumptions.push("no config: activations and the loss are not counted (only the model states)".into());
+            (0.0, 0.0, 0.0, 0.0)
+        }
+    };
+    // Frozen parameters are taken to be the bottom of the network (the embeddings, then whole
+    // layers from the first): a layer whose weights and input need no gradient records no graph,
+    // so it saves nothing for backward, and autocast caches no copy of a frozen weight.
+    let frozen_layers = match (s.trainable, m) {
+        (Trainable::Count(n), Some(m)) if n < params => {
+            let frozen = params - n;
+            let embeddings: u64 = tensors
+                .iter()
+                .filter(|t| t.kind == ParamKind::Embedding)
+                .map(ParamTensor::elements)
+                .sum();
+            let per_layer: u64 = tensors
+                .iter()
+                .filter(|t| t.copies >= m.layers && t.copies % m.layers.max(1) == 0)
+                .map(ParamTensor::elements)
+                .sum::<u64>()
+                / m.layers.max(1);
+            // Whole layers above every embedding: the rest is not a frozen bottom (a trainable
+            // position embedding, say, keeps every layer's graph), and every layer saves.
+            let rest = frozen.saturating_sub(embeddings);
+            let layers = (rest + per_layer / 2) / per_layer.max(1);
+            let whole = frozen >= embeddings && rest.abs_diff(layers * per_layer) <= per_layer / 100;
+            let layers = if whole { layers.min(m.layers) } else { 0 };
+            assumptions.push(if layers > 0 {
+                format!(
+                    "{frozen} frozen parameters are the embeddings and the first {layers} layers: those layers \
+                     record no graph and save no activations"
+                )
+            } else {
+                format!(
+                    "{frozen} frozen parameters are not the embeddings and whole first layers: every layer still \
+                     saves its activations for the gradients below it"
+                )
+            });
+            layers
+        }
+        _ => 0,
+    };
+    let layers = m.map_or(0, |m| m.layers - frozen_layers) as f64;
+    let copies = match m {
+        Some(m) if m.layers > 0 => copies * (1.0 - frozen_layers as f64 / (m.layers + 1) as f64),
+        _ => copies,
+    };
+    let inputs = 24.0 * tokens; // token ids, the labels padded and shifted (int64)
+    let (saved, recompute) = if s.checkpointing {
+        (layers * t.residual * m.map_or(0, |m| m.hidden) as f64, layer)
+    } else {
+        (layers * layer, 0.0)
+    };
+    // The three moments of a step.
+    let loss_moment = (saved + outer + loss) * tokens;
+    let per_layer_copies = if layers > 0.0 { copies / (layers + 1.0) } else { 0.0 };
+    let loss_copies = if s.checkpointing { per_layer_copies } else { copies };
+    let backward_moment = recompute * tokens + per_layer_copies;
+    let candidates = [
+        (PlanPhase::LossBackward, state, 0.0, loss_moment, loss_copies, 0.0),
+        (
+            PlanPhase::Backward,
+            state,
+            gradients,
+            backward_moment,
+            per_layer_copies,
+            0.0,
+        ),
+        (PlanPhase::OptimizerStep, state, gradients, 0.0, 0.0, step_temp),
+    ];
+    let total = |c: &(PlanPhase, f64, f64, f64, f64, f64)| {
+        weights + c.1 + c.2 + c.3 + c.4 + c.5 + inputs + CUBLAS_WORKSPACE_BYTES
+    };
+    let best = candidates
+        .iter()
+        .max_by(|a, b| total(a).total_cmp(&total(b)))
+        .copied()
+        .unwrap_or(candidates[0]);
+    let (phase, state, gradients, activations, copies, temp) = best;
+    let by_category = [
+        (Category::Parameter, weights),
+        (Category::Gradient, gradients),
+        (Category::OptimizerState, state),
+        (Category::Activation, activations + copies),
+        (Category::Input, inputs),
+        (Category::Temporary, temp),
+        (Category::Other, CUBLAS_WORKSPACE_BYTES),
+    ]
+    .into_iter()
+    .filter(|(_, b)| *b >= 0.5)
+    .map(|(category, b)| CategoryBytes {
+        category,
+        bytes: b.round() as i64,
+    })
+    .collect();
+    Budget {
+        parameter_count: params,
+        trainable_parameter_count: trainable,
+        peak_allocated_bytes: total(&best).round() as i64,
+        phase,
+        by_category,
+        assumptions,
+    }
+}

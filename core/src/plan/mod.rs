@@ -1,0 +1,180 @@
+//! Plan before you run: the memory a training step of a model will take, from its Hugging Face
+//! config ([`config`]), its exact parameters ([`params`]) and a per-category budget
+//! ([`budget`]) — or, calibrated by a measured run of the same model, the what-if replay of
+//! that run ([`calibrate`]). The largest batch and sequence that fit a GPU are searched over
+//! the same model ([`fit`]).
+
+pub mod budget;
+pub mod calibrate;
+pub mod config;
+pub mod fit;
+pub mod params;
+
+pub use config::ModelShape;
+
+/// Why a plan could not be made.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("config.json: {0}")]
+    Config(String),
+    #[error("config.json ({model_type}): no `{field}`: memlens counts this architecture from it; pass --params N to plan without a config")]
+    MissingField { model_type: String, field: String },
+    #[error("{0}")]
+    Settings(String),
+    #[error("calibrating run: {0}")]
+    Calibration(String),
+}
+
+use memlens_api::{Category, ModelFamily, Plan, PlanParams, PlanPhase};
+
+use budget::{Settings, Trainable, CUDA_CONTEXT_BYTES, RESERVED_PER_ALLOCATED};
+use calibrate::Calibration;
+
+/// The plan's settings with defaults resolved (batch 1, the context length up to 2048 tokens,
+/// AdamW, fp32 weights under bf16 autocast).
+pub fn settings(q: &PlanParams, model: Option<&ModelShape>) -> Result<Settings, PlanError> {
+    if q.trainable_params.is_some() && q.lora_rank.is_some() {
+        return Err(PlanError::Settings(
+            "give trainable_params or lora_rank, not both".into(),
+        ));
+    }
+    if q.zero_stage.is_some_and(|z| z > 3) {
+        return Err(PlanError::Settings("zero_stage is 0, 1, 2 or 3".into()));
+    }
+    let trainable = match (q.trainable_params, q.lora_rank) {
+        (Some(n), _) => Trainable::Count(n),
+        (_, Some(r)) if model.is_none() => {
+            return Err(PlanError::Settings(format!(
+                "lora_rank {r} needs the model's config.json"
+            )))
+        }
+        (_, Some(r)) => Trainable::LoraRank(r),
+        _ => Trainable::All,
+    };
+    Ok(Settings {
+        batch: q.batch_size.unwrap_or(1).max(1),
+        seq: q
+            .seq_len
+            .unwrap_or_else(|| model.and_then(|m| m.max_positions).unwrap_or(2048).min(2048))
+            .max(1),
+        optimizer: q.optimizer.unwrap_or_default(),
+        weights: q.weights.unwrap_or_default(),
+        autocast: q.autocast.unwrap_or_default(),
+        checkpointing: q.checkpointing.unwrap_or(false),
+        trainable,
+        zero_stage: q.zero_stage.unwrap_or(0),
+        gpus: q.gpus.unwrap_or(1).max(1),
+        optimizer_offload: q.optimizer_offload.unwrap_or(false),
+    })
+}
+
+/// One prediction at a batch and sequence length.
+struct Point {
+    allocated: i64,
+    reserved: i64,
+    phase: PlanPhase,
+    by_category: Vec<memlens_api::CategoryBytes>,
+    assumptions: Vec<String>,
+}
+
+/// The plan for `q`: from its config (or parameter count), calibrated when `calibration` is given.
+pub fn plan(q: &PlanParams, calibration: Option<&Calibration>) -> Result<Plan, PlanError> {
+    let model = q.config.as_deref().map(ModelShape::from_config_json).transpose()?;
+    if model.is_none() && q.params.is_none() && calibration.is_none() {
+        return Err(PlanError::Settings(
+            "give the model's config.json (or --params N, or a run to calibrate by)".into(),
+        ));
+    }
+    let s = settings(q, model.as_ref())?;
+    let predict = |batch: u64, seq: u64| -> Result<Point, PlanError> {
+        let s = Settings {
+            batch,
+            seq,
+            ..s.clone()
+        };
+        if let Some(c) = calibration {
+            let d = calibrate::predict(c, q, batch, seq).map_err(|e| PlanError::Calibration(e.to_string()))?;
+            let has = |cat: Category| d.predicted_by_category.iter().any(|c| c.category == cat && c.bytes > 0);
+            let phase = if !has(Category::Gradient) {
+                PlanPhase::LossBackward
+            } else if has(Category::Activation) && !has(Category::Temporary) {
+                PlanPhase::Backward
+            } else {
+                PlanPhase::OptimizerStep
+            };
+            return Ok(Point {
+                allocated: d.predicted_peak_allocated_bytes,
+                reserved: d.predicted_peak_reserved_bytes,
+                phase,
+                by_category: d.predicted_by_category,
+                assumptions: d.assumptions,
+            });
+        }
+        let b = match &model {
+            Some(m) => budget::budget(m, &s),
+            None => budget::budget_without_config(q.params.unwrap_or(0), &s),
+        };
+        Ok(Point {
+            allocated: b.peak_allocated_bytes,
+            reserved: (b.peak_allocated_bytes as f64 * RESERVED_PER_ALLOCATED).round() as i64,
+            phase: b.phase,
+            by_category: b.by_category,
+            assumptions: b.assumptions,
+        })
+    };
+    let at = predict(s.batch, s.seq)?;
+    let counts = match &model {
+        Some(m) => budget::budget(m, &s),
+        None => budget::budget_without_config(q.params.unwrap_or(0), &s),
+    };
+    let outside = CUDA_CONTEXT_BYTES;
+    let mut assumptions = at.assumptions;
+    if let Some(m) = &model {
+        if m.family == ModelFamily::Other {
+            assumptions.push(format!(
+                "model_type {:?} is not one memlens counts exactly: read as a Llama-style decoder",
+                m.model_type
+            ));
+        }
+    }
+    assumptions.push(format!(
+        "{} outside the allocator (the CUDA context); reserved = allocated × {}{}",
+        memlens_api::bytes_label(outside),
+        if calibration.is_some() {
+            "the run's own ratio".to_string()
+        } else {
+            format!("{RESERVED_PER_ALLOCATED}")
+        },
+        if calibration.is_some() {
+            ""
+        } else {
+            " (the allocator's rounding and cached blocks)"
+        }
+    ));
+    let (mut fits, mut max_batch_size, mut max_seq_len) = (None, None, None);
+    if let Some(capacity) = q.gpu_memory_bytes {
+        let reserved = |b: u64, sq: u64| predict(b, sq).map(|p| p.reserved).unwrap_or(i64::MAX);
+        fits = Some(at.reserved + outside <= capacity);
+        max_batch_size = Some(fit::max_batch_size(&reserved, s.seq, capacity, outside));
+        let limit = model.as_ref().and_then(|m| m.max_positions).unwrap_or(1 << 20);
+        max_seq_len = Some(fit::max_seq_len(&reserved, s.batch, capacity, outside, limit));
+    }
+    Ok(Plan {
+        model_family: model.as_ref().map_or(ModelFamily::Other, |m| m.family),
+        parameter_count: counts.parameter_count,
+        trainable_parameter_count: counts.trainable_parameter_count,
+        batch_size: s.batch,
+        seq_len: s.seq,
+        predicted_peak_allocated_bytes: at.allocated,
+        predicted_peak_reserved_bytes: at.reserved,
+        peak_phase: at.phase,
+        by_category: at.by_category,
+        outside_allocator_bytes: outside,
+        gpu_memory_bytes: q.gpu_memory_bytes,
+        fits,
+        max_batch_size,
+        max_seq_len,
+        calibrated_from: calibration.map(|c| c.name.clone()),
+        assumptions,
+    })
+}

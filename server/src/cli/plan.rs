@@ -1,0 +1,241 @@
+//! `memlens plan --model CONFIG.json …`: the memory a training step will take before it runs,
+//! from a Hugging Face config ([`memlens_core::plan`]); `--calibrate RUN.pickle` replays a
+//! measured run of the same model instead of the formula's activations.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use memlens_api::{AutocastDtype, Limit, Plan, PlanOptimizer, PlanParams, WeightsDtype};
+use memlens_core::analysis::check::parse_limit;
+use memlens_core::analysis::whatif::for_each_device;
+use memlens_core::pipeline::{self, Input, KeepFrames};
+use memlens_core::plan::calibrate::Calibration;
+
+use super::render::{gib, print_json};
+
+#[derive(Args)]
+pub struct PlanArgs {
+    /// The model's Hugging Face config.json.
+    #[arg(long, value_name = "CONFIG.json")]
+    pub model: Option<PathBuf>,
+    /// Parameter count, for a model without a config memlens reads (model states only).
+    #[arg(long, value_name = "N")]
+    pub params: Option<u64>,
+    #[arg(long)]
+    pub batch_size: Option<u64>,
+    /// Tokens per sequence (default: the config's context, at most 2048).
+    #[arg(long)]
+    pub seq_len: Option<u64>,
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerArg>,
+    #[arg(long, value_enum)]
+    pub weights: Option<WeightsArg>,
+    #[arg(long, value_enum)]
+    pub autocast: Option<AutocastArg>,
+    /// Activation checkpointing of every decoder layer.
+    #[arg(long)]
+    pub checkpointing: bool,
+    /// Only this many parameters train.
+    #[arg(long, value_name = "N", conflicts_with = "lora_rank")]
+    pub trainable_params: Option<u64>,
+    /// LoRA adapters of this rank (query and value projections); the base model frozen.
+    #[arg(long, value_name = "R")]
+    pub lora_rank: Option<u64>,
+    /// DeepSpeed ZeRO stage (0–3), over --gpus data-parallel GPUs.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub zero_stage: Option<u8>,
+    #[arg(long)]
+    pub gpus: Option<u64>,
+    /// Optimizer state kept in CPU memory.
+    #[arg(long)]
+    pub optimizer_offload: bool,
+    /// The GPU's memory (`24GiB`, `80GB`, bytes): adds whether it fits and the largest batch
+    /// and sequence that do.
+    #[arg(long, value_name = "SIZE")]
+    pub gpu_memory: Option<String>,
+    /// A snapshot of a run of the same model: its measured terms replace the formula's.
+    #[arg(long, value_name = "RUN.pickle")]
+    pub calibrate: Option<PathBuf>,
+    /// The calibrating run's batch size (required with --calibrate).
+    #[arg(long, requires = "calibrate")]
+    pub run_batch_size: Option<u64>,
+    /// The calibrating run's sequence length (default --seq-len).
+    #[arg(long, requires = "calibrate")]
+    pub run_seq_len: Option<u64>,
+    /// The calibrating run used activation checkpointing.
+    #[arg(long, requires = "calibrate")]
+    pub run_checkpointing: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--optimizer`'s values (the wire enum's names).
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum OptimizerArg {
+    Adamw,
+    Adam,
+    #[value(name = "sgd_momentum")]
+    SgdMomentum,
+    Sgd,
+    Adafactor,
+    #[value(name = "adamw_8bit")]
+    Adamw8bit,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum WeightsArg {
+    Fp32,
+    Bf16,
+    Fp16,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum AutocastArg {
+    Bf16,
+    Fp16,
+    None,
+}
+
+/// The plan's query from the command line (the config read from its file).
+fn params_of(a: &PlanArgs) -> Result<PlanParams, String> {
+    let config = a
+        .model
+        .as_ref()
+        .map(|p| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display())))
+        .transpose()?;
+    let gpu_memory_bytes = match a.gpu_memory.as_deref().map(parse_limit).transpose() {
+        Ok(None) => None,
+        Ok(Some(Limit::Bytes(b))) => Some(b),
+        Ok(Some(Limit::Ratio(_))) | Err(_) => {
+            return Err(format!(
+                "--gpu-memory {}: expected a size (24GiB, 80GB, bytes)",
+                a.gpu_memory.as_deref().unwrap_or_default()
+            ))
+        }
+    };
+    Ok(PlanParams {
+        config,
+        params: a.params,
+        batch_size: a.batch_size,
+        seq_len: a.seq_len,
+        optimizer: a.optimizer.map(|o| match o {
+            OptimizerArg::Adamw => PlanOptimizer::Adamw,
+            OptimizerArg::Adam => PlanOptimizer::Adam,
+            OptimizerArg::SgdMomentum => PlanOptimizer::SgdMomentum,
+            OptimizerArg::Sgd => PlanOptimizer::Sgd,
+            OptimizerArg::Adafactor => PlanOptimizer::Adafactor,
+            OptimizerArg::Adamw8bit => PlanOptimizer::Adamw8bit,
+        }),
+        weights: a.weights.map(|w| match w {
+            WeightsArg::Fp32 => WeightsDtype::Fp32,
+            WeightsArg::Bf16 => WeightsDtype::Bf16,
+            WeightsArg::Fp16 => WeightsDtype::Fp16,
+        }),
+        autocast: a.autocast.map(|w| match w {
+            AutocastArg::Bf16 => AutocastDtype::Bf16,
+            AutocastArg::Fp16 => AutocastDtype::Fp16,
+            AutocastArg::None => AutocastDtype::None,
+        }),
+        checkpointing: a.checkpointing.then_some(true),
+        trainable_params: a.trainable_params,
+        lora_rank: a.lora_rank,
+        zero_stage: a.zero_stage,
+        gpus: a.gpus,
+        optimizer_offload: a.optimizer_offload.then_some(true),
+        gpu_memory_bytes,
+        calibrate: a.calibrate.as_ref().map(|p| p.display().to_string()),
+        run_batch_size: a.run_batch_size,
+        run_seq_len: a.run_seq_len,
+        run_checkpointing: a.run_checkpointing.then_some(true),
+    })
+}
+
+/// The plan, calibrated by the run's snapshot when one is given (its busiest device).
+pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, String> {
+    let Some(path) = calibrate else {
+        return memlens_core::plan::plan(q, None).map_err(|e| e.to_string());
+    };
+    let run_batch = q
+        .run_batch_size
+        .ok_or("--calibrate needs --run-batch-size: the batch size of the calibrating run")?;
+    let run_seq = q
+        .run_seq_len
+        .or(q.seq_len)
+        .ok_or("--calibrate needs --run-seq-len (or --seq-len): the calibrating run's sequence length")?;
+    let rules = memlens_core::analysis::categories::FrameRules::load(None).map_err(|e| e.to_string())?;
+    let mut sink = KeepFrames::default();
+    let out = pipeline::run_with(vec![Input::path(path)], Default::default(), &rules, &mut sink)
+        .map_err(|e| e.to_string())?;
+    let (Some(file), Some(frames)) = (out.files.first(), sink.files.first()) else {
+        return Err(format!("{}: no allocator history to calibrate by", path.display()));
+    };
+    let mut plans = for_each_device(file, frames, &out.gpu_logs, None, |run| {
+        let c = Calibration {
+            run,
+            name: path.display().to_string(),
+            run_batch,
+            run_seq,
+            run_checkpointing: q.run_checkpointing.unwrap_or(false),
+        };
+        Ok((run.peak_allocated_bytes, memlens_core::plan::plan(q, Some(&c))))
+    })
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    plans.sort_by_key(|p| std::cmp::Reverse(p.0));
+    match plans.into_iter().next() {
+        Some((_, plan)) => plan.map_err(|e| e.to_string()),
+        None => Err(format!(
+            "{}: no device with allocations to calibrate by",
+            path.display()
+        )),
+    }
+}
+
+pub fn plan(args: PlanArgs) -> ExitCode {
+    let answer = params_of(&args).and_then(|q| make_plan(&q, args.calibrate.as_ref()));
+    let p = match answer {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("memlens: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        return print_json(&p);
+    }
+    print!("{}", render_plan(&p));
+    ExitCode::SUCCESS
+}
+
+/// The plan as text: the verdict first, then the budget, then what it assumes.
+pub fn render_plan(p: &Plan) -> String {
+    let mut s = String::new();
+    let peak = format!(
+        "peak {} allocated, {} reserved (+{} CUDA context)",
+        gib(p.predicted_peak_allocated_bytes),
+        gib(p.predicted_peak_reserved_bytes),
+        gib(p.outside_allocator_bytes)
+    );
+    match (p.fits, p.gpu_memory_bytes) {
+        (Some(true), Some(g)) => s += &format!("fits in {}: {peak}\n", gib(g)),
+        (Some(false), Some(g)) => s += &format!("does not fit in {}: {peak}\n", gib(g)),
+        _ => s += &format!("{peak}\n"),
+    }
+    if let Some(b) = p.max_batch_size {
+        s += &format!("  largest batch at {} tokens: {b}\n", p.seq_len);
+    }
+    if let Some(l) = p.max_seq_len {
+        s += &format!("  longest sequence at batch {}: {l} tokens\n", p.batch_size);
+    }
+    s += &format!(
+        "  {:?} model, {} parameters ({} trainable); batch {} × {} tokens; peak at {:?}\n",
+        p.model_family, p.parameter_count, p.trainable_parameter_count, p.batch_size, p.seq_len, p.peak_phase
+    );
+    for c in &p.by_category {
+        s += &format!("    {:<16} {}\n", c.category.name(), gib(c.bytes));
+    }
+    for a in &p.assumptions {
+        s += &format!("  assumes: {a}\n");
+    }
+    s
+}

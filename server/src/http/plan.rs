@@ -1,0 +1,61 @@
+//! `GET /api/plan`: the Plan page's budget from a model's config (`memlens_core::plan`),
+//! calibrated by a report of a run of the same model when `calibrate` names one.
+
+use axum::extract::State;
+use axum::Json;
+use memlens_api::{Plan, PlanParams};
+use memlens_core::analysis::whatif::for_each_device;
+use memlens_core::plan::calibrate::Calibration;
+
+use super::error::{internal, ApiError, Q};
+use super::queries::with_file;
+use super::state::{link_id, summary_of, Shared};
+
+#[utoipa::path(get, path = "/api/plan", tag = "queries",
+    params(PlanParams), responses((status = 200, body = Plan), (status = 400, body = memlens_api::ErrorBody)))]
+pub async fn plan(State(st): State<Shared>, Q(q): Q<PlanParams>) -> Result<Json<Plan>, ApiError> {
+    let bad = |e: memlens_core::plan::PlanError| ApiError::BadRequest(e.to_string());
+    let Some(link) = q.calibrate.clone().filter(|c| !c.is_empty()) else {
+        return memlens_core::plan::plan(&q, None).map(Json).map_err(bad);
+    };
+    let id = link_id(&link)?;
+    let (Some(run_batch), Some(run_seq)) = (q.run_batch_size, q.run_seq_len.or(q.seq_len)) else {
+        return Err(ApiError::BadRequest(
+            "calibrate needs run_batch_size and run_seq_len: the calibrating run's batch and sequence length".into(),
+        ));
+    };
+    let s = summary_of(&st, &id).await?;
+    // The file with the largest allocated peak (a run of ranks: its worst rank).
+    let Some((fi, _)) = s
+        .files
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, f)| f.devices.iter().map(|d| d.peak_allocated_bytes).max().unwrap_or(0))
+    else {
+        return Err(ApiError::BadRequest(format!(
+            "report {link} has no file to calibrate by"
+        )));
+    };
+    let name = format!("/r/{link}");
+    let plans = with_file(&st, &id, fi, move |f| {
+        let frames = f.devices().map_err(internal)?;
+        for_each_device(&s.files[fi], &frames, &s.gpu_logs, None, |run| {
+            let c = Calibration {
+                run,
+                name: name.clone(),
+                run_batch,
+                run_seq,
+                run_checkpointing: q.run_checkpointing.unwrap_or(false),
+            };
+            Ok((run.peak_allocated_bytes, memlens_core::plan::plan(&q, Some(&c))))
+        })
+        .map_err(internal)
+    })
+    .await?;
+    match plans.into_iter().max_by_key(|p| p.0) {
+        Some((_, plan)) => plan.map(Json).map_err(bad),
+        None => Err(ApiError::BadRequest(format!(
+            "report {link} has no allocator history to calibrate by"
+        ))),
+    }
+}

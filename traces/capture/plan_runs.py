@@ -1,0 +1,170 @@
+"""Ground truth for `memlens plan` (P22), from Hugging Face `config.json` files
+(traces/plan/configs/): nothing is downloaded, every model is built from its config with random
+weights by `transformers.AutoModelForCausalLM.from_config`.
+
+1. Parameter counts: each config's model built on the meta device; `sum(p.numel())` over its
+   unique parameters, and the parameter names (layer numbers folded) with their shapes.
+   → params.json
+2. Training runs: a fresh process per run, the allocator's history recorded from before the model
+   reaches the GPU, then 3 steps of the loop an HF user writes (`loss = model(input_ids=ids,
+   labels=ids).loss; loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)`), AdamW,
+   SDPA attention. Variants: bf16 autocast over fp32 weights (the default), activation
+   checkpointing (`model.gradient_checkpointing_enable()`), bf16 weights with no autocast, and a
+   partly frozen model (input embeddings and the first half of the layers). Each run leaves its
+   snapshot, PyTorch's `memory_stats()` and `truth.json` (settings, parameter counts, optimizer
+   state bytes, the peaks). → RUN.pickle, RUN.memory_stats.json, RUN.truth.json
+
+Run (device tool, repository root): traces/capture/plan_runs.sh
+"""
+import concurrent.futures
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.abspath(__file__)
+CONFIGS = os.path.join(os.path.dirname(HERE), "..", "plan", "configs")
+
+
+def runs():
+    out = []
+    for family, seq in (("llama_train", 1024), ("gpt2_train", 1024)):
+        for batch in (2, 4, 8):
+            for ckpt in (False, True):
+                out.append(dict(config=family, batch=batch, seq=seq, checkpointing=ckpt, weights="fp32",
+                                autocast="bf16", frozen=False))
+        out.append(dict(config=family, batch=4, seq=seq, checkpointing=False, weights="bf16", autocast="none",
+                        frozen=False))
+        out.append(dict(config=family, batch=4, seq=seq, checkpointing=False, weights="fp32", autocast="bf16",
+                        frozen=True))
+    for family in ("neox_train", "falcon_train", "gemma_train", "phi_train", "qwen2_train", "mixtral_train"):
+        out.append(dict(config=family, batch=4, seq=512, checkpointing=False, weights="fp32", autocast="bf16",
+                        frozen=False))
+    for r in out:
+        r["name"] = "{}_b{}{}{}{}".format(r["config"].replace("_train", ""), r["batch"],
+                                          "_ckpt" if r["checkpointing"] else "",
+                                          "_bf16w" if r["weights"] == "bf16" else "",
+                                          "_frozen" if r["frozen"] else "")
+    return out
+
+
+def load(name):
+    with open(os.path.join(CONFIGS, name + ".json")) as f:
+        return json.load(f)
+
+
+def config_of(transformers, d):
+    d = dict(d)
+    return transformers.AutoConfig.for_model(d.pop("model_type"), **d)
+
+
+def count_params(out):
+    import torch
+    import transformers
+
+    result = {"transformers": transformers.__version__, "torch": torch.__version__, "configs": {}}
+    for path in sorted(glob.glob(os.path.join(CONFIGS, "*.json"))):
+        name = os.path.basename(path)[:-5]
+        try:
+            with torch.device("meta"):
+                model = transformers.AutoModelForCausalLM.from_config(config_of(transformers, load(name)))
+            shapes = {}
+            for pname, p in model.named_parameters():
+                key = re.sub(r"\.\d+\.", ".N.", pname)
+                shapes.setdefault(key, [list(p.shape), 0])[1] += 1
+            result["configs"][name] = {"parameters": sum(p.numel() for p in model.parameters()), "shapes": shapes}
+        except Exception as e:  # noqa: BLE001 - the error is the result
+            result["configs"][name] = {"error": repr(e)}
+        print(name, result["configs"][name].get("parameters", result["configs"][name].get("error")), flush=True)
+    with open(os.path.join(out, "params.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+
+def worker(out, spec):
+    spec = json.loads(spec)
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = config_of(transformers, load(spec["config"]))
+    # GPT-2 with checkpointing fails in backward while the history is recorded (a SystemError
+    # from the autograd engine, reentrant or not): those runs keep PyTorch's counters alone.
+    record = not (spec["config"] == "gpt2_train" and spec["checkpointing"])
+    if record:
+        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
+                                                 max_entries=2_000_000)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    if spec["weights"] == "bf16":
+        model = model.to(torch.bfloat16)
+    model = model.cuda()
+    model.train()
+    if spec["checkpointing"]:
+        model.gradient_checkpointing_enable()
+    if spec["frozen"]:
+        model.get_input_embeddings().weight.requires_grad_(False)
+        layers = next(m for m in model.modules() if isinstance(m, torch.nn.ModuleList))
+        for layer in list(layers)[: len(layers) // 2]:
+            layer.requires_grad_(False)
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=1e-4)
+    vocab = cfg.vocab_size
+    for _ in range(3):
+        ids = torch.randint(0, vocab, (spec["batch"], spec["seq"]), device="cuda")
+        if spec["autocast"] == "bf16":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+        else:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del loss, ids
+    torch.cuda.synchronize()
+    stats = torch.cuda.memory_stats()
+    name = spec["name"]
+    if record:
+        torch.cuda.memory._dump_snapshot(f"{out}/{name}.pickle")
+    with open(f"{out}/{name}.memory_stats.json", "w") as f:
+        json.dump(stats, f, indent=1, sort_keys=True)
+    truth = dict(spec)
+    truth.update({
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "device": torch.cuda.get_device_name(0),
+        "parameters": sum(p.numel() for p in params),
+        "trainable_parameters": sum(p.numel() for p in trainable),
+        "optimizer_state_bytes": sum(t.numel() * t.element_size() for st in opt.state.values()
+                                     for t in st.values() if torch.is_tensor(t) and t.is_cuda),
+        "peak_requested_bytes": stats["requested_bytes.all.peak"],
+        "peak_allocated_bytes": stats["allocated_bytes.all.peak"],
+        "peak_reserved_bytes": stats["reserved_bytes.all.peak"],
+    })
+    with open(f"{out}/{name}.truth.json", "w") as f:
+        json.dump(truth, f, indent=1)
+    print(json.dumps({k: truth[k] for k in ("name", "parameters", "trainable_parameters", "peak_requested_bytes",
+                                            "peak_reserved_bytes")}), flush=True)
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    if not os.environ.get("ONLY"):
+        count_params(out)
+
+    def one(spec):
+        p = subprocess.run([sys.executable, HERE, "worker", out, json.dumps(spec)], capture_output=True, text=True)
+        return spec["name"], p.returncode, p.stdout.strip(), p.stderr[-3000:] if p.returncode else ""
+
+    only = os.environ.get("ONLY", "").split(",") if os.environ.get("ONLY") else None
+    todo = [r for r in runs() if only is None or r["name"] in only]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for name, rc, stdout, err in pool.map(one, todo):
+            print(name, rc, stdout, err, flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "worker":
+        worker(sys.argv[2], sys.argv[3])
+    else:
+        main(sys.argv[2])
