@@ -80,10 +80,22 @@ pub enum PlanPhase {
     OptimizerStep,
 }
 
+impl PlanPhase {
+    /// The moment in words.
+    pub fn label(self) -> &'static str {
+        match self {
+            PlanPhase::LossBackward => "the loss and the start of backward",
+            PlanPhase::Backward => "the end of backward",
+            PlanPhase::OptimizerStep => "the optimizer step",
+        }
+    }
+}
+
 /// `GET /api/plan?…`: the settings of a plan (the Plan page's URL holds the same query).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
 pub struct PlanParams {
     /// The model's Hugging Face `config.json`, as text.
     pub config: Option<String>,

@@ -121,3 +121,13 @@ pub fn report_file_page(id: &str, file: usize) -> String {
 pub fn compare_page(a: &SideRef, b: &SideRef) -> String {
     format!("/compare/{a}/{b}")
 }
+
+/// A plan's budget (`GET /api/plan?…`).
+pub async fn plan(params: &memlens_api::PlanParams) -> Result<memlens_api::Plan, FetchError> {
+    get_json(&url("/api/plan", params)).await
+}
+
+/// The Plan page with these settings (shareable: the settings are the query).
+pub fn plan_page(params: &memlens_api::PlanParams) -> String {
+    url("/plan", params)
+}

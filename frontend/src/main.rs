@@ -1,10 +1,11 @@
 //! memlens web UI (leptos, client-side rendered, bundled by `memlens-bundle`).
 //!
-//! Four pages: `/` (upload, then follow processing; reports opened in this browser are listed
+//! Five pages: `/` (upload, then follow processing; reports opened in this browser are listed
 //! from local storage), `/r/{id}` (the shareable report: cards, the flame-style timeline,
 //! segment map, fragmentation, leaks, OOMs; a run of several ranks adds its overview) and
 //! `/compare/{a}/{b}` (two runs, ranks or devices side by side) and `/j/{id}` (a job's runs over
-//! time, each checked against the one before). The URL carries the view
+//! time, each checked against the one before) and `/plan` (a training run's memory before it runs,
+//! from a model's config). The URL carries the view
 //! (file, device, window, axis).
 //!
 //! Invariant: this crate depends on `memlens-api`, leptos and the web-sys family only — never on
@@ -17,6 +18,7 @@ mod display;
 mod fetch;
 mod fragmentation_chart;
 mod job;
+mod plan;
 mod recent;
 mod report;
 mod timeline;
@@ -43,12 +45,14 @@ fn App() -> impl IntoView {
         .strip_prefix("/compare/")
         .and_then(|s| s.trim_end_matches('/').split_once('/'))
         .map(|(a, b)| (decode(a), decode(b)));
+    let plan_page = path.trim_end_matches('/') == "/plan";
     view! {
         <header class="top">
             <a href="/" class="brand">"memlens"</a>
             <span class="tagline">"where your GPU memory went"</span>
         </header>
         {match (id, sides) {
+            _ if plan_page => view! { <plan::PlanPage /> }.into_any(),
             _ if job.as_ref().is_some_and(|j| !j.is_empty()) => {
                 view! { <job::JobPage id=job.clone().unwrap_or_default() /> }.into_any()
             }

@@ -787,3 +787,53 @@ test('a recording window by window: the page says it grows and refreshes when th
   assert.equal(await page.textContent('#peak-value'), `${(oraclePeak('gpt_b8.memory_stats.json') / 2 ** 30).toFixed(2)} GiB`);
   await ctx.close();
 });
+
+test('plan before you run: a config dropped in, sliders moved, the plan shared by its URL and calibrated from a report', async () => {
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await ctx.newPage();
+  await page.goto(`${base}/plan`);
+  await page.waitForSelector('#plan-waiting');
+  // The small Llama trained on the H100 (traces/plan/configs/llama_train.json), batch 4 × 1024.
+  await page.setInputFiles('#plan-config-file', join(traces, 'plan/configs/llama_train.json'));
+  await page.fill('#plan-batch', '4');
+  await page.fill('#plan-seq', '1024');
+  await page.selectOption('#plan-gpu', '24');
+  // `memlens plan --model llama_train.json --batch-size 4 --seq-len 1024`: 5,644,267,520 B
+  // (the real run peaked at 5,577,896,328 B).
+  await page.waitForFunction(() => /Fits in 24\.00 GiB: peak 5\.26 GiB allocated/.test(document.querySelector('#plan-verdict')?.textContent || ''), null, { timeout: 30_000 });
+  assert.match(await page.textContent('#plan-model'), /Llama · 155730944 parameters/);
+  assert.match(await page.textContent('#plan-largest'), /largest batch at 1024 tokens: \d+/);
+  assert.ok(await page.$('#plan-bar [data-category="activation"]'));
+  // The batch slider to 64: past 24 GiB.
+  await page.evaluate(() => {
+    const s = document.querySelector('#plan-batch-slider');
+    s.value = '64';
+    s.dispatchEvent(new Event('input', { bubbles: true }));
+  });
+  await page.waitForFunction(() => /Does not fit in 24\.00 GiB/.test(document.querySelector('#plan-verdict')?.textContent || ''), null, { timeout: 30_000 });
+  // The URL holds every setting: opened elsewhere, the same plan.
+  const shared = page.url();
+  assert.match(shared, /batch_size=64/);
+  assert.match(shared, /config=/);
+  const other = await ctx.newPage();
+  await other.goto(shared);
+  await other.waitForSelector('#plan-verdict');
+  assert.equal(await other.textContent('#plan-verdict'), await page.textContent('#plan-verdict'));
+  await page.screenshot({ path: join(out, 'plan.png'), fullPage: true });
+  // From a report: the what-if panel links to a plan calibrated by the run.
+  const { id, url } = await uploadFilesViaApi(['plan/runs/llama_b2.pickle.gz']);
+  await waitReady(id);
+  await other.goto(`${base}${url}`);
+  await waitForTimeline(other);
+  await other.fill('#whatif-run-batch', '2');
+  const href = await other.getAttribute('#whatif-plan-link', 'href');
+  assert.match(href, new RegExp(`calibrate=${id}`));
+  await other.click('#whatif-plan-link');
+  await other.waitForSelector('#plan-calibration');
+  await other.fill('#plan-run-seq', '1024');
+  await other.fill('#plan-seq', '1024');
+  // Calibrated by its own run at its own batch: the run's peak, 3,880,096,136 B.
+  await other.waitForFunction(() => /peak 3\.61 GiB allocated/.test(document.querySelector('#plan-verdict')?.textContent || ''), null, { timeout: 30_000 });
+  assert.match(await other.textContent('#plan-model'), /calibrated by \/r\//);
+  await ctx.close();
+});

@@ -103,6 +103,38 @@ fn every_real_run_is_within_fifteen_percent_uncalibrated() {
     assert!(worst <= 0.15, "worst {:+.1}%:\n{table}", worst * 100.0);
 }
 
+#[test]
+fn earlier_captures_of_hugging_face_llamas_are_within_fifteen_percent() {
+    // traces/hf_llama (fp32, no autocast: SDPA's math kernel) and traces/anatomy/varlen_plain
+    // (bf16 autocast, 40 steps of varying shape; its largest is 16 × 1024).
+    for (config, stats, batch, seq, autocast) in [
+        ("hf_llama", "hf_llama.memory_stats.json", 4, 512, "none"),
+        (
+            "varlen_llama",
+            "anatomy/varlen_plain.memory_stats.json",
+            16,
+            1024,
+            "bf16",
+        ),
+    ] {
+        let q = PlanParams {
+            config: Some(self::config(config)),
+            batch_size: Some(batch),
+            seq_len: Some(seq),
+            autocast: serde_json::from_value(Value::String(autocast.into())).ok(),
+            ..PlanParams::default()
+        };
+        let p = plan(&q, None).expect("plan");
+        let oracle: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir().join("..").join(stats)).expect("stats")).expect("json");
+        let e = off(
+            p.predicted_peak_allocated_bytes,
+            oracle["requested_bytes.all.peak"].as_i64().expect("peak"),
+        );
+        assert!(e.abs() <= 0.15, "{config}: {:+.1}%", e * 100.0);
+    }
+}
+
 /// Plans of `target`'s settings calibrated by the snapshot `source`.
 fn calibrated(source: &Value, target: &Value) -> (i64, Option<String>) {
     let name = format!("{}.pickle.gz", source["name"].as_str().expect("name"));

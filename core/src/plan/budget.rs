@@ -97,6 +97,14 @@ impl Types {
     }
 }
 
+/// A setting's name on the wire (`bf16`, `adamw_8bit`, `gpt_neox`).
+fn wire<T: serde::Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 /// Bytes a norm of `width` saves beyond its input, per token.
 fn norm_saved(m: &ModelShape, t: Types, width: f64) -> f64 {
     if m.layer_norm() {
@@ -359,6 +367,30 @@ fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &S
         _ => 0,
     };
     let layers = m.map_or(0, |m| m.layers - frozen_layers) as f64;
+    if let Some(m) = m {
+        let precision = match (s.weights, t.casts) {
+            (_, true) => format!("{} weights under {} autocast", wire(s.weights), wire(s.autocast)),
+            (WeightsDtype::Fp32, false) => "fp32 weights, no autocast (fp32 attention runs SDPA's math kernel)".into(),
+            _ => format!("{} weights, no autocast", wire(s.weights)),
+        };
+        assumptions.insert(
+            0,
+            format!(
+                "{precision}, {}, Hugging Face's {} layers with SDPA attention: {} saved per token per layer{}; \
+                 the loss {} per token (fp32 log-softmax and its gradients); the optimizer state appears at the \
+                 first step and stays",
+                wire(s.optimizer),
+                wire(m.family),
+                memlens_api::bytes_label(layer.round() as i64),
+                if s.checkpointing {
+                    ", of which checkpointing keeps each layer's input and recomputes one layer in backward"
+                } else {
+                    ""
+                },
+                memlens_api::bytes_label(loss.round() as i64)
+            ),
+        );
+    }
     let copies = match m {
         Some(m) if m.layers > 0 => copies * (1.0 - frozen_layers as f64 / (m.layers + 1) as f64),
         _ => copies,

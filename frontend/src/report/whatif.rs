@@ -1,6 +1,6 @@
 //! The what-if panel: the run's batch size and a scenario (batch size, activation checkpointing,
 //! optimizer, ZeRO sharding, offload), answered by the server with the predicted peak and the
-//! assumptions behind it.
+//! assumptions behind it; a link opens the Plan page calibrated by this run.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -90,6 +90,12 @@ pub fn WhatIfPanel(st: ReportState) -> impl IntoView {
                 <label><input type="checkbox" on:change=move |e| offload.set(event_target_checked(&e)) />" offload optimizer"</label>
                 <label><input type="checkbox" on:change=move |e| expandable.set(event_target_checked(&e)) />" expandable segments"</label>
                 <button id="whatif-predict" on:click=predict>"Predict"</button>
+                <a id="whatif-plan-link" href=move || client::plan_page(&memlens_api::PlanParams {
+                    calibrate: Some(st.id.get_value()),
+                    run_batch_size: number(&run_batch.get()),
+                    batch_size: number(&batch.get()).or_else(|| number(&run_batch.get())),
+                    ..memlens_api::PlanParams::default()
+                })>"Plan batch, sequence and GPU from this run →"</a>
             </div>
             {move || answer.get().map(|a| match a {
                 Ok(d) => view! {

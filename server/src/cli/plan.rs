@@ -228,8 +228,13 @@ pub fn render_plan(p: &Plan) -> String {
         s += &format!("  longest sequence at batch {}: {l} tokens\n", p.batch_size);
     }
     s += &format!(
-        "  {:?} model, {} parameters ({} trainable); batch {} × {} tokens; peak at {:?}\n",
-        p.model_family, p.parameter_count, p.trainable_parameter_count, p.batch_size, p.seq_len, p.peak_phase
+        "  {:?} model, {} parameters ({} trainable); batch {} × {} tokens; peak at {}\n",
+        p.model_family,
+        p.parameter_count,
+        p.trainable_parameter_count,
+        p.batch_size,
+        p.seq_len,
+        p.peak_phase.label()
     );
     for c in &p.by_category {
         s += &format!("    {:<16} {}\n", c.category.name(), gib(c.bytes));

@@ -124,6 +124,7 @@ pub fn router(state: Shared) -> Router {
         .route("/r/{id}", get(pages::report_page))
         .route("/compare/{a}/{b}", get(pages::compare_page))
         .route("/j/{id}", get(pages::job_page))
+        .route("/plan", get(pages::plan_page))
         .merge(static_files::service(&static_dir));
     // Without a built UI (API-only runs) the policy still holds; it pins no inline script.
     let index_html = std::fs::read_to_string(&index).unwrap_or_default();

@@ -1,4 +1,4 @@
-//! `/r/{id}`, `/compare/{a}/{b}` and `/j/{id}`: the frontend's page with link-preview tags (`og:title`,
+//! `/r/{id}`, `/compare/{a}/{b}`, `/j/{id}` and `/plan`: the frontend's page with link-preview tags (`og:title`,
 //! and for a report `og:image` when it has a chart).
 
 use axum::extract::{Path, State};
@@ -89,6 +89,11 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
         );
     }
     page_with(&st, tags).await
+}
+
+/// The Plan page (`/plan?config=…&batch_size=…`): its settings live in the query.
+pub async fn plan_page(State(st): State<Shared>) -> Response {
+    page_with(&st, title_tags("memlens plan: will it fit?")).await
 }
 
 /// The page of a job; its title names the job.

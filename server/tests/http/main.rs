@@ -12,6 +12,7 @@ mod encoding;
 mod jobs;
 mod lifecycle;
 mod limits;
+mod plan;
 mod queries;
 mod schema;
 mod streaming;

@@ -1,0 +1,117 @@
+//! The Plan page `/plan?…`: will a training run fit before it runs? A model's config.json is
+//! pasted or dropped, the run's knobs set with sliders ([`form`]), and the server's plan drawn:
+//! the verdict first (fits or not, the largest batch and sequence), the budget stacked by
+//! category against the GPU's memory ([`bar`]), then the assumptions. The URL holds every
+//! setting, the config included, so a plan is shared like a report; a report's what-if panel
+//! links here with `calibrate` set to its run.
+
+mod bar;
+mod form;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use memlens_api::{Plan, PlanParams};
+
+use crate::client;
+use crate::display::bytes;
+
+/// The settings the page was opened with.
+fn params_from_url() -> PlanParams {
+    let search = web_sys::window()
+        .and_then(|w| w.location().search().ok())
+        .unwrap_or_default();
+    serde_urlencoded::from_str(search.trim_start_matches('?')).unwrap_or_default()
+}
+
+/// The page's address follows its settings (replaced, not pushed: one history entry).
+fn follow_in_url(p: &PlanParams) {
+    if let Some(h) = web_sys::window().and_then(|w| w.history().ok()) {
+        let _ = h.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&client::plan_page(p)));
+    }
+}
+
+/// The plan's verdict in one line.
+fn verdict(p: &Plan) -> String {
+    let peak = format!(
+        "peak {} allocated, {} reserved + {} CUDA context",
+        bytes(p.predicted_peak_allocated_bytes),
+        bytes(p.predicted_peak_reserved_bytes),
+        bytes(p.outside_allocator_bytes)
+    );
+    match (p.fits, p.gpu_memory_bytes) {
+        (Some(true), Some(g)) => format!("Fits in {}: {peak}", bytes(g)),
+        (Some(false), Some(g)) => format!("Does not fit in {}: {peak}", bytes(g)),
+        _ => format!("Needs {peak}"),
+    }
+}
+
+fn largest(p: &Plan) -> Option<String> {
+    let b = p.max_batch_size?;
+    let s = p.max_seq_len.unwrap_or(0);
+    Some(if b == 0 && s == 0 {
+        "not even one sequence of one token fits: shard the model (ZeRO), freeze it (LoRA) or use smaller weights"
+            .into()
+    } else {
+        format!(
+            "largest batch at {} tokens: {b} · longest sequence at batch {}: {s} tokens",
+            p.seq_len, p.batch_size
+        )
+    })
+}
+
+fn plan_view(p: Plan) -> impl IntoView {
+    let rows: Vec<_> = p
+        .by_category
+        .iter()
+        .map(|c| {
+            view! { <tr data-category=c.category.name()><td>{c.category.name()}</td><td class="num">{bytes(c.bytes)}</td></tr> }
+        })
+        .collect();
+    view! {
+        <p id="plan-verdict" class="lead" class:oom=p.fits == Some(false)>{verdict(&p)}</p>
+        {largest(&p).map(|l| view! { <p id="plan-largest"><b>{l}</b></p> })}
+        <p id="plan-model" class="muted">{format!(
+            "{:?} · {} parameters ({} trainable) · batch {} × {} tokens · peak at {}{}",
+            p.model_family, p.parameter_count, p.trainable_parameter_count, p.batch_size, p.seq_len, p.peak_phase.label(),
+            p.calibrated_from.as_ref().map(|c| format!(" · calibrated by {c}")).unwrap_or_default()
+        )}</p>
+        <bar::BudgetBar plan=p.clone() />
+        <table id="plan-budget" class="table"><thead><tr><th>"at the peak"</th><th>"bytes"</th></tr></thead><tbody>{rows}</tbody></table>
+        <ul id="plan-assumptions" class="muted">{p.assumptions.iter().map(|a| view! { <li>{a.clone()}</li> }).collect_view()}</ul>
+    }
+}
+
+#[component]
+pub fn PlanPage() -> impl IntoView {
+    let settings = RwSignal::new(params_from_url());
+    let answer = RwSignal::new(None::<Result<Plan, String>>);
+    // Each change of the settings asks again; only the latest answer is shown.
+    let asked = StoredValue::new(0u64);
+    Effect::new(move |_| {
+        let p = settings.get();
+        follow_in_url(&p);
+        if p.config.is_none() && p.params.is_none() && p.calibrate.is_none() {
+            answer.set(None);
+            return;
+        }
+        let n = asked.get_value() + 1;
+        asked.set_value(n);
+        spawn_local(async move {
+            let r = client::plan(&p).await.map_err(|e| e.message);
+            if asked.get_value() == n {
+                answer.set(Some(r));
+            }
+        });
+    });
+    view! {
+        <main class="report plan" id="plan">
+            <h1>"Plan: will it fit?"</h1>
+            <form::PlanForm settings=settings />
+            {move || match answer.get() {
+                None => view! { <p id="plan-waiting" class="muted">"Paste or drop a model's config.json (from its Hugging Face page) to see its memory."</p> }.into_any(),
+                Some(Err(e)) => view! { <p class="error" id="plan-error">{e}</p> }.into_any(),
+                Some(Ok(p)) => plan_view(p).into_any(),
+            }}
+        </main>
+    }
+}

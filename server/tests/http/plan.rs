@@ -1,0 +1,170 @@
+//! `GET /api/plan` and the `/plan` page: the same plan as `memlens plan`, from a config and from
+//! a report of a run of the same model (calibrated), and clear refusals.
+
+use super::*;
+
+fn config_text(name: &str) -> String {
+    std::fs::read_to_string(trace(&format!("plan/configs/{name}.json"))).expect("config")
+}
+
+fn cli_plan(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .arg("plan")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("cli");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+fn plan_query(pairs: &[(&str, &str)]) -> String {
+    format!("/api/plan?{}", serde_urlencoded::to_string(pairs).expect("query"))
+}
+
+#[test]
+fn the_plan_answers_like_the_cli_from_a_config_and_calibrated_by_a_report() {
+    let (s, id) = server_with_report("plan", &[], "plan/runs/llama_b2.pickle.gz");
+    let config = config_text("llama_train");
+    let model = trace("plan/configs/llama_train.json");
+    let model = model.to_str().expect("path");
+    // From the config alone.
+    let (code, v) = get_json(
+        &s,
+        &plan_query(&[
+            ("config", &config),
+            ("batch_size", "8"),
+            ("seq_len", "1024"),
+            ("gpu_memory_bytes", "25769803776"),
+        ]),
+    );
+    assert_eq!(code, 200, "{v}");
+    let cli = cli_plan(&[
+        "--model",
+        model,
+        "--batch-size",
+        "8",
+        "--seq-len",
+        "1024",
+        "--gpu-memory",
+        "24GiB",
+    ]);
+    for k in [
+        "predicted_peak_allocated_bytes",
+        "predicted_peak_reserved_bytes",
+        "parameter_count",
+        "max_batch_size",
+        "max_seq_len",
+        "fits",
+    ] {
+        assert_eq!(v[k], cli[k], "{k}: {v}");
+    }
+    assert_eq!(v["parameter_count"], 155_730_944);
+    assert_eq!(v["model_family"], "llama");
+    // Calibrated by the report of the batch-2 run: at batch 2 it is that run's peak.
+    let (code, own) = get_json(
+        &s,
+        &plan_query(&[
+            ("config", &config),
+            ("calibrate", &id),
+            ("run_batch_size", "2"),
+            ("run_seq_len", "1024"),
+            ("batch_size", "2"),
+            ("seq_len", "1024"),
+        ]),
+    );
+    assert_eq!(code, 200, "{own}");
+    assert_eq!(
+        own["predicted_peak_allocated_bytes"],
+        oracle_value_of("plan/runs/llama_b2.pickle.gz")
+    );
+    assert!(
+        own["calibrated_from"].as_str().is_some_and(|c| c.contains(&id)),
+        "{own}"
+    );
+    let (_, at8) = get_json(
+        &s,
+        &plan_query(&[
+            ("config", &config),
+            ("calibrate", &id),
+            ("run_batch_size", "2"),
+            ("run_seq_len", "1024"),
+            ("batch_size", "8"),
+            ("seq_len", "1024"),
+        ]),
+    );
+    let run = trace("plan/runs/llama_b2.pickle.gz");
+    let cli = cli_plan(&[
+        "--model",
+        model,
+        "--batch-size",
+        "8",
+        "--seq-len",
+        "1024",
+        "--calibrate",
+        run.to_str().expect("path"),
+        "--run-batch-size",
+        "2",
+    ]);
+    assert_eq!(
+        at8["predicted_peak_allocated_bytes"], cli["predicted_peak_allocated_bytes"],
+        "{at8}"
+    );
+    // Refusals name what is wrong.
+    let (code, e) = get_json(&s, &plan_query(&[("config", &config), ("batch_sise", "8")]));
+    assert_eq!(code, 400, "{e}");
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("batch_sise")), "{e}");
+    let (code, e) = get_json(
+        &s,
+        &plan_query(&[("config", r#"{"model_type":"llama","hidden_size":64}"#)]),
+    );
+    assert_eq!(code, 400, "{e}");
+    assert!(
+        e["error"].as_str().is_some_and(|m| m.contains("num_attention_heads")),
+        "{e}"
+    );
+    let (code, e) = get_json(&s, &plan_query(&[("config", &config), ("calibrate", &id)]));
+    assert_eq!(code, 400, "{e}");
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("run_batch_size")), "{e}");
+    let (code, _) = get_json(
+        &s,
+        &plan_query(&[
+            ("calibrate", "nosuchreport"),
+            ("run_batch_size", "2"),
+            ("run_seq_len", "8"),
+        ]),
+    );
+    assert_eq!(code, 404);
+    // The page itself.
+    let page = ureq::get(&s.url("/plan?batch_size=4"))
+        .call()
+        .expect("page")
+        .into_string()
+        .expect("html");
+    assert!(page.contains("memlens plan"), "{}", &page[..page.len().min(300)]);
+}
+
+#[test]
+fn the_cli_refuses_a_config_it_cannot_count_naming_the_field() {
+    let dir = tmpdir("plan-cli");
+    let cfg = dir.join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type": "mamba", "d_model": 768, "n_layer": 24, "vocab_size": 50280}"#,
+    )
+    .expect("write");
+    assert_cli_refuses(
+        Command::new(env!("CARGO_BIN_EXE_memlens"))
+            .args(["plan", "--model"])
+            .arg(&cfg),
+        "hidden_size",
+    );
+    assert_cli_refuses(
+        Command::new(env!("CARGO_BIN_EXE_memlens")).args(["plan", "--model", "/no/such/config.json"]),
+        "/no/such/config.json",
+    );
+    assert_cli_refuses(
+        Command::new(env!("CARGO_BIN_EXE_memlens")).args(["plan", "--params", "1000", "--gpu-memory", "5%"]),
+        "--gpu-memory",
+    );
+}
