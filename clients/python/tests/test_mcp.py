@@ -49,7 +49,7 @@ def answer(result):
 def test_the_tools_are_listed_with_schemas():
     tools = run(lambda s: s.list_tools()).tools
     names = {t.name for t in tools}
-    assert names == {"analyze_files", "explain_oom", "compare_runs", "what_if", "check", "open_report"}
+    assert names == {"analyze_files", "explain_oom", "compare_runs", "what_if", "plan", "check", "open_report"}
     for t in tools:
         assert t.description and t.inputSchema["type"] == "object", t.name
 
@@ -103,6 +103,28 @@ def test_compare_what_if_and_check_answer_as_the_cli_does():
     text, k = answer(checked)
     assert k["passed"] is False and text.startswith("regression: ")
     assert {v["measure"] for v in k["violations"]} == {"peak_allocated", "category"}
+
+
+def test_plan_answers_as_the_cli_does_from_a_config_and_calibrated():
+    config = str(TRACES / "plan" / "configs" / "llama_train.json")
+    run_b2 = str(TRACES / "plan" / "runs" / "llama_b2.pickle.gz")
+
+    async def go(s):
+        return (await s.call_tool("plan", {"config_path": config, "batch_size": 8, "seq_len": 1024,
+                                           "gpu_memory_bytes": 24 << 30}),
+                await s.call_tool("plan", {"config_path": config, "batch_size": 2, "seq_len": 1024,
+                                           "calibrate": run_b2, "run_batch_size": 2}),
+                await s.call_tool("plan", {"config_path": config, "batch_sise": 8}))
+
+    planned, calibrated, bad = run(go)
+    text, p = answer(planned)
+    cli = cli_json("plan", "--model", config, "--batch-size", "8", "--seq-len", "1024", "--gpu-memory", "24GiB")
+    assert p["predicted_peak_allocated_bytes"] == cli["predicted_peak_allocated_bytes"]
+    assert p["parameter_count"] == 155_730_944 and p["max_batch_size"] == cli["max_batch_size"]
+    assert text.startswith("fits in 24.00 GiB")
+    _, c = answer(calibrated)
+    assert c["predicted_peak_allocated_bytes"] == oracle("plan/runs/llama_b2.pickle.gz")
+    assert bad.isError and "batch_sise" in bad.content[0].text
 
 
 def test_open_report_reads_a_report_by_its_link(server):

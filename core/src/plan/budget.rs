@@ -217,7 +217,9 @@ fn loss_bytes(m: &ModelShape, s: &Settings) -> f64 {
     let t = Types::of(s);
     let v = m.vocab as f64;
     let forward = t.compute * v + if t.compute < 4.0 { 4.0 * v } else { 0.0 } + 4.0 * v;
-    forward.max(12.0 * v)
+    // Soft-capped logits (Gemma 2): tanh saves its output, and its gradient is one more.
+    let softcap = if m.logit_softcap { 2.0 * t.compute * v } else { 0.0 };
+    forward.max(12.0 * v) + softcap
 }
 
 /// Optimizer state bytes for the trainable tensors, and the step's temporaries.
@@ -377,8 +379,8 @@ fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &S
             0,
             format!(
                 "{precision}, {}, Hugging Face's {} layers with SDPA attention: {} saved per token per layer{}; \
-                 the loss {} per token (fp32 log-softmax and its gradients); the optimizer state appears at the \
-                 first step and stays",
+                 the loss {} per token (fp32 log-softmax and its gradients, as transformers ≥ 4.46 computes it: \
+                 no full-vocabulary copies); the optimizer state appears at the first step and stays",
                 wire(s.optimizer),
                 wire(m.family),
                 memlens_api::bytes_label(layer.round() as i64),

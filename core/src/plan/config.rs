@@ -39,6 +39,8 @@ pub struct ModelShape {
     pub norms_per_layer: u64,
     /// Attention and MLP read the same input and add to the residual together (GPT-J style).
     pub parallel_attention: bool,
+    /// The logits are soft-capped (`final_logit_softcapping`: tanh of logits ÷ cap, × cap).
+    pub logit_softcap: bool,
 }
 
 fn get_u64(c: &Map<String, Value>, keys: &[&str]) -> Option<u64> {
@@ -114,6 +116,7 @@ impl ModelShape {
                     experts_per_token: 0,
                     norms_per_layer: 2,
                     parallel_attention: false,
+                    logit_softcap: false,
                 }
             }
             ModelFamily::Falcon => {
@@ -153,6 +156,7 @@ impl ModelShape {
                     experts_per_token: 0,
                     norms_per_layer: norms,
                     parallel_attention: parallel,
+                    logit_softcap: false,
                 }
             }
             _ => {
@@ -207,6 +211,7 @@ impl ModelShape {
                         ModelFamily::GptNeox => get_bool(&c, "use_parallel_residual", true),
                         _ => false,
                     },
+                    logit_softcap: c.get("final_logit_softcapping").and_then(Value::as_f64).is_some(),
                 }
             }
         };

@@ -51,7 +51,7 @@ impl ServerHandler for Memlens {
             .with_instructions(
                 "memlens explains GPU memory of PyTorch training runs from allocator snapshots, OOM texts, \
                  Nsight exports and NVML logs: start with analyze_files (or explain_oom for a pasted error), \
-                 compare_runs or check for a change, what_if for another setting.",
+                 compare_runs or check for a change, what_if for another setting, plan before a run (from a model's config.json).",
             )
     }
 

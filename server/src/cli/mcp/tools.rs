@@ -1,4 +1,4 @@
-//! The tools: each one what a command of the CLI does (`analyze`, `diff`, `whatif`, `check`,
+//! The tools: each one what a command of the CLI does (`analyze`, `diff`, `whatif`, `plan`, `check`,
 //! the summary of a report by its link), no analysis of its own. Each answers a short text
 //! first, then its JSON within [`MAX_ANSWER_BYTES`]; a tool that cannot do what it is asked
 //! answers an error naming the file and the problem.
@@ -58,6 +58,22 @@ pub fn catalogue() -> Vec<(&'static str, &'static str, Value)> {
             }, "required": ["path"]}),
         ),
         (
+            "plan",
+            "Plan a training run's GPU memory before running it, from the model's Hugging Face config.json: exact parameter count, the peak by category (parameters, gradients, optimizer state, activations, temporaries), whether it fits a GPU and the largest batch and sequence that do. Calibrated by a snapshot of a run of the same model when `calibrate` names one (then run_batch_size and run_seq_len are needed). Each number lists the assumptions it rests on.",
+            json!({"type": "object", "properties": {
+                "config_path": {"type": "string", "description": "Path of the model's config.json."},
+                "params": {"type": "integer", "description": "Parameter count, for a model without a config memlens reads."},
+                "batch_size": {"type": "integer", "minimum": 1}, "seq_len": {"type": "integer", "minimum": 1},
+                "optimizer": {"enum": ["adamw", "adam", "sgd_momentum", "sgd", "adafactor", "adamw_8bit"]},
+                "weights": {"enum": ["fp32", "bf16", "fp16"]}, "autocast": {"enum": ["bf16", "fp16", "none"]},
+                "checkpointing": {"type": "boolean"}, "trainable_params": {"type": "integer"}, "lora_rank": {"type": "integer"},
+                "zero_stage": {"type": "integer", "minimum": 0, "maximum": 3}, "gpus": {"type": "integer", "minimum": 1},
+                "optimizer_offload": {"type": "boolean"}, "gpu_memory_bytes": {"type": "integer", "description": "The GPU's memory in bytes (24 GiB = 25769803776)."},
+                "calibrate": {"type": "string", "description": "Path of a snapshot of a run of the same model."},
+                "run_batch_size": {"type": "integer"}, "run_seq_len": {"type": "integer"}, "run_checkpointing": {"type": "boolean"},
+            }}),
+        ),
+        (
             "check",
             "Check a run's memory against a baseline, as a CI gate would: passed or regression, the allocated and reserved peaks' change, each category's, the stacks that moved most, and which limits were broken. Each side is a snapshot path or a memlens report link (http…/r/ID); or the baseline is a job's last good run (http…/j/ID).",
             json!({"type": "object", "properties": {
@@ -90,6 +106,7 @@ pub fn call(name: &str, arguments: Value) -> Answer {
         "explain_oom" => explain_oom(parse(arguments)?),
         "compare_runs" => compare_runs(parse(arguments)?),
         "what_if" => what_if(parse(arguments)?),
+        "plan" => plan(arguments),
         "check" => check(parse(arguments)?),
         "open_report" => open_report(parse(arguments)?),
         other => Err(format!("no tool {other:?}")),
@@ -183,6 +200,23 @@ fn compare_runs(a: CompareRuns) -> Answer {
         c.headline, c.peak_delta_bytes, c.reserved_delta_bytes
     );
     Ok((text, bounded(&v, a.max_list)?))
+}
+
+/// `plan`: the arguments are the plan's settings, with the config and the calibrating run as paths.
+fn plan(arguments: Value) -> Answer {
+    let Value::Object(mut args) = arguments else {
+        return Err("arguments: expected an object".into());
+    };
+    if let Some(path) = args.remove("config_path") {
+        let path = path.as_str().ok_or("config_path: expected a path")?.to_owned();
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+        args.insert("config".into(), Value::String(text));
+    }
+    let q: memlens_api::PlanParams = parse(Value::Object(args))?;
+    let calibrate = q.calibrate.as_ref().map(PathBuf::from);
+    let p = crate::cli::plan::make_plan(&q, calibrate.as_ref())?;
+    let v = serde_json::to_value(&p).map_err(|e| e.to_string())?;
+    Ok((crate::cli::plan::render_plan(&p), v))
 }
 
 #[derive(Deserialize)]
