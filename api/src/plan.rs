@@ -91,6 +91,24 @@ impl PlanPhase {
     }
 }
 
+impl Plan {
+    /// The plan's verdict in one line: `fits in 24.00 GiB: peak … allocated, … reserved + …
+    /// CUDA context` (or `does not fit in …`, or `needs …` without a GPU).
+    pub fn verdict(&self) -> String {
+        let peak = format!(
+            "peak {} allocated, {} reserved + {} CUDA context",
+            crate::bytes_label(self.predicted_peak_allocated_bytes),
+            crate::bytes_label(self.predicted_peak_reserved_bytes),
+            crate::bytes_label(self.outside_allocator_bytes)
+        );
+        match (self.fits, self.gpu_memory_bytes) {
+            (Some(true), Some(g)) => format!("fits in {}: {peak}", crate::bytes_label(g)),
+            (Some(false), Some(g)) => format!("does not fit in {}: {peak}", crate::bytes_label(g)),
+            _ => format!("needs {peak}"),
+        }
+    }
+}
+
 /// `GET /api/plan?…`: the settings of a plan (the Plan page's URL holds the same query).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]

@@ -42,12 +42,32 @@ def runs():
     for family in ("neox_train", "falcon_train", "gemma_train", "phi_train", "qwen2_train", "mixtral_train"):
         out.append(dict(config=family, batch=4, seq=512, checkpointing=False, weights="fp32", autocast="bf16",
                         frozen=False))
+    # A second round (2026-12-07): four more families, a long sequence, other optimizers,
+    # fp16 autocast with GradScaler, fp32 without autocast, bf16 weights with checkpointing.
+    def more(config, batch, seq, **kw):
+        r = dict(config=config, batch=batch, seq=seq, checkpointing=False, weights="fp32", autocast="bf16",
+                 frozen=False, optimizer="adamw")
+        r.update(kw)
+        r["name"] = kw.pop("name", None) or "{}_b{}_s{}".format(config.replace("_train", ""), batch, seq)
+        return r
+    extra = [
+        more("qwen3_train", 4, 512), more("phi3_train", 4, 512), more("gemma2_train", 4, 512),
+        more("falcon_mq_train", 4, 512), more("llama_train", 1, 2048),
+        more("llama_train", 4, 1024, optimizer="sgd_momentum", name="llama_b4_sgdm"),
+        more("llama_train", 4, 1024, optimizer="adafactor", name="llama_b4_adafactor"),
+        more("llama_train", 4, 1024, autocast="fp16", name="llama_b4_fp16_scaler"),
+        more("llama_train", 2, 1024, autocast="none", name="llama_b2_fp32"),
+        more("gpt2_train", 2, 1024, autocast="none", name="gpt2_b2_fp32"),
+        more("llama_train", 8, 1024, weights="bf16", autocast="none", checkpointing=True, name="llama_b8_ckpt_bf16w"),
+        more("gpt2_train", 4, 1024, weights="bf16", autocast="none", name="gpt2_b4_bf16w_again"),
+    ]
     for r in out:
+        r["optimizer"] = "adamw"
         r["name"] = "{}_b{}{}{}{}".format(r["config"].replace("_train", ""), r["batch"],
                                           "_ckpt" if r["checkpointing"] else "",
                                           "_bf16w" if r["weights"] == "bf16" else "",
                                           "_frozen" if r["frozen"] else "")
-    return out
+    return out + extra
 
 
 def load(name):
@@ -109,17 +129,29 @@ def worker(out, spec):
             layer.requires_grad_(False)
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=1e-4)
+    if spec["optimizer"] == "sgd_momentum":
+        opt = torch.optim.SGD(trainable, lr=1e-3, momentum=0.9)
+    elif spec["optimizer"] == "adafactor":
+        opt = transformers.optimization.Adafactor(trainable, lr=1e-3, relative_step=False, scale_parameter=False)
+    else:
+        opt = torch.optim.AdamW(trainable, lr=1e-4)
+    scaler = torch.amp.GradScaler("cuda") if spec["autocast"] == "fp16" else None
     vocab = cfg.vocab_size
     for _ in range(3):
         ids = torch.randint(0, vocab, (spec["batch"], spec["seq"]), device="cuda")
-        if spec["autocast"] == "bf16":
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+        if spec["autocast"] in ("bf16", "fp16"):
+            dtype = torch.bfloat16 if spec["autocast"] == "bf16" else torch.float16
+            with torch.autocast("cuda", dtype=dtype):
                 loss = model(input_ids=ids, labels=ids).loss
         else:
             loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         opt.zero_grad(set_to_none=True)
         del loss, ids
     torch.cuda.synchronize()
@@ -149,8 +181,7 @@ def worker(out, spec):
 
 def main(out):
     os.makedirs(out, exist_ok=True)
-    if not os.environ.get("ONLY"):
-        count_params(out)
+    count_params(out)
 
     def one(spec):
         p = subprocess.run([sys.executable, HERE, "worker", out, json.dumps(spec)], capture_output=True, text=True)

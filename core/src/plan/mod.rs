@@ -129,6 +129,9 @@ pub fn plan(q: &PlanParams, calibration: Option<&Calibration>) -> Result<Plan, P
     };
     let outside = CUDA_CONTEXT_BYTES;
     let mut assumptions = at.assumptions;
+    if model.is_none() && q.params.is_none() {
+        assumptions.push("no config.json: the model's parameters are not counted (the run's own bytes are)".into());
+    }
     if let Some(m) = &model {
         if m.family == ModelFamily::Other {
             assumptions.push(format!(

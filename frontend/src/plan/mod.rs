@@ -30,19 +30,11 @@ fn follow_in_url(p: &PlanParams) {
     }
 }
 
-/// The plan's verdict in one line.
+/// The plan's verdict, capitalised as the page's lead.
 fn verdict(p: &Plan) -> String {
-    let peak = format!(
-        "peak {} allocated, {} reserved + {} CUDA context",
-        bytes(p.predicted_peak_allocated_bytes),
-        bytes(p.predicted_peak_reserved_bytes),
-        bytes(p.outside_allocator_bytes)
-    );
-    match (p.fits, p.gpu_memory_bytes) {
-        (Some(true), Some(g)) => format!("Fits in {}: {peak}", bytes(g)),
-        (Some(false), Some(g)) => format!("Does not fit in {}: {peak}", bytes(g)),
-        _ => format!("Needs {peak}"),
-    }
+    let v = p.verdict();
+    let mut c = v.chars();
+    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or(v)
 }
 
 fn largest(p: &Plan) -> Option<String> {
@@ -71,8 +63,14 @@ fn plan_view(p: Plan) -> impl IntoView {
         <p id="plan-verdict" class="lead" class:oom=p.fits == Some(false)>{verdict(&p)}</p>
         {largest(&p).map(|l| view! { <p id="plan-largest"><b>{l}</b></p> })}
         <p id="plan-model" class="muted">{format!(
-            "{:?} · {} parameters ({} trainable) · batch {} × {} tokens · peak at {}{}",
-            p.model_family, p.parameter_count, p.trainable_parameter_count, p.batch_size, p.seq_len, p.peak_phase.label(),
+            "{:?} · {} · batch {} × {} tokens · peak at {}{}",
+            p.model_family,
+            if p.parameter_count > 0 {
+                format!("{} parameters ({} trainable)", p.parameter_count, p.trainable_parameter_count)
+            } else {
+                "parameters not counted (no config.json)".to_owned()
+            },
+            p.batch_size, p.seq_len, p.peak_phase.label(),
             p.calibrated_from.as_ref().map(|c| format!(" · calibrated by {c}")).unwrap_or_default()
         )}</p>
         <bar::BudgetBar plan=p.clone() />

@@ -209,18 +209,7 @@ pub fn plan(args: PlanArgs) -> ExitCode {
 
 /// The plan as text: the verdict first, then the budget, then what it assumes.
 pub fn render_plan(p: &Plan) -> String {
-    let mut s = String::new();
-    let peak = format!(
-        "peak {} allocated, {} reserved (+{} CUDA context)",
-        gib(p.predicted_peak_allocated_bytes),
-        gib(p.predicted_peak_reserved_bytes),
-        gib(p.outside_allocator_bytes)
-    );
-    match (p.fits, p.gpu_memory_bytes) {
-        (Some(true), Some(g)) => s += &format!("fits in {}: {peak}\n", gib(g)),
-        (Some(false), Some(g)) => s += &format!("does not fit in {}: {peak}\n", gib(g)),
-        _ => s += &format!("{peak}\n"),
-    }
+    let mut s = format!("{}\n", p.verdict());
     if let Some(b) = p.max_batch_size {
         s += &format!("  largest batch at {} tokens: {b}\n", p.seq_len);
     }
