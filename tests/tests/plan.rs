@@ -271,6 +271,19 @@ fn an_unknown_architecture_names_the_missing_field() {
         text.contains("mamba") && text.contains("hidden_size") && text.contains("--params"),
         "{text}"
     );
+    let e = plan(
+        &PlanParams {
+            config: Some(
+                r#"{"model_type": "qwen2_moe", "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16,
+                    "intermediate_size": 5632, "moe_intermediate_size": 1408, "num_experts": 60, "vocab_size": 151936}"#
+                    .into(),
+            ),
+            ..PlanParams::default()
+        },
+        None,
+    )
+    .expect_err("an MoE without its layout");
+    assert!(e.to_string().contains("num_experts"), "{e}");
     // --params N plans the model states alone.
     let p = plan(
         &PlanParams {

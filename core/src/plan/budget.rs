@@ -110,15 +110,17 @@ fn norm_saved(m: &ModelShape, t: Types, width: f64) -> f64 {
     if m.layer_norm() {
         return 0.0; // saves its input (counted) and per-row statistics
     }
-    // RMSNorm computes in fp32: an upcast of a half input, the normalised fp32 tensor, and
-    // (Llama's) its cast back before the weight multiplies it.
-    let upcast = if t.residual < 4.0 { 4.0 * width } else { 0.0 };
-    let cast_back = if t.residual < 4.0 && !matches!(m.family, ModelFamily::Gemma | ModelFamily::Gemma2) {
-        t.residual * width
+    // RMSNorm computes in fp32. From an fp32 residual it saves the normalised tensor (the
+    // weight multiplies it). From a half one it saves the input's fp32 upcast, then Llama's
+    // saves the normalised tensor cast back to the input's type (the weight multiplies that),
+    // Gemma's the fp32 normalised tensor itself.
+    if t.residual >= 4.0 {
+        4.0 * width
+    } else if matches!(m.family, ModelFamily::Gemma | ModelFamily::Gemma2) {
+        8.0 * width
     } else {
-        0.0
-    };
-    upcast + 4.0 * width + cast_back
+        4.0 * width + t.residual * width
+    }
 }
 
 /// Bytes saved for `linears` linear layers reading one input of `width`, per token: autocast

@@ -93,6 +93,23 @@ impl ModelShape {
             "falcon" => ModelFamily::Falcon,
             _ => ModelFamily::Other,
         };
+        // A mixture of experts memlens has no layout for would be counted as a dense model.
+        if family == ModelFamily::Other {
+            if let Some(key) = [
+                "num_experts",
+                "num_local_experts",
+                "n_routed_experts",
+                "moe_intermediate_size",
+            ]
+            .into_iter()
+            .find(|k| c.contains_key(*k))
+            {
+                return Err(PlanError::Config(format!(
+                    "{mt}: a mixture of experts (`{key}`) whose layout memlens does not count (it counts mixtral's); \
+                     pass --params N to plan its model states"
+                )));
+            }
+        }
         let shape = match family {
             ModelFamily::Gpt2 => {
                 let hidden = need(&c, mt, &["n_embd", "hidden_size"])?;
