@@ -184,10 +184,12 @@ pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
         mlp_norm + linear_inputs(t, linears, h) + 4.0 * a * i
     } else {
         // gelu_new (GPT-2, Phi) is written out in Python: pow goes to fp32 under autocast, and
-        // tanh's output, 1 + tanh and x / 2 are saved; F.gelu saves its input alone.
+        // the input, tanh's output, 1 + tanh, x / 2 and the fp32 product are held at the loss
+        // (the snapshots of traces/plan/runs show the four of activations.py); F.gelu saves its
+        // input alone.
         let act = if matches!(m.family, ModelFamily::Gpt2 | ModelFamily::Phi) {
             if t.casts {
-                2.0 * i + 4.0 * i + 4.0 * i + 2.0 * i + 2.0 * i
+                2.0 * i + 4.0 * i + 4.0 * i + 2.0 * i + 4.0 * i
             } else {
                 5.0 * a * i
             }
