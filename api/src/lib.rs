@@ -46,4 +46,6 @@ pub use params::{
     ChartParams, CheckParams, CompareParams, DeleteParams, DeviceParams, FileParams, GpuSamplesParams, SearchParams,
     SegmentsParams, TimelineParams, UploadParams, WhatIfParams,
 };
-pub use plan::{AutocastDtype, ModelFamily, Plan, PlanOptimizer, PlanParams, PlanPhase, WeightsDtype};
+pub use plan::{
+    AutocastDtype, ModelFamily, Plan, PlanAlternative, PlanChange, PlanOptimizer, PlanParams, PlanPhase, WeightsDtype,
+};

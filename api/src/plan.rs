@@ -91,6 +91,28 @@ impl PlanPhase {
     }
 }
 
+impl PlanAlternative {
+    /// `settings` with this change made.
+    pub fn applied_to(&self, settings: &PlanParams) -> PlanParams {
+        let mut p = settings.clone();
+        match self.change {
+            PlanChange::Checkpointing => p.checkpointing = Some(true),
+            PlanChange::Bf16Weights => {
+                p.weights = Some(WeightsDtype::Bf16);
+                p.autocast = Some(AutocastDtype::None);
+            }
+            PlanChange::Lora => {
+                p.lora_rank = Some(16);
+                p.trainable_params = None;
+            }
+            PlanChange::Adamw8bit => p.optimizer = Some(PlanOptimizer::Adamw8bit),
+            PlanChange::OptimizerOffload => p.optimizer_offload = Some(true),
+            PlanChange::LargestBatch => p.batch_size = self.batch_size.or(p.batch_size),
+        }
+        p
+    }
+}
+
 impl Plan {
     /// The plan's verdict in one line: `fits in 24.00 GiB: peak … allocated, … reserved + …
     /// CUDA context` (or `does not fit in …`, or `needs …` without a GPU).
@@ -178,4 +200,41 @@ pub struct Plan {
     pub calibrated_from: Option<String>,
     /// Every assumption the numbers rest on, in words.
     pub assumptions: Vec<String>,
+    /// With `gpu_memory_bytes` and a plan that does not fit: single changes to the settings,
+    /// each planned the same way, those that fit first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<PlanAlternative>,
+}
+
+/// One change to a plan's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PlanChange {
+    /// Activation checkpointing of every layer.
+    Checkpointing,
+    /// bf16 weights (and no autocast).
+    Bf16Weights,
+    /// LoRA adapters of rank 16; the base frozen.
+    Lora,
+    /// bitsandbytes' 8-bit AdamW.
+    Adamw8bit,
+    /// The optimizer state kept in CPU memory.
+    OptimizerOffload,
+    /// The largest batch that fits at this sequence length.
+    LargestBatch,
+}
+
+/// A plan's settings with one change, and what it would take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlanAlternative {
+    pub change: PlanChange,
+    /// The change in words (`activation checkpointing`, `batch 3`).
+    pub label: String,
+    /// With [`PlanChange::LargestBatch`]: that batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u64>,
+    pub predicted_peak_reserved_bytes: i64,
+    pub fits: bool,
 }

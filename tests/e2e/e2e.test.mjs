@@ -820,6 +820,11 @@ test('plan before you run: a config dropped in, sliders moved, the plan shared b
   await other.waitForSelector('#plan-verdict');
   assert.equal(await other.textContent('#plan-verdict'), await page.textContent('#plan-verdict'));
   await page.screenshot({ path: join(out, 'plan.png'), fullPage: true });
+  // What would make it fit: single changes, those that fit first; the largest batch is one.
+  assert.match(await page.textContent('#plan-alternatives'), /Fits with batch \d+/);
+  await page.click('#plan-alternatives li.fits >> text=/Fits with batch/');
+  await page.waitForFunction(() => /^Fits in 24\.00 GiB/.test(document.querySelector('#plan-verdict')?.textContent || ''), null, { timeout: 30_000 });
+  assert.doesNotMatch(page.url(), /batch_size=64/);
   // From a report: the what-if panel links to a plan calibrated by the run.
   const { id, url } = await uploadFilesViaApi(['plan/runs/llama_b2.pickle.gz']);
   await waitReady(id);

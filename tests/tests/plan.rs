@@ -242,6 +242,42 @@ fn a_gpu_budget_gives_the_largest_batch_and_sequence_that_fit() {
             at.predicted_peak_reserved_bytes
         );
     }
+    // At a batch past the largest, each single change is planned as its own settings would be,
+    // those that fit first; the largest batch is one of them and fits.
+    let over = plan(
+        &PlanParams {
+            batch_size: Some(b + 4),
+            ..q.clone()
+        },
+        None,
+    )
+    .expect("plan");
+    assert_eq!(over.fits, Some(false));
+    assert!(!over.alternatives.is_empty());
+    let fits: Vec<bool> = over.alternatives.iter().map(|a| a.fits).collect();
+    assert!(fits.windows(2).all(|w| w[0] >= w[1]), "{fits:?}");
+    for a in &over.alternatives {
+        let direct = plan(
+            &a.applied_to(&PlanParams {
+                batch_size: Some(b + 4),
+                gpu_memory_bytes: None,
+                ..q.clone()
+            }),
+            None,
+        )
+        .expect("plan");
+        assert_eq!(
+            a.predicted_peak_reserved_bytes, direct.predicted_peak_reserved_bytes,
+            "{}",
+            a.label
+        );
+    }
+    let largest = over
+        .alternatives
+        .iter()
+        .find(|a| a.change == memlens_api::PlanChange::LargestBatch)
+        .expect("the largest batch");
+    assert!(largest.fits && largest.batch_size == Some(b), "{largest:?}");
     // A full fine-tune of the same model with AdamW does not fit 24 GiB at all.
     let full = plan(
         &PlanParams {

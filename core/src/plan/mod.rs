@@ -179,5 +179,70 @@ pub fn plan(q: &PlanParams, calibration: Option<&Calibration>) -> Result<Plan, P
         max_seq_len,
         calibrated_from: calibration.map(|c| c.name.clone()),
         assumptions,
+        alternatives: match (fits, q.gpu_memory_bytes) {
+            (Some(false), Some(capacity)) => {
+                alternatives(q, &s, model.as_ref(), calibration, max_batch_size, capacity)?
+            }
+            _ => Vec::new(),
+        },
     })
+}
+
+/// Single changes to a plan that does not fit, each planned again, those that fit first (then
+/// by the memory they need). A calibrated plan offers only what its replay can change.
+fn alternatives(
+    q: &PlanParams,
+    s: &Settings,
+    model: Option<&ModelShape>,
+    calibration: Option<&Calibration>,
+    max_batch: Option<u64>,
+    capacity: i64,
+) -> Result<Vec<memlens_api::PlanAlternative>, PlanError> {
+    use memlens_api::{PlanAlternative, PlanChange, PlanOptimizer, WeightsDtype};
+    let full_model = model.is_some() && matches!(s.trainable, Trainable::All);
+    let adam = matches!(s.optimizer, PlanOptimizer::Adamw | PlanOptimizer::Adam);
+    let formula = calibration.is_none();
+    let mut changes: Vec<PlanAlternative> = Vec::new();
+    let mut offer = |change: PlanChange, label: String, batch_size: Option<u64>| {
+        changes.push(PlanAlternative {
+            change,
+            label,
+            batch_size,
+            predicted_peak_reserved_bytes: 0,
+            fits: false,
+        })
+    };
+    if !s.checkpointing {
+        offer(PlanChange::Checkpointing, "activation checkpointing".into(), None);
+    }
+    if formula && s.weights == WeightsDtype::Fp32 {
+        offer(PlanChange::Bf16Weights, "bf16 weights".into(), None);
+    }
+    if formula && full_model {
+        offer(PlanChange::Lora, "LoRA rank 16, the base frozen".into(), None);
+    }
+    if formula && adam {
+        offer(PlanChange::Adamw8bit, "8-bit AdamW".into(), None);
+    }
+    if !s.optimizer_offload && !matches!(s.optimizer, PlanOptimizer::Sgd) {
+        offer(
+            PlanChange::OptimizerOffload,
+            "optimizer state offloaded to CPU".into(),
+            None,
+        );
+    }
+    if let Some(b) = max_batch.filter(|&b| b >= 1 && b < s.batch) {
+        offer(PlanChange::LargestBatch, format!("batch {b}"), Some(b));
+    }
+    let base = PlanParams {
+        gpu_memory_bytes: None,
+        ..q.clone()
+    };
+    for a in &mut changes {
+        let p = plan(&a.applied_to(&base), calibration)?;
+        a.predicted_peak_reserved_bytes = p.predicted_peak_reserved_bytes;
+        a.fits = p.predicted_peak_reserved_bytes + p.outside_allocator_bytes <= capacity;
+    }
+    changes.sort_by_key(|a| (!a.fits, a.predicted_peak_reserved_bytes));
+    Ok(changes)
 }

@@ -1,6 +1,7 @@
 //! The Plan page `/plan?…`: will a training run fit before it runs? A model's config.json is
 //! pasted or dropped, the run's knobs set with sliders ([`form`]), and the server's plan drawn:
-//! the verdict first (fits or not, the largest batch and sequence), the budget stacked by
+//! the verdict first (fits or not, the largest batch and sequence, and the single changes that
+//! would make it fit, each one click away), the budget stacked by
 //! category against the GPU's memory ([`bar`]), then the assumptions. The URL holds every
 //! setting, the config included, so a plan is shared like a report; a report's what-if panel
 //! links here with `calibrate` set to its run.
@@ -51,7 +52,34 @@ fn largest(p: &Plan) -> Option<String> {
     })
 }
 
-fn plan_view(p: Plan) -> impl IntoView {
+/// What single change would make a plan that does not fit fit, each a link to that plan.
+fn alternatives(p: &Plan, settings: RwSignal<PlanParams>) -> Option<impl IntoView> {
+    (!p.alternatives.is_empty()).then(|| {
+        let items: Vec<_> = p
+            .alternatives
+            .iter()
+            .map(|a| {
+                let a = a.clone();
+                let text = format!(
+                    "{} {}: {} reserved",
+                    if a.fits { "Fits with" } else { "Still over with" },
+                    a.label,
+                    bytes(a.predicted_peak_reserved_bytes)
+                );
+                let href = client::plan_page(&a.applied_to(&settings.get_untracked()));
+                let fits = a.fits;
+                let apply = move |e: leptos::ev::MouseEvent| {
+                    e.prevent_default();
+                    settings.update(|p| *p = a.applied_to(p));
+                };
+                view! { <li class:fits=fits><a href=href on:click=apply>{text}</a></li> }
+            })
+            .collect();
+        view! { <ul id="plan-alternatives">{items}</ul> }
+    })
+}
+
+fn plan_view(p: Plan, settings: RwSignal<PlanParams>) -> impl IntoView {
     let rows: Vec<_> = p
         .by_category
         .iter()
@@ -62,6 +90,7 @@ fn plan_view(p: Plan) -> impl IntoView {
     view! {
         <p id="plan-verdict" class="lead" class:oom=p.fits == Some(false)>{verdict(&p)}</p>
         {largest(&p).map(|l| view! { <p id="plan-largest"><b>{l}</b></p> })}
+        {alternatives(&p, settings)}
         <p id="plan-model" class="muted">{format!(
             "{:?} · {} · batch {} × {} tokens · peak at {}{}",
             p.model_family,
@@ -108,7 +137,7 @@ pub fn PlanPage() -> impl IntoView {
             {move || match answer.get() {
                 None => view! { <p id="plan-waiting" class="muted">"Paste or drop a model's config.json (from its Hugging Face page) to see its memory."</p> }.into_any(),
                 Some(Err(e)) => view! { <p class="error" id="plan-error">{e}</p> }.into_any(),
-                Some(Ok(p)) => plan_view(p).into_any(),
+                Some(Ok(p)) => plan_view(p, settings).into_any(),
             }}
         </main>
     }

@@ -228,6 +228,14 @@ pub fn render_plan(p: &Plan) -> String {
     for c in &p.by_category {
         s += &format!("    {:<16} {}\n", c.category.name(), gib(c.bytes));
     }
+    for a in &p.alternatives {
+        s += &format!(
+            "  {} {}: {} reserved\n",
+            if a.fits { "fits with" } else { "still over with" },
+            a.label,
+            gib(a.predicted_peak_reserved_bytes)
+        );
+    }
     for a in &p.assumptions {
         s += &format!("  assumes: {a}\n");
     }
