@@ -136,9 +136,12 @@ fn linear_inputs(t: Types, linears: f64, width: f64) -> f64 {
 /// Activations one decoder layer saves for backward, per token.
 pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
     let t = Types::of(t_settings);
-    // SDPA's fused kernels take half precision only: fp32 attention runs the math kernel, which
-    // saves the softmax of every query against every key.
-    let math_attention = if t.compute >= 4.0 {
+    // fp32 attention cannot use the flash kernel; transformers passes `enable_gqa` to SDPA for
+    // the attention modules that group key/value heads (all but GPT-2, GPT-NeoX and Falcon),
+    // which the memory-efficient kernel refuses, so those run the math kernel: it saves the
+    // softmax of every query against every key.
+    let grouped = !matches!(m.family, ModelFamily::Gpt2 | ModelFamily::GptNeox | ModelFamily::Falcon);
+    let math_attention = if t.compute >= 4.0 && grouped {
         4.0 * m.heads as f64 * t_settings.seq as f64
     } else {
         0.0
