@@ -3,23 +3,20 @@
 //!
 //! - Parameters, gradients (trainable only) and optimizer state in the weights' type, plus
 //!   fp32 master weights and state where DeepSpeed's mixed precision keeps them.
-//! - Activations: the tensors autograd saves for backward, per token and per decoder layer,
-//!   from the layer's layout — norms (RMSNorm upcasts to fp32), autocast's per-linear input
-//!   copies, the attention's q/k/v/output and log-sum-exp (SDPA's fused kernels: nothing
-//!   quadratic in the sequence), the MLP's saved intermediates, residuals and dropout masks —
-//!   and, with checkpointing, each layer's input alone plus one recomputed layer in backward.
-//! - The loss: logits in the compute type, their fp32 copy and `log_softmax`'s output, and at
-//!   the start of backward the two fp32 gradients of the same size.
+//! - Activations and the loss, per token ([`super::activations`]); with checkpointing each
+//!   layer's input alone plus one recomputed layer in backward; a frozen bottom saves nothing.
 //! - autocast's half-precision copies of the weights (kept for backward).
 //! - The optimizer step's temporaries (foreach AdamW: one state-sized tensor).
 //!
 //! The peak is the largest of the three moments a step has: the loss and start of backward,
 //! the end of backward (with checkpointing), and the optimizer step.
 
-use memlens_api::{AutocastDtype, Category, CategoryBytes, ModelFamily, PlanOptimizer, PlanPhase, WeightsDtype};
+use memlens_api::{Category, CategoryBytes, PlanOptimizer, PlanPhase, WeightsDtype};
 
+use super::activations::{layer_activation_bytes, loss_bytes, outer_activation_bytes, Types};
 use super::config::ModelShape;
 use super::params::{parameter_tensors, ParamKind, ParamTensor};
+pub use super::settings::{Settings, Trainable};
 
 /// Outside PyTorch's allocator: the CUDA context with its kernels loaded lazily (CUDA ≥ 11.7).
 pub const CUDA_CONTEXT_BYTES: i64 = 512 << 20;
@@ -32,29 +29,14 @@ pub const CUBLAS_WORKSPACE_BYTES: f64 = (64u64 << 20) as f64;
 /// free-but-cached blocks (the median over the runs in traces/plan/runs.json).
 pub const RESERVED_PER_ALLOCATED: f64 = 1.13;
 
-/// What trains.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Trainable {
-    All,
-    /// This many parameters train; the rest are frozen.
-    Count(u64),
-    /// LoRA adapters of this rank on the query and value projections; the base is frozen.
-    LoraRank(u64),
-}
-
-/// A planned run's settings, defaults resolved.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub batch: u64,
-    pub seq: u64,
-    pub optimizer: PlanOptimizer,
-    pub weights: WeightsDtype,
-    pub autocast: AutocastDtype,
-    pub checkpointing: bool,
-    pub trainable: Trainable,
-    pub zero_stage: u8,
-    pub gpus: u64,
-    pub optimizer_offload: bool,
+/// What one moment of a step holds beside what every moment holds.
+#[derive(Debug, Clone, Copy)]
+struct Moment {
+    phase: PlanPhase,
+    gradients: f64,
+    /// Saved activations, the loss's tensors and autocast's weight copies.
+    activations: f64,
+    temporary: f64,
 }
 
 /// The memory of one step, by category, at its peak.
@@ -68,165 +50,12 @@ pub struct Budget {
     pub assumptions: Vec<String>,
 }
 
-/// Element sizes of the run's tensors.
-#[derive(Debug, Clone, Copy)]
-struct Types {
-    /// Weights and their gradients.
-    weights: f64,
-    /// Matmul outputs (the compute type).
-    compute: f64,
-    /// The residual stream (the weights' type: autocast leaves additions in fp32).
-    residual: f64,
-    /// autocast casts each linear's input (and weight) to the compute type.
-    casts: bool,
-}
-
-impl Types {
-    fn of(s: &Settings) -> Types {
-        let weights = match s.weights {
-            WeightsDtype::Fp32 => 4.0,
-            WeightsDtype::Bf16 | WeightsDtype::Fp16 => 2.0,
-        };
-        let casts = weights == 4.0 && s.autocast != AutocastDtype::None;
-        Types {
-            weights,
-            compute: if casts { 2.0 } else { weights },
-            residual: weights,
-            casts,
-        }
-    }
-}
-
 /// A setting's name on the wire (`bf16`, `adamw_8bit`, `gpt_neox`).
 fn wire<T: serde::Serialize>(v: T) -> String {
     serde_json::to_value(v)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default()
-}
-
-/// Bytes a norm of `width` saves beyond its input, per token.
-fn norm_saved(m: &ModelShape, t: Types, width: f64) -> f64 {
-    if m.layer_norm() {
-        return 0.0; // saves its input (counted) and per-row statistics
-    }
-    // RMSNorm computes in fp32. From an fp32 residual it saves the normalised tensor (the
-    // weight multiplies it). From a half one it saves the input's fp32 upcast, then Llama's
-    // saves the normalised tensor cast back to the input's type (the weight multiplies that),
-    // Gemma's the fp32 normalised tensor itself.
-    if t.residual >= 4.0 {
-        4.0 * width
-    } else if matches!(m.family, ModelFamily::Gemma | ModelFamily::Gemma2) {
-        8.0 * width
-    } else {
-        4.0 * width + t.residual * width
-    }
-}
-
-/// Bytes saved for `linears` linear layers reading one input of `width`, per token: autocast
-/// casts the input once per layer; otherwise the one input is saved.
-fn linear_inputs(t: Types, linears: f64, width: f64) -> f64 {
-    if t.casts {
-        linears * 2.0 * width
-    } else {
-        t.compute * width
-    }
-}
-
-/// Activations one decoder layer saves for backward, per token.
-pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
-    let t = Types::of(t_settings);
-    // fp32 attention cannot use the flash kernel; transformers passes `enable_gqa` to SDPA for
-    // the attention modules that group key/value heads (all but GPT-2, GPT-NeoX and Falcon),
-    // which the memory-efficient kernel refuses, so those run the math kernel: it saves the
-    // softmax of every query against every key.
-    let grouped = !matches!(m.family, ModelFamily::Gpt2 | ModelFamily::GptNeox | ModelFamily::Falcon);
-    let math_attention = if t.compute >= 4.0 && grouped {
-        4.0 * m.heads as f64 * t_settings.seq as f64
-    } else {
-        0.0
-    };
-    let (h, i) = (m.hidden as f64, m.intermediate as f64);
-    let (q, kv) = (m.q_width() as f64, m.kv_width() as f64);
-    let a = t.compute;
-    let fused_qkv = matches!(
-        m.family,
-        ModelFamily::Gpt2 | ModelFamily::GptNeox | ModelFamily::Falcon | ModelFamily::Phi3
-    );
-    let rope = m.family != ModelFamily::Gpt2;
-    // Attention: its norm, the projections' inputs, q/k/v as SDPA saves them, its output and
-    // the output's contiguous copy (the output projection's input), log-sum-exp in fp32.
-    let mut attn = norm_saved(m, t, h) + linear_inputs(t, if fused_qkv { 1.0 } else { 3.0 }, h);
-    attn += if fused_qkv {
-        a * (q + 2.0 * kv) + if rope { a * (q + kv) } else { 0.0 }
-    } else {
-        a * (q + 2.0 * kv)
-    };
-    if m.family == ModelFamily::Qwen3 {
-        let half = Types { residual: a, ..t };
-        attn += norm_saved(m, half, q) + norm_saved(m, half, kv) + a * (q + kv);
-    }
-    attn += 2.0 * a * q + 4.0 * m.heads as f64 + math_attention;
-    // MLP.
-    let gated = !matches!(
-        m.family,
-        ModelFamily::Gpt2 | ModelFamily::GptNeox | ModelFamily::Falcon | ModelFamily::Phi
-    );
-    let mlp_norm = if m.parallel_attention && m.norms_per_layer < 2 {
-        0.0
-    } else {
-        norm_saved(m, t, h)
-    };
-    let mlp = if m.experts > 0 {
-        // Routed: the router's input, then per routed token the expert's gathered input, its
-        // projections' inputs and a gated MLP's intermediates, and the weighted output.
-        let k = m.experts_per_token as f64;
-        mlp_norm + linear_inputs(t, 1.0, h) + k * (t.residual * h + linear_inputs(t, 2.0, h) + 4.0 * a * i + a * h)
-    } else if gated {
-        let linears = if m.family == ModelFamily::Phi3 { 1.0 } else { 2.0 };
-        mlp_norm + linear_inputs(t, linears, h) + 4.0 * a * i
-    } else {
-        // gelu_new (GPT-2, Phi) is written out in Python: pow goes to fp32 under autocast, and
-        // the input, tanh's output, 1 + tanh, x / 2 and the fp32 product are held at the loss
-        // (the snapshots of traces/plan/runs show the four of activations.py); F.gelu saves its
-        // input alone.
-        let act = if matches!(m.family, ModelFamily::Gpt2 | ModelFamily::Phi) {
-            if t.casts {
-                2.0 * i + 4.0 * i + 4.0 * i + 2.0 * i + 4.0 * i
-            } else {
-                5.0 * a * i
-            }
-        } else {
-            2.0 * a * i
-        };
-        mlp_norm + linear_inputs(t, 1.0, h) + act
-    };
-    // Residual stream: one new tensor per residual addition (the next norm saves it); GPT-2's
-    // dropout keeps a one-byte mask per element after attention and after the MLP.
-    let residuals = if m.parallel_attention { 1.0 } else { 2.0 };
-    let dropout = if m.family == ModelFamily::Gpt2 { 2.0 * h } else { 0.0 };
-    attn + mlp + residuals * t.residual * h + dropout
-}
-
-/// Activations outside the layers, per token: the embedding's output, the final norm and the
-/// language-model head's input.
-fn outer_activation_bytes(m: &ModelShape, s: &Settings) -> f64 {
-    let t = Types::of(s);
-    let h = m.hidden as f64;
-    let dropout = if m.family == ModelFamily::Gpt2 { h } else { 0.0 };
-    t.residual * h + dropout + norm_saved(m, t, h) + linear_inputs(t, 1.0, h)
-}
-
-/// The loss's tensors per token at the start of backward: `log_softmax`'s saved fp32 output
-/// and the two fp32 gradients of that size (NLL's and `log_softmax`'s); in forward the
-/// logits, their fp32 copy and that output are fewer.
-fn loss_bytes(m: &ModelShape, s: &Settings) -> f64 {
-    let t = Types::of(s);
-    let v = m.vocab as f64;
-    let forward = t.compute * v + if t.compute < 4.0 { 4.0 * v } else { 0.0 } + 4.0 * v;
-    // Soft-capped logits (Gemma 2): tanh saves its output, and its gradient is one more.
-    let softcap = if m.logit_softcap { 2.0 * t.compute * v } else { 0.0 };
-    forward.max(12.0 * v) + softcap
 }
 
 /// Optimizer state bytes for the trainable tensors, and the step's temporaries.
@@ -415,32 +244,40 @@ fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &S
     let per_layer_copies = if layers > 0.0 { copies / (layers + 1.0) } else { 0.0 };
     let loss_copies = if s.checkpointing { per_layer_copies } else { copies };
     let backward_moment = recompute * tokens + per_layer_copies;
-    let candidates = [
-        (PlanPhase::LossBackward, state, 0.0, loss_moment, loss_copies, 0.0),
-        (
-            PlanPhase::Backward,
-            state,
+    let moments = [
+        Moment {
+            phase: PlanPhase::LossBackward,
+            gradients: 0.0,
+            activations: loss_moment + loss_copies,
+            temporary: 0.0,
+        },
+        Moment {
+            phase: PlanPhase::Backward,
             gradients,
-            backward_moment,
-            per_layer_copies,
-            0.0,
-        ),
-        (PlanPhase::OptimizerStep, state, gradients, 0.0, 0.0, step_temp),
+            activations: backward_moment + per_layer_copies,
+            temporary: 0.0,
+        },
+        Moment {
+            phase: PlanPhase::OptimizerStep,
+            gradients,
+            activations: 0.0,
+            temporary: step_temp,
+        },
     ];
-    let total = |c: &(PlanPhase, f64, f64, f64, f64, f64)| {
-        weights + c.1 + c.2 + c.3 + c.4 + c.5 + inputs + CUBLAS_WORKSPACE_BYTES
-    };
-    let best = candidates
+    // Held at every moment: the weights, the optimizer state, the inputs, the workspaces.
+    let held = weights + state + inputs + CUBLAS_WORKSPACE_BYTES;
+    let total = |m: &Moment| held + m.gradients + m.activations + m.temporary;
+    let best = moments
         .iter()
         .max_by(|a, b| total(a).total_cmp(&total(b)))
         .copied()
-        .unwrap_or(candidates[0]);
-    let (phase, state, gradients, activations, copies, temp) = best;
+        .unwrap_or(moments[0]);
+    let (phase, gradients, activations, temp) = (best.phase, best.gradients, best.activations, best.temporary);
     let by_category = [
         (Category::Parameter, weights),
         (Category::Gradient, gradients),
         (Category::OptimizerState, state),
-        (Category::Activation, activations + copies),
+        (Category::Activation, activations),
         (Category::Input, inputs),
         (Category::Temporary, temp),
         (Category::Other, CUBLAS_WORKSPACE_BYTES),

@@ -1,14 +1,16 @@
 //! Plan before you run: the memory a training step of a model will take, from its Hugging Face
 //! config ([`config`]), its exact parameters ([`params`]) and a per-category budget
-//! ([`budget`]) — or, calibrated by a measured run of the same model, the what-if replay of
+//! ([`budget`], its activations from [`activations`]) — or, calibrated by a measured run of the same model, the what-if replay of
 //! that run ([`calibrate`]). The largest batch and sequence that fit a GPU are searched over
 //! the same model ([`fit`]).
 
+pub mod activations;
 pub mod budget;
 pub mod calibrate;
 pub mod config;
 pub mod fit;
 pub mod params;
+pub mod settings;
 
 pub use config::ModelShape;
 
