@@ -16,7 +16,7 @@ use super::render::{gib, print_json};
 
 #[derive(Args)]
 pub struct PlanArgs {
-    /// The model's Hugging Face config.json.
+    /// The model's Hugging Face config.json (or the model's folder holding it).
     #[arg(long, value_name = "CONFIG.json")]
     pub model: Option<PathBuf>,
     /// Parameter count, for a model without a config memlens reads (model states only).
@@ -97,13 +97,20 @@ pub enum AutocastArg {
     None,
 }
 
+/// A model's `config.json`, from its path or from the model's folder (a Hugging Face checkout
+/// or `save_pretrained` output) that holds it.
+pub fn read_config(path: &std::path::Path) -> Result<String, String> {
+    let file = if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.to_path_buf()
+    };
+    std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))
+}
+
 /// The plan's query from the command line (the config read from its file).
 fn params_of(a: &PlanArgs) -> Result<PlanParams, String> {
-    let config = a
-        .model
-        .as_ref()
-        .map(|p| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display())))
-        .transpose()?;
+    let config = a.model.as_deref().map(read_config).transpose()?;
     let gpu_memory_bytes = match a.gpu_memory.as_deref().map(parse_limit).transpose() {
         Ok(None) => None,
         Ok(Some(Limit::Bytes(b))) => Some(b),

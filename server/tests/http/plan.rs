@@ -163,6 +163,35 @@ fn the_cli_refuses_a_config_it_cannot_count_naming_the_field() {
         Command::new(env!("CARGO_BIN_EXE_memlens")).args(["plan", "--model", "/no/such/config.json"]),
         "/no/such/config.json",
     );
+    // A model's folder: its config.json is read (the same plan as from the file).
+    let folder = dir.join("llama");
+    std::fs::create_dir_all(&folder).expect("folder");
+    std::fs::copy(trace("plan/configs/llama_train.json"), folder.join("config.json")).expect("copy");
+    let file = trace("plan/configs/llama_train.json");
+    assert_eq!(
+        cli_plan(&[
+            "--model",
+            folder.to_str().expect("path"),
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "1024"
+        ]),
+        cli_plan(&[
+            "--model",
+            file.to_str().expect("path"),
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "1024"
+        ]),
+    );
+    assert_cli_refuses(
+        Command::new(env!("CARGO_BIN_EXE_memlens"))
+            .args(["plan", "--model"])
+            .arg(&*dir),
+        "config.json",
+    );
     assert_cli_refuses(
         Command::new(env!("CARGO_BIN_EXE_memlens")).args(["plan", "--params", "1000", "--gpu-memory", "5%"]),
         "--gpu-memory",

@@ -61,7 +61,7 @@ pub fn catalogue() -> Vec<(&'static str, &'static str, Value)> {
             "plan",
             "Plan a training run's GPU memory before running it, from the model's Hugging Face config.json: exact parameter count, the peak by category (parameters, gradients, optimizer state, activations, temporaries), whether it fits a GPU and the largest batch and sequence that do. Calibrated by a snapshot of a run of the same model when `calibrate` names one (then run_batch_size and run_seq_len are needed). Each number lists the assumptions it rests on.",
             json!({"type": "object", "properties": {
-                "config_path": {"type": "string", "description": "Path of the model's config.json."},
+                "config_path": {"type": "string", "description": "Path of the model's config.json, or of the model's folder holding it."},
                 "params": {"type": "integer", "description": "Parameter count, for a model without a config memlens reads."},
                 "batch_size": {"type": "integer", "minimum": 1}, "seq_len": {"type": "integer", "minimum": 1},
                 "optimizer": {"enum": ["adamw", "adam", "sgd_momentum", "sgd", "adafactor", "adamw_8bit"]},
@@ -209,7 +209,7 @@ fn plan(arguments: Value) -> Answer {
     };
     if let Some(path) = args.remove("config_path") {
         let path = path.as_str().ok_or("config_path: expected a path")?.to_owned();
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+        let text = crate::cli::plan::read_config(std::path::Path::new(&path))?;
         args.insert("config".into(), Value::String(text));
     }
     let q: memlens_api::PlanParams = parse(Value::Object(args))?;
