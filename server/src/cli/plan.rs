@@ -27,12 +27,15 @@ pub struct PlanArgs {
     /// Tokens per sequence (default: the config's context, at most 2048).
     #[arg(long)]
     pub seq_len: Option<u64>,
-    #[arg(long, value_enum)]
-    pub optimizer: Option<OptimizerArg>,
-    #[arg(long, value_enum)]
-    pub weights: Option<WeightsArg>,
-    #[arg(long, value_enum)]
-    pub autocast: Option<AutocastArg>,
+    /// adamw, adam, sgd_momentum, sgd, adafactor or adamw_8bit.
+    #[arg(long, value_parser = wire_name::<PlanOptimizer>)]
+    pub optimizer: Option<PlanOptimizer>,
+    /// fp32, bf16 or fp16.
+    #[arg(long, value_parser = wire_name::<WeightsDtype>)]
+    pub weights: Option<WeightsDtype>,
+    /// bf16, fp16 or none.
+    #[arg(long, value_parser = wire_name::<AutocastDtype>)]
+    pub autocast: Option<AutocastDtype>,
     /// Activation checkpointing of every decoder layer.
     #[arg(long)]
     pub checkpointing: bool,
@@ -70,31 +73,9 @@ pub struct PlanArgs {
     pub json: bool,
 }
 
-/// `--optimizer`'s values (the wire enum's names).
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum OptimizerArg {
-    Adamw,
-    Adam,
-    #[value(name = "sgd_momentum")]
-    SgdMomentum,
-    Sgd,
-    Adafactor,
-    #[value(name = "adamw_8bit")]
-    Adamw8bit,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum WeightsArg {
-    Fp32,
-    Bf16,
-    Fp16,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum AutocastArg {
-    Bf16,
-    Fp16,
-    None,
+/// A closed set's value by its name on the wire (`adamw_8bit`, `bf16`): the API's own enums.
+fn wire_name<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|e| e.to_string())
 }
 
 /// A model's `config.json`, from its path or from the model's folder (a Hugging Face checkout
@@ -126,24 +107,9 @@ fn params_of(a: &PlanArgs) -> Result<PlanParams, String> {
         params: a.params,
         batch_size: a.batch_size,
         seq_len: a.seq_len,
-        optimizer: a.optimizer.map(|o| match o {
-            OptimizerArg::Adamw => PlanOptimizer::Adamw,
-            OptimizerArg::Adam => PlanOptimizer::Adam,
-            OptimizerArg::SgdMomentum => PlanOptimizer::SgdMomentum,
-            OptimizerArg::Sgd => PlanOptimizer::Sgd,
-            OptimizerArg::Adafactor => PlanOptimizer::Adafactor,
-            OptimizerArg::Adamw8bit => PlanOptimizer::Adamw8bit,
-        }),
-        weights: a.weights.map(|w| match w {
-            WeightsArg::Fp32 => WeightsDtype::Fp32,
-            WeightsArg::Bf16 => WeightsDtype::Bf16,
-            WeightsArg::Fp16 => WeightsDtype::Fp16,
-        }),
-        autocast: a.autocast.map(|w| match w {
-            AutocastArg::Bf16 => AutocastDtype::Bf16,
-            AutocastArg::Fp16 => AutocastDtype::Fp16,
-            AutocastArg::None => AutocastDtype::None,
-        }),
+        optimizer: a.optimizer,
+        weights: a.weights,
+        autocast: a.autocast,
         checkpointing: a.checkpointing.then_some(true),
         trainable_params: a.trainable_params,
         lora_rank: a.lora_rank,
