@@ -9,9 +9,36 @@ fn init_logging() {
         .try_init();
 }
 
-/// Runs a long-lived command (`serve`, `worker`) on a multi-threaded runtime, logging to
+/// Why a long-lived command could not start or go on: one line on stderr, a failure status.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Store(#[from] crate::storage::store::OpenStoreError),
+    #[error("category rules: {0}")]
+    CategoryRules(#[from] memlens_core::analysis::categories::FrameRulesError),
+    #[error("upload tokens file {}: {error}", path.display())]
+    UploadTokens {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    #[error("index: {0}")]
+    Index(#[from] crate::storage::store::StoreError),
+    #[error("cannot listen on {addr}: {error}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        error: std::io::Error,
+    },
+    #[error("`memlens worker` needs a shared store: set --database-url and --s3-url (a server on the embedded store processes its own uploads)")]
+    WorkerNeedsSharedStore,
+    #[error("MCP: {0}")]
+    Mcp(String),
+    #[error("a startup task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Runs a long-lived command (`serve`, `worker`, `mcp`) on a multi-threaded runtime, logging to
 /// stderr; an error ends it with one line and a failure status.
-pub fn run_process(main: impl std::future::Future<Output = Result<(), String>>) -> std::process::ExitCode {
+pub fn run_process(main: impl std::future::Future<Output = Result<(), StartupError>>) -> std::process::ExitCode {
     init_logging();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -15,6 +15,7 @@ use crate::http::auth::{UploadAuth, UploadLimit};
 use crate::http::{router, AppState, HttpConfig};
 use crate::ingest::Ingest;
 use crate::metrics::Metrics;
+use crate::process::StartupError;
 use crate::storage::filecache::LoadedFiles;
 use crate::storage::store::StoreArgs;
 
@@ -85,11 +86,10 @@ pub fn serve(args: ServeArgs) -> std::process::ExitCode {
     crate::process::run_process(run(args))
 }
 
-async fn run(args: ServeArgs) -> Result<(), String> {
+async fn run(args: ServeArgs) -> Result<(), StartupError> {
     let store = args.store.open().await?;
     let metrics = Arc::new(Metrics::default());
-    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())
-        .map_err(|e| e.to_string())?;
+    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
     // Bytes of loaded report files kept in memory between queries (a file larger than this is
     // loaded for each query and dropped after).
     let files = Arc::new(LoadedFiles::new(args.cache_mb.saturating_mul(1 << 20)));
@@ -102,10 +102,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         crate::ingest::worker::spawn_claim_loops(&ingest, args.workers, lease, &stop_claiming)
     } else {
         let s = store.clone();
-        let unfinished = tokio::task::spawn_blocking(move || s.unfinished())
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("index: {e}"))?;
+        let unfinished = tokio::task::spawn_blocking(move || s.unfinished()).await??;
         for id in unfinished {
             tracing::info!(report = %id, "resuming processing left unfinished");
             ingest.enqueue(id);
@@ -119,7 +116,12 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         max_in_flight: args.max_in_flight.max(1),
         body_timeout: Duration::from_secs(args.body_timeout.max(1)),
     };
-    let auth = UploadAuth::new(args.upload_tokens.clone(), args.upload_tokens_file.clone())?;
+    let auth = UploadAuth::new(args.upload_tokens.clone(), args.upload_tokens_file.clone()).map_err(|e| {
+        StartupError::UploadTokens {
+            path: e.path,
+            error: e.error,
+        }
+    })?;
     if auth.required() {
         tracing::info!("uploads need a token");
     }
@@ -147,8 +149,10 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|error| StartupError::Listen { addr: args.bind, error })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|error| StartupError::Listen { addr: args.bind, error })?;
     println!("memlens listening on http://{addr}");
     use std::io::Write;
     let _ = std::io::stdout().flush();

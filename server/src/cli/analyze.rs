@@ -8,6 +8,7 @@ use clap::Args;
 use memlens_api::AnalyzeOutput;
 use memlens_core::pipeline::{run_with, Input, NoSink};
 
+use super::error::CommandError;
 use super::render::{print_json, render_gpu_log_text, render_run_text, render_text};
 
 #[derive(Args)]
@@ -37,10 +38,10 @@ fn formats_help() -> String {
 
 /// The analysis of `files` as one report (what `--json` prints), with the user's category
 /// rules; the error names the file and the problem.
-pub fn analyze_files(files: &[PathBuf], category_rules: Option<&Path>) -> Result<AnalyzeOutput, String> {
-    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules).map_err(|e| e.to_string())?;
+pub fn analyze_files(files: &[PathBuf], category_rules: Option<&Path>) -> Result<AnalyzeOutput, CommandError> {
+    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules)?;
     let inputs = files.iter().map(|p| Input::path(p)).collect();
-    run_with(inputs, Default::default(), &rules, &mut NoSink).map_err(|e| e.to_string())
+    Ok(run_with(inputs, Default::default(), &rules, &mut NoSink)?)
 }
 
 pub fn analyze(args: AnalyzeArgs) -> ExitCode {

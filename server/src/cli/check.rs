@@ -18,6 +18,7 @@ use memlens_core::analysis::check::{check_run, checked_device, parse_category_li
 use memlens_core::pipeline::{run_with, Input, NoSink};
 
 use super::diff::compare_files;
+use super::error::{CommandError, Unusable};
 use super::render::print_json;
 
 #[derive(Args)]
@@ -33,14 +34,14 @@ pub struct CheckArgs {
     pub baseline_job: Option<String>,
     /// How far the allocated peak may grow: a percentage of the baseline's (`5%`) or a size
     /// (`512MiB`).
-    #[arg(long, value_name = "LIMIT", default_value = "5%", value_parser = limit_arg)]
+    #[arg(long, value_name = "LIMIT", default_value = "5%", value_parser = parse_limit)]
     pub max_peak_increase: Limit,
     /// How far the reserved peak may grow (unchecked when not given).
-    #[arg(long, value_name = "LIMIT", value_parser = limit_arg)]
+    #[arg(long, value_name = "LIMIT", value_parser = parse_limit)]
     pub max_reserved_increase: Option<Limit>,
     /// How far one category's bytes at the peak may grow, `CATEGORY=LIMIT`
     /// (`activation=10%`); repeat for several.
-    #[arg(long, value_name = "CATEGORY=LIMIT", value_parser = category_limit_arg)]
+    #[arg(long, value_name = "CATEGORY=LIMIT", value_parser = parse_category_limit)]
     pub max_category_increase: Vec<CategoryLimit>,
     /// Print the JSON answer (the same as `--format json`).
     #[arg(long, conflicts_with = "format")]
@@ -64,19 +65,11 @@ pub enum OutputFormat {
     Json,
 }
 
-fn limit_arg(s: &str) -> Result<Limit, String> {
-    parse_limit(s).map_err(|e| e.to_string())
-}
-
-fn category_limit_arg(s: &str) -> Result<CategoryLimit, String> {
-    parse_category_limit(s).map_err(|e| e.to_string())
-}
-
 /// Why a side could not be read (exit 2).
 #[derive(Debug, thiserror::Error)]
-enum SideError {
-    #[error("{0}")]
-    File(String),
+pub enum SideError {
+    #[error(transparent)]
+    File(#[from] CommandError),
     #[error("{link}: {problem}")]
     Link { link: String, problem: String },
 }
@@ -204,9 +197,9 @@ fn summarised(side: &Side, args: &CheckArgs) -> Result<Summarised, SideError> {
     let (label, out) = match side {
         Side::File(path) => {
             let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())
-                .map_err(|e| SideError::File(e.to_string()))?;
+                .map_err(CommandError::from)?;
             let out = run_with(vec![Input::path(path)], Default::default(), &rules, &mut NoSink)
-                .map_err(|e| SideError::File(e.to_string()))?;
+                .map_err(CommandError::from)?;
             (path.display().to_string(), out)
         }
         Side::Report { link, server, id } => (link.clone(), report_summary(link, server, id, wait(args))?),
@@ -214,7 +207,7 @@ fn summarised(side: &Side, args: &CheckArgs) -> Result<Summarised, SideError> {
     let (file_index, device) = checked_device(&out)
         .map(|(fi, d)| (fi, d.device))
         .ok_or_else(|| match side {
-            Side::File(p) => SideError::File(format!("{}: no allocator snapshot with a device", p.display())),
+            Side::File(p) => CommandError::unusable(p.display().to_string(), Unusable::NoSnapshotWithDevice).into(),
             Side::Report { link, .. } => SideError::Link {
                 link: link.clone(),
                 problem: "the report has no allocator snapshot with a device".into(),
@@ -324,16 +317,19 @@ impl CheckArgs {
 
 /// The check `args` asks for (what `--json` prints); the error names the side that could not
 /// be read.
-pub fn run_check(args: &CheckArgs) -> Result<CheckOutcome, String> {
-    outcome(args, &args.thresholds()).map_err(|e| e.to_string())
+pub fn run_check(args: &CheckArgs) -> Result<CheckOutcome, SideError> {
+    outcome(args, &args.thresholds())
 }
 
 /// The summary of the report a share link names (`http…/r/ID`), once analysed (a report being
 /// analysed is waited on for `wait`); the error names the link.
-pub fn report_at(link: &str, wait: Duration) -> Result<AnalyzeOutput, String> {
-    match Side::parse(link).map_err(|e| e.to_string())? {
-        Side::Report { link, server, id } => report_summary(&link, &server, &id, wait).map_err(|e| e.to_string()),
-        Side::File(_) => Err(format!("{link}: not a report link (expected http…/r/ID)")),
+pub fn report_at(link: &str, wait: Duration) -> Result<AnalyzeOutput, SideError> {
+    match Side::parse(link)? {
+        Side::Report { link, server, id } => report_summary(&link, &server, &id, wait),
+        Side::File(_) => Err(SideError::Link {
+            link: link.to_owned(),
+            problem: "not a report link (expected http…/r/ID)".into(),
+        }),
     }
 }
 

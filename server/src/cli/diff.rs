@@ -11,6 +11,7 @@ use memlens_core::analysis::compare::{compare_runs, CompareSide, COMPARE_WIDTH};
 use memlens_core::analysis::run::busiest_device;
 use memlens_core::pipeline::{self, Input, KeepFrames};
 
+use super::error::{CommandError, Unusable};
 use super::render::{gib, print_json};
 
 #[derive(Args)]
@@ -33,14 +34,14 @@ pub struct DiffArgs {
     pub category_rules: Option<PathBuf>,
 }
 
-fn device_of(f: &FileSummary, wanted: Option<i64>) -> Result<&DeviceSummary, String> {
+fn device_of(f: &FileSummary, wanted: Option<i64>) -> Result<&DeviceSummary, CommandError> {
     match wanted {
         Some(w) => f
             .devices
             .iter()
             .find(|d| d.device == w)
-            .ok_or_else(|| format!("{}: no device {w}", f.file)),
-        None => busiest_device(f).ok_or_else(|| format!("{}: no device with allocations", f.file)),
+            .ok_or_else(|| CommandError::unusable(&f.file, Unusable::NoDevice(w))),
+        None => busiest_device(f).ok_or_else(|| CommandError::unusable(&f.file, Unusable::NoDeviceWithAllocations)),
     }
 }
 
@@ -50,8 +51,8 @@ pub fn compare_files(
     (a, device_a): (&Path, Option<i64>),
     (b, device_b): (&Path, Option<i64>),
     category_rules: Option<&Path>,
-) -> Result<Comparison, String> {
-    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules).map_err(|e| e.to_string())?;
+) -> Result<Comparison, CommandError> {
+    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules)?;
     let same = a == b;
     let mut inputs = vec![Input::path(a)];
     if !same {
@@ -61,19 +62,22 @@ pub fn compare_files(
         with_stacks: true,
         ..KeepFrames::default()
     };
-    let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink).map_err(|e| e.to_string())?;
+    let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink)?;
     let n = if same { 1 } else { 2 };
     if out.files.len() != n {
         let not = if same { a } else { b };
-        return Err(format!("{}: not an allocator snapshot", not.display()));
+        return Err(CommandError::unusable(
+            not.display().to_string(),
+            Unusable::NotASnapshot,
+        ));
     }
-    let side = |fi: usize, wanted: Option<i64>| -> Result<CompareSide<'_>, String> {
+    let side = |fi: usize, wanted: Option<i64>| -> Result<CompareSide<'_>, CommandError> {
         let f = &out.files[fi];
         let d = device_of(f, wanted)?;
         let frames = sink.files[fi]
             .iter()
             .find(|fr| fr.device == d.device)
-            .ok_or_else(|| format!("{}: device {} has no frames", f.file, d.device))?;
+            .ok_or_else(|| CommandError::unusable(&f.file, Unusable::NoFrames(d.device)))?;
         Ok(CompareSide {
             label: format!("{} · {}", f.file, memlens_api::device_label(d.device)),
             report: None,
@@ -87,7 +91,7 @@ pub fn compare_files(
     };
     let a = side(0, device_a)?;
     let b = side(n - 1, device_b)?;
-    compare_runs(&a, &b, COMPARE_WIDTH).map_err(|e| e.to_string())
+    Ok(compare_runs(&a, &b, COMPARE_WIDTH)?)
 }
 
 fn signed(b: i64) -> String {

@@ -1,11 +1,12 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
 //! `analyze` ([`analyze`]), `diff` ([`diff`]), `check` ([`check`]), `mcp` ([`mcp`]), `whatif` ([`whatif`]), `plan` ([`plan`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
 //! ([`healthcheck`]);
-//! [`render`] is the text output of `analyze`.
+//! [`render`] is the text output of `analyze`; [`error`] what a command fails with.
 
 pub mod analyze;
 pub mod check;
 pub mod diff;
+pub mod error;
 pub mod healthcheck;
 pub mod mcp;
 pub mod plan;

@@ -12,6 +12,7 @@ use memlens_core::analysis::whatif::for_each_device;
 use memlens_core::pipeline::{self, Input, KeepFrames};
 use memlens_core::plan::calibrate::Calibration;
 
+use super::error::{CommandError, Unusable};
 use super::render::{gib, print_json};
 
 #[derive(Args)]
@@ -74,31 +75,31 @@ pub struct PlanArgs {
 }
 
 /// A closed set's value by its name on the wire (`adamw_8bit`, `bf16`): the API's own enums.
-fn wire_name<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|e| e.to_string())
+fn wire_name<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
 }
 
 /// A model's `config.json`, from its path or from the model's folder (a Hugging Face checkout
 /// or `save_pretrained` output) that holds it.
-pub fn read_config(path: &std::path::Path) -> Result<String, String> {
+pub fn read_config(path: &std::path::Path) -> Result<String, CommandError> {
     let file = if path.is_dir() {
         path.join("config.json")
     } else {
         path.to_path_buf()
     };
-    std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))
+    std::fs::read_to_string(&file).map_err(|error| CommandError::Unreadable { path: file, error })
 }
 
 /// The plan's query from the command line (the config read from its file).
-fn params_of(a: &PlanArgs) -> Result<PlanParams, String> {
+fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
     let config = a.model.as_deref().map(read_config).transpose()?;
     let gpu_memory_bytes = match a.gpu_memory.as_deref().map(parse_limit).transpose() {
         Ok(None) => None,
         Ok(Some(Limit::Bytes(b))) => Some(b),
         Ok(Some(Limit::Ratio(_))) | Err(_) => {
-            return Err(format!(
-                "--gpu-memory {}: expected a size (24GiB, 80GB, bytes)",
-                a.gpu_memory.as_deref().unwrap_or_default()
+            return Err(CommandError::flag(
+                format!("--gpu-memory {}", a.gpu_memory.as_deref().unwrap_or_default()),
+                "expected a size (24GiB, 80GB, bytes)",
             ))
         }
     };
@@ -125,42 +126,38 @@ fn params_of(a: &PlanArgs) -> Result<PlanParams, String> {
 }
 
 /// The plan, calibrated by the run's snapshot when one is given (its busiest device).
-pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, String> {
+pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, CommandError> {
     let Some(path) = calibrate else {
-        return memlens_core::plan::plan(q, None).map_err(|e| e.to_string());
+        return Ok(memlens_core::plan::plan(q, None)?);
     };
-    let run_batch = q
-        .run_batch_size
-        .ok_or("--calibrate needs --run-batch-size: the batch size of the calibrating run")?;
-    let run_seq = q
-        .run_seq_len
-        .or(q.seq_len)
-        .ok_or("--calibrate needs --run-seq-len (or --seq-len): the calibrating run's sequence length")?;
-    let rules = memlens_core::analysis::categories::FrameRules::load(None).map_err(|e| e.to_string())?;
+    let run_batch = q.run_batch_size.ok_or(CommandError::Usage(
+        "--calibrate needs --run-batch-size: the batch size of the calibrating run",
+    ))?;
+    let run_seq = q.run_seq_len.or(q.seq_len).ok_or(CommandError::Usage(
+        "--calibrate needs --run-seq-len (or --seq-len): the calibrating run's sequence length",
+    ))?;
+    let name = path.display().to_string();
+    let rules = memlens_core::analysis::categories::FrameRules::load(None)?;
     let mut sink = KeepFrames::default();
-    let out = pipeline::run_with(vec![Input::path(path)], Default::default(), &rules, &mut sink)
-        .map_err(|e| e.to_string())?;
+    let out = pipeline::run_with(vec![Input::path(path)], Default::default(), &rules, &mut sink)?;
     let (Some(file), Some(frames)) = (out.files.first(), sink.files.first()) else {
-        return Err(format!("{}: no allocator history to calibrate by", path.display()));
+        return Err(CommandError::unusable(name, Unusable::NoHistory));
     };
     let mut plans = for_each_device(file, frames, &out.gpu_logs, None, |run| {
         let c = Calibration {
             run,
-            name: path.display().to_string(),
+            name: name.clone(),
             run_batch,
             run_seq,
             run_checkpointing: q.run_checkpointing.unwrap_or(false),
         };
         Ok((run.peak_allocated_bytes, memlens_core::plan::plan(q, Some(&c))))
     })
-    .map_err(|e| format!("{}: {e}", path.display()))?;
+    .map_err(|e| CommandError::analysis(&name, e))?;
     plans.sort_by_key(|p| std::cmp::Reverse(p.0));
     match plans.into_iter().next() {
-        Some((_, plan)) => plan.map_err(|e| e.to_string()),
-        None => Err(format!(
-            "{}: no device with allocations to calibrate by",
-            path.display()
-        )),
+        Some((_, plan)) => Ok(plan?),
+        None => Err(CommandError::unusable(name, Unusable::NothingToCalibrateBy)),
     }
 }
 

@@ -45,10 +45,13 @@ pub struct UploadArgs {
 const BOUNDARY: &str = "memlens-upload-5b1f3c9e";
 
 /// The multipart body over the files, as one reader that opens each file when it gets there.
-fn multipart(files: &[PathBuf]) -> Result<Box<dyn Read + Send>, String> {
+fn multipart(files: &[PathBuf]) -> Result<Box<dyn Read + Send>, UploadError> {
     let mut body: Box<dyn Read + Send> = Box::new(std::io::empty());
     for path in files {
-        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = std::fs::File::open(path).map_err(|error| UploadError::File {
+            path: path.clone(),
+            error,
+        })?;
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -68,10 +71,27 @@ fn multipart(files: &[PathBuf]) -> Result<Box<dyn Read + Send>, String> {
     ))))
 }
 
+/// Why an upload failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("{}: {error}", path.display())]
+    File { path: PathBuf, error: std::io::Error },
+    #[error("the upload's query: {0}")]
+    Query(#[from] serde_urlencoded::ser::Error),
+    #[error("cannot reach {url}: {error}")]
+    Unreachable { url: String, error: Box<ureq::Error> },
+    #[error("reading the answer of {url}: {error}")]
+    Reading { url: String, error: std::io::Error },
+    #[error("unexpected answer from {url}: {error}")]
+    Unexpected { url: String, error: serde_json::Error },
+    #[error("{url} answered {code}: {why}")]
+    Refused { url: String, code: u16, why: String },
+}
+
 /// What went wrong with one attempt: worth another try, or final.
 enum Failure {
-    Retry(String, Option<Duration>),
-    Final(String),
+    Retry(UploadError, Option<Duration>),
+    Final(UploadError),
 }
 
 fn attempt(args: &UploadArgs, url: &str) -> Result<Created, Failure> {
@@ -87,11 +107,13 @@ fn attempt(args: &UploadArgs, url: &str) -> Result<Created, Failure> {
     let body = multipart(&args.files).map_err(Failure::Final)?;
     match req.send(body) {
         Ok(resp) => {
-            let text = resp
-                .into_string()
-                .map_err(|e| Failure::Retry(format!("reading the answer of {url}: {e}"), None))?;
+            let url = url.to_owned();
+            let text = match resp.into_string() {
+                Ok(text) => text,
+                Err(error) => return Err(Failure::Retry(UploadError::Reading { url, error }, None)),
+            };
             serde_json::from_str::<Created>(&text)
-                .map_err(|e| Failure::Final(format!("unexpected answer from {url}: {e}")))
+                .map_err(|error| Failure::Final(UploadError::Unexpected { url, error }))
         }
         Err(ureq::Error::Status(code, resp)) => {
             let retry_after = resp
@@ -102,19 +124,29 @@ fn attempt(args: &UploadArgs, url: &str) -> Result<Created, Failure> {
             let why = serde_json::from_str::<memlens_api::ErrorBody>(&text)
                 .map(|e| e.error)
                 .unwrap_or(text);
-            let msg = format!("{url} answered {code}: {why}");
+            let refused = UploadError::Refused {
+                url: url.to_owned(),
+                code,
+                why,
+            };
             if code == 429 || code >= 500 {
-                Err(Failure::Retry(msg, retry_after))
+                Err(Failure::Retry(refused, retry_after))
             } else {
-                Err(Failure::Final(msg))
+                Err(Failure::Final(refused))
             }
         }
-        Err(e) => Err(Failure::Retry(format!("cannot reach {url}: {e}"), None)),
+        Err(error) => Err(Failure::Retry(
+            UploadError::Unreachable {
+                url: url.to_owned(),
+                error: Box::new(error),
+            },
+            None,
+        )),
     }
 }
 
 /// Uploads and returns the server's answer, its links made absolute.
-pub fn send(args: &UploadArgs) -> Result<Created, String> {
+pub fn send(args: &UploadArgs) -> Result<Created, UploadError> {
     let server = args.server.trim_end_matches('/');
     let mut query: Vec<(&str, String)> = Vec::new();
     for (k, v) in [
@@ -130,14 +162,15 @@ pub fn send(args: &UploadArgs) -> Result<Created, String> {
     if let Some(d) = args.expires_in_days {
         query.push(("expires_in_days", d.to_string()));
     }
-    let qs = serde_urlencoded::to_string(&query).map_err(|e| e.to_string())?;
+    let qs = serde_urlencoded::to_string(&query)?;
     let url = if qs.is_empty() {
         format!("{server}/api/reports")
     } else {
         format!("{server}/api/reports?{qs}")
     };
     let mut wait = Duration::from_millis(500);
-    for n in 1..=args.attempts.max(1) {
+    let mut n = 1;
+    loop {
         match attempt(args, &url) {
             Ok(c) => {
                 return Ok(Created {
@@ -152,11 +185,11 @@ pub fn send(args: &UploadArgs) -> Result<Created, String> {
                 eprintln!("memlens: {m}; retrying in {} s", pause.as_secs_f64());
                 std::thread::sleep(pause);
                 wait *= 2;
+                n += 1;
             }
             Err(Failure::Retry(m, _)) => return Err(m),
         }
     }
-    Err("no attempt made".into())
 }
 
 pub fn upload(args: UploadArgs) -> ExitCode {

@@ -10,6 +10,7 @@ use memlens_api::{WhatIfOutput, WhatIfParams};
 use memlens_core::analysis::whatif::what_if_file;
 use memlens_core::pipeline::{self, Input, KeepFrames};
 
+use super::error::CommandError;
 use super::render::{gib, print_json};
 
 #[derive(Args)]
@@ -34,12 +35,12 @@ pub struct WhatIfArgs {
 }
 
 /// The scenario from `--set` pairs (the same keys and values as the HTTP query).
-fn scenario(args: &WhatIfArgs) -> Result<WhatIfParams, String> {
+fn scenario(args: &WhatIfArgs) -> Result<WhatIfParams, CommandError> {
     let mut pairs: Vec<(String, String)> = Vec::new();
     for s in &args.set {
         let (k, v) = s
             .split_once('=')
-            .ok_or_else(|| format!("--set {s}: expected key=value"))?;
+            .ok_or_else(|| CommandError::flag(format!("--set {s}"), "expected key=value"))?;
         pairs.push((k.trim().to_owned(), v.trim().to_owned()));
     }
     if let Some(b) = args.batch_size {
@@ -50,29 +51,33 @@ fn scenario(args: &WhatIfArgs) -> Result<WhatIfParams, String> {
 
 /// The scenario `key=value` pairs name (the keys of `WhatIfParams`); the error names the
 /// setting at fault.
-pub fn scenario_of(pairs: &[(String, String)]) -> Result<WhatIfParams, String> {
-    let parse = |pairs: &[(String, String)]| -> Result<WhatIfParams, String> {
-        let query = serde_urlencoded::to_string(pairs).map_err(|e| e.to_string())?;
-        serde_urlencoded::from_str(&query).map_err(|e| e.to_string())
+pub fn scenario_of(pairs: &[(String, String)]) -> Result<WhatIfParams, CommandError> {
+    let parse = |pairs: &[(String, String)]| -> Result<WhatIfParams, serde::de::value::Error> {
+        let query = serde_urlencoded::to_string(pairs).map_err(serde::de::Error::custom)?;
+        serde_urlencoded::from_str(&query)
     };
     parse(pairs).map_err(|e| {
         // Name the setting at fault: the parser's message does not.
         match pairs.iter().find(|p| parse(std::slice::from_ref(*p)).is_err()) {
-            Some((k, v)) => format!("--set {k}={v}: {e}"),
-            None => format!("--set: {e}"),
+            Some((k, v)) => CommandError::flag(format!("--set {k}={v}"), e),
+            None => CommandError::flag("--set", e),
         }
     })
 }
 
 /// The prediction for `files` (a run's snapshots, and NVML logs of it) under scenario `s`.
-pub fn predict(files: &[PathBuf], s: &WhatIfParams, category_rules: Option<&Path>) -> Result<WhatIfOutput, String> {
-    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules).map_err(|e| e.to_string())?;
+pub fn predict(
+    files: &[PathBuf],
+    s: &WhatIfParams,
+    category_rules: Option<&Path>,
+) -> Result<WhatIfOutput, CommandError> {
+    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules)?;
     let mut sink = KeepFrames::default();
     let inputs = files.iter().map(|p| Input::path(p)).collect();
-    let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink).map_err(|e| e.to_string())?;
+    let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink)?;
     let mut predicted = Vec::new();
     for (f, frames) in out.files.iter().zip(&sink.files) {
-        predicted.push(what_if_file(f, frames, &out.gpu_logs, s).map_err(|e| format!("{}: {e}", f.file))?);
+        predicted.push(what_if_file(f, frames, &out.gpu_logs, s).map_err(|e| CommandError::analysis(&f.file, e))?);
     }
     Ok(WhatIfOutput { files: predicted })
 }

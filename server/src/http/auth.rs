@@ -45,6 +45,14 @@ pub enum Refusal {
     TooManyAtOnce(usize),
 }
 
+/// The upload tokens file given at start cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("upload tokens file {}: {error}", path.display())]
+pub struct TokensFileError {
+    pub path: PathBuf,
+    pub error: std::io::Error,
+}
+
 fn parse_tokens(text: &str) -> Vec<String> {
     text.lines()
         .map(str::trim)
@@ -56,7 +64,7 @@ fn parse_tokens(text: &str) -> Vec<String> {
 impl UploadAuth {
     /// Tokens given on the command line (empty strings ignored) and an optional tokens file (one
     /// per line, `#` comments). Neither: uploads are open.
-    pub fn new(fixed: Vec<String>, file: Option<PathBuf>) -> Result<UploadAuth, String> {
+    pub fn new(fixed: Vec<String>, file: Option<PathBuf>) -> Result<UploadAuth, TokensFileError> {
         let auth = UploadAuth {
             fixed: fixed
                 .into_iter()
@@ -67,7 +75,7 @@ impl UploadAuth {
             from_file: Mutex::new((None, Vec::new())),
         };
         if let Some(f) = &auth.file {
-            std::fs::read_to_string(f).map_err(|e| format!("upload tokens file {}: {e}", f.display()))?;
+            std::fs::read_to_string(f).map_err(|error| TokensFileError { path: f.clone(), error })?;
         }
         auth.refresh();
         Ok(auth)

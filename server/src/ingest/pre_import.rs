@@ -34,11 +34,20 @@ pub struct UploadFeed {
     changed: Condvar,
 }
 
+/// Why an upload's import stopped before the upload's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UploadCut {
+    #[error("the upload did not complete")]
+    Incomplete,
+    #[error("the upload's import was abandoned")]
+    Abandoned,
+}
+
 #[derive(Default)]
 struct FeedState {
     written: u64,
     /// `Some(Ok)`: complete at `written` bytes; `Some(Err)`: the upload failed.
-    end: Option<Result<(), String>>,
+    end: Option<Result<(), UploadCut>>,
     /// Its import was forgotten ([`PreImports::forget`]): nothing more is read, even of a
     /// complete upload.
     stopped: bool,
@@ -54,7 +63,7 @@ impl UploadFeed {
     }
 
     /// The upload ended: complete (`Ok`) or not. Only the first end counts.
-    pub fn end(&self, outcome: Result<(), String>) {
+    pub fn end(&self, outcome: Result<(), UploadCut>) {
         if let Ok(mut s) = self.state.lock() {
             if s.end.is_none() {
                 s.end = Some(outcome);
@@ -74,16 +83,16 @@ impl UploadFeed {
 
     /// Waits until more than `pos` bytes are written or the upload ended; returns how many are
     /// written and the end, if any (a failure once the feed is stopped).
-    fn wait_past(&self, pos: u64) -> std::io::Result<(u64, Option<Result<(), String>>)> {
+    fn wait_past(&self, pos: u64) -> std::io::Result<(u64, Option<Result<(), UploadCut>>)> {
         let poisoned = |_| std::io::Error::other("upload feed poisoned");
         let mut s = self.state.lock().map_err(poisoned)?;
         while s.written <= pos && s.end.is_none() && !s.stopped {
             s = self.changed.wait(s).map_err(poisoned)?;
         }
         if s.stopped {
-            return Ok((s.written, Some(Err("the upload's import was abandoned".into()))));
+            return Ok((s.written, Some(Err(UploadCut::Abandoned))));
         }
-        Ok((s.written, s.end.clone()))
+        Ok((s.written, s.end))
     }
 }
 
@@ -111,7 +120,7 @@ impl FeedGuard {
 impl Drop for FeedGuard {
     fn drop(&mut self) {
         if !self.done {
-            self.feed.end(Err("the upload did not complete".into()));
+            self.feed.end(Err(UploadCut::Incomplete));
         }
     }
 }

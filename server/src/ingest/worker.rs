@@ -12,6 +12,7 @@ use clap::Args;
 
 use crate::ingest::{Ingest, JobOutcome};
 use crate::metrics::Metrics;
+use crate::process::StartupError;
 use crate::storage::store::{JobQueue, ReportId, ReportState, StoreArgs, MAX_ATTEMPTS};
 
 #[derive(Args, Debug, Clone)]
@@ -34,17 +35,12 @@ pub fn worker(args: WorkerArgs) -> std::process::ExitCode {
     crate::process::run_process(run(args))
 }
 
-async fn run(args: WorkerArgs) -> Result<(), String> {
+async fn run(args: WorkerArgs) -> Result<(), StartupError> {
     let store = args.store.open().await?;
     if store.jobs().is_none() {
-        return Err(
-            "`memlens worker` needs a shared store: set --database-url and --s3-url \
-                    (a server on the embedded store processes its own uploads)"
-                .into(),
-        );
+        return Err(StartupError::WorkerNeedsSharedStore);
     }
-    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())
-        .map_err(|e| e.to_string())?;
+    let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
     // No HTTP here, so no cache of loaded files to fill.
     let ingest = Ingest::new(store.clone(), args.workers, Arc::new(Metrics::default()), rules, None);
     let stop = Arc::new(AtomicBool::new(false));

@@ -78,9 +78,10 @@ impl LineReader {
     }
 }
 
-pub fn line_error(line: usize, message: impl Into<String>) -> ImportError {
+/// The error naming line `line` and what is wrong with it.
+pub fn line_error(line: usize, message: impl std::fmt::Display) -> ImportError {
     ImportError::Line {
         line,
-        message: message.into(),
+        message: message.to_string(),
     }
 }

@@ -8,6 +8,7 @@
 //! `[Not Supported]`). Column sets differ between driver versions and loggers, so columns are
 //! always mapped by their header names.
 
+pub use super::line_problem::{Field, LineProblem};
 pub use super::lines::{line_error, LineReader};
 
 use crate::samples::{civil_to_us, SampleClock};
@@ -162,12 +163,15 @@ pub fn split_quantity(s: &str) -> Option<(f64, Option<&str>)> {
 }
 
 /// A memory quantity in bytes: the value's own unit, else `default_unit` (from the header).
-pub fn parse_memory(s: &str, default_unit: f64) -> Result<Option<i64>, String> {
+pub fn parse_memory(s: &str, default_unit: f64) -> Result<Option<i64>, LineProblem> {
     let Some((value, unit)) = split_quantity(s) else {
         return Ok(None);
     };
     let scale = match unit {
-        Some(u) => memory_unit(u).ok_or_else(|| format!("unknown memory unit `{u}` in `{}`", s.trim()))?,
+        Some(u) => memory_unit(u).ok_or_else(|| LineProblem::MemoryUnit {
+            unit: u.to_owned(),
+            text: s.trim().to_owned(),
+        })?,
         None => default_unit,
     };
     Ok(Some((value * scale).round() as i64))

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::importers::common::nsys::{lower_driver_allocations, Row, NSYS_NOTE};
 use crate::error::ImportError;
+use crate::importers::common::line_problem::LineProblem;
 use crate::importers::common::lines::{line_error, LineReader};
 use crate::importers::{ImportOptions, Parsed, Importer};
 use memlens_api::Format;
@@ -72,9 +73,9 @@ fn mem_kind(v: Option<&Value>) -> i64 {
     }
 }
 
-fn memory_row(e: &Map<String, Value>) -> Result<(Row, Option<i64>), String> {
-    let start_ns = int(e.get("startNs")).ok_or("a memory event without `startNs`")?;
-    let address = int(e.get("address")).ok_or("a memory event without `address`")?;
+fn memory_row(e: &Map<String, Value>) -> Result<(Row, Option<i64>), LineProblem> {
+    let start_ns = int(e.get("startNs")).ok_or(LineProblem::EventWithout("startNs"))?;
+    let address = int(e.get("address")).ok_or(LineProblem::EventWithout("address"))?;
     let free = match e.get("type") {
         Some(Value::String(t)) => t.to_ascii_lowercase().contains("dealloc"),
         other => int(other).is_some_and(|t| t != 0),
@@ -118,10 +119,10 @@ pub fn read_nsys_json(source: Source) -> Result<crate::tables::SnapshotColumns, 
                 skipped += 1;
                 continue;
             }
-            Err(e) => return Err(line_error(number, format!("not JSON: {e}"))),
+            Err(e) => return Err(line_error(number, LineProblem::not_json(e))),
         };
         let Value::Object(o) = value else {
-            return Err(line_error(number, "not a JSON object"));
+            return Err(line_error(number, LineProblem::NotAnObject));
         };
         if let Some(Value::Object(e)) = o.get("CudaMemoryUsageEvent") {
             rows.push(memory_row(e).map_err(|m| line_error(number, m))?);

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 
 use crate::importers::common::nvml::{
-    is_missing, line_error, memory_unit, parse_memory, parse_percent, parse_timestamp, LineReader,
+    is_missing, line_error, memory_unit, Field, LineProblem, parse_memory, parse_percent, parse_timestamp, LineReader,
 };
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Parsed, Importer};
@@ -111,7 +111,10 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleLog, ImportError> {
         }
         let fields: Vec<String> = text.split(',').map(|f| f.trim().to_owned()).collect();
         if fields.len() != header.len() {
-            let message = format!("{} fields, but the header has {}", fields.len(), header.len());
+            let message = LineProblem::FieldCount {
+                got: fields.len(),
+                expected: header.len(),
+            };
             if line.terminated {
                 return Err(line_error(line.number, message));
             }
@@ -150,9 +153,9 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleLog, ImportError> {
         terminated,
     } in &records
     {
-        let parsed = (|| -> Result<(Sample, GpuInfo), String> {
+        let parsed = (|| -> Result<(Sample, GpuInfo), LineProblem> {
             let (time_us, c) = parse_timestamp(&fields[time_col])
-                .ok_or_else(|| format!("unreadable timestamp `{}`", fields[time_col]))?;
+                .ok_or_else(|| LineProblem::unreadable(Field::Timestamp, &fields[time_col]))?;
             clock = c;
             let bus = bus_col.map(|c| fields[c].clone()).filter(|b| !is_missing(b));
             let gpu = match identity {
@@ -171,7 +174,7 @@ pub fn read_smi_csv(source: Source) -> Result<GpuSampleLog, ImportError> {
                     position
                 }
             };
-            let mem = |c: Option<usize>| -> Result<Option<i64>, String> {
+            let mem = |c: Option<usize>| -> Result<Option<i64>, LineProblem> {
                 match c {
                     Some(c) => parse_memory(&fields[c], unit_of(c)),
                     None => Ok(None),
@@ -323,16 +326,19 @@ fn read_apps(mut lines: LineReader, header_text: &str, c: AppsColumns) -> Result
             continue;
         }
         let fields: Vec<&str> = text.split(',').map(str::trim).collect();
-        let parsed = (|| -> Result<ProcessSample, String> {
+        let parsed = (|| -> Result<ProcessSample, LineProblem> {
             if fields.len() != c.fields {
-                return Err(format!("{} fields, but the header has {}", fields.len(), c.fields));
+                return Err(LineProblem::FieldCount {
+                    got: fields.len(),
+                    expected: c.fields,
+                });
             }
-            let (time_us, k) =
-                parse_timestamp(fields[c.time]).ok_or_else(|| format!("unreadable timestamp `{}`", fields[c.time]))?;
+            let (time_us, k) = parse_timestamp(fields[c.time])
+                .ok_or_else(|| LineProblem::unreadable(Field::Timestamp, fields[c.time]))?;
             clock = k;
             let pid = fields[c.pid]
                 .parse::<i64>()
-                .map_err(|_| format!("unreadable pid `{}`", fields[c.pid]))?;
+                .map_err(|_| LineProblem::unreadable(Field::Pid, fields[c.pid]))?;
             let text_of = |col: Option<usize>| {
                 col.map(|i| fields[i])
                     .filter(|v| !is_missing(v))

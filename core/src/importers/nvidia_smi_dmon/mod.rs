@@ -5,7 +5,9 @@
 //! `fb` (frame buffer used, MB = MiB) becomes `used_bytes`, `sm` the utilisation. Missing
 //! metrics read `-`. Timestamps need `-o DT` (date and time; local time without zone).
 
-use crate::importers::common::nvml::{dmon_date_time_us, line_error, parse_memory, parse_percent, LineReader};
+use crate::importers::common::nvml::{
+    dmon_date_time_us, line_error, parse_memory, parse_percent, Field, LineProblem, LineReader,
+};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Parsed, Importer};
 use crate::samples::{GpuInfo, GpuSampleLog, Sample, SampleClock, SampleRows, UsedMeaning};
@@ -74,15 +76,19 @@ pub fn read_dmon(source: Source) -> Result<GpuSampleLog, ImportError> {
         };
         let fields: Vec<&str> = text.split_whitespace().collect();
         let (date, time, gpu_col, fb, sm) = cols;
-        let parsed = (|| -> Result<Sample, String> {
+        let parsed = (|| -> Result<Sample, LineProblem> {
             if fields.len() != n.len() {
-                return Err(format!("{} columns, but the header has {}", fields.len(), n.len()));
+                return Err(LineProblem::ColumnCount {
+                    got: fields.len(),
+                    expected: n.len(),
+                });
             }
-            let time_us = dmon_date_time_us(fields[date], fields[time])
-                .ok_or_else(|| format!("unreadable date and time `{} {}`", fields[date], fields[time]))?;
+            let time_us = dmon_date_time_us(fields[date], fields[time]).ok_or_else(|| {
+                LineProblem::unreadable(Field::DateAndTime, format!("{} {}", fields[date], fields[time]))
+            })?;
             let gpu = fields[gpu_col]
                 .parse::<i32>()
-                .map_err(|_| format!("unreadable GPU index `{}`", fields[gpu_col]))?;
+                .map_err(|_| LineProblem::unreadable(Field::GpuIndex, fields[gpu_col]))?;
             Ok(Sample {
                 time_us,
                 gpu,

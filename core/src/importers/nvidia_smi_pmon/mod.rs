@@ -8,7 +8,9 @@
 //! log has no whole-GPU numbers, so it adds processes to a report, not a GPU series.
 
 use crate::error::ImportError;
-use crate::importers::common::nvml::{dmon_date_time_us, is_missing, line_error, parse_memory, LineReader};
+use crate::importers::common::nvml::{
+    dmon_date_time_us, is_missing, line_error, parse_memory, Field, LineProblem, LineReader,
+};
 use crate::importers::{ImportOptions, Parsed, Importer};
 use crate::samples::{GpuSampleLog, ProcessSample, SampleClock, SampleRows, UsedMeaning};
 use crate::source::{leading_text, Source};
@@ -68,10 +70,13 @@ fn columns(header: &str, number: usize) -> Result<Columns, ImportError> {
 }
 
 /// One data line: `None` for a GPU's "no process" line (`-` as pid).
-fn sample(fields: &[&str], c: &Columns) -> Result<Option<ProcessSample>, String> {
+fn sample(fields: &[&str], c: &Columns) -> Result<Option<ProcessSample>, LineProblem> {
     // The command may be missing (a process that exited) but nothing else.
     if fields.len() < c.count - usize::from(c.command.is_some()) {
-        return Err(format!("{} columns, but the header has {}", fields.len(), c.count));
+        return Err(LineProblem::ColumnCount {
+            got: fields.len(),
+            expected: c.count,
+        });
     }
     // Checked one by one: the header decides where each column is, and a short line may lack
     // any of them (not only a trailing command).
@@ -79,21 +84,26 @@ fn sample(fields: &[&str], c: &Columns) -> Result<Option<ProcessSample>, String>
         fields
             .get(i)
             .copied()
-            .ok_or_else(|| format!("{} columns, no `{name}` (column {} of the header)", fields.len(), i + 1))
+            .ok_or_else(|| LineProblem::MissingColumn {
+                got: fields.len(),
+                name: name.to_owned(),
+                column: i + 1,
+            })
     };
     let pid_text = field(c.pid, "pid")?;
     if is_missing(pid_text) || pid_text == "-" {
         return Ok(None);
     }
     let (date, time) = (field(c.date, "Date")?, field(c.time, "Time")?);
-    let time_us = dmon_date_time_us(date, time).ok_or_else(|| format!("unreadable date and time `{date} {time}`"))?;
+    let time_us = dmon_date_time_us(date, time)
+        .ok_or_else(|| LineProblem::unreadable(Field::DateAndTime, format!("{date} {time}")))?;
     let gpu_text = field(c.gpu, "gpu")?;
     let gpu = gpu_text
         .parse::<i32>()
-        .map_err(|_| format!("unreadable GPU index `{gpu_text}`"))?;
+        .map_err(|_| LineProblem::unreadable(Field::GpuIndex, gpu_text))?;
     let pid = pid_text
         .parse::<i64>()
-        .map_err(|_| format!("unreadable pid `{pid_text}`"))?;
+        .map_err(|_| LineProblem::unreadable(Field::Pid, pid_text))?;
     Ok(Some(ProcessSample {
         time_us,
         gpu: Some(gpu),

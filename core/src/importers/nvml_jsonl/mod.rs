@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::importers::common::nvml::{line_error, parse_timestamp, LineReader};
+use crate::importers::common::nvml::{line_error, parse_timestamp, Field, LineProblem, LineReader};
 use crate::error::ImportError;
 use crate::importers::{ImportOptions, Parsed, Importer};
 use crate::samples::{GpuInfo, GpuSampleLog, ProcessSample, Sample, SampleClock, SampleRows, UsedMeaning};
@@ -75,19 +75,25 @@ struct RawSample {
     processes: Vec<(i64, Option<f64>, Option<String>)>,
 }
 
-fn read_object(o: &Map<String, Value>, clock: &mut Option<SampleClock>) -> Result<RawSample, String> {
-    let t = first(o, TIME_KEYS).ok_or("no timestamp (expected a `timestamp` key)")?;
+fn read_object(o: &Map<String, Value>, clock: &mut Option<SampleClock>) -> Result<RawSample, LineProblem> {
+    let t = first(o, TIME_KEYS).ok_or(LineProblem::NoTimestamp)?;
     let (time_us, c) = match t {
         Value::Number(n) => n.as_f64().and_then(|x| parse_timestamp(&x.to_string())),
         Value::String(s) => parse_timestamp(s),
         _ => None,
     }
-    .ok_or_else(|| format!("unreadable timestamp {t}"))?;
+    .ok_or_else(|| LineProblem::UnreadableValue {
+        field: Field::Timestamp,
+        value: t.to_string(),
+    })?;
     *clock = Some(c);
     let gpu = match first(o, GPU_KEYS) {
         Some(v) => number(v)
             .filter(|g| g.fract() == 0.0 && (0.0..65_536.0).contains(g))
-            .ok_or_else(|| format!("unreadable GPU index {v}"))? as i32,
+            .ok_or_else(|| LineProblem::UnreadableValue {
+                field: Field::GpuIndex,
+                value: v.to_string(),
+            })? as i32,
         None => 0,
     };
     let get = |keys: &[&str]| first(o, keys).and_then(number);
@@ -117,7 +123,7 @@ fn read_object(o: &Map<String, Value>, clock: &mut Option<SampleClock>) -> Resul
         },
     };
     if s.used.is_none() && s.total.is_none() {
-        return Err("no memory values (expected `memory_used` / `memory_total`)".into());
+        return Err(LineProblem::NoMemoryValues);
     }
     Ok(s)
 }
@@ -156,10 +162,10 @@ pub fn read_nvml_jsonl(source: Source) -> Result<GpuSampleLog, ImportError> {
             continue;
         }
         let parsed = serde_json::from_str::<Value>(text)
-            .map_err(|e| format!("not JSON: {e}"))
+            .map_err(LineProblem::not_json)
             .and_then(|v| match v {
                 Value::Object(o) => read_object(&o, &mut clock).map(|s| (o, s)),
-                _ => Err("not a JSON object".into()),
+                _ => Err(LineProblem::NotAnObject),
             });
         match parsed {
             Ok((o, s)) => {

@@ -14,6 +14,8 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
+
+use crate::process::StartupError;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
 #[derive(clap::Args)]
@@ -72,23 +74,23 @@ impl ServerHandler for Memlens {
         let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let answer = tokio::task::spawn_blocking(move || tools::call(&name, arguments))
             .await
-            .unwrap_or_else(|e| Err(format!("the tool failed: {e}")));
+            .unwrap_or_else(|e| Err(tools::ToolError::Failed(e)));
         Ok(match answer {
             Ok((text, json)) => {
                 CallToolResult::success(vec![ContentBlock::text(text), ContentBlock::text(json.to_string())])
             }
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(e)]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
         .into())
     }
 }
 
 /// Serves the tools on stdin/stdout until the client goes.
-pub async fn serve_stdio() -> Result<(), String> {
+pub async fn serve_stdio() -> Result<(), StartupError> {
     let running = Memlens::new()
         .serve(rmcp::transport::stdio())
         .await
-        .map_err(|e| format!("MCP: {e}"))?;
-    running.waiting().await.map_err(|e| format!("MCP: {e}"))?;
+        .map_err(|e| StartupError::Mcp(e.to_string()))?;
+    running.waiting().await.map_err(|e| StartupError::Mcp(e.to_string()))?;
     Ok(())
 }

@@ -11,11 +11,42 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::bound::{bounded_json, MAX_ANSWER_BYTES};
-use crate::cli::check::{run_check, CheckArgs, OutputFormat};
+use crate::cli::check::{run_check, CheckArgs, OutputFormat, SideError};
+use crate::cli::error::CommandError;
 use crate::cli::render::{gib, render_gpu_log_text, render_run_text, render_text};
+use memlens_core::analysis::check::ThresholdError;
+use memlens_core::pipeline::{run, Input, NoSink};
 
 /// What a tool answers: its text summary and its JSON, or why it could not.
-pub type Answer = Result<(String, Value), String>;
+pub type Answer = Result<(String, Value), ToolError>;
+
+/// Why a tool could not answer: told to the client as the tool's error, naming the file or
+/// argument at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("no tool {0:?}")]
+    NoTool(String),
+    #[error("arguments: {0}")]
+    Arguments(serde_json::Error),
+    /// An argument missing or of the wrong kind (said in full).
+    #[error("{0}")]
+    Argument(&'static str),
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    #[error(transparent)]
+    Check(#[from] SideError),
+    #[error(transparent)]
+    Threshold(#[from] ThresholdError),
+    #[error("the pasted text could not be kept for reading: {0}")]
+    Scratch(std::io::Error),
+    #[error("the answer: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the answer does not fit")]
+    TooLarge,
+    /// The tool's thread panicked or was cancelled.
+    #[error("the tool failed: {0}")]
+    Failed(tokio::task::JoinError),
+}
 
 /// The tools as listed to a client: name, description (written for a model) and input schema.
 pub fn catalogue() -> Vec<(&'static str, &'static str, Value)> {
@@ -109,12 +140,12 @@ pub fn call(name: &str, arguments: Value) -> Answer {
         "plan" => plan(arguments),
         "check" => check(parse(arguments)?),
         "open_report" => open_report(parse(arguments)?),
-        other => Err(format!("no tool {other:?}")),
+        other => Err(ToolError::NoTool(other.to_owned())),
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, String> {
-    serde_json::from_value(arguments).map_err(|e| format!("arguments: {e}"))
+fn parse<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ToolError> {
+    serde_json::from_value(arguments).map_err(ToolError::Arguments)
 }
 
 fn default_max_list() -> usize {
@@ -122,10 +153,10 @@ fn default_max_list() -> usize {
 }
 
 /// `value` within the answer's budget, its lists cut to `max_list`.
-fn bounded(value: &impl serde::Serialize, max_list: usize) -> Result<Value, String> {
-    let v = serde_json::to_value(value).map_err(|e| e.to_string())?;
-    let text = bounded_json(&v, max_list, MAX_ANSWER_BYTES - 4096).ok_or("the answer does not fit")?;
-    serde_json::from_str(&text).map_err(|e| e.to_string())
+fn bounded(value: &impl serde::Serialize, max_list: usize) -> Result<Value, ToolError> {
+    let v = serde_json::to_value(value)?;
+    let text = bounded_json(&v, max_list, MAX_ANSWER_BYTES - 4096).ok_or(ToolError::TooLarge)?;
+    Ok(serde_json::from_str(&text)?)
 }
 
 /// The text summary of a report: each file's verdict and numbers, the run, the logs.
@@ -156,7 +187,7 @@ struct AnalyzeFiles {
 
 fn analyze_files(a: AnalyzeFiles) -> Answer {
     if a.paths.is_empty() {
-        return Err("paths: give at least one file".into());
+        return Err(ToolError::Argument("paths: give at least one file"));
     }
     let out = crate::cli::analyze::analyze_files(&a.paths, None)?;
     Ok((summary_text(&out), bounded(&out, a.max_list)?))
@@ -170,11 +201,13 @@ struct ExplainOom {
 }
 
 fn explain_oom(a: ExplainOom) -> Answer {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = tempfile::tempdir().map_err(ToolError::Scratch)?;
     let path = dir.path().join("pasted.txt");
-    std::fs::write(&path, a.text.as_bytes()).map_err(|e| e.to_string())?;
-    let out = crate::cli::analyze::analyze_files(std::slice::from_ref(&path), None)
-        .map_err(|e| e.replace(&path.display().to_string(), "the pasted text"))?;
+    std::fs::write(&path, a.text.as_bytes()).map_err(ToolError::Scratch)?;
+    // Reported under what it is, not the scratch file it was read from.
+    let mut input = Input::path(&path);
+    input.name = "the pasted text".into();
+    let out = run(vec![input], Default::default(), &mut NoSink).map_err(CommandError::from)?;
     Ok((summary_text(&out), bounded(&out, a.max_list)?))
 }
 
@@ -190,7 +223,7 @@ struct CompareRuns {
 
 fn compare_runs(a: CompareRuns) -> Answer {
     let c = crate::cli::diff::compare_files((&a.a, a.device_a), (&a.b, a.device_b), None)?;
-    let mut v = serde_json::to_value(&c).map_err(|e| e.to_string())?;
+    let mut v = serde_json::to_value(&c)?;
     // Both lines bucketed for drawing: no use to a model, and most of the bytes.
     if let Some(o) = v.as_object_mut() {
         o.remove("timeline");
@@ -205,17 +238,20 @@ fn compare_runs(a: CompareRuns) -> Answer {
 /// `plan`: the arguments are the plan's settings, with the config and the calibrating run as paths.
 fn plan(arguments: Value) -> Answer {
     let Value::Object(mut args) = arguments else {
-        return Err("arguments: expected an object".into());
+        return Err(ToolError::Argument("arguments: expected an object"));
     };
     if let Some(path) = args.remove("config_path") {
-        let path = path.as_str().ok_or("config_path: expected a path")?.to_owned();
+        let path = path
+            .as_str()
+            .ok_or(ToolError::Argument("config_path: expected a path"))?
+            .to_owned();
         let text = crate::cli::plan::read_config(std::path::Path::new(&path))?;
         args.insert("config".into(), Value::String(text));
     }
     let q: memlens_api::PlanParams = parse(Value::Object(args))?;
     let calibrate = q.calibrate.as_ref().map(PathBuf::from);
     let p = crate::cli::plan::make_plan(&q, calibrate.as_ref())?;
-    let v = serde_json::to_value(&p).map_err(|e| e.to_string())?;
+    let v = serde_json::to_value(&p)?;
     Ok((crate::cli::plan::render_plan(&p), v))
 }
 
@@ -242,7 +278,14 @@ fn what_if(a: WhatIf) -> Answer {
     if let Some(b) = a.run_batch_size {
         pairs.push(("run_batch_size".into(), b.to_string()));
     }
-    let scenario = crate::cli::whatif::scenario_of(&pairs).map_err(|e| e.replace("--set ", "set."))?;
+    let scenario = crate::cli::whatif::scenario_of(&pairs).map_err(|e| match e {
+        // The setting at fault as this tool takes it.
+        CommandError::Flag { flag, problem } => CommandError::Flag {
+            flag: flag.replace("--set ", "set."),
+            problem,
+        },
+        other => other,
+    })?;
     let out = crate::cli::whatif::predict(std::slice::from_ref(&a.path), &scenario, None)?;
     let mut text = String::new();
     for f in &out.files {
@@ -282,18 +325,18 @@ struct CheckLimits {
 fn check(a: Check) -> Answer {
     use memlens_core::analysis::check::{parse_category_limit, parse_limit};
     if a.baseline.is_none() == a.baseline_job.is_none() {
-        return Err("give one of baseline and baseline_job".into());
+        return Err(ToolError::Argument("give one of baseline and baseline_job"));
     }
-    let limit = |s: &Option<String>| s.as_deref().map(parse_limit).transpose().map_err(|e| e.to_string());
+    let limit = |s: &Option<String>| s.as_deref().map(parse_limit).transpose();
     let t = a.thresholds;
     let categories = t
         .max_category_increase
         .iter()
         .map(|(c, l)| {
             let l = l.as_str().map_or_else(|| l.to_string(), str::to_owned);
-            parse_category_limit(&format!("{c}={l}")).map_err(|e| e.to_string())
+            parse_category_limit(&format!("{c}={l}"))
         })
-        .collect::<Result<Vec<CategoryLimit>, String>>()?;
+        .collect::<Result<Vec<CategoryLimit>, ThresholdError>>()?;
     let args = CheckArgs {
         new: a.new,
         baseline: a.baseline,

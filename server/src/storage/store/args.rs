@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::{LocalStore, ReportStore, S3Config, SharedStore};
+use super::{LocalStore, ReportStore, S3Config, SharedStore, StoreError};
 
 #[derive(Args, Debug, Clone)]
 pub struct StoreArgs {
@@ -43,20 +43,19 @@ impl StoreArgs {
     }
 
     /// Opens the configured store (on a blocking thread: connecting and migrating block).
-    pub async fn open(&self) -> Result<Arc<dyn ReportStore>, String> {
+    pub async fn open(&self) -> Result<Arc<dyn ReportStore>, OpenStoreError> {
         let args = self.clone();
-        tokio::task::spawn_blocking(move || args.open_blocking())
-            .await
-            .map_err(|e| format!("opening the store: {e}"))?
+        tokio::task::spawn_blocking(move || args.open_blocking()).await?
     }
 
-    fn open_blocking(&self) -> Result<Arc<dyn ReportStore>, String> {
+    fn open_blocking(&self) -> Result<Arc<dyn ReportStore>, OpenStoreError> {
         match (&self.database_url, &self.s3_url) {
-            (None, None) => {
-                Ok(Arc::new(LocalStore::open(&self.data_dir).map_err(|e| {
-                    format!("data directory {}: {e}", self.data_dir.display())
-                })?))
-            }
+            (None, None) => Ok(Arc::new(LocalStore::open(&self.data_dir).map_err(|error| {
+                OpenStoreError::DataDir {
+                    dir: self.data_dir.clone(),
+                    error,
+                }
+            })?)),
             (Some(db), Some(url)) => {
                 let s3 = S3Config {
                     url: url.clone(),
@@ -65,11 +64,26 @@ impl StoreArgs {
                     prefix: self.s3_prefix.clone(),
                 };
                 Ok(Arc::new(
-                    SharedStore::open(db, &s3, self.database_pool).map_err(|e| format!("shared store: {e}"))?,
+                    SharedStore::open(db, &s3, self.database_pool).map_err(OpenStoreError::Shared)?,
                 ))
             }
-            (Some(_), None) => Err("--database-url needs --s3-url: a shared store keeps its objects in S3".into()),
-            (None, Some(_)) => Err("--s3-url needs --database-url: a shared store keeps its index in Postgres".into()),
+            (Some(_), None) => Err(OpenStoreError::NoS3Url),
+            (None, Some(_)) => Err(OpenStoreError::NoDatabaseUrl),
         }
     }
+}
+
+/// Why the configured store did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenStoreError {
+    #[error("data directory {}: {error}", dir.display())]
+    DataDir { dir: PathBuf, error: StoreError },
+    #[error("shared store: {0}")]
+    Shared(StoreError),
+    #[error("--database-url needs --s3-url: a shared store keeps its objects in S3")]
+    NoS3Url,
+    #[error("--s3-url needs --database-url: a shared store keeps its index in Postgres")]
+    NoDatabaseUrl,
+    #[error("opening the store: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }

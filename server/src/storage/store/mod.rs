@@ -22,7 +22,7 @@ mod shared;
 use std::io::Read;
 use std::time::Duration;
 
-pub use args::StoreArgs;
+pub use args::{OpenStoreError, StoreArgs};
 pub use local::LocalStore;
 pub use memlens_api::ReportState;
 pub use objects::S3Config;
