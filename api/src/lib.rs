@@ -39,7 +39,8 @@ pub use compare::{
 
 pub use enums::{
     ActivationDtype, BlockState, Category, CategoryRule, IterationEvidence, NoStackReason, OomBackend, OomCause,
-    OomPhase, OptimizerKind, PoolKind, RemedyAction, ReportState, SampleClock, Stage, TimelineAxis, UsedMeaning,
+    OomPhase, OptimizerKind, PoolKind, RemedyAction, ReportState, SampleClock, Stage, TimelineAxis, UnknownUsedMeaning,
+    UsedMeaning,
 };
 pub use formats::{formats_markdown, formats_sentence, Format, FormatInfo, FORMATS};
 pub use params::{
