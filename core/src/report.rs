@@ -13,7 +13,7 @@ use crate::analysis::categories::{
     Placement,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
-use crate::analysis::frames::{CheckpointsFinal, FinalFrames};
+use crate::analysis::frames::{hand_segment_objects, stored_usage, HandOver, Storable};
 use crate::analysis::gpu_samples::{
     add_non_pytorch_memory, align_local_clock, shift_clock, summarize_gpu_log, time_range, ReservedSteps,
 };
@@ -64,12 +64,9 @@ pub struct DeviceAnalysis {
     pub segment_checkpoints: Option<SegmentCheckpoints>,
 }
 
-/// Told of a device's usage and lifetimes once they are final ([`Keeping::frames_final`]).
-pub type OnFramesFinal<'a> = &'a (dyn Fn(FinalFrames<'_>) + Sync);
-
-/// Told of a device's segment-map checkpoints once the replay has taken them
-/// ([`Keeping::checkpoints_final`]).
-pub type OnCheckpointsFinal<'a> = &'a (dyn Fn(CheckpointsFinal<'_>) + Sync);
+/// Where a device's stored objects go as they become final ([`Keeping::ready`]): the device,
+/// and the object.
+pub type OnReady<'a> = &'a (dyn Fn(i64, Storable<'_>) + Sync);
 
 /// What a run keeps of each device's analyses beyond its summary and frames.
 #[derive(Clone, Copy, Default)]
@@ -84,13 +81,11 @@ pub struct Keeping<'a> {
     /// The segment map's checkpoints the fragmentation replay takes (what a stored report
     /// answers segment maps from).
     pub checkpoints: bool,
-    /// Called on the device's analysis thread once its usage and lifetimes are final, while
-    /// the fragmentation replay still runs beside it ([`FinalFrames`]).
-    pub frames_final: Option<OnFramesFinal<'a>>,
-    /// Called on the device's replay thread once its checkpoints are taken (only when
-    /// `checkpoints`), while the analyses on the other thread still run
-    /// ([`CheckpointsFinal`]).
-    pub checkpoints_final: Option<OnCheckpointsFinal<'a>>,
+    /// With `frames`: handed each of the device's stored objects as it becomes final, as
+    /// `hand_over` says ([`Storable`]): its usage and lifetimes on the analysis thread, its
+    /// segment-map objects on the replay's thread.
+    pub ready: Option<OnReady<'a>>,
+    pub hand_over: HandOver,
 }
 
 /// Runs every analysis for one device.
@@ -117,8 +112,8 @@ pub fn analyze_device_keeping(
     // it finds the peak it samples on its own and needs the usage only at its end. This
     // thread finds the usage, then the rest. The pending-free stalls, which need nothing
     // else, go to whichever thread is free first: the second on the bench file, this one on
-    // a long trace whose replay outlasts the rest. A run that keeps the checkpoints is told of
-    // them on the replay's thread, while this one still runs ([`Keeping::checkpoints_final`]).
+    // a long trace whose replay outlasts the rest. A run that keeps the checkpoints is handed
+    // their objects on the replay's thread, while this one still runs ([`Keeping::ready`]).
     let usage_slot: OnceLock<Usage> = OnceLock::new();
     let stalls_taken = AtomicBool::new(false);
     let take_stalls = || !stalls_taken.swap(true, Ordering::AcqRel);
@@ -139,14 +134,14 @@ pub fn analyze_device_keeping(
             let fragmentation = fragmentation_over_time(t, ev, usage, FRAGMENTATION_SAMPLES, &exact, count);
             let stalls = take_stalls().then(|| pending_free_stalls(ev, stacks));
             let checkpoints = fragmentation.as_ref().ok().and_then(|f| f.checkpoints.as_ref());
-            if let (Some(call), Some(checkpoints)) = (keeping.checkpoints_final, checkpoints) {
-                call(CheckpointsFinal {
-                    device: ev.device,
-                    events: ev,
+            if let (Some(ready), Some(checkpoints)) = (keeping.ready, checkpoints) {
+                let others_running = || !rest.load(Ordering::Acquire);
+                hand_segment_objects(
                     checkpoints,
-                    others_running: &|| !rest.load(Ordering::Acquire),
-                    last_chance: false,
-                });
+                    ev,
+                    || keeping.hand_over.now(others_running),
+                    |object| ready(ev.device, object),
+                );
             }
             done.store(true, Ordering::Release);
             (fragmentation, stalls)
@@ -168,10 +163,11 @@ pub fn analyze_device_keeping(
         // filling a wait that is over.
         let _rest_done = SetOnDrop(rest);
         let others_running = || !done.load(Ordering::Acquire);
+        let hand_now = || keeping.hand_over.now(others_running);
         let frames = FramesOut {
             keep: keeping.frames,
             usage_now: keeping.frames && !keeping.usage_later,
-            on_final: keeping.frames_final.map(|f| (f, &others_running as &dyn Fn() -> bool)),
+            ready: keeping.ready.map(|f| (f, &hand_now as &dyn Fn() -> bool)),
         };
         analyze_device_with(t, ev, stacks, rules, usage?, frames, second)
     })
@@ -192,14 +188,14 @@ struct FramesOut<'a> {
     keep: bool,
     /// Whether the whole usage series is made here (not [`Keeping::usage_later`]).
     usage_now: bool,
-    /// Told of the usage and lifetimes once they are final, with whether the replay still
-    /// runs ([`Keeping::frames_final`]; only when `keep`).
-    on_final: Option<(OnFramesFinal<'a>, &'a dyn Fn() -> bool)>,
+    /// Handed the usage and lifetimes once they are final, each when the second says so
+    /// ([`Keeping::ready`], [`Keeping::hand_over`]; only when `keep`).
+    ready: Option<(OnReady<'a>, &'a dyn Fn() -> bool)>,
 }
 
 /// [`analyze_device`] with the usage found; `second` gives the fragmentation replay, found
 /// elsewhere, and the pending-free stalls (found here when the replay's thread has not);
-/// `frames_final` is told of the usage and lifetimes before waiting for it.
+/// the usage and lifetimes are handed over ([`FramesOut::ready`]) before waiting for it.
 fn analyze_device_with(
     t: &SnapshotTables,
     ev: &DeviceEvents,
@@ -295,16 +291,23 @@ fn analyze_device_with(
     // The whole usage series is made only for a run that keeps it, and only now: through the
     // analyses above it was not held beside the trace and the lifetimes.
     let usage_frame = frames.usage_now.then(|| usage.frame()).transpose()?;
-    if let (Some((call, others_running)), true) = (frames.on_final, frames.keep) {
-        call(FinalFrames {
-            device,
-            events: ev,
-            usage: usage_frame.as_ref(),
-            lifetimes: &lifetimes,
-            lifetime_addresses: lifetime_addresses.as_ref(),
-            others_running,
-            last_chance: false,
-        });
+    if let (Some((ready, now)), true) = (frames.ready, frames.keep) {
+        // A run that makes the usage series later has it encoded in the storing stage; one
+        // that cannot be made here is made again there, and fails there.
+        if let Some(usage) = usage_frame.as_ref().filter(|_| now()) {
+            if let Ok(stored) = stored_usage(usage.clone(), ev) {
+                ready(device, Storable::Usage(stored));
+            }
+        }
+        if now() {
+            ready(
+                device,
+                Storable::Lifetimes {
+                    lifetimes: &lifetimes,
+                    addresses: lifetime_addresses.as_ref().map(|a| (a, ev)),
+                },
+            );
+        }
     }
     let (mut frag, (stalls, pending_peak)) = second()?;
     let ooms = explain_ooms(ev, usage, &frag, &lifetimes, stacks, expandable, &no_stack, &phases)?;

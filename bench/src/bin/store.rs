@@ -14,7 +14,7 @@ use std::time::Instant;
 use memlens::storage::reportdata;
 use memlens::storage::store::{DataWriter, LocalStore, ReportId, ReportRecord, ReportState, ReportStore};
 use memlens_api::Stage;
-use memlens_core::pipeline::{self, EarlyFrames, Input, Keep, PipelineSink, SinkError, SnapshotOutput};
+use memlens_core::pipeline::{self, Input, Keep, ObjectSink, PipelineSink, SinkError, SnapshotOutput};
 
 /// Writes each analysed file as the ingest does, noting when storing begins.
 struct StoreSink<'a> {
@@ -42,9 +42,9 @@ impl PipelineSink for StoreSink<'_> {
         };
         at.get_or_insert_with(Instant::now);
     }
-    fn early_frames(&self) -> Option<&dyn EarlyFrames> {
+    fn objects(&self) -> Option<&dyn ObjectSink> {
         // `MEMLENS_BENCH_EARLY=0`: every frame encoded in the storing stage, for comparison.
-        (std::env::var("MEMLENS_BENCH_EARLY").as_deref() != Ok("0")).then_some(&self.early as &dyn EarlyFrames)
+        (std::env::var("MEMLENS_BENCH_EARLY").as_deref() != Ok("0")).then_some(&self.early as &dyn ObjectSink)
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let early = self.early.take(out.index);

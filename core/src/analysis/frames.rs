@@ -6,7 +6,9 @@ use polars::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::analysis::lifetime_addresses::LifetimeAddresses;
+use crate::analysis::segment_map::checkpoint_frame::{stored_objects, StoredObject};
 use crate::analysis::segment_map::checkpoints::SegmentCheckpoints;
+use crate::analysis::segment_map::EntryRows;
 use crate::analysis::{device_notes, DeviceEvents};
 use crate::tables::entry_steps::EntrySteps;
 use crate::tables::{Action, SnapshotTables};
@@ -82,46 +84,65 @@ pub fn stored_usage_with(mut allocated: DataFrame, time: Vec<Column>) -> PolarsR
     Ok(allocated)
 }
 
-/// A device's usage and lifetimes as soon as they are final, while the rest of its analyses
-/// (the fragmentation replay, the longest, on a thread of its own) still run: what
-/// [`crate::report::Keeping::frames_final`] is called with, so that a sink storing them can
-/// encode them in time the analysis thread would spend waiting. The same frames come again in
-/// the device's [`DeviceFrames`].
-pub struct FinalFrames<'a> {
-    pub device: i64,
-    /// The device's events: the stored usage's time axis is theirs
-    /// ([`DeviceEvents::usage_time_columns`]).
-    pub events: &'a DeviceEvents,
-    /// `allocated` after every entry, without the `time` column [`DeviceFrames::usage`] has
-    /// first; `None` when the run makes it later ([`crate::report::Keeping::usage_later`]).
-    pub usage: Option<&'a DataFrame>,
-    /// Without their address columns where `lifetime_addresses` gives them.
-    pub lifetimes: &'a DataFrame,
-    /// What gives each lifetime its address from `events` ([`DeviceFrames::lifetime_addresses`]).
-    pub lifetime_addresses: Option<&'a LifetimeAddresses>,
-    /// Whether the device's other analyses are still running (work beyond that point delays
-    /// the device's summary instead of filling a wait).
-    pub others_running: &'a dyn Fn() -> bool,
-    /// The pipeline's last call for this device, before the trace lets go of its addresses
-    /// ([`crate::pipeline::Keep::release_addresses_from`]): the last that can read them.
-    pub last_chance: bool,
+/// One of a device's stored objects, handed over as soon as it is final
+/// ([`crate::pipeline::ObjectSink`]): on the analysis thread that finished it, while the
+/// device's other analyses may still run, so that a sink storing it can encode it in time that
+/// thread would otherwise spend waiting; and once more, all that need the trace's addresses,
+/// before a large trace lets go of them ([`crate::pipeline::Keep::release_addresses_from`]).
+/// The same frames and checkpoints come again in the device's [`DeviceFrames`]: what a sink
+/// was not handed, or could not encode, it encodes from there.
+pub enum Storable<'a> {
+    /// [`DeviceFrames::usage`], time axis first.
+    Usage(DataFrame),
+    /// [`DeviceFrames::lifetimes`]; where they were built without their address columns, what
+    /// gives them from the trace ([`DeviceFrames::lifetime_addresses`] over its events).
+    Lifetimes {
+        lifetimes: &'a DataFrame,
+        addresses: Option<(&'a LifetimeAddresses, &'a DeviceEvents)>,
+    },
+    /// The segment map's stored object `window` (in cursor order: [`stored_objects`]).
+    SegmentWindow { window: usize, object: StoredObject<'a> },
 }
 
-/// A device's segment-map checkpoints as soon as the fragmentation replay has taken them, while
-/// the device's other analyses still run on the thread beside it: what
-/// [`crate::report::Keeping::checkpoints_final`] is called with, on the replay's thread, so that
-/// a sink storing them can encode them in time that thread would spend idle (on a long trace
-/// the replay ends first). The same checkpoints come again in the device's [`DeviceFrames`].
-pub struct CheckpointsFinal<'a> {
-    pub device: i64,
-    /// The device's events: each stored checkpoint holds the entries before it.
-    pub events: &'a DeviceEvents,
-    pub checkpoints: &'a SegmentCheckpoints,
-    /// Whether the device's other analyses are still running (work beyond that point delays
-    /// the device's summary instead of filling a wait).
-    pub others_running: &'a dyn Fn() -> bool,
-    /// The pipeline's last call for this device (see [`FinalFrames::last_chance`]).
-    pub last_chance: bool,
+/// When a device's objects are handed over while its analyses run ([`Storable`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HandOver {
+    /// None while the analyses run; only those that need the trace's addresses, before it
+    /// lets go of them.
+    #[default]
+    Never,
+    /// Each while the device's other analysis thread still runs: a wait filled, never the
+    /// device's summary delayed.
+    WhileOthersRun,
+    /// Each as soon as it is final.
+    Always,
+}
+
+impl HandOver {
+    /// Whether an object is handed now, the other thread running or not (`others_running`).
+    pub fn now(self, others_running: impl Fn() -> bool) -> bool {
+        match self {
+            HandOver::Never => false,
+            HandOver::WhileOthersRun => others_running(),
+            HandOver::Always => true,
+        }
+    }
+}
+
+/// Hands each of a device's segment-map objects to `ready`, in cursor order, while `more` says
+/// so.
+pub fn hand_segment_objects<'a>(
+    checkpoints: &'a SegmentCheckpoints,
+    ev: &'a DeviceEvents,
+    mut more: impl FnMut() -> bool,
+    ready: impl Fn(Storable<'_>),
+) {
+    for (window, object) in stored_objects(checkpoints, &EntryRows::of(ev)).into_iter().enumerate() {
+        if !more() {
+            return;
+        }
+        ready(Storable::SegmentWindow { window, object });
+    }
 }
 
 /// The `user_metadata` of a device's alloc entries, by entry index on the device.

@@ -9,8 +9,9 @@
 //! A [`PipelineSink`] sees the stages as they change and, when it asks for them, each file's
 //! tables and derived per-device frames (the server stores them for its queries).
 
+mod input;
+
 use std::collections::VecDeque;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memlens_api::{AnalyzeOutput, FileSummary, Format, GpuLogSummary, SkippedFile, Stage};
@@ -20,74 +21,16 @@ use crate::analysis::gpu_samples::{link_process_gpus, ReservedSteps};
 use crate::analysis::run::run_overview;
 use crate::analysis::DeviceEvents;
 use crate::error::{AnalysisError, ImportError};
-use crate::importers::{begin_import, import_on_thread, BegunImport, ImportOptions, Imported, ImportedFile};
+use crate::importers::{ImportOptions, Imported};
 use crate::infra::background_drop::drop_in_background;
-use crate::report::{
-    analyze_gpu_log, analyze_snapshot_with, snapshot_time_range, Keeping, OnCheckpointsFinal, OnFramesFinal,
-};
+use crate::report::{analyze_gpu_log, analyze_snapshot_with, snapshot_time_range, Keeping, OnReady};
 use crate::samples::GpuSampleTables;
-use crate::source::Source;
 use crate::stacks::StackResolver;
 use crate::tables::SnapshotTables;
 
 pub use crate::importers::OpenInput;
-
-/// Waits for an input's import begun elsewhere (an upload imported while it arrived).
-pub type PendingImport = Box<dyn FnOnce() -> Result<ImportedFile, ImportError> + Send>;
-
-/// One input file: the name it is reported under, and how to read it.
-pub struct Input {
-    pub name: String,
-    /// Its size in bytes (bounds decompression and length prefixes); `None`: ask the file system.
-    size: Option<u64>,
-    open: InputOpener,
-}
-
-enum InputOpener {
-    Path(PathBuf),
-    Reader(OpenInput),
-    Begun(PendingImport),
-    /// The windows of one recording, in order, each with its size.
-    Windows(Vec<(u64, OpenInput)>),
-}
-
-impl Input {
-    /// A file on disk, reported under its path as given.
-    pub fn path(path: &Path) -> Input {
-        Input {
-            name: path.display().to_string(),
-            size: None,
-            open: InputOpener::Path(path.to_owned()),
-        }
-    }
-    /// Content from a reader (an upload in a store), `size` bytes long.
-    pub fn reader(name: impl Into<String>, size: u64, open: OpenInput) -> Input {
-        Input {
-            name: name.into(),
-            size: Some(size),
-            open: InputOpener::Reader(open),
-        }
-    }
-    /// The windows of one process's recording, in the order they were taken (each an upload in
-    /// a store, with its size): imported as the one snapshot they make together
-    /// ([`crate::importers::import_windows`]).
-    pub fn windows(name: impl Into<String>, windows: Vec<(u64, OpenInput)>) -> Input {
-        Input {
-            name: name.into(),
-            size: None,
-            open: InputOpener::Windows(windows),
-        }
-    }
-    /// An input whose import was begun elsewhere ([`crate::importers::begin_import`]): the
-    /// run waits for it where it would have imported the input.
-    pub fn begun(name: impl Into<String>, import: PendingImport) -> Input {
-        Input {
-            name: name.into(),
-            size: None,
-            open: InputOpener::Begun(import),
-        }
-    }
-}
+use input::{begin_next_import, Next};
+pub use input::{Input, PendingImport, GZIP_RATIO};
 
 /// Why a run stopped.
 #[derive(Debug, thiserror::Error)]
@@ -117,8 +60,8 @@ impl PipelineError {
     }
 }
 
-use crate::analysis::frames::{alloc_metadata, stored_usage_with};
-pub use crate::analysis::frames::{CheckpointsFinal, DeviceFrames, FinalFrames};
+use crate::analysis::frames::{alloc_metadata, hand_segment_objects, stored_usage_with};
+pub use crate::analysis::frames::{DeviceFrames, HandOver, Storable};
 
 /// What a run hands its sink for each analysed snapshot.
 pub struct SnapshotOutput<'a> {
@@ -138,14 +81,12 @@ pub struct GpuLogOutput<'a> {
     pub samples: &'a mut GpuSampleTables,
 }
 
-/// Told of a device's frames once they are final ([`PipelineSink::early_frames`]), on that
-/// device's analysis thread.
-pub trait EarlyFrames: Sync {
-    /// Snapshot `index` (as in [`SnapshotOutput::index`]): the device's usage and lifetimes.
-    fn frames_final(&self, index: usize, frames: FinalFrames<'_>);
-    /// Snapshot `index`: the device's segment-map checkpoints (when [`Keep::segment_checkpoints`]),
-    /// on the replay's thread.
-    fn checkpoints_final(&self, _index: usize, _checkpoints: CheckpointsFinal<'_>) {}
+/// Where each device's stored objects go as soon as they are final ([`Storable`],
+/// [`PipelineSink::objects`]), on the device's analysis threads. The pipeline only hands
+/// them over: it asks nothing back.
+pub trait ObjectSink: Sync {
+    /// Snapshot `index` (as in [`SnapshotOutput::index`]), device `device`: one of its objects.
+    fn ready(&self, index: usize, device: i64, object: Storable<'_>);
 }
 
 /// What a sink keeps of each file, said once ([`PipelineSink::keeps`]).
@@ -157,14 +98,16 @@ pub struct Keep {
     /// Each device's frames carry the segment map's checkpoints (taken on the fragmentation
     /// replay; what a stored report answers segment maps from).
     pub segment_checkpoints: bool,
-    /// With [`PipelineSink::early_frames`]: a trace holding this many bytes or more
+    /// With [`PipelineSink::objects`]: when each device's objects are handed over while its
+    /// analyses run.
+    pub hand_over: HandOver,
+    /// With [`PipelineSink::objects`]: a trace holding this many bytes or more
     /// ([`crate::tables::columns::held_bytes`] of its events) lets go of its addresses before
-    /// [`PipelineSink::snapshot`], which then reads no trace entry. Before they go, the
-    /// pipeline calls the early frames once more for every device, with
-    /// [`FinalFrames::last_chance`] set, to encode its segment-map objects and lifetimes; each
-    /// usage series is made only after ([`crate::report::Keeping::usage_later`]), so that the
-    /// series, the addresses and the lifetimes are never all held at once. A smaller trace is
-    /// kept whole, so its usage series is encoded while the fragmentation replay runs.
+    /// [`PipelineSink::snapshot`], which then reads no trace entry. Before they go, every
+    /// device's objects that need them (its lifetimes, its segment-map objects) are handed over
+    /// once more; each usage series is made only after
+    /// ([`crate::report::Keeping::usage_later`]), so that the series, the addresses and the
+    /// lifetimes are never all held at once. A smaller trace is kept whole.
     pub release_addresses_from: Option<u64>,
 }
 
@@ -176,11 +119,10 @@ pub trait PipelineSink {
     fn keeps(&self) -> Keep {
         Keep::default()
     }
-    /// Where each device's usage and lifetimes go as soon as they are final, before its other
-    /// analyses end (asked only when it [`Keep::tables`]): a sink that stores them
-    /// can encode them on the analysis thread that would otherwise wait for the fragmentation
-    /// replay. They still come in [`PipelineSink::snapshot`] after.
-    fn early_frames(&self) -> Option<&dyn EarlyFrames> {
+    /// Where each device's stored objects go as soon as they are final, before its other
+    /// analyses end (only when it [`Keep::tables`]). They still come in
+    /// [`PipelineSink::snapshot`] after.
+    fn objects(&self) -> Option<&dyn ObjectSink> {
         None
     }
     fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), SinkError> {
@@ -260,22 +202,8 @@ pub fn run_with(
     let mut reserved_steps: Vec<ReservedSteps> = Vec::new();
     let mut queue: VecDeque<Next> = inputs.into_iter().map(Next::Waiting).collect();
     while let Some(next) = queue.pop_front() {
-        let (name, imported) = match next {
-            Next::Waiting(input) => {
-                let name = input.name.clone();
-                sink.stage(Stage::Importing, Some(&name));
-                let imported = match input.open {
-                    InputOpener::Begun(import) => import(),
-                    InputOpener::Windows(windows) => crate::importers::import_windows_on_thread(windows, options),
-                    open => import_on_thread(move || open_source(open, input.size, options), options),
-                };
-                (name, imported)
-            }
-            Next::Ahead { name, import } => {
-                sink.stage(Stage::Importing, Some(&name));
-                (name, import.and_then(BegunImport::wait))
-            }
-        };
+        sink.stage(Stage::Importing, Some(next.name()));
+        let (name, imported) = next.import(options);
         let imported = match imported {
             Ok(i) => {
                 begin_next_import(&mut queue, options);
@@ -319,19 +247,18 @@ pub fn run_with(
         let keep = sink.keeps();
         let trace_bytes = crate::tables::columns::held_bytes(&tables.events) as u64;
         let lets_go = keep.tables
-            && sink.early_frames().is_some()
+            && sink.objects().is_some()
             && keep.release_addresses_from.is_some_and(|from| trace_bytes >= from);
         let (summary, mut analyses) = {
             let index = out.files.len();
-            let early = keep.tables.then(|| sink.early_frames()).flatten();
-            let on_final = early.map(|e| move |frames: FinalFrames<'_>| e.frames_final(index, frames));
-            let on_checkpoints = early.map(|e| move |c: CheckpointsFinal<'_>| e.checkpoints_final(index, c));
+            let objects = keep.tables.then(|| sink.objects()).flatten();
+            let ready = objects.map(|o| move |device: i64, object: Storable<'_>| o.ready(index, device, object));
             let keeping = Keeping {
                 frames: keep.tables,
                 usage_later: lets_go,
                 checkpoints: keep.tables && keep.segment_checkpoints,
-                frames_final: on_final.as_ref().map(|f| f as OnFramesFinal<'_>),
-                checkpoints_final: on_checkpoints.as_ref().map(|f| f as OnCheckpointsFinal<'_>),
+                ready: ready.as_ref().map(|f| f as OnReady<'_>),
+                hand_over: keep.hand_over,
             };
             analyze_snapshot_with(&tables, &name, imported.gzip, rules, keeping).map_err(internal)?
         };
@@ -362,31 +289,16 @@ pub fn run_with(
                         .keep_addresses_of(&ev, &a.lifetimes, &rows)
                         .map_err(|e| internal(e.into()))?;
                 }
-                if let (true, Some(early)) = (lets_go, sink.early_frames()) {
+                // The last hand-over of what needs the trace's addresses, before they go.
+                if let (true, Some(objects)) = (lets_go, sink.objects()) {
                     if let Some(checkpoints) = a.segment_checkpoints.as_ref() {
-                        early.checkpoints_final(
-                            index,
-                            CheckpointsFinal {
-                                device,
-                                events: &ev,
-                                checkpoints,
-                                others_running: &|| true,
-                                last_chance: true,
-                            },
-                        );
+                        hand_segment_objects(checkpoints, &ev, || true, |o| objects.ready(index, device, o));
                     }
-                    early.frames_final(
-                        index,
-                        FinalFrames {
-                            device,
-                            events: &ev,
-                            usage: None,
-                            lifetimes: &a.lifetimes,
-                            lifetime_addresses: a.lifetime_addresses.as_ref(),
-                            others_running: &|| true,
-                            last_chance: true,
-                        },
-                    );
+                    let lifetimes = Storable::Lifetimes {
+                        lifetimes: &a.lifetimes,
+                        addresses: a.lifetime_addresses.as_ref().map(|l| (l, &ev)),
+                    };
+                    objects.ready(index, device, lifetimes);
                 }
                 taken.push(TakenFromTrace {
                     time: ev.usage_time_columns().map_err(|e| internal(e.into()))?,
@@ -470,87 +382,6 @@ pub fn run_with(
     Ok(out)
 }
 
-/// Inputs of at most this many bytes once decompressed ([`expanded_size`]) are imported while
-/// the file before them is analysed and stored: the importer is one thread and the analyses
-/// leave a core idle part of the time, so a run of ranks' snapshots finishes sooner. A larger
-/// one waits its turn, so that at most one large file's tables are held at a time.
-const IMPORT_AHEAD_BYTES: u64 = 256 << 20;
-/// How many times its size gzipped content is taken to hold once inflated (PyTorch snapshots
-/// deflate about ten to one): what an upload that may be gzip counts
-/// as here, and a gzipped upload in the server's memory reservation for an ingest.
-pub const GZIP_RATIO: u64 = 10;
-
-/// How many bytes an input may hold once decompressed, as far as can be told without reading
-/// it: a plain file's size; a gzip file's own record of it (its last four bytes: the last
-/// member's size modulo 4 GiB, never taken below the file's own); an upload's size times
-/// [`GZIP_RATIO`], as it may be gzip.
-fn expanded_size(input: &Input) -> Option<u64> {
-    match &input.open {
-        InputOpener::Path(path) => file_expanded_size(path).ok(),
-        InputOpener::Reader(_) => input.size.map(|s| s.saturating_mul(GZIP_RATIO)),
-        InputOpener::Begun(_) => None,
-        InputOpener::Windows(w) => Some(w.iter().map(|(size, _)| size.saturating_mul(GZIP_RATIO)).sum()),
-    }
-}
-
-fn file_expanded_size(path: &Path) -> std::io::Result<u64> {
-    use std::io::{Seek, SeekFrom};
-    let mut file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len();
-    let mut magic = [0u8; 2];
-    // A gzip member is at least 18 bytes: header, trailer and an empty body.
-    if len < 18 || file.read_exact(&mut magic).is_err() || magic != [0x1f, 0x8b] {
-        return Ok(len);
-    }
-    file.seek(SeekFrom::End(-4))?;
-    let mut recorded = [0u8; 4];
-    file.read_exact(&mut recorded)?;
-    Ok(u64::from(u32::from_le_bytes(recorded)).max(len))
-}
-
-/// An input on its way to being imported.
-enum Next {
-    /// Imported in its turn.
-    Waiting(Input),
-    /// Imported while the file before it is analysed.
-    Ahead {
-        name: String,
-        import: Result<BegunImport, ImportError>,
-    },
-}
-
-/// Begins the import of the next input in `queue` when it is small enough to be held beside
-/// the file being analysed ([`IMPORT_AHEAD_BYTES`]); it stays waiting otherwise (and an
-/// import begun elsewhere goes on as it is).
-fn begin_next_import(queue: &mut VecDeque<Next>, options: ImportOptions) {
-    let Some(Next::Waiting(input)) = queue.front() else {
-        return;
-    };
-    if expanded_size(input).is_none_or(|s| s > IMPORT_AHEAD_BYTES) {
-        return;
-    }
-    let Some(Next::Waiting(input)) = queue.pop_front() else {
-        return;
-    };
-    let (open, size) = (input.open, input.size);
-    // A thread that cannot be started fails the import in its turn, as importing it then would.
-    let import = begin_import(move || open_source(open, size, options), options);
-    queue.push_front(Next::Ahead {
-        name: input.name,
-        import,
-    });
-}
-
-fn open_source(open: InputOpener, size: Option<u64>, options: ImportOptions) -> Result<Source, ImportError> {
-    match open {
-        InputOpener::Path(path) => Source::open(&path, options.source),
-        InputOpener::Reader(open) => Source::from_reader(open()?, size.unwrap_or(u64::MAX), options.source),
-        InputOpener::Begun(_) | InputOpener::Windows(_) => Err(ImportError::Internal(
-            "an import begun elsewhere, or of windows, has no one source".into(),
-        )),
-    }
-}
-
 /// Analyses files on disk as one report (what `memlens analyze` prints).
 pub fn analyze_paths(paths: &[PathBuf]) -> Result<AnalyzeOutput, PipelineError> {
     run(
@@ -568,36 +399,4 @@ pub fn summarize_file(path: &Path) -> Result<FileSummary, PipelineError> {
         file: path.display().to_string(),
         error: ImportError::Log("an NVML log, not an allocator snapshot".into()),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io::Write;
-
-    use super::*;
-
-    /// A plain file counts its size; a gzip file what its trailer records (not below its own
-    /// size); an upload, which may be gzip, ten times its size.
-    #[test]
-    fn inputs_are_sized_by_what_they_hold_once_decompressed() {
-        let content = vec![b'x'; 100_000];
-        let plain = tempfile::NamedTempFile::new().expect("temp");
-        std::fs::write(plain.path(), &content).expect("write");
-        let gzip = tempfile::NamedTempFile::new().expect("temp");
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        enc.write_all(&content).expect("gzip");
-        std::fs::write(gzip.path(), enc.finish().expect("gzip")).expect("write");
-        let short = tempfile::NamedTempFile::new().expect("temp");
-        std::fs::write(short.path(), [0x1f, 0x8b, 8]).expect("write");
-        assert_eq!(expanded_size(&Input::path(plain.path())), Some(100_000));
-        assert_eq!(expanded_size(&Input::path(gzip.path())), Some(100_000));
-        assert_eq!(expanded_size(&Input::path(short.path())), Some(3));
-        assert_eq!(expanded_size(&Input::path(Path::new("/no/such/file"))), None);
-        let upload = Input::reader(
-            "up.pickle",
-            1_000,
-            Box::new(|| Ok(Box::new(std::io::empty()) as Box<dyn Read + Send>)),
-        );
-        assert_eq!(expanded_size(&upload), Some(10_000));
-    }
 }

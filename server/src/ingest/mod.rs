@@ -25,7 +25,8 @@ use memlens_api::{FileSummary, ReportState, Stage};
 use memlens_core::analysis::categories::FrameRules;
 use memlens_core::importers::ImportOptions;
 use memlens_core::pipeline::{
-    self, DeviceFrames, EarlyFrames, GpuLogOutput, Input, Keep, PipelineSink, SinkError, SnapshotOutput, GZIP_RATIO,
+    self, DeviceFrames, GpuLogOutput, HandOver, Input, Keep, ObjectSink, PipelineSink, SinkError, SnapshotOutput,
+    GZIP_RATIO,
 };
 use tokio::sync::Semaphore;
 
@@ -156,6 +157,7 @@ struct StoreSink<'a> {
 pub const KEEP: Keep = Keep {
     tables: true,
     segment_checkpoints: true,
+    hand_over: HandOver::WhileOthersRun,
     release_addresses_from: Some(64 << 20),
 };
 
@@ -172,7 +174,7 @@ impl PipelineSink for StoreSink<'_> {
     fn keeps(&self) -> Keep {
         KEEP
     }
-    fn early_frames(&self) -> Option<&dyn EarlyFrames> {
+    fn objects(&self) -> Option<&dyn ObjectSink> {
         Some(&self.early)
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {

@@ -20,9 +20,7 @@ use super::*;
 use crate::storage::parquet_object::RowGroups;
 use crate::storage::store::{DataWriter, ReportId, ReportStore};
 use crate::storage::store::{LocalStore, ReportRecord, ReportState};
-use memlens_core::pipeline::{
-    self, CheckpointsFinal, EarlyFrames, FinalFrames, Input, Keep, PipelineSink, SinkError, SnapshotOutput,
-};
+use memlens_core::pipeline::{self, HandOver, Input, Keep, ObjectSink, PipelineSink, SinkError, SnapshotOutput};
 
 /// A report id for a test (any one key segment).
 pub(crate) fn rid(s: &str) -> ReportId {
@@ -68,44 +66,6 @@ fn large_frames_come_back_contiguous() {
     );
 }
 
-/// Encodes each device's usage and lifetimes, and its segment map's checkpoints, during the
-/// analyses as an ingest does while the other thread runs, told it runs (`true`: every time,
-/// `false`: never, whatever the threads did).
-struct Early {
-    objects: EarlyObjects,
-    replay_running: bool,
-}
-impl EarlyFrames for Early {
-    fn frames_final(&self, index: usize, frames: FinalFrames<'_>) {
-        if frames.last_chance {
-            // The pipeline's last call, as it comes.
-            return self.objects.frames_final(index, frames);
-        }
-        let running = || self.replay_running;
-        self.objects.frames_final(
-            index,
-            FinalFrames {
-                others_running: &running,
-                ..frames
-            },
-        );
-    }
-    fn checkpoints_final(&self, index: usize, checkpoints: CheckpointsFinal<'_>) {
-        if checkpoints.last_chance {
-            // The pipeline's last call, as it comes.
-            return self.objects.checkpoints_final(index, checkpoints);
-        }
-        let running = || self.replay_running;
-        self.objects.checkpoints_final(
-            index,
-            CheckpointsFinal {
-                others_running: &running,
-                ..checkpoints
-            },
-        );
-    }
-}
-
 /// A file's tables as the pipeline handed them over: its frames in [`TABLE_NAMES`] order, the
 /// events' `(size, stack)` pairs, and its meta.
 pub(crate) struct Written {
@@ -119,7 +79,10 @@ pub(crate) struct Written {
 struct KeepingSink<'a> {
     data: &'a mut dyn DataWriter,
     written: Vec<Written>,
-    early: Early,
+    early: EarlyObjects,
+    /// When objects are handed over during the analyses: every time (`Always`), as when the
+    /// replay outlasts the rest, or never (`Never`), whatever the threads did.
+    hand_over: HandOver,
     /// The keys of the objects encoded early, and every device frame as the pipeline gave it.
     early_keys: Vec<String>,
     frames: Vec<(String, DataFrame)>,
@@ -129,14 +92,15 @@ struct KeepingSink<'a> {
 }
 impl<'a> KeepingSink<'a> {
     fn new(data: &'a mut dyn DataWriter, replay_running: bool) -> Self {
-        let early = Early {
-            objects: EarlyObjects::default(),
-            replay_running,
-        };
         KeepingSink {
             data,
             written: Vec::new(),
-            early,
+            early: EarlyObjects::default(),
+            hand_over: if replay_running {
+                HandOver::Always
+            } else {
+                HandOver::Never
+            },
             early_keys: Vec::new(),
             frames: Vec::new(),
             lets_go: false,
@@ -148,10 +112,11 @@ impl PipelineSink for KeepingSink<'_> {
         Keep {
             tables: true,
             segment_checkpoints: true,
+            hand_over: self.hand_over,
             release_addresses_from: self.lets_go.then_some(0),
         }
     }
-    fn early_frames(&self) -> Option<&dyn EarlyFrames> {
+    fn objects(&self) -> Option<&dyn ObjectSink> {
         Some(&self.early)
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
@@ -172,7 +137,7 @@ impl PipelineSink for KeepingSink<'_> {
             };
             self.frames.push((format!("{dir}/lifetimes.parquet"), lifetimes));
         }
-        let early = self.early.objects.take(out.index);
+        let early = self.early.take(out.index);
         self.early_keys.extend(early.iter().map(|(key, _)| key.clone()));
         write_file(self.data, out.index, out.summary, out.tables, out.devices, early).map_err(SinkError::from)
     }
