@@ -216,7 +216,7 @@ pub fn run_with(
             Err(ImportError::Internal(message)) => return Err(PipelineError::Internal { file: name, message }),
             Err(error) => return Err(PipelineError::Input { file: name, error }),
         };
-        let mut tables = match imported.data {
+        let tables = match imported.data {
             Imported::Snapshot(t) => t,
             Imported::GpuSamples(t) => {
                 logs.push((name, imported.format, imported.gzip, t));
@@ -249,7 +249,7 @@ pub fn run_with(
         let lets_go = keep.tables
             && sink.objects().is_some()
             && keep.release_addresses_from.is_some_and(|from| trace_bytes >= from);
-        let (summary, mut analyses) = {
+        let (summary, analyses) = {
             let index = out.files.len();
             let objects = keep.tables.then(|| sink.objects()).flatten();
             let ready = objects.map(|o| move |device: i64, object: Storable<'_>| o.ready(index, device, object));
@@ -274,70 +274,7 @@ pub fn run_with(
             }
         }
         if keep.tables {
-            sink.stage(Stage::Storing, Some(&name));
-            let index = out.files.len();
-            // What each device's stored frames take from the trace, taken while it is whole.
-            let mut taken = Vec::with_capacity(analyses.len());
-            for a in analyses.iter_mut() {
-                let device = a.summary.device;
-                let ev = DeviceEvents::new(&tables, device).map_err(|e| internal(e.into()))?;
-                // The stored first view's bands are the largest allocations: their addresses
-                // are kept while the trace holds them.
-                if let Some(addresses) = a.lifetime_addresses.as_mut() {
-                    let rows = crate::query::largest_allocations(&a.lifetimes).map_err(|e| internal(e.into()))?;
-                    addresses
-                        .keep_addresses_of(&ev, &a.lifetimes, &rows)
-                        .map_err(|e| internal(e.into()))?;
-                }
-                // The last hand-over of what needs the trace's addresses, before they go.
-                if let (true, Some(objects)) = (lets_go, sink.objects()) {
-                    if let Some(checkpoints) = a.segment_checkpoints.as_ref() {
-                        hand_segment_objects(checkpoints, &ev, || true, |o| objects.ready(index, device, o));
-                    }
-                    let lifetimes = Storable::Lifetimes {
-                        lifetimes: &a.lifetimes,
-                        addresses: a.lifetime_addresses.as_ref().map(|l| (l, &ev)),
-                    };
-                    objects.ready(index, device, lifetimes);
-                }
-                taken.push(TakenFromTrace {
-                    time: ev.usage_time_columns().map_err(|e| internal(e.into()))?,
-                    usage_columns: ev.usage_columns(),
-                    user_metadata: alloc_metadata(&tables, device).map_err(|e| internal(e.into()))?,
-                });
-            }
-            if lets_go {
-                tables.let_addresses_go();
-            }
-            let mut devices = Vec::with_capacity(analyses.len());
-            for (a, taken) in analyses.into_iter().zip(taken) {
-                let usage = match a.usage {
-                    Some(usage) => usage,
-                    None => a
-                        .usage_series
-                        .frame(taken.usage_columns.action(), &taken.usage_columns.size())
-                        .map_err(|e| internal(e.into()))?,
-                };
-                drop(taken.usage_columns);
-                let usage = stored_usage_with(usage, taken.time).map_err(|e| internal(e.into()))?;
-                devices.push(DeviceFrames {
-                    device: a.summary.device,
-                    usage,
-                    reserved: a.reserved,
-                    lifetimes: a.lifetimes,
-                    lifetime_addresses: a.lifetime_addresses,
-                    fragmentation: a.fragmentation,
-                    user_metadata: taken.user_metadata,
-                    segment_checkpoints: a.segment_checkpoints,
-                });
-            }
-            sink.snapshot(SnapshotOutput {
-                index: out.files.len(),
-                summary: &summary,
-                tables: &mut tables,
-                devices: &mut devices,
-            })
-            .map_err(PipelineError::Sink)?;
+            hand_snapshot_to(sink, out.files.len(), &name, &summary, tables, analyses, lets_go)?;
         } else {
             // Nothing keeps them: their memory (a GB on a GB-scale trace) is handed back on a
             // thread of its own, not before the next file or the caller's answer. (A sink that
@@ -380,6 +317,88 @@ pub fn run_with(
         return Err(PipelineError::NothingAnalysed(reasons.join("; ")));
     }
     Ok(out)
+}
+
+/// Hands snapshot `index`'s tables and each device's frames to `sink` (which keeps tables):
+/// what the frames take from the trace is taken while it is whole; with `lets_go` the objects
+/// that need its addresses are handed over a last time, the trace lets them go, and only then
+/// is each usage series made.
+fn hand_snapshot_to(
+    sink: &mut dyn PipelineSink,
+    index: usize,
+    name: &str,
+    summary: &FileSummary,
+    mut tables: Box<SnapshotTables>,
+    mut analyses: Vec<crate::report::DeviceAnalysis>,
+    lets_go: bool,
+) -> Result<(), PipelineError> {
+    let internal = |e: AnalysisError| PipelineError::Internal {
+        file: name.to_owned(),
+        message: e.to_string(),
+    };
+    sink.stage(Stage::Storing, Some(name));
+    // What each device's stored frames take from the trace, taken while it is whole.
+    let mut taken = Vec::with_capacity(analyses.len());
+    for a in analyses.iter_mut() {
+        let device = a.summary.device;
+        let ev = DeviceEvents::new(&tables, device).map_err(|e| internal(e.into()))?;
+        // The stored first view's bands are the largest allocations: their addresses
+        // are kept while the trace holds them.
+        if let Some(addresses) = a.lifetime_addresses.as_mut() {
+            let rows = crate::query::largest_allocations(&a.lifetimes).map_err(|e| internal(e.into()))?;
+            addresses
+                .keep_addresses_of(&ev, &a.lifetimes, &rows)
+                .map_err(|e| internal(e.into()))?;
+        }
+        // The last hand-over of what needs the trace's addresses, before they go.
+        if let (true, Some(objects)) = (lets_go, sink.objects()) {
+            if let Some(checkpoints) = a.segment_checkpoints.as_ref() {
+                hand_segment_objects(checkpoints, &ev, || true, |o| objects.ready(index, device, o));
+            }
+            let lifetimes = Storable::Lifetimes {
+                lifetimes: &a.lifetimes,
+                addresses: a.lifetime_addresses.as_ref().map(|l| (l, &ev)),
+            };
+            objects.ready(index, device, lifetimes);
+        }
+        taken.push(TakenFromTrace {
+            time: ev.usage_time_columns().map_err(|e| internal(e.into()))?,
+            usage_columns: ev.usage_columns(),
+            user_metadata: alloc_metadata(&tables, device).map_err(|e| internal(e.into()))?,
+        });
+    }
+    if lets_go {
+        tables.release_addresses();
+    }
+    let mut devices = Vec::with_capacity(analyses.len());
+    for (a, taken) in analyses.into_iter().zip(taken) {
+        let usage = match a.usage {
+            Some(usage) => usage,
+            None => a
+                .usage_series
+                .frame(taken.usage_columns.action(), &taken.usage_columns.size())
+                .map_err(|e| internal(e.into()))?,
+        };
+        drop(taken.usage_columns);
+        let usage = stored_usage_with(usage, taken.time).map_err(|e| internal(e.into()))?;
+        devices.push(DeviceFrames {
+            device: a.summary.device,
+            usage,
+            reserved: a.reserved,
+            lifetimes: a.lifetimes,
+            lifetime_addresses: a.lifetime_addresses,
+            fragmentation: a.fragmentation,
+            user_metadata: taken.user_metadata,
+            segment_checkpoints: a.segment_checkpoints,
+        });
+    }
+    sink.snapshot(SnapshotOutput {
+        index,
+        summary,
+        tables: &mut tables,
+        devices: &mut devices,
+    })
+    .map_err(PipelineError::Sink)
 }
 
 /// Analyses files on disk as one report (what `memlens analyze` prints).

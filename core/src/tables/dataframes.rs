@@ -61,13 +61,13 @@ impl SnapshotTables {
     /// Drops the events' addresses, in whichever form they are held: for a sink that reads no
     /// trace entry once the analyses are over ([`crate::pipeline::Keep::release_addresses_from`]).
     /// A `DeviceEvents` made after it is an error naming the column.
-    pub fn let_addresses_go(&mut self) {
+    pub fn release_addresses(&mut self) {
         for name in [ev::ADDR_UNITS, ev::ADDR_BASE, ev::ADDR.name] {
             let _ = self.events.drop_in_place(name);
         }
     }
 
-    /// Whether the events hold their addresses (not let go: [`SnapshotTables::let_addresses_go`]).
+    /// Whether the events hold their addresses (not let go: [`SnapshotTables::release_addresses`]).
     pub fn holds_addresses(&self) -> bool {
         crate::tables::columns::addresses(&self.events).is_ok()
     }
