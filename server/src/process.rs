@@ -14,7 +14,8 @@ fn init_logging() {
 pub enum StartupError {
     #[error(transparent)]
     Store(#[from] crate::storage::store::OpenStoreError),
-    #[error("category rules: {0}")]
+    /// Its message names the rules file and line.
+    #[error(transparent)]
     CategoryRules(#[from] memlens_core::analysis::categories::FrameRulesError),
     #[error("upload tokens file {}: {error}", path.display())]
     UploadTokens {
