@@ -3,10 +3,14 @@
 //! activations, temporaries and allocator behaviour replace the formula's. The plan and the
 //! what-if are then one model: asked for the run's own settings, the plan is the run.
 
-use memlens_api::{OptimizerKind, PlanOptimizer, PlanParams, WhatIfDevice, WhatIfParams};
+use memlens_api::{
+    FileSummary, GpuLogSummary, OptimizerKind, Plan, PlanOptimizer, PlanParams, WhatIfDevice, WhatIfParams,
+};
 use polars::prelude::PolarsResult;
 
-use crate::analysis::whatif::{what_if, RunFacts};
+use super::PlanError;
+use crate::analysis::frames::DeviceFrames;
+use crate::analysis::whatif::{for_each_device, what_if, RunFacts};
 
 /// The measured run a plan is calibrated by.
 pub struct Calibration<'a> {
@@ -67,4 +71,34 @@ pub fn predict(c: &Calibration, q: &PlanParams, batch: u64, seq: u64) -> PolarsR
             .push("weights and autocast are the run's own (a replay keeps the run's element types)".into());
     }
     Ok(d)
+}
+
+/// The plan `q` calibrated by an analysed file of the run (`file`, its stored `frames`, the
+/// report's NVML logs): by its busiest device (the largest allocated peak; the first among
+/// equals), named `name`. `None` when no device of the file has frames to calibrate by.
+pub fn plan_by_busiest_device(
+    q: &PlanParams,
+    name: &str,
+    (run_batch, run_seq): (u64, u64),
+    file: &FileSummary,
+    frames: &[DeviceFrames],
+    gpu_logs: &[GpuLogSummary],
+) -> PolarsResult<Option<Result<Plan, PlanError>>> {
+    let plans = for_each_device(file, frames, gpu_logs, None, |run| {
+        let c = Calibration {
+            run,
+            name: name.to_owned(),
+            run_batch,
+            run_seq,
+            run_checkpointing: q.run_checkpointing.unwrap_or(false),
+        };
+        Ok((run.peak_allocated_bytes, super::plan(q, Some(&c))))
+    })?;
+    let mut best: Option<(i64, Result<Plan, PlanError>)> = None;
+    for (peak, plan) in plans {
+        if best.as_ref().is_none_or(|(b, _)| peak > *b) {
+            best = Some((peak, plan));
+        }
+    }
+    Ok(best.map(|(_, plan)| plan))
 }

@@ -8,9 +8,8 @@ use std::process::ExitCode;
 use clap::Args;
 use memlens_api::{AutocastDtype, Limit, Plan, PlanOptimizer, PlanParams, WeightsDtype};
 use memlens_core::analysis::check::parse_limit;
-use memlens_core::analysis::whatif::for_each_device;
 use memlens_core::pipeline::{self, Input, KeepFrames};
-use memlens_core::plan::calibrate::Calibration;
+use memlens_core::plan::calibrate::plan_by_busiest_device;
 
 use super::error::{CommandError, Unusable};
 use super::render::{gib, print_json};
@@ -143,20 +142,10 @@ pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, Co
     let (Some(file), Some(frames)) = (out.files.first(), sink.files.first()) else {
         return Err(CommandError::unusable(name, Unusable::NoHistory));
     };
-    let mut plans = for_each_device(file, frames, &out.gpu_logs, None, |run| {
-        let c = Calibration {
-            run,
-            name: name.clone(),
-            run_batch,
-            run_seq,
-            run_checkpointing: q.run_checkpointing.unwrap_or(false),
-        };
-        Ok((run.peak_allocated_bytes, memlens_core::plan::plan(q, Some(&c))))
-    })
-    .map_err(|e| CommandError::analysis(&name, e))?;
-    plans.sort_by_key(|p| std::cmp::Reverse(p.0));
-    match plans.into_iter().next() {
-        Some((_, plan)) => Ok(plan?),
+    match plan_by_busiest_device(q, &name, (run_batch, run_seq), file, frames, &out.gpu_logs)
+        .map_err(|e| CommandError::analysis(&name, e))?
+    {
+        Some(plan) => Ok(plan?),
         None => Err(CommandError::unusable(name, Unusable::NothingToCalibrateBy)),
     }
 }

@@ -4,8 +4,7 @@
 use axum::extract::State;
 use axum::Json;
 use memlens_api::{Plan, PlanParams};
-use memlens_core::analysis::whatif::for_each_device;
-use memlens_core::plan::calibrate::Calibration;
+use memlens_core::plan::calibrate::plan_by_busiest_device;
 
 use super::error::{internal, ApiError, Q};
 use super::queries::with_file;
@@ -37,23 +36,13 @@ pub async fn plan(State(st): State<Shared>, Q(q): Q<PlanParams>) -> Result<Json<
         )));
     };
     let name = format!("/r/{link}");
-    let plans = with_file(&st, &id, fi, move |f| {
+    let plan = with_file(&st, &id, fi, move |f| {
         let frames = f.devices().map_err(internal)?;
-        for_each_device(&s.files[fi], &frames, &s.gpu_logs, None, |run| {
-            let c = Calibration {
-                run,
-                name: name.clone(),
-                run_batch,
-                run_seq,
-                run_checkpointing: q.run_checkpointing.unwrap_or(false),
-            };
-            Ok((run.peak_allocated_bytes, memlens_core::plan::plan(&q, Some(&c))))
-        })
-        .map_err(internal)
+        plan_by_busiest_device(&q, &name, (run_batch, run_seq), &s.files[fi], &frames, &s.gpu_logs).map_err(internal)
     })
     .await?;
-    match plans.into_iter().max_by_key(|p| p.0) {
-        Some((_, plan)) => plan.map(Json).map_err(bad),
+    match plan {
+        Some(plan) => plan.map(Json).map_err(bad),
         None => Err(ApiError::BadRequest(format!(
             "report {link} has no allocator history to calibrate by"
         ))),
