@@ -47,6 +47,7 @@ fn query(run: &Value) -> PlanParams {
         config: Some(config(run["config"].as_str().expect("config"))),
         batch_size: run["batch"].as_u64(),
         seq_len: run["seq"].as_u64(),
+        optimizer: serde_json::from_value(run["optimizer"].clone()).ok(),
         weights: serde_json::from_value(run["weights"].clone()).ok(),
         autocast: serde_json::from_value(run["autocast"].clone()).ok(),
         checkpointing: run["checkpointing"].as_bool(),

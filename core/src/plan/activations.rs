@@ -74,7 +74,11 @@ pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
     // which the memory-efficient kernel refuses, so those run the math kernel: it saves the
     // softmax of every query against every key.
     let grouped = !matches!(m.family, ModelFamily::Gpt2 | ModelFamily::GptNeox | ModelFamily::Falcon);
-    let math_attention = if t.compute >= 4.0 && grouped {
+    let math_attention = if m.fp32_math_attention {
+        // The fp32 softmax, and fp32 copies of q and of k and v expanded to every head; no
+        // log-sum-exp (taken off below).
+        4.0 * m.heads as f64 * t_settings.seq as f64 + 3.0 * 4.0 * m.q_width() as f64 - 4.0 * m.heads as f64
+    } else if t.compute >= 4.0 && grouped {
         4.0 * m.heads as f64 * t_settings.seq as f64
     } else {
         0.0

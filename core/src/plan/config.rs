@@ -41,6 +41,11 @@ pub struct ModelShape {
     pub parallel_attention: bool,
     /// The logits are soft-capped (`final_logit_softcapping`: tanh of logits ÷ cap, × cap).
     pub logit_softcap: bool,
+    /// Attention runs SDPA's math kernel whatever the element type, in fp32, over key/value
+    /// heads expanded to every query head: what the snapshot of old-architecture Falcon's
+    /// multi-query attention shows (traces/plan/runs/falcon_mq_b4_s512: per layer the fp32
+    /// softmax of every query against every key, and fp32 copies of q and the expanded k and v).
+    pub fp32_math_attention: bool,
 }
 
 fn get_u64(c: &Map<String, Value>, keys: &[&str]) -> Option<u64> {
@@ -134,6 +139,7 @@ impl ModelShape {
                     norms_per_layer: 2,
                     parallel_attention: false,
                     logit_softcap: false,
+                    fp32_math_attention: false,
                 }
             }
             ModelFamily::Falcon => {
@@ -174,6 +180,7 @@ impl ModelShape {
                     norms_per_layer: norms,
                     parallel_attention: parallel,
                     logit_softcap: false,
+                    fp32_math_attention: !new_arch && kv_heads == 1 && heads > 1,
                 }
             }
             _ => {
@@ -229,6 +236,7 @@ impl ModelShape {
                         _ => false,
                     },
                     logit_softcap: c.get("final_logit_softcapping").and_then(Value::as_f64).is_some(),
+                    fp32_math_attention: false,
                 }
             }
         };
