@@ -134,7 +134,8 @@ pub fn analyze_device_keeping(
             let fragmentation = fragmentation_over_time(t, ev, usage, FRAGMENTATION_SAMPLES, &exact, count);
             let stalls = take_stalls().then(|| pending_free_stalls(ev, stacks));
             let checkpoints = fragmentation.as_ref().ok().and_then(|f| f.checkpoints.as_ref());
-            if let (Some(ready), Some(checkpoints)) = (keeping.ready, checkpoints) {
+            let handing = keeping.hand_over != HandOver::Never;
+            if let (Some(ready), Some(checkpoints), true) = (keeping.ready, checkpoints, handing) {
                 let others_running = || !rest.load(Ordering::Acquire);
                 hand_segment_objects(
                     checkpoints,
