@@ -1,9 +1,8 @@
-//! `memlens-bundle [--release | --profile NAME]`: builds the web UI into `dist/`, as a bundler would, with only
+//! `memlens-bundle [--release]`: builds the web UI into `dist/`, as a bundler would, with only
 //! cargo and wasm-bindgen's own library (`wasm-bindgen-cli-support`, the version of the
 //! `wasm-bindgen` the frontend links: the workspace pins both):
 //! 1. `memlens-frontend` for `wasm32-unknown-unknown` (`--release`: the `wasm-release`
-//!    profile, optimised for size; `--profile NAME` another, as `scripts/start` builds it
-//!    with `wasm-start`; else the dev profile);
+//!    profile, optimised for size; else the dev profile);
 //! 2. wasm-bindgen's web target writes the JS glue, both named by the wasm's content hash;
 //! 3. `frontend/style.css` is copied under its content hash;
 //! 4. `frontend/index.html`'s marker line becomes the module script that starts the app, the
@@ -31,19 +30,8 @@ const APP: &str = "memlens-frontend";
 const MARKER: &str = "<!-- memlens-bundle:";
 
 fn main() -> ExitCode {
-    // `--release` is `--profile wasm-release`; `--profile NAME` any profile of the workspace.
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let named = args
-        .iter()
-        .position(|a| a == "--profile")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
-    let profile = match named {
-        Some(p) => p,
-        None if args.iter().any(|a| a == "--release") => "wasm-release".to_owned(),
-        None => "dev".to_owned(),
-    };
-    match bundle(&profile) {
+    let release = std::env::args().skip(1).any(|a| a == "--release");
+    match bundle(release) {
         Ok(dist) => {
             eprintln!("memlens-bundle: the web UI is in {}", dist.display());
             ExitCode::SUCCESS
@@ -110,11 +98,12 @@ fn gzip_beside(path: &Path) -> Result<(), String> {
     write(Path::new(&name), &bytes)
 }
 
-fn bundle(profile: &str) -> Result<PathBuf, String> {
+fn bundle(release: bool) -> Result<PathBuf, String> {
     let root = root();
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
+    let profile = if release { "wasm-release" } else { "dev" };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run(Command::new(cargo).current_dir(&root).args([
         "build",
@@ -126,8 +115,7 @@ fn bundle(profile: &str) -> Result<PathBuf, String> {
         "-p",
         APP,
     ]))?;
-    // cargo's folder for a profile: its name, but `debug` for dev.
-    let out_dir = if profile == "dev" { "debug" } else { profile };
+    let out_dir = if release { "wasm-release" } else { "debug" };
     let wasm = target_dir
         .join("wasm32-unknown-unknown")
         .join(out_dir)
