@@ -35,8 +35,8 @@ pub enum ImportError {
 }
 
 #[cfg(feature = "analysis")]
-impl From<polars::error::PolarsError> for ImportError {
-    fn from(e: polars::error::PolarsError) -> Self {
+impl From<polars_core::error::PolarsError> for ImportError {
+    fn from(e: polars_core::error::PolarsError) -> Self {
         ImportError::Internal(format!("table construction failed: {e}"))
     }
 }
@@ -46,7 +46,7 @@ impl From<polars::error::PolarsError> for ImportError {
 #[derive(Debug, thiserror::Error)]
 pub enum AnalysisError {
     #[error("analysis failed: {0}")]
-    Polars(#[from] polars::error::PolarsError),
+    Polars(#[from] polars_core::error::PolarsError),
     #[error("no device {0} in this report")]
     NoDevice(i64),
 }

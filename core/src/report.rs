@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, OnceLock};
 
 use memlens_api::{DeviceSummary, FileSummary, FreeStall, GpuLogSummary, TimeAxis};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use crate::analysis::categories::{
     add_category_columns, autograd_windows, categorize, category_budget, explicit_labels, Evidence, FrameRules,

@@ -9,7 +9,7 @@
 //! [`ProcessSample`]s beside it: they are few, and only summarised.
 
 #[cfg(feature = "analysis")]
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 /// How a log's timestamps relate to the Unix epoch (the wire enum of `memlens-api`).
 pub use memlens_api::SampleClock;

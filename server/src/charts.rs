@@ -10,7 +10,7 @@ use memlens_core::analysis::gpu_samples::gpu_series;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
-use polars::prelude::DataFrame;
+use polars_core::prelude::DataFrame;
 
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{bucket_min_max, bucket_min_max_steps};
@@ -26,7 +26,7 @@ pub enum ChartError {
     #[error("chart: {0}")]
     Draw(String),
     #[error("chart data: {0}")]
-    Data(#[from] polars::error::PolarsError),
+    Data(#[from] polars_core::error::PolarsError),
 }
 
 fn draw_err<E: std::fmt::Debug>(e: E) -> ChartError {

@@ -78,7 +78,7 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
 fn lifetime_addresses_read_from_the_trace_are_those_held_with_them() {
     use memlens_core::analysis::lifetime_addresses::AddressForm;
     use memlens_core::analysis::lifetimes::allocation_lifetimes_apart;
-    use polars::prelude::Column;
+    use polars_core::prelude::Column;
     let mut predating_rows = 0;
     let devices = memlens_tests::for_each_committed_device(|name, t, ev| {
         let device = ev.device;

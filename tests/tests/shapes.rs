@@ -147,7 +147,7 @@ fn time_range_is_read_in_one_pass_and_a_trace_without_timestamps_stays_one_scala
     wide.events.drop_in_place("time_after_first_us").expect("narrow times");
     wide.events.drop_in_place("first_time_us").expect("first time");
     wide.events
-        .with_column(polars::prelude::Column::new("time_us".into(), time_us))
+        .with_column(polars_core::prelude::Column::new("time_us".into(), time_us))
         .expect("time_us");
     assert!(wide.events.column("time_after_first_us").is_err() && wide.events.column("first_time_us").is_err());
     for device in memlens_core::analysis::devices(&timed).expect("devices") {

@@ -17,7 +17,7 @@ use memlens_core::analysis::segment_map::detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_path, Imported};
-use polars::prelude::{ParquetReader, SerReader};
+use polars_io::prelude::{ParquetReader, SerReader};
 
 fn main() {
     // As the `memlens` binary starts.

@@ -20,7 +20,7 @@
 //! only parameters moved by `Module.to()`, long-lived state (cache), temporaries and other.
 
 use memlens_api::{Category, CategoryRule, CategorySummary, PhaseRange, RuleShare};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, FrameRulesError, Labels};
 use super::rows_in_entry_order::RowsByEntry;

@@ -12,7 +12,7 @@ use memlens_api::{
     AlignedTimelines, Category, CategoryDelta, CategorySteady, CompareAxis, ComparedRun, Comparison, DeviceSummary,
     FileSummary, Side, StackDelta,
 };
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::compare_verdict::{verdict, SettingChange};

@@ -2,7 +2,7 @@
 //! ([`device_runs`]), the entries' streams in either stored form ([`Streams`]), and
 //! [`DeviceEvents`], the slices every analysis reads.
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use crate::tables::columns::{addresses, events as ev_col, first_i64, size_stacks as ss_col, usage as usage_col, Col};
 use crate::tables::int_slice::IntSlice;

@@ -6,7 +6,7 @@
 //! map's checkpoints when asked ([`super::segment_map::checkpoints`]).
 
 use memlens_api::FragmentationPoint;
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::segment_map::checkpoints::{CheckpointTaker, SegmentCheckpoints};

@@ -2,7 +2,7 @@
 //! (with its category), fragmentation samples — as the server stores them and the
 //! level-of-detail queries and what-if read them.
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::analysis::lifetime_addresses::LifetimeAddresses;

@@ -3,7 +3,7 @@
 //! lining up zone-less nvidia-smi times with the snapshots of the same report.
 
 use memlens_api::{GpuLogSummary, GpuPoint, GpuSeriesSummary, ProcessSummary};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use crate::error::AnalysisError;
 use crate::samples::GpuSampleTables;

@@ -3,7 +3,7 @@
 //! (`--category-rules`), which the category analysis weighs before, and after, its own evidence.
 
 use memlens_api::{Category, CategoryRule};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::{device_notes, DeviceEvents};
 

@@ -12,7 +12,7 @@
 //! a short script, a model being built — are not growth.
 
 use memlens_api::LeakCandidate;
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::DeviceEvents;

@@ -16,7 +16,7 @@
 
 use std::ops::Range;
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::DeviceEvents;
 use crate::tables::columns::{address_columns, lifetimes as lt_col};

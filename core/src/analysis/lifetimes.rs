@@ -19,7 +19,7 @@
 //! `time`), read there when needed — two columns fewer, 18 bytes per allocation, in the
 //! analyses, in the store and in every loaded report.
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::lifetime_addresses::LifetimeAddresses;

@@ -53,7 +53,7 @@ pub mod usage;
 pub(crate) mod verdict;
 pub mod whatif;
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 pub use device_events::{device_notes, device_runs, DeviceEvents, DeviceRun, Streams, UsageColumns};
 

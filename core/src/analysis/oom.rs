@@ -4,7 +4,7 @@
 //! fits), the remedies with the bytes each saves, and the verdict that leads with them.
 
 use memlens_api::{OomExplanation, PhaseRange};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::failed_step::read_failure;
 use super::fragmentation::Fragmentation;

@@ -3,7 +3,7 @@
 //! that model-code frame alone.
 
 use memlens_api::{ModuleGroup, NoStackReason, PhaseRange, StackGroup};
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::stacks::StackResolver;

@@ -2,7 +2,7 @@
 //! steps inferred from optimizer frames (`torch/optim/`, …) when a history has no such ranges.
 
 use memlens_api::PhaseRange;
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::DeviceEvents;

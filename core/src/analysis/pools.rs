@@ -8,7 +8,7 @@
 use std::sync::LazyLock;
 
 use memlens_api::{AxisPoint, PoolKind, PoolSummary, POOL_SERIES_POINTS};
-use polars::prelude::*;
+use polars_core::prelude::*;
 use regex::Regex;
 use rustc_hash::FxHashMap;
 

@@ -4,7 +4,7 @@
 //! only, so a report of many large ranks never loads their tables for it.
 
 use memlens_api::{DeviceSummary, FileSummary, RankPeak, RankSource, RunOverview};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 /// The worst rank is flagged when it is this fraction above the median …
 const IMBALANCE_FRACTION: f64 = 0.10;

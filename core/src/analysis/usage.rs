@@ -16,7 +16,7 @@
 //! snapshot, held beside the trace through every analysis) is made only for a run that keeps
 //! the frames ([`Usage::frame`]).
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::{device_segments, sum_i64, DeviceEvents};
 use crate::tables::columns::{usage as usage_col, Col};

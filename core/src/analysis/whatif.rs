@@ -12,7 +12,7 @@ use memlens_api::{
     ActivationDtype, Category, CategoryBytes, CategoryRule, FileSummary, GpuLogSummary, PhaseRange, WhatIfDevice,
     WhatIfFile, WhatIfParams,
 };
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;

@@ -137,7 +137,7 @@ pub trait PipelineSink {
 /// addresses ([`Keep::release_addresses_from`]): their columns are shared, not copied.
 struct TakenFromTrace {
     /// The stored usage's time axis ([`DeviceEvents::usage_time_columns`]).
-    time: Vec<polars::prelude::Column>,
+    time: Vec<polars_core::prelude::Column>,
     /// What the usage series is made from, when the analyses left it to be made.
     usage_columns: crate::analysis::UsageColumns,
     user_metadata: rustc_hash::FxHashMap<i64, String>,

@@ -6,7 +6,7 @@
 use memlens_api::{
     FileSummary, GpuLogSummary, OptimizerKind, Plan, PlanOptimizer, PlanParams, WhatIfDevice, WhatIfParams,
 };
-use polars::prelude::PolarsResult;
+use polars_core::prelude::PolarsResult;
 
 use super::PlanError;
 use crate::analysis::frames::DeviceFrames;

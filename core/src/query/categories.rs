@@ -4,7 +4,7 @@
 //! ([`category_timeline_with`], what the server asks; see [`super::category_index`]).
 
 use memlens_api::{Category, CategorySeries, CategoryTimeline, TimeAxis, TimelineAxis};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::category_index::{slot_of, CategoryIndex};
 use super::pyramid::{BucketRuns, MinMaxPyramid, Positions};

@@ -10,7 +10,7 @@
 //! [`TimelineIndex`]: super::TimelineIndex
 
 use memlens_api::Category;
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use crate::analysis::frames::DeviceFrames;
 use crate::analysis::whatif::categories_of;

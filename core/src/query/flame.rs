@@ -12,7 +12,7 @@
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
 use memlens_api::{FlameGraph, FlameNode};
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::band_index::BandIndex;

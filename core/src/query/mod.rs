@@ -26,7 +26,7 @@ pub use categories::{category_timeline, category_timeline_with};
 pub use category_index::CategoryIndex;
 pub use flame::{flame_graph, flame_graph_with, MAX_NODES as MAX_FLAME_NODES};
 use memlens_api::{Band, FragmentationSeries, FrameView, TimeAxis, Timeline};
-use polars::prelude::*;
+use polars_core::prelude::*;
 use pyramid::{BucketRuns, Positions, NO_BLOCKS};
 use series::on_series;
 pub use timeline_index::TimelineIndex;

@@ -7,7 +7,7 @@
 //! same as without it; a part that cannot be built (times that go backwards) is left out and
 //! that part of the query scans.
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::band_index::{BandIndex, Endpoints};
 use super::pyramid::{MinMaxPyramid, Positions};

@@ -8,7 +8,7 @@
 
 pub mod fold;
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 pub use fold::FrameKind;
 use fold::{classify, is_python, short_native_name};

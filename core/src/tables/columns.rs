@@ -4,7 +4,7 @@
 
 use std::marker::PhantomData;
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use crate::tables::int_slice::IntSlice;
 use crate::tables::{NarrowI64, OneOrEach};
@@ -175,7 +175,7 @@ pub fn one_or_each_column(name: &str, values: OneOrEach) -> Column {
 /// `events`: one row per trace entry, grouped by device.
 pub mod events {
     use super::Col;
-    use polars::prelude::{Int32Type, Int64Type, UInt16Type, UInt8Type};
+    use polars_core::prelude::{Int32Type, Int64Type, UInt16Type, UInt8Type};
 
     pub const DEVICE: Col<Int32Type> = Col::new("device");
     /// `Action` code (see `tables`).
@@ -214,7 +214,7 @@ pub mod events {
 /// `events.size_stack` (empty when the events hold `size` and `stack` apart).
 pub mod size_stacks {
     use super::Col;
-    use polars::prelude::{Int64Type, UInt32Type};
+    use polars_core::prelude::{Int64Type, UInt32Type};
 
     pub const SIZE: Col<Int64Type> = Col::new("size");
     pub const STACK: Col<UInt32Type> = Col::new("stack");
@@ -223,7 +223,7 @@ pub mod size_stacks {
 /// Per-device `usage` frames: the state after every entry.
 pub mod usage {
     use super::Col;
-    use polars::prelude::Int64Type;
+    use polars_core::prelude::Int64Type;
 
     /// The stored frame's time axis (µs, or the entry index) as i64: a trace without
     /// timestamps or one whose times span more than 71 minutes (and every report stored before
@@ -250,8 +250,8 @@ pub mod usage {
 
     /// The allocated bytes of a stored usage frame, held as [`ALLOCATED_UNITS`] or as
     /// [`ALLOCATED`].
-    pub fn allocated(df: &polars::prelude::DataFrame) -> polars::prelude::PolarsResult<super::IntSlice<'_>> {
-        use polars::prelude::*;
+    pub fn allocated(df: &polars_core::prelude::DataFrame) -> polars_core::prelude::PolarsResult<super::IntSlice<'_>> {
+        use polars_core::prelude::*;
         let shift = match df.column(ALLOCATED_UNITS) {
             Ok(_) => super::first_i64(df, ALLOCATED_SHIFT)?.unwrap_or(0),
             Err(_) => 0,
@@ -265,7 +265,7 @@ pub mod usage {
 
     /// The time axis of a stored usage frame, held narrow ([`TIME_AFTER_FIRST`] and
     /// [`FIRST_TIME`]) or as [`TIME`].
-    pub fn times(df: &polars::prelude::DataFrame) -> polars::prelude::PolarsResult<super::IntSlice<'_>> {
+    pub fn times(df: &polars_core::prelude::DataFrame) -> polars_core::prelude::PolarsResult<super::IntSlice<'_>> {
         super::narrow_or_wide(df, TIME_AFTER_FIRST, FIRST_TIME, 0, TIME)
     }
 }
@@ -273,7 +273,7 @@ pub mod usage {
 /// Per-device `lifetimes` frames: one row per allocation.
 pub mod lifetimes {
     use super::Col;
-    use polars::prelude::{Int32Type, Int64Type, UInt8Type};
+    use polars_core::prelude::{Int32Type, Int64Type, UInt8Type};
 
     /// Held as the trace holds its addresses (`addr_units` and `addr_base` while they fit, as
     /// in reports stored before 2026-12-04 `addr`): read them with [`super::addresses`].

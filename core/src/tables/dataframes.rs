@@ -2,7 +2,7 @@
 //! [`TABLE_NAMES`], and the events' `size_stacks`) and [`SnapshotColumns::into_tables`], which moves the importers' builders
 //! into frames without copying numeric vectors.
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use memlens_api::SourceInfo;
 

@@ -3,7 +3,7 @@
 //! changes instead of one value per entry (8 bytes per entry saved). Read in place: the value after any entry is a binary search,
 //! a timeline's buckets cost the changes inside the window ([`crate::query::bucket_min_max_steps`]).
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 /// The value after each of `len` entries, as the entries where it changes.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 /// Integers read as i64, held as u32 offsets from a base or as i64.
 #[derive(Debug, Clone, Copy)]

@@ -6,7 +6,7 @@
 //! and the queries read them through this type, so they read a stored report from before
 //! (u32) and one from now alike.
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 /// Stack ids read as u32, held as u16 or u32.
 #[derive(Debug, Clone, Copy)]

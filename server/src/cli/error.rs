@@ -25,7 +25,7 @@ pub enum CommandError {
     #[error("{file}: {error}")]
     Analysis {
         file: String,
-        error: polars::error::PolarsError,
+        error: polars_core::error::PolarsError,
     },
     /// Comparing two analysed runs failed.
     #[error(transparent)]
@@ -67,7 +67,7 @@ impl CommandError {
             problem,
         }
     }
-    pub fn analysis(file: impl Into<String>, error: polars::error::PolarsError) -> CommandError {
+    pub fn analysis(file: impl Into<String>, error: polars_core::error::PolarsError) -> CommandError {
         CommandError::Analysis {
             file: file.into(),
             error,

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use memlens_api::{AnalyzeOutput, ReportState, Stage, Status};
-use polars::prelude::DataFrame;
+use polars_core::prelude::DataFrame;
 
 use super::auth::{UploadAuth, UploadLimit};
 use super::error::{internal, ApiError};

@@ -2,7 +2,8 @@
 //! encoded ([`encode`]: plain or delta pages under zstd, assembled from polars' own lower-level writer)
 //! and decoded into the form queries read ([`decode`]).
 
-use polars::prelude::*;
+use polars_core::prelude::*;
+use polars_io::prelude::{ParquetReader, SerReader};
 
 /// How an object's rows are grouped in its Parquet file.
 #[derive(Clone, Copy)]

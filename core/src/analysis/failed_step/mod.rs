@@ -17,7 +17,7 @@
 
 mod batch_fit;
 use memlens_api::{Category, CategoryBytes, CategoryRule, OomCause, OomFit, OomPhase, PhaseRange};
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::analysis::oom_cause::{LiveAtFailure, OomFacts};

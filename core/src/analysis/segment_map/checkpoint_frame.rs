@@ -20,7 +20,7 @@
 //! (`memlens-bench-segments`, BENCHMARKS.md).
 
 use memlens_api::{BlockState, SegmentMap};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::block::Block;
 use super::checkpoints::{map_from, FlatSegment, FlatState, SegmentCheckpoints};

@@ -14,7 +14,7 @@
 //! (`memlens-bench-segments`).
 
 use memlens_api::SegmentMap;
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::blocks::SegmentBlocks;
 use super::by_address::Segment;

@@ -10,7 +10,7 @@
 //! end of the trace and estimated, to within allocator rounding, before it.
 
 use memlens_api::{BlockView, SegmentMap};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::block::Block;
 use super::blocks::SegmentBlocks;

@@ -16,7 +16,7 @@ use memlens_core::stacks::StackResolver;
 use memlens_core::tables::columns::held_bytes;
 use memlens_core::tables::entry_steps::EntrySteps;
 use memlens_core::tables::SnapshotTables;
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::keys::{DeviceKeys, FileKeys};
 use super::read::{entry_indexes_as_i32, load_tables, one_values_as_scalars, user_metadata_from};

@@ -24,7 +24,7 @@ pub(crate) use read::{read_json, read_parquet};
 pub use write::{segment_object_bytes, write_charts, write_file, write_gpu_log, write_summary};
 
 use memlens_core::query::Axis;
-use polars::prelude::PolarsError;
+use polars_core::prelude::PolarsError;
 
 use crate::storage::store::StoreError;
 

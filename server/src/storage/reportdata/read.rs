@@ -7,7 +7,7 @@ use memlens_api::{AnalyzeOutput, FileSummary};
 use memlens_core::analysis::run::run_overview;
 use memlens_core::tables::columns::lifetimes as lt_col;
 use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::keys::{self, FileKeys, Schema, SCHEMA, SUMMARY};

@@ -56,7 +56,7 @@ type Decoded = ((i64, usize), Arc<StoredCheckpoint>);
 /// How the file reads its stored objects (keys relative to the device's folder).
 pub trait DeviceObjects {
     fn cursors(&self, device: i64) -> Result<Option<Vec<usize>>, DataError>;
-    fn checkpoint(&self, device: i64, k: usize) -> Result<polars::prelude::DataFrame, DataError>;
+    fn checkpoint(&self, device: i64, k: usize) -> Result<polars_core::prelude::DataFrame, DataError>;
 }
 
 impl StoredSegments {
@@ -91,7 +91,7 @@ impl StoredSegments {
         }
         let cp = self.checkpoint(objects, bytes, device, k)?;
         if !cp.covers(cursor) {
-            return Err(DataError::Polars(polars::prelude::PolarsError::ComputeError(
+            return Err(DataError::Polars(polars_core::prelude::PolarsError::ComputeError(
                 format!("segment checkpoint {k} of device {device} does not hold entry {cursor}").into(),
             )));
         }

@@ -11,7 +11,7 @@ use memlens_core::pipeline::DeviceFrames;
 use memlens_core::tables::columns::events as ev_col;
 use memlens_core::tables::columns::held_bytes;
 use memlens_core::tables::{SnapshotTables, TABLE_NAMES};
-use polars::prelude::*;
+use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
 use super::keys::{self, DeviceKeys, FileKeys, Schema, CHART_PNG, CHART_SVG, SCHEMA, SUMMARY};

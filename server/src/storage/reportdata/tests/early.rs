@@ -1,7 +1,7 @@
 //! Objects encoded during the analyses (`EarlyObjects`), and a trace that lets go of its
 //! addresses before its usage series is made: each stored as the storing stage would store it.
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::*;
 

@@ -12,7 +12,7 @@ use memlens_core::analysis::segment_map::SegmentCheckpoints;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::query::CategoryIndex;
 use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 use super::read::{read_json, read_parquet};
 use super::write::put_parquet;
