@@ -17,7 +17,6 @@ use memlens_core::analysis::segment_map::detail::SegmentDetail;
 use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_path, Imported};
-use polars_io::prelude::{ParquetReader, SerReader};
 
 fn main() {
     // As the `memlens` binary starts.
@@ -124,9 +123,7 @@ fn main() {
         let s = Instant::now();
         let cursor = i + 1;
         let (_, bytes) = &objects[objects.partition_point(|(c, _)| *c < cursor)];
-        let frame = ParquetReader::new(std::io::Cursor::new(bytes.as_slice()))
-            .finish()
-            .expect("read");
+        let frame = parquet_object::decode(bytes.clone()).expect("read");
         let cp = stored_checkpoint(&frame).expect("checkpoint");
         decode.push(s.elapsed().as_secs_f64() * 1e3);
         let map = cp.map_at(cursor, ev.device, ev.time_us(i), detail);

@@ -3,7 +3,6 @@
 //! and decoded into the form queries read ([`decode`]).
 
 use polars_core::prelude::*;
-use polars_io::prelude::{ParquetReader, SerReader};
 
 /// How an object's rows are grouped in its Parquet file.
 #[derive(Clone, Copy)]
@@ -305,10 +304,15 @@ const RUNNING_TOTALS: [&str; 2] = [
 const DEFAULT_ROW_GROUP: usize = 512 * 512;
 
 /// A stored object's frame, each column one contiguous chunk.
+///
+/// Read with polars' own lower-level reader (`polars-parquet`), as [`encode`] writes: its
+/// flat columns need none of polars-io's reader (projections, predicates, hive partitions, the
+/// group-by kernels its `parquet` feature compiles into polars-core, every codec).
 pub fn decode(bytes: Vec<u8>) -> PolarsResult<DataFrame> {
-    let mut reader = ParquetReader::new(std::io::Cursor::new(bytes));
-    let scalars: Vec<ScalarColumn> = match reader
-        .get_metadata()?
+    use polars_parquet::read::{column_iter_to_arrays, infer_schema, read_metadata, BasicDecompressor, PageReader};
+    let bytes = polars_buffer::Buffer::from(bytes);
+    let metadata = read_metadata(&mut std::io::Cursor::new(bytes.as_slice()))?;
+    let scalars: Vec<ScalarColumn> = match metadata
         .key_value_metadata
         .iter()
         .flatten()
@@ -318,25 +322,50 @@ pub fn decode(bytes: Vec<u8>) -> PolarsResult<DataFrame> {
         Some(json) => serde_json::from_str(json).map_err(|e| polars_err!(ComputeError: "one-value columns: {e}"))?,
         None => Vec::new(),
     };
-    let mut df = reader.finish()?;
-    // Parquet row groups come back as chunks; queries read columns as contiguous slices.
-    // Device frames are written as one row group (nothing to do here); the tables, and frames
-    // stored before, hold many, rechunked one column at a time: each column's chunks go as soon
-    // as its copy is made and, being small, go back to the system at once (else the arenas
-    // keep them all: a GB-scale report's tables took far more than they hold while loading).
-    let names: Vec<PlSmallStr> = df.get_column_names_owned();
-    for name in names {
-        let column = df.column(&name)?;
-        if column.n_chunks() < 2 {
-            continue;
+    let schema = infer_schema(&metadata)?;
+    let mut columns = Vec::with_capacity(schema.len());
+    for field in schema.iter_values() {
+        // A column's row groups, each decoded into one chunk or more.
+        let mut chunks = Vec::with_capacity(metadata.row_groups.len());
+        for group in &metadata.row_groups {
+            let parts = group
+                .columns_under_root_iter(&field.name)
+                .ok_or_else(|| polars_err!(ComputeError: "column `{}` is missing from a row group", field.name))?;
+            let (pages, types): (Vec<_>, Vec<_>) = parts
+                .map(|part| {
+                    let range = part.byte_range();
+                    let chunk = bytes.clone().sliced(range.start as usize..range.end as usize);
+                    let pages = PageReader::new(std::io::Cursor::new(chunk), part, vec![], usize::MAX);
+                    (BasicDecompressor::new(pages, vec![]), &part.descriptor().descriptor.primitive_type)
+                })
+                .unzip();
+            chunks.extend(column_iter_to_arrays(pages, types, field.clone(), None)?.0);
         }
-        let bytes = column.as_materialized_series().estimated_size() as u64;
-        let whole = column.rechunk();
-        df.with_column(whole)?;
-        if bytes > memlens_core::infra::free_memory::TRIM_ABOVE {
-            memlens_core::infra::free_memory::trim_heap();
-        }
+        let series = if chunks.is_empty() {
+            Series::new_empty(field.name.clone(), &DataType::from_arrow_field(field))
+        } else {
+            Series::try_from((field, chunks))?
+        };
+        // Parquet row groups come back as chunks; queries read columns as contiguous slices.
+        // Device frames are written as one row group (nothing to do here); the tables, and
+        // frames stored before, hold many, rechunked one column at a time: each column's chunks
+        // go as soon as its copy is made and, being small, go back to the system at once (else
+        // the arenas keep them all: a GB-scale report's tables took far more than they hold
+        // while loading).
+        let series = if series.n_chunks() < 2 {
+            series
+        } else {
+            let bytes = series.estimated_size() as u64;
+            let whole = series.rechunk();
+            drop(series);
+            if bytes > memlens_core::infra::free_memory::TRIM_ABOVE {
+                memlens_core::infra::free_memory::trim_heap();
+            }
+            whole
+        };
+        columns.push(series.into_column());
     }
+    let mut df = DataFrame::new(metadata.num_rows, columns)?;
     // A column of nothing but nulls (`device_free` without an OOM, `time_us` without
     // timestamps) is kept as one scalar, as the pipeline built it, not 8 bytes per row.
     let height = df.height();
@@ -365,14 +394,14 @@ mod tests {
         let n = 3_000_000i64;
         let frame =
             || DataFrame::new(n as usize, vec![Column::new("a".into(), (0..n).collect::<Vec<i64>>())]).expect("frame");
-        let chunks = |groups| {
+        let row_groups = |groups| {
             let bytes = encode(&frame(), groups).expect("write");
-            let back = ParquetReader::new(Cursor::new(bytes)).finish().expect("read");
-            back.column("a").expect("a").as_materialized_series().n_chunks()
+            let metadata = polars_parquet::read::read_metadata(&mut Cursor::new(bytes.as_slice())).expect("read");
+            metadata.row_groups.len()
         };
-        assert_eq!(chunks(RowGroups::One), 1);
-        let several = chunks(RowGroups::Default);
-        assert!(several > 1, "{several} chunks");
+        assert_eq!(row_groups(RowGroups::One), 1);
+        let several = row_groups(RowGroups::Default);
+        assert!(several > 1, "{several} row groups");
         // Decoded, either is one contiguous chunk per column, with the values written.
         let bytes = encode(&frame(), RowGroups::Default).expect("write");
         let back = decode(bytes).expect("decode");
@@ -476,8 +505,9 @@ mod tests {
         for groups in [RowGroups::One, RowGroups::Default] {
             let bytes = encode(&frame, groups).expect("write");
             // Stored as values, not as columns of a value a row.
-            let columns = ParquetReader::new(Cursor::new(bytes.clone())).finish().expect("read");
-            assert_eq!(columns.get_column_names(), ["addr_units", "size"]);
+            let metadata = polars_parquet::read::read_metadata(&mut Cursor::new(bytes.as_slice())).expect("read");
+            let schema = polars_parquet::read::infer_schema(&metadata).expect("schema");
+            assert_eq!(schema.iter_names().collect::<Vec<_>>(), ["addr_units", "size"]);
             let back = decode(bytes).expect("decode");
             assert_eq!(back.get_column_names(), frame.get_column_names());
             assert!(back.equals_missing(&frame));
@@ -559,7 +589,7 @@ mod tests {
         );
         for groups in [RowGroups::Default, RowGroups::One] {
             let bytes = encode(&frame, groups).expect("write");
-            let back = ParquetReader::new(Cursor::new(bytes.clone())).finish().expect("read");
+            let back = decode(bytes.clone()).expect("read");
             assert!(back.equals_missing(&frame));
             let meta = polars_parquet::read::read_metadata(&mut Cursor::new(bytes)).expect("metadata");
             for column in meta.row_groups.iter().flat_map(|g| g.parquet_columns()) {
@@ -569,7 +599,7 @@ mod tests {
         // An empty frame keeps its columns and their types.
         let empty = frame.slice(0, 0);
         let bytes = encode(&empty, RowGroups::Default).expect("write");
-        let back = ParquetReader::new(Cursor::new(bytes)).finish().expect("read");
+        let back = decode(bytes).expect("read");
         assert_eq!(back.schema(), empty.schema());
         assert_eq!(back.height(), 0);
     }
