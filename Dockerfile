@@ -5,7 +5,7 @@ WORKDIR /src
 RUN rustup target add wasm32-unknown-unknown
 COPY . .
 RUN cargo fetch --locked \
- && cargo run --locked -p memlens-bundle -- --release \
+ && cargo run --locked --profile bundle -p memlens-bundle -- --release \
  && cargo build --release --locked -p memlens \
  && cp target/release/memlens /usr/local/bin/memlens
 
