@@ -336,7 +336,10 @@ pub fn decode(bytes: Vec<u8>) -> PolarsResult<DataFrame> {
                     let range = part.byte_range();
                     let chunk = bytes.clone().sliced(range.start as usize..range.end as usize);
                     let pages = PageReader::new(std::io::Cursor::new(chunk), part, vec![], usize::MAX);
-                    (BasicDecompressor::new(pages, vec![]), &part.descriptor().descriptor.primitive_type)
+                    (
+                        BasicDecompressor::new(pages, vec![]),
+                        &part.descriptor().descriptor.primitive_type,
+                    )
                 })
                 .unzip();
             chunks.extend(column_iter_to_arrays(pages, types, field.clone(), None)?.0);
