@@ -6,7 +6,7 @@
 //!   analyses);
 //! - the lifetimes' working maps, once they are built ([`crate::report`]);
 //! - a stored report's parts loaded or leaving the server's cache (the server's
-//!   `loaded_file.rs` and `parquet_object.rs`), so that its resident memory follows the cache's
+//!   `loaded_file.rs` and `parquet_object/decode.rs`), so that its resident memory follows the cache's
 //!   bound instead of its high-water mark.
 //!
 //! And every binary starts with one arena per CPU ([`one_arena_per_cpu`]).
