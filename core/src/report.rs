@@ -229,7 +229,10 @@ fn analyze_device_with(
     let structure = with_inferred_optimizer_steps(&phases, ev, stacks);
     let training = ev
         .has_time
-        .then(|| crate::analysis::categories::structure(&structure, ev.time(), usage))
+        .then(|| {
+            let backward = crate::analysis::categories::BackwardEvidence::new(ev, stacks);
+            crate::analysis::categories::structure(&structure, ev.time(), usage, &backward)
+        })
         .flatten();
     let steps = loop_steps(&structure, training.as_ref(), ev);
     let (mut leaks, note) = leak_candidates(ev, &lifetimes, steps.as_ref().map(|s| &s.spans[..]), stacks)?;
@@ -248,16 +251,12 @@ fn analyze_device_with(
     let labels = explicit_labels(&t.event_notes, ev)?;
     let evidence = Evidence { labels: &labels, rules };
     let frees_before_trace = frees_of_earlier_memory(&lifetimes)?;
-    let no_stack = NoStackEvidence {
-        stacks_recorded: stacks.any_recorded(),
-        autograd: if ev.has_time {
-            autograd_windows(&structure, training.as_ref())
-        } else {
-            Vec::new()
-        },
-        phases: &phases,
-        entry_times: ev.time(),
+    let autograd = if ev.has_time {
+        autograd_windows(&structure, training.as_ref())
+    } else {
+        Vec::new()
     };
+    let no_stack = NoStackEvidence::new(stacks.any_recorded(), &autograd, &phases, ev.time());
     for l in leaks.iter_mut().filter(|l| l.stack.is_empty()) {
         if let Some(id) = l.stack_id {
             l.no_stack_reason = Some(no_stack_reason_of(&lifetimes, id, &no_stack)?);

@@ -92,3 +92,56 @@ fn an_annotated_long_run_places_activations_and_step_state_by_its_phases() {
     assert_eq!(state.count, iterations);
     assert_eq!(state.max_bytes, declared["leaked_bytes"].as_i64().expect("leaked"));
 }
+
+/// A training-like loop (`--steps`) whose steps only one kind of evidence tells apart: step
+/// ranges, AdamW steps at each step's end (whose temporaries, freed at the step's end, carry
+/// the optimizer's stack and are no second step), or only the allocation rhythm (AdamW's frames
+/// scattered through backward, an optimizer stepped from gradient hooks: evidence that yields
+/// more steps than the loop has, so the rhythm is read instead). Each finds the loop's steps,
+/// one per step, and the planted leak to the byte. 3,000 steps: analysed by a scan of every
+/// step for each allocation (as `locate` did without its index for these shapes), this took
+/// minutes; it takes a second or two in a debug build.
+#[test]
+fn a_long_loop_has_its_steps_and_its_leak_found_from_every_kind_of_evidence() {
+    use memlens_api::IterationEvidence;
+    for (evidence, found_by) in [
+        ("ranges", IterationEvidence::StepRanges),
+        ("optimizer", IterationEvidence::OptimizerSteps),
+        ("rhythm", IterationEvidence::AllocationRhythm),
+    ] {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let path = dir.path().join("loop.pickle");
+        let declared = generate(&path, &["--steps", "3000", "--evidence", evidence]);
+        let steps = declared["steps"].as_u64().expect("steps") as usize;
+        let summary = summarize_file(&path).unwrap_or_else(|e| panic!("{evidence}: {e}"));
+        let d = &summary.devices[0];
+        assert_eq!(
+            d.event_count as u64,
+            declared["entries"].as_u64().unwrap(),
+            "{evidence}"
+        );
+        assert_eq!(
+            d.peak_allocated_bytes as u64,
+            declared["peak_allocated_bytes"].as_u64().unwrap(),
+            "{evidence}"
+        );
+        assert_eq!(d.iterations.evidence, found_by, "{evidence}");
+        assert_eq!(d.iterations.count, steps, "{evidence}");
+        let leak = d.leaks.first().unwrap_or_else(|| panic!("{evidence}: no leak"));
+        assert_eq!(
+            leak.bytes as u64,
+            declared["leaked_bytes"].as_u64().unwrap(),
+            "{evidence}"
+        );
+        assert_eq!(
+            leak.bytes_per_iteration as u64,
+            declared["leak_bytes_per_iteration"].as_u64().unwrap(),
+            "{evidence}"
+        );
+        assert_eq!(
+            leak.stack.first().map(String::as_str),
+            declared["leak_frame"].as_str(),
+            "{evidence}"
+        );
+    }
+}

@@ -204,14 +204,15 @@ pub enum Category {
     Temporary,
     /// The batch: made before forward and kept through it.
     Input,
-    /// Long-lived state that is none of the above (e.g. a KV cache).
+    /// What is kept to be reused: a math library's workspace, a KV cache, a cache the script
+    /// keeps (never weights or activations).
     Cache,
     Other,
 }
 
 impl CategoryRule {
     /// Every rule; stored reports keep positions in this list, so new rules go at the end.
-    pub const ALL: [CategoryRule; 23] = [
+    pub const ALL: [CategoryRule; 26] = [
         CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
@@ -235,6 +236,9 @@ impl CategoryRule {
         CategoryRule::MadeInFailedBackward,
         CategoryRule::GradScalerState,
         CategoryRule::AutocastWeightCopy,
+        CategoryRule::ThereBeforeRecording,
+        CategoryRule::StateBySize,
+        CategoryRule::ReplacedByOptimizerStep,
     ];
 
     /// The rule's position in [`CategoryRule::ALL`] (what stored reports keep); a match over
@@ -265,6 +269,9 @@ impl CategoryRule {
             CategoryRule::MadeInFailedBackward => 20,
             CategoryRule::GradScalerState => 21,
             CategoryRule::AutocastWeightCopy => 22,
+            CategoryRule::ThereBeforeRecording => 23,
+            CategoryRule::StateBySize => 24,
+            CategoryRule::ReplacedByOptimizerStep => 25,
         }
     }
 }
@@ -364,6 +371,17 @@ pub enum CategoryRule {
     /// of a weight that autocast made and autograd kept (an activation that does not grow with
     /// the batch).
     AutocastWeightCopy,
+    /// There before the recording began and alive to its end, in a run without optimizer
+    /// steps (an eval or benchmark loop recorded after its model was loaded): the weights.
+    ThereBeforeRecording,
+    /// There before the recording began and alive to its end, at a parameter's size, beyond
+    /// as many blocks of that size as backward makes gradients: optimizer state made before
+    /// the recording (recognised by its sizes; which blocks of a size are the weights is not
+    /// known, their bytes are).
+    StateBySize,
+    /// There before the recording began and freed inside an optimizer step: state the step
+    /// makes anew each time (`state["m"] = beta1 * m + …`), the old freed after the new.
+    ReplacedByOptimizerStep,
 }
 
 /// The evidence a run's loop steps were found from, strongest first.
@@ -484,7 +502,7 @@ mod tests {
         }
         // The last position is the list's last: no rule's position is past its end.
         assert_eq!(
-            usize::from(CategoryRule::AutocastWeightCopy.position()) + 1,
+            usize::from(CategoryRule::ReplacedByOptimizerStep.position()) + 1,
             CategoryRule::ALL.len()
         );
     }

@@ -96,5 +96,15 @@ fn main() {
             "peak allocated  {} bytes, peak reserved {} bytes",
             d.peak_allocated_bytes, d.peak_reserved_bytes
         );
+        println!("loop steps      {} ({:?})", d.iterations.count, d.iterations.evidence);
+        match d.leaks.first() {
+            Some(l) => println!(
+                "largest leak    {} bytes, {} per step, at {}",
+                l.bytes,
+                l.bytes_per_iteration,
+                l.stack.first().map_or("(no stack)", String::as_str)
+            ),
+            None => println!("largest leak    none"),
+        }
     }
 }

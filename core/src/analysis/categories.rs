@@ -16,16 +16,20 @@
 //! - **lifetimes** relative to those phases, and one frame rule (`Module.to()` moving weights);
 //!   what backward keeps at a size no parameter has is not a gradient.
 //!
-//! Without optimizer steps (inference, non-PyTorch sources) nothing training-shaped is invented:
-//! only parameters moved by `Module.to()`, long-lived state (cache), temporaries and other.
+//! Without optimizer steps, backward passes the stacks show (a forward + backward benchmark)
+//! are the iterations ([`super::training_structure::BackwardEvidence`]); without those either
+//! (inference, eval loops, non-PyTorch sources) nothing training-shaped is invented: parameters
+//! moved by `Module.to()` or there from before the recording to its end, temporaries, and
+//! `other` for what lives long with nothing to say what it is (`cache` is only what is kept to
+//! be reused: a library's workspace, a label).
 
 use memlens_api::{Category, CategoryRule, CategorySummary, PhaseRange, RuleShare};
 use polars_core::prelude::*;
 
 pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, FrameRulesError, Labels};
 use super::rows_in_entry_order::RowsByEntry;
-pub use super::training_structure::{autograd_windows, structure, Structure};
-use super::training_structure::{in_zero_grad, locate, spans_or_open, within, Span};
+pub use super::training_structure::{autograd_windows, structure, BackwardEvidence, Structure};
+use super::training_structure::{first_forward_from, in_zero_grad, locate, spans_or_open, within, Span};
 use super::DeviceEvents;
 use crate::stacks::StackResolver;
 use crate::tables::columns::lifetimes as lt_col;
@@ -38,6 +42,8 @@ struct Life {
     alloc: Option<i64>,
     free: Option<i64>,
     moved_by_module_to: bool,
+    /// Its stack runs through a module's forward (an output, never a weight).
+    made_by_forward: bool,
 }
 
 /// `weights_moved`: the device's trace shows `Module.to()` moving weights, so blocks older than
@@ -52,13 +58,24 @@ fn classify_training(st: &Structure, l: Life, weights_moved: bool) -> (Category,
                 return (Category::Parameter, CategoryRule::ModuleTo)
             }
             Some(a) if a < first.forward.0 => return (Category::Parameter, CategoryRule::AliveThroughout),
-            None if !weights_moved => return (Category::Parameter, CategoryRule::AliveThroughout),
+            // A block from before the recording that a forward made is an output kept, never a weight.
+            None if !weights_moved && !l.made_by_forward => {
+                return (Category::Parameter, CategoryRule::AliveThroughout)
+            }
             None => return (Category::Other, CategoryRule::PredatesTheTrace),
             Some(_) => {}
         }
     }
     let Some(a) = l.alloc else {
-        return (Category::Other, CategoryRule::Unplaced);
+        // There before the recording: what a step frees it replaced (state made anew each
+        // step); what a zero_grad frees was the last step's gradients.
+        return match l.free {
+            Some(f) if matches!(locate(st, f), Some((_, 2))) => {
+                (Category::OptimizerState, CategoryRule::ReplacedByOptimizerStep)
+            }
+            Some(f) if in_zero_grad(st, f) => (Category::Gradient, CategoryRule::FreedByZeroGrad),
+            _ => (Category::Other, CategoryRule::Unplaced),
+        };
     };
     let at = locate(st, a);
     if let Some((k, 2)) = at {
@@ -92,11 +109,7 @@ fn classify_training(st: &Structure, l: Life, weights_moved: bool) -> (Category,
         None => {
             // Between iterations (after a step, before the next forward): the batch, if it is
             // kept into the next forward.
-            match st
-                .iterations
-                .iter()
-                .position(|it| it.forward.0 > a || within(a, it.forward))
-            {
+            match first_forward_from(st, a) {
                 Some(k) if alive_after(st.iterations[k].forward.0) && l.free.is_none_or(|f| f <= next_end(k)) => {
                     (Category::Input, CategoryRule::MadeBeforeForward)
                 }
@@ -109,9 +122,25 @@ fn classify_training(st: &Structure, l: Life, weights_moved: bool) -> (Category,
 
 /// Without training structure: only what needs no iterations. `failed_forwards`: each
 /// `forward` range in which an allocation failed, with the time of the failure.
-fn classify_plain(l: Life, span: Span, failed_forwards: &[(Span, i64)]) -> (Category, CategoryRule) {
+/// What the trace shows of a model, for blocks there from before it.
+#[derive(Clone, Copy)]
+struct ModelSeen {
+    /// A module's forward runs in the recording.
+    runs: bool,
+    /// Weights were moved in by `Module.to()` during the recording and kept to its end: the
+    /// model was loaded there, and what predates it is something else.
+    loaded_in_trace: bool,
+}
+
+fn classify_plain(l: Life, span: Span, failed_forwards: &[(Span, i64)], model: ModelSeen) -> (Category, CategoryRule) {
     if l.moved_by_module_to {
         return (Category::Parameter, CategoryRule::ModuleTo);
+    }
+    // There from before the recording to its end, in a run that runs a model (and made by no
+    // forward): an eval or benchmark loop recorded after its model was loaded keeps nothing
+    // else that long — also where layers are streamed in and out during it beside those kept.
+    if l.alloc.is_none() && l.free.is_none() && model.runs && !model.loaded_in_trace && !l.made_by_forward {
+        return (Category::Parameter, CategoryRule::ThereBeforeRecording);
     }
     if let Some(a) = l.alloc {
         let live_at_failure =
@@ -121,8 +150,10 @@ fn classify_plain(l: Life, span: Span, failed_forwards: &[(Span, i64)]) -> (Cate
         }
     }
     let (a, f) = (l.alloc.unwrap_or(span.0), l.free.unwrap_or(span.1));
+    // Long-lived, but nothing says what it is: not called a cache (what is kept to be reused,
+    // which a user may free), but left unexplained.
     if (f - a) * 4 >= (span.1 - span.0).max(1) {
-        (Category::Cache, CategoryRule::LongLived)
+        (Category::Other, CategoryRule::LongLived)
     } else {
         (Category::Temporary, CategoryRule::WithinOnePhase)
     }
@@ -134,6 +165,14 @@ fn moved_by_module_to(stacks: &StackResolver, stack: u32) -> bool {
         .frames(stack)
         .iter()
         .any(|f| f.contains("torch/nn/modules/module.py") && f.ends_with(":_apply"))
+}
+
+/// Whether a stack runs through a module's forward (`Module.__call__`, or a `forward` method).
+fn runs_a_forward(stacks: &StackResolver, stack: u32) -> bool {
+    stacks
+        .frames(stack)
+        .iter()
+        .any(|f| f.contains("torch/nn/modules/module.py") && f.ends_with("_call_impl") || f.ends_with(":forward"))
 }
 
 /// Whether a C++ stack shows a math library's workspace being made (cuBLAS's per-handle
@@ -207,10 +246,22 @@ pub fn categorize(
     // per allocation); whether any moved weights is a pass over the stacks first.
     let mut moved = |s: u32| pytorch && module_to.get(s, || moved_by_module_to(stacks, s));
     let weights_moved = stack.iter().any(&mut moved);
+    let mut forward = PerStack::new(stacks);
+    let mut by_forward = |s: u32| forward.get(s, || runs_a_forward(stacks, s));
+    // Whether a module's forward runs in the recording (the stacks of blocks from before it
+    // tell of earlier work, not of this run).
+    let model = ModelSeen {
+        runs: pytorch && stack.iter().zip(alloc_idx).any(|(s, &a)| a >= 0 && by_forward(s)),
+        loaded_in_trace: stack
+            .iter()
+            .zip(alloc_idx.iter().zip(free_idx))
+            .any(|(s, (&a, &f))| a >= 0 && f < 0 && moved(s)),
+    };
     let lives = (0..lifetimes.height()).map(|r| Life {
         alloc: at(alloc_idx[r]),
         free: at(free_idx[r]),
         moved_by_module_to: moved(stack.at(r)),
+        made_by_forward: by_forward(stack.at(r)),
     });
     let mut by_rule = PerStack::new(stacks);
     let ooms: Vec<i64> = ev
@@ -224,7 +275,8 @@ pub fn categorize(
     let failed_forwards: Vec<(Span, i64)> = ooms
         .iter()
         .filter_map(|&t| {
-            let f = *forwards.iter().rev().find(|f| f.0 <= t)?;
+            // The last forward starting at or before the failure (they are sorted).
+            let f = forwards[..forwards.partition_point(|f| f.0 <= t)].last().copied()?;
             let in_backward = backwards.iter().any(|b| b.0 >= f.1 && within(t, *b));
             (within(t, f) || in_backward).then_some((f, t))
         })
@@ -237,7 +289,7 @@ pub fn categorize(
             _ if pytorch && is_workspace(s) => (Category::Cache, CategoryRule::LibraryWorkspace),
             _ if pytorch && is_scaler_state(s) => (Category::OptimizerState, CategoryRule::GradScalerState),
             (Some(st), _) => classify_training(st, life, weights_moved),
-            (None, true) => classify_plain(life, span, &failed_forwards),
+            (None, true) => classify_plain(life, span, &failed_forwards, model),
             (None, false) => (Category::Other, CategoryRule::Unplaced),
         })
         .zip(stack.iter())
@@ -252,7 +304,11 @@ pub fn categorize(
     let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
     let placed = not_gradients_unlike_any_parameter(placed, size);
     let placed = match st {
-        Some(st) => autocast_weight_copies(placed, size, st.iterations.len()),
+        Some(st) => {
+            let placed = autocast_weight_copies(placed, size, st.iterations.len());
+            let placed = last_gradients_by_size(placed, size, alloc_idx, free_idx, ev, st);
+            state_by_size(placed, size, alloc_idx, st)
+        }
         None => placed,
     };
     let iteration_ends = st.map_or_else(Vec::new, |st| {
@@ -308,6 +364,84 @@ fn not_gradients_unlike_any_parameter(
     for (p, s) in placed.iter_mut().zip(size) {
         if p.1 == CategoryRule::KeptFromBackward && !parameter_sizes.contains(&s) {
             *p = (Category::Cache, CategoryRule::KeptFromBackwardUnlikeAnyParameter);
+        }
+    }
+    placed
+}
+
+/// A run whose last iteration is followed by no zero_grad (a one-step profile, a loop that
+/// clears gradients before backward): what its forward and backward made at a parameter's
+/// size and kept to the end are the gradients — where the split of the window between them
+/// (the peak) fell inside backward, they would look like forward's and kept past it.
+fn last_gradients_by_size(
+    mut placed: Vec<(Category, CategoryRule)>,
+    size: IntSlice,
+    alloc_idx: &[i32],
+    free_idx: &[i32],
+    ev: &DeviceEvents,
+    st: &Structure,
+) -> Vec<(Category, CategoryRule)> {
+    let Some(last) = st.iterations.last().filter(|_| st.from_optimizer) else {
+        return placed;
+    };
+    let parameter_sizes: rustc_hash::FxHashSet<i64> = placed
+        .iter()
+        .zip(size)
+        .filter(|(p, _)| p.0 == Category::Parameter)
+        .map(|(_, s)| s)
+        .collect();
+    let time = ev.time();
+    for r in 0..placed.len() {
+        let s = size.at(r);
+        let made = usize::try_from(alloc_idx[r]).ok().and_then(|i| time.get(i));
+        if placed[r] == (Category::Other, CategoryRule::KeptPastItsIteration)
+            && free_idx[r] < 0
+            && made.is_some_and(|t| t >= last.forward.0 && t < last.step.0)
+            && parameter_sizes.contains(&s)
+        {
+            placed[r] = (Category::Gradient, CategoryRule::KeptFromBackward);
+        }
+    }
+    placed
+}
+
+/// Blocks there from before the recording to its end are the weights — and, in a run recorded
+/// after its optimizer's first steps, its state too, at the same sizes. Per size, as many as
+/// one backward makes gradients of that size stay parameters; the rest are optimizer state
+/// ([`CategoryRule::StateBySize`]), where the run has optimizer steps and backward was seen
+/// making gradients of every such size.
+fn state_by_size(
+    mut placed: Vec<(Category, CategoryRule)>,
+    size: IntSlice,
+    alloc_idx: &[i32],
+    st: &Structure,
+) -> Vec<(Category, CategoryRule)> {
+    if !st.from_optimizer {
+        return placed;
+    }
+    let iterations = st.iterations.len().max(1);
+    let mut gradients: rustc_hash::FxHashMap<i64, usize> = rustc_hash::FxHashMap::default();
+    let mut before: rustc_hash::FxHashMap<i64, Vec<usize>> = rustc_hash::FxHashMap::default();
+    for (r, (p, s)) in placed.iter().zip(size).enumerate() {
+        match p {
+            (Category::Gradient, CategoryRule::KeptFromBackward | CategoryRule::FreedByZeroGrad)
+                if alloc_idx[r] >= 0 =>
+            {
+                *gradients.entry(s).or_default() += 1
+            }
+            (Category::Parameter, CategoryRule::AliveThroughout) if alloc_idx[r] < 0 => {
+                before.entry(s).or_default().push(r)
+            }
+            _ => {}
+        }
+    }
+    // Sizes backward makes no gradients of (buffers, frozen layers) say nothing: left as they are.
+    for (s, rows) in &before {
+        let Some(weights) = gradients.get(s).map(|n| n.div_ceil(iterations)) else {
+            continue;
+        };
+        for &r in rows.iter().skip(weights) {
+            placed[r] = (Category::OptimizerState, CategoryRule::StateBySize);
         }
     }
     placed

@@ -95,16 +95,15 @@ impl LoopSteps {
                 }
                 peaks
             }
-            _ => entries
-                .iter()
-                .map(|&(lo, hi)| {
-                    usage
-                        .allocated_from(lo)
-                        .take(hi - lo)
-                        .max()
-                        .unwrap_or_else(|| usage.allocated_before(lo))
-                })
-                .collect(),
+            _ => {
+                // Steps that overlap or come out of order (ranges a script nests or leaves
+                // open): each step's maximum from block maxima, not a scan of its entries.
+                let blocks = BlockMax::new(usage);
+                entries
+                    .iter()
+                    .map(|&(lo, hi)| blocks.max(usage, lo, hi).unwrap_or_else(|| usage.allocated_before(lo)))
+                    .collect()
+            }
         };
         self.spans
             .iter()
@@ -115,6 +114,57 @@ impl LoopSteps {
                 peak_allocated_bytes,
             })
             .collect()
+    }
+}
+
+/// The most bytes allocated after any entry of a range, in O(1) over whole blocks of entries
+/// (a sparse table of the blocks' maxima) and at most two partial blocks scanned.
+struct BlockMax {
+    /// `levels[j][b]`: the maximum over blocks `b .. b + 2^j`.
+    levels: Vec<Vec<i64>>,
+}
+
+/// Entries a block holds.
+const BLOCK: usize = 4096;
+
+impl BlockMax {
+    fn new(usage: &Usage) -> BlockMax {
+        let mut first = Vec::with_capacity(usage.len().div_ceil(BLOCK));
+        let mut values = usage.allocated_from(0).peekable();
+        while values.peek().is_some() {
+            first.push(values.by_ref().take(BLOCK).max().unwrap_or(i64::MIN));
+        }
+        let mut levels = vec![first];
+        while let Some(last) = levels.last().filter(|l| l.len() > 1) {
+            let half = 1 << (levels.len() - 1);
+            let next: Vec<i64> = (0..last.len().saturating_sub(half))
+                .map(|b| last[b].max(last[b + half]))
+                .collect();
+            if next.is_empty() {
+                break;
+            }
+            levels.push(next);
+        }
+        BlockMax { levels }
+    }
+
+    /// The maximum after entries `lo..hi` (`None`: no entry).
+    fn max(&self, usage: &Usage, lo: usize, hi: usize) -> Option<i64> {
+        if lo >= hi {
+            return None;
+        }
+        let (first_whole, end_whole) = (lo.div_ceil(BLOCK), hi / BLOCK);
+        if first_whole >= end_whole {
+            return usage.allocated_from(lo).take(hi - lo).max();
+        }
+        let head = usage.allocated_from(lo).take(first_whole * BLOCK - lo).max();
+        let tail = usage
+            .allocated_from(end_whole * BLOCK)
+            .take(hi - end_whole * BLOCK)
+            .max();
+        let j = (end_whole - first_whole).ilog2() as usize;
+        let whole = self.levels[j][first_whole].max(self.levels[j][end_whole - (1 << j)]);
+        [head, tail, Some(whole)].into_iter().flatten().max()
     }
 }
 
@@ -134,7 +184,16 @@ pub fn loop_steps(phases: &[PhaseRange], training: Option<&Structure>, ev: &Devi
             spans,
         });
     }
-    if let Some(st) = training.filter(|st| !st.iterations.is_empty()) {
+    // Optimizer steps are the loop's steps when there is one per step: more of them than the
+    // allocation rhythm has repetitions (an optimizer stepped per parameter from gradient
+    // hooks, inside backward) is evidence that yields no loop, and the rhythm is read instead.
+    let rhythm = std::cell::OnceCell::new();
+    let rhythm = || rhythm.get_or_init(|| repeating_pattern(ev));
+    let one_per_step = |st: &&Structure| {
+        let n = st.iterations.len();
+        n > 0 && st.from_optimizer && rhythm().as_ref().is_none_or(|starts| n * 2 <= starts.len() * 3)
+    };
+    if let Some(st) = training.filter(one_per_step) {
         let label = phases
             .iter()
             .filter(|p| p.name.to_ascii_lowercase().starts_with("optimizer.step"))
@@ -148,7 +207,7 @@ pub fn loop_steps(phases: &[PhaseRange], training: Option<&Structure>, ev: &Devi
             spans: st.iterations.iter().map(|it| (it.forward.0, it.end)).collect(),
         });
     }
-    if let Some(starts) = repeating_pattern(ev) {
+    if let Some(starts) = rhythm().clone() {
         let widest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
         let spans = starts
             .iter()

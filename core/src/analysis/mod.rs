@@ -10,6 +10,8 @@
 //! - [`oom`]: each OutOfMemory explained, with a remedy;
 //! - [`leaks`]: allocations piling up across iterations;
 //! - [`phases`]: `record_function` ranges and iteration boundaries;
+//! - [`interval_index`]: which of a run's ranges hold an instant, by binary search (never a
+//!   scan of the ranges for each entry);
 //! - [`pools`]: the allocator's default and private pools (MemPool, CUDA graph);
 //! - [`stalls`]: frees that waited on another stream (`record_stream`);
 //! - [`run`]: the ranks of one job side by side (from file summaries only);
@@ -31,6 +33,7 @@ pub(crate) mod failed_step;
 pub mod fragmentation;
 pub mod frames;
 pub mod gpu_samples;
+mod interval_index;
 pub(crate) mod labels;
 pub mod leaks;
 pub mod lifetime_addresses;

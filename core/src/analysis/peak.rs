@@ -6,44 +6,74 @@ use memlens_api::{ModuleGroup, NoStackReason, PhaseRange, StackGroup};
 use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
+use super::interval_index::{FirstCovering, Union};
 use crate::stacks::StackResolver;
 use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
 
-/// What tells apart why allocations have no stack.
+/// What tells apart why allocations have no stack: asked for every live allocation without
+/// one, so its ranges are indexed once ([`super::interval_index`]).
 pub struct NoStackEvidence<'a> {
     /// Whether the recording kept frames for any stack of the file.
-    pub stacks_recorded: bool,
+    stacks_recorded: bool,
     /// Where an allocation without frames was made on the autograd thread (see
     /// [`crate::analysis::categories::autograd_windows`]).
-    pub autograd: Vec<(i64, i64)>,
+    autograd: Union,
     /// `record_function` ranges, for the phase an allocation was made in.
-    pub phases: &'a [PhaseRange],
+    phases: &'a [PhaseRange],
+    /// The innermost (shortest, then first) of `phases` holding an instant: ranked by length.
+    innermost: FirstCovering,
+    /// `phases`' positions by rank in `innermost`.
+    by_rank: Vec<usize>,
     /// When each of the device's entries happened ([`crate::analysis::DeviceEvents::time`]):
     /// an allocation was made at its `alloc_idx`'s.
-    pub entry_times: IntSlice<'a>,
+    entry_times: IntSlice<'a>,
 }
 
-impl NoStackEvidence<'_> {
+impl<'a> NoStackEvidence<'a> {
+    pub fn new(
+        stacks_recorded: bool,
+        autograd: &[(i64, i64)],
+        phases: &'a [PhaseRange],
+        entry_times: IntSlice<'a>,
+    ) -> NoStackEvidence<'a> {
+        let closed: Vec<usize> = (0..phases.len()).filter(|&i| phases[i].end_us.is_some()).collect();
+        let mut by_rank = closed;
+        by_rank.sort_by_key(|&i| {
+            (
+                phases[i].end_us.unwrap_or(i64::MAX).saturating_sub(phases[i].start_us),
+                i,
+            )
+        });
+        let innermost = FirstCovering::new(by_rank.iter().zip(0u32..).map(|(&i, rank)| {
+            let p = &phases[i];
+            (p.start_us, p.end_us.unwrap_or(i64::MIN), rank)
+        }));
+        NoStackEvidence {
+            stacks_recorded,
+            autograd: Union::new(autograd.iter().copied()),
+            phases,
+            innermost,
+            by_rank,
+            entry_times,
+        }
+    }
+
     /// Why an allocation made at `t_alloc` (`None`: before the trace) has no stack.
     pub fn reason(&self, t_alloc: Option<i64>) -> NoStackReason {
         match t_alloc {
             None => NoStackReason::BeforeTrace,
             Some(_) if !self.stacks_recorded => NoStackReason::StacksNotRecorded,
-            Some(t) if self.autograd.iter().any(|&(s, e)| s <= t && t <= e) => NoStackReason::AutogradThread,
+            Some(t) if self.autograd.holds(t) => NoStackReason::AutogradThread,
             Some(_) => NoStackReason::NoPythonThread,
         }
     }
 
     /// The innermost (shortest) range containing `t`.
     pub fn phase_at(&self, t: Option<i64>) -> Option<&str> {
-        let t = t?;
-        self.phases
-            .iter()
-            .filter(|p| p.start_us <= t && p.end_us.is_some_and(|e| t <= e))
-            .min_by_key(|p| p.end_us.unwrap_or(i64::MAX) - p.start_us)
-            .map(|p| p.name.as_str())
+        let rank = self.innermost.first(t?)?;
+        Some(self.phases[self.by_rank[rank as usize]].name.as_str())
     }
 }
 

@@ -169,9 +169,14 @@ pub fn with_inferred_optimizer_steps(
             allocated_outside |= action == alloc;
             continue;
         }
+        // A free carries the stack its block was made with, not where it is freed: it carries
+        // on a step (the step's temporaries freed as it ends) but starts none (the optimizer's
+        // blocks freed at the iteration's end are no second step). zero_grad is seen freeing.
+        let starts = k == OptimizerFrames::ZeroGrad || action == alloc;
         match runs.last_mut() {
             Some(r) if r.0 == k && !allocated_outside && i - r.2 <= STEP_GAP_ENTRIES + 1 => r.2 = i,
-            _ => runs.push((k, i, i)),
+            _ if starts => runs.push((k, i, i)),
+            _ => continue,
         }
         allocated_outside = false;
     }

@@ -19,11 +19,7 @@ pub fn phase_of_frames(frames: &[String]) -> OomPhase {
     let any = |f: &dyn Fn(&str) -> bool| frames.iter().any(|x| f(x));
     if any(&|x| super::phases::is_optimizer_frame(x) || x.contains("Optimizer.step")) {
         OomPhase::OptimizerStep
-    } else if any(&|x| {
-        x.contains("torch/autograd/") && (x.ends_with(":backward") || x.contains("_engine_run_backward"))
-            || x.contains("torch/_tensor.py") && x.ends_with(":backward")
-            || x.contains("torch::autograd::Engine")
-    }) {
+    } else if any(&|x| super::training_structure::is_backward_frame(x)) {
         OomPhase::Backward
     } else if any(&|x| x.contains("torch/nn/modules/module.py") || x.ends_with(":forward")) {
         OomPhase::Forward

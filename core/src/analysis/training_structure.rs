@@ -1,11 +1,16 @@
 //! The structure of training read from a device's phases: each optimizer step's iteration —
 //! its forward and backward, from the previous step's end (or the run's first iteration) to
 //! the step — and the zero_grad ranges; and where an instant falls in them ([`locate`],
-//! [`in_zero_grad`]), asked for every allocation by [`super::categories`], answered by binary
-//! search where a run's iterations follow each other (a long run has thousands).
+//! [`in_zero_grad`], [`first_forward_from`]), asked for every allocation by
+//! [`super::categories`], answered by binary search for every shape the iterations can take
+//! (a long run has thousands; [`super::interval_index`]).
 
+use super::interval_index::{FirstCovering, Union};
 use super::usage::Usage;
+use super::DeviceEvents;
+use crate::stacks::StackResolver;
 use crate::tables::int_slice::IntSlice;
+use crate::tables::Action;
 use memlens_api::PhaseRange;
 
 /// A time interval `[start, end]` on the trace's axis.
@@ -26,51 +31,61 @@ pub(super) struct Iteration {
 /// The phases of a device's run.
 pub struct Structure {
     pub(super) iterations: Vec<Iteration>,
-    pub(super) zero_grads: Vec<Span>,
+    /// Whether the iterations end at optimizer steps (else at the ends of backward passes, in
+    /// a run without an optimizer: their steps hold no instant).
+    pub(super) from_optimizer: bool,
     /// Where [`locate`] and the zero_grad test look, found once: every allocation asks.
     index: PhaseIndex,
 }
 
-/// What answers "which iteration and phase is this instant in" and "is it in a zero_grad"
-/// with a binary search instead of a scan of every iteration (a long run has thousands, and
-/// each of its millions of allocations asks both) — where the answer is the scan's: when the
-/// instants each iteration can place follow each other without overlapping (as a run's
-/// iterations do), only the one whose range holds an instant can place it; else every
-/// instant scans them all, as before.
+/// What answers "which iteration and phase is this instant in", "is it in a zero_grad" and
+/// "which is the first iteration from this instant on" by binary search, for every shape the
+/// iterations can take (a long run has thousands, and each of its millions of allocations
+/// asks): the answers a scan of the iterations in order gives.
 struct PhaseIndex {
-    /// Per iteration that can place any instant: the first and last instants it can place,
-    /// and its number; `None` when those ranges overlap or are out of order.
-    iterations: Option<Vec<(i64, i64, usize)>>,
-    /// Whether the zero_grad ranges (sorted) follow each other without overlapping.
-    zero_grads_apart: bool,
+    /// The first iteration that places an instant in one of its phases.
+    placing: FirstCovering,
+    zero_grads: Union,
+    /// The first iteration whose forward holds an instant.
+    forward_holding: FirstCovering,
+    /// Forward starts ascending, each with the lowest iteration number among those starting
+    /// there or later.
+    forward_starts: Vec<(i64, u32)>,
 }
 
 impl PhaseIndex {
     fn new(iterations: &[Iteration], zero_grads: &[Span]) -> PhaseIndex {
-        // The instants `locate` places in each: the step's closed range, and the half-open
+        // The instants `place` puts in each: the step's closed range, and the half-open
         // backward and forward ones (the last instant inside a half-open one is end − 1).
-        let placeable = |it: &Iteration| {
-            let ranges = [
-                (it.step.0, it.step.1),
-                (it.backward.0, it.backward.1.saturating_sub(1)),
-                (it.forward.0, it.forward.1.saturating_sub(1)),
-            ];
-            ranges
-                .into_iter()
-                .filter(|r| r.0 <= r.1)
-                .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
-        };
-        let ranges: Vec<(i64, i64, usize)> = iterations
-            .iter()
-            .enumerate()
-            .filter_map(|(k, it)| placeable(it).map(|(first, last)| (first, last, k)))
-            .collect();
-        let apart = |a: &(i64, i64), b: &(i64, i64)| a.1 < b.0;
-        let iterations_apart = ranges.windows(2).all(|w| apart(&(w[0].0, w[0].1), &(w[1].0, w[1].1)));
-        let nonempty: Vec<&Span> = zero_grads.iter().filter(|z| z.0 <= z.1).collect();
+        let placing = FirstCovering::new(iterations.iter().zip(0u32..).flat_map(|(it, k)| {
+            let backward = if it.backward.1 > it.backward.0 {
+                (it.backward.0, it.backward.1 - 1)
+            } else {
+                (1, 0)
+            };
+            [
+                (it.step.0, it.step.1, k),
+                (backward.0, backward.1, k),
+                (it.forward.0, it.forward.1.saturating_sub(1), k),
+            ]
+        }));
+        let forward_holding = FirstCovering::new(
+            iterations
+                .iter()
+                .zip(0u32..)
+                .map(|(it, k)| (it.forward.0, it.forward.1, k)),
+        );
+        let mut forward_starts: Vec<(i64, u32)> =
+            iterations.iter().zip(0u32..).map(|(it, k)| (it.forward.0, k)).collect();
+        forward_starts.sort_unstable();
+        for i in (0..forward_starts.len().saturating_sub(1)).rev() {
+            forward_starts[i].1 = forward_starts[i].1.min(forward_starts[i + 1].1);
+        }
         PhaseIndex {
-            iterations: iterations_apart.then_some(ranges),
-            zero_grads_apart: nonempty.windows(2).all(|w| apart(w[0], w[1])),
+            placing,
+            zero_grads: Union::new(zero_grads.iter().copied()),
+            forward_holding,
+            forward_starts,
         }
     }
 }
@@ -79,39 +94,40 @@ fn lower(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
+/// The closed ranges whose lowercase name `pick` takes, sorted; one that ends before it starts
+/// (a clock's glitch) holds nothing and is left out.
 fn spans(phases: &[PhaseRange], pick: impl Fn(&str) -> bool) -> Vec<Span> {
     let mut v: Vec<Span> = phases
         .iter()
         .filter(|p| pick(&lower(&p.name)))
-        .filter_map(|p| p.end_us.map(|e| (p.start_us, e)))
+        .filter_map(|p| p.end_us.filter(|&e| e >= p.start_us).map(|e| (p.start_us, e)))
         .collect();
     v.sort_unstable();
     v
 }
 
-/// Ranges sorted by start, for finding the first inside a window.
+/// Ranges sorted by start, for finding the first inside a window. A range that ends before it
+/// starts holds no instant and is left out (kept, it could be inside a window it starts after,
+/// and every look would have to scan to the end).
 struct SortedSpans {
     spans: Vec<Span>,
-    /// Whether any ends before it starts (such a range can be inside a window it starts after).
-    any_reversed: bool,
 }
 
 impl SortedSpans {
-    fn new(spans: Vec<Span>) -> SortedSpans {
-        let any_reversed = spans.iter().any(|s| s.1 < s.0);
-        SortedSpans { spans, any_reversed }
+    fn new(mut spans: Vec<Span>) -> SortedSpans {
+        spans.retain(|s| s.0 <= s.1);
+        SortedSpans { spans }
     }
 
     /// The first range inside `window`, looked for from the first starting in it, not by a
-    /// scan from the first of a long run's thousands; past the window's end only a reversed
-    /// range can be inside, so the look stops there when there is none.
+    /// scan from the first of a long run's thousands; a range starting past the window's end
+    /// cannot be inside, so the look stops there.
     fn first_inside(&self, window: Span) -> Option<Span> {
-        let inside = |s: &Span| s.0 >= window.0 && s.1 <= window.1;
         let from = self.spans.partition_point(|s| s.0 < window.0);
         self.spans[from..]
             .iter()
-            .take_while(|s| self.any_reversed || s.0 <= window.1)
-            .find(|s| inside(s))
+            .take_while(|s| s.0 <= window.1)
+            .find(|s| s.1 <= window.1)
             .copied()
     }
 }
@@ -133,13 +149,18 @@ fn peak_time_in(time: IntSlice, usage: &Usage, span: Span) -> Option<i64> {
 
 /// The training iterations of a run and their phases, from its optimizer steps (`None`
 /// without any): found once per device, read by the categories and the autograd windows.
-pub fn structure(phases: &[PhaseRange], time: IntSlice, usage: &Usage) -> Option<Structure> {
+pub fn structure(
+    phases: &[PhaseRange],
+    time: IntSlice,
+    usage: &Usage,
+    backward: &BackwardEvidence,
+) -> Option<Structure> {
     let mut steps = spans(phases, |n| n.starts_with("optimizer.step"));
     if steps.is_empty() {
         steps = spans(phases, |n| n.contains("optimizer") && !n.contains("zero_grad"));
     }
     if steps.is_empty() {
-        return None;
+        return backward_passes(time, backward);
     }
     let forwards = SortedSpans::new(spans(phases, |n| n == "forward" || n.ends_with(".forward")));
     let backwards = SortedSpans::new(spans(phases, |n| n == "backward" || n.ends_with(".backward")));
@@ -186,7 +207,129 @@ pub fn structure(phases: &[PhaseRange], time: IntSlice, usage: &Usage) -> Option
     let index = PhaseIndex::new(&iterations, &zero_grads);
     Some(Structure {
         iterations,
-        zero_grads,
+        from_optimizer: true,
+        index,
+    })
+}
+
+/// Where backward runs, read from the stacks: an allocation made under the autograd engine
+/// (`Tensor.backward`, `torch.autograd.backward`, `torch::autograd::Engine` in a C++ stack)
+/// starts a backward pass; the allocations after it with no frames (made on the autograd
+/// thread, where stacks were recorded) or backward's own carry it on, and the next allocation
+/// with frames of anything else (the next forward) ends it.
+pub struct BackwardEvidence<'a> {
+    action: &'a [u8],
+    stack: crate::tables::stack_ids::StackIds<'a>,
+    stacks: &'a StackResolver,
+    /// Per stack id: 0 unknown, 1 backward's, 2 no frames, 3 anything else.
+    kinds: std::cell::RefCell<Vec<u8>>,
+}
+
+const BACKWARD: u8 = 1;
+const NO_FRAMES: u8 = 2;
+const ELSE: u8 = 3;
+
+impl<'a> BackwardEvidence<'a> {
+    pub fn new(ev: &'a DeviceEvents, stacks: &'a StackResolver) -> BackwardEvidence<'a> {
+        BackwardEvidence {
+            action: ev.action(),
+            stack: ev.stack(),
+            stacks,
+            kinds: std::cell::RefCell::new(vec![0; stacks.stack_count()]),
+        }
+    }
+
+    /// What the stack of entry `i` says (only allocations say anything: a free carries the
+    /// stack its block was made with).
+    fn kind(&self, i: usize) -> Option<u8> {
+        if self.action[i] != Action::Alloc as u8 {
+            return None;
+        }
+        let s = self.stack.at(i);
+        let find = || {
+            let frames = self.stacks.frames(s);
+            if frames.is_empty() {
+                if self.stacks.any_recorded() {
+                    NO_FRAMES
+                } else {
+                    ELSE
+                }
+            } else if frames.iter().any(|f| is_backward_frame(f)) {
+                BACKWARD
+            } else {
+                ELSE
+            }
+        };
+        let mut kinds = self.kinds.borrow_mut();
+        Some(match kinds.get_mut(s as usize) {
+            Some(0) | None => {
+                let k = find();
+                if let Some(slot) = kinds.get_mut(s as usize) {
+                    *slot = k;
+                }
+                k
+            }
+            Some(k) => *k,
+        })
+    }
+
+    /// Each backward pass's first and last allocation.
+    fn passes(&self) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        let mut open = false;
+        for i in 0..self.action.len() {
+            match self.kind(i) {
+                Some(BACKWARD) if !open => {
+                    out.push((i, i));
+                    open = true;
+                }
+                Some(BACKWARD | NO_FRAMES) if open => {
+                    if let Some(p) = out.last_mut() {
+                        p.1 = i;
+                    }
+                }
+                Some(ELSE) => open = false,
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// Whether a frame (`file:line:function`) is the autograd engine's backward.
+pub(super) fn is_backward_frame(f: &str) -> bool {
+    f.contains("torch/autograd/") && (f.ends_with(":backward") || f.contains("_engine_run_backward"))
+        || f.contains("torch/_tensor.py") && f.ends_with(":backward")
+        || f.contains("torch::autograd::Engine")
+}
+
+/// The iterations of a run without optimizer steps whose stacks show backward passes (a
+/// forward + backward benchmark, gradients accumulated): each from the end of the previous
+/// pass to the end of its own; their steps hold no instant.
+fn backward_passes(time: IntSlice, backward: &BackwardEvidence) -> Option<Structure> {
+    let passes = backward.passes();
+    if passes.is_empty() {
+        return None;
+    }
+    let mut prev_end = time.first()?;
+    let iterations: Vec<Iteration> = passes
+        .into_iter()
+        .map(|(first, last)| {
+            let (start, end) = (time.at(first), time.at(last));
+            let it = Iteration {
+                forward: (prev_end.min(start), start),
+                backward: (start, end.saturating_add(1)),
+                step: (end.saturating_add(1), end),
+                end,
+            };
+            prev_end = end.saturating_add(1);
+            it
+        })
+        .collect();
+    let index = PhaseIndex::new(&iterations, &[]);
+    Some(Structure {
+        iterations,
+        from_optimizer: false,
         index,
     })
 }
@@ -216,14 +359,19 @@ pub(super) fn within(t: i64, s: Span) -> bool {
     s.0 <= t && t <= s.1
 }
 
-/// Where an instant falls: (iteration, phase) with phase 0 forward, 1 backward, 2 step.
+/// Where an instant falls: (iteration, phase) with phase 0 forward, 1 backward, 2 step; the
+/// first iteration that places it.
 pub(super) fn locate(st: &Structure, t: i64) -> Option<(usize, u8)> {
-    if let Some(ranges) = &st.index.iterations {
-        let j = ranges.partition_point(|r| r.0 <= t).checked_sub(1)?;
-        let (_, last, k) = ranges[j];
-        return (t <= last).then(|| place(k, &st.iterations[k], t)).flatten();
-    }
-    st.iterations.iter().enumerate().find_map(|(k, it)| place(k, it, t))
+    let k = st.index.placing.first(t)? as usize;
+    place(k, &st.iterations[k], t)
+}
+
+/// The first iteration whose forward starts after `t` or holds it.
+pub(super) fn first_forward_from(st: &Structure, t: i64) -> Option<usize> {
+    let starts = &st.index.forward_starts;
+    let later = starts.get(starts.partition_point(|s| s.0 <= t)).map(|s| s.1);
+    let holding = st.index.forward_holding.first(t);
+    [later, holding].into_iter().flatten().min().map(|k| k as usize)
 }
 
 /// Where an instant falls in iteration `k`, if in it.
@@ -241,14 +389,7 @@ fn place(k: usize, it: &Iteration, t: i64) -> Option<(usize, u8)> {
 
 /// Whether an instant is inside a zero_grad range.
 pub(super) fn in_zero_grad(st: &Structure, t: i64) -> bool {
-    if st.index.zero_grads_apart {
-        // The last range starting at or before `t` is the only one that can hold it (ranges
-        // that hold nothing sort anywhere, but hold nothing).
-        let z = &st.zero_grads;
-        let i = z.partition_point(|r| r.0 <= t);
-        return z[..i].iter().rev().find(|r| r.0 <= r.1).is_some_and(|r| within(t, *r));
-    }
-    st.zero_grads.iter().any(|z| within(t, *z))
+    st.index.zero_grads.holds(t)
 }
 
 #[cfg(test)]
@@ -258,7 +399,7 @@ mod tests {
 
     /// Iterations one after another as a run's are (`overlap` 0), or overlapping and out of
     /// order, with empty phases now and then; zero_grads between them or anywhere.
-    fn structure(rng: &mut Lcg, overlap: i64) -> Structure {
+    fn structure(rng: &mut Lcg, overlap: u64) -> (Structure, Vec<Span>) {
         let mut n = |k: u64| rng.below(k) as i64;
         let mut t = n(50);
         let mut iterations = Vec::new();
@@ -275,44 +416,47 @@ mod tests {
             });
             let z = (s.1 + 1, s.1 + 1 + n(5) - n(2));
             zero_grads.push(z);
-            t = z.1.max(s.1) + 2 - overlap * n(60);
+            // 0: apart; 1: overlapping, out of order; 2: each forward starts where the step
+            // before it ends (a run without zero_grad ranges).
+            t = match overlap {
+                0 => z.1.max(s.1) + 2,
+                1 => z.1.max(s.1) + 2 - n(60),
+                _ => s.1,
+            };
         }
         zero_grads.sort_unstable();
         let index = PhaseIndex::new(&iterations, &zero_grads);
-        Structure {
-            iterations,
+        (
+            Structure {
+                iterations,
+                from_optimizer: true,
+                index,
+            },
             zero_grads,
-            index,
-        }
+        )
     }
 
     /// Found by binary search or by a scan of every iteration, an instant lands in the same
-    /// iteration and phase, and in a zero_grad or not, alike; the search is used where the
-    /// iterations follow each other, and only there.
+    /// iteration and phase, in a zero_grad or not, and before the same first forward, alike —
+    /// for iterations one after another, touching, overlapping and out of order (the search
+    /// is used for every shape: a long run's millions of allocations each ask).
     #[test]
     fn an_instant_is_placed_by_search_as_by_a_scan() {
         let mut rng = Lcg(7);
-        let (mut searched, mut scanned, mut zero_grads_searched) = (0, 0, 0);
         for case in 0..400 {
-            let st = structure(&mut rng, case % 2);
-            if st.index.iterations.is_some() {
-                searched += 1;
-            } else {
-                scanned += 1;
-            }
-            zero_grads_searched += usize::from(st.index.zero_grads_apart);
-            let end = st.zero_grads.last().map_or(0, |z| z.1) + 10;
+            let (st, zero_grads) = structure(&mut rng, case % 3);
+            let end = zero_grads.last().map_or(0, |z| z.1) + 10;
             for t in -5..end {
                 let scan = st.iterations.iter().enumerate().find_map(|(k, it)| place(k, it, t));
                 assert_eq!(locate(&st, t), scan, "case {case} at {t}");
-                let any = st.zero_grads.iter().any(|z| within(t, *z));
+                let any = zero_grads.iter().any(|z| within(t, *z));
                 assert_eq!(in_zero_grad(&st, t), any, "case {case} at {t}");
+                let first = st
+                    .iterations
+                    .iter()
+                    .position(|it| it.forward.0 > t || within(t, it.forward));
+                assert_eq!(first_forward_from(&st, t), first, "case {case} at {t}");
             }
         }
-        assert!(searched > 100 && scanned > 50, "{searched} searched, {scanned} scanned");
-        assert!(
-            (100..350).contains(&zero_grads_searched),
-            "{zero_grads_searched} of 400"
-        );
     }
 }

@@ -68,12 +68,76 @@ pub fn device_verdict(d: &DeviceSummary) -> String {
         )
     } else {
         format!(
-            "Peak: {} allocated ({} reserved), made of {}. No OOM and no leak.",
+            "Peak: {} allocated ({} reserved), made of {}.{} No OOM and no leak.",
             human(d.peak_allocated_bytes),
             human(d.peak_reserved_bytes),
-            made_of.join(", ")
+            made_of.join(", "),
+            what_rests_on_less(d, total)
         )
     }
+}
+
+/// Why what a rule left as `other` has no category, in the verdict's words.
+fn why_unexplained(rule: memlens_api::CategoryRule) -> &'static str {
+    use memlens_api::CategoryRule as R;
+    match rule {
+        R::KeptPastItsIteration => "made in one iteration and kept past the next, by nothing the trace names",
+        R::LongLived => "kept for most of the run, with no optimizer step, backward or label to say what it is",
+        R::PredatesTheTrace => "there before the recording began, in a run that moved its weights in during it",
+        _ => "nothing in the trace places it",
+    }
+}
+
+/// A tenth of the peak: the share of `other` a verdict says is unexplained.
+const UNEXPLAINED_SHARE: f64 = 0.1;
+
+/// What the verdict's make-up rests on beside the run's structure: weights recognised only as
+/// there before the recording began, and how much of the peak no evidence places.
+fn what_rests_on_less(d: &DeviceSummary, total: i64) -> String {
+    let mut out = String::new();
+    let parameters = d.categories.iter().find(|c| c.category == Category::Parameter);
+    let before = parameters
+        .and_then(|c| {
+            c.rules
+                .iter()
+                .find(|r| r.rule == memlens_api::CategoryRule::ThereBeforeRecording)
+        })
+        .map_or(0, |r| r.bytes);
+    if before > 0 && parameters.is_some_and(|c| before * 2 >= c.bytes_at_peak) {
+        out.push_str(&format!(
+            " The weights ({}) are recognised as there before the recording began and kept to its end: \
+             recording started after the model was loaded.",
+            human(before)
+        ));
+    }
+    let by_size: i64 = d
+        .categories
+        .iter()
+        .flat_map(|c| &c.rules)
+        .filter(|r| r.rule == memlens_api::CategoryRule::StateBySize)
+        .map(|r| r.bytes)
+        .sum();
+    if by_size > 0 {
+        out.push_str(&format!(
+            " Optimizer state made before the recording ({}) is recognised by its sizes: those of the \
+             parameters, beyond as many blocks of each as backward makes gradients.",
+            human(by_size)
+        ));
+    }
+    let other = d.categories.iter().find(|c| c.category == Category::Other);
+    let at_peak = other.map_or(0, |c| c.bytes_at_peak);
+    let share = at_peak as f64 / total as f64;
+    if share >= UNEXPLAINED_SHARE {
+        let why = other
+            .and_then(|c| c.rules.iter().max_by_key(|r| r.bytes))
+            .map_or("nothing in the trace places it", |r| why_unexplained(r.rule));
+        out.push_str(&format!(
+            " {} ({:.0} %) is unexplained: {why}.",
+            human(at_peak),
+            share * 100.0
+        ));
+    }
+    out
 }
 
 /// Memory beside PyTorch's reserve that an NVML log of the same report shows worth leading

@@ -285,6 +285,7 @@ fn open_to_failed_step(r: &Row) -> bool {
                 | CategoryRule::WithinOnePhase
                 | CategoryRule::KeptPastItsIteration
                 | CategoryRule::WithinOptimizerStep
+                | CategoryRule::KeptFromBackwardUnlikeAnyParameter
         )
 }
 
