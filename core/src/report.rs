@@ -234,7 +234,7 @@ fn analyze_device_with(
             crate::analysis::categories::structure(&structure, ev.time(), usage, &backward)
         })
         .flatten();
-    let steps = loop_steps(&structure, training.as_ref(), ev);
+    let steps = loop_steps(&structure, training.as_ref(), ev, usage);
     let (mut leaks, note) = leak_candidates(ev, &lifetimes, steps.as_ref().map(|s| &s.spans[..]), stacks)?;
     let iterations = match &steps {
         Some(steps) => steps.info(ev, usage),

@@ -171,7 +171,12 @@ impl BlockMax {
 /// The loop's steps, from the strongest evidence the run has (without timestamps, only the
 /// allocation rhythm, on the entry axis); `None` without any loop. `phases` are the device's ranges with the inferred optimizer steps, `training`
 /// the structure found from them.
-pub fn loop_steps(phases: &[PhaseRange], training: Option<&Structure>, ev: &DeviceEvents) -> Option<LoopSteps> {
+pub fn loop_steps(
+    phases: &[PhaseRange],
+    training: Option<&Structure>,
+    ev: &DeviceEvents,
+    usage: &Usage,
+) -> Option<LoopSteps> {
     let last = ev.time().last().unwrap_or(0);
     // Without timestamps the ranges and the steps they give have no place on the entry axis:
     // only the rhythm can be read.
@@ -188,7 +193,7 @@ pub fn loop_steps(phases: &[PhaseRange], training: Option<&Structure>, ev: &Devi
     // allocation rhythm has repetitions (an optimizer stepped per parameter from gradient
     // hooks, inside backward) is evidence that yields no loop, and the rhythm is read instead.
     let rhythm = std::cell::OnceCell::new();
-    let rhythm = || rhythm.get_or_init(|| repeating_pattern(ev));
+    let rhythm = || rhythm.get_or_init(|| repeating_pattern(ev).filter(|starts| churns(ev, usage, starts)));
     let one_per_step = |st: &&Structure| {
         let n = st.iterations.len();
         n > 0 && st.from_optimizer && rhythm().as_ref().is_none_or(|starts| n * 2 <= starts.len() * 3)
@@ -220,7 +225,7 @@ pub fn loop_steps(phases: &[PhaseRange], training: Option<&Structure>, ev: &Devi
             spans,
         });
     }
-    repeated_ranges(phases, |n| !names_a_phase_of_a_step(n), last).map(|(label, spans)| LoopSteps {
+    repeated_ranges(phases, |n| !names_a_phase_of_a_step(n) && !names_compile_work(n), last).map(|(label, spans)| LoopSteps {
         evidence: IterationEvidence::StepRanges,
         label,
         spans,
@@ -230,7 +235,16 @@ pub fn loop_steps(phases: &[PhaseRange], training: Option<&Structure>, ev: &Devi
 /// Whether a range family's name says it is a step of the loop (not one of a step's parts).
 fn says_step(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    ["iter", "step", "epoch", "batch"].iter().any(|k| n.contains(k)) && !names_a_phase_of_a_step(&n)
+    ["iter", "step", "epoch", "batch"].iter().any(|k| n.contains(k)) && !names_a_phase_of_a_step(&n) && !names_compile_work(&n)
+}
+
+/// Whether a lowercase range name is `torch.compile`'s own work — its compile stages
+/// (`(dynamo_timed)`), inductor's autotuning and benchmarks (`pad_mm_benchmark`) — which
+/// repeats hundreds of times in a compiled run's first steps and is no step of its loop.
+fn names_compile_work(n: &str) -> bool {
+    ["dynamo", "inductor", "autotun", "benchmark", "compile", "triton", "aot_"]
+        .iter()
+        .any(|k| n.contains(k))
 }
 
 /// Whether a lowercase range name is a part of a step: the optimizer's, a zero_grad, a forward
@@ -323,6 +337,28 @@ fn repeating_pattern(ev: &DeviceEvents) -> Option<Vec<i64>> {
         }
     }
     best.map(|b| b.1)
+}
+
+/// Whether the steps of a rhythm give back most of what they allocate, as a loop's steps do
+/// (its activations freed in backward, its temporaries at once): over the whole steps after
+/// the first, the bytes still held at the last one's start grew by at most half of all the
+/// steps allocated.
+/// A forward's layers repeat as regularly, but keep what each saves for backward: no loop.
+fn churns(ev: &DeviceEvents, usage: &Usage, starts: &[i64]) -> bool {
+    let time = ev.time();
+    // The first step aside where more follow: it makes what a loop keeps (an optimizer's state).
+    let from = if starts.len() >= 3 { 1 } else { 0 };
+    let (Some(&first), Some(&last)) = (starts.get(from), starts.last()) else {
+        return false;
+    };
+    let (a, b) = (time.partition_point(|t| t < first), time.partition_point(|t| t < last));
+    let (action, size) = (ev.action(), ev.size());
+    let allocated: i64 = (a..b)
+        .filter(|&i| action[i] == crate::tables::Action::Alloc as u8)
+        .map(|i| size.at(i))
+        .sum();
+    let held = usage.allocated_before(b) - usage.allocated_before(a);
+    held * 2 <= allocated
 }
 
 /// Whether gaps are within 30 % of their mean (their coefficient of variation), the first

@@ -342,6 +342,12 @@ pub fn remedies(
         }),
     }
     rest.sort_by_key(|r| std::cmp::Reverse(r.saves_bytes));
+    // Sized from what was live, a remedy that saves less than a hundredth of what is lacking
+    // (checkpointing a model whose activations are a few bytes) is no remedy.
+    if live.is_some() {
+        let lacking = shortfall.unwrap_or(f.requested).max(1);
+        rest.retain(|r| r.saves_bytes.saturating_mul(100) >= lacking);
+    }
     if cause == OomCause::Capacity {
         // What follows from a full device: the remedy that makes the step fit.
         if let Some(i) = rest
