@@ -149,6 +149,10 @@ fn classify_plain(l: Life, span: Span, failed_forwards: &[(Span, i64)], model: M
             return (Category::Activation, CategoryRule::MadeInFailedForward);
         }
     }
+    // A snapshot without a trace (only what was live at the dump) says nothing of a block's life.
+    if span.1 <= span.0 && l.alloc.is_none() && l.free.is_none() {
+        return (Category::Other, CategoryRule::Unplaced);
+    }
     let (a, f) = (l.alloc.unwrap_or(span.0), l.free.unwrap_or(span.1));
     // Long-lived, but nothing says what it is: not called a cache (what is kept to be reused,
     // which a user may free), but left unexplained.

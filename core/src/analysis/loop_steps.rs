@@ -225,26 +225,38 @@ pub fn loop_steps(
             spans,
         });
     }
-    repeated_ranges(phases, |n| !names_a_phase_of_a_step(n) && !names_compile_work(n), last).map(|(label, spans)| LoopSteps {
-        evidence: IterationEvidence::StepRanges,
-        label,
-        spans,
+    repeated_ranges(phases, |n| !names_a_phase_of_a_step(n) && !names_compile_work(n), last).map(|(label, spans)| {
+        LoopSteps {
+            evidence: IterationEvidence::StepRanges,
+            label,
+            spans,
+        }
     })
 }
 
 /// Whether a range family's name says it is a step of the loop (not one of a step's parts).
 fn says_step(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    ["iter", "step", "epoch", "batch"].iter().any(|k| n.contains(k)) && !names_a_phase_of_a_step(&n) && !names_compile_work(&n)
+    ["iter", "step", "epoch", "batch"].iter().any(|k| n.contains(k))
+        && !names_a_phase_of_a_step(&n)
+        && !names_compile_work(&n)
 }
 
 /// Whether a lowercase range name is `torch.compile`'s own work — its compile stages
 /// (`(dynamo_timed)`), inductor's autotuning and benchmarks (`pad_mm_benchmark`) — which
 /// repeats hundreds of times in a compiled run's first steps and is no step of its loop.
 fn names_compile_work(n: &str) -> bool {
-    ["dynamo", "inductor", "autotun", "benchmark", "compile", "triton", "aot_"]
-        .iter()
-        .any(|k| n.contains(k))
+    [
+        "dynamo",
+        "inductor",
+        "autotun",
+        "benchmark",
+        "compile",
+        "triton",
+        "aot_",
+    ]
+    .iter()
+    .any(|k| n.contains(k))
 }
 
 /// Whether a lowercase range name is a part of a step: the optimizer's, a zero_grad, a forward

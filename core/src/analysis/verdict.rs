@@ -131,6 +131,11 @@ fn what_rests_on_less(d: &DeviceSummary, total: i64) -> String {
         let why = other
             .and_then(|c| c.rules.iter().max_by_key(|r| r.bytes))
             .map_or("nothing in the trace places it", |r| why_unexplained(r.rule));
+        let why = if d.event_count == 0 {
+            "the snapshot holds no trace, only what was live at its dump"
+        } else {
+            why
+        };
         out.push_str(&format!(
             " {} ({:.0} %) is unexplained: {why}.",
             human(at_peak),
