@@ -175,7 +175,13 @@ pub fn structure(
         .min();
     let mut prev_end = first_iteration.or(time.first()).unwrap_or(steps[0].0);
     let mut iterations = Vec::new();
-    for &step in &steps {
+    for &recorded in &steps {
+        // A step that runs a closure (`optimizer.step(closure)`: Lightning, LBFGS) holds the
+        // iteration's forward and backward: its own work begins after backward's end.
+        let step = match backward.pass_ending_in(&time, recorded) {
+            Some(end) if end < recorded.1 => (end + 1, recorded.1),
+            _ => recorded,
+        };
         let window = (prev_end, step.0);
         let (forward, backward) = match (forwards.first_inside(window), backwards.first_inside(window)) {
             // The gap before an explicit forward holds the batch (see `Category::Input`).
@@ -271,6 +277,25 @@ impl<'a> BackwardEvidence<'a> {
             }
             Some(k) => *k,
         })
+    }
+
+    /// The time of the last allocation of the first backward pass that begins inside
+    /// `span` (and the entries up to its end), if one does.
+    fn pass_ending_in(&self, time: &IntSlice, span: Span) -> Option<i64> {
+        let (lo, hi) = (
+            time.partition_point(|t| t < span.0),
+            time.partition_point(|t| t <= span.1),
+        );
+        let first = (lo..hi).find(|&i| self.kind(i) == Some(BACKWARD))?;
+        let mut last = first;
+        for i in first + 1..hi {
+            match self.kind(i) {
+                Some(BACKWARD | NO_FRAMES) => last = i,
+                Some(_) => break,
+                None => {}
+            }
+        }
+        Some(time.at(last))
     }
 
     /// Each backward pass's first and last allocation.
