@@ -112,32 +112,20 @@ fn a_long_loop_has_its_steps_and_its_leak_found_from_every_kind_of_evidence() {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let path = dir.path().join("loop.pickle");
         let declared = generate(&path, &["--steps", "3000", "--evidence", evidence]);
-        let steps = declared["steps"].as_u64().expect("steps") as usize;
+        let says = |key: &str| {
+            declared[key]
+                .as_i64()
+                .unwrap_or_else(|| panic!("no {key} in {declared}"))
+        };
         let summary = summarize_file(&path).unwrap_or_else(|e| panic!("{evidence}: {e}"));
         let d = &summary.devices[0];
-        assert_eq!(
-            d.event_count as u64,
-            declared["entries"].as_u64().unwrap(),
-            "{evidence}"
-        );
-        assert_eq!(
-            d.peak_allocated_bytes as u64,
-            declared["peak_allocated_bytes"].as_u64().unwrap(),
-            "{evidence}"
-        );
+        assert_eq!(d.event_count as i64, says("entries"), "{evidence}");
+        assert_eq!(d.peak_allocated_bytes, says("peak_allocated_bytes"), "{evidence}");
         assert_eq!(d.iterations.evidence, found_by, "{evidence}");
-        assert_eq!(d.iterations.count, steps, "{evidence}");
+        assert_eq!(d.iterations.count as i64, says("steps"), "{evidence}");
         let leak = d.leaks.first().unwrap_or_else(|| panic!("{evidence}: no leak"));
-        assert_eq!(
-            leak.bytes as u64,
-            declared["leaked_bytes"].as_u64().unwrap(),
-            "{evidence}"
-        );
-        assert_eq!(
-            leak.bytes_per_iteration as u64,
-            declared["leak_bytes_per_iteration"].as_u64().unwrap(),
-            "{evidence}"
-        );
+        assert_eq!(leak.bytes, says("leaked_bytes"), "{evidence}");
+        assert_eq!(leak.bytes_per_iteration, says("leak_bytes_per_iteration"), "{evidence}");
         assert_eq!(
             leak.stack.first().map(String::as_str),
             declared["leak_frame"].as_str(),

@@ -348,6 +348,16 @@ impl<T: Copy> PerStack<T> {
     }
 }
 
+/// The sizes the blocks placed as parameters have.
+fn sizes_of_parameters(placed: &[(Category, CategoryRule)], size: IntSlice) -> rustc_hash::FxHashSet<i64> {
+    placed
+        .iter()
+        .zip(size)
+        .filter(|(p, _)| p.0 == Category::Parameter)
+        .map(|(_, s)| s)
+        .collect()
+}
+
 /// A gradient has its parameter's size: what backward made and kept at a size no parameter
 /// has is state of its own (a cuBLAS workspace recorded without C++ frames, DDP's buckets),
 /// placed as `cache`. Only the weakest gradient rule (kept from backward) is second-guessed,
@@ -356,12 +366,7 @@ fn not_gradients_unlike_any_parameter(
     mut placed: Vec<(Category, CategoryRule)>,
     size: IntSlice,
 ) -> Vec<(Category, CategoryRule)> {
-    let parameter_sizes: rustc_hash::FxHashSet<i64> = placed
-        .iter()
-        .zip(size)
-        .filter(|(p, _)| p.0 == Category::Parameter)
-        .map(|(_, s)| s)
-        .collect();
+    let parameter_sizes = sizes_of_parameters(&placed, size);
     if parameter_sizes.is_empty() {
         return placed;
     }
@@ -388,12 +393,7 @@ fn last_gradients_by_size(
     let Some(last) = st.iterations.last().filter(|_| st.from_optimizer) else {
         return placed;
     };
-    let parameter_sizes: rustc_hash::FxHashSet<i64> = placed
-        .iter()
-        .zip(size)
-        .filter(|(p, _)| p.0 == Category::Parameter)
-        .map(|(_, s)| s)
-        .collect();
+    let parameter_sizes = sizes_of_parameters(&placed, size);
     let time = ev.time();
     for r in 0..placed.len() {
         let s = size.at(r);
