@@ -4,7 +4,9 @@
 //! `transformers`' own config class is an error naming it.
 
 use memlens_api::ModelFamily;
-use serde_json::{Map, Value};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use serde_json::Value;
 
 use super::PlanError;
 
@@ -48,18 +50,132 @@ pub struct ModelShape {
     pub fp32_math_attention: bool,
 }
 
-fn get_u64(c: &Map<String, Value>, keys: &[&str]) -> Option<u64> {
-    keys.iter().find_map(|k| c.get(*k).and_then(Value::as_u64))
+/// A number where `config.json` holds one (anything else, `null` included, reads as absent, as
+/// `transformers` falls back to its default).
+fn number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_u64())
 }
 
-fn get_bool(c: &Map<String, Value>, key: &str, default: bool) -> bool {
-    c.get(key).and_then(Value::as_bool).unwrap_or(default)
+/// A string where `config.json` holds one.
+fn text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Value::deserialize(d)?.as_str().map(str::to_owned))
 }
 
-fn need(c: &Map<String, Value>, model_type: &str, keys: &[&str]) -> Result<u64, PlanError> {
-    get_u64(c, keys).ok_or_else(|| PlanError::MissingField {
+/// A nested config where `config.json` holds an object.
+fn nested<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawConfig>>, D::Error> {
+    match Value::deserialize(d)? {
+        v @ Value::Object(_) => RawConfig::deserialize(v)
+            .map(|c| Some(Box::new(c)))
+            .map_err(serde::de::Error::custom),
+        _ => Ok(None),
+    }
+}
+
+/// A decimal number where `config.json` holds one.
+fn decimal<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_f64())
+}
+
+/// Whether a key is there at all (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    IgnoredAny::deserialize(d).map(|_| true)
+}
+
+/// A value as given (`null` included), for a key read both as a number and for its presence.
+fn given<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// A boolean where `config.json` holds one.
+fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    Ok(Value::deserialize(d)?.as_bool())
+}
+
+/// The fields of a `config.json` the plan reads, under each name the families use (GPT-2's
+/// `n_embd`, Falcon's `n_embed` and `n_head_kv`, …): which name wins where several are given is
+/// decided per family below.
+#[derive(Debug, Default, Deserialize)]
+struct RawConfig {
+    /// The family's name (anything but a string reads as absent).
+    #[serde(default, deserialize_with = "text")]
+    model_type: Option<String>,
+    /// A multimodal config's language model (read where it is an object).
+    #[serde(default, deserialize_with = "nested")]
+    text_config: Option<Box<RawConfig>>,
+    #[serde(default, deserialize_with = "number")]
+    vocab_size: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    hidden_size: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    n_embd: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    n_embed: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    num_attention_heads: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    n_head: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    num_hidden_layers: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    n_layer: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    num_key_value_heads: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    num_kv_heads: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    n_head_kv: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    head_dim: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    intermediate_size: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    n_inner: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    ffn_hidden_size: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    max_position_embeddings: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    n_positions: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    n_ctx: Option<u64>,
+    #[serde(default, deserialize_with = "given")]
+    num_local_experts: Option<Value>,
+    #[serde(default, deserialize_with = "number")]
+    num_experts_per_tok: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    num_ln_in_parallel_attn: Option<u64>,
+    #[serde(default, deserialize_with = "flag")]
+    tie_word_embeddings: Option<bool>,
+    #[serde(default, deserialize_with = "flag")]
+    attention_bias: Option<bool>,
+    #[serde(default, deserialize_with = "flag")]
+    mlp_bias: Option<bool>,
+    #[serde(default, deserialize_with = "flag")]
+    bias: Option<bool>,
+    #[serde(default, deserialize_with = "flag")]
+    new_decoder_architecture: Option<bool>,
+    #[serde(default, deserialize_with = "flag")]
+    multi_query: Option<bool>,
+    #[serde(default, deserialize_with = "flag")]
+    parallel_attn: Option<bool>,
+    #[serde(default, deserialize_with = "flag")]
+    use_parallel_residual: Option<bool>,
+    #[serde(default, deserialize_with = "decimal")]
+    final_logit_softcapping: Option<f64>,
+    /// Mixture-of-experts keys of families memlens has no layout for: whether each is there.
+    #[serde(default, deserialize_with = "present")]
+    num_experts: bool,
+    #[serde(default, deserialize_with = "present")]
+    n_routed_experts: bool,
+    #[serde(default, deserialize_with = "present")]
+    moe_intermediate_size: bool,
+}
+
+/// The first of `values` given, or an error naming the field by its first name.
+fn need(model_type: &str, field: &str, values: &[Option<u64>]) -> Result<u64, PlanError> {
+    values.iter().find_map(|v| *v).ok_or_else(|| PlanError::MissingField {
         model_type: model_type.to_string(),
-        field: keys[0].to_string(),
+        field: field.to_string(),
     })
 }
 
@@ -68,20 +184,17 @@ impl ModelShape {
     /// `text_config` are read from there.
     pub fn from_config_json(text: &str) -> Result<ModelShape, PlanError> {
         let v: Value = serde_json::from_str(text).map_err(|e| PlanError::Config(e.to_string()))?;
-        let Value::Object(mut c) = v else {
+        if !v.is_object() {
             return Err(PlanError::Config("a config.json holds one JSON object".into()));
-        };
-        if let Some(Value::Object(text)) = c.get("text_config").cloned() {
-            c = text;
         }
-        let model_type = c
-            .get("model_type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| PlanError::MissingField {
-                model_type: "?".into(),
-                field: "model_type".into(),
-            })?
-            .to_string();
+        let mut c = RawConfig::deserialize(v).map_err(|e| PlanError::Config(e.to_string()))?;
+        if let Some(text) = c.text_config.take() {
+            c = *text;
+        }
+        let model_type = c.model_type.clone().ok_or_else(|| PlanError::MissingField {
+            model_type: "?".into(),
+            field: "model_type".into(),
+        })?;
         let mt = model_type.as_str();
         let family = match mt {
             "llama" => ModelFamily::Llama,
@@ -100,15 +213,13 @@ impl ModelShape {
         };
         // A mixture of experts memlens has no layout for would be counted as a dense model.
         if family == ModelFamily::Other {
-            if let Some(key) = [
-                "num_experts",
-                "num_local_experts",
-                "n_routed_experts",
-                "moe_intermediate_size",
-            ]
-            .into_iter()
-            .find(|k| c.contains_key(*k))
-            {
+            let moe = [
+                ("num_experts", c.num_experts),
+                ("num_local_experts", c.num_local_experts.is_some()),
+                ("n_routed_experts", c.n_routed_experts),
+                ("moe_intermediate_size", c.moe_intermediate_size),
+            ];
+            if let Some((key, _)) = moe.into_iter().find(|m| m.1) {
                 return Err(PlanError::Config(format!(
                     "{mt}: a mixture of experts (`{key}`) whose layout memlens does not count (it counts mixtral's); \
                      pass --params N to plan its model states"
@@ -116,129 +227,9 @@ impl ModelShape {
             }
         }
         let shape = match family {
-            ModelFamily::Gpt2 => {
-                let hidden = need(&c, mt, &["n_embd", "hidden_size"])?;
-                let heads = need(&c, mt, &["n_head", "num_attention_heads"])?;
-                ModelShape {
-                    family,
-                    model_type: model_type.clone(),
-                    vocab: need(&c, mt, &["vocab_size"])?,
-                    hidden,
-                    layers: need(&c, mt, &["n_layer", "num_hidden_layers"])?,
-                    heads,
-                    kv_heads: heads,
-                    head_dim: hidden / heads.max(1),
-                    intermediate: get_u64(&c, &["n_inner"]).unwrap_or(4 * hidden),
-                    max_positions: Some(need(&c, mt, &["n_positions", "n_ctx", "max_position_embeddings"])?),
-                    tied: get_bool(&c, "tie_word_embeddings", true),
-                    qkv_bias: true,
-                    out_bias: true,
-                    mlp_bias: true,
-                    experts: 0,
-                    experts_per_token: 0,
-                    norms_per_layer: 2,
-                    parallel_attention: false,
-                    logit_softcap: false,
-                    fp32_math_attention: false,
-                }
-            }
-            ModelFamily::Falcon => {
-                let hidden = need(&c, mt, &["hidden_size", "n_embed"])?;
-                let heads = need(&c, mt, &["num_attention_heads", "n_head"])?;
-                let new_arch = get_bool(&c, "new_decoder_architecture", false);
-                let kv_heads = if new_arch {
-                    get_u64(&c, &["num_kv_heads", "n_head_kv"]).unwrap_or(heads)
-                } else if get_bool(&c, "multi_query", true) {
-                    1
-                } else {
-                    heads
-                };
-                let bias = get_bool(&c, "bias", false);
-                let parallel = get_bool(&c, "parallel_attn", true);
-                let norms = match (new_arch, get_u64(&c, &["num_ln_in_parallel_attn"])) {
-                    (true, None) => 2,
-                    (true, Some(n)) => n,
-                    (false, _) => 1 + u64::from(!parallel),
-                };
-                ModelShape {
-                    family,
-                    model_type: model_type.clone(),
-                    vocab: need(&c, mt, &["vocab_size"])?,
-                    hidden,
-                    layers: need(&c, mt, &["num_hidden_layers", "n_layer"])?,
-                    heads,
-                    kv_heads,
-                    head_dim: hidden / heads.max(1),
-                    intermediate: get_u64(&c, &["ffn_hidden_size"]).unwrap_or(4 * hidden),
-                    max_positions: get_u64(&c, &["max_position_embeddings"]),
-                    tied: get_bool(&c, "tie_word_embeddings", true),
-                    qkv_bias: bias,
-                    out_bias: bias,
-                    mlp_bias: bias,
-                    experts: 0,
-                    experts_per_token: 0,
-                    norms_per_layer: norms,
-                    parallel_attention: parallel,
-                    logit_softcap: false,
-                    fp32_math_attention: !new_arch && kv_heads == 1 && heads > 1,
-                }
-            }
-            _ => {
-                let hidden = need(&c, mt, &["hidden_size"])?;
-                let heads = need(&c, mt, &["num_attention_heads"])?;
-                let attention_bias = get_bool(&c, "attention_bias", matches!(family, ModelFamily::GptNeox));
-                let (qkv_bias, out_bias, mlp_bias) = match family {
-                    ModelFamily::Qwen2 => (true, false, false),
-                    ModelFamily::Phi => (true, true, true),
-                    ModelFamily::GptNeox => (attention_bias, attention_bias, true),
-                    ModelFamily::Phi3 | ModelFamily::Gemma | ModelFamily::Gemma2 | ModelFamily::Mistral => {
-                        (false, false, false)
-                    }
-                    _ => (attention_bias, attention_bias, get_bool(&c, "mlp_bias", false)),
-                };
-                let experts = match family {
-                    ModelFamily::Mixtral => need(&c, mt, &["num_local_experts"])?,
-                    _ => 0,
-                };
-                ModelShape {
-                    family,
-                    model_type: model_type.clone(),
-                    vocab: need(&c, mt, &["vocab_size"])?,
-                    hidden,
-                    layers: need(&c, mt, &["num_hidden_layers"])?,
-                    heads,
-                    kv_heads: get_u64(&c, &["num_key_value_heads"]).unwrap_or(heads),
-                    head_dim: get_u64(&c, &["head_dim"]).unwrap_or(hidden / heads.max(1)),
-                    intermediate: need(&c, mt, &["intermediate_size"])?,
-                    max_positions: get_u64(&c, &["max_position_embeddings"]),
-                    tied: get_bool(
-                        &c,
-                        "tie_word_embeddings",
-                        matches!(family, ModelFamily::Gemma | ModelFamily::Gemma2),
-                    ),
-                    qkv_bias,
-                    out_bias,
-                    mlp_bias,
-                    experts,
-                    experts_per_token: if experts > 0 {
-                        get_u64(&c, &["num_experts_per_tok"]).unwrap_or(2)
-                    } else {
-                        0
-                    },
-                    norms_per_layer: match family {
-                        ModelFamily::Phi => 1,
-                        ModelFamily::Gemma2 => 4,
-                        _ => 2,
-                    },
-                    parallel_attention: match family {
-                        ModelFamily::Phi => true,
-                        ModelFamily::GptNeox => get_bool(&c, "use_parallel_residual", true),
-                        _ => false,
-                    },
-                    logit_softcap: c.get("final_logit_softcapping").and_then(Value::as_f64).is_some(),
-                    fp32_math_attention: false,
-                }
-            }
+            ModelFamily::Gpt2 => gpt2(&c, family, &model_type)?,
+            ModelFamily::Falcon => falcon(&c, family, &model_type)?,
+            _ => decoder(&c, family, &model_type)?,
         };
         if shape.heads == 0 || shape.hidden == 0 || shape.layers == 0 || shape.vocab == 0 {
             return Err(PlanError::Config(format!(
@@ -265,4 +256,138 @@ impl ModelShape {
     pub fn kv_width(&self) -> u64 {
         self.kv_heads * self.head_dim
     }
+}
+
+/// GPT-2: its own field names, biases everywhere, tied embeddings by default.
+fn gpt2(c: &RawConfig, family: ModelFamily, mt: &str) -> Result<ModelShape, PlanError> {
+    let hidden = need(mt, "n_embd", &[c.n_embd, c.hidden_size])?;
+    let heads = need(mt, "n_head", &[c.n_head, c.num_attention_heads])?;
+    Ok(ModelShape {
+        family,
+        model_type: mt.to_owned(),
+        vocab: need(mt, "vocab_size", &[c.vocab_size])?,
+        hidden,
+        layers: need(mt, "n_layer", &[c.n_layer, c.num_hidden_layers])?,
+        heads,
+        kv_heads: heads,
+        head_dim: hidden / heads.max(1),
+        intermediate: c.n_inner.unwrap_or(4 * hidden),
+        max_positions: Some(need(
+            mt,
+            "n_positions",
+            &[c.n_positions, c.n_ctx, c.max_position_embeddings],
+        )?),
+        tied: c.tie_word_embeddings.unwrap_or(true),
+        qkv_bias: true,
+        out_bias: true,
+        mlp_bias: true,
+        experts: 0,
+        experts_per_token: 0,
+        norms_per_layer: 2,
+        parallel_attention: false,
+        logit_softcap: false,
+        fp32_math_attention: false,
+    })
+}
+
+/// Falcon, old (multi-query, parallel attention) and new decoder architecture.
+fn falcon(c: &RawConfig, family: ModelFamily, mt: &str) -> Result<ModelShape, PlanError> {
+    let hidden = need(mt, "hidden_size", &[c.hidden_size, c.n_embed])?;
+    let heads = need(mt, "num_attention_heads", &[c.num_attention_heads, c.n_head])?;
+    let new_arch = c.new_decoder_architecture.unwrap_or(false);
+    let kv_heads = if new_arch {
+        c.num_kv_heads.or(c.n_head_kv).unwrap_or(heads)
+    } else if c.multi_query.unwrap_or(true) {
+        1
+    } else {
+        heads
+    };
+    let bias = c.bias.unwrap_or(false);
+    let parallel = c.parallel_attn.unwrap_or(true);
+    let norms = match (new_arch, c.num_ln_in_parallel_attn) {
+        (true, None) => 2,
+        (true, Some(n)) => n,
+        (false, _) => 1 + u64::from(!parallel),
+    };
+    Ok(ModelShape {
+        family,
+        model_type: mt.to_owned(),
+        vocab: need(mt, "vocab_size", &[c.vocab_size])?,
+        hidden,
+        layers: need(mt, "num_hidden_layers", &[c.num_hidden_layers, c.n_layer])?,
+        heads,
+        kv_heads,
+        head_dim: hidden / heads.max(1),
+        intermediate: c.ffn_hidden_size.unwrap_or(4 * hidden),
+        max_positions: c.max_position_embeddings,
+        tied: c.tie_word_embeddings.unwrap_or(true),
+        qkv_bias: bias,
+        out_bias: bias,
+        mlp_bias: bias,
+        experts: 0,
+        experts_per_token: 0,
+        norms_per_layer: norms,
+        parallel_attention: parallel,
+        logit_softcap: false,
+        fp32_math_attention: !new_arch && kv_heads == 1 && heads > 1,
+    })
+}
+
+/// The Llama-style decoders (Llama, Mistral, Qwen, Mixtral, Gemma, Phi, GPT-NeoX, …): what
+/// differs is which biases they have, their norms and whether attention and MLP run in parallel.
+fn decoder(c: &RawConfig, family: ModelFamily, mt: &str) -> Result<ModelShape, PlanError> {
+    let hidden = need(mt, "hidden_size", &[c.hidden_size])?;
+    let heads = need(mt, "num_attention_heads", &[c.num_attention_heads])?;
+    let attention_bias = c.attention_bias.unwrap_or(matches!(family, ModelFamily::GptNeox));
+    let (qkv_bias, out_bias, mlp_bias) = match family {
+        ModelFamily::Qwen2 => (true, false, false),
+        ModelFamily::Phi => (true, true, true),
+        ModelFamily::GptNeox => (attention_bias, attention_bias, true),
+        ModelFamily::Phi3 | ModelFamily::Gemma | ModelFamily::Gemma2 | ModelFamily::Mistral => (false, false, false),
+        _ => (attention_bias, attention_bias, c.mlp_bias.unwrap_or(false)),
+    };
+    let experts = match family {
+        ModelFamily::Mixtral => need(
+            mt,
+            "num_local_experts",
+            &[c.num_local_experts.as_ref().and_then(Value::as_u64)],
+        )?,
+        _ => 0,
+    };
+    Ok(ModelShape {
+        family,
+        model_type: mt.to_owned(),
+        vocab: need(mt, "vocab_size", &[c.vocab_size])?,
+        hidden,
+        layers: need(mt, "num_hidden_layers", &[c.num_hidden_layers])?,
+        heads,
+        kv_heads: c.num_key_value_heads.unwrap_or(heads),
+        head_dim: c.head_dim.unwrap_or(hidden / heads.max(1)),
+        intermediate: need(mt, "intermediate_size", &[c.intermediate_size])?,
+        max_positions: c.max_position_embeddings,
+        tied: c
+            .tie_word_embeddings
+            .unwrap_or(matches!(family, ModelFamily::Gemma | ModelFamily::Gemma2)),
+        qkv_bias,
+        out_bias,
+        mlp_bias,
+        experts,
+        experts_per_token: if experts > 0 {
+            c.num_experts_per_tok.unwrap_or(2)
+        } else {
+            0
+        },
+        norms_per_layer: match family {
+            ModelFamily::Phi => 1,
+            ModelFamily::Gemma2 => 4,
+            _ => 2,
+        },
+        parallel_attention: match family {
+            ModelFamily::Phi => true,
+            ModelFamily::GptNeox => c.use_parallel_residual.unwrap_or(true),
+            _ => false,
+        },
+        logit_softcap: c.final_logit_softcapping.is_some(),
+        fp32_math_attention: false,
+    })
 }
