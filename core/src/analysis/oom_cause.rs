@@ -186,8 +186,15 @@ pub fn remedies(
         }),
         OomCause::Limit => first.push(Remedy {
             action: RemedyAction::RaiseCap,
-            saves_bytes: shortfall.unwrap_or(f.requested),
+            saves_bytes: raise_within_device(f, shortfall),
             note: match (f.allowed, f.device_free) {
+                (Some(cap), _) if raise_within_device(f, shortfall) < shortfall.unwrap_or(f.requested) => format!(
+                    "The cap is {}, and even the whole device ({}) is {} short of what this step needs: raise the cap as \
+                     far as the device allows and run a smaller batch.",
+                    human(cap),
+                    human(f.device_total.unwrap_or(0)),
+                    human(shortfall.unwrap_or(f.requested) + cap - f.device_total.unwrap_or(0))
+                ),
                 (Some(cap), _) => format!(
                     "The cap is {}; raise it (torch.cuda.set_per_process_memory_fraction or the job's limit) by at least {}.",
                     human(cap),
@@ -361,12 +368,21 @@ pub fn remedies(
     if cause != OomCause::Limit && f.allowed.is_some() {
         rest.push(Remedy {
             action: RemedyAction::RaiseCap,
-            saves_bytes: shortfall.unwrap_or(0),
+            saves_bytes: raise_within_device(f, Some(shortfall.unwrap_or(0))),
             note: format!("Or raise the cap ({}).", human(f.allowed.unwrap_or(0))),
         });
     }
     first.extend(rest);
     first
+}
+
+/// What raising the cap can give: what is lacking, but never beyond the device's own memory.
+fn raise_within_device(f: &OomFacts, shortfall: Option<i64>) -> i64 {
+    let lacking = shortfall.unwrap_or(f.requested);
+    match (f.device_total, f.allowed) {
+        (Some(total), Some(cap)) => lacking.min((total - cap).max(0)),
+        _ => lacking,
+    }
 }
 
 /// The verdict in one or two sentences: the cause and its numbers, the phase, the biggest live
@@ -449,7 +465,7 @@ pub fn verdict(
         _ => {}
     }
     if let Some(r) = remedies.first() {
-        out += &format!(" {}", first_sentence(r, fits));
+        out += &format!(" {}", first_sentence(r, f, fits));
         if let Some(fit) = fits.filter(|x| r.action != RemedyAction::SmallerBatch && x.batch_fraction > 0.0) {
             if fit.batch_fraction < 1.0 {
                 out.pop();
@@ -464,7 +480,7 @@ pub fn verdict(
     out
 }
 
-fn first_sentence(r: &Remedy, fits: Option<&OomFit>) -> String {
+fn first_sentence(r: &Remedy, f: &OomFacts, fits: Option<&OomFit>) -> String {
     if r.saves_bytes == 0 {
         // Unsized (text evidence): the advice itself.
         return format!("First remedy: {}", r.note);
@@ -478,6 +494,14 @@ fn first_sentence(r: &Remedy, fits: Option<&OomFit>) -> String {
             ),
             _ => r.note.clone(),
         },
+        // Raising the cap to the whole device is not enough: the note says so.
+        RemedyAction::RaiseCap
+            if f.device_total
+                .zip(f.allowed)
+                .is_some_and(|(total, cap)| r.saves_bytes > 0 && r.saves_bytes == total - cap) =>
+        {
+            format!("First remedy: {}", r.note)
+        }
         RemedyAction::RaiseCap => format!("First remedy: raise the cap by at least {n}."),
         RemedyAction::ActivationCheckpointing => format!("First remedy: activation checkpointing (saves about {n})."),
         RemedyAction::Bf16Activations => format!("First remedy: bf16 activations (saves about {n})."),

@@ -112,3 +112,48 @@ fn only_fragmentation_is_told_about_allocator_settings_and_the_verdict_names_one
         }
     }
 }
+
+/// Under a 6 GiB cap on an 80 GiB device, a step that needs far more than the device: raising
+/// the cap is offered only as far as the device goes, and the verdict says the device itself is
+/// short; remedies sized from what was live that save under a hundredth of what is lacking
+/// (checkpointing 8 blocks of a few bytes) are not listed.
+#[test]
+fn no_remedy_is_larger_than_the_device_or_smaller_than_a_hundredth_of_the_need() {
+    let f = OomFacts {
+        requested: GIB,
+        allocated: Some(5 * GIB),
+        reserved: Some(6 * GIB),
+        device_free: Some(70 * GIB),
+        device_total: Some(80 * GIB),
+        allowed: Some(6 * GIB),
+        ..Default::default()
+    };
+    assert_eq!(classify(&f), OomCause::Limit);
+    let fits = memlens_api::OomFit {
+        batch_fraction: 0.005,
+        limit_bytes: 6 * GIB,
+        fixed_bytes: GIB,
+        batch_bytes: 900 * GIB,
+        how: String::new(),
+    };
+    let live = LiveAtFailure {
+        parameter: GIB,
+        activation: 24,
+        layers: Some(8),
+        ..Default::default()
+    };
+    let r = remedies(OomCause::Limit, &f, OomPhase::Forward, Some(&live), Some(&fits));
+    let cap = r
+        .iter()
+        .find(|r| r.action == memlens_api::RemedyAction::RaiseCap)
+        .expect("raise the cap");
+    assert_eq!(cap.saves_bytes, 74 * GIB, "{}", cap.note);
+    assert!(cap.note.contains("even the whole device"), "{}", cap.note);
+    assert!(
+        r.iter()
+            .all(|x| x.action != memlens_api::RemedyAction::ActivationCheckpointing),
+        "{r:#?}"
+    );
+    let v = verdict(OomCause::Limit, &f, OomPhase::Forward, Some(&live), &r, Some(&fits));
+    assert!(v.contains("even the whole device") && !v.contains("900"), "{v}");
+}
