@@ -296,6 +296,13 @@ pub(super) fn batch_fit(
                         scaled: last.scaled + r,
                     });
                 }
+                // Blocks that hold under half of the weights are one stage of a model whose
+                // stages differ (a CNN's widths double as its resolution halves): what one of
+                // them holds says nothing of the rest, so nothing is extrapolated from it.
+                let blocks = blocks.filter(|b| {
+                    let repeated = b.layers as i64 * b.block_sizes.iter().sum::<i64>();
+                    repeated * 2 >= param_bytes
+                });
                 match (step.phase, blocks, layers_done(rows, psize, w, oom)) {
                     (OomPhase::Forward, Some(b), Some((done, per_layer))) if (b.layers as f64) > done && done > 0.0 => {
                         let more = per_layer * (b.layers as f64 - done);
@@ -324,8 +331,9 @@ pub(super) fn batch_fit(
                         );
                     }
                     (OomPhase::Forward, _, _) => {
-                        how = "The first forward failed and no repeated blocks were seen to extrapolate over: its need so far \
-                               is the whole need counted (a lower bound)."
+                        how = "The first forward failed and no repeated blocks holding most of the weights were seen to \
+                               extrapolate over: its need so far is the whole need counted, a lower bound, so the fraction is \
+                               an upper bound (the batch at it may still not fit)."
                             .to_owned()
                     }
                     _ => {
