@@ -1,5 +1,6 @@
-//! `memlens healthcheck`: a minimal HTTP/1.1 probe of `/healthz`, hand-written so the runtime
-//! image needs no curl and the binary no HTTP client crate for one request.
+//! `memlens healthcheck`: a minimal HTTP/1.1 probe of `/healthz` in `std` alone, so the runtime
+//! image needs no curl and the probe nothing but the socket (the binary links ureq for
+//! `upload` and `check`; ARCHITECTURE.md says why this stays hand-written).
 
 use std::process::ExitCode;
 
