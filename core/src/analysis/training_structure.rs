@@ -175,7 +175,7 @@ pub fn structure(
         .min();
     let mut prev_end = first_iteration.or(time.first()).unwrap_or(steps[0].0);
     let mut iterations = Vec::new();
-    for &recorded in &steps {
+    for (k, &recorded) in steps.iter().enumerate() {
         // A step that runs a closure (`optimizer.step(closure)`: Lightning, LBFGS) holds the
         // iteration's forward and backward: its own work begins after backward's end.
         let step = match backward.pass_ending_in(&time, recorded) {
@@ -199,10 +199,12 @@ pub fn structure(
         });
         // zero_grad may follow the step: the next forward starts after it. (The ranges are
         // sorted: the first starting at or after the step's end is the one to look at.)
+        // One that begins inside the next step is that step's own (a closure's zero_grad).
         let after = zero_grads.partition_point(|z| z.0 < step.1);
+        let next_step = steps.get(k + 1).map_or(i64::MAX, |n| n.0);
         prev_end = zero_grads
             .get(after)
-            .filter(|z| z.0 <= step.1 + (step.1 - window.0).max(0))
+            .filter(|z| z.0 <= step.1 + (step.1 - window.0).max(0) && z.0 < next_step)
             .map(|z| z.1)
             .unwrap_or(step.1)
             .max(step.1);

@@ -1,0 +1,92 @@
+//! Memory anatomy on code written as other people write it (`traces/others/`, made by
+//! `traces/capture/others.py` on an H100): each capture's `NAME.truth.json` holds what the
+//! script counted from its live objects. The categories the truth can check, checked here: an
+//! HF eval loop whose weights were loaded before recording, FSDP2 on one GPU, a one-step
+//! profile, a Lightning `Trainer.fit` (forward and backward inside `optimizer.step(closure)`),
+//! and a course-style hand-written AdamW recorded after warm-up (state made before recording,
+//! in place or re-made each step).
+
+use memlens_api::{Category, DeviceSummary};
+use memlens_core::pipeline::summarize_file;
+use memlens_tests::trace;
+
+fn device(case: &str) -> DeviceSummary {
+    let s = summarize_file(&trace(&format!("others/{case}.pickle.gz"))).unwrap_or_else(|e| panic!("{case}: {e}"));
+    s.devices
+        .into_iter()
+        .find(|d| d.event_count > 0)
+        .expect("a device with a trace")
+}
+
+fn truth(case: &str, key: &str) -> i64 {
+    let path = trace(&format!("others/{case}.truth.json"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("truth")).expect("json");
+    v[key].as_i64().unwrap_or_else(|| panic!("{case}: no {key}"))
+}
+
+fn max_bytes(d: &DeviceSummary, c: Category) -> i64 {
+    d.categories.iter().find(|x| x.category == c).map_or(0, |x| x.max_bytes)
+}
+
+fn at_peak(d: &DeviceSummary, c: Category) -> i64 {
+    d.categories
+        .iter()
+        .find(|x| x.category == c)
+        .map_or(0, |x| x.bytes_at_peak)
+}
+
+fn within_5_percent(case: &str, c: Category, got: i64, want: i64) {
+    let off = (got - want).abs() as f64 / want.max(1) as f64;
+    assert!(off <= 0.05, "{case}: {c:?} {got} vs {want} ({:.1}% off)", off * 100.0);
+}
+
+/// Weights loaded before recording, then batches under `no_grad`: the weights are parameters
+/// (there before the recording, kept to its end), to the byte with the buffers; nothing of
+/// training is invented and none of it is called a cache.
+#[test]
+fn an_eval_loop_recorded_after_loading_has_its_weights_as_parameters() {
+    let d = device("eval_loop");
+    let want = truth("eval_loop", "parameter_bytes") + truth("eval_loop", "buffer_bytes");
+    assert_eq!(max_bytes(&d, Category::Parameter), want);
+    for c in [Category::Gradient, Category::OptimizerState] {
+        assert_eq!(max_bytes(&d, c), 0, "{c:?}");
+    }
+    assert!(d.verdict.contains("there before the recording began"), "{}", d.verdict);
+}
+
+/// FSDP2 (`fully_shard`, world size 1), a one-step profile and Lightning's closure step: the
+/// sharded parameters, the gradients and the optimizer state each within 5 % of the truth.
+#[test]
+fn fsdp2_a_one_step_profile_and_a_lightning_closure_have_their_states() {
+    for case in ["fsdp2_one_gpu", "one_step_profile", "lightning_fit"] {
+        let d = device(case);
+        for (c, key) in [
+            (Category::Parameter, "parameter_bytes"),
+            (Category::Gradient, "gradient_bytes"),
+            (Category::OptimizerState, "optimizer_state_bytes"),
+        ] {
+            within_5_percent(case, c, max_bytes(&d, c), truth(case, key));
+        }
+    }
+    // Lightning runs forward inside the step: none of it is the step's own or an input.
+    let d = device("lightning_fit");
+    assert_eq!(max_bytes(&d, Category::Input), 0);
+    assert!(max_bytes(&d, Category::Activation) > 10 * truth("lightning_fit", "parameter_bytes"));
+}
+
+/// A course assignment's hand-written AdamW recorded after three warm-up steps: its state,
+/// made before the recording (in place with `zeros_like`, or re-made each step), is optimizer
+/// state at the peak to the byte, recognised by its sizes or by the step replacing it.
+#[test]
+fn a_hand_written_adamw_recorded_after_warm_up_has_its_state() {
+    for case in ["course_adamw_zeros", "course_adamw_remade"] {
+        let d = device(case);
+        assert_eq!(
+            at_peak(&d, Category::OptimizerState),
+            truth(case, "optimizer_state_bytes_at_peak"),
+            "{case}: {:#?}",
+            d.categories
+        );
+        assert!(!d.verdict.contains("cache"), "{case}: {}", d.verdict);
+    }
+}
