@@ -101,3 +101,16 @@ pub fn summary_without_ranges(name: &str) -> memlens_api::FileSummary {
     let (summary, _) = memlens_core::report::analyze_snapshot(&t, name, file.gzip, &rules).expect("analysis");
     summary
 }
+
+/// The most bytes category `c` held at any one time on a device (0 when it has none).
+pub fn category_max_bytes(d: &memlens_api::DeviceSummary, c: memlens_api::Category) -> i64 {
+    d.categories.iter().find(|x| x.category == c).map_or(0, |x| x.max_bytes)
+}
+
+/// The bytes category `c` held at a device's allocated peak (0 when it has none).
+pub fn category_at_peak(d: &memlens_api::DeviceSummary, c: memlens_api::Category) -> i64 {
+    d.categories
+        .iter()
+        .find(|x| x.category == c)
+        .map_or(0, |x| x.bytes_at_peak)
+}

@@ -7,7 +7,7 @@
 
 use memlens_api::{Category, CategoryRule, DeviceSummary};
 use memlens_core::pipeline::summarize_file;
-use memlens_tests::{summary_without_ranges, trace};
+use memlens_tests::{category_at_peak as at_peak, category_max_bytes as max_bytes, summary_without_ranges, trace};
 
 fn capture(case: &str) -> std::path::PathBuf {
     trace(&format!("anatomy/{case}.pickle.gz"))
@@ -28,17 +28,6 @@ fn truth(case: &str, key: &str) -> i64 {
     let path = trace(&format!("anatomy/{case}.truth.json"));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("truth")).expect("json");
     v[key].as_i64().unwrap_or(0)
-}
-
-fn max_bytes(d: &DeviceSummary, c: Category) -> i64 {
-    d.categories.iter().find(|x| x.category == c).map_or(0, |x| x.max_bytes)
-}
-
-fn at_peak(d: &DeviceSummary, c: Category) -> i64 {
-    d.categories
-        .iter()
-        .find(|x| x.category == c)
-        .map_or(0, |x| x.bytes_at_peak)
 }
 
 const TRAINING: [&str; 7] = [

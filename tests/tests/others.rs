@@ -8,7 +8,7 @@
 
 use memlens_api::{Category, DeviceSummary};
 use memlens_core::pipeline::summarize_file;
-use memlens_tests::trace;
+use memlens_tests::{category_at_peak as at_peak, category_max_bytes as max_bytes, trace};
 
 fn device(case: &str) -> DeviceSummary {
     let s = summarize_file(&trace(&format!("others/{case}.pickle.gz"))).unwrap_or_else(|e| panic!("{case}: {e}"));
@@ -22,17 +22,6 @@ fn truth(case: &str, key: &str) -> i64 {
     let path = trace(&format!("others/{case}.truth.json"));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("truth")).expect("json");
     v[key].as_i64().unwrap_or_else(|| panic!("{case}: no {key}"))
-}
-
-fn max_bytes(d: &DeviceSummary, c: Category) -> i64 {
-    d.categories.iter().find(|x| x.category == c).map_or(0, |x| x.max_bytes)
-}
-
-fn at_peak(d: &DeviceSummary, c: Category) -> i64 {
-    d.categories
-        .iter()
-        .find(|x| x.category == c)
-        .map_or(0, |x| x.bytes_at_peak)
 }
 
 fn within_5_percent(case: &str, c: Category, got: i64, want: i64) {
