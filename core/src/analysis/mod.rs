@@ -10,6 +10,8 @@
 //! - [`oom`]: each OutOfMemory explained, with a remedy;
 //! - [`leaks`]: allocations piling up across iterations;
 //! - [`phases`]: `record_function` ranges and iteration boundaries;
+//! - [`size_rules`]: what sizes say beside lives (gradients, state made before recording,
+//!   autocast's weight copies), over the categories' first placement;
 //! - [`interval_index`]: which of a run's ranges hold an instant, by binary search (never a
 //!   scan of the ranges for each entry);
 //! - [`pools`]: the allocator's default and private pools (MemPool, CUDA graph);
@@ -49,6 +51,7 @@ pub mod pools;
 mod rows_in_entry_order;
 pub mod run;
 pub mod segment_map;
+mod size_rules;
 pub(crate) mod stalls;
 pub(crate) mod text_evidence;
 mod training_structure;
