@@ -212,7 +212,7 @@ pub enum Category {
 
 impl CategoryRule {
     /// Every rule; stored reports keep positions in this list, so new rules go at the end.
-    pub const ALL: [CategoryRule; 26] = [
+    pub const ALL: [CategoryRule; 28] = [
         CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
@@ -239,6 +239,8 @@ impl CategoryRule {
         CategoryRule::ThereBeforeRecording,
         CategoryRule::StateBySize,
         CategoryRule::ReplacedByOptimizerStep,
+        CategoryRule::WorkspaceBySize,
+        CategoryRule::KvCache,
     ];
 
     /// The rule's position in [`CategoryRule::ALL`] (what stored reports keep); a match over
@@ -272,6 +274,8 @@ impl CategoryRule {
             CategoryRule::ThereBeforeRecording => 23,
             CategoryRule::StateBySize => 24,
             CategoryRule::ReplacedByOptimizerStep => 25,
+            CategoryRule::WorkspaceBySize => 26,
+            CategoryRule::KvCache => 27,
         }
     }
 }
@@ -382,6 +386,15 @@ pub enum CategoryRule {
     /// There before the recording began and freed inside an optimizer step: state the step
     /// makes anew each time (`state["m"] = beta1 * m + …`), the old freed after the new.
     ReplacedByOptimizerStep,
+    /// Never freed, at exactly the size of a workspace cuBLAS keeps per handle and stream as
+    /// PyTorch sizes it (32 MiB on Hopper and Blackwell, 8 MiB + 128 KiB before; cuBLASLt's
+    /// 1 MiB made beside one), made by the run's first matrix products or there before the
+    /// recording where no gradient has that size: a library's workspace seen without C++ frames.
+    WorkspaceBySize,
+    /// Made by a generation's key/value cache: Hugging Face's (`transformers/cache_utils.py`:
+    /// `DynamicCache`, `StaticCache`, …) or one whose file or function is named for a KV cache.
+    /// Kept to be reused by the next token's attention; it grows with the batch and the length.
+    KvCache,
 }
 
 /// The evidence a run's loop steps were found from, strongest first.
@@ -502,7 +515,7 @@ mod tests {
         }
         // The last position is the list's last: no rule's position is past its end.
         assert_eq!(
-            usize::from(CategoryRule::ReplacedByOptimizerStep.position()) + 1,
+            usize::from(CategoryRule::KvCache.position()) + 1,
             CategoryRule::ALL.len()
         );
     }

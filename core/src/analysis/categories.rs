@@ -30,6 +30,7 @@ pub use super::labels::{explicit_labels, label_category, profiler_category, Fram
 use super::rows_in_entry_order::RowsByEntry;
 use super::size_rules::{
     autocast_weight_copies, last_gradients_by_size, not_gradients_unlike_any_parameter, state_by_size,
+    workspaces_by_size, WorkspaceWindow,
 };
 pub use super::training_structure::{autograd_windows, structure, BackwardEvidence, Structure};
 use super::training_structure::{first_forward_from, in_zero_grad, locate, spans_or_open, within, Span};
@@ -191,6 +192,37 @@ fn library_workspace(stacks: &StackResolver, stack: u32) -> bool {
         .any(|f| f.contains("at::cuda::setWorkspaceForHandle") || f.contains("at::cuda::getCUDABlasLtWorkspace"))
 }
 
+/// Where a stack shows a key/value cache being made.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KvCacheSeen {
+    /// Inside a generation loop (`transformers/generation/utils.py`): the cache generation keeps.
+    InGenerate,
+    /// In a forward outside generation: a cache where the block is kept long in a run without
+    /// training structure, with nothing else to say what it is (an eval loop's outputs hold
+    /// their cache); in a training forward the cache's keys and values are the ones autograd
+    /// saves (activations either way), and what the forward frees is a temporary.
+    Forward,
+}
+
+/// Whether a stack shows a key/value cache being made: Hugging Face's caches
+/// (`transformers/cache_utils.py`, any frame), or an innermost frame — where the block is made,
+/// not a driver that runs a cache benchmark — whose file or function is named for one
+/// (`kv_cache.py`, `update_kv_cache`, `past_key_values`).
+fn kv_cache(stacks: &StackResolver, stack: u32) -> Option<KvCacheSeen> {
+    let frames = stacks.frames(stack);
+    let named = |f: &String| {
+        let lower = f.to_ascii_lowercase();
+        ["kv_cache", "kvcache", "past_key_value"].iter().any(|n| lower.contains(n))
+    };
+    let cache = frames.iter().any(|f| f.contains("transformers/cache_utils.py")) || frames.first().is_some_and(named);
+    let generating = frames.iter().any(|f| f.contains("transformers/generation/utils.py"));
+    match (cache, generating) {
+        (false, _) => None,
+        (true, true) => Some(KvCacheSeen::InGenerate),
+        (true, false) => Some(KvCacheSeen::Forward),
+    }
+}
+
 /// Whether a stack shows AMP's `GradScaler` making its state (the loss scale and its growth
 /// tracker, made once at the first `scale()` and kept for the run).
 fn grad_scaler_state(stacks: &StackResolver, stack: u32) -> bool {
@@ -247,6 +279,8 @@ pub fn categorize(
     let mut module_to = PerStack::new(stacks);
     let mut workspace = PerStack::new(stacks);
     let mut is_workspace = |s: u32| workspace.get(s, || library_workspace(stacks, s));
+    let mut kv = PerStack::new(stacks);
+    let mut is_kv_cache = |s: u32| kv.get(s, || kv_cache(stacks, s).filter(|_| pytorch));
     let mut scaler = PerStack::new(stacks);
     let mut is_scaler_state = |s: u32| scaler.get(s, || grad_scaler_state(stacks, s));
     // Each allocation's life is made where it is placed, not kept for all at once (40 bytes
@@ -300,6 +334,21 @@ pub fn categorize(
             (None, false) => (Category::Other, CategoryRule::Unplaced),
         })
         .zip(stack.iter())
+        .map(|(placed, s)| {
+            let by_its_own_evidence = matches!(
+                placed.1,
+                CategoryRule::ExplicitLabel | CategoryRule::LibraryWorkspace | CategoryRule::GradScalerState
+            );
+            match is_kv_cache(s) {
+                _ if by_its_own_evidence => placed,
+                Some(KvCacheSeen::InGenerate) => (Category::Cache, CategoryRule::KvCache),
+                Some(KvCacheSeen::Forward) if st.is_none() && placed.0 == Category::Other => {
+                    (Category::Cache, CategoryRule::KvCache)
+                }
+                _ => placed,
+            }
+        })
+        .zip(stack.iter())
         .map(|(placed, st)| {
             if evidence.rules.is_empty() || !open_to_rules(placed) {
                 return placed;
@@ -309,7 +358,25 @@ pub fn categorize(
         })
         .collect();
     let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
-    let placed = not_gradients_unlike_any_parameter(placed, size);
+    let iteration_ends: Vec<usize> = st.map_or_else(Vec::new, |st| {
+        st.iterations
+            .iter()
+            .map(|it| time.partition_point(|t| t <= it.step.1))
+            .collect()
+    });
+    let placed = match pytorch {
+        true => {
+            let entry = |e: &usize| i32::try_from(*e).unwrap_or(i32::MAX);
+            let window = WorkspaceWindow {
+                first_pass_end: iteration_ends.first().map(entry),
+                teardown_from: iteration_ends.last().map(entry),
+            };
+            let made_by_a_product = |r: usize| by_forward(stack.at(r)) || stacks.frames(stack.at(r)).is_empty();
+            workspaces_by_size(placed, size, alloc_idx, free_idx, made_by_a_product, window)
+        }
+        false => placed,
+    };
+    let placed = not_gradients_unlike_any_parameter(placed, size, free_idx);
     let placed = match st {
         Some(st) => {
             let placed = autocast_weight_copies(placed, size, st.iterations.len());
@@ -318,12 +385,6 @@ pub fn categorize(
         }
         None => placed,
     };
-    let iteration_ends = st.map_or_else(Vec::new, |st| {
-        st.iterations
-            .iter()
-            .map(|it| time.partition_point(|t| t <= it.step.1))
-            .collect()
-    });
     Ok(Placement { placed, iteration_ends })
 }
 

@@ -20,20 +20,23 @@ fn sizes_of_parameters(placed: &[(Category, CategoryRule)], size: IntSlice) -> r
 }
 
 /// A gradient has its parameter's size: what backward made and kept at a size no parameter
-/// has is state of its own (a cuBLAS workspace recorded without C++ frames, DDP's buckets),
-/// placed as `cache`. Only the weakest gradient rule (kept from backward) is second-guessed,
-/// and only when parameters were seen.
+/// has is no gradient. Kept to the end, it is state of its own (DDP's buckets, a workspace),
+/// placed as `cache`; freed later (by the next iteration), a temporary a reference held on to
+/// (an input's gradient, a loss kept). Only the weakest gradient rule (kept from backward) is
+/// second-guessed, and only when parameters were seen.
 pub(super) fn not_gradients_unlike_any_parameter(
     mut placed: Vec<(Category, CategoryRule)>,
     size: IntSlice,
+    free_idx: &[i32],
 ) -> Vec<(Category, CategoryRule)> {
     let parameter_sizes = sizes_of_parameters(&placed, size);
     if parameter_sizes.is_empty() {
         return placed;
     }
-    for (p, s) in placed.iter_mut().zip(size) {
+    for ((p, s), &f) in placed.iter_mut().zip(size).zip(free_idx) {
         if p.1 == CategoryRule::KeptFromBackward && !parameter_sizes.contains(&s) {
-            *p = (Category::Cache, CategoryRule::KeptFromBackwardUnlikeAnyParameter);
+            let kept = if f < 0 { Category::Cache } else { Category::Temporary };
+            *p = (kept, CategoryRule::KeptFromBackwardUnlikeAnyParameter);
         }
     }
     placed
@@ -151,4 +154,140 @@ pub(super) fn autocast_weight_copies(
         }
     }
     placed
+}
+
+/// The workspace PyTorch gives cuBLAS per handle and stream when `CUBLAS_WORKSPACE_CONFIG` is
+/// unset: 32 MiB on Hopper and Blackwell, `4096 KiB × 2 + 16 KiB × 8` before them.
+const CUBLAS_WORKSPACE_SIZES: [i64; 2] = [32 << 20, 4096 * 1024 * 2 + 16 * 1024 * 8];
+/// cuBLASLt's workspace as PyTorch sizes it by default (`CUBLASLT_WORKSPACE_SIZE`, KiB).
+const CUBLASLT_WORKSPACE_SIZE: i64 = 1 << 20;
+/// Handles are per thread and workspaces per handle and stream: a forward thread and
+/// autograd's, each on a stream or two. More blocks of a size than this are something else.
+const MOST_WORKSPACES: usize = 4;
+/// How many entries after a cuBLAS workspace the first matrix product makes cuBLASLt's.
+const LT_WORKSPACE_WITHIN: i32 = 16;
+
+/// Where in the trace cuBLAS's workspaces may have been made and freed: by the run's first
+/// iteration (it ends at entry `first_pass_end`; `None`, no iterations: anywhere) and freed,
+/// if at all, only after its last (at `teardown_from`: Lightning's teardown clears them).
+pub(super) struct WorkspaceWindow {
+    pub first_pass_end: Option<i32>,
+    pub teardown_from: Option<i32>,
+}
+
+/// cuBLAS keeps a workspace per handle and stream for as long as the process lives (or until
+/// `torch._C._cuda_clearCublasWorkspaces()`), made by the first matrix product that needs it:
+/// without C++ frames the stack shows only that product (a `Linear`'s forward; nothing, on
+/// autograd's thread). Recognised by what they are: at exactly a default workspace size, kept
+/// to the end, and either made by the run's first iteration in a forward or on a thread without
+/// Python, or there before the recording in a run whose backward makes gradients — no more than
+/// [`MOST_WORKSPACES`] of a size, and of a size no gradient that recurs has (a gradient freed by
+/// `zero_grad`, or made after the first iteration). cuBLASLt's 1 MiB made just after a
+/// forward's workspace is one too. Placed as `cache` ([`CategoryRule::WorkspaceBySize`]),
+/// before the rules that read parameters' sizes: taken for weights, they would make the
+/// backward's workspace a gradient.
+pub(super) fn workspaces_by_size(
+    mut placed: Vec<(Category, CategoryRule)>,
+    size: IntSlice,
+    alloc_idx: &[i32],
+    free_idx: &[i32],
+    mut made_by_a_product: impl FnMut(usize) -> bool,
+    window: WorkspaceWindow,
+) -> Vec<(Category, CategoryRule)> {
+    use CategoryRule as R;
+    let in_first_pass = |a: i32| a >= 0 && window.first_pass_end.is_none_or(|e| a < e);
+    let kept = |f: i32| f < 0 || window.teardown_from.is_some_and(|t| f >= t);
+    let gradients_made = placed
+        .iter()
+        .zip(alloc_idx)
+        .any(|(p, &a)| p.0 == Category::Gradient && a >= 0);
+    let mut by_size: rustc_hash::FxHashMap<i64, Vec<usize>> = rustc_hash::FxHashMap::default();
+    let mut recurring_gradient_sizes = rustc_hash::FxHashSet::default();
+    for r in 0..placed.len() {
+        let s = size.at(r);
+        if !CUBLAS_WORKSPACE_SIZES.contains(&s) {
+            continue;
+        }
+        let a = alloc_idx[r];
+        let workspace = kept(free_idx[r])
+            && match placed[r] {
+                (Category::Parameter, R::AliveThroughout) | (Category::Other, R::PredatesTheTrace) if a < 0 => {
+                    gradients_made
+                }
+                (Category::Other, R::Unplaced | R::LongLived | R::KeptPastItsIteration)
+                | (Category::Gradient, R::KeptFromBackward) => in_first_pass(a) && made_by_a_product(r),
+                _ => false,
+            };
+        if workspace {
+            by_size.entry(s).or_default().push(r);
+        } else if placed[r].0 == Category::Gradient {
+            recurring_gradient_sizes.insert(s);
+        }
+    }
+    let mut made_in_trace: Vec<i32> = Vec::new();
+    let mut before_recording = 0;
+    for (s, rows) in &by_size {
+        if rows.len() > MOST_WORKSPACES || recurring_gradient_sizes.contains(s) {
+            continue;
+        }
+        for &r in rows {
+            placed[r] = (Category::Cache, R::WorkspaceBySize);
+            match alloc_idx[r] {
+                a if a >= 0 => made_in_trace.push(a),
+                _ => before_recording += 1,
+            }
+        }
+    }
+    made_in_trace.sort_unstable();
+    lt_workspaces(&mut placed, size, (alloc_idx, free_idx), &kept, &made_in_trace, before_recording);
+    placed
+}
+
+/// cuBLASLt's 1 MiB workspace beside cuBLAS's: made just after one the trace shows being
+/// made, or — there before the recording, where cuBLAS's were too — one per two of those at
+/// most, of a size no gradient has.
+fn lt_workspaces(
+    placed: &mut [(Category, CategoryRule)],
+    size: IntSlice,
+    (alloc_idx, free_idx): (&[i32], &[i32]),
+    kept: &dyn Fn(i32) -> bool,
+    made_in_trace: &[i32],
+    before_recording: usize,
+) {
+    let gradients_of_that_size = placed
+        .iter()
+        .zip(size)
+        .any(|(p, s)| p.0 == Category::Gradient && s == CUBLASLT_WORKSPACE_SIZE);
+    let mut older_left = if gradients_of_that_size { 0 } else { before_recording.div_ceil(2) };
+    let older: Vec<usize> = (0..placed.len())
+        .filter(|&r| {
+            size.at(r) == CUBLASLT_WORKSPACE_SIZE
+                && alloc_idx[r] < 0
+                && matches!(
+                    placed[r],
+                    (Category::Parameter, CategoryRule::AliveThroughout) | (Category::Other, CategoryRule::PredatesTheTrace)
+                )
+        })
+        .collect();
+    if older.len() > older_left {
+        older_left = 0;
+    }
+    for r in older.into_iter().take(older_left) {
+        placed[r] = (Category::Cache, CategoryRule::WorkspaceBySize);
+    }
+    for r in 0..placed.len() {
+        let a = alloc_idx[r];
+        let after_one = || {
+            let k = made_in_trace.partition_point(|&w| w < a);
+            k > 0 && a - made_in_trace[k - 1] <= LT_WORKSPACE_WITHIN
+        };
+        if size.at(r) == CUBLASLT_WORKSPACE_SIZE
+            && a >= 0
+            && matches!(placed[r].0, Category::Other | Category::Gradient)
+            && kept(free_idx[r])
+            && after_one()
+        {
+            placed[r] = (Category::Cache, CategoryRule::WorkspaceBySize);
+        }
+    }
 }

@@ -90,6 +90,8 @@ fn why_unexplained(rule: memlens_api::CategoryRule) -> &'static str {
 
 /// A tenth of the peak: the share of `other` a verdict says is unexplained.
 const UNEXPLAINED_SHARE: f64 = 0.1;
+/// The share of the peak cuBLAS's workspaces must reach before the verdict names them.
+const WORKSPACES_WORTH_SAYING: f64 = 0.05;
 
 /// What the verdict's make-up rests on beside the run's structure: weights recognised only as
 /// there before the recording began, and how much of the peak no evidence places.
@@ -122,6 +124,20 @@ fn what_rests_on_less(d: &DeviceSummary, total: i64) -> String {
             " Optimizer state made before the recording ({}) is recognised by its sizes: those of the \
              parameters, beyond as many blocks of each as backward makes gradients.",
             human(by_size)
+        ));
+    }
+    let workspaces: i64 = d
+        .categories
+        .iter()
+        .flat_map(|c| &c.rules)
+        .filter(|r| r.rule == memlens_api::CategoryRule::WorkspaceBySize)
+        .map(|r| r.bytes)
+        .sum();
+    if workspaces as f64 >= WORKSPACES_WORTH_SAYING * total as f64 {
+        out.push_str(&format!(
+            " Of the cache, {} are cuBLAS's workspaces, recognised by their sizes: one per thread and \
+             stream that ran a matrix product, kept for the process (CUBLAS_WORKSPACE_CONFIG sets their size).",
+            human(workspaces)
         ));
     }
     let other = d.categories.iter().find(|c| c.category == Category::Other);
