@@ -212,7 +212,7 @@ pub enum Category {
 
 impl CategoryRule {
     /// Every rule; stored reports keep positions in this list, so new rules go at the end.
-    pub const ALL: [CategoryRule; 28] = [
+    pub const ALL: [CategoryRule; 29] = [
         CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
@@ -241,6 +241,7 @@ impl CategoryRule {
         CategoryRule::ReplacedByOptimizerStep,
         CategoryRule::WorkspaceBySize,
         CategoryRule::KvCache,
+        CategoryRule::LoadedAsWeights,
     ];
 
     /// The rule's position in [`CategoryRule::ALL`] (what stored reports keep); a match over
@@ -276,6 +277,7 @@ impl CategoryRule {
             CategoryRule::ReplacedByOptimizerStep => 25,
             CategoryRule::WorkspaceBySize => 26,
             CategoryRule::KvCache => 27,
+            CategoryRule::LoadedAsWeights => 28,
         }
     }
 }
@@ -395,6 +397,10 @@ pub enum CategoryRule {
     /// `DynamicCache`, `StaticCache`, …) or one whose file or function is named for a KV cache.
     /// Kept to be reused by the next token's attention; it grows with the batch and the length.
     KvCache,
+    /// Made by code that loads or initialises weights (`torch.load`, safetensors,
+    /// `load_state_dict`, `from_pretrained`, a model's `init_weights`) and kept to the end, in a
+    /// run without training structure: the weights, however they reached the GPU.
+    LoadedAsWeights,
 }
 
 /// The evidence a run's loop steps were found from, strongest first.
@@ -515,7 +521,7 @@ mod tests {
         }
         // The last position is the list's last: no rule's position is past its end.
         assert_eq!(
-            usize::from(CategoryRule::KvCache.position()) + 1,
+            usize::from(CategoryRule::LoadedAsWeights.position()) + 1,
             CategoryRule::ALL.len()
         );
     }

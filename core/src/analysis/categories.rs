@@ -48,6 +48,10 @@ struct Life {
     moved_by_module_to: bool,
     /// Its stack runs through a module's forward (an output, never a weight).
     made_by_forward: bool,
+    /// Its stack shows weights being loaded or initialised ([`loads_weights`]).
+    made_by_a_weight_loader: bool,
+    /// It has no stack (made before the recording, or on a thread without Python).
+    no_stack: bool,
 }
 
 /// `weights_moved`: the device's trace shows `Module.to()` moving weights, so blocks older than
@@ -143,8 +147,13 @@ fn classify_plain(l: Life, span: Span, failed_forwards: &[(Span, i64)], model: M
     // There from before the recording to its end, in a run that runs a model (and made by no
     // forward): an eval or benchmark loop recorded after its model was loaded keeps nothing
     // else that long — also where layers are streamed in and out during it beside those kept.
-    if l.alloc.is_none() && l.free.is_none() && model.runs && !model.loaded_in_trace && !l.made_by_forward {
+    if l.alloc.is_none() && l.free.is_none() && model.runs && !model.loaded_in_trace && l.no_stack {
         return (Category::Parameter, CategoryRule::ThereBeforeRecording);
+    }
+    // Made by code that loads or initialises weights and kept to the end (a checkpoint loader,
+    // `init_weights`, `from_pretrained`): the weights, however they reached the GPU.
+    if l.made_by_a_weight_loader && l.free.is_none() {
+        return (Category::Parameter, CategoryRule::LoadedAsWeights);
     }
     if let Some(a) = l.alloc {
         let live_at_failure =
@@ -183,6 +192,30 @@ fn runs_a_forward(stacks: &StackResolver, stack: u32) -> bool {
         .any(|f| f.contains("torch/nn/modules/module.py") && f.ends_with("_call_impl") || f.ends_with(":forward"))
 }
 
+/// Whether a stack shows weights being loaded or initialised: a checkpoint read to the GPU
+/// (`torch.load`, safetensors), a state dict copied in, a model's own weight initialisation
+/// or loader (`init_weight`, `load_weights`, `from_pretrained`).
+fn loads_weights(stacks: &StackResolver, stack: u32) -> bool {
+    const FUNCTIONS: [&str; 11] = [
+        ":load_state_dict",
+        ":_load_from_state_dict",
+        ":from_pretrained",
+        ":load_checkpoint",
+        ":load_weights",
+        ":load_model",
+        ":init_weight",
+        ":init_weights",
+        ":_init_weights",
+        ":reset_parameters",
+        ":_load_state_dict_into_meta_model",
+    ];
+    stacks.frames(stack).iter().any(|f| {
+        FUNCTIONS.iter().any(|n| f.ends_with(n))
+            || f.contains("safetensors/torch.py")
+            || f.contains("torch/serialization.py")
+    })
+}
+
 /// Whether a C++ stack shows a math library's workspace being made (cuBLAS's per-handle
 /// workspace, cuBLASLt's): PyTorch keeps it while the handle lives.
 fn library_workspace(stacks: &StackResolver, stack: u32) -> bool {
@@ -205,7 +238,7 @@ enum KvCacheSeen {
 }
 
 /// Whether a stack shows a key/value cache being made: Hugging Face's caches
-/// (`transformers/cache_utils.py`, any frame), or an innermost frame — where the block is made,
+/// (`transformers/cache_utils.py` or a copy of it, any frame), or an innermost frame — where the block is made,
 /// not a driver that runs a cache benchmark — whose file or function is named for one
 /// (`kv_cache.py`, `update_kv_cache`, `past_key_values`).
 fn kv_cache(stacks: &StackResolver, stack: u32) -> Option<KvCacheSeen> {
@@ -214,7 +247,7 @@ fn kv_cache(stacks: &StackResolver, stack: u32) -> Option<KvCacheSeen> {
         let lower = f.to_ascii_lowercase();
         ["kv_cache", "kvcache", "past_key_value"].iter().any(|n| lower.contains(n))
     };
-    let cache = frames.iter().any(|f| f.contains("transformers/cache_utils.py")) || frames.first().is_some_and(named);
+    let cache = frames.iter().any(|f| f.contains("cache_utils")) || frames.first().is_some_and(named);
     let generating = frames.iter().any(|f| f.contains("transformers/generation/utils.py"));
     match (cache, generating) {
         (false, _) => None,
@@ -287,12 +320,15 @@ pub fn categorize(
     // per allocation); whether any moved weights is a pass over the stacks first.
     let mut moved = |s: u32| pytorch && module_to.get(s, || moved_by_module_to(stacks, s));
     let weights_moved = stack.iter().any(&mut moved);
+    let mut loaders = PerStack::new(stacks);
+    let mut loader = |s: u32| loaders.get(s, || loads_weights(stacks, s));
     let mut forward = PerStack::new(stacks);
     let mut by_forward = |s: u32| forward.get(s, || runs_a_forward(stacks, s));
     // Whether a module's forward runs in the recording (the stacks of blocks from before it
     // tell of earlier work, not of this run).
     let model = ModelSeen {
-        runs: pytorch && stack.iter().zip(alloc_idx).any(|(s, &a)| a >= 0 && by_forward(s)),
+        // Any block's stack: a snapshot whose trace was lost keeps the stacks of what was live.
+        runs: pytorch && stack.iter().any(&mut by_forward),
         loaded_in_trace: stack
             .iter()
             .zip(alloc_idx.iter().zip(free_idx))
@@ -303,6 +339,8 @@ pub fn categorize(
         free: at(free_idx[r]),
         moved_by_module_to: moved(stack.at(r)),
         made_by_forward: by_forward(stack.at(r)),
+        made_by_a_weight_loader: pytorch && loader(stack.at(r)),
+        no_stack: stacks.frames(stack.at(r)).is_empty(),
     });
     let mut by_rule = PerStack::new(stacks);
     let ooms: Vec<i64> = ev

@@ -180,7 +180,8 @@ pub(super) struct WorkspaceWindow {
 /// without C++ frames the stack shows only that product (a `Linear`'s forward; nothing, on
 /// autograd's thread). Recognised by what they are: at exactly a default workspace size, kept
 /// to the end, and either made by the run's first iteration in a forward or on a thread without
-/// Python, or there before the recording in a run whose backward makes gradients — no more than
+/// Python, or there before the recording (in a training run, one whose backward makes
+/// gradients) — no more than
 /// [`MOST_WORKSPACES`] of a size, and of a size no gradient that recurs has (a gradient freed by
 /// `zero_grad`, or made after the first iteration). cuBLASLt's 1 MiB made just after a
 /// forward's workspace is one too. Placed as `cache` ([`CategoryRule::WorkspaceBySize`]),
@@ -214,6 +215,10 @@ pub(super) fn workspaces_by_size(
                 (Category::Parameter, R::AliveThroughout) | (Category::Other, R::PredatesTheTrace) if a < 0 => {
                     gradients_made
                 }
+                // Taken for weights only because it was there before the recording (an eval loop,
+                // a dump without its trace): a weight of exactly this size comes in more than a
+                // handful in the models that have one.
+                (Category::Parameter, R::ThereBeforeRecording) => true,
                 (Category::Other, R::Unplaced | R::LongLived | R::KeptPastItsIteration)
                 | (Category::Gradient, R::KeptFromBackward) => in_first_pass(a) && made_by_a_product(r),
                 _ => false,
