@@ -6,7 +6,8 @@
 //! 2. wasm-bindgen's web target writes the JS glue, both named by the wasm's content hash;
 //! 3. `frontend/style.css` is copied under its content hash;
 //! 4. `frontend/index.html`'s marker line becomes the module script that starts the app, the
-//!    stylesheet and the preloads, each with its subresource integrity (sha384);
+//!    stylesheet and the preloads, each with its subresource integrity (sha384); the
+//!    `data-trunk` lines `trunk serve` builds from (Trunk.toml, the edit-reload loop) go;
 //! 5. every script, wasm and stylesheet is written gzipped beside itself (`.gz`), which the
 //!    server hands to browsers that accept gzip.
 //!
@@ -165,6 +166,13 @@ window.wasmBindings = bindings;
         return Err(format!("frontend/index.html has no `{MARKER} …-->` line"));
     };
     let page = template.replacen(marker, &format!("    {head}"), 1);
+    // What `trunk serve` (Trunk.toml, the edit-reload loop) builds from: the same app and
+    // stylesheet this bundled, so their lines go.
+    let page: String = page
+        .lines()
+        .filter(|l| !l.contains("data-trunk") && !l.contains("trunk serve (Trunk.toml)"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     write(&stage.join("index.html"), page.as_bytes())?;
     for file in [&js, &bg, &css] {
         gzip_beside(&stage.join(file))?;
