@@ -227,13 +227,10 @@ fn analyze_device_with(
     let phases = phase_ranges(t, device)?;
     // The category analysis also reads optimizer steps inferred from frames.
     let structure = with_inferred_optimizer_steps(&phases, ev, stacks);
-    let training = ev
-        .has_time
-        .then(|| {
-            let backward = crate::analysis::categories::BackwardEvidence::new(ev, stacks);
-            crate::analysis::categories::structure(&structure, ev.time(), usage, &backward)
-        })
-        .flatten();
+    // Without timestamps (snapshots of PyTorch before 2.1) entry order is the time axis: no
+    // ranges or inferred optimizer steps are read there, but backward passes the stacks show are.
+    let backward = crate::analysis::categories::BackwardEvidence::new(ev, stacks);
+    let training = crate::analysis::categories::structure(&structure, ev.time(), usage, &backward);
     let steps = loop_steps(&structure, training.as_ref(), ev, usage);
     let (mut leaks, note) = leak_candidates(ev, &lifetimes, steps.as_ref().map(|s| &s.spans[..]), stacks)?;
     let iterations = match &steps {

@@ -304,7 +304,10 @@ pub fn categorize(
     let labels = evidence.labels;
     let time = ev.time();
     let span = (time.first().unwrap_or(0), time.last().unwrap_or(0));
-    let st = training.filter(|_| pytorch && ev.has_time);
+    // A snapshot PyTorch's profiler derived carries the profiler's categories; the structure
+    // read on its entry order (it has no timestamps) would second-guess what it left unknown.
+    let from_profiler = labels.values().any(|l| l.1 == CategoryRule::ProfilerCategory);
+    let st = training.filter(|_| pytorch && (ev.has_time || !from_profiler));
     let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
     let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
     let stack = StackIds::of(lifetimes, lt_col::STACK)?;

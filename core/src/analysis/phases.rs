@@ -140,8 +140,8 @@ const STEP_GAP_ENTRIES: usize = 8;
 /// The phases the category analysis reads: `phases` plus, when the history names no optimizer
 /// step (PyTorch before annotations were recorded, an optimizer that bypasses the profiling
 /// hook), `Optimizer.step#…` / `Optimizer.zero_grad#…` ranges inferred from the runs of
-/// entries whose stacks pass through `torch/optim/`. Without timestamps or stacks nothing is
-/// added.
+/// entries whose stacks pass through `torch/optim/`, on the trace's time axis (entry order
+/// where it has no timestamps). Without stacks nothing is added.
 pub fn with_inferred_optimizer_steps(
     phases: &[PhaseRange],
     ev: &DeviceEvents,
@@ -152,7 +152,7 @@ pub fn with_inferred_optimizer_steps(
         let n = p.name.to_ascii_lowercase();
         n.contains("optimizer") && !n.contains("zero_grad")
     });
-    if names_a_step || !ev.has_time || !stacks.any_recorded() {
+    if names_a_step || !stacks.any_recorded() {
         return out;
     }
     let (time, stack) = (ev.time(), ev.stack());
