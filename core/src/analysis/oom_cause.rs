@@ -159,195 +159,19 @@ pub fn remedies(
     live: Option<&LiveAtFailure>,
     fits: Option<&OomFit>,
 ) -> Vec<Remedy> {
-    let mut first = Vec::new();
     // What the cap lacks: for the whole step when its need is known, else for this request.
     let shortfall = f.limit().map(|l| {
         let step = fits.map_or(0, |x| x.fixed_bytes + x.batch_bytes - x.limit_bytes);
         (f.reserved.unwrap_or(0) + f.requested - l).max(f.requested).max(step)
     });
-    match cause {
-        OomCause::Fragmentation => first.push(Remedy {
-            action: RemedyAction::Defragment,
-            saves_bytes: f.reserved_free.unwrap_or(0),
-            note: format!(
-                "{} of the reserve is free but split{}: {}",
-                human(f.reserved_free.unwrap_or(0)),
-                f.largest_free_block
-                    .map(|l| format!(" (largest block {})", human(l)))
-                    .unwrap_or_default(),
-                if f.expandable_segments {
-                    "with expandable segments already on, allocate large long-lived tensors before many small ones, free \
-                     references earlier so freed ranges coalesce, or set PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8."
-                } else {
-                    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so freed pages map into one range, or allocate large \
-                     long-lived tensors before many small ones."
-                }
-            ),
-        }),
-        OomCause::Limit => first.push(Remedy {
-            action: RemedyAction::RaiseCap,
-            saves_bytes: raise_within_device(f, shortfall),
-            note: match (f.allowed, f.device_free) {
-                (Some(cap), _) if raise_within_device(f, shortfall) < shortfall.unwrap_or(f.requested) => format!(
-                    "The cap is {}, and even the whole device ({}) is {} short of what this step needs: raise the cap as \
-                     far as the device allows and run a smaller batch.",
-                    human(cap),
-                    human(f.device_total.unwrap_or(0)),
-                    human(shortfall.unwrap_or(f.requested) + cap - f.device_total.unwrap_or(0))
-                ),
-                (Some(cap), _) => format!(
-                    "The cap is {}; raise it (torch.cuda.set_per_process_memory_fraction or the job's limit) by at least {}.",
-                    human(cap),
-                    human(shortfall.unwrap_or(f.requested))
-                ),
-                (None, Some(df)) => format!(
-                    "The device still had {} free, so a per-process cap stopped the request: raise it by at least {}.",
-                    human(df),
-                    human(shortfall.unwrap_or(f.requested))
-                ),
-                (None, None) => "A per-process cap stopped the request: raise it.".to_owned(),
-            },
-        }),
-        OomCause::OtherProcesses => first.push(Remedy {
-            action: RemedyAction::FreeOtherProcesses,
-            saves_bytes: f.other_processes.unwrap_or(0),
-            note: format!(
-                "Other processes held {} of the device: stop them, or run on a GPU of its own (CUDA_VISIBLE_DEVICES).",
-                human(f.other_processes.unwrap_or(0))
-            ),
-        }),
-        OomCause::NonPytorch => first.push(Remedy {
-            action: RemedyAction::ReduceNonPytorch,
-            saves_bytes: f.non_pytorch.unwrap_or(0),
-            note: format!(
-                "This process held {} outside PyTorch's allocator (CUDA context, NCCL buffers, CuPy/JAX/TensorRT pools): \
-                 free those pools or cap them (e.g. NCCL_BUFFSIZE, the other library's memory limit).",
-                human(f.non_pytorch.unwrap_or(0))
-            ),
-        }),
-        OomCause::PrivatePool => first.push(Remedy {
-            action: RemedyAction::ReleasePrivatePools,
-            saves_bytes: f.private_pool.unwrap_or(0),
-            note: format!(
-                "{} sat in private pools (CUDA graphs, MemPools) that other allocations cannot use: share one pool between \
-                 graphs, capture fewer graphs, or delete the graphs and pools you no longer replay.",
-                human(f.private_pool.unwrap_or(0))
-            ),
-        }),
-        OomCause::Capacity | OomCause::Unknown => {}
-    }
-    let mut rest = Vec::new();
-    let trains = phase != OomPhase::Unknown || live.is_some_and(|l| l.gradient > 0 || l.optimizer_state > 0);
-    match live {
+    let mut first: Vec<Remedy> = remedy_for_cause(cause, f, shortfall).into_iter().collect();
+    let mut rest = match live {
         Some(l) => {
-            if let Some(fit) = fits.filter(|x| x.batch_fraction > 0.0 && x.batch_fraction < 1.0) {
-                let live_batch = l.activation + l.input;
-                rest.push(Remedy {
-                    action: RemedyAction::SmallerBatch,
-                    saves_bytes: ((1.0 - fit.batch_fraction) * live_batch as f64) as i64,
-                    note: format!(
-                        "Run {:.0} % of this step's batch (fits.batch_fraction {:.2}), with gradient accumulation to keep the \
-                         effective batch.",
-                        fit.batch_fraction * 100.0,
-                        fit.batch_fraction
-                    ),
-                });
-            }
-            if l.activation > 0 {
-                let layers = l.layers.unwrap_or(0);
-                let kept = if layers > 1 { 1.0 / layers as f64 } else { 0.25 };
-                rest.push(Remedy {
-                    action: RemedyAction::ActivationCheckpointing,
-                    saves_bytes: (l.activation as f64 * (1.0 - kept)) as i64,
-                    note: match layers {
-                        n if n > 1 => format!(
-                            "Checkpoint each of the {n} repeated blocks (torch.utils.checkpoint): each keeps its input \
-                             instead of its {} of activations and recomputes them in backward.",
-                            human(l.activation / n as i64)
-                        ),
-                        _ => "Checkpoint the model's blocks (torch.utils.checkpoint): each keeps its input and recomputes \
-                              the rest in backward (about three quarters of the activations saved)."
-                            .to_owned(),
-                    },
-                });
-                rest.push(Remedy {
-                    action: RemedyAction::Bf16Activations,
-                    saves_bytes: l.activation / 2,
-                    note:
-                        "Run the forward under torch.autocast(\"cuda\", dtype=torch.bfloat16): fp32 activations halve \
-                           (those already bf16 do not)."
-                            .to_owned(),
-                });
-            }
-            let state = l.optimizer_state.max(l.optimizer_state_to_come.unwrap_or(0));
-            if state > 0 {
-                rest.push(Remedy {
-                    action: RemedyAction::LighterOptimizer,
-                    saves_bytes: state * 3 / 4,
-                    note: format!(
-                        "An 8-bit optimizer (bitsandbytes AdamW8bit) keeps about a quarter of the {} of optimizer state{}.",
-                        human(state),
-                        if l.optimizer_state_to_come.is_some() {
-                            " Adam-style optimizers create it lazily at their first step: that is where this one failed"
-                        } else {
-                            ""
-                        }
-                    ),
-                });
-                rest.push(Remedy {
-                    action: RemedyAction::CpuOffload,
-                    saves_bytes: state,
-                    note: format!(
-                        "Offload the optimizer state and its step to the CPU (DeepSpeed ZeRO-Offload, FSDP CPUOffload): the {} \
-                         leave the GPU.",
-                        human(state)
-                    ),
-                });
-            }
-            // Gradients being computed in backward (of activations) are not sharded state.
-            let states = l.parameter + l.gradient.min(l.parameter) + state;
-            if states > 0 && trains {
-                rest.push(Remedy {
-                    action: RemedyAction::ShardStates,
-                    saves_bytes: states - states / SHARD_GPUS,
-                    note: format!(
-                        "ZeRO-3/FSDP over {SHARD_GPUS} GPUs keeps a quarter of the {} of parameters, gradients and optimizer \
-                         state on each (over N GPUs: 1/N).",
-                        human(states)
-                    ),
-                });
-            }
+            let trains = phase != OomPhase::Unknown || l.gradient > 0 || l.optimizer_state > 0;
+            sized_remedies(l, fits, trains)
         }
-        // Text gives totals only: the remedies that fit the phase, unsized.
-        None if phase == OomPhase::OptimizerStep => {
-            rest.push(Remedy {
-                action: RemedyAction::LighterOptimizer,
-                saves_bytes: 0,
-                note: "It failed in the optimizer step (Adam-style optimizers create their state, two copies of the \
-                       parameters, lazily at the first step): an 8-bit optimizer keeps about a quarter of that; to size it, \
-                       capture a snapshot at the next OOM (memlens.torch.on_oom)."
-                    .to_owned(),
-            });
-            rest.push(Remedy {
-                action: RemedyAction::ShardStates,
-                saves_bytes: 0,
-                note: "ZeRO/FSDP over N GPUs keeps 1/N of parameters, gradients and optimizer state on each."
-                    .to_owned(),
-            });
-            rest.push(Remedy {
-                action: RemedyAction::CpuOffload,
-                saves_bytes: 0,
-                note: "Offload the optimizer state and its step to the CPU.".to_owned(),
-            });
-        }
-        None => rest.push(Remedy {
-            action: RemedyAction::SmallerBatch,
-            saves_bytes: 0,
-            note: "Reduce the batch or sequence length, or checkpoint activations; to size each remedy, capture a \
-                   snapshot at the next OOM (memlens.torch.on_oom)."
-                .to_owned(),
-        }),
-    }
+        None => unsized_remedies(phase),
+    };
     rest.sort_by_key(|r| std::cmp::Reverse(r.saves_bytes));
     // Sized from what was live, a remedy that saves less than a hundredth of what is lacking
     // (checkpointing a model whose activations are a few bytes) is no remedy.
@@ -374,6 +198,201 @@ pub fn remedies(
     }
     first.extend(rest);
     first
+}
+
+/// The remedy the cause itself names (defragment, raise the cap, free the other processes, …),
+/// first in the list; none for a full device or an unknown cause.
+fn remedy_for_cause(cause: OomCause, f: &OomFacts, shortfall: Option<i64>) -> Option<Remedy> {
+    match cause {
+        OomCause::Fragmentation => Some(Remedy {
+            action: RemedyAction::Defragment,
+            saves_bytes: f.reserved_free.unwrap_or(0),
+            note: format!(
+                "{} of the reserve is free but split{}: {}",
+                human(f.reserved_free.unwrap_or(0)),
+                f.largest_free_block
+                    .map(|l| format!(" (largest block {})", human(l)))
+                    .unwrap_or_default(),
+                if f.expandable_segments {
+                    "with expandable segments already on, allocate large long-lived tensors before many small ones, free \
+                     references earlier so freed ranges coalesce, or set PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8."
+                } else {
+                    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so freed pages map into one range, or allocate large \
+                     long-lived tensors before many small ones."
+                }
+            ),
+        }),
+        OomCause::Limit => Some(Remedy {
+            action: RemedyAction::RaiseCap,
+            saves_bytes: raise_within_device(f, shortfall),
+            note: match (f.allowed, f.device_free) {
+                (Some(cap), _) if raise_within_device(f, shortfall) < shortfall.unwrap_or(f.requested) => format!(
+                    "The cap is {}, and even the whole device ({}) is {} short of what this step needs: raise the cap as \
+                     far as the device allows and run a smaller batch.",
+                    human(cap),
+                    human(f.device_total.unwrap_or(0)),
+                    human(shortfall.unwrap_or(f.requested) + cap - f.device_total.unwrap_or(0))
+                ),
+                (Some(cap), _) => format!(
+                    "The cap is {}; raise it (torch.cuda.set_per_process_memory_fraction or the job's limit) by at least {}.",
+                    human(cap),
+                    human(shortfall.unwrap_or(f.requested))
+                ),
+                (None, Some(df)) => format!(
+                    "The device still had {} free, so a per-process cap stopped the request: raise it by at least {}.",
+                    human(df),
+                    human(shortfall.unwrap_or(f.requested))
+                ),
+                (None, None) => "A per-process cap stopped the request: raise it.".to_owned(),
+            },
+        }),
+        OomCause::OtherProcesses => Some(Remedy {
+            action: RemedyAction::FreeOtherProcesses,
+            saves_bytes: f.other_processes.unwrap_or(0),
+            note: format!(
+                "Other processes held {} of the device: stop them, or run on a GPU of its own (CUDA_VISIBLE_DEVICES).",
+                human(f.other_processes.unwrap_or(0))
+            ),
+        }),
+        OomCause::NonPytorch => Some(Remedy {
+            action: RemedyAction::ReduceNonPytorch,
+            saves_bytes: f.non_pytorch.unwrap_or(0),
+            note: format!(
+                "This process held {} outside PyTorch's allocator (CUDA context, NCCL buffers, CuPy/JAX/TensorRT pools): \
+                 free those pools or cap them (e.g. NCCL_BUFFSIZE, the other library's memory limit).",
+                human(f.non_pytorch.unwrap_or(0))
+            ),
+        }),
+        OomCause::PrivatePool => Some(Remedy {
+            action: RemedyAction::ReleasePrivatePools,
+            saves_bytes: f.private_pool.unwrap_or(0),
+            note: format!(
+                "{} sat in private pools (CUDA graphs, MemPools) that other allocations cannot use: share one pool between \
+                 graphs, capture fewer graphs, or delete the graphs and pools you no longer replay.",
+                human(f.private_pool.unwrap_or(0))
+            ),
+        }),
+        OomCause::Capacity | OomCause::Unknown => None,
+    }
+}
+
+/// Remedies sized from what was live at the failure: a smaller batch (when its fraction is
+/// known), checkpointing and bf16 for activations, a lighter or offloaded optimizer for its
+/// state, sharding for a training run's states.
+fn sized_remedies(l: &LiveAtFailure, fits: Option<&OomFit>, trains: bool) -> Vec<Remedy> {
+    let mut rest = Vec::new();
+    if let Some(fit) = fits.filter(|x| x.batch_fraction > 0.0 && x.batch_fraction < 1.0) {
+        let live_batch = l.activation + l.input;
+        rest.push(Remedy {
+            action: RemedyAction::SmallerBatch,
+            saves_bytes: ((1.0 - fit.batch_fraction) * live_batch as f64) as i64,
+            note: format!(
+                "Run {:.0} % of this step's batch (fits.batch_fraction {:.2}), with gradient accumulation to keep the \
+                 effective batch.",
+                fit.batch_fraction * 100.0,
+                fit.batch_fraction
+            ),
+        });
+    }
+    if l.activation > 0 {
+        let layers = l.layers.unwrap_or(0);
+        let kept = if layers > 1 { 1.0 / layers as f64 } else { 0.25 };
+        rest.push(Remedy {
+            action: RemedyAction::ActivationCheckpointing,
+            saves_bytes: (l.activation as f64 * (1.0 - kept)) as i64,
+            note: match layers {
+                n if n > 1 => format!(
+                    "Checkpoint each of the {n} repeated blocks (torch.utils.checkpoint): each keeps its input \
+                     instead of its {} of activations and recomputes them in backward.",
+                    human(l.activation / n as i64)
+                ),
+                _ => "Checkpoint the model's blocks (torch.utils.checkpoint): each keeps its input and recomputes \
+                      the rest in backward (about three quarters of the activations saved)."
+                    .to_owned(),
+            },
+        });
+        rest.push(Remedy {
+            action: RemedyAction::Bf16Activations,
+            saves_bytes: l.activation / 2,
+            note:
+                "Run the forward under torch.autocast(\"cuda\", dtype=torch.bfloat16): fp32 activations halve \
+                   (those already bf16 do not)."
+                    .to_owned(),
+        });
+    }
+    let state = l.optimizer_state.max(l.optimizer_state_to_come.unwrap_or(0));
+    if state > 0 {
+        rest.push(Remedy {
+            action: RemedyAction::LighterOptimizer,
+            saves_bytes: state * 3 / 4,
+            note: format!(
+                "An 8-bit optimizer (bitsandbytes AdamW8bit) keeps about a quarter of the {} of optimizer state{}.",
+                human(state),
+                if l.optimizer_state_to_come.is_some() {
+                    " Adam-style optimizers create it lazily at their first step: that is where this one failed"
+                } else {
+                    ""
+                }
+            ),
+        });
+        rest.push(Remedy {
+            action: RemedyAction::CpuOffload,
+            saves_bytes: state,
+            note: format!(
+                "Offload the optimizer state and its step to the CPU (DeepSpeed ZeRO-Offload, FSDP CPUOffload): the {} \
+                 leave the GPU.",
+                human(state)
+            ),
+        });
+    }
+    // Gradients being computed in backward (of activations) are not sharded state.
+    let states = l.parameter + l.gradient.min(l.parameter) + state;
+    if states > 0 && trains {
+        rest.push(Remedy {
+            action: RemedyAction::ShardStates,
+            saves_bytes: states - states / SHARD_GPUS,
+            note: format!(
+                "ZeRO-3/FSDP over {SHARD_GPUS} GPUs keeps a quarter of the {} of parameters, gradients and optimizer \
+                 state on each (over N GPUs: 1/N).",
+                human(states)
+            ),
+        });
+    }
+    rest
+}
+
+/// Text gives totals only: the remedies that fit the phase, unsized.
+fn unsized_remedies(phase: OomPhase) -> Vec<Remedy> {
+    match phase {
+        OomPhase::OptimizerStep => vec![
+            Remedy {
+                action: RemedyAction::LighterOptimizer,
+                saves_bytes: 0,
+                note: "It failed in the optimizer step (Adam-style optimizers create their state, two copies of the \
+                       parameters, lazily at the first step): an 8-bit optimizer keeps about a quarter of that; to size it, \
+                       capture a snapshot at the next OOM (memlens.torch.on_oom)."
+                    .to_owned(),
+            },
+            Remedy {
+                action: RemedyAction::ShardStates,
+                saves_bytes: 0,
+                note: "ZeRO/FSDP over N GPUs keeps 1/N of parameters, gradients and optimizer state on each."
+                    .to_owned(),
+            },
+            Remedy {
+                action: RemedyAction::CpuOffload,
+                saves_bytes: 0,
+                note: "Offload the optimizer state and its step to the CPU.".to_owned(),
+            },
+        ],
+        _ => vec![Remedy {
+            action: RemedyAction::SmallerBatch,
+            saves_bytes: 0,
+            note: "Reduce the batch or sequence length, or checkpoint activations; to size each remedy, capture a \
+                   snapshot at the next OOM (memlens.torch.on_oom)."
+                .to_owned(),
+        }],
+    }
 }
 
 /// What raising the cap can give: what is lacking, but never beyond the device's own memory.
