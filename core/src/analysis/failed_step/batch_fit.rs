@@ -210,23 +210,9 @@ pub(super) fn batch_fit(
         return None;
     }
     let w = &step.failing;
-    let reserved = usage.reserved_before(oom);
-    let allocated = usage.allocated_before(oom).max(1);
-    // The limit the failure hit: under a cap the snapshot does not record, at least the most
-    // the process held (the cap lies below that plus the request); on a full device, what the
-    // process held plus what the device had free.
-    let limit = match cause {
-        OomCause::Limit => facts.allowed.unwrap_or_else(|| {
-            let peak_before = (0..oom.min(usage.len()))
-                .map(|i| usage.reserved_before(i))
-                .max()
-                .unwrap_or(0);
-            reserved.max(peak_before)
-        }),
-        _ => reserved + facts.device_free.unwrap_or(0),
-    };
+    let limit = failure_limit(cause, facts, usage, oom);
     // The allocator holds more than it hands out (block rounding, split blocks).
-    let overhead = (reserved as f64 / allocated as f64).max(1.0);
+    let overhead = (usage.reserved_before(oom) as f64 / usage.allocated_before(oom).max(1) as f64).max(1.0);
     let budget = (limit as f64 / overhead) as i64;
     // What lives through the step: made before it (weights, optimizer state, anything older).
     let at = oom as i64;
@@ -235,12 +221,11 @@ pub(super) fn batch_fit(
         .filter(|r| live_at(r, at) && usize::try_from(r.alloc).map_or(true, |a| a < w.start))
         .map(|r| r.size)
         .sum();
-    let requested = facts.requested;
-    let param_bytes: i64 = live.parameter;
-    match step.phase {
+    let (needs, how) = match step.phase {
         OomPhase::OptimizerStep => {
-            let need = base + live.gradient + live.optimizer_state_to_come.unwrap_or(live.optimizer_state) + requested;
-            Some(OomFit {
+            let need =
+                base + live.gradient + live.optimizer_state_to_come.unwrap_or(live.optimizer_state) + facts.requested;
+            return Some(OomFit {
                 batch_fraction: 0.0,
                 limit_bytes: limit,
                 fixed_bytes: need,
@@ -251,120 +236,175 @@ pub(super) fn batch_fit(
                     human(need),
                     human(limit)
                 ),
-            })
+            });
         }
-        OomPhase::Forward | OomPhase::Backward => {
-            let mut needs;
-            let how;
-            // Without a step to compare with, a parameter's size (weights, their bf16 copies,
-            // gradients) does not scale.
-            let by_size = |r: &Row| (!psize.contains(&r.size)).then_some(1.0);
-            if let (OomPhase::Forward, Some(prev)) = (step.phase, step.previous.as_ref()) {
-                // The step before ran the whole way: its profile, scaled to this batch. A stack
-                // seen in both keeps its own ratio's verdict (a weight cast does not scale).
-                let ratio = batch_ratio(rows, w, prev, oom);
-                let overall = ratio.as_ref().map_or(1.0, |r| r.overall);
-                // Stacks the failing forward has not reached (the head, the loss, backward) scale
-                // unless the completed step's own rules made them state.
-                let factor = |r: &Row| match ratio.as_ref().and_then(|x| x.factor.get(&r.alloc)) {
-                    Some(k) => *k,
-                    // The optimizer step works on the parameters, whatever the batch.
-                    None => (prev.optimizer.is_none_or(|o| r.alloc < o as i64)
-                        && !matches!(
-                            r.category,
-                            Category::Parameter | Category::Gradient | Category::OptimizerState
-                        ))
-                    .then_some(overall),
-                };
-                let end = prev.end.unwrap_or(w.start);
-                // Its rows still live now are in `base` (optimizer state made at its step).
-                let transient: Vec<Row> = rows.iter().filter(|r| !live_at(r, at)).copied().collect();
-                needs = needs_over(&transient, prev.start, end, base, &factor);
-                how = format!(
-                    "The previous step ran whole: its allocations, each scaled by the ratio of the same allocation in this \
-                     step (stacks compared in order; {overall:.1}× over the step, for what this step has not reached yet), give \
-                     the whole step's need; what does not grow with the batch (weights cast per layer, gradients, optimizer \
-                     state) does not scale."
-                );
-            } else {
-                needs = needs_over(rows, w.start, oom, base, &by_size);
-                // The failing request, at the failure.
-                if let Some(last) = needs.last().copied() {
-                    let r = requested as f64;
-                    needs.push(Need {
-                        fixed: last.fixed,
-                        scaled: last.scaled + r,
-                    });
-                }
-                // Blocks that hold under half of the weights are one stage of a model whose
-                // stages differ (a CNN's widths double as its resolution halves): what one of
-                // them holds says nothing of the rest, so nothing is extrapolated from it.
-                let blocks = blocks.filter(|b| {
-                    let repeated = b.layers as i64 * b.block_sizes.iter().sum::<i64>();
-                    repeated * 2 >= param_bytes
-                });
-                match (step.phase, blocks, layers_done(rows, psize, w, oom)) {
-                    (OomPhase::Forward, Some(b), Some((done, per_layer))) if (b.layers as f64) > done && done > 0.0 => {
-                        let more = per_layer * (b.layers as f64 - done);
-                        let head = output_layer(rows, w, b);
-                        if let Some(last) = needs.last_mut() {
-                            last.scaled += more + head.as_ref().map_or(0.0, |h| h.bytes as f64);
-                        }
-                        how = format!(
-                            "The first forward failed in block {:.1} of {} (the parameters repeat {} times; the forward's \
-                             repeated stacks show how far it got): the {} each block holds was added for the blocks to come{}",
-                            done + 1.0,
-                            b.layers,
-                            b.layers,
-                            human(per_layer as i64),
-                            match head {
-                                Some(h) => format!(
-                                    ", and {} for the output layer and its loss ({} tokens × {} outputs × {} bytes: the \
-                                     logits, their fp32 copy and the log-softmax kept for backward).",
-                                    human(h.bytes),
-                                    h.tokens,
-                                    h.outputs,
-                                    h.bytes_per_output
-                                ),
-                                None => ". What the model does after its blocks is not seen yet and not counted.".to_owned(),
-                            }
-                        );
-                    }
-                    (OomPhase::Forward, _, _) => {
-                        how = "The first forward failed and no repeated blocks holding most of the weights were seen to \
-                               extrapolate over: its need so far is the whole need counted, a lower bound, so the fraction is \
-                               an upper bound (the batch at it may still not fit)."
-                            .to_owned()
-                    }
-                    _ => {
-                        let end_of_backward = base + param_bytes.max(live.gradient);
-                        if end_of_backward > budget {
-                            needs.push(Need {
-                                fixed: end_of_backward,
-                                scaled: 0.0,
-                            });
-                        }
-                        how = "The forward ran whole: every moment of the step up to the failure, with what has a parameter's \
-                               size fixed and the rest scaled, and the gradients of every parameter at the end of backward."
-                            .to_owned();
-                    }
-                }
+        OomPhase::Unknown => return None,
+        OomPhase::Forward => match step.previous.as_ref() {
+            Some(prev) => scaled_from_the_step_before(rows, step, prev, oom, base),
+            None => {
+                let step_so_far = StepSoFar { rows, psize, step, oom, base, requested: facts.requested };
+                extrapolated_first_forward(&step_so_far, live, blocks)
             }
-            let x = fraction_under(budget, &needs);
-            let peak = needs
-                .iter()
-                .max_by(|a, b| (a.fixed as f64 + a.scaled).total_cmp(&(b.fixed as f64 + b.scaled)))
-                .copied()?;
-            Some(OomFit {
-                batch_fraction: (x * 1000.0).floor() / 1000.0,
-                limit_bytes: limit,
-                fixed_bytes: peak.fixed,
-                batch_bytes: peak.scaled as i64,
-                how,
-            })
+        },
+        OomPhase::Backward => {
+            let step_so_far = StepSoFar { rows, psize, step, oom, base, requested: facts.requested };
+            let mut needs = step_so_far.needs();
+            let end_of_backward = base + live.parameter.max(live.gradient);
+            if end_of_backward > budget {
+                needs.push(Need {
+                    fixed: end_of_backward,
+                    scaled: 0.0,
+                });
+            }
+            let how = "The forward ran whole: every moment of the step up to the failure, with what has a parameter's \
+                       size fixed and the rest scaled, and the gradients of every parameter at the end of backward."
+                .to_owned();
+            (needs, how)
         }
-        OomPhase::Unknown => None,
+    };
+    let x = fraction_under(budget, &needs);
+    let peak = needs
+        .iter()
+        .max_by(|a, b| (a.fixed as f64 + a.scaled).total_cmp(&(b.fixed as f64 + b.scaled)))
+        .copied()?;
+    Some(OomFit {
+        batch_fraction: (x * 1000.0).floor() / 1000.0,
+        limit_bytes: limit,
+        fixed_bytes: peak.fixed,
+        batch_bytes: peak.scaled as i64,
+        how,
+    })
+}
+
+/// The limit the failure hit: under a cap the snapshot does not record, at least the most the
+/// process held (the cap lies below that plus the request); on a full device, what the process
+/// held plus what the device had free.
+fn failure_limit(cause: OomCause, facts: &OomFacts, usage: &Usage, oom: usize) -> i64 {
+    let reserved = usage.reserved_before(oom);
+    match cause {
+        OomCause::Limit => facts.allowed.unwrap_or_else(|| {
+            let peak_before = (0..oom.min(usage.len()))
+                .map(|i| usage.reserved_before(i))
+                .max()
+                .unwrap_or(0);
+            reserved.max(peak_before)
+        }),
+        _ => reserved + facts.device_free.unwrap_or(0),
     }
+}
+
+/// A forward that failed after a whole step ran: that step's profile, scaled to this batch. A
+/// stack seen in both keeps its own ratio's verdict (a weight cast does not scale).
+fn scaled_from_the_step_before(
+    rows: &[Row],
+    step: &FailedStep,
+    prev: &StepWindows,
+    oom: usize,
+    base: i64,
+) -> (Vec<Need>, String) {
+    let w = &step.failing;
+    let ratio = batch_ratio(rows, w, prev, oom);
+    let overall = ratio.as_ref().map_or(1.0, |r| r.overall);
+    // Stacks the failing forward has not reached (the head, the loss, backward) scale unless
+    // the completed step's own rules made them state.
+    let factor = |r: &Row| match ratio.as_ref().and_then(|x| x.factor.get(&r.alloc)) {
+        Some(k) => *k,
+        // The optimizer step works on the parameters, whatever the batch.
+        None => (prev.optimizer.is_none_or(|o| r.alloc < o as i64)
+            && !matches!(
+                r.category,
+                Category::Parameter | Category::Gradient | Category::OptimizerState
+            ))
+        .then_some(overall),
+    };
+    let end = prev.end.unwrap_or(w.start);
+    // Its rows still live now are in `base` (optimizer state made at its step).
+    let at = oom as i64;
+    let transient: Vec<Row> = rows.iter().filter(|r| !live_at(r, at)).copied().collect();
+    let needs = needs_over(&transient, prev.start, end, base, &factor);
+    let how = format!(
+        "The previous step ran whole: its allocations, each scaled by the ratio of the same allocation in this step \
+         (stacks compared in order; {overall:.1}× over the step, for what this step has not reached yet), give the whole \
+         step's need; what does not grow with the batch (weights cast per layer, gradients, optimizer state) does not \
+         scale."
+    );
+    (needs, how)
+}
+
+/// The failing step as far as it got, without a step before it to compare with.
+struct StepSoFar<'a> {
+    rows: &'a [Row],
+    psize: &'a FxHashSet<i64>,
+    step: &'a FailedStep,
+    oom: usize,
+    base: i64,
+    requested: i64,
+}
+
+impl StepSoFar<'_> {
+    /// Its need at every moment up to the failure and at the failing request, with what has a
+    /// parameter's size (weights, their bf16 copies, gradients) fixed and the rest scaled.
+    fn needs(&self) -> Vec<Need> {
+        let by_size = |r: &Row| (!self.psize.contains(&r.size)).then_some(1.0);
+        let mut needs = needs_over(self.rows, self.step.failing.start, self.oom, self.base, &by_size);
+        if let Some(last) = needs.last().copied() {
+            needs.push(Need {
+                fixed: last.fixed,
+                scaled: last.scaled + self.requested as f64,
+            });
+        }
+        needs
+    }
+}
+
+/// A first forward that failed: its need so far, extrapolated over the model's repeated blocks
+/// still to come and a language model's output layer — where blocks holding at least half of
+/// the weights were seen; else the need so far, whose fraction is then an upper bound.
+fn extrapolated_first_forward(s: &StepSoFar, live: &LiveAtFailure, blocks: Option<&Blocks>) -> (Vec<Need>, String) {
+    let mut needs = s.needs();
+    // Blocks that hold under half of the weights are one stage of a model whose stages differ
+    // (a CNN's widths double as its resolution halves): what one of them holds says nothing of
+    // the rest, so nothing is extrapolated from it.
+    let blocks = blocks.filter(|b| {
+        let repeated = b.layers as i64 * b.block_sizes.iter().sum::<i64>();
+        repeated * 2 >= live.parameter
+    });
+    let w = &s.step.failing;
+    let Some((b, (done, per_layer))) = blocks
+        .zip(layers_done(s.rows, s.psize, w, s.oom))
+        .filter(|(b, (done, _))| (b.layers as f64) > *done && *done > 0.0)
+    else {
+        let how = "The first forward failed and no repeated blocks holding most of the weights were seen to \
+                   extrapolate over: its need so far is the whole need counted, a lower bound, so the fraction is an \
+                   upper bound (the batch at it may still not fit)."
+            .to_owned();
+        return (needs, how);
+    };
+    let more = per_layer * (b.layers as f64 - done);
+    let head = output_layer(s.rows, w, b);
+    if let Some(last) = needs.last_mut() {
+        last.scaled += more + head.as_ref().map_or(0.0, |h| h.bytes as f64);
+    }
+    let how = format!(
+        "The first forward failed in block {:.1} of {} (the parameters repeat {} times; the forward's repeated stacks \
+         show how far it got): the {} each block holds was added for the blocks to come{}",
+        done + 1.0,
+        b.layers,
+        b.layers,
+        human(per_layer as i64),
+        match head {
+            Some(h) => format!(
+                ", and {} for the output layer and its loss ({} tokens × {} outputs × {} bytes: the logits, their fp32 \
+                 copy and the log-softmax kept for backward).",
+                human(h.bytes),
+                h.tokens,
+                h.outputs,
+                h.bytes_per_output
+            ),
+            None => ". What the model does after its blocks is not seen yet and not counted.".to_owned(),
+        }
+    );
+    (needs, how)
 }
 
 /// In a first forward: how many repeated blocks are done (a fraction for the one it failed in:
