@@ -48,5 +48,6 @@ pub use params::{
     SegmentsParams, TimelineParams, UploadParams, WhatIfParams,
 };
 pub use plan::{
-    AutocastDtype, ModelFamily, Plan, PlanAlternative, PlanChange, PlanOptimizer, PlanParams, PlanPhase, WeightsDtype,
+    AutocastDtype, ModelFamily, Plan, PlanAlternative, PlanChange, PlanModel, PlanOptimizer, PlanParams, PlanPhase,
+    WeightsDtype,
 };

@@ -15,9 +15,18 @@ pub enum ModelFamily {
     Mistral,
     Qwen2,
     Qwen3,
+    /// Qwen3's mixture of experts (`qwen3_moe`).
+    Qwen3Moe,
     Mixtral,
     Gemma,
     Gemma2,
+    /// Gemma 3's language model (`gemma3_text`, or a `gemma3` config's `text_config`).
+    Gemma3,
+    /// OLMo 2: norms after attention and MLP, q/k norms over all heads.
+    Olmo2,
+    /// DeepSeek V2 and V3: multi-head latent attention, shared and routed experts.
+    DeepseekV2,
+    DeepseekV3,
     Phi,
     Phi3,
     Gpt2,
@@ -139,6 +148,9 @@ impl Plan {
 pub struct PlanParams {
     /// The model's Hugging Face `config.json`, as text.
     pub config: Option<String>,
+    /// A bundled model by name, when no `config` is given: its Hugging Face id
+    /// (`meta-llama/Llama-3.1-8B`) or a short name (`llama-3.1-8b`), any case.
+    pub model: Option<String>,
     /// Parameter count, for a model without a config this tool reads (no activations then).
     pub params: Option<u64>,
     /// Sequences per step (default 1).
@@ -170,6 +182,24 @@ pub struct PlanParams {
     pub run_seq_len: Option<u64>,
     /// The calibrating run used activation checkpointing.
     pub run_checkpointing: Option<bool>,
+}
+
+/// `GET /api/plan/models`: one bundled model the plan knows by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlanModel {
+    /// The Hugging Face repository id (what `model` takes, as do `name`'s short forms).
+    pub id: String,
+    pub name: String,
+    pub aliases: Vec<String>,
+    /// The config's `model_type` (the language model's, for a multimodal config).
+    pub model_type: String,
+    /// The parameters as the plan counts them.
+    pub parameter_count: u64,
+    /// The count its publisher states (rounded where they round).
+    pub published_parameters: u64,
+    /// Where the config's values were taken from.
+    pub source: String,
 }
 
 /// The predicted memory of a training step.

@@ -49,7 +49,7 @@ fn norm_saved(m: &ModelShape, t: Types, width: f64) -> f64 {
     // Gemma's the fp32 normalised tensor itself.
     if t.residual >= 4.0 {
         4.0 * width
-    } else if matches!(m.family, ModelFamily::Gemma | ModelFamily::Gemma2) {
+    } else if matches!(m.family, ModelFamily::Gemma | ModelFamily::Gemma2 | ModelFamily::Gemma3) {
         8.0 * width
     } else {
         4.0 * width + t.residual * width
@@ -99,7 +99,11 @@ pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
     } else {
         a * (q + 2.0 * kv)
     };
-    if m.family == ModelFamily::Qwen3 {
+    // The q/k norms (per head, or OLMo 2's over all heads): the widths are the same.
+    if matches!(
+        m.family,
+        ModelFamily::Qwen3 | ModelFamily::Qwen3Moe | ModelFamily::Gemma3 | ModelFamily::Olmo2
+    ) {
         let half = Types { residual: a, ..t };
         attn += norm_saved(m, half, q) + norm_saved(m, half, kv) + a * (q + kv);
     }
@@ -118,7 +122,16 @@ pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
         // Routed: the router's input, then per routed token the expert's gathered input, its
         // projections' inputs and a gated MLP's intermediates, and the weighted output.
         let k = m.experts_per_token as f64;
-        mlp_norm + linear_inputs(t, 1.0, h) + k * (t.residual * h + linear_inputs(t, 2.0, h) + 4.0 * a * i + a * h)
+        // DeepSeek's shared experts: a gated MLP every token goes through.
+        let shared = if m.shared_intermediate > 0 {
+            linear_inputs(t, 2.0, h) + 4.0 * a * m.shared_intermediate as f64
+        } else {
+            0.0
+        };
+        mlp_norm
+            + linear_inputs(t, 1.0, h)
+            + k * (t.residual * h + linear_inputs(t, 2.0, h) + 4.0 * a * i + a * h)
+            + shared
     } else if gated {
         let linears = if m.family == ModelFamily::Phi3 { 1.0 } else { 2.0 };
         mlp_norm + linear_inputs(t, linears, h) + 4.0 * a * i

@@ -4,7 +4,6 @@
 //! `transformers`' own config class is an error naming it.
 
 use memlens_api::ModelFamily;
-use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -37,6 +36,15 @@ pub struct ModelShape {
     /// Experts per MoE layer and experts each token is routed to (0 for a dense MLP).
     pub experts: u64,
     pub experts_per_token: u64,
+    /// The width of the MLP every token of an MoE layer also goes through (DeepSeek's shared
+    /// experts, as transformers builds them: one MLP), 0 for none.
+    pub shared_intermediate: u64,
+    /// The first layers of an MoE model whose MLP is dense (DeepSeek's `first_k_dense_replace`),
+    /// and that MLP's width.
+    pub dense_layers: u64,
+    pub dense_intermediate: u64,
+    /// Multi-head latent attention (DeepSeek V2 and V3) instead of q/k/v projections.
+    pub mla: Option<Mla>,
     /// Norms in each decoder layer (2 for pre-norm attention + MLP, 1 where both read one norm).
     pub norms_per_layer: u64,
     /// Attention and MLP read the same input and add to the residual together (GPT-J style).
@@ -48,6 +56,25 @@ pub struct ModelShape {
     /// multi-query attention shows (traces/plan/runs/falcon_mq_b4_s512: per layer the fp32
     /// softmax of every query against every key, and fp32 copies of q and the expanded k and v).
     pub fp32_math_attention: bool,
+}
+
+/// DeepSeek's multi-head latent attention: queries (through a low-rank `q_lora_rank` where
+/// given) and keys/values through a compressed latent of `kv_lora_rank`, with a shared rotary
+/// key of `qk_rope_head_dim`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mla {
+    pub q_lora_rank: Option<u64>,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
+}
+
+impl Mla {
+    /// Width of one head's query and key (the part without and the part with rotary embedding).
+    pub fn qk_head_dim(&self) -> u64 {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
 }
 
 /// A number where `config.json` holds one (anything else, `null` included, reads as absent, as
@@ -74,11 +101,6 @@ fn nested<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawConfig
 /// A decimal number where `config.json` holds one.
 fn decimal<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     Ok(Value::deserialize(d)?.as_f64())
-}
-
-/// Whether a key is there at all (`null` included).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    IgnoredAny::deserialize(d).map(|_| true)
 }
 
 /// A value as given (`null` included), for a key read both as a number and for its presence.
@@ -162,13 +184,35 @@ struct RawConfig {
     use_parallel_residual: Option<bool>,
     #[serde(default, deserialize_with = "decimal")]
     final_logit_softcapping: Option<f64>,
-    /// Mixture-of-experts keys of families memlens has no layout for: whether each is there.
-    #[serde(default, deserialize_with = "present")]
-    num_experts: bool,
-    #[serde(default, deserialize_with = "present")]
-    n_routed_experts: bool,
-    #[serde(default, deserialize_with = "present")]
-    moe_intermediate_size: bool,
+    /// Mixture-of-experts keys (each read for its presence too, where memlens has no layout).
+    #[serde(default, deserialize_with = "given")]
+    num_experts: Option<Value>,
+    #[serde(default, deserialize_with = "given")]
+    n_routed_experts: Option<Value>,
+    #[serde(default, deserialize_with = "given")]
+    moe_intermediate_size: Option<Value>,
+    #[serde(default, deserialize_with = "number")]
+    n_shared_experts: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    first_k_dense_replace: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    decoder_sparse_step: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    moe_layer_freq: Option<u64>,
+    #[serde(default, deserialize_with = "given")]
+    mlp_only_layers: Option<Value>,
+    /// Multi-head latent attention (DeepSeek).
+    /// Absent and `null` differ: see [`mla`].
+    #[serde(default, deserialize_with = "given")]
+    q_lora_rank: Option<Value>,
+    #[serde(default, deserialize_with = "number")]
+    kv_lora_rank: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    qk_nope_head_dim: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    qk_rope_head_dim: Option<u64>,
+    #[serde(default, deserialize_with = "number")]
+    v_head_dim: Option<u64>,
 }
 
 /// The first of `values` given, or an error naming the field by its first name.
@@ -201,9 +245,14 @@ impl ModelShape {
             "mistral" => ModelFamily::Mistral,
             "qwen2" => ModelFamily::Qwen2,
             "qwen3" => ModelFamily::Qwen3,
+            "qwen3_moe" => ModelFamily::Qwen3Moe,
             "mixtral" => ModelFamily::Mixtral,
             "gemma" => ModelFamily::Gemma,
             "gemma2" => ModelFamily::Gemma2,
+            "gemma3_text" | "gemma3" => ModelFamily::Gemma3,
+            "olmo2" => ModelFamily::Olmo2,
+            "deepseek_v2" => ModelFamily::DeepseekV2,
+            "deepseek_v3" => ModelFamily::DeepseekV3,
             "phi" => ModelFamily::Phi,
             "phi3" => ModelFamily::Phi3,
             "gpt2" => ModelFamily::Gpt2,
@@ -214,14 +263,15 @@ impl ModelShape {
         // A mixture of experts memlens has no layout for would be counted as a dense model.
         if family == ModelFamily::Other {
             let moe = [
-                ("num_experts", c.num_experts),
+                ("num_experts", c.num_experts.is_some()),
                 ("num_local_experts", c.num_local_experts.is_some()),
-                ("n_routed_experts", c.n_routed_experts),
-                ("moe_intermediate_size", c.moe_intermediate_size),
+                ("n_routed_experts", c.n_routed_experts.is_some()),
+                ("moe_intermediate_size", c.moe_intermediate_size.is_some()),
             ];
             if let Some((key, _)) = moe.into_iter().find(|m| m.1) {
                 return Err(PlanError::Config(format!(
-                    "{mt}: a mixture of experts (`{key}`) whose layout memlens does not count (it counts mixtral's); \
+                    "{mt}: a mixture of experts (`{key}`) whose layout memlens does not count (it counts mixtral's, \
+                     qwen3_moe's and deepseek's); \
                      pass --params N to plan its model states"
                 )));
             }
@@ -229,6 +279,7 @@ impl ModelShape {
         let shape = match family {
             ModelFamily::Gpt2 => gpt2(&c, family, &model_type)?,
             ModelFamily::Falcon => falcon(&c, family, &model_type)?,
+            ModelFamily::Gemma3 => decoder(&gemma3_defaults(c), family, &model_type)?,
             _ => decoder(&c, family, &model_type)?,
         };
         if shape.heads == 0 || shape.hidden == 0 || shape.layers == 0 || shape.vocab == 0 {
@@ -283,6 +334,10 @@ fn gpt2(c: &RawConfig, family: ModelFamily, mt: &str) -> Result<ModelShape, Plan
         mlp_bias: true,
         experts: 0,
         experts_per_token: 0,
+        shared_intermediate: 0,
+        dense_layers: 0,
+        dense_intermediate: 0,
+        mla: None,
         norms_per_layer: 2,
         parallel_attention: false,
         logit_softcap: false,
@@ -326,6 +381,10 @@ fn falcon(c: &RawConfig, family: ModelFamily, mt: &str) -> Result<ModelShape, Pl
         mlp_bias: bias,
         experts: 0,
         experts_per_token: 0,
+        shared_intermediate: 0,
+        dense_layers: 0,
+        dense_intermediate: 0,
+        mla: None,
         norms_per_layer: norms,
         parallel_attention: parallel,
         logit_softcap: false,
@@ -333,53 +392,161 @@ fn falcon(c: &RawConfig, family: ModelFamily, mt: &str) -> Result<ModelShape, Pl
     })
 }
 
-/// The Llama-style decoders (Llama, Mistral, Qwen, Mixtral, Gemma, Phi, GPT-NeoX, …): what
-/// differs is which biases they have, their norms and whether attention and MLP run in parallel.
+/// How a decoder's MLPs are laid out: dense, or experts (with shared experts and dense first
+/// layers where the family has them).
+struct Mlps {
+    experts: u64,
+    experts_per_token: u64,
+    /// Width of each expert's MLP (or of the dense MLP).
+    intermediate: u64,
+    shared_intermediate: u64,
+    dense_layers: u64,
+    dense_intermediate: u64,
+}
+
+/// A number-valued key read for its value (`given` keeps `null` apart from absent).
+fn count(v: &Option<Value>) -> Option<u64> {
+    v.as_ref().and_then(Value::as_u64)
+}
+
+/// The MLP layout of the Llama-style decoders: Mixtral's experts in every layer; Qwen3-MoE's
+/// where `decoder_sparse_step` and `mlp_only_layers` put them; DeepSeek's after
+/// `first_k_dense_replace` dense layers, beside its shared experts.
+fn mlps(c: &RawConfig, family: ModelFamily, mt: &str, layers: u64) -> Result<Mlps, PlanError> {
+    let dense = || need(mt, "intermediate_size", &[c.intermediate_size]);
+    let (experts, per_token) = match family {
+        ModelFamily::Mixtral => (need(mt, "num_local_experts", &[count(&c.num_local_experts)])?, 2),
+        ModelFamily::Qwen3Moe => (need(mt, "num_experts", &[count(&c.num_experts)])?, 8),
+        ModelFamily::DeepseekV2 | ModelFamily::DeepseekV3 => {
+            (need(mt, "n_routed_experts", &[count(&c.n_routed_experts)])?, 8)
+        }
+        _ => {
+            let i = dense()?;
+            return Ok(Mlps {
+                experts: 0,
+                experts_per_token: 0,
+                intermediate: i,
+                shared_intermediate: 0,
+                dense_layers: 0,
+                dense_intermediate: i,
+            });
+        }
+    };
+    let expert_width = match family {
+        ModelFamily::Mixtral => dense()?,
+        _ => need(mt, "moe_intermediate_size", &[count(&c.moe_intermediate_size)])?,
+    };
+    // Layers whose MLP stays dense, as transformers decides per layer index.
+    let sparse = |i: u64| match family {
+        ModelFamily::Qwen3Moe => {
+            let only: Vec<u64> = c
+                .mlp_only_layers
+                .as_ref()
+                .and_then(Value::as_array)
+                .map_or(Vec::new(), |a| a.iter().filter_map(Value::as_u64).collect());
+            !only.contains(&i) && (i + 1).is_multiple_of(c.decoder_sparse_step.unwrap_or(1).max(1))
+        }
+        ModelFamily::DeepseekV2 | ModelFamily::DeepseekV3 => {
+            i >= c.first_k_dense_replace.unwrap_or(0) && i.is_multiple_of(c.moe_layer_freq.unwrap_or(1).max(1))
+        }
+        _ => true,
+    };
+    let dense_layers = (0..layers).filter(|&i| !sparse(i)).count() as u64;
+    Ok(Mlps {
+        experts,
+        experts_per_token: c.num_experts_per_tok.unwrap_or(per_token),
+        intermediate: expert_width,
+        shared_intermediate: c.n_shared_experts.unwrap_or(0) * expert_width,
+        dense_layers,
+        dense_intermediate: if dense_layers > 0 { dense()? } else { expert_width },
+    })
+}
+
+/// DeepSeek's multi-head latent attention; an absent `q_lora_rank` is transformers' default
+/// (1536), a `null` one projects queries directly (DeepSeek-V2-Lite).
+fn mla(c: &RawConfig, family: ModelFamily, mt: &str) -> Result<Option<Mla>, PlanError> {
+    if !matches!(family, ModelFamily::DeepseekV2 | ModelFamily::DeepseekV3) {
+        return Ok(None);
+    }
+    Ok(Some(Mla {
+        q_lora_rank: match &c.q_lora_rank {
+            None => Some(1536),
+            Some(v) => v.as_u64(),
+        },
+        kv_lora_rank: need(mt, "kv_lora_rank", &[c.kv_lora_rank])?,
+        qk_nope_head_dim: need(mt, "qk_nope_head_dim", &[c.qk_nope_head_dim])?,
+        qk_rope_head_dim: need(mt, "qk_rope_head_dim", &[c.qk_rope_head_dim])?,
+        v_head_dim: need(mt, "v_head_dim", &[c.v_head_dim])?,
+    }))
+}
+
+/// Gemma 3's language model with `Gemma3TextConfig`'s defaults where the config leaves fields
+/// out (a multimodal `gemma3` config's `text_config` names only what differs).
+fn gemma3_defaults(mut c: RawConfig) -> RawConfig {
+    c.vocab_size = c.vocab_size.or(Some(262_208));
+    c.hidden_size = c.hidden_size.or(Some(2304));
+    c.intermediate_size = c.intermediate_size.or(Some(9216));
+    c.num_hidden_layers = c.num_hidden_layers.or(Some(26));
+    c.num_attention_heads = c.num_attention_heads.or(Some(8));
+    c.num_key_value_heads = c.num_key_value_heads.or(Some(4));
+    c.head_dim = c.head_dim.or(Some(256));
+    c
+}
+
+/// The Llama-style decoders (Llama, Mistral, Qwen, Mixtral, Gemma, Phi, GPT-NeoX, OLMo 2,
+/// DeepSeek, …): what differs is which biases they have, their norms, their MLPs (dense or
+/// experts), their attention (MLA) and whether attention and MLP run in parallel.
 fn decoder(c: &RawConfig, family: ModelFamily, mt: &str) -> Result<ModelShape, PlanError> {
     let hidden = need(mt, "hidden_size", &[c.hidden_size])?;
     let heads = need(mt, "num_attention_heads", &[c.num_attention_heads])?;
+    let layers = need(mt, "num_hidden_layers", &[c.num_hidden_layers])?;
     let attention_bias = c.attention_bias.unwrap_or(matches!(family, ModelFamily::GptNeox));
     let (qkv_bias, out_bias, mlp_bias) = match family {
         ModelFamily::Qwen2 => (true, false, false),
         ModelFamily::Phi => (true, true, true),
         ModelFamily::GptNeox => (attention_bias, attention_bias, true),
-        ModelFamily::Phi3 | ModelFamily::Gemma | ModelFamily::Gemma2 | ModelFamily::Mistral => (false, false, false),
+        ModelFamily::Phi3 | ModelFamily::Gemma | ModelFamily::Gemma2 | ModelFamily::Gemma3 | ModelFamily::Mistral => {
+            (false, false, false)
+        }
         _ => (attention_bias, attention_bias, c.mlp_bias.unwrap_or(false)),
     };
-    let experts = match family {
-        ModelFamily::Mixtral => need(
-            mt,
-            "num_local_experts",
-            &[c.num_local_experts.as_ref().and_then(Value::as_u64)],
-        )?,
-        _ => 0,
+    let m = mlps(c, family, mt, layers)?;
+    let mla = mla(c, family, mt)?;
+    // MLA's activations are counted as attention of its query/key head width over every head.
+    let (kv_heads, head_dim) = match mla {
+        Some(a) => (heads, a.qk_head_dim()),
+        None => (
+            c.num_key_value_heads.unwrap_or(heads),
+            c.head_dim.unwrap_or(hidden / heads.max(1)),
+        ),
     };
     Ok(ModelShape {
         family,
         model_type: mt.to_owned(),
         vocab: need(mt, "vocab_size", &[c.vocab_size])?,
         hidden,
-        layers: need(mt, "num_hidden_layers", &[c.num_hidden_layers])?,
+        layers,
         heads,
-        kv_heads: c.num_key_value_heads.unwrap_or(heads),
-        head_dim: c.head_dim.unwrap_or(hidden / heads.max(1)),
-        intermediate: need(mt, "intermediate_size", &[c.intermediate_size])?,
+        kv_heads,
+        head_dim,
+        intermediate: m.intermediate,
         max_positions: c.max_position_embeddings,
-        tied: c
-            .tie_word_embeddings
-            .unwrap_or(matches!(family, ModelFamily::Gemma | ModelFamily::Gemma2)),
+        tied: c.tie_word_embeddings.unwrap_or(matches!(
+            family,
+            ModelFamily::Gemma | ModelFamily::Gemma2 | ModelFamily::Gemma3
+        )),
         qkv_bias,
         out_bias,
         mlp_bias,
-        experts,
-        experts_per_token: if experts > 0 {
-            c.num_experts_per_tok.unwrap_or(2)
-        } else {
-            0
-        },
+        experts: m.experts,
+        experts_per_token: m.experts_per_token,
+        shared_intermediate: m.shared_intermediate,
+        dense_layers: m.dense_layers,
+        dense_intermediate: m.dense_intermediate,
+        mla,
         norms_per_layer: match family {
             ModelFamily::Phi => 1,
-            ModelFamily::Gemma2 => 4,
+            ModelFamily::Gemma2 | ModelFamily::Gemma3 => 4,
             _ => 2,
         },
         parallel_attention: match family {

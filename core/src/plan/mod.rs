@@ -10,6 +10,7 @@ pub mod calibrate;
 pub mod config;
 pub mod fit;
 pub mod params;
+pub mod presets;
 pub mod settings;
 
 pub use config::ModelShape;
@@ -23,6 +24,8 @@ pub enum PlanError {
     MissingField { model_type: String, field: String },
     #[error("{0}")]
     Settings(String),
+    #[error("no bundled model is named {name:?} ({close}); give its config.json instead")]
+    UnknownModel { name: String, close: String },
     #[error("calibrating run: {0}")]
     Calibration(String),
 }
@@ -70,6 +73,18 @@ pub fn settings(q: &PlanParams, model: Option<&ModelShape>) -> Result<Settings, 
     })
 }
 
+/// The model's shape: from the config given, else from the bundled preset `model` names (the one
+/// place the CLI's `--model NAME`, the API's `model` and the MCP tool's are resolved).
+pub fn model_shape(q: &PlanParams) -> Result<Option<ModelShape>, PlanError> {
+    match (q.config.as_deref(), q.model.as_deref().map(str::trim)) {
+        (Some(config), _) => ModelShape::from_config_json(config).map(Some),
+        (None, Some(name)) if !name.is_empty() => {
+            ModelShape::from_config_json(&presets::resolve(name)?.config_json()).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
 /// One prediction at a batch and sequence length.
 struct Point {
     allocated: i64,
@@ -81,7 +96,7 @@ struct Point {
 
 /// The plan for `q`: from its config (or parameter count), calibrated when `calibration` is given.
 pub fn plan(q: &PlanParams, calibration: Option<&Calibration>) -> Result<Plan, PlanError> {
-    let model = q.config.as_deref().map(ModelShape::from_config_json).transpose()?;
+    let model = model_shape(q)?;
     if model.is_none() && q.params.is_none() && calibration.is_none() {
         return Err(PlanError::Settings(
             "give the model's config.json (or --params N, or a run to calibrate by)".into(),

@@ -125,24 +125,8 @@ pub fn parameter_tensors(m: &ModelShape) -> Vec<ParamTensor> {
             linear(&mut p, "down_proj", i, h, false, l);
         }
         _ => {
-            linear(&mut p, "q_proj", h, q, m.qkv_bias, l);
-            linear(&mut p, "k_proj", h, kv, m.qkv_bias, l);
-            linear(&mut p, "v_proj", h, kv, m.qkv_bias, l);
-            linear(&mut p, "o_proj", q, h, m.out_bias, l);
-            if m.family == ModelFamily::Qwen3 {
-                norm(&mut p, "q_norm", m.head_dim, false, l);
-                norm(&mut p, "k_norm", m.head_dim, false, l);
-            }
-            if m.experts > 0 {
-                linear(&mut p, "router", h, m.experts, false, l);
-                linear(&mut p, "experts.gate_proj", h, i, false, l * m.experts);
-                linear(&mut p, "experts.up_proj", h, i, false, l * m.experts);
-                linear(&mut p, "experts.down_proj", i, h, false, l * m.experts);
-            } else {
-                linear(&mut p, "gate_proj", h, i, m.mlp_bias, l);
-                linear(&mut p, "up_proj", h, i, m.mlp_bias, l);
-                linear(&mut p, "down_proj", i, h, m.mlp_bias, l);
-            }
+            attention(&mut p, m);
+            mlp(&mut p, m);
         }
     }
     norm(&mut p, "final_norm", h, layer_norm, 1);
@@ -153,6 +137,90 @@ pub fn parameter_tensors(m: &ModelShape) -> Vec<ParamTensor> {
         }
     }
     p
+}
+
+/// A Llama-style layer's attention: q/k/v/o projections (with the q/k norms of the families that
+/// have them), or DeepSeek's multi-head latent attention.
+fn attention(p: &mut Vec<ParamTensor>, m: &ModelShape) {
+    let (h, l) = (m.hidden, m.layers);
+    if let Some(a) = m.mla {
+        let q_out = m.heads * a.qk_head_dim();
+        match a.q_lora_rank {
+            Some(r) => {
+                linear(p, "q_a_proj", h, r, m.qkv_bias, l);
+                norm(p, "q_a_layernorm", r, false, l);
+                linear(p, "q_b_proj", r, q_out, false, l);
+            }
+            None => linear(p, "q_proj", h, q_out, false, l),
+        }
+        linear(
+            p,
+            "kv_a_proj_with_mqa",
+            h,
+            a.kv_lora_rank + a.qk_rope_head_dim,
+            m.qkv_bias,
+            l,
+        );
+        norm(p, "kv_a_layernorm", a.kv_lora_rank, false, l);
+        linear(
+            p,
+            "kv_b_proj",
+            a.kv_lora_rank,
+            m.heads * (a.qk_nope_head_dim + a.v_head_dim),
+            false,
+            l,
+        );
+        linear(p, "o_proj", m.heads * a.v_head_dim, h, m.out_bias, l);
+        return;
+    }
+    let (q, kv) = (m.q_width(), m.kv_width());
+    linear(p, "q_proj", h, q, m.qkv_bias, l);
+    linear(p, "k_proj", h, kv, m.qkv_bias, l);
+    linear(p, "v_proj", h, kv, m.qkv_bias, l);
+    linear(p, "o_proj", q, h, m.out_bias, l);
+    match m.family {
+        ModelFamily::Qwen3 | ModelFamily::Qwen3Moe | ModelFamily::Gemma3 => {
+            norm(p, "q_norm", m.head_dim, false, l);
+            norm(p, "k_norm", m.head_dim, false, l);
+        }
+        ModelFamily::Olmo2 => {
+            norm(p, "q_norm", q, false, l);
+            norm(p, "k_norm", kv, false, l);
+        }
+        _ => {}
+    }
+}
+
+/// A Llama-style layer's MLP: gated and dense, or a router over experts (beside shared experts,
+/// after dense first layers, where the family has them).
+fn mlp(p: &mut Vec<ParamTensor>, m: &ModelShape) {
+    let h = m.hidden;
+    let dense = if m.experts > 0 { m.dense_layers } else { m.layers };
+    if dense > 0 {
+        let i = if m.experts > 0 {
+            m.dense_intermediate
+        } else {
+            m.intermediate
+        };
+        linear(p, "gate_proj", h, i, m.mlp_bias, dense);
+        linear(p, "up_proj", h, i, m.mlp_bias, dense);
+        linear(p, "down_proj", i, h, m.mlp_bias, dense);
+    }
+    let sparse = m.layers - dense;
+    if m.experts == 0 || sparse == 0 {
+        return;
+    }
+    let i = m.intermediate;
+    linear(p, "router", h, m.experts, false, sparse);
+    linear(p, "experts.gate_proj", h, i, false, sparse * m.experts);
+    linear(p, "experts.up_proj", h, i, false, sparse * m.experts);
+    linear(p, "experts.down_proj", i, h, false, sparse * m.experts);
+    if m.shared_intermediate > 0 {
+        let s = m.shared_intermediate;
+        linear(p, "shared_experts.gate_proj", h, s, false, sparse);
+        linear(p, "shared_experts.up_proj", h, s, false, sparse);
+        linear(p, "shared_experts.down_proj", s, h, false, sparse);
+    }
 }
 
 /// All parameters of the model.

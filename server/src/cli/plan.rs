@@ -1,6 +1,7 @@
 //! `memlens plan --model CONFIG.json …`: the memory a training step will take before it runs,
-//! from a Hugging Face config ([`memlens_core::plan`]); `--calibrate RUN.pickle` replays a
-//! measured run of the same model instead of the formula's activations.
+//! from a Hugging Face config ([`memlens_core::plan`]) or a bundled model by name (`--model
+//! meta-llama/Llama-3.1-8B`, `--list-models`); `--calibrate RUN.pickle` replays a measured run
+//! of the same model instead of the formula's activations.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,9 +17,13 @@ use super::render::{gib, print_json};
 
 #[derive(Args)]
 pub struct PlanArgs {
-    /// The model's Hugging Face config.json (or the model's folder holding it).
-    #[arg(long, value_name = "CONFIG.json")]
-    pub model: Option<PathBuf>,
+    /// The model's Hugging Face config.json (or the model's folder holding it), or a bundled
+    /// model's name (`meta-llama/Llama-3.1-8B`, `llama-3.1-8b`): a path that exists wins.
+    #[arg(long, value_name = "CONFIG.json|NAME")]
+    pub model: Option<String>,
+    /// List the bundled models `--model` takes by name, with their parameter counts.
+    #[arg(long)]
+    pub list_models: bool,
     /// Parameter count, for a model without a config memlens reads (model states only).
     #[arg(long, value_name = "N")]
     pub params: Option<u64>,
@@ -89,9 +94,35 @@ pub fn read_config(path: &std::path::Path) -> Result<String, CommandError> {
     std::fs::read_to_string(&file).map_err(|error| CommandError::Unreadable { path: file, error })
 }
 
-/// The plan's query from the command line (the config read from its file).
+/// What `--model` (or the MCP tool's `config_path`) names: a config.json or a model's folder
+/// where that path exists, else a bundled model's name, resolved by the plan itself
+/// ([`memlens_core::plan::model_shape`]). Returns the config's text or the name.
+pub fn config_or_name(model: &str) -> Result<(Option<String>, Option<String>), CommandError> {
+    let path = std::path::Path::new(model);
+    if path.exists() {
+        return Ok((Some(read_config(path)?), None));
+    }
+    if memlens_core::plan::presets::find(model).is_none() && looks_like_path(model) {
+        // Meant as a path: say it is missing rather than that no model has that name.
+        return Err(CommandError::Unreadable {
+            path: path.to_path_buf(),
+            error: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+    }
+    Ok((None, Some(model.to_owned())))
+}
+
+/// A `--model` that names a file (`….json`, `./…`, `/…`, `~…`), not a model.
+fn looks_like_path(model: &str) -> bool {
+    model.ends_with(".json") || model.starts_with(['.', '/', '~']) || model.contains('\\')
+}
+
+/// The plan's query from the command line (the config read from its file, or the model's name).
 fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
-    let config = a.model.as_deref().map(read_config).transpose()?;
+    let (config, model) = match a.model.as_deref() {
+        Some(m) => config_or_name(m)?,
+        None => (None, None),
+    };
     let gpu_memory_bytes = match a.gpu_memory.as_deref().map(parse_limit).transpose() {
         Ok(None) => None,
         Ok(Some(Limit::Bytes(b))) => Some(b),
@@ -104,6 +135,7 @@ fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
     };
     Ok(PlanParams {
         config,
+        model,
         params: a.params,
         batch_size: a.batch_size,
         seq_len: a.seq_len,
@@ -151,6 +183,14 @@ pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, Co
 }
 
 pub fn plan(args: PlanArgs) -> ExitCode {
+    if args.list_models {
+        let models = memlens_core::plan::presets::models();
+        if args.json {
+            return print_json(&models);
+        }
+        print!("{}", render_models(&models));
+        return ExitCode::SUCCESS;
+    }
     let answer = params_of(&args).and_then(|q| make_plan(&q, args.calibrate.as_ref()));
     let p = match answer {
         Ok(p) => p,
@@ -164,6 +204,21 @@ pub fn plan(args: PlanArgs) -> ExitCode {
     }
     print!("{}", render_plan(&p));
     ExitCode::SUCCESS
+}
+
+/// The bundled models as text: one a line, the name `--model` takes, the family, the parameters.
+pub fn render_models(models: &[memlens_api::PlanModel]) -> String {
+    let mut s = String::new();
+    for m in models {
+        s += &format!(
+            "{:<42} {:<12} {:>8.2} B parameters   (also: {})\n",
+            m.id,
+            m.model_type,
+            m.parameter_count as f64 / 1e9,
+            m.aliases.join(", ")
+        );
+    }
+    s
 }
 
 /// The plan as text: the verdict first, then the budget, then what it assumes.

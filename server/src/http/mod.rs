@@ -73,6 +73,7 @@ pub fn api_routes() -> (Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(queries::gpu_samples))
         .routes(routes!(queries::whatif))
         .routes(routes!(plan::plan))
+        .routes(routes!(plan::models))
         .routes(routes!(compare::compare))
         .routes(routes!(compare::check))
         .routes(routes!(jobs::job, jobs::edit_thresholds))

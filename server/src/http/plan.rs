@@ -1,14 +1,21 @@
-//! `GET /api/plan`: the Plan page's budget from a model's config (`memlens_core::plan`),
-//! calibrated by a report of a run of the same model when `calibrate` names one.
+//! `GET /api/plan`: the Plan page's budget from a model's config or a bundled model's name
+//! (`memlens_core::plan`), calibrated by a report of a run of the same model when `calibrate`
+//! names one; `GET /api/plan/models`: the bundled models the page's picker offers.
 
 use axum::extract::State;
 use axum::Json;
-use memlens_api::{Plan, PlanParams};
+use memlens_api::{Plan, PlanModel, PlanParams};
 use memlens_core::plan::calibrate::plan_by_busiest_device;
 
 use super::error::{internal, ApiError, Q};
 use super::queries::with_file;
 use super::state::{link_id, summary_of, Shared};
+
+/// The bundled models `model` takes by name, each with its parameter count.
+#[utoipa::path(get, path = "/api/plan/models", tag = "queries", responses((status = 200, body = Vec<PlanModel>)))]
+pub async fn models() -> Json<Vec<PlanModel>> {
+    Json(memlens_core::plan::presets::models())
+}
 
 #[utoipa::path(get, path = "/api/plan", tag = "queries",
     params(PlanParams), responses((status = 200, body = Plan), (status = 400, body = memlens_api::ErrorBody)))]

@@ -264,6 +264,7 @@ fn expired_reports_answer_410_and_the_api_is_documented() {
         "/api/reports/{id}/timeline",
         "/api/reports/{id}/segments",
         "/api/reports/{id}/chart.png",
+        "/api/plan/models",
     ] {
         assert!(doc["paths"].get(p).is_some(), "{p} missing from the OpenAPI document");
     }

@@ -197,3 +197,45 @@ fn the_cli_refuses_a_config_it_cannot_count_naming_the_field() {
         "--gpu-memory",
     );
 }
+
+#[test]
+fn a_bundled_model_by_name_plans_offline_alike_in_the_cli_and_the_api() {
+    let s = Server::serve_in(tmpdir("plan-presets"), &[]);
+    let args = ["--batch-size", "2", "--seq-len", "1024", "--gpu-memory", "80GiB"];
+    let by_id = cli_plan(&[&["--model", "meta-llama/Llama-3.1-8B"][..], &args[..]].concat());
+    let by_alias = cli_plan(&[&["--model", "LLAMA-3.1-8B"][..], &args[..]].concat());
+    assert_eq!(by_id, by_alias);
+    assert_eq!(by_id["parameter_count"], 8_030_261_248u64);
+    let (code, v) = get_json(
+        &s,
+        &plan_query(&[
+            ("model", "meta-llama/Llama-3.1-8B"),
+            ("batch_size", "2"),
+            ("seq_len", "1024"),
+            ("gpu_memory_bytes", "85899345920"),
+        ]),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v, by_id);
+    // An unknown name is refused, naming the close ones; a missing file is a missing file.
+    let (code, v) = get_json(&s, &plan_query(&[("model", "llama-3.1-9b")]));
+    assert_eq!(code, 400, "{v}");
+    assert!(v.to_string().contains("meta-llama/Llama-3.1-8B"), "{v}");
+    assert_cli_refuses(
+        Command::new(env!("CARGO_BIN_EXE_memlens")).args(["plan", "--model", "./no/such/config.json"]),
+        "no/such/config.json",
+    );
+    // The list the page's picker and `--list-models` show.
+    let (code, models) = get_json(&s, "/api/plan/models");
+    assert_eq!(code, 200);
+    let models = models.as_array().expect("models");
+    assert!(models.len() >= 40, "{}", models.len());
+    let listed = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["plan", "--list-models"])
+        .output()
+        .expect("cli");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    for m in models {
+        assert!(text.contains(m["id"].as_str().expect("id")), "{m}");
+    }
+}

@@ -90,9 +90,10 @@ pub fn catalogue() -> Vec<(&'static str, &'static str, Value)> {
         ),
         (
             "plan",
-            "Plan a training run's GPU memory before running it, from the model's Hugging Face config.json: exact parameter count, the peak by category (parameters, gradients, optimizer state, activations, temporaries), whether it fits a GPU and the largest batch and sequence that do. Calibrated by a snapshot of a run of the same model when `calibrate` names one (then run_batch_size and run_seq_len are needed). Each number lists the assumptions it rests on.",
+            "Plan a training run's GPU memory before running it, from the model's Hugging Face config.json or a bundled model's name (`model`: meta-llama/Llama-3.1-8B, qwen3-8b, mixtral-8x7b, … — Llama 2/3/3.1/3.2/3.3, Mistral, Mixtral, Qwen2.5, Qwen3, Gemma 2/3, Phi-3/4, DeepSeek V2-Lite/V3, OLMo 2, SmolLM2, GPT-2, Pythia, Falcon): exact parameter count, the peak by category (parameters, gradients, optimizer state, activations, temporaries), whether it fits a GPU and the largest batch and sequence that do. Calibrated by a snapshot of a run of the same model when `calibrate` names one (then run_batch_size and run_seq_len are needed). Each number lists the assumptions it rests on.",
             json!({"type": "object", "properties": {
-                "config_path": {"type": "string", "description": "Path of the model's config.json, or of the model's folder holding it."},
+                "config_path": {"type": "string", "description": "Path of the model's config.json, or of the model's folder holding it (a bundled model's name where no such path exists)."},
+                "model": {"type": "string", "description": "A bundled model by name: its Hugging Face id (meta-llama/Llama-3.1-8B) or a short name (llama-3.1-8b), any case; `memlens plan --list-models` lists them."},
                 "params": {"type": "integer", "description": "Parameter count, for a model without a config memlens reads."},
                 "batch_size": {"type": "integer", "minimum": 1}, "seq_len": {"type": "integer", "minimum": 1},
                 "optimizer": {"enum": ["adamw", "adam", "sgd_momentum", "sgd", "adafactor", "adamw_8bit"]},
@@ -235,7 +236,8 @@ fn compare_runs(a: CompareRuns) -> Answer {
     Ok((text, bounded(&v, a.max_list)?))
 }
 
-/// `plan`: the arguments are the plan's settings, with the config and the calibrating run as paths.
+/// `plan`: the arguments are the plan's settings, with the config and the calibrating run as paths
+/// (a `config_path` that is no path but a bundled model's name is taken as `model`, as `--model`).
 fn plan(arguments: Value) -> Answer {
     let Value::Object(mut args) = arguments else {
         return Err(ToolError::Argument("arguments: expected an object"));
@@ -245,8 +247,13 @@ fn plan(arguments: Value) -> Answer {
             .as_str()
             .ok_or(ToolError::Argument("config_path: expected a path"))?
             .to_owned();
-        let text = crate::cli::plan::read_config(std::path::Path::new(&path))?;
-        args.insert("config".into(), Value::String(text));
+        let (config, model) = crate::cli::plan::config_or_name(&path)?;
+        if let Some(text) = config {
+            args.insert("config".into(), Value::String(text));
+        }
+        if let Some(name) = model {
+            args.insert("model".into(), Value::String(name));
+        }
     }
     let q: memlens_api::PlanParams = parse(Value::Object(args))?;
     let calibrate = q.calibrate.as_ref().map(PathBuf::from);
