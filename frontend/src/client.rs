@@ -127,6 +127,11 @@ pub async fn plan(params: &memlens_api::PlanParams) -> Result<memlens_api::Plan,
     get_json(&url("/api/plan", params)).await
 }
 
+/// The bundled models the plan knows by name (the Plan page's picker).
+pub async fn plan_models() -> Result<Vec<memlens_api::PlanModel>, FetchError> {
+    get_json("/api/plan/models").await
+}
+
 /// The Plan page with these settings (shareable: the settings are the query).
 pub fn plan_page(params: &memlens_api::PlanParams) -> String {
     url("/plan", params)

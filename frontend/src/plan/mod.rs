@@ -1,5 +1,5 @@
-//! The Plan page `/plan?…`: will a training run fit before it runs? A model's config.json is
-//! pasted or dropped, the run's knobs set with sliders ([`form`]), and the server's plan drawn:
+//! The Plan page `/plan?…`: will a training run fit before it runs? A bundled model is picked by
+//! name, or a model's config.json pasted or dropped, the run's knobs set with sliders ([`form`]), and the server's plan drawn:
 //! the verdict first (fits or not, the largest batch and sequence, and the single changes that
 //! would make it fit, each one click away), the budget stacked by
 //! category against the GPU's memory ([`bar`]), then the assumptions. The URL holds every
@@ -117,7 +117,7 @@ pub fn PlanPage() -> impl IntoView {
     Effect::new(move |_| {
         let p = settings.get();
         follow_in_url(&p);
-        if p.config.is_none() && p.params.is_none() && p.calibrate.is_none() {
+        if p.config.is_none() && p.model.is_none() && p.params.is_none() && p.calibrate.is_none() {
             answer.set(None);
             return;
         }
