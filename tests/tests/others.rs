@@ -98,7 +98,13 @@ fn unexplained_at_peak(d: &DeviceSummary) -> i64 {
 /// 82 % too large and a CUDA graph's 72 %; left as `other` they were the unexplained rest.
 #[test]
 fn cublas_workspaces_are_a_cache_not_weights_nor_unexplained() {
-    for case in ["course_adamw_zeros", "course_adamw_remade", "cuda_graph_step", "one_step_profile", "fsdp2_one_gpu"] {
+    for case in [
+        "course_adamw_zeros",
+        "course_adamw_remade",
+        "cuda_graph_step",
+        "one_step_profile",
+        "fsdp2_one_gpu",
+    ] {
         let d = device(case);
         let want = truth(case, "parameter_bytes") + truth(case, "buffer_bytes");
         within_5_percent(case, Category::Parameter, max_bytes(&d, Category::Parameter), want);
@@ -119,6 +125,10 @@ fn cublas_workspaces_are_a_cache_not_weights_nor_unexplained() {
     }
     // Lightning's teardown clears the workspaces after the last step: still workspaces.
     let d = device("lightning_fit");
-    assert!(unexplained_at_peak(&d) * 10 <= d.peak_allocated_bytes, "{:#?}", d.categories);
+    assert!(
+        unexplained_at_peak(&d) * 10 <= d.peak_allocated_bytes,
+        "{:#?}",
+        d.categories
+    );
     assert_eq!(at_peak(&d, Category::Cache), (2 * 32 + 1) << 20);
 }

@@ -55,7 +55,14 @@ const STORAGE_READS_ANALYSIS: &[&str] = &[
 ];
 
 /// The folders the rules walk, from the workspace root.
-const ROOTS: &[&str] = &["api/src", "core/src", "server/src", "frontend/src", "frontend/bundle/src", "bench/src"];
+const ROOTS: &[&str] = &[
+    "api/src",
+    "core/src",
+    "server/src",
+    "frontend/src",
+    "frontend/bundle/src",
+    "bench/src",
+];
 
 /// One Rust file: its path from the workspace root (with `/`) and its text.
 struct Source {
@@ -64,19 +71,30 @@ struct Source {
 }
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .to_path_buf()
 }
 
 /// Every `.rs` file under [`ROOTS`], read once.
 fn walk() -> Vec<Source> {
     fn visit(root: &Path, dir: &Path, out: &mut Vec<Source>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).expect("dir").flatten().map(|e| e.path()).collect();
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .expect("dir")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
         entries.sort();
         for p in entries {
             if p.is_dir() {
                 visit(root, &p, out);
             } else if p.extension().is_some_and(|e| e == "rs") {
-                let path = p.strip_prefix(root).expect("under root").to_string_lossy().replace('\\', "/");
+                let path = p
+                    .strip_prefix(root)
+                    .expect("under root")
+                    .to_string_lossy()
+                    .replace('\\', "/");
                 out.push(Source {
                     path,
                     text: std::fs::read_to_string(&p).expect("utf-8 source"),
@@ -114,10 +132,7 @@ fn functions(text: &str) -> Vec<Function> {
         }
         let close = format!("{indent}}}");
         if let Some(end) = lines[i..].iter().position(|l| l.trim_end() == close) {
-            out.push(Function {
-                name,
-                lines: end + 1,
-            });
+            out.push(Function { name, lines: end + 1 });
         }
     }
     out
@@ -126,7 +141,15 @@ fn functions(text: &str) -> Vec<Function> {
 /// The name a line declares as a function (`pub(crate) async fn name(`), if it does.
 fn declared_function(body: &str) -> Option<String> {
     let mut rest = body;
-    for qualifier in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe ", "extern \"C\" "] {
+    for qualifier in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "const ",
+        "async ",
+        "unsafe ",
+        "extern \"C\" ",
+    ] {
         rest = rest.strip_prefix(qualifier).unwrap_or(rest);
     }
     let name: String = rest
@@ -191,8 +214,20 @@ fn a_long_function_and_a_missing_doc_are_found_and_short_ones_are_not() {
     let long_body = "    x += 1;\n".repeat(MOST_LINES);
     let text = format!("fn short() {{\n}}\n\npub(crate) fn long() {{\n{long_body}}}\nfn sig();\n");
     let f = functions(&text);
-    assert_eq!(f[0], Function { name: "short".into(), lines: 2 });
-    assert_eq!(f[1], Function { name: "long".into(), lines: MOST_LINES + 2 });
+    assert_eq!(
+        f[0],
+        Function {
+            name: "short".into(),
+            lines: 2
+        }
+    );
+    assert_eq!(
+        f[1],
+        Function {
+            name: "long".into(),
+            lines: MOST_LINES + 2
+        }
+    );
     assert_eq!(f.len(), 2);
     let v = violations(&[Source {
         path: "server/src/cli/x.rs".into(),

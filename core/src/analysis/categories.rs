@@ -245,7 +245,9 @@ fn kv_cache(stacks: &StackResolver, stack: u32) -> Option<KvCacheSeen> {
     let frames = stacks.frames(stack);
     let named = |f: &String| {
         let lower = f.to_ascii_lowercase();
-        ["kv_cache", "kvcache", "past_key_value"].iter().any(|n| lower.contains(n))
+        ["kv_cache", "kvcache", "past_key_value"]
+            .iter()
+            .any(|n| lower.contains(n))
     };
     let cache = frames.iter().any(|f| f.contains("cache_utils")) || frames.first().is_some_and(named);
     let generating = frames.iter().any(|f| f.contains("transformers/generation/utils.py"));
@@ -346,23 +348,7 @@ pub fn categorize(
         no_stack: stacks.frames(stack.at(r)).is_empty(),
     });
     let mut by_rule = PerStack::new(stacks);
-    let ooms: Vec<i64> = ev
-        .indices_of(crate::tables::Action::Oom)
-        .into_iter()
-        .map(|i| time.at(i))
-        .collect();
-    // An OOM inside a forward, or inside the backward that follows it.
-    let forwards = spans_or_open(phases, "forward");
-    let backwards = spans_or_open(phases, "backward");
-    let failed_forwards: Vec<(Span, i64)> = ooms
-        .iter()
-        .filter_map(|&t| {
-            // The last forward starting at or before the failure (they are sorted).
-            let f = forwards[..forwards.partition_point(|f| f.0 <= t)].last().copied()?;
-            let in_backward = backwards.iter().any(|b| b.0 >= f.1 && within(t, *b));
-            (within(t, f) || in_backward).then_some((f, t))
-        })
-        .collect();
+    let failed_forwards = failed_forwards(ev, phases);
     let placed = lives
         .zip(alloc_idx)
         .zip(stack.iter())
@@ -375,20 +361,7 @@ pub fn categorize(
             (None, false) => (Category::Other, CategoryRule::Unplaced),
         })
         .zip(stack.iter())
-        .map(|(placed, s)| {
-            let by_its_own_evidence = matches!(
-                placed.1,
-                CategoryRule::ExplicitLabel | CategoryRule::LibraryWorkspace | CategoryRule::GradScalerState
-            );
-            match is_kv_cache(s) {
-                _ if by_its_own_evidence => placed,
-                Some(KvCacheSeen::InGenerate) => (Category::Cache, CategoryRule::KvCache),
-                Some(KvCacheSeen::Forward) if st.is_none() && placed.0 == Category::Other => {
-                    (Category::Cache, CategoryRule::KvCache)
-                }
-                _ => placed,
-            }
-        })
+        .map(|(placed, s)| with_kv_cache(placed, is_kv_cache(s), st.is_some()))
         .zip(stack.iter())
         .map(|(placed, st)| {
             if evidence.rules.is_empty() || !open_to_rules(placed) {
@@ -398,35 +371,107 @@ pub fn categorize(
             hit.map_or(placed, |c| (c, CategoryRule::FrameRule))
         })
         .collect();
-    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
     let iteration_ends: Vec<usize> = st.map_or_else(Vec::new, |st| {
         st.iterations
             .iter()
             .map(|it| time.partition_point(|t| t <= it.step.1))
             .collect()
     });
-    let placed = match pytorch {
-        true => {
-            let entry = |e: &usize| i32::try_from(*e).unwrap_or(i32::MAX);
-            let window = WorkspaceWindow {
-                first_pass_end: iteration_ends.first().map(entry),
-                teardown_from: iteration_ends.last().map(entry),
-            };
-            let made_by_a_product = |r: usize| by_forward(stack.at(r)) || stacks.frames(stack.at(r)).is_empty();
-            workspaces_by_size(placed, size, alloc_idx, free_idx, made_by_a_product, window)
-        }
-        false => placed,
+    let made_by_a_product = |r: usize| by_forward(stack.at(r)) || stacks.frames(stack.at(r)).is_empty();
+    let by_sizes = BySizes {
+        ev,
+        lifetimes,
+        training: st,
+        iteration_ends: &iteration_ends,
     };
-    let placed = not_gradients_unlike_any_parameter(placed, size, free_idx);
-    let placed = match st {
-        Some(st) => {
-            let placed = autocast_weight_copies(placed, size, st.iterations.len());
-            let placed = last_gradients_by_size(placed, size, alloc_idx, free_idx, ev, st);
-            state_by_size(placed, size, alloc_idx, st)
-        }
-        None => placed,
-    };
+    let placed = by_sizes.place(placed, pytorch.then_some(made_by_a_product))?;
     Ok(Placement { placed, iteration_ends })
+}
+
+/// Each `forward` range in which an allocation failed (out of memory in it, or in the backward
+/// that follows it), with the time of the failure.
+fn failed_forwards(ev: &DeviceEvents, phases: &[PhaseRange]) -> Vec<(Span, i64)> {
+    let time = ev.time();
+    let forwards = spans_or_open(phases, "forward");
+    let backwards = spans_or_open(phases, "backward");
+    ev.indices_of(crate::tables::Action::Oom)
+        .into_iter()
+        .map(|i| time.at(i))
+        .filter_map(|t| {
+            // The last forward starting at or before the failure (they are sorted).
+            let f = forwards[..forwards.partition_point(|f| f.0 <= t)].last().copied()?;
+            let in_backward = backwards.iter().any(|b| b.0 >= f.1 && within(t, *b));
+            (within(t, f) || in_backward).then_some((f, t))
+        })
+        .collect()
+}
+
+/// A placement where a key/value cache made the block: always inside generation; outside it,
+/// only what was left `other` in a run without training structure (see [`KvCacheSeen`]).
+/// Labels, a library's workspace and the scaler's state keep their own evidence.
+fn with_kv_cache(
+    placed: (Category, CategoryRule),
+    seen: Option<KvCacheSeen>,
+    training: bool,
+) -> (Category, CategoryRule) {
+    let by_its_own_evidence = matches!(
+        placed.1,
+        CategoryRule::ExplicitLabel | CategoryRule::LibraryWorkspace | CategoryRule::GradScalerState
+    );
+    match seen {
+        _ if by_its_own_evidence => placed,
+        Some(KvCacheSeen::InGenerate) => (Category::Cache, CategoryRule::KvCache),
+        Some(KvCacheSeen::Forward) if !training && placed.0 == Category::Other => {
+            (Category::Cache, CategoryRule::KvCache)
+        }
+        _ => placed,
+    }
+}
+
+/// What the rules that read sizes ([`super::size_rules`]) weigh beside the first placement.
+struct BySizes<'a> {
+    ev: &'a DeviceEvents,
+    lifetimes: &'a DataFrame,
+    training: Option<&'a Structure>,
+    /// The entry each iteration ends at.
+    iteration_ends: &'a [usize],
+}
+
+impl BySizes<'_> {
+    /// The size rules over the first placement, in their order: cuBLAS's workspaces first (for
+    /// a PyTorch snapshot: `made_by_a_product` tells a row made by a forward or on a thread
+    /// without Python), then what backward keeps unlike any parameter, then — with training
+    /// structure — autocast's copies, the last iteration's gradients and state made before the
+    /// recording.
+    fn place(
+        &self,
+        placed: Vec<(Category, CategoryRule)>,
+        made_by_a_product: Option<impl FnMut(usize) -> bool>,
+    ) -> PolarsResult<Vec<(Category, CategoryRule)>> {
+        let size = IntSlice::of(self.lifetimes, lt_col::SIZE)?;
+        let alloc_idx = lt_col::ALLOC_IDX.slice(self.lifetimes)?;
+        let free_idx = lt_col::FREE_IDX.slice(self.lifetimes)?;
+        let placed = match made_by_a_product {
+            Some(made_by_a_product) => {
+                let entry = |e: &usize| i32::try_from(*e).unwrap_or(i32::MAX);
+                let window = WorkspaceWindow {
+                    first_pass_end: self.iteration_ends.first().map(entry),
+                    teardown_from: self.iteration_ends.last().map(entry),
+                };
+                workspaces_by_size(placed, size, alloc_idx, free_idx, made_by_a_product, window)
+            }
+            None => placed,
+        };
+        let placed = not_gradients_unlike_any_parameter(placed, size, free_idx);
+        Ok(match self.training {
+            Some(st) => {
+                let placed = autocast_weight_copies(placed, size, st.iterations.len());
+                let placed = last_gradients_by_size(placed, size, alloc_idx, free_idx, self.ev, st);
+                state_by_size(placed, size, alloc_idx, st)
+            }
+            None => placed,
+        })
+    }
 }
 
 /// A fact about each stack, found once per stack and kept by stack id (ids are dense): a

@@ -314,10 +314,9 @@ fn sized_remedies(l: &LiveAtFailure, fits: Option<&OomFit>, trains: bool) -> Vec
         rest.push(Remedy {
             action: RemedyAction::Bf16Activations,
             saves_bytes: l.activation / 2,
-            note:
-                "Run the forward under torch.autocast(\"cuda\", dtype=torch.bfloat16): fp32 activations halve \
+            note: "Run the forward under torch.autocast(\"cuda\", dtype=torch.bfloat16): fp32 activations halve \
                    (those already bf16 do not)."
-                    .to_owned(),
+                .to_owned(),
         });
     }
     let state = l.optimizer_state.max(l.optimizer_state_to_come.unwrap_or(0));

@@ -244,7 +244,14 @@ pub(super) fn workspaces_by_size(
         }
     }
     made_in_trace.sort_unstable();
-    lt_workspaces(&mut placed, size, (alloc_idx, free_idx), &kept, &made_in_trace, before_recording);
+    lt_workspaces(
+        &mut placed,
+        size,
+        (alloc_idx, free_idx),
+        &kept,
+        &made_in_trace,
+        before_recording,
+    );
     placed
 }
 
@@ -263,14 +270,19 @@ fn lt_workspaces(
         .iter()
         .zip(size)
         .any(|(p, s)| p.0 == Category::Gradient && s == CUBLASLT_WORKSPACE_SIZE);
-    let mut older_left = if gradients_of_that_size { 0 } else { before_recording.div_ceil(2) };
+    let mut older_left = if gradients_of_that_size {
+        0
+    } else {
+        before_recording.div_ceil(2)
+    };
     let older: Vec<usize> = (0..placed.len())
         .filter(|&r| {
             size.at(r) == CUBLASLT_WORKSPACE_SIZE
                 && alloc_idx[r] < 0
                 && matches!(
                     placed[r],
-                    (Category::Parameter, CategoryRule::AliveThroughout) | (Category::Other, CategoryRule::PredatesTheTrace)
+                    (Category::Parameter, CategoryRule::AliveThroughout)
+                        | (Category::Other, CategoryRule::PredatesTheTrace)
                 )
         })
         .collect();

@@ -242,12 +242,26 @@ pub(super) fn batch_fit(
         OomPhase::Forward => match step.previous.as_ref() {
             Some(prev) => scaled_from_the_step_before(rows, step, prev, oom, base),
             None => {
-                let step_so_far = StepSoFar { rows, psize, step, oom, base, requested: facts.requested };
+                let step_so_far = StepSoFar {
+                    rows,
+                    psize,
+                    step,
+                    oom,
+                    base,
+                    requested: facts.requested,
+                };
                 extrapolated_first_forward(&step_so_far, live, blocks)
             }
         },
         OomPhase::Backward => {
-            let step_so_far = StepSoFar { rows, psize, step, oom, base, requested: facts.requested };
+            let step_so_far = StepSoFar {
+                rows,
+                psize,
+                step,
+                oom,
+                base,
+                requested: facts.requested,
+            };
             let mut needs = step_so_far.needs();
             let end_of_backward = base + live.parameter.max(live.gradient);
             if end_of_backward > budget {
