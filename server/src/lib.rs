@@ -4,6 +4,7 @@
 //! [`http`] API; [`charts`] draws a report's plotters charts. The analysis itself, and its
 //! level-of-detail queries, live in `memlens-core`.
 
+pub mod app;
 pub mod charts;
 pub mod cli;
 pub mod http;

@@ -7,19 +7,16 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use memlens_api::{
-    bytes_label, signed_bytes_label, signed_ratio_label, AnalyzeOutput, CategoryLimit, CheckMeasure, CheckOutcome,
-    DeviceSummary, ErrorBody, JobView, Limit, ReportState, Thresholds,
+    bytes_label, signed_bytes_label, signed_ratio_label, CategoryLimit, CheckMeasure, CheckOutcome, Limit,
 };
-use memlens_core::analysis::check::{check_run, checked_device, parse_category_limit, parse_limit, RunDelta};
-use memlens_core::pipeline::{run_with, Input, NoSink};
+use memlens_core::analysis::check::{parse_category_limit, parse_limit};
 
-use super::diff::compare_files;
-use super::error::{CommandError, Unusable};
 use super::render::print_json;
+use crate::app::check::{Baseline, CheckRequest, DEFAULT_MAX_PEAK_INCREASE_ARG};
 
 #[derive(Args)]
 pub struct CheckArgs {
@@ -34,7 +31,7 @@ pub struct CheckArgs {
     pub baseline_job: Option<String>,
     /// How far the allocated peak may grow: a percentage of the baseline's (`5%`) or a size
     /// (`512MiB`).
-    #[arg(long, value_name = "LIMIT", default_value = "5%", value_parser = parse_limit)]
+    #[arg(long, value_name = "LIMIT", default_value = DEFAULT_MAX_PEAK_INCREASE_ARG, value_parser = parse_limit)]
     pub max_peak_increase: Limit,
     /// How far the reserved peak may grow (unchecked when not given).
     #[arg(long, value_name = "LIMIT", value_parser = parse_limit)]
@@ -65,277 +62,27 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Why a side could not be read (exit 2).
-#[derive(Debug, thiserror::Error)]
-pub enum SideError {
-    #[error(transparent)]
-    File(#[from] CommandError),
-    #[error("{link}: {problem}")]
-    Link { link: String, problem: String },
-}
-
-/// One side as given: a file on disk or a report on a server.
-enum Side {
-    File(PathBuf),
-    Report { link: String, server: String, id: String },
-}
-
-impl Side {
-    /// A link is `http(s)://HOST[/PREFIX]/r/ID` (a query or fragment after it is ignored);
-    /// anything else is a path.
-    fn parse(given: &str) -> Result<Side, SideError> {
-        if !(given.starts_with("http://") || given.starts_with("https://")) {
-            return Ok(Side::File(PathBuf::from(given)));
-        }
-        let bad = || SideError::Link {
-            link: given.to_owned(),
-            problem: "not a report link (expected http…/r/ID)".into(),
-        };
-        let path_end = given.find(['?', '#']).unwrap_or(given.len());
-        let (server, id) = given[..path_end].rsplit_once("/r/").ok_or_else(bad)?;
-        let id = id.trim_end_matches('/');
-        if id.is_empty() || id.contains('/') {
-            return Err(bad());
-        }
-        Ok(Side::Report {
-            link: given.to_owned(),
-            server: server.to_owned(),
-            id: id.to_owned(),
-        })
-    }
-}
-
-/// A job's last analysed run that broke none of its limits, other than `new` itself.
-fn last_good_run(job_link: &str, new: &Side) -> Result<Side, SideError> {
-    let fail = |problem: String| SideError::Link {
-        link: job_link.to_owned(),
-        problem,
-    };
-    let path_end = job_link.find(['?', '#']).unwrap_or(job_link.len());
-    let (server, id) = job_link[..path_end]
-        .rsplit_once("/j/")
-        .filter(|(s, id)| {
-            (s.starts_with("http://") || s.starts_with("https://")) && !id.is_empty() && !id.contains('/')
-        })
-        .ok_or_else(|| fail("not a job link (expected http…/j/ID)".into()))?;
-    let job: JobView =
-        get_json(job_link, &format!("{server}/api/jobs/{id}"))?.ok_or_else(|| fail("the job is not ready".into()))?;
-    let new_id = match new {
-        Side::Report { id, .. } => Some(id.as_str()),
-        Side::File(_) => None,
-    };
-    let run = job
-        .runs
-        .iter()
-        .rev()
-        .find(|r| r.state == ReportState::Ready && r.regression.is_none() && Some(r.id.as_str()) != new_id)
-        .ok_or_else(|| {
-            fail(format!(
-                "job {:?} has no analysed run without a regression yet",
-                job.name
-            ))
-        })?;
-    Ok(Side::Report {
-        link: format!("{server}{}", run.url),
-        server: server.to_owned(),
-        id: run.id.clone(),
-    })
-}
-
-/// A report's summary, once its analysis is done (a 202 is waited on until `wait` runs out).
-fn report_summary(link: &str, server: &str, id: &str, wait: Duration) -> Result<AnalyzeOutput, SideError> {
-    let url = format!("{server}/api/reports/{id}");
-    let start = Instant::now();
-    loop {
-        match get_json::<AnalyzeOutput>(link, &url)? {
-            Some(summary) => return Ok(summary),
-            None if start.elapsed() < wait => std::thread::sleep(Duration::from_secs(1)),
-            None => {
-                return Err(SideError::Link {
-                    link: link.to_owned(),
-                    problem: format!("still being analysed after {} s", wait.as_secs()),
-                })
-            }
-        }
-    }
-}
-
-/// `GET url` read as JSON; `None` on 202 (not ready yet). Errors name `link`.
-fn get_json<T: serde::de::DeserializeOwned>(link: &str, url: &str) -> Result<Option<T>, SideError> {
-    let fail = |problem: String| SideError::Link {
-        link: link.to_owned(),
-        problem,
-    };
-    let agent = ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_secs(10))
-        .timeout_read(Duration::from_secs(300))
-        .build();
-    match agent.get(url).call() {
-        Ok(resp) if resp.status() == 202 => Ok(None),
-        Ok(resp) => serde_json::from_reader(resp.into_reader())
-            .map(Some)
-            .map_err(|e| fail(format!("unexpected answer from {url}: {e}"))),
-        Err(ureq::Error::Status(code, resp)) => {
-            let text = resp.into_string().unwrap_or_default();
-            let why = serde_json::from_str::<ErrorBody>(&text).map_or(text, |e| e.error);
-            Err(fail(format!("the server answered {code}: {why}")))
-        }
-        Err(e) => Err(fail(format!("cannot reach the server: {e}"))),
-    }
-}
-
-/// A side's summary and the device it is compared on, for sides that are not both files or
-/// both reports of one server.
-struct Summarised {
-    label: String,
-    out: AnalyzeOutput,
-    file_index: usize,
-    device: i64,
-}
-
-fn summarised(side: &Side, args: &CheckArgs) -> Result<Summarised, SideError> {
-    let (label, out) = match side {
-        Side::File(path) => {
-            let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())
-                .map_err(CommandError::from)?;
-            let out = run_with(vec![Input::path(path)], Default::default(), &rules, &mut NoSink)
-                .map_err(CommandError::from)?;
-            (path.display().to_string(), out)
-        }
-        Side::Report { link, server, id } => (link.clone(), report_summary(link, server, id, wait(args))?),
-    };
-    let (file_index, device) = checked_device(&out)
-        .map(|(fi, d)| (fi, d.device))
-        .ok_or_else(|| match side {
-            Side::File(p) => CommandError::unusable(p.display().to_string(), Unusable::NoSnapshotWithDevice).into(),
-            Side::Report { link, .. } => SideError::Link {
-                link: link.clone(),
-                problem: "the report has no allocator snapshot with a device".into(),
-            },
-        })?;
-    Ok(Summarised {
-        label: format!("{label} · {}", memlens_api::device_label(device)),
-        out,
-        file_index,
-        device,
-    })
-}
-
-impl Summarised {
-    fn device(&self) -> &DeviceSummary {
-        self.out.files[self.file_index]
-            .devices
-            .iter()
-            .find(|d| d.device == self.device)
-            .expect("chosen from these devices")
-    }
-}
-
-fn wait(args: &CheckArgs) -> Duration {
-    Duration::from_secs(args.wait)
-}
-
-/// The check: by the server when both sides are reports of one server (stacks compared
-/// there), by this process otherwise (stacks compared when both sides are files).
-fn outcome(args: &CheckArgs, thresholds: &Thresholds) -> Result<CheckOutcome, SideError> {
-    let new = Side::parse(&args.new)?;
-    let base = match (&args.baseline, &args.baseline_job) {
-        (Some(b), _) => Side::parse(b)?,
-        (None, Some(job)) => last_good_run(job, &new)?,
-        (None, None) => unreachable!("clap requires one"),
-    };
-    let delta = match (&new, &base) {
-        (Side::File(n), Side::File(b)) => compare_files((n, None), (b, None), args.category_rules.as_deref())
-            .map(|c| RunDelta::from_comparison(&c))
-            .map_err(SideError::File)?,
-        (
-            Side::Report {
-                link: nl,
-                server: ns,
-                id: ni,
-            },
-            Side::Report {
-                link: bl,
-                server: bs,
-                id: bi,
-            },
-        ) if ns == bs => {
-            // Both analysed first: a report still being analysed is waited on, one that
-            // failed is named.
-            let (n, b) = (
-                report_summary(nl, ns, ni, wait(args))?,
-                report_summary(bl, bs, bi, wait(args))?,
-            );
-            let mut query = vec![("new", ni.clone()), ("baseline", bi.clone())];
-            query.extend(thresholds.max_peak_increase.map(|l| ("max_peak_increase", l.to_arg())));
-            query.extend(
-                thresholds
-                    .max_reserved_increase
-                    .map(|l| ("max_reserved_increase", l.to_arg())),
-            );
-            if !thresholds.max_category_increase.is_empty() {
-                let pairs: Vec<String> = thresholds
-                    .max_category_increase
-                    .iter()
-                    .map(|c| format!("{}={}", c.category.name(), c.limit.to_arg()))
-                    .collect();
-                query.push(("max_category_increase", pairs.join(",")));
-            }
-            let qs = serde_urlencoded::to_string(&query).map_err(|e| SideError::Link {
-                link: nl.clone(),
-                problem: e.to_string(),
-            })?;
-            let mut out: CheckOutcome =
-                get_json(nl, &format!("{ns}/api/check?{qs}"))?.ok_or_else(|| SideError::Link {
-                    link: nl.clone(),
-                    problem: "the check is not ready".into(),
-                })?;
-            let label = |link: &str, s: &AnalyzeOutput| {
-                let device = checked_device(s).map_or(String::new(), |(_, d)| memlens_api::device_label(d.device));
-                format!("{link} · {device}")
-            };
-            (out.new.label, out.baseline.label) = (label(nl, &n), label(bl, &b));
-            return Ok(out);
-        }
-        _ => {
-            let (n, b) = (summarised(&new, args)?, summarised(&base, args)?);
-            RunDelta::from_summaries((&n.label, n.device()), (&b.label, b.device()))
-        }
-    };
-    Ok(check_run(delta, thresholds))
-}
-
 impl CheckArgs {
-    fn thresholds(&self) -> Thresholds {
-        Thresholds {
-            max_peak_increase: Some(self.max_peak_increase),
+    /// The request these arguments make.
+    pub fn request(&self) -> CheckRequest {
+        CheckRequest {
+            new: self.new.clone(),
+            baseline: match (&self.baseline, &self.baseline_job) {
+                (Some(b), _) => Baseline::Run(b.clone()),
+                (None, Some(job)) => Baseline::LastGoodOfJob(job.clone()),
+                (None, None) => unreachable!("clap requires one"),
+            },
+            max_peak_increase: self.max_peak_increase,
             max_reserved_increase: self.max_reserved_increase,
             max_category_increase: self.max_category_increase.clone(),
+            wait: Duration::from_secs(self.wait),
+            category_rules: self.category_rules.clone(),
         }
-    }
-}
-
-/// The check `args` asks for (what `--json` prints); the error names the side that could not
-/// be read.
-pub fn run_check(args: &CheckArgs) -> Result<CheckOutcome, SideError> {
-    outcome(args, &args.thresholds())
-}
-
-/// The summary of the report a share link names (`http…/r/ID`), once analysed (a report being
-/// analysed is waited on for `wait`); the error names the link.
-pub fn report_at(link: &str, wait: Duration) -> Result<AnalyzeOutput, SideError> {
-    match Side::parse(link)? {
-        Side::Report { link, server, id } => report_summary(&link, &server, &id, wait),
-        Side::File(_) => Err(SideError::Link {
-            link: link.to_owned(),
-            problem: "not a report link (expected http…/r/ID)".into(),
-        }),
     }
 }
 
 pub fn check(args: CheckArgs) -> ExitCode {
-    let thresholds = args.thresholds();
-    let outcome = match outcome(&args, &thresholds) {
+    let outcome = match crate::app::check::check(&args.request()) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("memlens: {e}");
@@ -487,23 +234,4 @@ fn markdown(o: &CheckOutcome) -> String {
         s += "\n</details>\n";
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn links_and_paths_are_told_apart() {
-        match Side::parse("https://memlens.example/team/r/abc123?x=1").unwrap() {
-            Side::Report { server, id, .. } => {
-                assert_eq!(server, "https://memlens.example/team");
-                assert_eq!(id, "abc123");
-            }
-            Side::File(_) => panic!("a link"),
-        }
-        assert!(matches!(Side::parse("runs/r/new.pickle").unwrap(), Side::File(_)));
-        assert!(Side::parse("http://memlens.example/compare/a/b").is_err());
-        assert!(Side::parse("http://memlens.example/r/").is_err());
-    }
 }

@@ -1,12 +1,16 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
 //! `analyze` ([`analyze`]), `diff` ([`diff`]), `check` ([`check`]), `mcp` ([`mcp`]), `whatif` ([`whatif`]), `plan` ([`plan`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
 //! ([`healthcheck`]);
-//! [`render`] is the text output of `analyze`; [`error`] what a command fails with.
+//! [`render`] is the text output of `analyze`; [`error`] what a command fails with. What a
+//! command does, beyond reading its arguments and rendering its answer, is the application
+//! layer's ([`crate::app`]).
+
+/// What a command fails with: the application layer's errors ([`crate::app::error`]).
+pub use crate::app::error;
 
 pub mod analyze;
 pub mod check;
 pub mod diff;
-pub mod error;
 pub mod healthcheck;
 pub mod mcp;
 pub mod plan;

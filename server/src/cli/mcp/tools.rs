@@ -6,13 +6,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use memlens_api::{AnalyzeOutput, CategoryLimit, Limit};
+use memlens_api::{AnalyzeOutput, CategoryLimit};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::bound::{bounded_json, MAX_ANSWER_BYTES};
-use crate::cli::check::{run_check, CheckArgs, OutputFormat, SideError};
-use crate::cli::error::CommandError;
+use crate::app::check::{Baseline, CheckRequest, DEFAULT_MAX_PEAK_INCREASE};
+use crate::app::error::CommandError;
+use crate::app::source::{report_at, SourceError};
 use crate::cli::render::{gib, render_gpu_log_text, render_run_text, render_text};
 use memlens_core::analysis::check::ThresholdError;
 use memlens_core::pipeline::{run, Input, NoSink};
@@ -34,7 +35,7 @@ pub enum ToolError {
     #[error(transparent)]
     Command(#[from] CommandError),
     #[error(transparent)]
-    Check(#[from] SideError),
+    Check(#[from] SourceError),
     #[error(transparent)]
     Threshold(#[from] ThresholdError),
     #[error("the pasted text could not be kept for reading: {0}")]
@@ -223,7 +224,7 @@ struct CompareRuns {
 }
 
 fn compare_runs(a: CompareRuns) -> Answer {
-    let c = crate::cli::diff::compare_files((&a.a, a.device_a), (&a.b, a.device_b), None)?;
+    let c = crate::app::compare::compare_files((&a.a, a.device_a), (&a.b, a.device_b), None)?;
     let mut v = serde_json::to_value(&c)?;
     // Both lines bucketed for drawing: no use to a model, and most of the bytes.
     if let Some(o) = v.as_object_mut() {
@@ -331,9 +332,6 @@ struct CheckLimits {
 
 fn check(a: Check) -> Answer {
     use memlens_core::analysis::check::{parse_category_limit, parse_limit};
-    if a.baseline.is_none() == a.baseline_job.is_none() {
-        return Err(ToolError::Argument("give one of baseline and baseline_job"));
-    }
     let limit = |s: &Option<String>| s.as_deref().map(parse_limit).transpose();
     let t = a.thresholds;
     let categories = t
@@ -344,19 +342,22 @@ fn check(a: Check) -> Answer {
             parse_category_limit(&format!("{c}={l}"))
         })
         .collect::<Result<Vec<CategoryLimit>, ThresholdError>>()?;
-    let args = CheckArgs {
+    let baseline = match (a.baseline, a.baseline_job) {
+        (Some(b), None) => Baseline::Run(b),
+        (None, Some(job)) => Baseline::LastGoodOfJob(job),
+        _ => return Err(ToolError::Argument("give one of baseline and baseline_job")),
+    };
+    let request = CheckRequest {
         new: a.new,
-        baseline: a.baseline,
-        baseline_job: a.baseline_job,
-        max_peak_increase: limit(&t.max_peak_increase)?.unwrap_or(Limit::Ratio(0.05)),
+        baseline,
+        max_peak_increase: limit(&t.max_peak_increase)?.unwrap_or(DEFAULT_MAX_PEAK_INCREASE),
         max_reserved_increase: limit(&t.max_reserved_increase)?,
         max_category_increase: categories,
-        json: true,
-        format: OutputFormat::Json,
-        wait: 120,
+        // An agent waits less than CI for a report being analysed.
+        wait: Duration::from_secs(120),
         category_rules: None,
     };
-    let outcome = run_check(&args)?;
+    let outcome = crate::app::check::check(&request)?;
     Ok((outcome.verdict.clone(), bounded(&outcome, default_max_list())?))
 }
 
@@ -368,6 +369,6 @@ struct OpenReport {
 }
 
 fn open_report(a: OpenReport) -> Answer {
-    let out = crate::cli::check::report_at(&a.url, Duration::from_secs(60))?;
+    let out = report_at(&a.url, Duration::from_secs(60))?;
     Ok((summary_text(&out), bounded(&out, a.max_list)?))
 }
