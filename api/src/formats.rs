@@ -28,6 +28,7 @@ macro_rules! for_each_format {
             (NvidiaSmiDmon, nvidia_smi_dmon, "an nvidia-smi dmon log (-o DT)"),
             (MemorySummary, memory_summary, "a torch.cuda.memory_summary() table (1.13 or 2.x units, abbreviated or not)"),
             (NvidiaSmiScreen, nvidia_smi_screen, "an nvidia-smi screen (its default output, with the process list)"),
+            (ServingLog, serving_log, "a vLLM (v0 or v1 engine) or SGLang server startup log: its memory profiling, KV cache and CUDA graph lines, or the error that stopped it"),
             // Last: it claims any text the rows above did not.
             (OomMessage, oom_message, "a CUDA/HIP/XPU/MPS out-of-memory message, or a training log holding one (the error text, with or without its traceback)"),
         }
@@ -131,10 +132,11 @@ impl Format {
     pub fn is_pytorch_snapshot(self) -> bool {
         matches!(self, Format::PytorchSnapshot | Format::PytorchSnapshotJson)
     }
-    /// Text a person was left with (an OOM message or log, a memory summary): a report file
-    /// with OOMs and counters but no trace to draw.
+    /// Text a person was left with (an OOM message or log, a memory summary, a serving
+    /// engine's startup log): a report file with OOMs, counters or a serving budget but no
+    /// trace to draw.
     pub fn is_text_evidence(self) -> bool {
-        matches!(self, Format::OomMessage | Format::MemorySummary)
+        matches!(self, Format::OomMessage | Format::MemorySummary | Format::ServingLog)
     }
 }
 

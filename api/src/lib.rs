@@ -15,6 +15,7 @@ mod params;
 mod payloads;
 mod plan;
 mod segments;
+mod serving;
 mod stacks;
 mod summary;
 
@@ -22,6 +23,7 @@ pub use gpu_log::*;
 pub use jobs::{JobRegression, JobRun, JobView};
 pub use payloads::*;
 pub use segments::*;
+pub use serving::{ServingAction, ServingCause, ServingEngine, ServingFailure, ServingRemedy, ServingSummary};
 pub use summary::*;
 
 pub use labels::{bytes_label, device_label, HOST_DEVICE};

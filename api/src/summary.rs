@@ -48,6 +48,9 @@ pub struct FileSummary {
     /// largest leak, else the highest peak.
     #[serde(default)]
     pub focus_device: Option<i64>,
+    /// What a vLLM or SGLang startup log says of the server's memory, when the file is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<ServingSummary>,
 }
 
 /// What the importer learnt about the producer of the file.

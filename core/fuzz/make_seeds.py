@@ -139,6 +139,13 @@ def texts():
         put("nvidia_smi_screen", os.path.basename(name), read(name))
 
 
+def serving():
+    """vLLM and SGLang startup logs, whole (a few KB each): every wording of traces/serving-logs/."""
+    for name in sorted(os.listdir(os.path.join(TRACES, "serving-logs"))):
+        if name.endswith(".log"):
+            put("serving_log", name, read("serving-logs/" + name))
+
+
 def profiler():
     for name in ["mlp_train.profiler_trace.json", "profiled.profiler_trace.json.gz"]:
         trace = json.loads(read(name))
@@ -183,6 +190,7 @@ if __name__ == "__main__":
     nsys()
     logs()
     texts()
+    serving()
     profiler()
     uploads()
     for target in sorted(os.listdir(SEEDS)):

@@ -417,6 +417,7 @@ pub fn analyze_snapshot_with(
         source,
         focus_device: focus_device(&devices),
         devices,
+        serving: None,
     };
     Ok((summary, analyses))
 }

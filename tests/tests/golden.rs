@@ -11,9 +11,10 @@ use memlens_tests::traces_dir;
 
 /// Fixture files: every file in `traces/` but oracles, notes and scripts (`capture/` holds how the
 /// captured ones were made), and in its folders of OOM evidence: `oom/` (at-OOM snapshots and
-/// the texts each failure left, captured) and `oom_text/` (one message or table per shape).
+/// the texts each failure left, captured), `oom_text/` (one message or table per shape) and
+/// `serving-logs/` (vLLM and SGLang startup logs people posted, one per wording).
 fn fixtures() -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = ["", "oom", "oom_text"]
+    let mut v: Vec<_> = ["", "oom", "oom_text", "serving-logs"]
         .iter()
         .flat_map(|sub| std::fs::read_dir(traces_dir().join(sub)).expect("traces/"))
         .filter_map(|e| e.ok().map(|e| e.path()))

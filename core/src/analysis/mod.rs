@@ -51,6 +51,9 @@ pub mod pools;
 mod rows_in_entry_order;
 pub mod run;
 pub mod segment_map;
+pub mod serving;
+#[cfg(test)]
+mod serving_tests;
 mod size_rules;
 pub(crate) mod stalls;
 pub(crate) mod text_evidence;

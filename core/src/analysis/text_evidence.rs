@@ -1,6 +1,7 @@
 //! A report file from text evidence: each OOM message explained as a snapshot's OOM is (the
 //! same fields, the same classifier and remedies), memory summaries' counters set on their
-//! device, and an nvidia-smi screen in the same text naming the processes a message left out.
+//! device, an nvidia-smi screen in the same text naming the processes a message left out, and
+//! a vLLM or SGLang startup's budget ([`super::serving`]).
 
 use memlens_api::{
     DeviceSummary, FileSummary, Format, IterationInfo, OomExplanation, OomPhase, OomText, ProcessMemory, SourceInfo,
@@ -313,6 +314,7 @@ pub fn text_file_summary(e: &TextEvidence, name: &str, format: Format, gzip: boo
         },
         devices,
         focus_device,
+        serving: super::serving::serving_summary(&e.serving, &e.ooms),
     }
 }
 

@@ -262,20 +262,22 @@ where
 }
 
 /// Everything a text holds, whichever text importer the guesser chose: out-of-memory messages
-/// ([`oom_message`]), `torch.cuda.memory_summary()` tables ([`memory_summary`]) and
-/// `nvidia-smi` screens ([`nvidia_smi_screen`]); a training log may hold all three. A text
-/// holding none is an error that says what was looked for.
+/// ([`oom_message`]), `torch.cuda.memory_summary()` tables ([`memory_summary`]), `nvidia-smi`
+/// screens ([`nvidia_smi_screen`]) and vLLM / SGLang startups ([`serving_log`]); a log may hold
+/// several of them. A text holding none is an error that says what was looked for.
 pub fn read_evidence(source: Source) -> Result<TextEvidence, ImportError> {
     let lines = common::text_lines::read_lines(source)?;
     let evidence = TextEvidence {
         ooms: oom_message::find_oom_messages(&lines),
         summaries: memory_summary::find_memory_summaries(&lines),
         screens: nvidia_smi_screen::find_screens(&lines),
+        serving: serving_log::find_serving_startups(&lines),
     };
     if evidence.is_empty() {
         return Err(ImportError::Log(format!(
             "a text of {} line(s) with no out-of-memory message (`CUDA out of memory. Tried to allocate …`, \
-             `HIP`/`XPU`/`MPS backend out of memory`), no torch.cuda.memory_summary() table and no nvidia-smi screen in it",
+             `HIP`/`XPU`/`MPS backend out of memory`), no torch.cuda.memory_summary() table, no nvidia-smi screen and no \
+             vLLM or SGLang memory line (`Available KV cache memory`, `# GPU blocks`, `KV Cache is allocated`) in it",
             lines.len()
         )));
     }
