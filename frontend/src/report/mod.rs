@@ -23,6 +23,7 @@ mod prefetch;
 mod run_overview;
 mod segment_layout;
 mod segments;
+mod serving;
 mod state;
 mod text_report;
 mod timeline_panel;

@@ -1,6 +1,7 @@
 //! The report of a text a person was left with (an OOM message, a training log, a memory
-//! summary): no trace to draw, so the page is its verdict, each OOM's figures and remedies,
-//! the memory summary's counters, and the code that captures a snapshot next time.
+//! summary, a vLLM or SGLang startup log): no trace to draw, so the page is its verdict (a
+//! serving log's leads), each OOM's figures and remedies, the memory summary's counters, and
+//! the code that captures a snapshot next time.
 
 use leptos::prelude::*;
 use memlens_api::{DeviceSummary, FileSummary, MemorySummaryFacts, OomExplanation, SummaryRow};
@@ -122,7 +123,8 @@ pub fn TextReportView(file: FileSummary) -> impl IntoView {
     view! {
         <main class="report" id="report">
             <div class="report-head"><h1 id="report-title">{file.file.clone()}</h1></div>
-            {first.map(|d| view! {
+            {file.serving.clone().map(|serving| view! { <super::serving::ServingSection serving=serving /> })}
+            {first.filter(|_| file.serving.is_none()).map(|d| view! {
                 <section class="verdict" class:alert=!d.ooms.is_empty() id="verdict">
                     <p class="verdict-text">{d.verdict.clone()}</p>
                 </section>

@@ -1,6 +1,6 @@
 //! The human-readable text of `memlens analyze` (without `--json`).
 
-use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, RunOverview, SampleClock};
+use memlens_api::{DeviceSummary, FileSummary, GpuLogSummary, RunOverview, SampleClock, ServingSummary};
 
 /// Prints `value` as pretty JSON (what `--json` does for every command).
 pub fn print_json<T: serde::Serialize>(value: &T) -> std::process::ExitCode {
@@ -28,6 +28,9 @@ pub fn gib(b: i64) -> String {
 /// The human-readable summary of one file: each device's verdict first.
 pub fn render_text(f: &FileSummary) -> String {
     let mut s = format!("{} ({}{})\n", f.file, f.format, if f.gzip { ", gzip" } else { "" });
+    if let Some(sv) = &f.serving {
+        s += &render_serving(sv);
+    }
     for d in &f.devices {
         s += &if f.format.is_text_evidence() {
             render_text_device(d)
@@ -37,6 +40,79 @@ pub fn render_text(f: &FileSummary) -> String {
     }
     for n in &f.source.notes {
         s += &format!("  note: {n}\n");
+    }
+    s
+}
+
+/// A closed set's wire name (`lower_max_model_len`).
+fn wire<T: serde::Serialize>(t: &T) -> String {
+    serde_json::to_value(t)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// A vLLM or SGLang startup: its verdict first, the budget, the KV cache, the failure and each
+/// remedy with its number.
+fn render_serving(v: &ServingSummary) -> String {
+    let settings: Vec<String> = [
+        v.version.as_ref().map(|x| format!("version {x}")),
+        v.model.clone(),
+        v.tensor_parallel_size.map(|t| format!("tensor parallel {t}")),
+        v.pipeline_parallel_size
+            .filter(|p| *p > 1)
+            .map(|p| format!("pipeline parallel {p}")),
+        v.dtype.as_ref().map(|d| format!("dtype {d}")),
+        v.kv_cache_dtype.as_ref().map(|d| format!("KV cache dtype {d}")),
+        v.max_model_len.map(|l| format!("max_model_len {l}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut s = format!("  serving         {} {}\n", v.engine.label(), settings.join(", "));
+    s += &format!("    verdict       {}\n", v.verdict);
+    let opt = |b: Option<i64>| b.map(gib).unwrap_or_else(|| "?".into());
+    s += &format!(
+        "    budget        total {}, weights {}, activation peak {}, non-torch {}, CUDA graphs {}, KV cache {}\n",
+        opt(v.total_gpu_memory_bytes),
+        opt(v.weights_bytes),
+        opt(v.activation_peak_bytes),
+        opt(v.non_torch_bytes),
+        opt(v.cuda_graph_bytes),
+        opt(v.kv_cache_bytes)
+    );
+    if let Some(t) = v.kv_cache_tokens {
+        s += &format!(
+            "    KV cache      {t} tokens{}{}{}\n",
+            v.kv_cache_blocks
+                .map(|n| format!(
+                    " in {n} blocks{}",
+                    v.block_size.map(|b| format!(" of {b}")).unwrap_or_default()
+                ))
+                .unwrap_or_default(),
+            v.kv_bytes_per_token
+                .map(|p| format!(", {} a token", memlens_api::bytes_label(p)))
+                .unwrap_or_default(),
+            v.max_concurrency
+                .zip(v.concurrency_tokens)
+                .map(|(c, t)| format!(", {c:.2}x requests of {t} tokens"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(f) = &v.failure {
+        s += &format!(
+            "    failure       {} (line {}): {}\n",
+            wire(&f.cause),
+            f.line,
+            f.message
+        );
+        for r in &f.remedies {
+            let value = r.value.map(|x| format!(" {x}")).unwrap_or_default();
+            s += &format!("      remedy      {}{value}: {}\n", wire(&r.action), r.note);
+        }
+    }
+    for n in &v.notes {
+        s += &format!("    note          {n}\n");
     }
     s
 }
