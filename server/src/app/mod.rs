@@ -2,10 +2,14 @@
 //! line, the HTTP API, the MCP server). A request names its inputs as the user gave them and
 //! resolves them here once — a path to the pipeline, a share link to the remote server — and
 //! answers a typed value from `memlens-api`; the transports only parse and render.
-//! [`check`] holds a run to limits, [`compare`] compares two files, [`source`] resolves what a
-//! run is, [`error`] is what a request fails with.
+//! [`analyze`] reads files as one report, [`plan`] plans a step before it runs, [`check`] holds a
+//! run to limits, [`compare`] compares two files, [`whatif`] predicts a
+//! scenario's peak, [`source`] resolves what a run is, [`error`] is what a request fails with.
 
+pub mod analyze;
 pub mod check;
 pub mod compare;
 pub mod error;
+pub mod plan;
 pub mod source;
+pub mod whatif;

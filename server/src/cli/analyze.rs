@@ -1,15 +1,13 @@
 //! `memlens analyze FILE... [--json]`: the core pipeline over files on disk, printed as text or
 //! as the JSON the server stores.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use memlens_api::AnalyzeOutput;
-use memlens_core::pipeline::{run_with, Input, NoSink};
 
-use super::error::CommandError;
 use super::render::{print_json, render_gpu_log_text, render_run_text, render_text};
+use crate::app::analyze::analyze_files;
 
 #[derive(Args)]
 #[command(after_help = formats_help())]
@@ -34,14 +32,6 @@ fn formats_help() -> String {
         s += &format!("  {:<24} {}\n", f.name, f.description);
     }
     s
-}
-
-/// The analysis of `files` as one report (what `--json` prints), with the user's category
-/// rules; the error names the file and the problem.
-pub fn analyze_files(files: &[PathBuf], category_rules: Option<&Path>) -> Result<AnalyzeOutput, CommandError> {
-    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules)?;
-    let inputs = files.iter().map(|p| Input::path(p)).collect();
-    Ok(run_with(inputs, Default::default(), &rules, &mut NoSink)?)
 }
 
 pub fn analyze(args: AnalyzeArgs) -> ExitCode {

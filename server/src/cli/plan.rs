@@ -9,11 +9,10 @@ use std::process::ExitCode;
 use clap::Args;
 use memlens_api::{AutocastDtype, Limit, Plan, PlanOptimizer, PlanParams, WeightsDtype};
 use memlens_core::analysis::check::parse_limit;
-use memlens_core::pipeline::{self, Input, KeepFrames};
-use memlens_core::plan::calibrate::plan_by_busiest_device;
 
-use super::error::{CommandError, Unusable};
+use super::error::CommandError;
 use super::render::{gib, print_json};
+use crate::app::plan::{config_or_name, make_plan};
 
 #[derive(Args)]
 pub struct PlanArgs {
@@ -83,40 +82,6 @@ fn wire_name<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json
     serde_json::from_value(serde_json::Value::String(text.to_owned()))
 }
 
-/// A model's `config.json`, from its path or from the model's folder (a Hugging Face checkout
-/// or `save_pretrained` output) that holds it.
-pub fn read_config(path: &std::path::Path) -> Result<String, CommandError> {
-    let file = if path.is_dir() {
-        path.join("config.json")
-    } else {
-        path.to_path_buf()
-    };
-    std::fs::read_to_string(&file).map_err(|error| CommandError::Unreadable { path: file, error })
-}
-
-/// What `--model` (or the MCP tool's `config_path`) names: a config.json or a model's folder
-/// where that path exists, else a bundled model's name, resolved by the plan itself
-/// ([`memlens_core::plan::model_shape`]). Returns the config's text or the name.
-pub fn config_or_name(model: &str) -> Result<(Option<String>, Option<String>), CommandError> {
-    let path = std::path::Path::new(model);
-    if path.exists() {
-        return Ok((Some(read_config(path)?), None));
-    }
-    if memlens_core::plan::presets::find(model).is_none() && looks_like_path(model) {
-        // Meant as a path: say it is missing rather than that no model has that name.
-        return Err(CommandError::Unreadable {
-            path: path.to_path_buf(),
-            error: std::io::Error::from(std::io::ErrorKind::NotFound),
-        });
-    }
-    Ok((None, Some(model.to_owned())))
-}
-
-/// A `--model` that names a file (`….json`, `./…`, `/…`, `~…`), not a model.
-fn looks_like_path(model: &str) -> bool {
-    model.ends_with(".json") || model.starts_with(['.', '/', '~']) || model.contains('\\')
-}
-
 /// The plan's query from the command line (the config read from its file, or the model's name).
 fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
     let (config, model) = match a.model.as_deref() {
@@ -154,32 +119,6 @@ fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
         run_seq_len: a.run_seq_len,
         run_checkpointing: a.run_checkpointing.then_some(true),
     })
-}
-
-/// The plan, calibrated by the run's snapshot when one is given (its busiest device).
-pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, CommandError> {
-    let Some(path) = calibrate else {
-        return Ok(memlens_core::plan::plan(q, None)?);
-    };
-    let run_batch = q.run_batch_size.ok_or(CommandError::Usage(
-        "--calibrate needs --run-batch-size: the batch size of the calibrating run",
-    ))?;
-    let run_seq = q.run_seq_len.or(q.seq_len).ok_or(CommandError::Usage(
-        "--calibrate needs --run-seq-len (or --seq-len): the calibrating run's sequence length",
-    ))?;
-    let name = path.display().to_string();
-    let rules = memlens_core::analysis::categories::FrameRules::load(None)?;
-    let mut sink = KeepFrames::default();
-    let out = pipeline::run_with(vec![Input::path(path)], Default::default(), &rules, &mut sink)?;
-    let (Some(file), Some(frames)) = (out.files.first(), sink.files.first()) else {
-        return Err(CommandError::unusable(name, Unusable::NoHistory));
-    };
-    match plan_by_busiest_device(q, &name, (run_batch, run_seq), file, frames, &out.gpu_logs)
-        .map_err(|e| CommandError::analysis(&name, e))?
-    {
-        Some(plan) => Ok(plan?),
-        None => Err(CommandError::unusable(name, Unusable::NothingToCalibrateBy)),
-    }
 }
 
 pub fn plan(args: PlanArgs) -> ExitCode {

@@ -2,16 +2,15 @@
 //! peak of each device under a scenario (the keys of `memlens_api::WhatIfParams`), with the
 //! assumptions each prediction rests on.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use memlens_api::{WhatIfOutput, WhatIfParams};
-use memlens_core::analysis::whatif::what_if_file;
-use memlens_core::pipeline::{self, Input, KeepFrames};
+use memlens_api::WhatIfParams;
 
 use super::error::CommandError;
 use super::render::{gib, print_json};
+use crate::app::whatif::{predict, scenario_of};
 
 #[derive(Args)]
 pub struct WhatIfArgs {
@@ -47,39 +46,6 @@ fn scenario(args: &WhatIfArgs) -> Result<WhatIfParams, CommandError> {
         pairs.push(("run_batch_size".into(), b.to_string()));
     }
     scenario_of(&pairs)
-}
-
-/// The scenario `key=value` pairs name (the keys of `WhatIfParams`); the error names the
-/// setting at fault.
-pub fn scenario_of(pairs: &[(String, String)]) -> Result<WhatIfParams, CommandError> {
-    let parse = |pairs: &[(String, String)]| -> Result<WhatIfParams, serde::de::value::Error> {
-        let query = serde_urlencoded::to_string(pairs).map_err(serde::de::Error::custom)?;
-        serde_urlencoded::from_str(&query)
-    };
-    parse(pairs).map_err(|e| {
-        // Name the setting at fault: the parser's message does not.
-        match pairs.iter().find(|p| parse(std::slice::from_ref(*p)).is_err()) {
-            Some((k, v)) => CommandError::flag(format!("--set {k}={v}"), e),
-            None => CommandError::flag("--set", e),
-        }
-    })
-}
-
-/// The prediction for `files` (a run's snapshots, and NVML logs of it) under scenario `s`.
-pub fn predict(
-    files: &[PathBuf],
-    s: &WhatIfParams,
-    category_rules: Option<&Path>,
-) -> Result<WhatIfOutput, CommandError> {
-    let rules = memlens_core::analysis::categories::FrameRules::load(category_rules)?;
-    let mut sink = KeepFrames::default();
-    let inputs = files.iter().map(|p| Input::path(p)).collect();
-    let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink)?;
-    let mut predicted = Vec::new();
-    for (f, frames) in out.files.iter().zip(&sink.files) {
-        predicted.push(what_if_file(f, frames, &out.gpu_logs, s).map_err(|e| CommandError::analysis(&f.file, e))?);
-    }
-    Ok(WhatIfOutput { files: predicted })
 }
 
 pub fn whatif(args: WhatIfArgs) -> ExitCode {

@@ -191,7 +191,7 @@ fn analyze_files(a: AnalyzeFiles) -> Answer {
     if a.paths.is_empty() {
         return Err(ToolError::Argument("paths: give at least one file"));
     }
-    let out = crate::cli::analyze::analyze_files(&a.paths, None)?;
+    let out = crate::app::analyze::analyze_files(&a.paths, None)?;
     Ok((summary_text(&out), bounded(&out, a.max_list)?))
 }
 
@@ -248,7 +248,7 @@ fn plan(arguments: Value) -> Answer {
             .as_str()
             .ok_or(ToolError::Argument("config_path: expected a path"))?
             .to_owned();
-        let (config, model) = crate::cli::plan::config_or_name(&path)?;
+        let (config, model) = crate::app::plan::config_or_name(&path)?;
         if let Some(text) = config {
             args.insert("config".into(), Value::String(text));
         }
@@ -258,7 +258,7 @@ fn plan(arguments: Value) -> Answer {
     }
     let q: memlens_api::PlanParams = parse(Value::Object(args))?;
     let calibrate = q.calibrate.as_ref().map(PathBuf::from);
-    let p = crate::cli::plan::make_plan(&q, calibrate.as_ref())?;
+    let p = crate::app::plan::make_plan(&q, calibrate.as_ref())?;
     let v = serde_json::to_value(&p)?;
     Ok((crate::cli::plan::render_plan(&p), v))
 }
@@ -286,7 +286,7 @@ fn what_if(a: WhatIf) -> Answer {
     if let Some(b) = a.run_batch_size {
         pairs.push(("run_batch_size".into(), b.to_string()));
     }
-    let scenario = crate::cli::whatif::scenario_of(&pairs).map_err(|e| match e {
+    let scenario = crate::app::whatif::scenario_of(&pairs).map_err(|e| match e {
         // The setting at fault as this tool takes it.
         CommandError::Flag { flag, problem } => CommandError::Flag {
             flag: flag.replace("--set ", "set."),
@@ -294,7 +294,7 @@ fn what_if(a: WhatIf) -> Answer {
         },
         other => other,
     })?;
-    let out = crate::cli::whatif::predict(std::slice::from_ref(&a.path), &scenario, None)?;
+    let out = crate::app::whatif::predict(std::slice::from_ref(&a.path), &scenario, None)?;
     let mut text = String::new();
     for f in &out.files {
         for d in &f.devices {
