@@ -147,6 +147,18 @@ pub struct DeviceSummary {
     pub verdict: String,
 }
 
+impl DeviceSummary {
+    /// The bytes of every allocation a rule placed, in whichever category (a rule's share).
+    pub fn bytes_by_rule(&self, rule: CategoryRule) -> i64 {
+        self.categories
+            .iter()
+            .flat_map(|c| &c.rules)
+            .filter(|r| r.rule == rule)
+            .map(|r| r.bytes)
+            .sum()
+    }
+}
+
 /// The counters of a `torch.cuda.memory_summary()` table. Byte cells are printed rounded down
 /// in the column's unit, so they are exact only below 768 KiB; each is the printed value
 /// converted exactly (`12 GiB` = 12 × 2^30).

@@ -82,13 +82,7 @@ fn a_hand_written_adamw_recorded_after_warm_up_has_its_state() {
 
 /// What no evidence places, and what is called a cache beyond cuBLAS's workspaces, at the peak.
 fn unexplained_at_peak(d: &DeviceSummary) -> i64 {
-    let workspaces: i64 = d
-        .categories
-        .iter()
-        .flat_map(|c| &c.rules)
-        .filter(|r| r.rule == memlens_api::CategoryRule::WorkspaceBySize)
-        .map(|r| r.bytes)
-        .sum();
+    let workspaces = d.bytes_by_rule(memlens_api::CategoryRule::WorkspaceBySize);
     at_peak(d, Category::Other) + at_peak(d, Category::Cache) - workspaces
 }
 

@@ -112,13 +112,7 @@ fn what_rests_on_less(d: &DeviceSummary, total: i64) -> String {
             human(before)
         ));
     }
-    let by_size: i64 = d
-        .categories
-        .iter()
-        .flat_map(|c| &c.rules)
-        .filter(|r| r.rule == memlens_api::CategoryRule::StateBySize)
-        .map(|r| r.bytes)
-        .sum();
+    let by_size = d.bytes_by_rule(memlens_api::CategoryRule::StateBySize);
     if by_size > 0 {
         out.push_str(&format!(
             " Optimizer state made before the recording ({}) is recognised by its sizes: those of the \
@@ -126,13 +120,7 @@ fn what_rests_on_less(d: &DeviceSummary, total: i64) -> String {
             human(by_size)
         ));
     }
-    let workspaces: i64 = d
-        .categories
-        .iter()
-        .flat_map(|c| &c.rules)
-        .filter(|r| r.rule == memlens_api::CategoryRule::WorkspaceBySize)
-        .map(|r| r.bytes)
-        .sum();
+    let workspaces = d.bytes_by_rule(memlens_api::CategoryRule::WorkspaceBySize);
     if workspaces as f64 >= WORKSPACES_WORTH_SAYING * total as f64 {
         out.push_str(&format!(
             " Of the cache, {} are cuBLAS's workspaces, recognised by their sizes: one per thread and \

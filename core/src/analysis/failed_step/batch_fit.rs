@@ -221,6 +221,14 @@ pub(super) fn batch_fit(
         .filter(|r| live_at(r, at) && usize::try_from(r.alloc).map_or(true, |a| a < w.start))
         .map(|r| r.size)
         .sum();
+    let step_so_far = StepSoFar {
+        rows,
+        psize,
+        step,
+        oom,
+        base,
+        requested: facts.requested,
+    };
     let (needs, how) = match step.phase {
         OomPhase::OptimizerStep => {
             let need =
@@ -241,27 +249,9 @@ pub(super) fn batch_fit(
         OomPhase::Unknown => return None,
         OomPhase::Forward => match step.previous.as_ref() {
             Some(prev) => scaled_from_the_step_before(rows, step, prev, oom, base),
-            None => {
-                let step_so_far = StepSoFar {
-                    rows,
-                    psize,
-                    step,
-                    oom,
-                    base,
-                    requested: facts.requested,
-                };
-                extrapolated_first_forward(&step_so_far, live, blocks)
-            }
+            None => extrapolated_first_forward(&step_so_far, live, blocks),
         },
         OomPhase::Backward => {
-            let step_so_far = StepSoFar {
-                rows,
-                psize,
-                step,
-                oom,
-                base,
-                requested: facts.requested,
-            };
             let mut needs = step_so_far.needs();
             let end_of_backward = base + live.parameter.max(live.gradient);
             if end_of_backward > budget {
