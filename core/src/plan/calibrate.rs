@@ -22,6 +22,23 @@ pub struct Calibration<'a> {
     pub run_checkpointing: bool,
 }
 
+/// What a calibrating run must say of itself and the query did not: its batch size, or its
+/// sequence length (`run_seq_len`, else the plan's own `seq_len`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CalibrationNeeds {
+    #[error("the calibrating run's batch size")]
+    RunBatchSize,
+    #[error("the calibrating run's sequence length")]
+    RunSeqLen,
+}
+
+/// The calibrating run's batch size and sequence length, as the query gives them.
+pub fn calibrating_run(q: &PlanParams) -> Result<(u64, u64), CalibrationNeeds> {
+    let batch = q.run_batch_size.ok_or(CalibrationNeeds::RunBatchSize)?;
+    let seq = q.run_seq_len.or(q.seq_len).ok_or(CalibrationNeeds::RunSeqLen)?;
+    Ok((batch, seq))
+}
+
 /// The what-if scenario that is the plan's settings applied to the calibrating run.
 pub fn scenario(c: &Calibration, q: &PlanParams, batch: u64, seq: u64) -> WhatIfParams {
     let run_tokens = c.run_batch * c.run_seq;

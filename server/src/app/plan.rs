@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use memlens_api::{Plan, PlanParams};
 use memlens_core::pipeline::{self, Input, KeepFrames};
-use memlens_core::plan::calibrate::plan_by_busiest_device;
+use memlens_core::plan::calibrate::{calibrating_run, plan_by_busiest_device, CalibrationNeeds};
 
 use super::error::{CommandError, Unusable};
 
@@ -49,12 +49,16 @@ pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, Co
     let Some(path) = calibrate else {
         return Ok(memlens_core::plan::plan(q, None)?);
     };
-    let run_batch = q.run_batch_size.ok_or(CommandError::Usage(
-        "--calibrate needs --run-batch-size: the batch size of the calibrating run",
-    ))?;
-    let run_seq = q.run_seq_len.or(q.seq_len).ok_or(CommandError::Usage(
-        "--calibrate needs --run-seq-len (or --seq-len): the calibrating run's sequence length",
-    ))?;
+    let (run_batch, run_seq) = calibrating_run(q).map_err(|need| {
+        CommandError::Usage(match need {
+            CalibrationNeeds::RunBatchSize => {
+                "--calibrate needs --run-batch-size: the batch size of the calibrating run"
+            }
+            CalibrationNeeds::RunSeqLen => {
+                "--calibrate needs --run-seq-len (or --seq-len): the calibrating run's sequence length"
+            }
+        })
+    })?;
     let name = path.display().to_string();
     let rules = memlens_core::analysis::categories::FrameRules::load(None)?;
     let mut sink = KeepFrames::default();

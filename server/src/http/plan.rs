@@ -5,7 +5,7 @@
 use axum::extract::State;
 use axum::Json;
 use memlens_api::{Plan, PlanModel, PlanParams};
-use memlens_core::plan::calibrate::plan_by_busiest_device;
+use memlens_core::plan::calibrate::{calibrating_run, plan_by_busiest_device};
 
 use super::error::{internal, ApiError, Q};
 use super::queries::with_file;
@@ -25,7 +25,7 @@ pub async fn plan(State(st): State<Shared>, Q(q): Q<PlanParams>) -> Result<Json<
         return memlens_core::plan::plan(&q, None).map(Json).map_err(bad);
     };
     let id = link_id(&link)?;
-    let (Some(run_batch), Some(run_seq)) = (q.run_batch_size, q.run_seq_len.or(q.seq_len)) else {
+    let Ok((run_batch, run_seq)) = calibrating_run(&q) else {
         return Err(ApiError::BadRequest(
             "calibrate needs run_batch_size and run_seq_len: the calibrating run's batch and sequence length".into(),
         ));
