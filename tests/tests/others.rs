@@ -34,13 +34,20 @@ fn within_5_percent(case: &str, c: Category, got: i64, want: i64) {
 /// training is invented and none of it is called a cache.
 #[test]
 fn an_eval_loop_recorded_after_loading_has_its_weights_as_parameters() {
-    let d = device("eval_loop");
-    let want = truth("eval_loop", "parameter_bytes") + truth("eval_loop", "buffer_bytes");
-    assert_eq!(max_bytes(&d, Category::Parameter), want);
-    for c in [Category::Gradient, Category::OptimizerState] {
-        assert_eq!(max_bytes(&d, c), 0, "{c:?}");
+    // Under torch.no_grad() and under torch.inference_mode() alike.
+    for case in ["eval_loop", "eval_inference_mode"] {
+        let d = device(case);
+        let want = truth(case, "parameter_bytes") + truth(case, "buffer_bytes");
+        assert_eq!(max_bytes(&d, Category::Parameter), want, "{case}");
+        for c in [Category::Gradient, Category::OptimizerState] {
+            assert_eq!(max_bytes(&d, c), 0, "{case}: {c:?}");
+        }
+        assert!(
+            d.verdict.contains("there before the recording began"),
+            "{case}: {}",
+            d.verdict
+        );
     }
-    assert!(d.verdict.contains("there before the recording began"), "{}", d.verdict);
 }
 
 /// FSDP2 (`fully_shard`, world size 1), a one-step profile and Lightning's closure step: the
