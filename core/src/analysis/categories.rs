@@ -28,10 +28,7 @@ use polars_core::prelude::*;
 
 pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, FrameRulesError, Labels};
 use super::rows_in_entry_order::RowsByEntry;
-use super::size_rules::{
-    autocast_weight_copies, last_gradients_by_size, not_gradients_unlike_any_parameter, state_by_size,
-    workspaces_by_size, WorkspaceWindow,
-};
+use super::size_rules::BySizes;
 pub use super::training_structure::{autograd_windows, structure, BackwardEvidence, Structure};
 use super::training_structure::{first_forward_from, in_zero_grad, locate, spans_or_open, within, Span};
 use super::DeviceEvents;
@@ -425,52 +422,6 @@ fn with_kv_cache(
             (Category::Cache, CategoryRule::KvCache)
         }
         _ => placed,
-    }
-}
-
-/// What the rules that read sizes ([`super::size_rules`]) weigh beside the first placement.
-struct BySizes<'a> {
-    ev: &'a DeviceEvents,
-    lifetimes: &'a DataFrame,
-    training: Option<&'a Structure>,
-    /// The entry each iteration ends at.
-    iteration_ends: &'a [usize],
-}
-
-impl BySizes<'_> {
-    /// The size rules over the first placement, in their order: cuBLAS's workspaces first (for
-    /// a PyTorch snapshot: `made_by_a_product` tells a row made by a forward or on a thread
-    /// without Python), then what backward keeps unlike any parameter, then — with training
-    /// structure — autocast's copies, the last iteration's gradients and state made before the
-    /// recording.
-    fn place(
-        &self,
-        placed: Vec<(Category, CategoryRule)>,
-        made_by_a_product: Option<impl FnMut(usize) -> bool>,
-    ) -> PolarsResult<Vec<(Category, CategoryRule)>> {
-        let size = IntSlice::of(self.lifetimes, lt_col::SIZE)?;
-        let alloc_idx = lt_col::ALLOC_IDX.slice(self.lifetimes)?;
-        let free_idx = lt_col::FREE_IDX.slice(self.lifetimes)?;
-        let placed = match made_by_a_product {
-            Some(made_by_a_product) => {
-                let entry = |e: &usize| i32::try_from(*e).unwrap_or(i32::MAX);
-                let window = WorkspaceWindow {
-                    first_pass_end: self.iteration_ends.first().map(entry),
-                    teardown_from: self.iteration_ends.last().map(entry),
-                };
-                workspaces_by_size(placed, size, alloc_idx, free_idx, made_by_a_product, window)
-            }
-            None => placed,
-        };
-        let placed = not_gradients_unlike_any_parameter(placed, size, free_idx);
-        Ok(match self.training {
-            Some(st) => {
-                let placed = autocast_weight_copies(placed, size, st.iterations.len());
-                let placed = last_gradients_by_size(placed, size, alloc_idx, free_idx, self.ev, st);
-                state_by_size(placed, size, alloc_idx, st)
-            }
-            None => placed,
-        })
     }
 }
 

@@ -1,12 +1,14 @@
 //! The rules that place allocations by their sizes beside their lives, run over
 //! [`super::categories::categorize`]'s first placement: a parameter's size tells gradients
 //! from state a library keeps, the last iteration's gradients, optimizer state made before the
-//! recording, and autocast's weight copies.
+//! recording, autocast's weight copies and cuBLAS's workspaces; [`BySizes`] runs them in their order.
 
 use memlens_api::{Category, CategoryRule};
+use polars_core::prelude::*;
 
 use super::training_structure::Structure;
 use super::DeviceEvents;
+use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
 
 /// The sizes the blocks placed as parameters have.
@@ -306,5 +308,51 @@ fn lt_workspaces(
         {
             placed[r] = (Category::Cache, CategoryRule::WorkspaceBySize);
         }
+    }
+}
+
+/// What the rules that read sizes weigh beside [`super::categories::categorize`]'s first placement.
+pub(super) struct BySizes<'a> {
+    pub ev: &'a DeviceEvents,
+    pub lifetimes: &'a DataFrame,
+    pub training: Option<&'a Structure>,
+    /// The entry each iteration ends at.
+    pub iteration_ends: &'a [usize],
+}
+
+impl BySizes<'_> {
+    /// The size rules over the first placement, in their order: cuBLAS's workspaces first (for
+    /// a PyTorch snapshot: `made_by_a_product` tells a row made by a forward or on a thread
+    /// without Python), then what backward keeps unlike any parameter, then — with training
+    /// structure — autocast's copies, the last iteration's gradients and state made before the
+    /// recording.
+    pub(super) fn place(
+        &self,
+        placed: Vec<(Category, CategoryRule)>,
+        made_by_a_product: Option<impl FnMut(usize) -> bool>,
+    ) -> PolarsResult<Vec<(Category, CategoryRule)>> {
+        let size = IntSlice::of(self.lifetimes, lt_col::SIZE)?;
+        let alloc_idx = lt_col::ALLOC_IDX.slice(self.lifetimes)?;
+        let free_idx = lt_col::FREE_IDX.slice(self.lifetimes)?;
+        let placed = match made_by_a_product {
+            Some(made_by_a_product) => {
+                let entry = |e: &usize| i32::try_from(*e).unwrap_or(i32::MAX);
+                let window = WorkspaceWindow {
+                    first_pass_end: self.iteration_ends.first().map(entry),
+                    teardown_from: self.iteration_ends.last().map(entry),
+                };
+                workspaces_by_size(placed, size, alloc_idx, free_idx, made_by_a_product, window)
+            }
+            None => placed,
+        };
+        let placed = not_gradients_unlike_any_parameter(placed, size, free_idx);
+        Ok(match self.training {
+            Some(st) => {
+                let placed = autocast_weight_copies(placed, size, st.iterations.len());
+                let placed = last_gradients_by_size(placed, size, alloc_idx, free_idx, self.ev, st);
+                state_by_size(placed, size, alloc_idx, st)
+            }
+            None => placed,
+        })
     }
 }
