@@ -70,6 +70,31 @@ def runs():
     return out + extra
 
 
+def round3():
+    """P27 (2026-12-07, third round): gradient accumulation, chosen trained layers, LoRA and QLoRA,
+    each as people write it (peft's `get_peft_model`, bitsandbytes' 4-bit NF4 with double
+    quantisation when it can be imported there)."""
+    def r(name, batch=2, seq=1024, **kw):
+        d = dict(config="llama_train", batch=batch, seq=seq, checkpointing=False, weights="fp32",
+                 autocast="bf16", frozen=False, optimizer="adamw", name=name)
+        d.update(kw)
+        return d
+    return [
+        r("llama_b2_accum2", grad_accum=2), r("llama_b2_accum4", grad_accum=4), r("llama_b2_accum8", grad_accum=8),
+        r("llama_b4_accum4_ckpt", batch=4, grad_accum=4, checkpointing=True),
+        r("llama_b4_train_top2", batch=4, train=["model.layers.6.*", "model.layers.7.*"]),
+        r("llama_b4_train_mid_head", batch=4, train=["model.layers.3.*", "lm_head.weight"]),
+        r("llama_b4_train_attn", batch=4, train=["*.self_attn.*"]),
+        r("llama_b4_lora_qv", batch=4, weights="bf16", autocast="none",
+          lora=dict(rank=16, targets=["q_proj", "v_proj"])),
+        r("llama_b4_lora_all", batch=4, weights="bf16", autocast="none",
+          lora=dict(rank=16, targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])),
+        r("llama_b4_lora_qv_fp32", batch=4, lora=dict(rank=8, targets=["q_proj", "v_proj"])),
+        r("llama_b4_qlora_all", batch=4, weights="nf4", autocast="none",
+          lora=dict(rank=16, targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])),
+    ]
+
+
 def load(name):
     with open(os.path.join(CONFIGS, name + ".json")) as f:
         return json.load(f)
@@ -115,10 +140,31 @@ def worker(out, spec):
     if record:
         torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
                                                  max_entries=2_000_000)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
-    if spec["weights"] == "bf16":
-        model = model.to(torch.bfloat16)
-    model = model.cuda()
+    if spec["weights"] == "nf4":
+        # QLoRA as its tutorials write it: a saved checkpoint loaded in 4-bit NF4 with double
+        # quantisation and bf16 compute, then prepare_model_for_kbit_training.
+        import peft
+        saved = f"/tmp/qlora_{spec['name']}"
+        transformers.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(saved)
+        bnb = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                              bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)
+        model = transformers.AutoModelForCausalLM.from_pretrained(saved, quantization_config=bnb,
+                                                                  attn_implementation="sdpa", device_map={"": 0})
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+        if spec["weights"] == "bf16":
+            model = model.to(torch.bfloat16)
+        model = model.cuda()
+    if spec.get("lora"):
+        import peft
+        lcfg = peft.LoraConfig(r=spec["lora"]["rank"], lora_alpha=2 * spec["lora"]["rank"], lora_dropout=0.05,
+                               target_modules=spec["lora"]["targets"], task_type="CAUSAL_LM")
+        model = peft.get_peft_model(model, lcfg)
+    if spec.get("train"):
+        import fnmatch
+        for pname, p in model.named_parameters():
+            p.requires_grad_(any(fnmatch.fnmatch(pname, g) for g in spec["train"]))
     model.train()
     if spec["checkpointing"]:
         model.gradient_checkpointing_enable()
@@ -137,23 +183,27 @@ def worker(out, spec):
         opt = torch.optim.AdamW(trainable, lr=1e-4)
     scaler = torch.amp.GradScaler("cuda") if spec["autocast"] == "fp16" else None
     vocab = cfg.vocab_size
+    accum = spec.get("grad_accum", 1)
     for _ in range(3):
-        ids = torch.randint(0, vocab, (spec["batch"], spec["seq"]), device="cuda")
-        if spec["autocast"] in ("bf16", "fp16"):
-            dtype = torch.bfloat16 if spec["autocast"] == "bf16" else torch.float16
-            with torch.autocast("cuda", dtype=dtype):
-                loss = model(input_ids=ids, labels=ids).loss
-        else:
-            loss = model(input_ids=ids, labels=ids).loss
+        for _micro in range(accum):
+            ids = torch.randint(0, vocab, (spec["batch"], spec["seq"]), device="cuda")
+            if spec["autocast"] in ("bf16", "fp16"):
+                dtype = torch.bfloat16 if spec["autocast"] == "bf16" else torch.float16
+                with torch.autocast("cuda", dtype=dtype):
+                    loss = model(input_ids=ids, labels=ids).loss / accum
+            else:
+                loss = model(input_ids=ids, labels=ids).loss / accum
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            del loss, ids
         if scaler is not None:
-            scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
         else:
-            loss.backward()
             opt.step()
         opt.zero_grad(set_to_none=True)
-        del loss, ids
     torch.cuda.synchronize()
     stats = torch.cuda.memory_stats()
     name = spec["name"]
@@ -166,6 +216,8 @@ def worker(out, spec):
         "torch": torch.__version__, "transformers": transformers.__version__,
         "device": torch.cuda.get_device_name(0),
         "parameters": sum(p.numel() for p in params),
+        "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
+        "trainable_names": [n for n, p in model.named_parameters() if p.requires_grad][:40],
         "trainable_parameters": sum(p.numel() for p in trainable),
         "optimizer_state_bytes": sum(t.numel() * t.element_size() for st in opt.state.values()
                                      for t in st.values() if torch.is_tensor(t) and t.is_cuda),
@@ -181,14 +233,15 @@ def worker(out, spec):
 
 def main(out):
     os.makedirs(out, exist_ok=True)
-    count_params(out)
+    if os.environ.get("ROUND") != "3":
+        count_params(out)
 
     def one(spec):
         p = subprocess.run([sys.executable, HERE, "worker", out, json.dumps(spec)], capture_output=True, text=True)
         return spec["name"], p.returncode, p.stdout.strip(), p.stderr[-3000:] if p.returncode else ""
 
     only = os.environ.get("ONLY", "").split(",") if os.environ.get("ONLY") else None
-    todo = [r for r in runs() if only is None or r["name"] in only]
+    todo = [r for r in (round3() if os.environ.get("ROUND") == "3" else runs()) if only is None or r["name"] in only]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         for name, rc, stdout, err in pool.map(one, todo):
             print(name, rc, stdout, err, flush=True)
