@@ -18,6 +18,7 @@ macro_rules! for_each_format {
             (PytorchSnapshot, pytorch_snapshot, "a PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot, optionally gzip-compressed)"),
             (PytorchSnapshotJson, pytorch_snapshot_json, "a PyTorch memory snapshot saved as JSON (json.dump(torch.cuda.memory._snapshot()), optionally gzip-compressed)"),
             (NsysSqlite, nsys_sqlite, "an Nsight Systems SQLite export (nsys export --type sqlite)"),
+            (JaxDeviceMemoryProfile, jax_device_memory_profile, "a JAX device memory profile (jax.profiler.save_device_memory_profile: pprof protobuf, gzip-compressed or plain): the live buffers of one instant with their Python stacks"),
             (PytorchProfilerTrace, pytorch_profiler_trace, "a PyTorch profiler Chrome trace with memory (profile_memory=True, export_chrome_trace)"),
             (PytorchMemoryTimeline, pytorch_memory_timeline, "a PyTorch profiler memory timeline (export_memory_timeline to .json or .raw.json, optionally gzip-compressed)"),
             (NvmlJsonl, nvml_jsonl, "pynvml JSON lines"),

@@ -146,6 +146,14 @@ def serving():
             put("serving_log", name, read("serving-logs/" + name))
 
 
+def jax():
+    """JAX device memory profiles made on the CPU (traces/jax-cpu/, a few KB each), decompressed:
+    the protobuf itself is what the fuzzer mutates."""
+    for name in sorted(os.listdir(os.path.join(TRACES, "jax-cpu"))):
+        if name.endswith(".prof"):
+            put("jax_device_memory_profile", name, gzip.decompress(read("jax-cpu/" + name)))
+
+
 def profiler():
     for name in ["mlp_train.profiler_trace.json", "profiled.profiler_trace.json.gz"]:
         trace = json.loads(read(name))
@@ -191,6 +199,7 @@ if __name__ == "__main__":
     logs()
     texts()
     serving()
+    jax()
     profiler()
     uploads()
     for target in sorted(os.listdir(SEEDS)):
