@@ -14,6 +14,7 @@ mod meta;
 mod params;
 mod payloads;
 mod plan;
+pub mod routes;
 mod segments;
 mod serving;
 mod stacks;

@@ -112,7 +112,7 @@ pub fn post_upload(
         .file_name()
         .map_or("upload".into(), |n| n.to_string_lossy().into_owned());
     agent
-        .post(&format!("{base}/api/reports"))
+        .post(&format!("{base}{}", memlens_api::routes::REPORTS))
         .query("name", &name)
         .set("Content-Type", "application/octet-stream")
         .set("Content-Length", &size.to_string())

@@ -25,6 +25,7 @@ mod timeline;
 mod upload;
 
 use leptos::prelude::*;
+use memlens_api::routes::Page;
 
 /// A path segment as written (`%3A` → `:`).
 fn decode(segment: &str) -> String {
@@ -39,26 +40,18 @@ fn App() -> impl IntoView {
     let path = web_sys::window()
         .and_then(|w| w.location().pathname().ok())
         .unwrap_or_default();
-    let id = path.strip_prefix("/r/").map(|s| s.trim_end_matches('/').to_owned());
-    let job = path.strip_prefix("/j/").map(|s| s.trim_end_matches('/').to_owned());
-    let sides = path
-        .strip_prefix("/compare/")
-        .and_then(|s| s.trim_end_matches('/').split_once('/'))
-        .map(|(a, b)| (decode(a), decode(b)));
-    let plan_page = path.trim_end_matches('/') == "/plan";
+    let page = Page::parse(&path);
     view! {
         <header class="top">
             <a href="/" class="brand">"memlens"</a>
             <span class="tagline">"where your GPU memory went"</span>
         </header>
-        {match (id, sides) {
-            _ if plan_page => view! { <plan::PlanPage /> }.into_any(),
-            _ if job.as_ref().is_some_and(|j| !j.is_empty()) => {
-                view! { <job::JobPage id=job.clone().unwrap_or_default() /> }.into_any()
-            }
-            (_, Some((a, b))) => view! { <compare::ComparePage a=a b=b /> }.into_any(),
-            (Some(id), _) if !id.is_empty() => view! { <report::ReportPage id=id /> }.into_any(),
-            _ => view! { <upload::UploadPage /> }.into_any(),
+        {match page {
+            Some(Page::Plan) => view! { <plan::PlanPage /> }.into_any(),
+            Some(Page::Job { id }) => view! { <job::JobPage id=id /> }.into_any(),
+            Some(Page::Compare { a, b }) => view! { <compare::ComparePage a=decode(&a) b=decode(&b) /> }.into_any(),
+            Some(Page::Report { id }) => view! { <report::ReportPage id=id /> }.into_any(),
+            None => view! { <upload::UploadPage /> }.into_any(),
         }}
     }
 }

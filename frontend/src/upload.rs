@@ -122,7 +122,7 @@ pub fn UploadPage() -> impl IntoView {
             <p class="lead">
                 "Drop what your training job left behind — a PyTorch allocator snapshot, and the NVML log of the same run if you have one — or paste the out-of-memory error. memlens says why it ran out and what to change to fit, finds the peak and what is in it and what leaks each iteration; the NVML log adds what the whole GPU used, and Nsight Systems exports are charted at the driver level."
             </p>
-            <p id="plan-link">"Not run yet? "<a href="/plan">"Plan it from the model's config.json"</a>" — will it fit, and at what batch?"</p>
+            <p id="plan-link">"Not run yet? "<a href=memlens_api::routes::PLAN_PAGE>"Plan it from the model's config.json"</a>" — will it fit, and at what batch?"</p>
             <FormatList />
             <label
                 class="dropzone"

@@ -131,7 +131,13 @@ fn upload(agent: &ureq::Agent, base: &str, file: &Path) -> Result<String, String
     let body = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let created = memlens_bench::post_upload(agent, base, file, size, body)?;
     loop {
-        let (body, _) = timed_get(agent, &format!("{base}/api/reports/{}/status", created.id))?;
+        let (body, _) = timed_get(
+            agent,
+            &format!(
+                "{base}{}",
+                memlens_api::routes::report(memlens_api::routes::REPORT_STATUS, &created.id)
+            ),
+        )?;
         let status: Status = serde_json::from_slice(&body).map_err(|e| format!("status answer: {e}"))?;
         match status.state {
             ReportState::Ready => return Ok(created.id),
@@ -222,7 +228,11 @@ fn main() -> Result<(), String> {
         Latencies::default(),
     );
     for id in &ids {
-        let report = format!("{}/api/reports/{id}", server.base);
+        use memlens_api::routes::{report as at, REPORT, SEGMENTS, TIMELINE};
+        let base = &server.base;
+        let report = format!("{base}{}", at(REPORT, id));
+        let timeline = format!("{base}{}", at(TIMELINE, id));
+        let segments = format!("{base}{}", at(SEGMENTS, id));
         let (body, ms) = timed_get(&agent, &report)?;
         summaries.0.push(ms);
         let summary: AnalyzeOutput = serde_json::from_slice(&body).map_err(|e| format!("summary: {e}"))?;
@@ -231,7 +241,7 @@ fn main() -> Result<(), String> {
             .first()
             .and_then(|f| f.devices.first())
             .map_or(1, |d| d.event_count.max(1));
-        let (body, ms) = timed_get(&agent, &format!("{report}/timeline?width=1340&axis=time&overview=true"))?;
+        let (body, ms) = timed_get(&agent, &format!("{timeline}?width=1340&axis=time&overview=true"))?;
         first_views.0.push(ms);
         let whole: Range = serde_json::from_slice(&body).map_err(|e| format!("first view: {e}"))?;
         std::thread::sleep(Duration::from_secs(2));
@@ -240,14 +250,14 @@ fn main() -> Result<(), String> {
             let width = ((whole.end - whole.start) as f64 * [0.5, 0.1, 0.01, 0.001][k % 4]).max(1.0) as i64;
             let start = places.within(whole.start, (whole.end - width).max(whole.start + 1));
             let url = format!(
-                "{report}/timeline?file=0&device=0&width=1340&axis=time&start={start}&end={}",
+                "{timeline}?file=0&device=0&width=1340&axis=time&start={start}&end={}",
                 (start + width).min(whole.end)
             );
             zooms.0.push(timed_get(&agent, &url)?.1);
         }
         for _ in 0..20 {
             let event = places.within(0, entries as i64);
-            let url = format!("{report}/segments?file=0&device=0&event={event}&max_segments=80&width=1430");
+            let url = format!("{segments}?file=0&device=0&event={event}&max_segments=80&width=1430");
             maps.0.push(timed_get(&agent, &url)?.1);
         }
     }

@@ -104,7 +104,10 @@ fn main() -> Result<(), String> {
     let mut stages: Vec<(Stage, f64)> = Vec::new();
     let status = loop {
         let status: Status = agent
-            .get(&format!("{base}/api/reports/{}/status", created.id))
+            .get(&format!(
+                "{base}{}",
+                memlens_api::routes::report(memlens_api::routes::REPORT_STATUS, &created.id)
+            ))
             .call()
             .map_err(|e| format!("status: {e}"))
             .and_then(|r| serde_json::from_reader(r.into_reader()).map_err(|e| format!("status answer: {e}")))?;

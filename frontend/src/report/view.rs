@@ -82,10 +82,16 @@ fn meta_line(meta: &ReportMeta) -> Option<impl IntoView> {
     })
 }
 
-/// The report id in a pasted link (`…/r/{id}…`, `…/compare/{id}…`) or a bare id.
+/// The report id in a pasted link (`…/r/{id}…`) or a bare id.
 fn report_id_in(text: &str) -> Option<String> {
     let t = text.trim();
-    let tail = t.rsplit_once("/r/").map_or(t, |(_, rest)| rest);
+    let tail = match memlens_api::routes::Link::parse(t) {
+        Some(memlens_api::routes::Link {
+            page: memlens_api::routes::Page::Report { id },
+            ..
+        }) => id,
+        _ => t.to_owned(),
+    };
     let id: String = tail.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
     (id.len() == 32).then_some(id)
 }

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use memlens_api::routes::{self, Link, Page};
 use memlens_api::{AnalyzeOutput, ErrorBody, JobView, ReportState};
 
 use super::error::CommandError;
@@ -35,17 +36,17 @@ impl Source {
             link: given.to_owned(),
             problem: "not a report link (expected http…/r/ID)".into(),
         };
-        let path_end = given.find(['?', '#']).unwrap_or(given.len());
-        let (server, id) = given[..path_end].rsplit_once("/r/").ok_or_else(bad)?;
-        let id = id.trim_end_matches('/');
-        if id.is_empty() || id.contains('/') {
-            return Err(bad());
+        match Link::parse(given) {
+            Some(Link {
+                server,
+                page: Page::Report { id },
+            }) => Ok(Source::Report {
+                link: given.to_owned(),
+                server,
+                id,
+            }),
+            _ => Err(bad()),
         }
-        Ok(Source::Report {
-            link: given.to_owned(),
-            server: server.to_owned(),
-            id: id.to_owned(),
-        })
     }
 }
 
@@ -55,15 +56,15 @@ pub fn last_good_run(job_link: &str, new: &Source) -> Result<Source, SourceError
         link: job_link.to_owned(),
         problem,
     };
-    let path_end = job_link.find(['?', '#']).unwrap_or(job_link.len());
-    let (server, id) = job_link[..path_end]
-        .rsplit_once("/j/")
-        .filter(|(s, id)| {
-            (s.starts_with("http://") || s.starts_with("https://")) && !id.is_empty() && !id.contains('/')
-        })
-        .ok_or_else(|| fail("not a job link (expected http…/j/ID)".into()))?;
-    let job: JobView =
-        get_json(job_link, &format!("{server}/api/jobs/{id}"))?.ok_or_else(|| fail("the job is not ready".into()))?;
+    let (server, id) = match Link::parse(job_link) {
+        Some(Link {
+            server,
+            page: Page::Job { id },
+        }) if server.starts_with("http://") || server.starts_with("https://") => (server, id),
+        _ => return Err(fail("not a job link (expected http…/j/ID)".into())),
+    };
+    let job: JobView = get_json(job_link, &format!("{server}{}", routes::fill(routes::JOB, &[&id])))?
+        .ok_or_else(|| fail("the job is not ready".into()))?;
     let new_id = match new {
         Source::Report { id, .. } => Some(id.as_str()),
         Source::File(_) => None,
@@ -81,14 +82,14 @@ pub fn last_good_run(job_link: &str, new: &Source) -> Result<Source, SourceError
         })?;
     Ok(Source::Report {
         link: format!("{server}{}", run.url),
-        server: server.to_owned(),
+        server,
         id: run.id.clone(),
     })
 }
 
 /// A report's summary, once its analysis is done (a 202 is waited on until `wait` runs out).
 pub fn report_summary(link: &str, server: &str, id: &str, wait: Duration) -> Result<AnalyzeOutput, SourceError> {
-    let url = format!("{server}/api/reports/{id}");
+    let url = format!("{server}{}", routes::report(routes::REPORT, id));
     let start = Instant::now();
     loop {
         match get_json::<AnalyzeOutput>(link, &url)? {

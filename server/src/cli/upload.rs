@@ -3,6 +3,7 @@
 //! memory; transport failures, 5xx and 429 answers are retried with backoff (429 after its
 //! `Retry-After`); a refusal (401 without a valid token, 413, 400) is one clear line.
 
+use memlens_api::routes;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -164,9 +165,9 @@ pub fn send(args: &UploadArgs) -> Result<Created, UploadError> {
     }
     let qs = serde_urlencoded::to_string(&query)?;
     let url = if qs.is_empty() {
-        format!("{server}/api/reports")
+        format!("{server}{}", routes::REPORTS)
     } else {
-        format!("{server}/api/reports?{qs}")
+        format!("{server}{}?{qs}", routes::REPORTS)
     };
     let mut wait = Duration::from_millis(500);
     let mut n = 1;

@@ -5,6 +5,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use memlens_api::routes;
 use memlens_api::ChartParams;
 
 use super::error::{internal, ApiError, Q};
@@ -107,7 +108,7 @@ async fn chart(st: Shared, id: ReportId, q: ChartParams, svg: bool) -> Result<Re
         .into_response())
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/chart.png", tag = "charts", params(("id" = String, Path), ChartParams), responses((status = 200, content_type = "image/png")))]
+#[utoipa::path(get, path = routes::CHART_PNG, tag = "charts", params(("id" = String, Path), ChartParams), responses((status = 200, content_type = "image/png")))]
 pub async fn chart_png(
     State(st): State<Shared>,
     ReportPath(id): ReportPath,
@@ -116,7 +117,7 @@ pub async fn chart_png(
     chart(st, id, q, false).await
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/chart.svg", tag = "charts", params(("id" = String, Path), ChartParams), responses((status = 200, content_type = "image/svg+xml")))]
+#[utoipa::path(get, path = routes::CHART_SVG, tag = "charts", params(("id" = String, Path), ChartParams), responses((status = 200, content_type = "image/svg+xml")))]
 pub async fn chart_svg(
     State(st): State<Shared>,
     ReportPath(id): ReportPath,

@@ -6,6 +6,7 @@
 
 use axum::extract::State;
 use axum::Json;
+use memlens_api::routes;
 use memlens_api::{AnalyzeOutput, CheckOutcome, CheckParams, CompareParams, Comparison, DeviceSummary, SideRef};
 use memlens_core::analysis::check::{check_run, checked_device, parse_thresholds, RunDelta};
 use memlens_core::analysis::compare::{compare_runs, CompareSide, COMPARE_WIDTH};
@@ -78,7 +79,7 @@ fn label(s: &AnalyzeOutput, fi: usize, device: i64) -> (String, Option<u32>) {
     }
 }
 
-#[utoipa::path(get, path = "/api/compare", tag = "queries", params(CompareParams),
+#[utoipa::path(get, path = routes::COMPARE, tag = "queries", params(CompareParams),
     responses((status = 200, body = Comparison), (status = 400, body = memlens_api::ErrorBody),
               (status = 404, body = memlens_api::ErrorBody)))]
 pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result<Json<Comparison>, ApiError> {
@@ -88,7 +89,7 @@ pub async fn compare(State(st): State<Shared>, Q(q): Q<CompareParams>) -> Result
 }
 
 /// `GET /api/check`: a regression gate over two reports, as `memlens check` answers it.
-#[utoipa::path(get, path = "/api/check", tag = "queries", params(CheckParams),
+#[utoipa::path(get, path = routes::CHECK, tag = "queries", params(CheckParams),
     responses((status = 200, body = CheckOutcome), (status = 400, body = memlens_api::ErrorBody),
               (status = 404, body = memlens_api::ErrorBody)))]
 pub async fn check(State(st): State<Shared>, Q(q): Q<CheckParams>) -> Result<Json<CheckOutcome>, ApiError> {

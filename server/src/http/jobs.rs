@@ -5,6 +5,7 @@
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
+use memlens_api::routes;
 use memlens_api::{
     AnalyzeOutput, CategoryBytes, DeleteParams, DeviceSummary, JobRegression, JobRun, JobView, ReportState, Thresholds,
 };
@@ -78,7 +79,7 @@ async fn view(st: &Shared, job: JobRecord, reports: Vec<ReportRecord>) -> JobVie
         };
         runs.push(JobRun {
             id: r.id.to_string(),
-            url: format!("/r/{}", r.id),
+            url: routes::fill(routes::REPORT_PAGE, &[&r.id.to_string()]),
             created_at: r.created_at,
             title: r.meta.title.clone(),
             state: if expired { ReportState::Failed } else { r.state },
@@ -103,7 +104,7 @@ async fn view(st: &Shared, job: JobRecord, reports: Vec<ReportRecord>) -> JobVie
         }
     }
     JobView {
-        url: format!("/j/{}", job.id),
+        url: routes::fill(routes::JOB_PAGE, &[&job.id.to_string()]),
         id: job.id.to_string(),
         name: job.name,
         thresholds,
@@ -111,7 +112,7 @@ async fn view(st: &Shared, job: JobRecord, reports: Vec<ReportRecord>) -> JobVie
     }
 }
 
-#[utoipa::path(get, path = "/api/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
+#[utoipa::path(get, path = routes::JOB, tag = "jobs", params(("id" = String, Path)),
     responses((status = 200, body = JobView), (status = 404, body = memlens_api::ErrorBody)))]
 pub async fn job(State(st): State<Shared>, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
     let (job, runs) = job_and_runs(&st, &id).await?;
@@ -120,7 +121,7 @@ pub async fn job(State(st): State<Shared>, Path(id): Path<String>) -> Result<Jso
 
 /// Sets the limits each run is held to; needs the owner token the job's first upload answered
 /// with (`X-Delete-Token` or `?token=`).
-#[utoipa::path(patch, path = "/api/jobs/{id}", tag = "jobs",
+#[utoipa::path(patch, path = routes::JOB, tag = "jobs",
     params(("id" = String, Path), DeleteParams), request_body = Thresholds,
     responses((status = 200, body = JobView), (status = 400, body = memlens_api::ErrorBody),
               (status = 403, body = memlens_api::ErrorBody), (status = 404, body = memlens_api::ErrorBody)))]

@@ -35,6 +35,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use axum::Router;
 pub use error::ApiError;
+use memlens_api::routes;
 pub use state::{AppState, HttpConfig, Shared};
 use tower_http::compression::CompressionLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
@@ -118,14 +119,14 @@ pub fn router(state: Shared) -> Router {
     // and answers of 32 bytes or less go out as they are (tower-http's default predicate).
     let api = api.layer(CompressionLayer::new().quality(CompressionLevel::Fastest));
     let router = api
-        .route("/api/openapi.json", get(ops::openapi))
+        .route(routes::OPENAPI, get(ops::openapi))
         .layer(axum::Extension(Arc::new(doc)))
-        .route("/healthz", get(ops::healthz))
-        .route("/metrics", get(ops::metrics))
-        .route("/r/{id}", get(pages::report_page))
-        .route("/compare/{a}/{b}", get(pages::compare_page))
-        .route("/j/{id}", get(pages::job_page))
-        .route("/plan", get(pages::plan_page))
+        .route(routes::HEALTHZ, get(ops::healthz))
+        .route(routes::METRICS, get(ops::metrics))
+        .route(routes::REPORT_PAGE, get(pages::report_page))
+        .route(routes::COMPARE_PAGE, get(pages::compare_page))
+        .route(routes::JOB_PAGE, get(pages::job_page))
+        .route(routes::PLAN_PAGE, get(pages::plan_page))
         .merge(static_files::service(&static_dir));
     // Without a built UI (API-only runs) the policy still holds; it pins no inline script.
     let index_html = std::fs::read_to_string(&index).unwrap_or_default();
@@ -134,4 +135,19 @@ pub fn router(state: Shared) -> Router {
         router = router.layer(SetResponseHeaderLayer::overriding(name, value));
     }
     router.with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The router serves exactly the API templates of the one route table, each documented.
+    #[test]
+    fn the_documented_routes_are_the_route_table() {
+        let served: BTreeSet<String> = openapi_document().paths.paths.keys().cloned().collect();
+        let table: BTreeSet<String> = routes::API.iter().map(|p| (*p).to_owned()).collect();
+        assert_eq!(served, table);
+    }
 }

@@ -4,6 +4,7 @@
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
+use memlens_api::routes;
 use memlens_api::{ReportState, SideRef};
 
 use super::state::{link_id, record, summary_of, Shared};
@@ -73,7 +74,10 @@ pub async fn report_page(State(st): State<Shared>, Path(id): Path<String>, heade
     let image = match &rec {
         Some(r) if r.state == ReportState::Ready && has_chart(&st, &r.id).await => {
             let id = &r.id;
-            Some(format!("http://{host}/api/reports/{id}/chart.png"))
+            Some(format!(
+                "http://{host}{}",
+                routes::report(routes::CHART_PNG, &id.to_string())
+            ))
         }
         _ => None,
     };

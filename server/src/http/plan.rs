@@ -4,6 +4,7 @@
 
 use axum::extract::State;
 use axum::Json;
+use memlens_api::routes;
 use memlens_api::{Plan, PlanModel, PlanParams};
 use memlens_core::plan::calibrate::{calibrating_run, plan_by_busiest_device};
 
@@ -12,12 +13,12 @@ use super::queries::with_file;
 use super::state::{link_id, summary_of, Shared};
 
 /// The bundled models `model` takes by name, each with its parameter count.
-#[utoipa::path(get, path = "/api/plan/models", tag = "queries", responses((status = 200, body = Vec<PlanModel>)))]
+#[utoipa::path(get, path = routes::PLAN_MODELS, tag = "queries", responses((status = 200, body = Vec<PlanModel>)))]
 pub async fn models() -> Json<Vec<PlanModel>> {
     Json(memlens_core::plan::presets::models())
 }
 
-#[utoipa::path(get, path = "/api/plan", tag = "queries",
+#[utoipa::path(get, path = routes::PLAN, tag = "queries",
     params(PlanParams), responses((status = 200, body = Plan), (status = 400, body = memlens_api::ErrorBody)))]
 pub async fn plan(State(st): State<Shared>, Q(q): Q<PlanParams>) -> Result<Json<Plan>, ApiError> {
     let bad = |e: memlens_core::plan::PlanError| ApiError::BadRequest(e.to_string());
@@ -42,7 +43,7 @@ pub async fn plan(State(st): State<Shared>, Q(q): Q<PlanParams>) -> Result<Json<
             "report {link} has no file to calibrate by"
         )));
     };
-    let name = format!("/r/{link}");
+    let name = routes::fill(routes::REPORT_PAGE, &[&link]);
     let plan = with_file(&st, &id, fi, move |f| {
         let frames = f.devices().map_err(internal)?;
         plan_by_busiest_device(&q, &name, (run_batch, run_seq), &s.files[fi], &frames, &s.gpu_logs).map_err(internal)

@@ -3,6 +3,7 @@
 //! NVML series and what-if predictions. The answers come from `memlens_core::query`; this file picks the file,
 //! device or GPU a query names and runs CPU work on the blocking pool.
 
+use memlens_api::routes;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -97,7 +98,7 @@ pub async fn blocking<D: Send + Sync + 'static, T: Send + 'static>(
     tokio::task::spawn_blocking(move || f(&data)).await.map_err(internal)?
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/timeline", tag = "queries",
+#[utoipa::path(get, path = routes::TIMELINE, tag = "queries",
     params(("id" = String, Path), TimelineParams), responses((status = 200, body = Timeline)))]
 pub async fn timeline(
     State(st): State<Shared>,
@@ -181,7 +182,7 @@ fn axis_of(q: &TimelineParams, d: &DeviceSummary) -> TimelineAxis {
     }
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/categories", tag = "queries",
+#[utoipa::path(get, path = routes::CATEGORIES, tag = "queries",
     params(("id" = String, Path), TimelineParams), responses((status = 200, body = CategoryTimeline)))]
 pub async fn category_timeline(
     State(st): State<Shared>,
@@ -203,7 +204,7 @@ pub async fn category_timeline(
     Ok(Json(tl))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/flame", tag = "queries",
+#[utoipa::path(get, path = routes::FLAME, tag = "queries",
     params(("id" = String, Path), TimelineParams), responses((status = 200, body = FlameGraph)))]
 pub async fn flame(
     State(st): State<Shared>,
@@ -223,7 +224,7 @@ pub async fn flame(
     Ok(Json(g))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/segments", tag = "queries",
+#[utoipa::path(get, path = routes::SEGMENTS, tag = "queries",
     params(("id" = String, Path), SegmentsParams), responses((status = 200, body = SegmentMap)))]
 pub async fn segments(
     State(st): State<Shared>,
@@ -262,7 +263,7 @@ pub async fn segments(
     Ok(Json(map))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/fragmentation", tag = "queries",
+#[utoipa::path(get, path = routes::FRAGMENTATION, tag = "queries",
     params(("id" = String, Path), DeviceParams), responses((status = 200, body = FragmentationSeries)))]
 pub async fn fragmentation(
     State(st): State<Shared>,
@@ -285,7 +286,7 @@ async fn device_summary(st: &Shared, id: &ReportId, q: &DeviceParams) -> Result<
     Ok(pick(&r, q.file, q.device)?.1.clone())
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/peak", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = Peak)))]
+#[utoipa::path(get, path = routes::PEAK, tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = Peak)))]
 pub async fn peak(
     State(st): State<Shared>,
     ReportPath(id): ReportPath,
@@ -303,7 +304,7 @@ pub async fn peak(
     }))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/leaks", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [LeakCandidate])))]
+#[utoipa::path(get, path = routes::LEAKS, tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [LeakCandidate])))]
 pub async fn leaks(
     State(st): State<Shared>,
     ReportPath(id): ReportPath,
@@ -312,7 +313,7 @@ pub async fn leaks(
     Ok(Json(device_summary(&st, &id, &q).await?.leaks))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/ooms", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [OomExplanation])))]
+#[utoipa::path(get, path = routes::OOMS, tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [OomExplanation])))]
 pub async fn ooms(
     State(st): State<Shared>,
     ReportPath(id): ReportPath,
@@ -321,7 +322,7 @@ pub async fn ooms(
     Ok(Json(device_summary(&st, &id, &q).await?.ooms))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/annotations", tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [PhaseRange])))]
+#[utoipa::path(get, path = routes::ANNOTATIONS, tag = "queries", params(("id" = String, Path), DeviceParams), responses((status = 200, body = [PhaseRange])))]
 pub async fn annotations(
     State(st): State<Shared>,
     ReportPath(id): ReportPath,
@@ -330,7 +331,7 @@ pub async fn annotations(
     Ok(Json(device_summary(&st, &id, &q).await?.phases))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/stacks/{stack}", tag = "queries",
+#[utoipa::path(get, path = routes::STACK, tag = "queries",
     params(("id" = String, Path), ("stack" = u32, Path), FileParams), responses((status = 200, body = [FrameView])))]
 pub async fn stack(
     State(st): State<Shared>,
@@ -355,7 +356,7 @@ fn parse_address(a: &str) -> Result<i64, ApiError> {
     .map_err(|_| ApiError::BadRequest(format!("`{a}` is not an address")))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/allocations", tag = "queries",
+#[utoipa::path(get, path = routes::ALLOCATIONS, tag = "queries",
     params(("id" = String, Path), SearchParams), responses((status = 200, body = SearchResult)))]
 pub async fn allocations(
     State(st): State<Shared>,
@@ -382,7 +383,7 @@ pub async fn allocations(
     Ok(Json(SearchResult { total, allocations }))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/gpu_samples", tag = "queries",
+#[utoipa::path(get, path = routes::GPU_SAMPLES, tag = "queries",
     params(("id" = String, Path), GpuSamplesParams), responses((status = 200, body = GpuSeries)))]
 pub async fn gpu_samples(
     State(st): State<Shared>,
@@ -412,7 +413,7 @@ pub async fn gpu_samples(
     Ok(Json(series))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}/whatif", tag = "queries",
+#[utoipa::path(get, path = routes::WHATIF, tag = "queries",
     params(("id" = String, Path), WhatIfParams), responses((status = 200, body = WhatIfFile), (status = 400, body = memlens_api::ErrorBody)))]
 pub async fn whatif(
     State(st): State<Shared>,

@@ -1,6 +1,7 @@
 //! A report as a resource: its status while processing, its summary, editing its metadata and
 //! deleting it with its owner token, and the server's upload limits.
 
+use memlens_api::routes;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -13,14 +14,14 @@ use super::state::{now, record, status_of, summary_of, ReportPath, Shared};
 use crate::ids::{self, ReportId};
 use crate::storage::store::ReportRecord;
 
-#[utoipa::path(get, path = "/api/reports/{id}/status", tag = "reports", params(("id" = String, Path)),
+#[utoipa::path(get, path = routes::REPORT_STATUS, tag = "reports", params(("id" = String, Path)),
     responses((status = 200, body = Status), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody)))]
 pub async fn status(State(st): State<Shared>, ReportPath(id): ReportPath) -> Result<Json<Status>, ApiError> {
     let rec = record(&st, &id).await?;
     Ok(Json(status_of(&st, &rec)))
 }
 
-#[utoipa::path(get, path = "/api/reports/{id}", tag = "reports", params(("id" = String, Path)),
+#[utoipa::path(get, path = routes::REPORT, tag = "reports", params(("id" = String, Path)),
     responses((status = 200, body = AnalyzeOutput, description = "the same JSON as `memlens analyze --json`"),
               (status = 202, body = ErrorBody), (status = 404, body = ErrorBody), (status = 410, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn summary(State(st): State<Shared>, ReportPath(id): ReportPath) -> Result<Json<AnalyzeOutput>, ApiError> {
@@ -55,7 +56,7 @@ async fn owned(st: &Shared, id: &ReportId, q: DeleteParams, headers: &HeaderMap)
 
 /// Edits what the report says about itself (title, notes, tags, job, host) and its expiry;
 /// needs the owner token the upload answered with.
-#[utoipa::path(patch, path = "/api/reports/{id}", tag = "reports",
+#[utoipa::path(patch, path = routes::REPORT, tag = "reports",
     params(("id" = String, Path), DeleteParams), request_body = MetaPatch,
     responses((status = 200, body = Status), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn edit_meta(
@@ -97,7 +98,7 @@ pub async fn edit_meta(
     Ok(Json(status_of(&st, &rec)))
 }
 
-#[utoipa::path(delete, path = "/api/reports/{id}", tag = "reports",
+#[utoipa::path(delete, path = routes::REPORT, tag = "reports",
     params(("id" = String, Path), DeleteParams),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn delete_report(
@@ -117,7 +118,7 @@ pub async fn delete_report(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(get, path = "/api/limits", tag = "reports", responses((status = 200, body = ServerLimits)))]
+#[utoipa::path(get, path = routes::LIMITS, tag = "reports", responses((status = 200, body = ServerLimits)))]
 pub async fn limits(State(st): State<Shared>) -> Json<ServerLimits> {
     Json(ServerLimits {
         max_upload_bytes: st.config.max_upload,

@@ -10,6 +10,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::StreamExt;
+use memlens_api::routes;
 use memlens_api::{Created, ErrorBody, ReportState, Status, UploadParams};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,7 +34,7 @@ const FORGET_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 /// Bytes gathered before one blocking write to the store.
 const WRITE_BATCH: usize = 4 << 20;
 
-#[utoipa::path(post, path = "/api/reports", tag = "reports",
+#[utoipa::path(post, path = routes::REPORTS, tag = "reports",
     params(UploadParams),
     request_body(content = String, description = "multipart/form-data with one or more `file` fields, or a raw body", content_type = "multipart/form-data"),
     responses((status = 201, body = Created), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -256,12 +257,15 @@ async fn receive(
         st.ingest.enqueue(id.clone());
     }
     let (job_url, job_owner_token) = match job {
-        Some(j) => (Some(format!("/j/{}", j.record.id)), j.owner_token),
+        Some(j) => (
+            Some(routes::fill(routes::JOB_PAGE, &[&j.record.id.to_string()])),
+            j.owner_token,
+        ),
         None => (None, None),
     };
     Ok(Created {
         id: id.to_string(),
-        url: format!("/r/{id}"),
+        url: routes::fill(routes::REPORT_PAGE, &[&id.to_string()]),
         delete_token: token,
         job_url,
         job_owner_token,
@@ -271,7 +275,7 @@ async fn receive(
 /// Adds the next window of a recording to the report its window 0 made (the owner token as
 /// `X-Delete-Token`), and analyses the report again with it. A window the report already has
 /// (a retried upload) is answered as it is.
-#[utoipa::path(post, path = "/api/reports/{id}/windows", tag = "reports",
+#[utoipa::path(post, path = routes::REPORT_WINDOWS, tag = "reports",
     params(("id" = String, Path), UploadParams),
     request_body(content = String, description = "the window's snapshot: multipart/form-data with one `file` field, or a raw body", content_type = "multipart/form-data"),
     responses((status = 200, body = Status), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use memlens_api::routes;
 use serde_json::Value;
 
 pub fn manifest_dir() -> PathBuf {
@@ -199,7 +200,7 @@ pub fn get_json(s: &Server, path: &str) -> (u16, Value) {
 pub fn upload(s: &Server, files: &[(&str, Vec<u8>)]) -> (u16, Value) {
     let (ctype, body) = multipart(files);
     status_code(
-        ureq::post(&s.url("/api/reports"))
+        ureq::post(&s.url(routes::REPORTS))
             .set("Content-Type", &ctype)
             .send_bytes(&body),
     )
@@ -215,7 +216,7 @@ pub fn upload_trace(s: &Server, name: &str) -> Value {
 pub fn wait_done_within(s: &Server, id: &str, limit: Duration) -> Value {
     let start = Instant::now();
     loop {
-        let (code, v) = status_code(ureq::get(&s.url(&format!("/api/reports/{id}/status"))).call());
+        let (code, v) = status_code(ureq::get(&s.url(&routes::report(routes::REPORT_STATUS, id))).call());
         assert_eq!(code, 200, "{v}");
         let state = v["state"].as_str().unwrap_or("").to_owned();
         if state == "ready" || state == "failed" {
