@@ -263,15 +263,19 @@ fn analyze_device_with(
     let Placement {
         placed,
         iteration_ends: ends,
-    } = categorize(
-        ev,
-        training.as_ref(),
-        &lifetimes,
-        &structure,
-        stacks,
-        pytorch,
-        &evidence,
-    )?;
+    } = if t.format == memlens_api::Format::JaxDeviceMemoryProfile {
+        crate::analysis::jax_anatomy::placement(&lifetimes, stacks, rules)?
+    } else {
+        categorize(
+            ev,
+            training.as_ref(),
+            &lifetimes,
+            &structure,
+            stacks,
+            pytorch,
+            &evidence,
+        )?
+    };
     // What an OOM's failed step made, placed by where in the step it was made.
     let placed = crate::analysis::failed_step::place_failed_steps(ev, stacks, &phases, &lifetimes, placed)?;
     let categories = category_budget(&lifetimes, &placed, peak_idx, &ends)?;
@@ -343,7 +347,11 @@ fn analyze_device_with(
         memory_summary: None,
         verdict: String::new(),
     };
-    summary.verdict = crate::analysis::verdict::device_verdict(&summary);
+    summary.verdict = if t.format == memlens_api::Format::JaxDeviceMemoryProfile {
+        crate::analysis::jax_anatomy::verdict(&summary)
+    } else {
+        crate::analysis::verdict::device_verdict(&summary)
+    };
     Ok(DeviceAnalysis {
         summary,
         usage: usage_frame,

@@ -12,9 +12,10 @@ use memlens_tests::traces_dir;
 /// Fixture files: every file in `traces/` but oracles, notes and scripts (`capture/` holds how the
 /// captured ones were made), and in its folders of OOM evidence: `oom/` (at-OOM snapshots and
 /// the texts each failure left, captured), `oom_text/` (one message or table per shape) and
-/// `serving-logs/` (vLLM and SGLang startup logs people posted, one per wording).
+/// `serving-logs/` (vLLM and SGLang startup logs people posted, one per wording); `jax-cpu/`
+/// (JAX device memory profiles made on the CPU).
 fn fixtures() -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = ["", "oom", "oom_text", "serving-logs"]
+    let mut v: Vec<_> = ["", "oom", "oom_text", "serving-logs", "jax-cpu"]
         .iter()
         .flat_map(|sub| std::fs::read_dir(traces_dir().join(sub)).expect("traces/"))
         .filter_map(|e| e.ok().map(|e| e.path()))

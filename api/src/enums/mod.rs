@@ -212,7 +212,7 @@ pub enum Category {
 
 impl CategoryRule {
     /// Every rule; stored reports keep positions in this list, so new rules go at the end.
-    pub const ALL: [CategoryRule; 29] = [
+    pub const ALL: [CategoryRule; 34] = [
         CategoryRule::ExplicitLabel,
         CategoryRule::ModuleTo,
         CategoryRule::AliveThroughout,
@@ -242,6 +242,11 @@ impl CategoryRule {
         CategoryRule::WorkspaceBySize,
         CategoryRule::KvCache,
         CategoryRule::LoadedAsWeights,
+        CategoryRule::MadeByModelInit,
+        CategoryRule::MadeByOptax,
+        CategoryRule::MadeByJaxGrad,
+        CategoryRule::ParameterTreeOfCopies,
+        CategoryRule::CopyOfParameterTree,
     ];
 
     /// The rule's position in [`CategoryRule::ALL`] (what stored reports keep); a match over
@@ -278,6 +283,11 @@ impl CategoryRule {
             CategoryRule::WorkspaceBySize => 26,
             CategoryRule::KvCache => 27,
             CategoryRule::LoadedAsWeights => 28,
+            CategoryRule::MadeByModelInit => 29,
+            CategoryRule::MadeByOptax => 30,
+            CategoryRule::MadeByJaxGrad => 31,
+            CategoryRule::ParameterTreeOfCopies => 32,
+            CategoryRule::CopyOfParameterTree => 33,
         }
     }
 }
@@ -401,6 +411,24 @@ pub enum CategoryRule {
     /// `load_state_dict`, `from_pretrained`, a model's `init_weights`) and kept to the end, in a
     /// run without training structure: the weights, however they reached the GPU.
     LoadedAsWeights,
+    /// Made by a JAX model library's parameter initialisation (flax's `Scope.param` under
+    /// `Module.init`, a flax.nnx `Param`, haiku's `get_parameter`, an equinox layer's
+    /// `__init__`), in a JAX device memory profile: the parameters.
+    MadeByModelInit,
+    /// Made by optax's code, in a JAX device memory profile: an optimizer's `init` (its moments,
+    /// `tree_zeros_like` of the parameters, and its step count) or an update run outside `jit`.
+    MadeByOptax,
+    /// Made by the backward pass of `jax.grad` / `value_and_grad` / `vjp` run outside `jit`
+    /// (`jax/_src/interpreters/ad.py`'s `backward_pass`), in a JAX device memory profile.
+    MadeByJaxGrad,
+    /// In a JAX device memory profile, one of k ≥ 2 trees of exactly the same buffer sizes
+    /// that one call returned (a jitted train step returns the parameters and state of their
+    /// shape, all with the call's stack): one tree counted as the parameters.
+    ParameterTreeOfCopies,
+    /// The other k − 1 trees of the parameters' sizes from that call: an optimizer's moments
+    /// (Adam keeps two), gradients returned or kept from earlier steps — which of them, the
+    /// profile's stacks cannot tell.
+    CopyOfParameterTree,
 }
 
 /// The evidence a run's loop steps were found from, strongest first.
@@ -521,7 +549,7 @@ mod tests {
         }
         // The last position is the list's last: no rule's position is past its end.
         assert_eq!(
-            usize::from(CategoryRule::LoadedAsWeights.position()) + 1,
+            usize::from(CategoryRule::CopyOfParameterTree.position()) + 1,
             CategoryRule::ALL.len()
         );
     }

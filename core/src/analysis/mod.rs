@@ -36,6 +36,7 @@ pub mod fragmentation;
 pub mod frames;
 pub mod gpu_samples;
 mod interval_index;
+pub mod jax_anatomy;
 pub(crate) mod labels;
 pub mod leaks;
 pub mod lifetime_addresses;

@@ -22,7 +22,8 @@ pub enum FrameKind {
     Plumbing,
     /// Other native frames (ATen kernels, autograd backward nodes).
     Native,
-    /// Python inside `torch/` (functional ops, optimizers, checkpointing).
+    /// Python inside `torch/` (functional ops, optimizers, checkpointing), or inside JAX and
+    /// its libraries (`jax/`, `flax/`, `optax/`, `equinox/`, `haiku/`: [`FRAMEWORKS`]).
     Torch,
     /// Python outside `torch/`: the user's code and model libraries.
     Model,
@@ -151,6 +152,26 @@ const PLUMBING: &[(&str, &[&str])] = &[
     ("transformers/utils/deprecation.py", &["wrapped_func"]),
     ("transformers/modeling_layers.py", &["__call__"]),
     ("accelerate/hooks.py", &["new_forward"]),
+    // JAX's dispatch: a jitted call's cache lookup, compilation and execution, the traceback
+    // filter, the profiler's decorator, primitive binding.
+    ("jax/_src/pjit.py", &[]),
+    ("jax/_src/interpreters/pxla.py", &[]),
+    ("jax/_src/dispatch.py", &[]),
+    ("jax/_src/traceback_util.py", &[]),
+    ("jax/_src/profiler.py", &["wrapper"]),
+    ("jax/_src/core.py", &[]),
+    ("jax/_src/linear_util.py", &[]),
+    ("jax/_src/api_util.py", &[]),
+    (
+        "flax/linen/module.py",
+        &[
+            "_call_wrapped_method",
+            "wrapped_module_method",
+            "wrapped_fn",
+            "scope_fn",
+        ],
+    ),
+    ("flax/core/scope.py", &["wrapper"]),
     ("functools.py", &[]),
     ("contextlib.py", &[]),
     ("runpy.py", &[]),
@@ -158,6 +179,10 @@ const PLUMBING: &[(&str, &[&str])] = &[
     ("multiprocessing/process.py", &[]),
     ("multiprocessing/spawn.py", &[]),
 ];
+
+/// Python packages that are the framework, not the model: PyTorch, and JAX with the libraries
+/// that play torch.nn's and torch.optim's parts there (flax, equinox, haiku, optax).
+const FRAMEWORKS: &[&str] = &["torch/", "jax/", "jaxlib/", "flax/", "optax/", "equinox/", "haiku/"];
 
 fn any_in(s: &str, table: &[&str]) -> bool {
     table.iter().any(|p| s.contains(p))
@@ -183,7 +208,7 @@ pub fn classify(name: &str, file: &str) -> FrameKind {
         // model's source is the original trace beside it, not this file.
         let base = path.rsplit('/').next().unwrap_or(&path);
         let fx_generated = base.starts_with("fx_generated_");
-        return if lib.starts_with("torch/") || fx_generated {
+        return if FRAMEWORKS.iter().any(|f| lib.starts_with(f)) || fx_generated {
             FrameKind::Torch
         } else {
             FrameKind::Model
@@ -290,6 +315,32 @@ mod tests {
                 FrameKind::Model,
             ),
             ("train_step", "/home/me/proj/train.py", FrameKind::Model),
+            // A JAX buffer's traceback: dispatch folded, the framework's code shown.
+            (
+                "__call__",
+                "/v/lib/python3.11/site-packages/jax/_src/interpreters/pxla.py",
+                FrameKind::Plumbing,
+            ),
+            (
+                "cache_miss",
+                "/v/lib/python3.11/site-packages/jax/_src/pjit.py",
+                FrameKind::Plumbing,
+            ),
+            (
+                "zeros_like",
+                "/v/lib/python3.11/site-packages/jax/_src/numpy/array_creation.py",
+                FrameKind::Torch,
+            ),
+            (
+                "param",
+                "/v/lib/python3.11/site-packages/flax/core/scope.py",
+                FrameKind::Torch,
+            ),
+            (
+                "init_fn",
+                "/v/lib/python3.11/site-packages/optax/_src/transform.py",
+                FrameKind::Torch,
+            ),
         ] {
             assert_eq!(classify(name, file), kind, "{name} in {file}");
         }

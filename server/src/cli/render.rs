@@ -285,6 +285,8 @@ fn render_device(d: &DeviceSummary) -> String {
     let when = match (d.peak_time_us, d.peak_event_index) {
         (Some(t), Some(i)) => format!(" at entry {i} (t={t} µs)"),
         (None, Some(i)) => format!(" at entry {i}"),
+        // A file of one instant (a JAX profile, a snapshot of segments alone): nothing before it.
+        _ if d.event_count == 0 => " (no trace: what was live when the file was written)".to_owned(),
         _ => " before the trace began".to_owned(),
     };
     s += &format!("    peak allocated  {}{when}\n", gib(d.peak_allocated_bytes));
@@ -305,6 +307,9 @@ fn render_device(d: &DeviceSummary) -> String {
             .map(|c| format!("{} {}", c.category.name(), gib(c.bytes_at_peak)))
             .collect();
         s += &format!("    made of         {}\n", parts.join(", "));
+    }
+    if let Some(kv) = &d.kv_cache {
+        s += &format!("    kv cache        {}\n", kv.describe());
     }
     for g in d.peak_stacks.iter().take(3) {
         s += &format!(
