@@ -141,6 +141,10 @@ pub struct DeviceSummary {
     /// What a `torch.cuda.memory_summary()` table said of this device, when one was read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_summary: Option<MemorySummaryFacts>,
+    /// The key/value cache of generation, when the snapshot shows one (category `cache`, rule
+    /// `kv_cache`): its bytes at the peak, per token and per sequence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<KvCacheSummary>,
     /// What the report leads with, in one or two sentences: the first OOM's verdict, else the
     /// most important finding (a leak, fragmentation at the peak, what the peak is made of).
     #[serde(default)]
@@ -156,6 +160,71 @@ impl DeviceSummary {
             .filter(|r| r.rule == rule)
             .map(|r| r.bytes)
             .sum()
+    }
+}
+
+/// A generation's key/value cache as the snapshot shows it (`devices[].kv_cache`). Tokens and
+/// sequences are read from the allocations themselves: a cache grown by `torch.cat` grows each
+/// of its tensors by one token of every sequence a step, and generation's own token ids (int64,
+/// batch × length) grow by 8 bytes a sequence a step.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KvCacheSummary {
+    /// The cache's tensors live at the peak of allocated bytes, without the old copy a
+    /// `torch.cat` growing one of them was replacing there (`growth_copy_bytes_at_peak`).
+    pub bytes_at_peak: i64,
+    /// Its tensors at the peak (keys and values of every layer: 2 × layers for one cache).
+    pub tensors_at_peak: usize,
+    /// The old tensor a `torch.cat` was replacing at the peak (0 when none was).
+    pub growth_copy_bytes_at_peak: i64,
+    /// The most the cache held at once, copies included.
+    pub max_bytes: i64,
+    /// The cache was grown by `torch.cat` (a dynamic cache): every step makes each of its
+    /// tensors again, one token longer.
+    pub grown_by_copy: bool,
+    /// Tokens a sequence the cache held at the peak, when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_at_peak: Option<i64>,
+    /// Sequences generated at once (the batch), when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequences: Option<i64>,
+    /// Bytes one token of one sequence costs over every layer's key and value
+    /// (2 × layers × kv heads × head dim × dtype bytes), when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_token: Option<i64>,
+    /// Bytes one sequence's cache held at the peak (`bytes_per_token` × `tokens_at_peak`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_sequence: Option<i64>,
+    /// How tokens and sequences were read, or why they were not.
+    pub how: String,
+}
+
+impl KvCacheSummary {
+    /// One line for people: its bytes at the peak, per token and per sequence where read.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "{} at the peak in {} tensor(s)",
+            crate::bytes_label(self.bytes_at_peak),
+            self.tensors_at_peak
+        );
+        if let (Some(t), Some(b)) = (self.tokens_at_peak, self.sequences) {
+            s += &format!(", {t} tokens × {b} sequences");
+        } else if let Some(b) = self.sequences {
+            s += &format!(", {b} sequences");
+        }
+        if let Some(p) = self.bytes_per_token {
+            s += &format!(", {} a token a sequence", crate::bytes_label(p));
+        }
+        if let Some(q) = self.bytes_per_sequence {
+            s += &format!(", {} a sequence", crate::bytes_label(q));
+        }
+        if self.grown_by_copy {
+            s += &format!(
+                "; grown by torch.cat (a {} copy at the peak)",
+                crate::bytes_label(self.growth_copy_bytes_at_peak)
+            );
+        }
+        s
     }
 }
 

@@ -310,8 +310,19 @@ fn analyze_device_with(
             );
         }
     }
+    let kv_cache = crate::analysis::kv_cache::KvCacheReading::read(&lifetimes, stacks)?;
     let (mut frag, (stalls, pending_peak)) = second()?;
-    let ooms = explain_ooms(ev, usage, &frag, &lifetimes, stacks, expandable, &no_stack, &phases)?;
+    let ooms = explain_ooms(
+        ev,
+        usage,
+        &frag,
+        &lifetimes,
+        stacks,
+        expandable,
+        &no_stack,
+        &phases,
+        kv_cache.as_ref(),
+    )?;
     let mut summary = DeviceSummary {
         device,
         time_axis: if ev.has_time {
@@ -345,6 +356,7 @@ fn analyze_device_with(
         pending_free_stalls: stalls,
         pending_free_peak_bytes: pending_peak,
         memory_summary: None,
+        kv_cache: kv_cache.map(|k| k.summary(peak_idx)),
         verdict: String::new(),
     };
     summary.verdict = if t.format == memlens_api::Format::JaxDeviceMemoryProfile {

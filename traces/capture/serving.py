@@ -22,7 +22,18 @@ Cases
                           out of memory; the snapshot is dumped in the except block and the traceback
                           saved as NAME.oom.txt; then a binary search of fresh processes (`gen_try
                           BATCH`) for the largest batch whose whole generate at full length fits
-  generate_oom_decode     fp32, batch 40 under the same cap: the prefill fits, a decode step does not
+  generate_oom_decode     fp32, batch 32 under the same cap: the prefill fits, a decode step does not
+                          (the search of the first run: batch 32 ran out in decode step 193; the first
+                          run's batch 40 ran out in its prefill, in layer 7 of 8, not in decode); the
+                          generate call is written with its numbers on its line, as people write it,
+                          so the traceback in NAME.oom.txt shows max_new_tokens; then a search of
+                          fresh processes (`len_try BATCH NEW_TOKENS`) for the largest
+                          max_new_tokens whose whole generate fits at this batch
+  generate_kept_across_requests
+                          fp32, batch 4, 256 + 128 tokens, four requests one after the other whose
+                          outputs (and so their past_key_values) a list keeps — a chat server that
+                          keeps every conversation's cache: the cache kept across requests grows
+                          by one request's cache each time (the truth counts each)
 Run (device tool, repository root): traces/capture/serving.sh
 """
 import json
@@ -37,8 +48,9 @@ from others import base_truth, finish, model_truth, pack, start_recording  # noq
 
 HERE = os.path.abspath(__file__)
 CASES = ["generate_dynamic_fp32", "generate_dynamic_bf16", "generate_static_fp32", "generate_static_bf16",
-         "generate_oom_prefill", "generate_oom_decode"]
-TIMEOUTS = {"generate_oom_prefill": 240}
+         "generate_oom_prefill", "generate_oom_decode", "generate_kept_across_requests"]
+TIMEOUTS = {"generate_oom_prefill": 240, "generate_oom_decode": 300}
+DECODE_OOM_BATCH = 32
 CAP_BYTES = 3 * 2**30
 PROMPT_LEN = 512
 NEW_TOKENS = 512
@@ -230,15 +242,16 @@ def set_cap():
     return total
 
 
-def gen_try(batch):
+def gen_try(batch, new_tokens=NEW_TOKENS):
     import torch
 
     set_cap()
     model = build_model(torch.float32)
     input_ids, attention_mask = make_inputs(batch)
     log = ForwardLog(model)
+    kw = dict(gen_kwargs(False), max_new_tokens=new_tokens, min_new_tokens=new_tokens)
     try:
-        outputs = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs(False))
+        outputs = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kw)
         torch.cuda.synchronize()
     except torch.OutOfMemoryError:
         where = "prefill" if log.calls <= 1 else f"decode step {log.calls - 1}"
@@ -252,7 +265,7 @@ def gen_try(batch):
 def generate_oom(out, case):
     import torch
 
-    batch = 64 if case == "generate_oom_prefill" else 40
+    batch = 64 if case == "generate_oom_prefill" else DECODE_OOM_BATCH
     total = set_cap()
     model = build_model(torch.float32)
     input_ids, attention_mask = make_inputs(batch)
@@ -262,7 +275,11 @@ def generate_oom(out, case):
     start_recording(truth, max_entries=400_000)
     log = ForwardLog(model)
     try:
-        outputs = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs(False))
+        if case == "generate_oom_prefill":
+            outputs = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs(False))
+        else:
+            # As people write it: the numbers on the call's line, which the traceback prints.
+            outputs = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=512, min_new_tokens=512, do_sample=False, return_dict_in_generate=True)  # noqa: E501
         truth["oom"] = False
         truth.update(kv_info(outputs.past_key_values))
         log.remove()
@@ -284,10 +301,11 @@ def generate_oom(out, case):
         finish(out, case, truth)
         del e
     add_truth(out, case, {"forward_calls_columns": ForwardLog.columns, "forward_calls": log.rows})
-    if case != "generate_oom_prefill":
-        return
     del model, input_ids, attention_mask, log
     torch.cuda.empty_cache()
+    if case != "generate_oom_prefill":
+        search_new_tokens(out, case, batch)
+        return
     # the largest batch whose whole generate (512 + 512 tokens) fits under the same cap, each try a fresh process
     lo, hi, attempts = 0, batch, []
     while hi - lo > 1:
@@ -316,8 +334,74 @@ def generate_oom(out, case):
     print("largest_fitting_batch", lo, flush=True)
 
 
+def try_process(args, timeout=120):
+    """One fresh process of this script (`gen_try ...`): (fits, rc, its last output)."""
+    try:
+        p = subprocess.run([sys.executable, HERE, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+        rc, text, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        rc, text, err = "timeout", "", ""
+    if rc not in (0, 3):
+        print(f"{args} rc={rc}\n{err[-2000:]}", flush=True)
+    return rc == 0, rc, text.strip()[-200:]
+
+
+def search_new_tokens(out, case, batch):
+    """The largest max_new_tokens (1..512) whose whole generate fits at `batch` under the cap, each try
+    a fresh process."""
+    lo, hi, attempts = 0, NEW_TOKENS + 1, []
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        t0 = time.time()
+        fits, rc, text = try_process(["gen_try", batch, mid])
+        attempts.append({"max_new_tokens": mid, "fits": fits, "rc": rc, "seconds": round(time.time() - t0, 1),
+                         "out": text})
+        print(attempts[-1], flush=True)
+        if rc not in (0, 3):
+            break
+        lo, hi = (mid, hi) if fits else (lo, mid)
+    add_truth(out, case, {"largest_fitting_max_new_tokens": lo if hi - lo == 1 else None,
+                          "smallest_failing_max_new_tokens": hi if hi <= NEW_TOKENS else None,
+                          "new_tokens_attempts": attempts, "new_tokens_search_complete": hi - lo == 1,
+                          "new_tokens_search": f"binary search over 1..{NEW_TOKENS} at batch {batch}, each try a "
+                                               "fresh process (serving.py gen_try BATCH NEW_TOKENS), fp32, "
+                                               "DynamicCache, under the same 3 GiB cap"})
+    print("largest_fitting_max_new_tokens", lo, flush=True)
+
+
+def kept_across_requests(out, case):
+    """Four requests whose outputs a list keeps: their caches stay, one more each request."""
+    import torch
+
+    batch, prompt, new = 4, 256, 128
+    model = build_model(torch.float32)
+    torch.manual_seed(1)
+    truth = serving_truth(case, model, batch, torch.float32, False)
+    truth.update({"prompt_len": prompt, "max_new_tokens": new, "min_new_tokens": new, "requests": 4,
+                  "kv_bytes_full_length_formula": truth["kv_bytes_per_token_per_sequence_formula"] * batch
+                  * (prompt + new)})
+    start_recording(truth, max_entries=400_000)
+    kept, per_request = [], []
+    for r in range(4):
+        input_ids = torch.randint(0, 32000, (batch, prompt), device="cuda")
+        outputs = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                 max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                                 return_dict_in_generate=True)
+        kept.append(outputs)  # the conversation's history, cache included, kept for its next turn
+        info = kv_info(outputs.past_key_values)
+        per_request.append({"request": r, "kv_cache_bytes": info["kv_cache_bytes"],
+                            "kv_cache_tensors": info["kv_cache_tensors"],
+                            "kv_cache_seq_length": info["kv_cache_seq_length"],
+                            "allocated_after": torch.cuda.memory_allocated()})
+        print(per_request[-1], flush=True)
+    truth.update({"kept_caches": per_request, "kv_cache_bytes_kept": sum(p["kv_cache_bytes"] for p in per_request),
+                  "alive_at_dump": "model and the four requests' outputs (sequences and past_key_values)"})
+    finish(out, case, truth)
+
+
 WORKERS = {c: generate_case for c in CASES[:4]}
-WORKERS.update({"generate_oom_prefill": generate_oom, "generate_oom_decode": generate_oom})
+WORKERS.update({"generate_oom_prefill": generate_oom, "generate_oom_decode": generate_oom,
+                "generate_kept_across_requests": kept_across_requests})
 
 
 # ---------------------------------------------------------------- driver (as others.py's)
@@ -364,7 +448,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "worker":
         WORKERS[sys.argv[3]](sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "gen_try":
-        gen_try(int(sys.argv[2]))
+        gen_try(*map(int, sys.argv[2:4]))
     else:
         main(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None,
              sys.argv[4].split(",") if len(sys.argv) > 4 and sys.argv[4] else None,

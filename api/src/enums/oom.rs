@@ -57,27 +57,45 @@ impl std::fmt::Display for OomCause {
     }
 }
 
-/// Where in a training step an allocation failed (the `ooms[].phase` contract).
+/// Where in a training step, or in inference, an allocation failed (the `ooms[].phase`
+/// contract).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OomPhase {
+    /// A training forward (what it makes is kept for backward).
     Forward,
     Backward,
     OptimizerStep,
+    /// Generation's first forward: the whole prompt at once, its key/value cache made.
+    Prefill,
+    /// A generation step after the prefill: one new token a sequence, the cache grown by it.
+    Decode,
+    /// A forward outside generation that keeps nothing for backward (under `torch.no_grad()` or
+    /// `torch.inference_mode()`): evaluation, scoring, a plain inference batch.
+    InferenceForward,
     #[default]
     Unknown,
 }
 
 impl OomPhase {
-    /// For people: "forward", "backward", "optimizer step", "unknown phase".
+    /// For people: "forward", "backward", "optimizer step", "prefill", "decode step",
+    /// "forward under no_grad", "unknown phase".
     pub fn describe(self) -> &'static str {
         match self {
             OomPhase::Forward => "forward",
             OomPhase::Backward => "backward",
             OomPhase::OptimizerStep => "optimizer step",
+            OomPhase::Prefill => "prefill",
+            OomPhase::Decode => "decode step",
+            OomPhase::InferenceForward => "forward under no_grad",
             OomPhase::Unknown => "unknown phase",
         }
+    }
+
+    /// Inference: no gradients, no optimizer, nothing kept for a backward.
+    pub fn is_inference(self) -> bool {
+        matches!(self, OomPhase::Prefill | OomPhase::Decode | OomPhase::InferenceForward)
     }
 }
 
@@ -86,8 +104,8 @@ impl OomPhase {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RemedyAction {
-    /// Run a smaller batch (see `fits.batch_fraction`), with gradient accumulation to keep the
-    /// effective batch.
+    /// Run a smaller batch (see `fits.batch_fraction`): in training with gradient accumulation
+    /// to keep the effective batch; in inference, fewer sequences at once.
     SmallerBatch,
     /// Activation checkpointing of the repeated blocks.
     ActivationCheckpointing,
@@ -109,6 +127,19 @@ pub enum RemedyAction {
     ReleasePrivatePools,
     /// Reduce memory outside PyTorch's allocator (NCCL buffers, other libraries' pools).
     ReduceNonPytorch,
+    /// Inference: generate fewer tokens (`max_new_tokens` / `max_length`); the key/value cache
+    /// grows with every one.
+    ShorterGeneration,
+    /// Inference: keep the key/value cache in a narrower type (bf16/fp16 in place of fp32, fp8
+    /// in place of bf16: a quantized cache).
+    NarrowerKvCache,
+    /// Inference: hold fp32 weights in bf16.
+    Bf16Weights,
+    /// Inference: a cache allocated once at full length (a static cache, or paged blocks) in
+    /// place of one grown by `torch.cat` every step, which copies it whole each step.
+    StaticKvCache,
+    /// Inference: quantize the weights (8-bit or 4-bit: bitsandbytes, GPTQ, AWQ).
+    QuantizeWeights,
 }
 
 /// Which allocator printed an out-of-memory message.

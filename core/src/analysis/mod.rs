@@ -8,6 +8,7 @@
 //! - [`segment_map`]: the allocator's segments and blocks at any event, by replay;
 //! - [`fragmentation`]: reserved-but-free memory and the largest free block over time;
 //! - [`oom`]: each OutOfMemory explained, with a remedy;
+//! - [`kv_cache`]: a generation's key/value cache: its bytes, tokens, sequences, bytes a token;
 //! - [`leaks`]: allocations piling up across iterations;
 //! - [`phases`]: `record_function` ranges and iteration boundaries;
 //! - [`size_rules`]: what sizes say beside lives (gradients, state made before recording,
@@ -35,8 +36,10 @@ pub(crate) mod failed_step;
 pub mod fragmentation;
 pub mod frames;
 pub mod gpu_samples;
+mod inference_remedies;
 mod interval_index;
 pub mod jax_anatomy;
+pub mod kv_cache;
 pub(crate) mod labels;
 pub mod leaks;
 pub mod lifetime_addresses;

@@ -3,11 +3,12 @@
 //! ([`super::failed_step`]: its phase, what is live in the user's terms, how much of the batch
 //! fits), the remedies with the bytes each saves, and the verdict that leads with them.
 
-use memlens_api::{OomExplanation, PhaseRange};
+use memlens_api::{OomCause, OomExplanation, PhaseRange};
 use polars_core::prelude::*;
 
 use super::failed_step::read_failure;
 use super::fragmentation::Fragmentation;
+use super::kv_cache::KvCacheReading;
 use super::oom_cause::{classify, remedies, verdict, OomFacts};
 use super::peak::{live_groups_at, NoStackEvidence};
 use super::usage::Usage;
@@ -27,6 +28,7 @@ pub fn explain_ooms(
     expandable: bool,
     evidence: &NoStackEvidence,
     phases: &[PhaseRange],
+    kv: Option<&KvCacheReading>,
 ) -> PolarsResult<Vec<OomExplanation>> {
     let mut out = Vec::new();
     for i in ev.indices_of(Action::Oom) {
@@ -41,8 +43,20 @@ pub fn explain_ooms(
             expandable_segments: expandable,
             ..Default::default()
         };
-        let cause = classify(&facts);
-        let reading = read_failure(ev, stacks, phases, lifetimes, usage, i, &facts, cause)?;
+        let mut cause = classify(&facts);
+        let mut reading = read_failure(ev, stacks, phases, lifetimes, usage, i, &facts, cause, kv)?;
+        if reading.phase.is_inference() && cause == OomCause::Fragmentation {
+            // Split free blocks only decide which request fails when the whole request would
+            // not fit anyway: then what stopped it is the cap or the device.
+            let whole = classify(&OomFacts {
+                reserved_free: None,
+                ..facts
+            });
+            let again = read_failure(ev, stacks, phases, lifetimes, usage, i, &facts, whole, kv)?;
+            if again.fits.as_ref().is_some_and(|f| f.batch_fraction < 1.0) {
+                (cause, reading) = (whole, again);
+            }
+        }
         let list = remedies(
             cause,
             &facts,

@@ -126,6 +126,28 @@ pub struct LiveAtFailure {
     /// An Adam-style optimizer was creating its state when it failed: the state it will hold
     /// once made (2 × the parameters it steps), which `optimizer_state` may not reach yet.
     pub optimizer_state_to_come: Option<i64>,
+    /// A generation's key/value cache at the failure, when the OOM is in one.
+    pub kv: Option<KvAtFailure>,
+}
+
+/// A generation's key/value cache at an OOM ([`super::kv_cache`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct KvAtFailure {
+    /// What the cache held at the failure (a copy being replaced included).
+    pub bytes_now: i64,
+    /// The cache the rest of the generation holds as far as the snapshot says: every layer's
+    /// tensors, at the length it had (a lower bound of the full length's).
+    pub bytes_full: i64,
+    /// The copy of one tensor a `torch.cat` growth makes (0 for a cache not grown by copy).
+    pub growth_copy_full: i64,
+    pub tensors_full: usize,
+    /// Tokens a sequence at the failure, when the growth says.
+    pub tokens_now: Option<i64>,
+    /// Sequences generated at once, when the token ids say.
+    pub sequences: Option<i64>,
+    pub grown_by_copy: bool,
+    /// The weights' bytes a value (4: fp32, 2: bf16/fp16), when the repeated blocks say.
+    pub weight_dtype_bytes: Option<i64>,
 }
 
 impl LiveAtFailure {
@@ -166,10 +188,12 @@ pub fn remedies(
     });
     let mut first: Vec<Remedy> = remedy_for_cause(cause, f, shortfall).into_iter().collect();
     let mut rest = match live {
+        Some(l) if phase.is_inference() => super::inference_remedies::sized(l, fits, phase),
         Some(l) => {
             let trains = phase != OomPhase::Unknown || l.gradient > 0 || l.optimizer_state > 0;
             sized_remedies(l, fits, trains)
         }
+        None if phase.is_inference() => super::inference_remedies::from_text(phase),
         None => unsized_remedies(phase),
     };
     rest.sort_by_key(|r| std::cmp::Reverse(r.saves_bytes));
@@ -532,5 +556,13 @@ fn first_sentence(r: &Remedy, f: &OomFacts, fits: Option<&OomFit>) -> String {
         RemedyAction::FreeOtherProcesses => format!("First remedy: stop the other processes (frees {n})."),
         RemedyAction::ReleasePrivatePools => format!("First remedy: release or share the private pools (frees {n})."),
         RemedyAction::ReduceNonPytorch => format!("First remedy: shrink the memory outside PyTorch (frees {n})."),
+        RemedyAction::ShorterGeneration
+        | RemedyAction::NarrowerKvCache
+        | RemedyAction::Bf16Weights
+        | RemedyAction::StaticKvCache
+        | RemedyAction::QuantizeWeights => format!(
+            "First remedy: {} (saves about {n}).",
+            super::inference_remedies::short_name(r.action)
+        ),
     }
 }

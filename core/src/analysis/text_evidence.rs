@@ -15,9 +15,18 @@ use crate::evidence::{OomMessage, SmiScreen, TextEvidence};
 pub const CAPTURE_NEXT_TIME: &str = "import memlens.torch\nmemlens.torch.on_oom(server=\"http://YOUR-MEMLENS:8080\")  # before training: uploads a snapshot at the next OOM\n# or, without memlens' client:\n# torch.cuda.memory._record_memory_history(max_entries=1_000_000)\n# torch._C._cuda_attach_out_of_memory_observer(lambda *a: torch.cuda.memory._dump_snapshot(\"oom.pickle\"))";
 
 /// The phase a traceback's frames show, innermost evidence first: an optimizer's frames, the
-/// autograd engine's backward, a module's forward.
+/// autograd engine's backward, Hugging Face generation (its `_prefill`, else a decode step:
+/// transformers 4 ran its prefill inside the loop, where a traceback cannot tell it from one),
+/// a module's forward.
 pub fn phase_of_frames(frames: &[String]) -> OomPhase {
     let any = |f: &dyn Fn(&str) -> bool| frames.iter().any(|x| f(x));
+    if any(&|x| super::kv_cache::is_generation_frame(x)) && !any(&|x| super::training_structure::is_backward_frame(x)) {
+        return if any(&|x| x.ends_with(":_prefill")) {
+            OomPhase::Prefill
+        } else {
+            OomPhase::Decode
+        };
+    }
     if any(&|x| super::phases::is_optimizer_frame(x) || x.contains("Optimizer.step")) {
         OomPhase::OptimizerStep
     } else if any(&|x| super::training_structure::is_backward_frame(x)) {
@@ -198,6 +207,7 @@ fn empty_device(device: i64) -> DeviceSummary {
         pending_free_stalls: Vec::new(),
         pending_free_peak_bytes: 0,
         memory_summary: None,
+        kv_cache: None,
         verdict: String::new(),
     }
 }
@@ -374,6 +384,9 @@ pub fn join_messages_to_snapshots(files: &mut [FileSummary]) {
                 }
                 let cause = classify(&facts);
                 let mut list = remedies(cause, &facts, o.phase, Some(&live), o.fits.as_ref());
+                if o.phase.is_inference() {
+                    keep_cache_sizing(&mut list, &o.remedies);
+                }
                 // The snapshot's own sizing of checkpointing (its layers) stands.
                 for r in list.iter_mut() {
                     if let Some(old) = o.remedies.iter().find(|x| {
@@ -396,5 +409,27 @@ pub fn join_messages_to_snapshots(files: &mut [FileSummary]) {
                 d.verdict = super::verdict::device_verdict(d);
             }
         }
+    }
+}
+
+/// An inference OOM's remedies the snapshot sized from its key/value cache and weights, which
+/// the categories a join reads again do not hold: the snapshot's stand.
+fn keep_cache_sizing(list: &mut Vec<memlens_api::Remedy>, snapshot: &[memlens_api::Remedy]) {
+    use memlens_api::RemedyAction as A;
+    let sized_by_the_cache = |a: A| {
+        matches!(
+            a,
+            A::ShorterGeneration | A::NarrowerKvCache | A::StaticKvCache | A::Bf16Weights | A::QuantizeWeights
+        )
+    };
+    for old in snapshot.iter().filter(|r| sized_by_the_cache(r.action)) {
+        match list.iter_mut().find(|r| r.action == old.action) {
+            Some(r) => *r = old.clone(),
+            None => list.push(old.clone()),
+        }
+    }
+    // The first follows from the cause; the rest by bytes saved, as `remedies` orders them.
+    if let Some(rest) = list.get_mut(1..) {
+        rest.sort_by_key(|r| std::cmp::Reverse(r.saves_bytes));
     }
 }

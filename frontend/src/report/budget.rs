@@ -94,11 +94,15 @@ pub fn budget(s: &DeviceSummary) -> Option<impl IntoView> {
                 .collect_view();
             view! { <h2>"Memory pools"</h2><ul class="groups" id="pools">{items}</ul> }
         });
+        let kv_cache = s.kv_cache.as_ref().map(|kv| {
+            view! { <p id="kv-cache" title=kv.how.clone()><b>"Key/value cache: "</b>{kv.describe()}</p> }
+        });
         view! {
             <section class="panel" id="budget">
                 <h2>"What the peak is made of"</h2>
                 <div class="budget-bar">{segments}</div>
                 <ul class="groups budget">{rows}</ul>
+                {kv_cache}
                 {pools}
             </section>
         }

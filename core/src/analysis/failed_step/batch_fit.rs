@@ -203,10 +203,7 @@ pub(super) fn batch_fit(
     live: &LiveAtFailure,
     blocks: Option<&Blocks>,
 ) -> Option<OomFit> {
-    if !matches!(
-        cause,
-        OomCause::Limit | OomCause::Capacity | OomCause::Fragmentation | OomCause::Unknown
-    ) {
+    if !super::fit_causes(cause) {
         return None;
     }
     let w = &step.failing;
@@ -247,10 +244,13 @@ pub(super) fn batch_fit(
             });
         }
         OomPhase::Unknown => return None,
-        OomPhase::Forward => match step.previous.as_ref() {
-            Some(prev) => scaled_from_the_step_before(rows, step, prev, oom, base),
-            None => extrapolated_first_forward(&step_so_far, live, blocks),
-        },
+        // A generation without its cache read: its forward so far, as a first forward's.
+        OomPhase::Forward | OomPhase::InferenceForward | OomPhase::Prefill | OomPhase::Decode => {
+            match step.previous.as_ref() {
+                Some(prev) => scaled_from_the_step_before(rows, step, prev, oom, base),
+                None => extrapolated_first_forward(&step_so_far, live, blocks),
+            }
+        }
         OomPhase::Backward => {
             let mut needs = step_so_far.needs();
             let end_of_backward = base + live.parameter.max(live.gradient);
@@ -283,7 +283,7 @@ pub(super) fn batch_fit(
 /// The limit the failure hit: under a cap the snapshot does not record, at least the most the
 /// process held (the cap lies below that plus the request); on a full device, what the process
 /// held plus what the device had free.
-fn failure_limit(cause: OomCause, facts: &OomFacts, usage: &Usage, oom: usize) -> i64 {
+pub(super) fn failure_limit(cause: OomCause, facts: &OomFacts, usage: &Usage, oom: usize) -> i64 {
     let reserved = usage.reserved_before(oom);
     match cause {
         OomCause::Limit => facts.allowed.unwrap_or_else(|| {

@@ -13,9 +13,14 @@
 //!   parameter's size is `optimizer_state` being created (Adam-style optimizers create it
 //!   lazily at their first step). Only what the run-wide rules left as other, temporary or
 //!   cache is placed so;
-//! - **how much of the batch fits**: [`batch_fit`].
+//! - **how much of the batch fits**: [`batch_fit`]; in generation, [`generation_fit`].
+//!
+//! An OOM in inference ([`generation`]: generation's prefill or a decode step, a forward under a
+//! no_grad decorator) is read the same way, its phase told from its frames.
 
 mod batch_fit;
+mod generation;
+mod generation_fit;
 use memlens_api::{Category, CategoryBytes, CategoryRule, OomCause, OomFit, OomPhase, PhaseRange};
 use polars_core::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -230,6 +235,7 @@ pub fn locate(ev: &DeviceEvents, stacks: &StackResolver, phases: &[PhaseRange], 
             None => None,
         })
         .unwrap_or(phase_of_kind(state));
+    let phase = generation::inference_phase(ev, stacks, oom, phase).unwrap_or(phase);
     FailedStep {
         phase,
         failing: cur,
@@ -387,6 +393,14 @@ pub fn place_failed_steps(
     Ok(placed)
 }
 
+/// The causes a batch fit is read for: what the step itself needs stood in the way.
+fn fit_causes(cause: OomCause) -> bool {
+    matches!(
+        cause,
+        OomCause::Limit | OomCause::Capacity | OomCause::Fragmentation | OomCause::Unknown
+    )
+}
+
 /// What an OOM's failed step says: its phase, what is live by category, and the batch fit.
 pub struct FailureReading {
     pub phase: OomPhase,
@@ -406,6 +420,7 @@ pub fn read_failure(
     oom: usize,
     facts: &OomFacts,
     cause: OomCause,
+    kv: Option<&crate::analysis::kv_cache::KvCacheReading>,
 ) -> PolarsResult<FailureReading> {
     let step = locate(ev, stacks, phases, oom);
     let rows = rows(lifetimes)?;
@@ -440,17 +455,35 @@ pub fn read_failure(
             summary.optimizer_state_to_come = Some(2 * summary.gradient.max(summary.parameter));
         }
     }
-    let fits = batch_fit::batch_fit(
-        &rows,
-        &psize,
-        &step,
-        usage,
-        oom,
-        facts,
-        cause,
-        &summary,
-        blocks.as_ref(),
-    );
+    let generating = matches!(step.phase, OomPhase::Prefill | OomPhase::Decode);
+    let fits = match kv.filter(|_| generating) {
+        Some(kv) => {
+            let g = generation_fit::GenerationStep {
+                rows: &rows,
+                step: &step,
+                usage,
+                oom,
+                facts,
+                cause,
+                blocks: blocks.as_ref(),
+                kv,
+            };
+            let at_failure = g.kv_at_failure();
+            summary.kv = Some(at_failure);
+            fit_causes(cause).then(|| g.fit(&at_failure))
+        }
+        None => batch_fit::batch_fit(
+            &rows,
+            &psize,
+            &step,
+            usage,
+            oom,
+            facts,
+            cause,
+            &summary,
+            blocks.as_ref(),
+        ),
+    };
     Ok(FailureReading {
         phase: step.phase,
         live,
