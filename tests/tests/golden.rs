@@ -13,9 +13,10 @@ use memlens_tests::traces_dir;
 /// captured ones were made), and in its folders of OOM evidence: `oom/` (at-OOM snapshots and
 /// the texts each failure left, captured), `oom_text/` (one message or table per shape) and
 /// `serving-logs/` (vLLM and SGLang startup logs people posted, one per wording); `jax-cpu/`
-/// (JAX device memory profiles made on the CPU).
+/// (JAX device memory profiles made on the CPU); `serving/` (Hugging Face generation: its
+/// snapshots and the tracebacks its OOMs left; not its run records).
 fn fixtures() -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = ["", "oom", "oom_text", "serving-logs", "jax-cpu"]
+    let mut v: Vec<_> = ["", "oom", "oom_text", "serving-logs", "jax-cpu", "serving"]
         .iter()
         .flat_map(|sub| std::fs::read_dir(traces_dir().join(sub)).expect("traces/"))
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -26,6 +27,8 @@ fn fixtures() -> Vec<std::path::PathBuf> {
                     || n.ends_with(".truth.json")
                     || n == "capture_info.json"
                     || n == "rerun.json"
+                    || n == "run_info.txt"
+                    || n == "serving.log"
                     || n.ends_with(".md")
                     || n.ends_with(".py"))
         })

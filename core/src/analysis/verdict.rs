@@ -30,9 +30,17 @@ pub fn device_verdict(d: &DeviceSummary) -> String {
     }
     if let Some(f) = &d.fragmentation_at_peak {
         if f.fragmentation_index >= FRAGMENTED_INDEX && f.reserved_free_bytes * 10 >= f.reserved_bytes {
+            let why = match &d.kv_cache {
+                Some(kv) if kv.grown_by_copy => {
+                    " The key/value cache is grown by torch.cat: every step makes each of its tensors again a token \
+                     longer, and the blocks it frees are a token too short for the next; a static cache \
+                     (cache_implementation=\"static\") is allocated once."
+                }
+                _ => "",
+            };
             return format!(
                 "Fragmentation: at the peak {} of the {} reserved is free, but the largest free block is {} \
-                 (fragmentation index {:.2}).",
+                 (fragmentation index {:.2}).{why}",
                 human(f.reserved_free_bytes),
                 human(f.reserved_bytes),
                 human(f.largest_free_block_bytes),
