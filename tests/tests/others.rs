@@ -133,3 +133,30 @@ fn cublas_workspaces_are_a_cache_not_weights_nor_unexplained() {
     );
     assert_eq!(at_peak(&d, Category::Cache), (2 * 32 + 1) << 20);
 }
+
+/// A forward + backward benchmark with no optimizer, its model and its one input batch made
+/// before the recording: the weights are the blocks backward makes a gradient of the size of,
+/// to the byte, and the batch (a size no gradient has) is the input — not a weight. The
+/// gradients are what backward made at the weights' sizes; backward's last workspace, freed
+/// by the autograd thread before `backward()` returned, is no gradient.
+#[test]
+fn a_forward_backward_benchmark_tells_its_batch_from_its_weights() {
+    let case = "fwd_bwd_bench";
+    let d = device(case);
+    let weights = truth(case, "parameter_bytes") + truth(case, "buffer_bytes");
+    assert_eq!(max_bytes(&d, Category::Parameter), weights, "{:#?}", d.categories);
+    assert_eq!(
+        max_bytes(&d, Category::Gradient),
+        truth(case, "gradient_bytes_after_backward"),
+        "{:#?}",
+        d.categories
+    );
+    let batch = truth(case, "allocated_at_record_start") - weights;
+    let input = max_bytes(&d, Category::Input);
+    assert!((input - batch).abs() < 1 << 20, "input {input} vs the batch's {batch}");
+    assert!(
+        unexplained_at_peak(&d) * 10 <= d.peak_allocated_bytes,
+        "{:#?}",
+        d.categories
+    );
+}

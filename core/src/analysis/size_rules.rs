@@ -311,6 +311,56 @@ fn lt_workspaces(
     }
 }
 
+/// The most blocks a step's data is made of (inputs, labels, a mask) among what was there
+/// before the recording.
+const MOST_BATCH_TENSORS: usize = 2;
+
+/// A run whose backward makes gradients, recorded after its model and its batch reached the
+/// GPU (a benchmark that builds its input once): of what was there before the recording and
+/// taken for weights, a block at a size no gradient has is no trained weight. Where the others
+/// all have a gradient of their size and at most [`MOST_BATCH_TENSORS`] such blocks are left,
+/// holding less than the weights do, they are the batch the loop feeds again and again — not
+/// frozen weights, which come by the layer.
+pub(super) fn inputs_by_size(
+    mut placed: Vec<(Category, CategoryRule)>,
+    size: IntSlice,
+    alloc_idx: &[i32],
+) -> Vec<(Category, CategoryRule)> {
+    use CategoryRule as R;
+    let gradient_sizes: rustc_hash::FxHashSet<i64> = placed
+        .iter()
+        .zip(size)
+        .zip(alloc_idx)
+        .filter(|((p, _), &a)| p.0 == Category::Gradient && a >= 0)
+        .map(|((_, s), _)| s)
+        .collect();
+    if gradient_sizes.is_empty() {
+        return placed;
+    }
+    let taken_for_weights = |r: usize| {
+        alloc_idx[r] < 0
+            && matches!(
+                placed[r],
+                (Category::Parameter, R::AliveThroughout | R::ThereBeforeRecording)
+            )
+    };
+    let (mut weights, mut unlike) = (0i64, Vec::new());
+    for r in (0..placed.len()).filter(|&r| taken_for_weights(r)) {
+        if gradient_sizes.contains(&size.at(r)) {
+            weights += size.at(r);
+        } else {
+            unlike.push(r);
+        }
+    }
+    let unlike_bytes: i64 = unlike.iter().map(|&r| size.at(r)).sum();
+    if unlike.len() <= MOST_BATCH_TENSORS && unlike_bytes < weights {
+        for r in unlike {
+            placed[r] = (Category::Input, R::MadeBeforeForward);
+        }
+    }
+    placed
+}
+
 /// What the rules that read sizes weigh beside [`super::categories::categorize`]'s first placement.
 pub(super) struct BySizes<'a> {
     pub ev: &'a DeviceEvents,
@@ -324,8 +374,8 @@ impl BySizes<'_> {
     /// The size rules over the first placement, in their order: cuBLAS's workspaces first (for
     /// a PyTorch snapshot: `made_by_a_product` tells a row made by a forward or on a thread
     /// without Python), then what backward keeps unlike any parameter, then — with training
-    /// structure — autocast's copies, the last iteration's gradients and state made before the
-    /// recording.
+    /// structure — autocast's copies, the last iteration's gradients, state made before the
+    /// recording and the batch made before it.
     pub(super) fn place(
         &self,
         placed: Vec<(Category, CategoryRule)>,
@@ -350,7 +400,8 @@ impl BySizes<'_> {
             Some(st) => {
                 let placed = autocast_weight_copies(placed, size, st.iterations.len());
                 let placed = last_gradients_by_size(placed, size, alloc_idx, free_idx, self.ev, st);
-                state_by_size(placed, size, alloc_idx, st)
+                let placed = state_by_size(placed, size, alloc_idx, st);
+                inputs_by_size(placed, size, alloc_idx)
             }
             None => placed,
         })

@@ -224,13 +224,17 @@ pub fn structure(
 /// (`Tensor.backward`, `torch.autograd.backward`, `torch::autograd::Engine` in a C++ stack)
 /// starts a backward pass; the allocations after it with no frames (made on the autograd
 /// thread, where stacks were recorded) or backward's own carry it on, and the next allocation
-/// with frames of anything else (the next forward) ends it.
+/// with frames of anything else (the next forward) ends it. Where frees were recorded with
+/// their own stacks (`context="all"`), frees say the same: backward's last frees (a workspace
+/// of the input's size, the loss) belong to it, and `zero_grad`'s do not.
 pub struct BackwardEvidence<'a> {
     action: &'a [u8],
     stack: crate::tables::stack_ids::StackIds<'a>,
     stacks: &'a StackResolver,
     /// Per stack id: 0 unknown, 1 backward's, 2 no frames, 3 anything else.
     kinds: std::cell::RefCell<Vec<u8>>,
+    /// Whether some free carries frames of its own (recorded with `context="all"`).
+    frees_have_stacks: bool,
 }
 
 const BACKWARD: u8 = 1;
@@ -239,18 +243,28 @@ const ELSE: u8 = 3;
 
 impl<'a> BackwardEvidence<'a> {
     pub fn new(ev: &'a DeviceEvents, stacks: &'a StackResolver) -> BackwardEvidence<'a> {
+        let (action, stack) = (ev.action(), ev.stack());
+        let is_free = |a: u8| a == Action::FreeRequested as u8 || a == Action::FreeCompleted as u8;
+        let mut seen = rustc_hash::FxHashSet::default();
+        let frees_have_stacks = (0..action.len())
+            .filter(|&i| is_free(action[i]))
+            .map(|i| stack.at(i))
+            .any(|s| seen.insert(s) && !stacks.frames(s).is_empty());
         BackwardEvidence {
-            action: ev.action(),
-            stack: ev.stack(),
+            action,
+            stack,
             stacks,
             kinds: std::cell::RefCell::new(vec![0; stacks.stack_count()]),
+            frees_have_stacks,
         }
     }
 
-    /// What the stack of entry `i` says (only allocations say anything: a free carries the
-    /// stack its block was made with).
+    /// What the stack of entry `i` says: an allocation's always, a free's only where frees
+    /// were recorded with their own stacks.
     fn kind(&self, i: usize) -> Option<u8> {
-        if self.action[i] != Action::Alloc as u8 {
+        let a = self.action[i];
+        let free = a == Action::FreeRequested as u8 || a == Action::FreeCompleted as u8;
+        if a != Action::Alloc as u8 && !(free && self.frees_have_stacks) {
             return None;
         }
         let s = self.stack.at(i);
@@ -288,7 +302,7 @@ impl<'a> BackwardEvidence<'a> {
             time.partition_point(|t| t < span.0),
             time.partition_point(|t| t <= span.1),
         );
-        let first = (lo..hi).find(|&i| self.kind(i) == Some(BACKWARD))?;
+        let first = (lo..hi).find(|&i| self.kind(i) == Some(BACKWARD) && self.action[i] == Action::Alloc as u8)?;
         let mut last = first;
         for i in first + 1..hi {
             match self.kind(i) {
@@ -306,7 +320,7 @@ impl<'a> BackwardEvidence<'a> {
         let mut open = false;
         for i in 0..self.action.len() {
             match self.kind(i) {
-                Some(BACKWARD) if !open => {
+                Some(BACKWARD) if !open && self.action[i] == Action::Alloc as u8 => {
                     out.push((i, i));
                     open = true;
                 }
