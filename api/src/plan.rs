@@ -63,6 +63,10 @@ pub enum WeightsDtype {
     Fp32,
     Bf16,
     Fp16,
+    /// QLoRA's 4-bit NormalFloat base (bitsandbytes `load_in_4bit`, `nf4`, double quantisation):
+    /// the linear layers' weights packed two to a byte with their block constants, the rest
+    /// (embeddings, norms, the head) in fp32 as `prepare_model_for_kbit_training` leaves them.
+    Nf4,
 }
 
 /// `torch.autocast` around the forward pass (`none`: the weights' own type throughout).
@@ -164,9 +168,19 @@ pub struct PlanParams {
     pub checkpointing: Option<bool>,
     /// Only this many parameters train (the rest frozen: no gradient, no optimizer state).
     pub trainable_params: Option<u64>,
-    /// LoRA adapters of this rank on the attention's query and value projections (PEFT's
-    /// default targets); the base model is frozen.
+    /// LoRA adapters of this rank (peft's `get_peft_model`); the base model is frozen.
     pub lora_rank: Option<u64>,
+    /// The linear layers LoRA adapts, by module name, comma-separated (`q_proj,v_proj`; default:
+    /// peft's targets for the model's family).
+    pub lora_targets: Option<String>,
+    /// LoRA's dropout probability (default 0.05, as the usual recipes set it; peft's own
+    /// default is 0, which keeps no mask).
+    pub lora_dropout: Option<f64>,
+    /// Only the parameters whose Hugging Face names match one of these globs train, comma-
+    /// separated (`model.layers.6.*,lm_head.weight`; Python's `fnmatch`: `*` crosses dots).
+    pub train: Option<String>,
+    /// Micro-batches whose gradients are accumulated before each optimizer step (default 1).
+    pub grad_accum_steps: Option<u64>,
     /// DeepSpeed ZeRO stage 0–3, over `gpus` data-parallel GPUs.
     pub zero_stage: Option<u8>,
     pub gpus: Option<u64>,

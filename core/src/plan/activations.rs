@@ -25,7 +25,8 @@ pub struct Types {
 impl Types {
     pub fn of(s: &Settings) -> Types {
         let weights = match s.weights {
-            WeightsDtype::Fp32 => 4.0,
+            // QLoRA's 4-bit linears return their input's type: the rest of the model is fp32.
+            WeightsDtype::Fp32 | WeightsDtype::Nf4 => 4.0,
             WeightsDtype::Bf16 | WeightsDtype::Fp16 => 2.0,
         };
         let casts = weights == 4.0 && s.autocast != AutocastDtype::None;
@@ -38,26 +39,51 @@ impl Types {
     }
 }
 
-/// Bytes a norm of `width` saves beyond its input, per token.
-fn norm_saved(m: &ModelShape, t: Types, width: f64) -> f64 {
+/// Bytes a norm of `width` saves beyond its input, per token: for its input's gradient, and
+/// for its weight's.
+fn norm_saved(m: &ModelShape, t: Types, width: f64) -> Split {
     if m.layer_norm() {
-        return 0.0; // saves its input (counted) and per-row statistics
+        return Split::default(); // saves its input (counted) and per-row statistics
     }
     // RMSNorm computes in fp32. From an fp32 residual it saves the normalised tensor (the
-    // weight multiplies it). From a half one it saves the input's fp32 upcast, then Llama's
-    // saves the normalised tensor cast back to the input's type (the weight multiplies that),
-    // Gemma's the fp32 normalised tensor itself.
+    // weight multiplies it: for the weight's gradient alone). From a half one it saves the
+    // input's fp32 upcast (for the input's gradient), then Llama's saves the normalised tensor
+    // cast back to the input's type (the weight multiplies that), Gemma's the fp32 normalised
+    // tensor itself.
     if t.residual >= 4.0 {
-        4.0 * width
+        Split {
+            graph: 0.0,
+            weight: 4.0 * width,
+        }
     } else if matches!(m.family, ModelFamily::Gemma | ModelFamily::Gemma2 | ModelFamily::Gemma3) {
-        8.0 * width
+        Split {
+            graph: 4.0 * width,
+            weight: 4.0 * width,
+        }
     } else {
-        4.0 * width + t.residual * width
+        Split {
+            graph: 4.0 * width,
+            weight: t.residual * width,
+        }
+    }
+}
+
+/// Bytes saved for the gradient flowing down (`graph`) and for a weight's gradient alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Split {
+    pub graph: f64,
+    pub weight: f64,
+}
+
+impl Split {
+    pub fn total(self) -> f64 {
+        self.graph + self.weight
     }
 }
 
 /// Bytes saved for `linears` linear layers reading one input of `width`, per token: autocast
-/// casts the input once per layer; otherwise the one input is saved.
+/// casts the input once per layer; otherwise the one input is saved. Only a weight's gradient
+/// needs a linear's input.
 fn linear_inputs(t: Types, linears: f64, width: f64) -> f64 {
     if t.casts {
         linears * 2.0 * width
@@ -66,8 +92,53 @@ fn linear_inputs(t: Types, linears: f64, width: f64) -> f64 {
     }
 }
 
-/// Activations one decoder layer saves for backward, per token.
-pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
+/// What one decoder layer saves for backward, per token, by what needs it: the gradient flowing
+/// through the layer to its input (saved whenever anything at or below the layer trains), and
+/// each group of weights' gradients (saved only when that group trains). A frozen linear
+/// keeps no input: autograd saves a matmul's input only for its weight's gradient.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LayerSaved {
+    /// For the gradient flowing to the layer's input: attention's q/k/v, output and log-sum-exp,
+    /// the MLP's intermediates, the residual stream, dropout masks.
+    pub graph: f64,
+    /// The attention norm's fp32 upcast of a half-precision input (saved only where the layer's
+    /// input needs a gradient).
+    pub attn_norm_input: f64,
+    /// The attention norm's weight's gradient: the normalised tensor.
+    pub attn_norm: f64,
+    /// The q/k/v projections' input (autocast: each one's cast).
+    pub qkv: f64,
+    /// The attention output projection's input.
+    pub o_proj: f64,
+    /// The MLP norm's weight's gradient.
+    pub mlp_norm: f64,
+    /// The MLP's first linears' inputs (gate/up, fc1, the router and the experts').
+    pub mlp_in: f64,
+    /// The MLP's output projection's input (down, fc2).
+    pub mlp_out: f64,
+}
+
+impl LayerSaved {
+    /// Everything, as when the whole layer trains and its input needs a gradient.
+    pub fn total(&self) -> f64 {
+        self.graph
+            + self.attn_norm_input
+            + self.attn_norm
+            + self.qkv
+            + self.o_proj
+            + self.mlp_norm
+            + self.mlp_in
+            + self.mlp_out
+    }
+}
+
+/// Activations one decoder layer saves for backward, per token, when all of it trains.
+pub fn layer_activation_bytes(m: &ModelShape, s: &Settings) -> f64 {
+    layer_saved(m, s).total()
+}
+
+/// Activations one decoder layer saves for backward, per token, by what needs them.
+pub fn layer_saved(m: &ModelShape, t_settings: &Settings) -> LayerSaved {
     let t = Types::of(t_settings);
     // fp32 attention cannot use the flash kernel; transformers passes `enable_gqa` to SDPA for
     // the attention modules that group key/value heads (all but GPT-2, GPT-NeoX and Falcon),
@@ -83,7 +154,7 @@ pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
     } else {
         0.0
     };
-    let (h, i) = (m.hidden as f64, m.intermediate as f64);
+    let h = m.hidden as f64;
     let (q, kv) = (m.q_width() as f64, m.kv_width() as f64);
     let a = t.compute;
     let fused_qkv = matches!(
@@ -91,10 +162,14 @@ pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
         ModelFamily::Gpt2 | ModelFamily::GptNeox | ModelFamily::Falcon | ModelFamily::Phi3
     );
     let rope = m.family != ModelFamily::Gpt2;
+    let mut out = LayerSaved::default();
     // Attention: its norm, the projections' inputs, q/k/v as SDPA saves them, its output and
     // the output's contiguous copy (the output projection's input), log-sum-exp in fp32.
-    let mut attn = norm_saved(m, t, h) + linear_inputs(t, if fused_qkv { 1.0 } else { 3.0 }, h);
-    attn += if fused_qkv {
+    let attn_norm = norm_saved(m, t, h);
+    out.attn_norm_input = attn_norm.graph;
+    out.attn_norm = attn_norm.weight;
+    out.qkv = linear_inputs(t, if fused_qkv { 1.0 } else { 3.0 }, h);
+    out.graph += if fused_qkv {
         a * (q + 2.0 * kv) + if rope { a * (q + kv) } else { 0.0 }
     } else {
         a * (q + 2.0 * kv)
@@ -105,66 +180,113 @@ pub fn layer_activation_bytes(m: &ModelShape, t_settings: &Settings) -> f64 {
         ModelFamily::Qwen3 | ModelFamily::Qwen3Moe | ModelFamily::Gemma3 | ModelFamily::Olmo2
     ) {
         let half = Types { residual: a, ..t };
-        attn += norm_saved(m, half, q) + norm_saved(m, half, kv) + a * (q + kv);
+        out.graph += norm_saved(m, half, q).total() + norm_saved(m, half, kv).total() + a * (q + kv);
     }
-    attn += 2.0 * a * q + 4.0 * m.heads as f64 + math_attention;
-    // MLP.
+    out.graph += a * q + 4.0 * m.heads as f64 + math_attention;
+    out.o_proj = a * q;
+    mlp_saved(m, t, &mut out);
+    // Residual stream: one new tensor per residual addition (the next norm saves it); GPT-2's
+    // dropout keeps a one-byte mask per element after attention and after the MLP.
+    let residuals = if m.parallel_attention { 1.0 } else { 2.0 };
+    let dropout = if m.family == ModelFamily::Gpt2 { 2.0 * h } else { 0.0 };
+    out.graph += residuals * t.residual * h + dropout;
+    out
+}
+
+/// The MLP's share of a layer's saved activations.
+fn mlp_saved(m: &ModelShape, t: Types, out: &mut LayerSaved) {
+    let (h, i, a) = (m.hidden as f64, m.intermediate as f64, t.compute);
     let gated = !matches!(
         m.family,
         ModelFamily::Gpt2 | ModelFamily::GptNeox | ModelFamily::Falcon | ModelFamily::Phi
     );
     let mlp_norm = if m.parallel_attention && m.norms_per_layer < 2 {
-        0.0
+        Split::default()
     } else {
         norm_saved(m, t, h)
     };
-    let mlp = if m.experts > 0 {
+    out.graph += mlp_norm.graph;
+    out.mlp_norm = mlp_norm.weight;
+    if m.experts > 0 {
         // Routed: the router's input, then per routed token the expert's gathered input, its
-        // projections' inputs and a gated MLP's intermediates, and the weighted output.
+        // projections' inputs and a gated MLP's intermediates (the product: the down
+        // projection's input), and the weighted output.
         let k = m.experts_per_token as f64;
+        out.mlp_in += linear_inputs(t, 1.0, h) + k * (t.residual * h + linear_inputs(t, 2.0, h));
+        out.graph += k * (3.0 * a * i + a * h);
+        out.mlp_out += k * a * i;
         // DeepSeek's shared experts: a gated MLP every token goes through.
-        let shared = if m.shared_intermediate > 0 {
-            linear_inputs(t, 2.0, h) + 4.0 * a * m.shared_intermediate as f64
-        } else {
-            0.0
-        };
-        mlp_norm
-            + linear_inputs(t, 1.0, h)
-            + k * (t.residual * h + linear_inputs(t, 2.0, h) + 4.0 * a * i + a * h)
-            + shared
+        if m.shared_intermediate > 0 {
+            let s = m.shared_intermediate as f64;
+            out.mlp_in += linear_inputs(t, 2.0, h);
+            out.graph += 3.0 * a * s;
+            out.mlp_out += a * s;
+        }
     } else if gated {
+        // The gate's output (the activation saves it), the activation's and the up projection's
+        // outputs (the product saves each for the other), the product (the down projection's input).
         let linears = if m.family == ModelFamily::Phi3 { 1.0 } else { 2.0 };
-        mlp_norm + linear_inputs(t, linears, h) + 4.0 * a * i
+        out.mlp_in += linear_inputs(t, linears, h);
+        out.graph += 3.0 * a * i;
+        out.mlp_out += a * i;
     } else {
         // gelu_new (GPT-2, Phi) is written out in Python: pow goes to fp32 under autocast, and
         // the input, tanh's output, 1 + tanh, x / 2 and the fp32 product are held at the loss
         // (the snapshots of traces/plan/runs show the four of activations.py); F.gelu saves its
-        // input alone.
-        let act = if matches!(m.family, ModelFamily::Gpt2 | ModelFamily::Phi) {
+        // input alone. The last is the second linear's input.
+        let (act, fc2_input) = if matches!(m.family, ModelFamily::Gpt2 | ModelFamily::Phi) {
             if t.casts {
-                2.0 * i + 4.0 * i + 4.0 * i + 2.0 * i + 4.0 * i
+                (2.0 * i + 4.0 * i + 4.0 * i + 2.0 * i, 4.0 * i)
             } else {
-                5.0 * a * i
+                (4.0 * a * i, a * i)
             }
         } else {
-            2.0 * a * i
+            (a * i, a * i)
         };
-        mlp_norm + linear_inputs(t, 1.0, h) + act
-    };
-    // Residual stream: one new tensor per residual addition (the next norm saves it); GPT-2's
-    // dropout keeps a one-byte mask per element after attention and after the MLP.
-    let residuals = if m.parallel_attention { 1.0 } else { 2.0 };
-    let dropout = if m.family == ModelFamily::Gpt2 { 2.0 * h } else { 0.0 };
-    attn + mlp + residuals * t.residual * h + dropout
+        out.mlp_in += linear_inputs(t, 1.0, h);
+        out.graph += act;
+        out.mlp_out += fc2_input;
+    }
+}
+
+/// Activations outside the layers, per token, by what needs them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OuterSaved {
+    /// The embedding's output (and GPT-2's dropout mask), saved by the first layer for the
+    /// embeddings' gradient.
+    pub embedding: f64,
+    /// The final norm's share for the gradient flowing through it.
+    pub final_norm_input: f64,
+    /// The final norm's weight's gradient.
+    pub final_norm: f64,
+    /// The language-model head's input (its weight's gradient).
+    pub head: f64,
+}
+
+impl OuterSaved {
+    pub fn total(&self) -> f64 {
+        self.embedding + self.final_norm_input + self.final_norm + self.head
+    }
 }
 
 /// Activations outside the layers, per token: the embedding's output, the final norm and the
 /// language-model head's input.
-pub fn outer_activation_bytes(m: &ModelShape, s: &Settings) -> f64 {
+pub fn outer_saved(m: &ModelShape, s: &Settings) -> OuterSaved {
     let t = Types::of(s);
     let h = m.hidden as f64;
     let dropout = if m.family == ModelFamily::Gpt2 { h } else { 0.0 };
-    t.residual * h + dropout + norm_saved(m, t, h) + linear_inputs(t, 1.0, h)
+    let norm = norm_saved(m, t, h);
+    OuterSaved {
+        embedding: t.residual * h + dropout,
+        final_norm_input: norm.graph,
+        final_norm: norm.weight,
+        head: linear_inputs(t, 1.0, h),
+    }
+}
+
+/// Activations outside the layers when everything trains, per token.
+pub fn outer_activation_bytes(m: &ModelShape, s: &Settings) -> f64 {
+    outer_saved(m, s).total()
 }
 
 /// The loss's tensors per token at the start of backward: `log_softmax`'s saved fp32 output

@@ -13,10 +13,12 @@
 
 use memlens_api::{Category, CategoryBytes, PlanOptimizer, PlanPhase, WeightsDtype};
 
-use super::activations::{layer_activation_bytes, loss_bytes, outer_activation_bytes, Types};
+use super::activations::{layer_saved, loss_bytes, outer_saved, Types};
 use super::config::ModelShape;
-use super::params::{parameter_tensors, ParamKind, ParamTensor};
+use super::names::Role;
+use super::params::{parameter_tensors, ParamTensor};
 pub use super::settings::{Settings, Trainable};
+use super::training::{frozen_layers, resolve, Training};
 
 /// Outside PyTorch's allocator: the CUDA context with its kernels loaded lazily (CUDA ≥ 11.7).
 pub const CUDA_CONTEXT_BYTES: i64 = 512 << 20;
@@ -97,23 +99,54 @@ pub fn budget_without_config(params: u64, s: &Settings) -> Budget {
 fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &Settings) -> Budget {
     let t = Types::of(s);
     let mut assumptions = Vec::new();
-    let trainable = match s.trainable {
-        Trainable::All => params,
-        Trainable::Count(n) => n.min(params),
-        Trainable::LoraRank(r) => m.map_or(0, |m| r * m.layers * (m.hidden + m.q_width() + m.hidden + m.kv_width())),
+    // LoRA's adapters compute in fp32 (peft's autocast_adapter_dtype), or autocast's half type.
+    let adapter_compute = if t.casts { 2.0 } else { 4.0 };
+    let training = match m {
+        Some(m) => resolve(m, &s.trainable, adapter_compute).unwrap_or_default(),
+        None => Training::default(),
     };
-    if let (Trainable::LoraRank(r), Some(_)) = (s.trainable, m) {
+    let trainable = match (&s.trainable, m) {
+        (Trainable::All, _) => params,
+        (Trainable::Count(n), _) => (*n).min(params),
+        (_, Some(_)) => training.trainable,
+        (_, None) => 0,
+    };
+    let lora = matches!(s.trainable, Trainable::Lora(_));
+    if let (Trainable::Lora(l), Some(_)) = (&s.trainable, m) {
         assumptions.push(format!(
-            "LoRA rank {r} on the query and value projections (PEFT's default targets): {trainable} adapter \
-             parameters train in fp32, the base model is frozen"
+            "LoRA rank {} on {}{}, dropout {}: {} adapter parameters train in fp32 (peft's autocast_adapter_dtype), \
+             the base is frozen; each adapted linear saves {}its dropped input and the rank-{} intermediate",
+            l.rank,
+            l.targets.join(", "),
+            if l.default_targets {
+                " (peft's default targets for the family)"
+            } else {
+                ""
+            },
+            l.dropout,
+            training.adapters,
+            if l.dropout > 0.0 { "its dropout mask, " } else { "" },
+            l.rank
+        ));
+    }
+    if let (Trainable::Globs(globs), Some(_)) = (&s.trainable, m) {
+        let first = training.layers.iter().position(|l| l.graph);
+        assumptions.push(format!(
+            "only the parameters matching {} train ({trainable}); {}",
+            globs.join(", "),
+            match first {
+                Some(0) | None => "every layer saves its activations".to_string(),
+                Some(f) => format!("layers below {f} record no graph and save nothing"),
+            }
         ));
     }
     let gpus = s.gpus.max(1) as f64;
     let shard = |from: u8| if s.zero_stage >= from { 1.0 / gpus } else { 1.0 };
     let tokens = (s.batch * s.seq) as f64;
-    let lora = matches!(s.trainable, Trainable::LoraRank(_));
-    // Weights, and the trainable part's gradients; LoRA adapters are fp32 whatever the base.
-    let weights = params as f64 * t.weights * shard(3) + if lora { trainable as f64 * 4.0 } else { 0.0 };
+    let weights = weight_bytes(params, &training, s, &mut assumptions) * shard(3)
+        + if lora { training.adapters as f64 * 4.0 } else { 0.0 };
+    let params = params + if lora { training.adapters } else { 0 };
+    // The trainable part's gradients; LoRA adapters are fp32 whatever the base.
     let grad_type = if lora { 4.0 } else { t.weights };
     let gradients = trainable as f64 * grad_type * shard(2);
     // Optimizer state: in the weights' type with plain PyTorch; DeepSpeed's mixed precision
@@ -144,51 +177,10 @@ fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &S
             }
         ));
     }
-    // Activations and the loss.
-    let (layer, outer, loss, copies) = match m {
-        Some(m) => {
-            let matrices: u64 = tensors
-                .iter()
-                .filter(|p| p.kind == ParamKind::Matrix || (p.kind == ParamKind::Embedding && m.tied))
-                .filter(|p| p.kind == ParamKind::Matrix || p.name == "embed_tokens")
-                .map(ParamTensor::elements)
-                .sum();
-            let copies = if t.casts { 2.0 * matrices as f64 * shard(3) } else { 0.0 };
-            (
-                layer_activation_bytes(m, s),
-                outer_activation_bytes(m, s),
-                loss_bytes(m, s),
-                copies,
-            )
-        }
-        None => {
-            assumptions.push("no config: activations and the loss are not counted (only the model states)".into());
-            (0.0, 0.0, 0.0, 0.0)
-        }
-    };
-    // Frozen parameters are taken to be the bottom of the network (the embeddings, then whole
-    // layers from the first): a layer whose weights and input need no gradient records no graph,
-    // so it saves nothing for backward, and autocast caches no copy of a frozen weight.
-    let frozen_layers = match (s.trainable, m) {
-        (Trainable::Count(n), Some(m)) if n < params => {
+    if let (Trainable::Count(n), Some(m)) = (&s.trainable, m) {
+        if *n < params {
             let frozen = params - n;
-            let embeddings: u64 = tensors
-                .iter()
-                .filter(|t| t.kind == ParamKind::Embedding)
-                .map(ParamTensor::elements)
-                .sum();
-            let per_layer: u64 = tensors
-                .iter()
-                .filter(|t| t.copies >= m.layers && t.copies % m.layers.max(1) == 0)
-                .map(ParamTensor::elements)
-                .sum::<u64>()
-                / m.layers.max(1);
-            // Whole layers above every embedding: the rest is not a frozen bottom (a trainable
-            // position embedding, say, keeps every layer's graph), and every layer saves.
-            let rest = frozen.saturating_sub(embeddings);
-            let layers = (rest + per_layer / 2) / per_layer.max(1);
-            let whole = frozen >= embeddings && rest.abs_diff(layers * per_layer) <= per_layer / 100;
-            let layers = if whole { layers.min(m.layers) } else { 0 };
+            let layers = frozen_layers(m, frozen);
             assumptions.push(if layers > 0 {
                 format!(
                     "{frozen} frozen parameters are the embeddings and the first {layers} layers: those layers \
@@ -200,54 +192,43 @@ fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &S
                      saves its activations for the gradients below it"
                 )
             });
-            layers
         }
-        _ => 0,
-    };
-    let layers = m.map_or(0, |m| m.layers - frozen_layers) as f64;
-    if let Some(m) = m {
-        let precision = match (s.weights, t.casts) {
-            (_, true) => format!("{} weights under {} autocast", wire(s.weights), wire(s.autocast)),
-            (WeightsDtype::Fp32, false) => "fp32 weights, no autocast (fp32 attention runs SDPA's math kernel)".into(),
-            _ => format!("{} weights, no autocast", wire(s.weights)),
-        };
-        assumptions.insert(
-            0,
-            format!(
-                "{precision}, {}, Hugging Face's {} layers with SDPA attention: {} saved per token per layer{}; \
-                 the loss {} per token (fp32 log-softmax and its gradients, as transformers ≥ 4.46 computes it: \
-                 no full-vocabulary copies); the optimizer state appears at the first step and stays",
-                wire(s.optimizer),
-                wire(m.family),
-                memlens_api::bytes_label(layer.round() as i64),
-                if s.checkpointing {
-                    ", of which checkpointing keeps each layer's input and recomputes one layer in backward"
-                } else {
-                    ""
-                },
-                memlens_api::bytes_label(loss.round() as i64)
-            ),
-        );
     }
-    let copies = match m {
-        Some(m) if m.layers > 0 => copies * (1.0 - frozen_layers as f64 / (m.layers + 1) as f64),
-        _ => copies,
+    // Activations and the loss.
+    let saved = match m {
+        Some(m) => saved_per_token(m, s, &training),
+        None => {
+            assumptions.push("no config: activations and the loss are not counted (only the model states)".into());
+            Saved::default()
+        }
     };
+    let (loss, copies, layers) = (saved.loss, saved.copies * shard(3), saved.graph_layers);
+    if let Some(m) = m {
+        assumptions.insert(0, precision_assumption(m, s, t, saved.full_layer, loss));
+    }
+    if s.grad_accum_steps > 1 {
+        assumptions.push(format!(
+            "{} micro-batches a step: from the second on, the accumulated gradients are held through its \
+             forward and backward",
+            s.grad_accum_steps
+        ));
+    }
     let inputs = 24.0 * tokens; // token ids, the labels padded and shifted (int64)
-    let (saved, recompute) = if s.checkpointing {
-        (layers * t.residual * m.map_or(0, |m| m.hidden) as f64, layer)
+    let (saved_layers, recompute) = if s.checkpointing {
+        (layers * t.residual * m.map_or(0, |m| m.hidden) as f64, saved.full_layer)
     } else {
-        (layers * layer, 0.0)
+        (saved.layers, 0.0)
     };
+    let outer = saved.outer;
     // The three moments of a step.
-    let loss_moment = (saved + outer + loss) * tokens;
+    let loss_moment = (saved_layers + outer + loss) * tokens;
     let per_layer_copies = if layers > 0.0 { copies / (layers + 1.0) } else { 0.0 };
     let loss_copies = if s.checkpointing { per_layer_copies } else { copies };
     let backward_moment = recompute * tokens + per_layer_copies;
     let moments = [
         Moment {
             phase: PlanPhase::LossBackward,
-            gradients: 0.0,
+            gradients: if s.grad_accum_steps > 1 { gradients } else { 0.0 },
             activations: loss_moment + loss_copies,
             temporary: 0.0,
         },
@@ -297,4 +278,115 @@ fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &S
         by_category,
         assumptions,
     }
+}
+
+/// What is saved for backward, per token (the autocast copies in bytes).
+#[derive(Debug, Clone, Copy, Default)]
+struct Saved {
+    /// Every layer that records a graph, by what of it trains.
+    layers: f64,
+    outer: f64,
+    loss: f64,
+    /// autocast's half copies of the weights whose linears' inputs need a gradient.
+    copies: f64,
+    /// The layers that record a graph.
+    graph_layers: f64,
+    /// One whole layer's (what checkpointing recomputes).
+    full_layer: f64,
+}
+
+/// The saved activations of the layers and parts that take part in backward.
+fn saved_per_token(m: &ModelShape, s: &Settings, training: &Training) -> Saved {
+    let t = Types::of(s);
+    let ls = layer_saved(m, s);
+    let os = outer_saved(m, s);
+    let mut out = Saved {
+        loss: loss_bytes(m, s),
+        full_layer: ls.total() + training.layers.iter().map(|l| l.lora_bytes).fold(0.0, f64::max),
+        ..Saved::default()
+    };
+    let mut kept = training.kept_head;
+    for l in training.layers.iter().filter(|l| l.graph) {
+        let on = |role: Role, bytes: f64| if l.trains(role) { bytes } else { 0.0 };
+        out.graph_layers += 1.0;
+        out.layers += ls.graph
+            + if l.input_grad { ls.attn_norm_input } else { 0.0 }
+            + on(Role::AttnNorm, ls.attn_norm)
+            + on(Role::Qkv, ls.qkv)
+            + on(Role::OProj, ls.o_proj)
+            + on(Role::MlpNorm, ls.mlp_norm)
+            + on(Role::MlpIn, ls.mlp_in)
+            + on(Role::MlpOut, ls.mlp_out)
+            + l.lora_bytes;
+        kept += l.kept_matrices;
+    }
+    // A tied head is the embedding: it trains with it.
+    let head = training.head || (m.tied && training.embedding);
+    out.outer = if training.embedding { os.embedding } else { 0.0 }
+        + if training.top_graph { os.final_norm_input } else { 0.0 }
+        + if training.final_norm { os.final_norm } else { 0.0 }
+        + if head { os.head } else { 0.0 }
+        + training.head_lora_bytes;
+    // QLoRA's 4-bit linears go through bitsandbytes' own matmul, which keeps the packed weight
+    // and no half copy.
+    if s.weights == WeightsDtype::Nf4 {
+        kept = training.kept_head;
+    }
+    out.copies = if t.casts { 2.0 * kept as f64 } else { 0.0 };
+    out
+}
+
+/// bitsandbytes' 4-bit NF4 storage of a tensor of `n` elements, double quantised as
+/// `BitsAndBytesConfig(bnb_4bit_use_double_quant=True)` does: two elements a byte, one uint8
+/// absmax per block of 64, its fp32 absmax per block of 256 of those, the mean they are offset
+/// by (fp32) and the 16-value NF4 code (fp32). The 256-value code of the nested absmax is one
+/// tensor for all (`NF4_SHARED_BYTES`).
+pub fn nf4_bytes(n: u64) -> u64 {
+    let blocks = n.div_ceil(64);
+    n.div_ceil(2) + blocks + 4 * blocks.div_ceil(256) + 4 + 16 * 4
+}
+
+/// The nested absmax's 256-value fp32 code, one for every 4-bit tensor.
+pub const NF4_SHARED_BYTES: u64 = 256 * 4;
+
+/// The weights' bytes: in their type, or QLoRA's 4-bit linears beside an fp32 rest.
+fn weight_bytes(params: u64, training: &Training, s: &Settings, assumptions: &mut Vec<String>) -> f64 {
+    if s.weights != WeightsDtype::Nf4 {
+        return params as f64 * Types::of(s).weights;
+    }
+    let quantised: u64 = training.linear_weights.iter().sum();
+    let packed: u64 = training.linear_weights.iter().map(|&n| nf4_bytes(n)).sum::<u64>() + NF4_SHARED_BYTES;
+    assumptions.push(format!(
+        "QLoRA: {quantised} linear weights in 4-bit NF4 with double quantisation (blocks of 64, their absmax \
+         in blocks of 256): {packed} bytes; the embeddings, norms and head ({}) in fp32 as \
+         prepare_model_for_kbit_training casts them",
+        params - quantised
+    ));
+    packed as f64 + (params - quantised) as f64 * 4.0
+}
+
+/// The first assumption: the precision, the family, a layer's saved bytes and the loss's.
+fn precision_assumption(m: &ModelShape, s: &Settings, t: Types, layer: f64, loss: f64) -> String {
+    let precision = match (s.weights, t.casts) {
+        (_, true) => format!("{} weights under {} autocast", wire(s.weights), wire(s.autocast)),
+        (WeightsDtype::Fp32, false) => "fp32 weights, no autocast (fp32 attention runs SDPA's math kernel)".into(),
+        (WeightsDtype::Nf4, false) => {
+            "nf4 weights, no autocast (the 4-bit linears return fp32: attention runs SDPA's math kernel)".into()
+        }
+        _ => format!("{} weights, no autocast", wire(s.weights)),
+    };
+    format!(
+        "{precision}, {}, Hugging Face's {} layers with SDPA attention: {} saved per token per layer{}; \
+         the loss {} per token (fp32 log-softmax and its gradients, as transformers ≥ 4.46 computes it: \
+         no full-vocabulary copies); the optimizer state appears at the first step and stays",
+        wire(s.optimizer),
+        wire(m.family),
+        memlens_api::bytes_label(layer.round() as i64),
+        if s.checkpointing {
+            ", of which checkpointing keeps each layer's input and recomputes one layer in backward"
+        } else {
+            ""
+        },
+        memlens_api::bytes_label(loss.round() as i64)
+    )
 }

@@ -83,6 +83,13 @@ pub fn predict(c: &Calibration, q: &PlanParams, batch: u64, seq: u64) -> PolarsR
         d.assumptions
             .push("the run's optimizer state is kept (a replay scales fp32 states, not factored or 8-bit ones)".into());
     }
+    if q.train.is_some() || q.lora_rank.is_some() || q.grad_accum_steps.is_some_and(|n| n > 1) {
+        d.assumptions.push(
+            "what trains and the gradient accumulation are the run's own (a replay keeps its gradients and saved \
+             tensors)"
+                .into(),
+        );
+    }
     if q.weights.is_some() || q.autocast.is_some() {
         d.assumptions
             .push("weights and autocast are the run's own (a replay keeps the run's element types)".into());

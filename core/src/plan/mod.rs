@@ -9,9 +9,11 @@ pub mod budget;
 pub mod calibrate;
 pub mod config;
 pub mod fit;
+pub mod names;
 pub mod params;
 pub mod presets;
 pub mod settings;
+pub mod training;
 
 pub use config::ModelShape;
 
@@ -38,24 +40,10 @@ use calibrate::Calibration;
 /// The plan's settings with defaults resolved (batch 1, the context length up to 2048 tokens,
 /// AdamW, fp32 weights under bf16 autocast).
 pub fn settings(q: &PlanParams, model: Option<&ModelShape>) -> Result<Settings, PlanError> {
-    if q.trainable_params.is_some() && q.lora_rank.is_some() {
-        return Err(PlanError::Settings(
-            "give trainable_params or lora_rank, not both".into(),
-        ));
-    }
     if q.zero_stage.is_some_and(|z| z > 3) {
         return Err(PlanError::Settings("zero_stage is 0, 1, 2 or 3".into()));
     }
-    let trainable = match (q.trainable_params, q.lora_rank) {
-        (Some(n), _) => Trainable::Count(n),
-        (_, Some(r)) if model.is_none() => {
-            return Err(PlanError::Settings(format!(
-                "lora_rank {r} needs the model's config.json"
-            )))
-        }
-        (_, Some(r)) => Trainable::LoraRank(r),
-        _ => Trainable::All,
-    };
+    let trainable = training::trainable_of(q, model)?;
     Ok(Settings {
         batch: q.batch_size.unwrap_or(1).max(1),
         seq: q
@@ -70,6 +58,7 @@ pub fn settings(q: &PlanParams, model: Option<&ModelShape>) -> Result<Settings, 
         zero_stage: q.zero_stage.unwrap_or(0),
         gpus: q.gpus.unwrap_or(1).max(1),
         optimizer_offload: q.optimizer_offload.unwrap_or(false),
+        grad_accum_steps: q.grad_accum_steps.unwrap_or(1).max(1),
     })
 }
 
@@ -235,8 +224,14 @@ fn alternatives(
     if formula && s.weights == WeightsDtype::Fp32 {
         offer(PlanChange::Bf16Weights, "bf16 weights".into(), None);
     }
-    if formula && full_model {
-        offer(PlanChange::Lora, "LoRA rank 16, the base frozen".into(), None);
+    // LoRA on peft's default targets, where the family has them.
+    let lora_targets = model.and_then(|m| training::default_lora_targets(&m.model_type));
+    if let (true, true, Some(targets)) = (formula, full_model, lora_targets) {
+        offer(
+            PlanChange::Lora,
+            format!("LoRA rank 16 on {}, the base frozen", targets.join(", ")),
+            None,
+        );
     }
     if formula && adam {
         offer(PlanChange::Adamw8bit, "8-bit AdamW".into(), None);

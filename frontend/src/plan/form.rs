@@ -1,6 +1,7 @@
 //! The Plan page's knobs: the model (a bundled one picked by name in a searchable list, or a
 //! config pasted, chosen or dropped), batch and sequence sliders,
-//! optimizer, weights, autocast, checkpointing, LoRA, ZeRO, offload, the GPU's memory, and for
+//! optimizer, weights (nf4 for QLoRA), autocast, checkpointing, LoRA (rank and targets), the
+//! parameters that train (globs), gradient accumulation, ZeRO, offload, the GPU's memory, and for
 //! a calibrated plan the calibrating run's batch and sequence. Every change rewrites the
 //! settings the page plans from.
 
@@ -29,6 +30,11 @@ fn compact(text: &str) -> Result<String, String> {
 
 fn positive(v: &str) -> Option<u64> {
     v.trim().parse().ok().filter(|&n| n > 0)
+}
+
+/// A text setting: blank is unset.
+fn text(v: &str) -> Option<String> {
+    Some(v.trim().to_owned()).filter(|t| !t.is_empty())
 }
 
 fn enum_of<T: serde::de::DeserializeOwned>(v: &str) -> Option<T> {
@@ -139,6 +145,7 @@ pub fn PlanForm(settings: RwSignal<PlanParams>) -> impl IntoView {
                 <select id="plan-weights" prop:value=move || name_of(&settings.get().weights)
                     on:change=move |e| settings.update(|p| p.weights = enum_of::<WeightsDtype>(&event_target_value(&e)))>
                     <option value="fp32">"fp32"</option><option value="bf16">"bf16"</option><option value="fp16">"fp16"</option>
+                    <option value="nf4">"nf4 (QLoRA, with a LoRA rank)"</option>
                 </select>
             </label>
             <label>"autocast "
@@ -151,6 +158,15 @@ pub fn PlanForm(settings: RwSignal<PlanParams>) -> impl IntoView {
                 on:change=move |e| settings.update(|p| p.checkpointing = event_target_checked(&e).then_some(true)) />" activation checkpointing"</label>
             <label>"LoRA rank " <input id="plan-lora" type="number" min="0" size="3" prop:value=number(|p| p.lora_rank)
                 on:input=move |e| settings.update(|p| p.lora_rank = positive(&event_target_value(&e))) /></label>
+            <label>" on " <input id="plan-lora-targets" type="text" size="24" placeholder="peft's default targets"
+                prop:value=move || settings.get().lora_targets.unwrap_or_default()
+                on:change=move |e| settings.update(|p| p.lora_targets = text(&event_target_value(&e)))
+                prop:disabled=move || settings.get().lora_rank.is_none() /></label>
+            <label>"train only " <input id="plan-train" type="text" size="28" placeholder="model.layers.6.*,lm_head.weight"
+                prop:value=move || settings.get().train.unwrap_or_default()
+                on:change=move |e| settings.update(|p| p.train = text(&event_target_value(&e))) /></label>
+            <label>"gradient accumulation " <input id="plan-accum" type="number" min="1" size="3" prop:value=number(|p| p.grad_accum_steps)
+                on:input=move |e| settings.update(|p| p.grad_accum_steps = positive(&event_target_value(&e)).filter(|&n| n > 1)) /></label>
             <label>"ZeRO "
                 <select id="plan-zero" prop:value=move || settings.get().zero_stage.unwrap_or(0).to_string()
                     on:change=move |e| settings.update(|p| p.zero_stage = event_target_value(&e).parse().ok().filter(|&z: &u8| z > 0))>

@@ -34,7 +34,7 @@ pub struct PlanArgs {
     /// adamw, adam, sgd_momentum, sgd, adafactor or adamw_8bit.
     #[arg(long, value_parser = wire_name::<PlanOptimizer>)]
     pub optimizer: Option<PlanOptimizer>,
-    /// fp32, bf16 or fp16.
+    /// fp32, bf16, fp16, or nf4 (QLoRA's 4-bit base, with --lora-rank).
     #[arg(long, value_parser = wire_name::<WeightsDtype>)]
     pub weights: Option<WeightsDtype>,
     /// bf16, fp16 or none.
@@ -44,11 +44,24 @@ pub struct PlanArgs {
     #[arg(long)]
     pub checkpointing: bool,
     /// Only this many parameters train.
-    #[arg(long, value_name = "N", conflicts_with = "lora_rank")]
+    #[arg(long, value_name = "N", conflicts_with_all = ["lora_rank", "train"])]
     pub trainable_params: Option<u64>,
-    /// LoRA adapters of this rank (query and value projections); the base model frozen.
+    /// Only the parameters whose Hugging Face names match train (repeatable; `fnmatch`:
+    /// `model.layers.6.*`, `lm_head.weight`, `*.self_attn.*`).
+    #[arg(long, value_name = "GLOB", conflicts_with = "lora_rank")]
+    pub train: Vec<String>,
+    /// LoRA adapters of this rank (peft's get_peft_model); the base model frozen.
     #[arg(long, value_name = "R")]
     pub lora_rank: Option<u64>,
+    /// The linear modules LoRA adapts (default: peft's for the model's family).
+    #[arg(long, value_name = "q_proj,v_proj,…", requires = "lora_rank")]
+    pub lora_targets: Option<String>,
+    /// LoRA's dropout (default 0.05; 0 keeps no mask).
+    #[arg(long, value_name = "P", requires = "lora_rank")]
+    pub lora_dropout: Option<f64>,
+    /// Micro-batches whose gradients accumulate before each optimizer step.
+    #[arg(long, value_name = "N")]
+    pub grad_accum_steps: Option<u64>,
     /// DeepSpeed ZeRO stage (0–3), over --gpus data-parallel GPUs.
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub zero_stage: Option<u8>,
@@ -110,6 +123,10 @@ fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
         checkpointing: a.checkpointing.then_some(true),
         trainable_params: a.trainable_params,
         lora_rank: a.lora_rank,
+        lora_targets: a.lora_targets.clone(),
+        lora_dropout: a.lora_dropout,
+        train: (!a.train.is_empty()).then(|| a.train.join(",")),
+        grad_accum_steps: a.grad_accum_steps,
         zero_stage: a.zero_stage,
         gpus: a.gpus,
         optimizer_offload: a.optimizer_offload.then_some(true),

@@ -239,3 +239,78 @@ fn a_bundled_model_by_name_plans_offline_alike_in_the_cli_and_the_api() {
         assert!(text.contains(m["id"].as_str().expect("id")), "{m}");
     }
 }
+
+#[test]
+fn accumulation_trained_layers_and_lora_answer_alike_from_the_cli_and_the_api() {
+    let (s, _) = server_with_report("plan-round2", &[], "plan/runs/llama_b2.pickle.gz");
+    let config = config_text("llama_train");
+    let model = trace("plan/configs/llama_train.json");
+    let model = model.to_str().expect("path");
+    const ALL: &str = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
+    /// The same settings as the API's query and as the CLI's flags.
+    struct Case {
+        query: &'static [(&'static str, &'static str)],
+        flags: &'static [&'static str],
+    }
+    let cases = [
+        Case {
+            query: &[
+                ("grad_accum_steps", "4"),
+                ("train", "model.layers.6.*,model.layers.7.*"),
+            ],
+            flags: &[
+                "--grad-accum-steps",
+                "4",
+                "--train",
+                "model.layers.6.*",
+                "--train",
+                "model.layers.7.*",
+            ],
+        },
+        Case {
+            query: &[
+                ("lora_rank", "16"),
+                ("lora_targets", ALL),
+                ("weights", "nf4"),
+                ("autocast", "none"),
+            ],
+            flags: &[
+                "--lora-rank",
+                "16",
+                "--lora-targets",
+                ALL,
+                "--weights",
+                "nf4",
+                "--autocast",
+                "none",
+            ],
+        },
+        Case {
+            query: &[("lora_rank", "8"), ("lora_dropout", "0")],
+            flags: &["--lora-rank", "8", "--lora-dropout", "0"],
+        },
+    ];
+    for Case { query, flags } in cases {
+        let mut pairs = vec![("config", config.as_str()), ("batch_size", "4"), ("seq_len", "1024")];
+        pairs.extend_from_slice(query);
+        let (code, v) = get_json(&s, &plan_query(&pairs));
+        assert_eq!(code, 200, "{v}");
+        let mut args = vec!["--model", model, "--batch-size", "4", "--seq-len", "1024"];
+        args.extend_from_slice(flags);
+        let cli = cli_plan(&args);
+        for k in [
+            "predicted_peak_allocated_bytes",
+            "parameter_count",
+            "trainable_parameter_count",
+        ] {
+            assert_eq!(v[k], cli[k], "{k}: {query:?}");
+        }
+    }
+    // A glob that names nothing is refused, naming the names it should look like.
+    let (code, e) = get_json(&s, &plan_query(&[("config", &config), ("train", "layers.6.*")]));
+    assert_eq!(code, 400, "{e}");
+    assert!(
+        e["error"].as_str().is_some_and(|m| m.contains("model.layers.0.")),
+        "{e}"
+    );
+}

@@ -98,8 +98,13 @@ pub fn catalogue() -> Vec<(&'static str, &'static str, Value)> {
                 "params": {"type": "integer", "description": "Parameter count, for a model without a config memlens reads."},
                 "batch_size": {"type": "integer", "minimum": 1}, "seq_len": {"type": "integer", "minimum": 1},
                 "optimizer": {"enum": ["adamw", "adam", "sgd_momentum", "sgd", "adafactor", "adamw_8bit"]},
-                "weights": {"enum": ["fp32", "bf16", "fp16"]}, "autocast": {"enum": ["bf16", "fp16", "none"]},
-                "checkpointing": {"type": "boolean"}, "trainable_params": {"type": "integer"}, "lora_rank": {"type": "integer"},
+                "weights": {"enum": ["fp32", "bf16", "fp16", "nf4"], "description": "nf4: QLoRA's 4-bit base (with lora_rank)."}, "autocast": {"enum": ["bf16", "fp16", "none"]},
+                "checkpointing": {"type": "boolean"}, "trainable_params": {"type": "integer"},
+                "train": {"type": ["string", "array"], "items": {"type": "string"}, "description": "Only the parameters whose Hugging Face names match one of these comma-separated fnmatch globs train (model.layers.6.*,lm_head.weight; *.self_attn.*)."},
+                "lora_rank": {"type": "integer", "minimum": 1, "description": "LoRA adapters of this rank (peft); the base frozen."},
+                "lora_targets": {"type": ["string", "array"], "items": {"type": "string"}, "description": "Comma-separated linear modules LoRA adapts (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj); default peft's for the family."},
+                "lora_dropout": {"type": "number", "minimum": 0, "maximum": 1, "description": "LoRA's dropout (default 0.05)."},
+                "grad_accum_steps": {"type": "integer", "minimum": 1, "description": "Micro-batches whose gradients accumulate before each optimizer step."},
                 "zero_stage": {"type": "integer", "minimum": 0, "maximum": 3}, "gpus": {"type": "integer", "minimum": 1},
                 "optimizer_offload": {"type": "boolean"}, "gpu_memory_bytes": {"type": "integer", "description": "The GPU's memory in bytes (24 GiB = 25769803776)."},
                 "calibrate": {"type": "string", "description": "Path of a snapshot of a run of the same model."},
@@ -243,6 +248,16 @@ fn plan(arguments: Value) -> Answer {
     let Value::Object(mut args) = arguments else {
         return Err(ToolError::Argument("arguments: expected an object"));
     };
+    // The lists may come as arrays too: the request holds them comma-separated.
+    for key in ["train", "lora_targets"] {
+        if let Some(Value::Array(items)) = args.get(key) {
+            let joined: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+            let joined = joined
+                .ok_or(ToolError::Argument("train, lora_targets: expected strings"))?
+                .join(",");
+            args.insert(key.into(), Value::String(joined));
+        }
+    }
     if let Some(path) = args.remove("config_path") {
         let path = path
             .as_str()
