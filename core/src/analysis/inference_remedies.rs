@@ -173,3 +173,70 @@ pub fn from_text(phase: OomPhase) -> Vec<Remedy> {
     ));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use memlens_api::{OomFit, OomPhase, RemedyAction};
+
+    use super::sized;
+    use crate::analysis::oom_cause::{KvAtFailure, LiveAtFailure};
+
+    const GIB: i64 = 1 << 30;
+
+    /// A decode step of an fp32 model whose cache grows by torch.cat: fewer sequences, a shorter
+    /// generation, a narrower cache, a static one, bf16 and quantized weights — and nothing of
+    /// training however much is called activation.
+    #[test]
+    fn a_decode_oom_gets_inference_remedies_each_sized() {
+        let live = LiveAtFailure {
+            parameter: GIB / 2,
+            activation: GIB,
+            cache: 2 * GIB,
+            kv: Some(KvAtFailure {
+                bytes_now: 2 * GIB,
+                bytes_full: 2 * GIB,
+                growth_copy_full: GIB / 8,
+                tensors_full: 16,
+                tokens_now: Some(1000),
+                sequences: Some(32),
+                grown_by_copy: true,
+                weight_dtype_bytes: Some(4),
+            }),
+            ..Default::default()
+        };
+        let fit = OomFit {
+            batch_fraction: 0.5,
+            limit_bytes: 2 * GIB,
+            fixed_bytes: GIB / 2,
+            batch_bytes: 3 * GIB,
+            how: String::new(),
+        };
+        let list = sized(&live, Some(&fit), OomPhase::Decode);
+        let saves = |a: RemedyAction| list.iter().find(|r| r.action == a).map(|r| r.saves_bytes);
+        assert_eq!(saves(RemedyAction::SmallerBatch), Some(3 * GIB / 2));
+        assert_eq!(saves(RemedyAction::StaticKvCache), Some(GIB / 8));
+        assert_eq!(saves(RemedyAction::NarrowerKvCache), Some((2 * GIB + GIB / 8) / 2));
+        assert_eq!(saves(RemedyAction::Bf16Weights), Some(GIB / 4));
+        // At half the batch the budget is 2 GiB: 1.5 GiB above the weights for the whole batch,
+        // whose 0.875 GiB beside the cache (and its copy, 2.125 GiB) leave the cache 0.625 GiB:
+        // 29.4 % of its 1000 tokens.
+        let shorter = list
+            .iter()
+            .find(|r| r.action == RemedyAction::ShorterGeneration)
+            .expect("shorter");
+        assert!(shorter.note.contains("at most 294 tokens"), "{}", shorter.note);
+        for r in &list {
+            assert!(
+                !matches!(
+                    r.action,
+                    RemedyAction::ActivationCheckpointing
+                        | RemedyAction::Bf16Activations
+                        | RemedyAction::LighterOptimizer
+                        | RemedyAction::ShardStates
+                        | RemedyAction::CpuOffload
+                ),
+                "{r:?}"
+            );
+        }
+    }
+}

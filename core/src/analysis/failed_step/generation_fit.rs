@@ -195,3 +195,32 @@ pub(super) fn weight_layout(count: &rustc_hash::FxHashMap<i64, usize>) -> Option
         layers: (norms % 2 == 1 && norms >= 3).then_some(norms / 2),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::weight_layout;
+    use rustc_hash::FxHashMap;
+
+    /// A Llama of hidden 1024, 8 layers, MLP 2816, vocabulary 32000: its parameters' sizes.
+    fn llama(dtype: i64) -> FxHashMap<i64, usize> {
+        let h = 1024;
+        let mut c = FxHashMap::default();
+        c.insert(h * dtype, 17); // two norms a layer and the final one
+        c.insert(h * h * dtype, 32); // q, k, v, o (no GQA)
+        c.insert(2816 * h * dtype, 24); // gate, up, down
+        c.insert(32000 * h * dtype, 2); // embedding, lm_head
+        c
+    }
+
+    #[test]
+    fn the_weights_dtype_and_layers_are_read_from_their_sizes() {
+        for dtype in [4, 2] {
+            let w = weight_layout(&llama(dtype)).expect("a layout");
+            assert_eq!((w.dtype_bytes, w.layers), (dtype, Some(8)), "dtype {dtype}");
+        }
+        // A model whose sizes hold no norm and square projection says nothing.
+        let mut c = FxHashMap::default();
+        c.insert(3 * 7 * 1000, 5);
+        assert_eq!(weight_layout(&c), None);
+    }
+}
