@@ -24,7 +24,10 @@ pub use gpu_log::*;
 pub use jobs::{JobRegression, JobRun, JobView};
 pub use payloads::*;
 pub use segments::*;
-pub use serving::{ServingAction, ServingCause, ServingEngine, ServingFailure, ServingRemedy, ServingSummary};
+pub use serving::{
+    KvCacheDtype, ServingAction, ServingCause, ServingEngine, ServingFailure, ServingPlan, ServingRemedy,
+    ServingSummary,
+};
 pub use summary::*;
 
 pub use labels::{bytes_label, device_label, HOST_DEVICE};

@@ -63,6 +63,10 @@ pub enum WeightsDtype {
     Fp32,
     Bf16,
     Fp16,
+    /// 8-bit floating point weights (serving plans only).
+    Fp8,
+    /// 4-bit integer weights with 16-bit group scales (serving plans only: GPTQ, AWQ).
+    Int4,
     /// QLoRA's 4-bit NormalFloat base (bitsandbytes `load_in_4bit`, `nf4`, double quantisation):
     /// the linear layers' weights packed two to a byte with their block constants, the rest
     /// (embeddings, norms, the head) in fp32 as `prepare_model_for_kbit_training` leaves them.
@@ -196,6 +200,22 @@ pub struct PlanParams {
     pub run_seq_len: Option<u64>,
     /// The calibrating run used activation checkpointing.
     pub run_checkpointing: Option<bool>,
+    /// Plan a serving engine's startup (`memlens plan --serve`) instead of a training step; with
+    /// it, `calibrate` names a startup log (HTTP: a report of one).
+    pub serve: Option<bool>,
+    /// vLLM's `--gpu-memory-utilization` (SGLang: `--mem-fraction-static`); default the
+    /// engine's.
+    pub gpu_memory_utilization: Option<f64>,
+    /// Default: the model's context length.
+    pub max_model_len: Option<u64>,
+    pub max_num_seqs: Option<u64>,
+    /// Tensor parallel size (default 1).
+    pub tp: Option<u64>,
+    pub kv_cache_dtype: Option<crate::KvCacheDtype>,
+    /// vllm (default) or sglang.
+    pub engine: Option<crate::ServingEngine>,
+    /// The engine's version (`0.6.4`), where its accounting differs; default the newest.
+    pub engine_version: Option<String>,
 }
 
 /// `GET /api/plan/models`: one bundled model the plan knows by name.

@@ -182,3 +182,39 @@ pub struct ServingSummary {
     #[serde(default)]
     pub notes: Vec<String>,
 }
+
+/// The KV cache's element type in a serving plan: `auto` (the weights' 16-bit type) or `fp8`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum KvCacheDtype {
+    #[default]
+    Auto,
+    Fp8,
+}
+
+/// `memlens plan --serve` (`GET /api/plan?serve=true`): a serving engine's startup predicted
+/// from the model's config before it runs — the same figures a startup log gives
+/// (`serving`), whether one request of `max_model_len` fits, and the longest `max_model_len`
+/// and the most requests that do.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ServingPlan {
+    /// The startup as predicted, in the log summary's fields (per GPU); its `notes` are every
+    /// assumption the numbers rest on.
+    pub serving: ServingSummary,
+    /// The KV cache holds one request of `serving.max_model_len` tokens.
+    pub fits_max_model_len: bool,
+    /// The longest `max_model_len` one request of which the KV cache holds (at most the
+    /// model's context; 0 when nothing is left for the KV cache).
+    pub largest_max_model_len: i64,
+    /// Requests of `serving.max_model_len` tokens the KV cache holds at once, at most
+    /// `max_num_seqs`.
+    pub largest_concurrency: i64,
+    /// The tokens of the profile run's dummy batch (vLLM's `max_num_batched_tokens`).
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<i64>,
+    /// The startup log whose measured figures replace the estimate's.
+    #[serde(default)]
+    pub calibrated_from: Option<String>,
+}

@@ -28,6 +28,9 @@ impl Types {
             // QLoRA's 4-bit linears return their input's type: the rest of the model is fp32.
             WeightsDtype::Fp32 | WeightsDtype::Nf4 => 4.0,
             WeightsDtype::Bf16 | WeightsDtype::Fp16 => 2.0,
+            // Quantised weights are planned for serving only (`plan::settings` refuses them for
+            // training); were they trained, their layers would compute in 16 bits.
+            WeightsDtype::Fp8 | WeightsDtype::Int4 => 2.0,
         };
         let casts = weights == 4.0 && s.autocast != AutocastDtype::None;
         Types {

@@ -12,6 +12,7 @@ pub mod fit;
 pub mod names;
 pub mod params;
 pub mod presets;
+pub mod serve;
 pub mod settings;
 pub mod training;
 
@@ -32,7 +33,7 @@ pub enum PlanError {
     Calibration(String),
 }
 
-use memlens_api::{Category, ModelFamily, Plan, PlanParams, PlanPhase};
+use memlens_api::{Category, ModelFamily, Plan, PlanParams, PlanPhase, WeightsDtype};
 
 use budget::{Settings, Trainable, CUDA_CONTEXT_BYTES, RESERVED_PER_ALLOCATED};
 use calibrate::Calibration;
@@ -40,6 +41,15 @@ use calibrate::Calibration;
 /// The plan's settings with defaults resolved (batch 1, the context length up to 2048 tokens,
 /// AdamW, fp32 weights under bf16 autocast).
 pub fn settings(q: &PlanParams, model: Option<&ModelShape>) -> Result<Settings, PlanError> {
+    if let Some(w @ (WeightsDtype::Fp8 | WeightsDtype::Int4)) = q.weights {
+        return Err(PlanError::Settings(format!(
+            "{} weights are planned for serving (--serve): a training plan takes fp32, bf16 or fp16",
+            serde_json::to_value(w)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        )));
+    }
     if q.zero_stage.is_some_and(|z| z > 3) {
         return Err(PlanError::Settings("zero_stage is 0, 1, 2 or 3".into()));
     }
@@ -204,7 +214,7 @@ fn alternatives(
     max_batch: Option<u64>,
     capacity: i64,
 ) -> Result<Vec<memlens_api::PlanAlternative>, PlanError> {
-    use memlens_api::{PlanAlternative, PlanChange, PlanOptimizer, WeightsDtype};
+    use memlens_api::{PlanAlternative, PlanChange, PlanOptimizer};
     let full_model = model.is_some() && matches!(s.trainable, Trainable::All);
     let adam = matches!(s.optimizer, PlanOptimizer::Adamw | PlanOptimizer::Adam);
     let formula = calibration.is_none();

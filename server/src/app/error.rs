@@ -58,6 +58,8 @@ pub enum Unusable {
     NoSnapshotWithDevice,
     #[error("no device with allocations to calibrate by")]
     NothingToCalibrateBy,
+    #[error("not a vLLM or SGLang startup log: a serving plan is calibrated by one")]
+    NoServingStartup,
 }
 
 impl CommandError {

@@ -1,10 +1,11 @@
 //! `plan`: a training step's memory before it runs, from a model's `config.json` (a path or a
 //! model's folder) or a bundled model's name — told apart here once — optionally calibrated
-//! by a measured run's snapshot.
+//! by a measured run's snapshot; or, with `serve`, a serving engine's startup, optionally
+//! calibrated by a startup log of the same model.
 
 use std::path::PathBuf;
 
-use memlens_api::{Plan, PlanParams};
+use memlens_api::{Plan, PlanParams, ServingPlan};
 use memlens_core::pipeline::{self, Input, KeepFrames};
 use memlens_core::plan::calibrate::{calibrating_run, plan_by_busiest_device, CalibrationNeeds};
 
@@ -72,4 +73,25 @@ pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, Co
         Some(plan) => Ok(plan?),
         None => Err(CommandError::unusable(name, Unusable::NothingToCalibrateBy)),
     }
+}
+
+/// The serving plan (`serve`), calibrated by a vLLM or SGLang startup log when one is given
+/// (the log's startup as `memlens analyze` reads it).
+pub fn make_serving_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<ServingPlan, CommandError> {
+    use memlens_core::plan::serve::{calibrate::LogCalibration, serve_plan};
+    let Some(path) = calibrate else {
+        return Ok(serve_plan(q, None)?);
+    };
+    let name = path.display().to_string();
+    let rules = memlens_core::analysis::categories::FrameRules::load(None)?;
+    let out = pipeline::run_with(
+        vec![Input::path(path)],
+        Default::default(),
+        &rules,
+        &mut pipeline::NoSink,
+    )?;
+    let Some(log) = out.files.into_iter().find_map(|f| f.serving) else {
+        return Err(CommandError::unusable(name, Unusable::NoServingStartup));
+    };
+    Ok(serve_plan(q, Some(&LogCalibration { name, log }))?)
 }

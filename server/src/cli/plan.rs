@@ -1,18 +1,21 @@
 //! `memlens plan --model CONFIG.json …`: the memory a training step will take before it runs,
 //! from a Hugging Face config ([`memlens_core::plan`]) or a bundled model by name (`--model
 //! meta-llama/Llama-3.1-8B`, `--list-models`); `--calibrate RUN.pickle` replays a measured run
-//! of the same model instead of the formula's activations.
+//! of the same model instead of the formula's activations. `--serve` plans a vLLM or SGLang
+//! server's startup instead (`memlens_core::plan::serve`), calibrated by its startup log.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use memlens_api::{AutocastDtype, Limit, Plan, PlanOptimizer, PlanParams, WeightsDtype};
+use memlens_api::{
+    AutocastDtype, KvCacheDtype, Limit, Plan, PlanOptimizer, PlanParams, ServingEngine, ServingPlan, WeightsDtype,
+};
 use memlens_core::analysis::check::parse_limit;
 
 use super::error::CommandError;
 use super::render::{gib, print_json};
-use crate::app::plan::{config_or_name, make_plan};
+use crate::app::plan::{config_or_name, make_plan, make_serving_plan};
 
 #[derive(Args)]
 pub struct PlanArgs {
@@ -86,6 +89,30 @@ pub struct PlanArgs {
     /// The calibrating run used activation checkpointing.
     #[arg(long, requires = "calibrate")]
     pub run_checkpointing: bool,
+    /// Plan a vLLM or SGLang server's startup instead of a training step: the KV cache the
+    /// GPU leaves, its tokens and requests (`--calibrate` then takes the server's startup log).
+    #[arg(long)]
+    pub serve: bool,
+    /// vLLM's --gpu-memory-utilization (SGLang: --mem-fraction-static); default the engine's.
+    #[arg(long, value_name = "U", requires = "serve")]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Default: the model's context length.
+    #[arg(long, value_name = "L", requires = "serve")]
+    pub max_model_len: Option<u64>,
+    #[arg(long, value_name = "N", requires = "serve")]
+    pub max_num_seqs: Option<u64>,
+    /// Tensor parallel size.
+    #[arg(long, value_name = "N", requires = "serve")]
+    pub tp: Option<u64>,
+    /// auto or fp8.
+    #[arg(long, value_parser = wire_name::<KvCacheDtype>, requires = "serve")]
+    pub kv_cache_dtype: Option<KvCacheDtype>,
+    /// vllm (default) or sglang.
+    #[arg(long, value_parser = wire_name::<ServingEngine>, requires = "serve")]
+    pub engine: Option<ServingEngine>,
+    /// The engine's version (`0.6.4`) where its accounting differs (default the newest).
+    #[arg(long, value_name = "X.Y.Z", requires = "serve")]
+    pub engine_version: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -135,6 +162,14 @@ fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
         run_batch_size: a.run_batch_size,
         run_seq_len: a.run_seq_len,
         run_checkpointing: a.run_checkpointing.then_some(true),
+        serve: a.serve.then_some(true),
+        gpu_memory_utilization: a.gpu_memory_utilization,
+        max_model_len: a.max_model_len,
+        max_num_seqs: a.max_num_seqs,
+        tp: a.tp,
+        kv_cache_dtype: a.kv_cache_dtype,
+        engine: a.engine,
+        engine_version: a.engine_version.clone(),
     })
 }
 
@@ -146,6 +181,20 @@ pub fn plan(args: PlanArgs) -> ExitCode {
         }
         print!("{}", render_models(&models));
         return ExitCode::SUCCESS;
+    }
+    if args.serve {
+        let answer = params_of(&args).and_then(|q| make_serving_plan(&q, args.calibrate.as_ref()));
+        return match answer {
+            Ok(p) if args.json => print_json(&p),
+            Ok(p) => {
+                print!("{}", render_serving_plan(&p));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("memlens: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     let answer = params_of(&args).and_then(|q| make_plan(&q, args.calibrate.as_ref()));
     let p = match answer {
@@ -207,6 +256,42 @@ pub fn render_plan(p: &Plan) -> String {
         );
     }
     for a in &p.assumptions {
+        s += &format!("  assumes: {a}\n");
+    }
+    s
+}
+
+/// The serving plan as text: whether one request of max_model_len fits, the longest and the
+/// most that do, then the startup as a log's summary shows it, then what it assumes.
+pub fn render_serving_plan(p: &ServingPlan) -> String {
+    let v = &p.serving;
+    let len = v.max_model_len.unwrap_or(0);
+    let mut s = format!(
+        "{} max_model_len {len}: {}\n",
+        if p.fits_max_model_len { "fits" } else { "does not fit" },
+        v.verdict
+    );
+    s += &format!("  longest max_model_len that fits: {}\n", p.largest_max_model_len);
+    s += &format!("  requests of {len} tokens at once: {}\n", p.largest_concurrency);
+    let lines = [
+        ("total", v.total_gpu_memory_bytes),
+        ("weights", v.weights_bytes),
+        ("activation peak", v.activation_peak_bytes),
+        ("non-torch", v.non_torch_bytes),
+        ("CUDA graphs", v.cuda_graph_bytes),
+        ("KV cache", v.kv_cache_bytes),
+    ];
+    for (name, bytes) in lines {
+        if let Some(b) = bytes {
+            s += &format!("    {name:<16} {}\n", gib(b));
+        }
+    }
+    if let Some(f) = &v.failure {
+        for r in &f.remedies {
+            s += &format!("  remedy: {}\n", r.note);
+        }
+    }
+    for a in &v.notes {
         s += &format!("  assumes: {a}\n");
     }
     s

@@ -107,8 +107,14 @@ pub fn catalogue() -> Vec<(&'static str, &'static str, Value)> {
                 "grad_accum_steps": {"type": "integer", "minimum": 1, "description": "Micro-batches whose gradients accumulate before each optimizer step."},
                 "zero_stage": {"type": "integer", "minimum": 0, "maximum": 3}, "gpus": {"type": "integer", "minimum": 1},
                 "optimizer_offload": {"type": "boolean"}, "gpu_memory_bytes": {"type": "integer", "description": "The GPU's memory in bytes (24 GiB = 25769803776)."},
-                "calibrate": {"type": "string", "description": "Path of a snapshot of a run of the same model."},
+                "calibrate": {"type": "string", "description": "Path of a snapshot of a run of the same model (with serve: of the server's vLLM or SGLang startup log)."},
                 "run_batch_size": {"type": "integer"}, "run_seq_len": {"type": "integer"}, "run_checkpointing": {"type": "boolean"},
+                "serve": {"type": "boolean", "description": "Plan a vLLM or SGLang server's startup instead: weights, the profile run's activations, CUDA graphs and the KV cache per GPU, its tokens, whether one request of max_model_len fits, the longest max_model_len and the most requests that do (needs gpu_memory_bytes or a calibrating log; weights then bf16, fp8 or int4)."},
+                "gpu_memory_utilization": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "description": "vLLM's --gpu-memory-utilization (SGLang: --mem-fraction-static)."},
+                "max_model_len": {"type": "integer", "minimum": 1}, "max_num_seqs": {"type": "integer", "minimum": 1},
+                "tp": {"type": "integer", "minimum": 1, "description": "Tensor parallel size."},
+                "kv_cache_dtype": {"enum": ["auto", "fp8"]}, "engine": {"enum": ["vllm", "sglang"]},
+                "engine_version": {"type": "string", "description": "The engine's version (0.6.4) where its accounting differs; default the newest."},
             }}),
         ),
         (
@@ -273,6 +279,11 @@ fn plan(arguments: Value) -> Answer {
     }
     let q: memlens_api::PlanParams = parse(Value::Object(args))?;
     let calibrate = q.calibrate.as_ref().map(PathBuf::from);
+    if q.serve == Some(true) {
+        let p = crate::app::plan::make_serving_plan(&q, calibrate.as_ref())?;
+        let v = serde_json::to_value(&p)?;
+        return Ok((crate::cli::plan::render_serving_plan(&p), v));
+    }
     let p = crate::app::plan::make_plan(&q, calibrate.as_ref())?;
     let v = serde_json::to_value(&p)?;
     Ok((crate::cli::plan::render_plan(&p), v))
