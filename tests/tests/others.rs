@@ -160,3 +160,19 @@ fn a_forward_backward_benchmark_tells_its_batch_from_its_weights() {
         d.categories
     );
 }
+
+/// A recording of a CUDA graph's replays alone (the graph captured before it began): a replay
+/// allocates nothing, so nothing places what is live — left `other`, and the verdict says why
+/// and how to see it rather than naming a category it cannot back.
+#[test]
+fn replays_of_a_graph_captured_before_the_recording_are_unexplained_and_say_why() {
+    let d = device("cuda_graph_replay_only");
+    assert_eq!(at_peak(&d, Category::Cache), 0, "{:#?}", d.categories);
+    assert!(
+        d.verdict
+            .contains("only replays of a CUDA graph captured before it began")
+            && d.verdict.contains("record from before the capture"),
+        "{}",
+        d.verdict
+    );
+}

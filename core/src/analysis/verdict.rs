@@ -143,10 +143,23 @@ fn what_rests_on_less(d: &DeviceSummary, total: i64) -> String {
         let why = other
             .and_then(|c| c.rules.iter().max_by_key(|r| r.bytes))
             .map_or("nothing in the trace places it", |r| why_unexplained(r.rule));
+        let graph_pool: i64 = d
+            .pools
+            .iter()
+            .filter(|p| p.kind == memlens_api::PoolKind::GraphPool)
+            .map(|p| p.final_allocated_bytes)
+            .sum();
         let why = if d.event_count == 0 {
-            "the snapshot holds no trace, only what was live at its dump"
+            "the snapshot holds no trace, only what was live at its dump".to_owned()
+        } else if replays_only(d, graph_pool) {
+            format!(
+                "the recording holds only replays of a CUDA graph captured before it began, and a replay \
+                 allocates nothing: what the graph's private pool ({}) and the memory made before the \
+                 capture hold is not in the trace (record from before the capture to see it)",
+                human(graph_pool)
+            )
         } else {
-            why
+            why.to_owned()
         };
         out.push_str(&format!(
             " {} ({:.0} %) is unexplained: {why}.",
@@ -155,6 +168,12 @@ fn what_rests_on_less(d: &DeviceSummary, total: i64) -> String {
         ));
     }
     out
+}
+
+/// A recording of CUDA-graph replays alone: a graph's private pool holds memory, and the trace
+/// made (almost) nothing of what is live — the replays allocate nothing.
+fn replays_only(d: &DeviceSummary, graph_pool: i64) -> bool {
+    graph_pool > 0 && d.iterations.count == 0 && d.initial_allocated_bytes * 10 >= d.peak_allocated_bytes * 9
 }
 
 /// Memory beside PyTorch's reserve that an NVML log of the same report shows worth leading
