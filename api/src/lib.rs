@@ -8,6 +8,7 @@ mod compare;
 mod enums;
 mod formats;
 mod gpu_log;
+mod jax;
 mod jobs;
 mod labels;
 mod meta;
@@ -21,6 +22,7 @@ mod stacks;
 mod summary;
 
 pub use gpu_log::*;
+pub use jax::{BfcBin, BufferAssignmentStats, PeakBuffer, XlaOomText, XlaOomWording};
 pub use jobs::{JobRegression, JobRun, JobView};
 pub use payloads::*;
 pub use segments::*;

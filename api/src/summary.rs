@@ -487,6 +487,10 @@ pub struct OomText {
     pub missing: Vec<String>,
     /// The code that captures a snapshot at the next OOM (`memlens.torch.on_oom`).
     pub capture_next_time: String,
+    /// What XLA printed around a JAX out-of-memory error: its wording, the BFC allocator's dump,
+    /// the buffer assignment's stats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xla: Option<crate::XlaOomText>,
 }
 
 /// Allocations still live at the end that piled up over iterations.

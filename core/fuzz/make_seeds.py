@@ -152,6 +152,10 @@ def jax():
     for name in sorted(os.listdir(os.path.join(TRACES, "jax-cpu"))):
         if name.endswith(".prof"):
             put("jax_device_memory_profile", name, gzip.decompress(read("jax-cpu/" + name)))
+    # XLA's out-of-memory texts are the OOM text importer's too.
+    for name in sorted(os.listdir(os.path.join(TRACES, "jax-texts"))):
+        if name.endswith(".txt"):
+            put("oom_message", "jax-" + name, read("jax-texts/" + name))
 
 
 def profiler():

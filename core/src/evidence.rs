@@ -58,6 +58,8 @@ pub struct OomMessage {
     pub missing: Vec<String>,
     /// How many times the same message (same rank, same text) stood in the file.
     pub occurrences: usize,
+    /// What XLA printed around a JAX out-of-memory error (`importers::oom_message::xla`).
+    pub xla: Option<memlens_api::XlaOomText>,
 }
 
 /// One `torch.cuda.memory_summary()` table.

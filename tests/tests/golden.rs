@@ -14,9 +14,10 @@ use memlens_tests::traces_dir;
 /// the texts each failure left, captured), `oom_text/` (one message or table per shape) and
 /// `serving-logs/` (vLLM and SGLang startup logs people posted, one per wording); `jax-cpu/`
 /// (JAX device memory profiles made on the CPU); `serving/` (Hugging Face generation: its
-/// snapshots and the tracebacks its OOMs left; not its run records).
+/// snapshots and the tracebacks its OOMs left; not its run records); `jax-texts/` (XLA's
+/// out-of-memory texts people posted).
 fn fixtures() -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = ["", "oom", "oom_text", "serving-logs", "jax-cpu", "serving"]
+    let mut v: Vec<_> = ["", "oom", "oom_text", "serving-logs", "jax-cpu", "serving", "jax-texts"]
         .iter()
         .flat_map(|sub| std::fs::read_dir(traces_dir().join(sub)).expect("traces/"))
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -127,6 +127,9 @@ pub enum RemedyAction {
     ReleasePrivatePools,
     /// Reduce memory outside PyTorch's allocator (NCCL buffers, other libraries' pools).
     ReduceNonPytorch,
+    /// JAX: donate the step's inputs to its outputs (`jax.jit(step, donate_argnums=…)`), so
+    /// that the new parameters and optimizer state reuse the old ones' buffers.
+    DonateBuffers,
     /// Inference: generate fewer tokens (`max_new_tokens` / `max_length`); the key/value cache
     /// grows with every one.
     ShorterGeneration,
@@ -158,4 +161,7 @@ pub enum OomBackend {
     Mps,
     /// Intel's XPU caching allocator.
     Xpu,
+    /// XLA's allocator under JAX (`RESOURCE_EXHAUSTED: Out of memory while trying to
+    /// allocate …`; on GPU its BFC allocator, which preallocates 75 % of the device by default).
+    Xla,
 }

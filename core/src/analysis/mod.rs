@@ -39,6 +39,7 @@ pub mod gpu_samples;
 mod inference_remedies;
 mod interval_index;
 pub mod jax_anatomy;
+pub mod jax_oom;
 pub mod kv_cache;
 pub(crate) mod labels;
 pub mod leaks;

@@ -556,6 +556,7 @@ fn first_sentence(r: &Remedy, f: &OomFacts, fits: Option<&OomFit>) -> String {
         RemedyAction::FreeOtherProcesses => format!("First remedy: stop the other processes (frees {n})."),
         RemedyAction::ReleasePrivatePools => format!("First remedy: release or share the private pools (frees {n})."),
         RemedyAction::ReduceNonPytorch => format!("First remedy: shrink the memory outside PyTorch (frees {n})."),
+        RemedyAction::DonateBuffers => format!("First remedy: {}", r.note),
         RemedyAction::ShorterGeneration
         | RemedyAction::NarrowerKvCache
         | RemedyAction::Bf16Weights

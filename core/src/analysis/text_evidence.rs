@@ -78,6 +78,9 @@ pub fn facts_of(m: &OomMessage) -> OomFacts {
 
 /// One message, explained.
 pub fn explain_message(m: &OomMessage, screen: Option<&SmiScreen>) -> OomExplanation {
+    if let Some(xla) = &m.xla {
+        return super::jax_oom::explain(m, xla);
+    }
     let mut processes = m.processes.clone();
     // A screen in the same log names the processes an older message (or ROCm's) did not.
     if processes.is_empty() {
@@ -142,6 +145,7 @@ pub fn explain_message(m: &OomMessage, screen: Option<&SmiScreen>) -> OomExplana
                 missing
             },
             capture_next_time: CAPTURE_NEXT_TIME.to_owned(),
+            xla: None,
         }),
     }
 }
@@ -259,11 +263,16 @@ pub fn text_file_summary(e: &TextEvidence, name: &str, format: Format, gzip: boo
     if !e.ooms.is_empty() {
         notes.push(format!(
             "Read from text: {} out-of-memory message(s){}. A message gives the allocator's totals, not what the memory \
-             is made of: capture a snapshot at the next OOM (memlens.torch.on_oom) for that.",
+             is made of: {} for that.",
             e.ooms.len(),
             match e.ooms.iter().map(|m| m.occurrences).sum::<usize>() {
                 n if n > e.ooms.len() => format!(" ({n} lines, repeats counted once)"),
                 _ => String::new(),
+            },
+            if e.ooms.iter().all(|m| m.xla.is_some()) {
+                "save the device memory profile at the next OOM (memlens.jax.on_oom)"
+            } else {
+                "capture a snapshot at the next OOM (memlens.torch.on_oom)"
             }
         ));
     }

@@ -268,7 +268,12 @@ where
 pub fn read_evidence(source: Source) -> Result<TextEvidence, ImportError> {
     let lines = common::text_lines::read_lines(source)?;
     let evidence = TextEvidence {
-        ooms: oom_message::find_oom_messages(&lines),
+        ooms: {
+            let mut ooms = oom_message::find_oom_messages(&lines);
+            ooms.extend(oom_message::xla::find_xla_ooms(&lines));
+            ooms.sort_by_key(|m| m.line);
+            ooms
+        },
         summaries: memory_summary::find_memory_summaries(&lines),
         screens: nvidia_smi_screen::find_screens(&lines),
         serving: serving_log::find_serving_startups(&lines),
@@ -276,7 +281,7 @@ pub fn read_evidence(source: Source) -> Result<TextEvidence, ImportError> {
     if evidence.is_empty() {
         return Err(ImportError::Log(format!(
             "a text of {} line(s) with no out-of-memory message (`CUDA out of memory. Tried to allocate …`, \
-             `HIP`/`XPU`/`MPS backend out of memory`), no torch.cuda.memory_summary() table, no nvidia-smi screen and no \
+             `HIP`/`XPU`/`MPS backend out of memory`, XLA's `RESOURCE_EXHAUSTED: Out of memory …` or BFC allocator dump), no torch.cuda.memory_summary() table, no nvidia-smi screen and no \
              vLLM or SGLang memory line (`Available KV cache memory`, `# GPU blocks`, `KV Cache is allocated`) in it",
             lines.len()
         )));

@@ -37,6 +37,8 @@ use crate::importers::read_evidence;
 use crate::importers::{ImportOptions, Importer, Parsed};
 use crate::source::Source;
 
+pub mod xla;
+
 pub struct OomMessageImporter;
 
 pub static IMPORTER: OomMessageImporter = OomMessageImporter;
