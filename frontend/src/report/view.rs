@@ -173,6 +173,8 @@ pub fn ReportView(
         None => name,
     };
     let notes = file.source.notes.clone();
+    // A JAX device memory profile is one instant: no history to draw over time.
+    let one_instant = file.format == memlens_api::Format::JaxDeviceMemoryProfile;
     let file_for_overview = file.clone();
     let st = ReportState::new(id.clone(), file_index, file, gpu_logs.clone());
 
@@ -212,6 +214,13 @@ pub fn ReportView(
             {move || st.dev_summary.get().filter(|s| !s.ooms.is_empty()).map(|s| ooms_section(&s))}
             {move || st.dev_summary.get().and_then(|s| budget(&s))}
             <WhatIfPanel st=st />
+            {one_instant.then(|| view! {
+                <p class="muted" id="one-instant-note">
+                    "One instant: a JAX device memory profile holds the buffers live when it was taken, with no \
+                     history, so the timeline below is that instant alone. The flame graph shows every buffer by \
+                     its Python stack; two profiles of one run compare (Compare with…) to show what grew."
+                </p>
+            })}
             <TimelinePanel st=st />
             // Built once the first timeline is on screen (see `ReportState::first_drawn`).
             {move || st.first_drawn.get().then(|| view! {
