@@ -67,6 +67,27 @@ fn the_kv_cache_at_the_peak_is_the_formulas() {
     }
 }
 
+/// The OOM captures at their peak: each key or value tensor of the layers made so far holds
+/// `kv heads × head dim × tokens × dtype bytes` a sequence — the prompt's tokens in a prefill, the
+/// tokens the growth reads in decode.
+#[test]
+fn the_kv_cache_of_a_failed_generation_is_the_formulas_layer_by_layer() {
+    for case in ["generate_oom_prefill", "generate_oom_decode"] {
+        let t = truth(case);
+        let kv = device(case).kv_cache.expect("kv_cache");
+        let tokens = kv.tokens_at_peak.unwrap_or_else(|| int(&t, "prompt_len"));
+        let per_tensor = bytes_per_token(&t) / (2 * int(&t["config"], "num_hidden_layers")) * tokens * int(&t, "batch");
+        let want = per_tensor * kv.tensors_at_peak as i64;
+        let off = (kv.bytes_at_peak - want).abs() as f64 / want as f64;
+        assert!(
+            off <= 0.05,
+            "{case}: {} vs {want} ({:.1} % off)",
+            kv.bytes_at_peak,
+            off * 100.0
+        );
+    }
+}
+
 /// A cache grown by `torch.cat` tells its tokens and its bytes a token of a sequence exactly;
 /// the copy being replaced at the peak is one tensor, a key or a value of one layer.
 #[test]

@@ -34,7 +34,9 @@ Cases
                           outputs (and so their past_key_values) a list keeps — a chat server that
                           keeps every conversation's cache: the cache kept across requests grows
                           by one request's cache each time (the truth counts each)
-Run (device tool, repository root): traces/capture/serving.sh
+Run (device tool, repository root): traces/capture/serving.sh; the cases added after the first run
+alone: SERVING_BUDGET_S=900 traces/capture/serving.sh generate_oom_decode,generate_kept_across_requests
+(the decode OOM's search of max_new_tokens takes about nine fresh processes of 15-20 s).
 """
 import json
 import os
