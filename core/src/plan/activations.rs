@@ -71,6 +71,18 @@ fn norm_saved(m: &ModelShape, t: Types, width: f64) -> Split {
     }
 }
 
+/// Bytes a residual-stream tensor keeps per element: the next norm's input. A LayerNorm saves
+/// it, and so does an RMSNorm of an fp32 stream (its fp32 upcast is the tensor itself); an
+/// RMSNorm of a half-precision stream saves its fp32 upcast instead (counted with the norm), and
+/// the half tensor is freed (the snapshot of traces/plan/runs/llama_b4_bf16w: no residual kept).
+fn residual_saved(m: &ModelShape, t: Types) -> f64 {
+    if m.layer_norm() || t.residual >= 4.0 {
+        t.residual
+    } else {
+        0.0
+    }
+}
+
 /// Bytes saved for the gradient flowing down (`graph`) and for a weight's gradient alone.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Split {
@@ -172,8 +184,17 @@ pub fn layer_saved(m: &ModelShape, t_settings: &Settings) -> LayerSaved {
     out.attn_norm_input = attn_norm.graph;
     out.attn_norm = attn_norm.weight;
     out.qkv = linear_inputs(t, if fused_qkv { 1.0 } else { 3.0 }, h);
+    // transformers 5 keeps a DynamicCache in training (unless checkpointing): SDPA reads the
+    // cache's copies of k and v. GPT-2's q is a view of the fused output, which it keeps whole,
+    // beside those copies (the snapshot of traces/plan/runs/gpt2_b4).
     out.graph += if fused_qkv {
-        a * (q + 2.0 * kv) + if rope { a * (q + kv) } else { 0.0 }
+        a * (q + 2.0 * kv)
+            + if rope { a * (q + kv) } else { 0.0 }
+            + if m.family == ModelFamily::Gpt2 && !t_settings.checkpointing {
+                2.0 * a * kv
+            } else {
+                0.0
+            }
     } else {
         a * (q + 2.0 * kv)
     };
@@ -186,13 +207,17 @@ pub fn layer_saved(m: &ModelShape, t_settings: &Settings) -> LayerSaved {
         out.graph += norm_saved(m, half, q).total() + norm_saved(m, half, kv).total() + a * (q + kv);
     }
     out.graph += a * q + 4.0 * m.heads as f64 + math_attention;
-    out.o_proj = a * q;
+    // SDPA's fused kernels write their output head-last, so the transpose back is contiguous and
+    // the output projection reads the very tensor SDPA saved; the math kernel's output is
+    // head-first, and `.contiguous()` copies it for the projection (the snapshots of
+    // traces/plan/runs: no copy beside a flash or memory-efficient output).
+    out.o_proj = if math_attention > 0.0 { a * q } else { 0.0 };
     mlp_saved(m, t, &mut out);
     // Residual stream: one new tensor per residual addition (the next norm saves it); GPT-2's
     // dropout keeps a one-byte mask per element after attention and after the MLP.
     let residuals = if m.parallel_attention { 1.0 } else { 2.0 };
     let dropout = if m.family == ModelFamily::Gpt2 { 2.0 * h } else { 0.0 };
-    out.graph += residuals * t.residual * h + dropout;
+    out.graph += residuals * residual_saved(m, t) * h + dropout;
     out
 }
 
@@ -280,7 +305,7 @@ pub fn outer_saved(m: &ModelShape, s: &Settings) -> OuterSaved {
     let dropout = if m.family == ModelFamily::Gpt2 { h } else { 0.0 };
     let norm = norm_saved(m, t, h);
     OuterSaved {
-        embedding: t.residual * h + dropout,
+        embedding: residual_saved(m, t) * h + dropout,
         final_norm_input: norm.graph,
         final_norm: norm.weight,
         head: linear_inputs(t, 1.0, h),
