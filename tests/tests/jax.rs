@@ -114,3 +114,64 @@ fn the_diff_of_two_profiles_finds_the_trees_kept_step_after_step() {
     let top = &b.peak_stacks[0];
     assert_eq!(top.module.as_deref(), Some("jax_cpu_profiles.py:104 main"), "{top:?}");
 }
+
+/// What the capture script counted of the live arrays: their buffers each once (`unique_buffers`,
+/// as XLA's profile counts them: a jitted function may return one buffer twice), −1 when absent.
+fn counted(live: &serde_json::Value) -> i64 {
+    live["unique_buffers"]["on_device_bytes"].as_i64().unwrap_or(-1)
+}
+
+/// The GPU captures of traces/capture/jax_capture.py (traces/jax, committed by the lead when run):
+/// each profile's live bytes equal what the script counted from `jax.live_arrays()` at it, to the
+/// byte; each stderr and exception text is read as XLA's out-of-memory error. Until the capture
+/// lands the folder is absent and there is nothing to hold.
+#[test]
+fn gpu_captures_hold_their_truth_to_the_byte() {
+    let dir = trace("jax");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let mut checked = 0;
+    for truth_path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        let name = truth_path.file_name().and_then(|n| n.to_str()).unwrap_or("").to_owned();
+        let Some(case) = name.strip_suffix(".truth.json") else {
+            continue;
+        };
+        let t: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&truth_path).expect("truth")).expect("json");
+        // (profile file, live bytes the script counted) for each profile the case saved.
+        let mut profiles: Vec<(String, i64)> = Vec::new();
+        for p in t["profiles"].as_array().into_iter().flatten() {
+            profiles.push((p["file"].as_str().expect("file").to_owned(), counted(&p["live_arrays"])));
+        }
+        if let (Some(file), Some(bytes)) = (
+            t["profile_at_oom"]["file"].as_str(),
+            Some(counted(&t["live_arrays_at_oom"])).filter(|&b| b >= 0),
+        ) {
+            profiles.push((file.to_owned(), bytes));
+        }
+        for (file, bytes) in profiles {
+            let s = summarize_file(&dir.join(&file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(s.format, Format::JaxDeviceMemoryProfile, "{file}");
+            let live: i64 = s.devices.iter().map(|d| d.peak_allocated_bytes).sum();
+            assert_eq!(live, bytes, "{file}: live bytes against jax.live_arrays()' buffers");
+            checked += 1;
+        }
+        if t["oom"].as_bool() == Some(true) {
+            for text in [format!("{case}.exception.txt"), format!("{case}.stderr.txt")] {
+                let s = summarize_file(&dir.join(&text)).unwrap_or_else(|e| panic!("{text}: {e}"));
+                let ooms: Vec<_> = s.devices.iter().flat_map(|d| &d.ooms).collect();
+                assert!(!ooms.is_empty(), "{text}: no out-of-memory error read");
+                assert!(
+                    ooms.iter().all(|o| o
+                        .text
+                        .as_ref()
+                        .is_some_and(|t| t.backend == memlens_api::OomBackend::Xla)),
+                    "{text}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0, "traces/jax holds no capture with its truth");
+}

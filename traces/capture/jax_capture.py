@@ -21,7 +21,7 @@ Cases, each a fresh process
                       its stderr and exception text as above (jax_two_processes.*).
 Each case writes NAME.truth.json: what the script counted from its arrays (sum of x.nbytes and of
 x.on_device_size_in_bytes() over jax.tree_util.tree_leaves of params, grads, opt_state, ...; every
-jax.live_arrays()), `jax.devices()[0].memory_stats()` at each profile, the environment variables
+jax.live_arrays(), and their buffers each counted once, `unique_buffers`, as the profile counts them), `jax.devices()[0].memory_stats()` at each profile, the environment variables
 and the versions of jax, jaxlib, the CUDA plugin, flax and optax.
 Run (device tool, repository root): traces/capture/jax_capture.sh
 """
@@ -107,12 +107,23 @@ def leaves_bytes(tree):
             "on_device_bytes": int(sum(x.on_device_size_in_bytes() for x in leaves))}
 
 
+def unique_buffers(arrs):
+    """Each live array's buffers, each once: arrays may share one (a jitted function returning one
+    value twice), and XLA's profile counts a buffer once (PyClient::HeapProfile)."""
+    seen = {}
+    for a in arrs:
+        for shard in a.addressable_shards:
+            seen[(str(shard.device), shard.data.unsafe_buffer_pointer())] = int(shard.data.on_device_size_in_bytes())
+    return {"count": len(seen), "on_device_bytes": int(sum(seen.values()))}
+
+
 def live_arrays_summary():
     import jax
 
-    arrs = jax.live_arrays()
+    arrs = [a for a in jax.live_arrays() if not a.is_deleted()]
     return {"count": len(arrs), "nbytes": int(sum(a.nbytes for a in arrs)),
             "on_device_bytes": int(sum(a.on_device_size_in_bytes() for a in arrs)),
+            "unique_buffers": unique_buffers(arrs),
             "arrays": sorted([[list(a.shape), str(a.dtype), int(a.on_device_size_in_bytes())] for a in arrs],
                              key=lambda r: -r[2])[:40]}
 
