@@ -125,7 +125,8 @@ pub fn placement(lifetimes: &DataFrame, stacks: &StackResolver, rules: &FrameRul
             rows.iter().for_each(|&r| placed[r] = p);
         } else if let Some(c) = (!rules.is_empty()).then(|| rules.category_of(&frames)).flatten() {
             rows.iter().for_each(|&r| placed[r] = (c, CategoryRule::FrameRule));
-        } else {
+        } else if !frames.is_empty() {
+            // Buffers without a traceback share no call: no structure to read among them.
             by_shown.entry(stacks.user_frames(*s)).or_default().extend(rows);
         }
     }
