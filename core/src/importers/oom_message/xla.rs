@@ -71,14 +71,14 @@ pattern!(
 );
 pattern!(
     STAT,
-    r"^\s*(Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|LargestFreeBlock):\s+(\S+)\s*$"
+    r"^\s*(Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|Reserved|PeakReserved|LargestFreeBlock):\s+(\S+)\s*$"
 );
 pattern!(IN_USE_CHUNKS, r"Sum Total of in-use chunks: (\S+)");
 pattern!(
     POOL,
     r"(?:total_region_allocated_bytes_|Total size in pool): (\S+) memory_limit_: (\S+)"
 );
-pattern!(MEMORY_MAP, r"\] ([*_]{20,})\s*$");
+pattern!(MEMORY_MAP, r"bfc_allocator\.cc:\d+\] ([*_]{20,})\s*$");
 pattern!(
     ASSIGNMENT,
     r"^\s*(parameter allocation|constant allocation|maybe_live_out allocation|preallocated temp allocation|total allocation|total fragmentation):\s+(\S+)"
@@ -146,6 +146,8 @@ struct Dump {
     /// The BFC line's request (rounded), when it printed one.
     rounded: Option<i64>,
     line: Option<usize>,
+    /// Inside the allocator's `Stats:` block (its `Limit:` … lines follow that line alone).
+    in_stats: bool,
 }
 
 impl Dump {
@@ -179,6 +181,15 @@ fn empty(wording: XlaOomWording) -> XlaOomText {
 
 /// Reads a dump line into `dump`; whether it was one.
 fn read_dump_line(text: &str, number: usize, dump: &mut Dump) -> bool {
+    let read = read_dump_facts(text, number, dump);
+    if !STAT.is_match(text) && !text.trim_end().ends_with("Stats:") {
+        dump.in_stats = false;
+    }
+    read
+}
+
+/// [`read_dump_line`]'s reading, line by line.
+fn read_dump_facts(text: &str, number: usize, dump: &mut Dump) -> bool {
     if let Some(c) = BFC_RAN_OUT.captures(text) {
         if text.contains("not a failure") {
             return true;
@@ -202,7 +213,10 @@ fn read_dump_line(text: &str, number: usize, dump: &mut Dump) -> bool {
             })
         })();
         dump.facts(number).bins.extend(bin);
-    } else if let Some(c) = STAT.captures(text) {
+    } else if text.contains("bfc_allocator") && text.trim_end().ends_with("Stats:") {
+        dump.in_stats = true;
+        return true;
+    } else if let Some(c) = STAT.captures(text).filter(|_| dump.in_stats) {
         let v = bytes(&c[2]);
         let f = dump.facts(number);
         match &c[1] {
@@ -211,7 +225,9 @@ fn read_dump_line(text: &str, number: usize, dump: &mut Dump) -> bool {
             "MaxInUse" => f.max_in_use_bytes = v,
             "NumAllocs" => f.num_allocs = v,
             "MaxAllocSize" => f.max_alloc_size_bytes = v,
-            _ => f.largest_free_block_bytes = v,
+            "LargestFreeBlock" => f.largest_free_block_bytes = v,
+            // Reserved and PeakReserved: memory the allocator set aside for others; not read.
+            _ => {}
         }
     } else if let Some(c) = IN_USE_CHUNKS.captures(text) {
         let f = dump.facts(number);
