@@ -596,3 +596,31 @@ fn accumulation_layers_and_lora_change_what_is_held() {
     .to_string();
     assert!(e.contains("lora_targets") && e.contains("phi3"), "{e}");
 }
+
+#[test]
+fn frozen_layers_under_trained_ones_save_only_what_the_gradient_through_them_needs() {
+    // gpt2_b4_frozen froze wte (and so the tied head) and layers 0-5, and left wpe training: the
+    // gradient flows through the six frozen layers, which keep what it needs and none of their
+    // linears' inputs. As a count (--trainable-params) the plan cannot know this and takes every
+    // layer to train; told the names, it is the run.
+    let runs = runs();
+    let run = runs
+        .iter()
+        .find(|r| r["name"] == "gpt2_b4_frozen")
+        .expect("gpt2_b4_frozen");
+    let q = PlanParams {
+        trainable_params: None,
+        train: Some("transformer.wpe.weight,transformer.h.[6-9].*,transformer.h.1[01].*,transformer.ln_f.*".into()),
+        ..query(run)
+    };
+    let p = plan(&q, None).expect("plan");
+    assert_eq!(
+        p.trainable_parameter_count,
+        run["trainable_parameters"].as_u64().expect("trainable")
+    );
+    let e = off(
+        p.predicted_peak_allocated_bytes,
+        run["peak_requested_bytes"].as_i64().expect("peak"),
+    );
+    assert!(e.abs() <= 0.01, "{:+.2}%", e * 100.0);
+}

@@ -258,13 +258,16 @@ fn mlp_saved(m: &ModelShape, t: Types, out: &mut LayerSaved) {
         out.graph += 3.0 * a * i;
         out.mlp_out += a * i;
     } else {
-        // gelu_new (GPT-2, Phi) is written out in Python: pow goes to fp32 under autocast, and
-        // the input, tanh's output, 1 + tanh, x / 2 and the fp32 product are held at the loss
-        // (the snapshots of traces/plan/runs show the four of activations.py); F.gelu saves its
-        // input alone. The last is the second linear's input.
+        // gelu_new (GPT-2, Phi) is written out in Python: under autocast pow goes to fp32, and
+        // x / 2 (half) and three fp32 tensors (pow's input, tanh's output, 1 + tanh) are held
+        // for the gradient flowing through, in every layer it flows through; the second linear
+        // saves the half cast of the fp32 product for its weight alone (the snapshots of
+        // traces/plan/runs/gpt2_b4 and gpt2_b4_frozen: the frozen layers keep the four of
+        // activations.py and drop the cast). Without autocast the product is the second
+        // linear's input. F.gelu saves its input alone.
         let (act, fc2_input) = if matches!(m.family, ModelFamily::Gpt2 | ModelFamily::Phi) {
             if t.casts {
-                (2.0 * i + 4.0 * i + 4.0 * i + 2.0 * i, 4.0 * i)
+                (2.0 * i + 3.0 * 4.0 * i, 2.0 * i)
             } else {
                 (4.0 * a * i, a * i)
             }
