@@ -175,3 +175,25 @@ fn gpu_captures_hold_their_truth_to_the_byte() {
     }
     assert!(checked > 0, "traces/jax holds no capture with its truth");
 }
+
+#[test]
+fn a_profile_over_two_devices_holds_each_device_s_buffers_to_the_byte() {
+    // traces/capture/jax_cpu_sharded.py: a weight sharded by rows over cpu:0 and cpu:1, a bias
+    // replicated on both, a batch on cpu:0.
+    let s = summarize_file(&trace("jax-cpu/jax_cpu_sharded.prof")).expect("imports");
+    let t = truth("jax_cpu_sharded");
+    let by_device = t["live_buffers_by_device"].as_object().expect("by device");
+    assert_eq!(s.devices.len(), by_device.len());
+    for (label, counted) in by_device {
+        let n: i64 = label.rsplit(':').next().and_then(|n| n.parse().ok()).expect("cpu:N");
+        let d = s.devices.iter().find(|d| d.device == n).expect("the device");
+        assert_eq!(
+            d.peak_allocated_bytes,
+            counted["nbytes"].as_i64().expect("bytes"),
+            "{label}"
+        );
+        let buffers: usize = d.categories.iter().map(|c| c.count).sum();
+        assert_eq!(buffers as i64, counted["buffers"].as_i64().expect("buffers"), "{label}");
+    }
+    assert_eq!(s.focus_device, Some(0), "the busiest device");
+}
