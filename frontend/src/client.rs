@@ -129,6 +129,11 @@ pub async fn plan(params: &memlens_api::PlanParams) -> Result<memlens_api::Plan,
     get_json(&url(routes::PLAN, params)).await
 }
 
+/// A serving plan (`GET /api/plan?serve=true&…`).
+pub async fn serving_plan(params: &memlens_api::PlanParams) -> Result<memlens_api::ServingPlan, FetchError> {
+    get_json(&url(routes::PLAN, params)).await
+}
+
 /// The bundled models the plan knows by name (the Plan page's picker).
 pub async fn plan_models() -> Result<Vec<memlens_api::PlanModel>, FetchError> {
     get_json(routes::PLAN_MODELS).await

@@ -842,3 +842,34 @@ test('plan before you run: a config dropped in, sliders moved, the plan shared b
   assert.match(await other.textContent('#plan-model'), /calibrated by \/r\//);
   await ctx.close();
 });
+
+test('the Serving tab plans a vLLM startup: the KV cache left, whether max_model_len fits, and the remedies', async () => {
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await page.goto(`${base}/plan`);
+  await page.click('#plan-tab-serving');
+  await page.waitForSelector('#plan-serve-form');
+  // The RTX 3090 log of vLLM 0.6.4 (traces/serving-logs/vllm-0.6.4-llama-3.1-8b-3090-max-seq-len.log):
+  // `memlens plan --serve --model meta-llama/Llama-3.1-8B --gpu-memory 23.58GiB
+  // --gpu-memory-utilization 0.9 --max-model-len 29000 --engine-version 0.6.4`: 25,120 tokens.
+  await page.fill('#plan-model-preset', 'meta-llama/Llama-3.1-8B');
+  await page.dispatchEvent('#plan-model-preset', 'change');
+  await page.fill('#plan-serve-gpu', '23.58');
+  await page.dispatchEvent('#plan-serve-gpu', 'change');
+  await page.fill('#plan-utilization', '0.9');
+  await page.dispatchEvent('#plan-utilization', 'change');
+  await page.fill('#plan-max-model-len', '29000');
+  await page.dispatchEvent('#plan-max-model-len', 'change');
+  await page.fill('#plan-engine-version', '0.6.4');
+  await page.dispatchEvent('#plan-engine-version', 'change');
+  await page.waitForFunction(() => /^Does not fit max_model_len 29000: vLLM would not start/.test(document.querySelector('#plan-serve-verdict')?.textContent || ''), null, { timeout: 30_000 });
+  assert.match(await page.textContent('#plan-serve-largest'), /longest max_model_len that fits: 25120 tokens/);
+  assert.match(await page.textContent('#plan-serve-remedies'), /--kv-cache-dtype fp8/);
+  assert.ok(await page.$('#plan-serve-bar [data-term="KV cache"]'));
+  // The URL holds the serving settings: an fp8 KV cache holds the request.
+  assert.match(page.url(), /serve=true/);
+  await page.selectOption('#plan-kv-dtype', 'fp8');
+  await page.waitForFunction(() => /^Fits max_model_len 29000/.test(document.querySelector('#plan-serve-verdict')?.textContent || ''), null, { timeout: 30_000 });
+  await page.screenshot({ path: join(out, 'plan-serving.png'), fullPage: true });
+  await ctx.close();
+});

@@ -4,10 +4,12 @@
 //! would make it fit, each one click away), the budget stacked by
 //! category against the GPU's memory ([`bar`]), then the assumptions. The URL holds every
 //! setting, the config included, so a plan is shared like a report; a report's what-if panel
-//! links here with `calibrate` set to its run.
+//! links here with `calibrate` set to its run. Its Serving tab ([`serve`], `serve=true` in the
+//! URL) plans a vLLM or SGLang server's startup instead.
 
 mod bar;
 mod form;
+mod serve;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -112,6 +114,9 @@ fn plan_view(p: Plan, settings: RwSignal<PlanParams>) -> impl IntoView {
 pub fn PlanPage() -> impl IntoView {
     let settings = RwSignal::new(params_from_url());
     let answer = RwSignal::new(None::<Result<Plan, String>>);
+    let serving = RwSignal::new(None::<Result<memlens_api::ServingPlan, String>>);
+    // A memo: the forms are drawn again when the tab changes, not at every setting.
+    let serve_tab = Memo::new(move |_| settings.get().serve == Some(true));
     // Each change of the settings asks again; only the latest answer is shown.
     let asked = StoredValue::new(0u64);
     Effect::new(move |_| {
@@ -119,10 +124,20 @@ pub fn PlanPage() -> impl IntoView {
         follow_in_url(&p);
         if p.config.is_none() && p.model.is_none() && p.params.is_none() && p.calibrate.is_none() {
             answer.set(None);
+            serving.set(None);
             return;
         }
         let n = asked.get_value() + 1;
         asked.set_value(n);
+        if p.serve == Some(true) {
+            spawn_local(async move {
+                let r = client::serving_plan(&p).await.map_err(|e| e.message);
+                if asked.get_value() == n {
+                    serving.set(Some(r));
+                }
+            });
+            return;
+        }
         spawn_local(async move {
             let r = client::plan(&p).await.map_err(|e| e.message);
             if asked.get_value() == n {
@@ -133,12 +148,31 @@ pub fn PlanPage() -> impl IntoView {
     view! {
         <main class="report plan" id="plan">
             <h1>"Plan: will it fit?"</h1>
-            <form::PlanForm settings=settings />
-            {move || match answer.get() {
+            <p id="plan-tabs" class="tabs">
+                <button id="plan-tab-training" class:active=move || !serve_tab.get()
+                    on:click=move |_| settings.update(|p| p.serve = None)>"Training"</button>
+                <button id="plan-tab-serving" class:active=move || serve_tab.get()
+                    on:click=move |_| settings.update(|p| {
+                        p.serve = Some(true);
+                        // A serving plan needs the GPU's memory: an 80 GB card until one is given.
+                        p.gpu_memory_bytes.get_or_insert(80 << 30);
+                    })>"Serving"</button>
+            </p>
+            {move || if serve_tab.get() {
+                view! { <serve::ServeForm settings=settings /> }.into_any()
+            } else {
+                view! { <form::PlanForm settings=settings /> }.into_any()
+            }}
+            {move || serve_tab.get().then(|| match serving.get() {
+                None => view! { <p id="plan-serve-waiting" class="muted">"Pick a model and give the GPU's memory to see what a vLLM or SGLang server would hold."</p> }.into_any(),
+                Some(Err(e)) => view! { <p class="error" id="plan-error">{e}</p> }.into_any(),
+                Some(Ok(p)) => serve::serving_view(p).into_any(),
+            })}
+            {move || (!serve_tab.get()).then(|| match answer.get() {
                 None => view! { <p id="plan-waiting" class="muted">"Paste or drop a model's config.json (from its Hugging Face page) to see its memory."</p> }.into_any(),
                 Some(Err(e)) => view! { <p class="error" id="plan-error">{e}</p> }.into_any(),
                 Some(Ok(p)) => plan_view(p, settings).into_any(),
-            }}
+            })}
         </main>
     }
 }

@@ -314,3 +314,70 @@ fn accumulation_trained_layers_and_lora_answer_alike_from_the_cli_and_the_api() 
         "{e}"
     );
 }
+
+#[test]
+fn a_serving_plan_answers_alike_from_the_cli_and_the_api_and_calibrates_by_a_logs_report() {
+    const LOG: &str = "serving-logs/vllm-0.6.4-llama-3.1-8b-3090-max-seq-len.log";
+    let (s, id) = server_with_report("plan-serve", &[], LOG);
+    let flags = [
+        "--serve",
+        "--model",
+        "meta-llama/Llama-3.1-8B",
+        "--gpu-memory",
+        "23.58GiB",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--max-model-len",
+        "29000",
+        "--engine-version",
+        "0.6.4",
+    ];
+    let cli = cli_plan(&flags);
+    let gpu = ((23.58 * (1u64 << 30) as f64).round() as i64).to_string();
+    let query = [
+        ("serve", "true"),
+        ("model", "meta-llama/Llama-3.1-8B"),
+        ("gpu_memory_bytes", gpu.as_str()),
+        ("gpu_memory_utilization", "0.9"),
+        ("max_model_len", "29000"),
+        ("engine_version", "0.6.4"),
+    ];
+    let (code, v) = get_json(&s, &plan_query(&query));
+    assert_eq!(code, 200, "{v}");
+    for k in ["fits_max_model_len", "largest_max_model_len", "largest_concurrency"] {
+        assert_eq!(v[k], cli[k], "{k}: {v}");
+    }
+    assert_eq!(v["serving"]["kv_cache_bytes"], cli["serving"]["kv_cache_bytes"]);
+    assert_eq!(v["serving"]["failure"]["cause"], "max_model_len_over_kv_cache");
+    // Calibrated by the log: as a path to the CLI, as its report to the API, at a shorter length.
+    let path = trace(LOG);
+    let calibrated = cli_plan(&[
+        "--serve",
+        "--model",
+        "meta-llama/Llama-3.1-8B",
+        "--engine-version",
+        "0.6.4",
+        "--max-model-len",
+        "16384",
+        "--calibrate",
+        path.to_str().expect("path"),
+    ]);
+    let (code, v) = get_json(
+        &s,
+        &plan_query(&[
+            ("serve", "true"),
+            ("model", "meta-llama/Llama-3.1-8B"),
+            ("engine_version", "0.6.4"),
+            ("max_model_len", "16384"),
+            ("calibrate", &id),
+        ]),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["serving"]["kv_cache_bytes"], calibrated["serving"]["kv_cache_bytes"]);
+    assert_eq!(v["fits_max_model_len"], true);
+    assert!(v["calibrated_from"].as_str().is_some_and(|c| c.contains(&id)), "{v}");
+    // Without the GPU's memory there is no plan, and the refusal says what is missing.
+    let (code, v) = get_json(&s, &plan_query(&[("serve", "true"), ("model", "qwen3-8b")]));
+    assert_eq!(code, 400, "{v}");
+    assert!(v.to_string().contains("GPU's memory"), "{v}");
+}

@@ -59,7 +59,9 @@ pub fn resolve(q: &PlanParams, m: &ModelShape, log: Option<&ServingSummary>) -> 
     let total = q
         .gpu_memory_bytes
         .or(log.and_then(|l| l.total_gpu_memory_bytes))
-        .ok_or_else(|| PlanError::Settings("a serving plan needs the GPU's memory (--gpu-memory SIZE)".into()))?;
+        .ok_or_else(|| {
+            PlanError::Settings("a serving plan needs the GPU's memory (--gpu-memory SIZE; gpu_memory_bytes)".into())
+        })?;
     let logged_share = log.and_then(|l| match kind {
         ServingEngine::Vllm => l.gpu_memory_utilization,
         ServingEngine::Sglang => l.mem_fraction_static.or_else(|| implied_fraction(l)),

@@ -398,3 +398,22 @@ fn open_report(a: OpenReport) -> Answer {
     let out = report_at(&a.url, Duration::from_secs(60))?;
     Ok((summary_text(&out), bounded(&out, a.max_list)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_tool_plans_a_server_with_serve() {
+        let (text, v) = call(
+            "plan",
+            json!({"serve": true, "model": "meta-llama/Llama-3.1-8B", "gpu_memory_bytes": 25_318_832_210i64,
+                   "gpu_memory_utilization": 0.9, "max_model_len": 29000, "engine_version": "0.6.4"}),
+        )
+        .expect("plan");
+        // The RTX 3090 log's settings (docs/plan.md#serving): 25,120 tokens, short of 29,000.
+        assert_eq!(v["largest_max_model_len"], 25120);
+        assert_eq!(v["fits_max_model_len"], false);
+        assert!(text.starts_with("does not fit max_model_len 29000"), "{text}");
+    }
+}
