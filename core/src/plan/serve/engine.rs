@@ -137,11 +137,12 @@ impl Engine {
 
     /// Bytes per logit the profile run's sampler holds at its peak. V0 samples the dummy
     /// batch with top-k and top-p (the bf16 logits, their fp32 copy, the sorted values and
-    /// indices, the masks, the inverse permutation, the re-gathered logits: 39 bytes). V1 up
-    /// to 0.9 does too, beside an int64 `prompt_token_ids` of the logits' shape in its dummy
-    /// sampling metadata (`gpu_model_runner.profile_run`: 47 bytes). Later V1 samples without
-    /// top-k and top-p (bf16 logits, fp32 logits, probabilities and the exponential draw:
-    /// 14 bytes).
+    /// indices, the masks, the inverse permutation, the re-gathered logits: 39 bytes). V1 of
+    /// 0.8 does too, beside an int64 `prompt_token_ids` of the logits' shape in its dummy
+    /// sampling metadata (`gpu_model_runner.profile_run`: 47 bytes). The newest V1 samples
+    /// without sorting (bf16 logits, fp32 logits, probabilities and the exponential draw:
+    /// 14 bytes; the 0.21 log of `traces/serving-logs` leaves no room for more). Where between
+    /// 0.9 and 0.21 the sort went is not known here: 0.10 is taken.
     pub fn sampler_bytes_per_logit(&self) -> f64 {
         if !self.v1() {
             39.0
