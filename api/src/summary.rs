@@ -467,6 +467,29 @@ pub struct OomFit {
     pub batch_bytes: i64,
     /// How `batch_bytes` was extrapolated, in plain words.
     pub how: String,
+    /// A generation's parts of the need, for counting its cache at another length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<GenerationFit>,
+}
+
+/// The parts of a generation's need at its whole batch (`fits.generation`): the fraction is
+/// `(budget_bytes - fixed_bytes) / max(prefill_bytes, decode_bytes)`, the decode step's need
+/// holding `cache_bytes` counted at `cache_tokens` a sequence.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GenerationFit {
+    /// What the allocator can hand out under the limit (the limit over the reserve's overhead).
+    pub budget_bytes: i64,
+    pub prefill_bytes: i64,
+    pub decode_bytes: i64,
+    /// The cache (with its `torch.cat` copy) in `decode_bytes`.
+    pub cache_bytes: i64,
+    /// Tokens a sequence the cache was counted at, when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_tokens: Option<i64>,
+    /// The prompt's tokens a sequence, when read (the first cache tensor over the growth a step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<i64>,
 }
 
 /// Where an OOM read from text stood and what the text left out.
@@ -491,6 +514,13 @@ pub struct OomText {
     /// the buffer assignment's stats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xla: Option<crate::XlaOomText>,
+    /// Generation's lengths the traceback's source lines set (`max_new_tokens=512`,
+    /// `max_length=1024` on the `generate(...)` line), read to count a snapshot's key/value
+    /// cache at its full length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_new_tokens: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<i64>,
 }
 
 /// Allocations still live at the end that piled up over iterations.

@@ -60,6 +60,9 @@ pub struct OomMessage {
     pub occurrences: usize,
     /// What XLA printed around a JAX out-of-memory error (`importers::oom_message::xla`).
     pub xla: Option<memlens_api::XlaOomText>,
+    /// Generation's `max_new_tokens=N` and `max_length=N` on the traceback's source lines.
+    pub max_new_tokens: Option<i64>,
+    pub max_length: Option<i64>,
 }
 
 /// One `torch.cuda.memory_summary()` table.

@@ -31,8 +31,6 @@ pub mod samples;
 pub mod source;
 #[cfg(feature = "analysis")]
 pub mod stacks;
-#[cfg(feature = "analysis")]
-pub mod stored;
 pub mod tables;
 
 #[cfg(feature = "analysis")]

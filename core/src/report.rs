@@ -13,7 +13,7 @@ use crate::analysis::categories::{
     Placement,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
-use crate::stored::frames::{hand_segment_objects, stored_usage, HandOver, Storable};
+use crate::analysis::frames::{hand_segment_objects, stored_usage, HandOver, Storable};
 use crate::analysis::gpu_samples::{
     add_non_pytorch_memory, align_local_clock, shift_clock, summarize_gpu_log, time_range, ReservedSteps,
 };
@@ -310,7 +310,7 @@ fn analyze_device_with(
             );
         }
     }
-    let kv_cache = crate::analysis::kv_cache::KvCacheReading::read(&lifetimes, stacks)?;
+    let kv_cache = crate::analysis::kv_cache::KvCacheReading::read(&lifetimes, stacks, frees_before_trace == 0)?;
     let (mut frag, (stalls, pending_peak)) = second()?;
     let ooms = explain_ooms(
         ev,

@@ -180,3 +180,20 @@ fn the_fitting_batch_is_bounded_from_above_when_the_length_is_unknown() {
     );
     assert!(fit.batch_fraction < 1.0, "{fit:?}");
 }
+
+/// A traceback whose `generate(...)` line sets the length: the text's OOM carries it, for a
+/// snapshot of the same failure to count its cache at the full length.
+#[test]
+fn a_traceback_tells_the_generation_length() {
+    let text = std::fs::read_to_string(trace("serving/generate_oom_prefill.oom.txt")).expect("oom.txt");
+    let written = text.replace("**gen_kwargs(False))", "max_new_tokens=512, do_sample=False)");
+    assert_ne!(text, written, "the capture's generate line changed");
+    let path = std::env::temp_dir().join(format!("memlens-generation-{}.txt", std::process::id()));
+    std::fs::write(&path, written).expect("write");
+    let s = summarize_file(&path).expect("a text OOM");
+    let _ = std::fs::remove_file(&path);
+    let o = &s.devices[0].ooms[0];
+    assert_eq!(o.phase, OomPhase::Prefill);
+    let t = o.text.as_ref().expect("text");
+    assert_eq!((t.max_new_tokens, t.max_length), (Some(512), None));
+}

@@ -210,6 +210,7 @@ mod tests {
             fixed_bytes: GIB / 2,
             batch_bytes: 3 * GIB,
             how: String::new(),
+            generation: None,
         };
         let list = sized(&live, Some(&fit), OomPhase::Decode);
         let saves = |a: RemedyAction| list.iter().find(|r| r.action == a).map(|r| r.saves_bytes);

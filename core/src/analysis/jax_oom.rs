@@ -328,6 +328,65 @@ pub fn explain(m: &OomMessage, printed: &XlaOomText) -> OomExplanation {
             missing: missing_figures,
             capture_next_time: CAPTURE_NEXT_TIME.to_owned(),
             xla: Some(printed.clone()),
+            max_new_tokens: None,
+            max_length: None,
         }),
+    }
+}
+
+/// A report holding XLA's out-of-memory text and the device memory profile taken at it (what
+/// `memlens.jax.on_oom` uploads): each XLA failure gets what the profile shows live at that
+/// instant on its device — by category and by stack — and the verdict says it. What the failing
+/// computation itself was making (its temporaries) is not in a profile; the buffer assignment's
+/// stats, when printed, say that.
+pub fn join_profiles_to_messages(files: &mut [memlens_api::FileSummary]) {
+    use memlens_api::{CategoryBytes, Format};
+    let profiles: Vec<(String, memlens_api::DeviceSummary)> = files
+        .iter()
+        .filter(|f| f.format == Format::JaxDeviceMemoryProfile)
+        .flat_map(|f| {
+            let name = std::path::Path::new(&f.file)
+                .file_name()
+                .map_or_else(|| f.file.clone(), |n| n.to_string_lossy().into_owned());
+            f.devices.iter().map(move |d| (name.clone(), d.clone()))
+        })
+        .collect();
+    if profiles.is_empty() {
+        return;
+    }
+    for f in files.iter_mut().filter(|f| f.format.is_text_evidence()) {
+        for d in f.devices.iter_mut() {
+            let Some((file, p)) = profiles.iter().find(|(_, p)| p.device == d.device) else {
+                continue;
+            };
+            let xla_ooms = d
+                .ooms
+                .iter_mut()
+                .filter(|o| o.text.as_ref().is_some_and(|t| t.xla.is_some()));
+            for o in xla_ooms {
+                o.live_categories = p
+                    .categories
+                    .iter()
+                    .filter(|c| c.bytes_at_peak > 0)
+                    .map(|c| CategoryBytes {
+                        category: c.category,
+                        bytes: c.bytes_at_peak,
+                    })
+                    .collect();
+                o.live_stacks = p.peak_stacks.clone();
+                let made_of: Vec<String> = o
+                    .live_categories
+                    .iter()
+                    .map(|c| format!("{} {}", c.category.name().replace('_', " "), human(c.bytes)))
+                    .collect();
+                o.remedy += &format!(
+                    " The device memory profile taken at the error ({file}) holds {} live on this device: {}; \
+                     the failing computation's own temporaries are not in it.",
+                    human(p.peak_allocated_bytes),
+                    made_of.join(", ")
+                );
+            }
+            d.verdict = super::verdict::device_verdict(d);
+        }
     }
 }

@@ -71,6 +71,9 @@ pub struct KvCacheReading {
     pub growth_per_tensor: Option<i64>,
     /// Sequences generated at once, when generation's token ids show it.
     pub sequences: Option<i64>,
+    /// The trace holds the whole history (it frees nothing made before it): its first cache
+    /// tensor is the prefill's.
+    complete: bool,
 }
 
 /// Whether a frame is Hugging Face generation's own code (its loop, its logits processors and
@@ -82,7 +85,7 @@ pub fn is_generation_frame(frame: &str) -> bool {
 impl KvCacheReading {
     /// Reads the cache from lifetimes that carry their category columns; `None` when what is
     /// placed as `kv_cache` never held [`MIN_CACHE_BYTES`] at once.
-    pub fn read(lifetimes: &DataFrame, stacks: &StackResolver) -> PolarsResult<Option<KvCacheReading>> {
+    pub fn read(lifetimes: &DataFrame, stacks: &StackResolver, complete: bool) -> PolarsResult<Option<KvCacheReading>> {
         let placed = categories_of(lifetimes)?;
         if !placed.iter().any(|p| p.1 == CategoryRule::KvCache) {
             return Ok(None);
@@ -118,8 +121,18 @@ impl KvCacheReading {
             rows: cache.into_iter().map(|(r, _)| r).collect(),
             growth_per_tensor: growth,
             sequences: sequences_of(generation),
+            complete,
         };
         Ok((reading.max_bytes() >= MIN_CACHE_BYTES).then_some(reading))
+    }
+
+    /// The prompt's tokens a sequence: the first tensor the cache made (the prefill's) over the
+    /// growth a step, when grown by copy and the trace holds its start (a ring buffer that
+    /// dropped the start leaves a later step's tensor first).
+    pub fn prompt_tokens(&self) -> Option<i64> {
+        let g = self.growth_per_tensor.filter(|&g| g > 0 && self.complete)?;
+        let first = self.rows.iter().find(|r| r.alloc >= 0)?;
+        (first.size % g == 0).then_some(first.size / g)
     }
 
     /// Whether the cache was grown by `torch.cat`.

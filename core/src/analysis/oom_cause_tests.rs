@@ -135,6 +135,7 @@ fn no_remedy_is_larger_than_the_device_or_smaller_than_a_hundredth_of_the_need()
         fixed_bytes: GIB,
         batch_bytes: 900 * GIB,
         how: String::new(),
+        generation: None,
     };
     let live = LiveAtFailure {
         parameter: GIB,

@@ -146,6 +146,8 @@ pub fn explain_message(m: &OomMessage, screen: Option<&SmiScreen>) -> OomExplana
             },
             capture_next_time: CAPTURE_NEXT_TIME.to_owned(),
             xla: None,
+            max_new_tokens: m.max_new_tokens,
+            max_length: m.max_length,
         }),
     }
 }
@@ -392,6 +394,11 @@ pub fn join_messages_to_snapshots(files: &mut [FileSummary]) {
                     live.optimizer_state_to_come = Some(2 * live.gradient.max(live.parameter));
                 }
                 let cause = classify(&facts);
+                if let (Some(fit), Some(text)) = (o.fits.as_ref(), m.text.as_ref()) {
+                    if let Some(full) = at_full_length(fit, text) {
+                        o.fits = Some(full);
+                    }
+                }
                 let mut list = remedies(cause, &facts, o.phase, Some(&live), o.fits.as_ref());
                 if o.phase.is_inference() {
                     keep_cache_sizing(&mut list, &o.remedies);
@@ -440,5 +447,109 @@ fn keep_cache_sizing(list: &mut Vec<memlens_api::Remedy>, snapshot: &[memlens_ap
     // The first follows from the cause; the rest by bytes saved, as `remedies` orders them.
     if let Some(rest) = list.get_mut(1..) {
         rest.sort_by_key(|r| std::cmp::Reverse(r.saves_bytes));
+    }
+}
+
+/// A generation's fit with its cache counted at the full length the traceback sets
+/// (`max_length`, or the prompt + `max_new_tokens`; the cache holds one token less, the last
+/// one generated never going through the model), when the snapshot read the tokens it counted
+/// at and, for `max_new_tokens`, the prompt's.
+fn at_full_length(fit: &memlens_api::OomFit, text: &memlens_api::OomText) -> Option<memlens_api::OomFit> {
+    let g = fit.generation.as_ref()?;
+    let counted = g.cache_tokens.filter(|&t| t > 0)?;
+    let (full, said) = match (text.max_length, text.max_new_tokens, g.prompt_tokens) {
+        (Some(l), _, _) => (l - 1, format!("max_length = {l}")),
+        (None, Some(n), Some(p)) => (p + n - 1, format!("max_new_tokens = {n} after a prompt of {p}")),
+        _ => return None,
+    };
+    if full <= counted {
+        return None;
+    }
+    let cache = (g.cache_bytes as f64 * full as f64 / counted as f64) as i64;
+    let decode = g.decode_bytes - g.cache_bytes + cache;
+    let scaled = g.prefill_bytes.max(decode);
+    let x = if fit.fixed_bytes > g.budget_bytes {
+        0.0
+    } else {
+        ((g.budget_bytes - fit.fixed_bytes) as f64 / scaled.max(1) as f64).clamp(0.0, 1.0)
+    };
+    let how = format!(
+        "Generation: the traceback sets {said}, so the last decode step's cache holds {full} tokens a sequence, \
+         not the {counted} it held at the failure: {} with its copy, {} for that step. The weights and what lived \
+         before the request ({}) do not scale; the prefill needs {}.",
+        super::oom_cause::human(cache),
+        super::oom_cause::human(decode),
+        super::oom_cause::human(fit.fixed_bytes),
+        super::oom_cause::human(g.prefill_bytes)
+    );
+    Some(memlens_api::OomFit {
+        batch_fraction: (x * 1000.0).floor() / 1000.0,
+        batch_bytes: scaled,
+        how,
+        generation: Some(memlens_api::GenerationFit {
+            decode_bytes: decode,
+            cache_bytes: cache,
+            cache_tokens: Some(full),
+            ..g.clone()
+        }),
+        ..fit.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use memlens_api::{GenerationFit, OomBackend, OomFit, OomText};
+
+    use super::at_full_length;
+
+    const MIB: i64 = 1 << 20;
+
+    fn text(max_new_tokens: Option<i64>, max_length: Option<i64>) -> OomText {
+        OomText {
+            line: 1,
+            rank: None,
+            exception: None,
+            backend: OomBackend::Cuda,
+            missing: Vec::new(),
+            capture_next_time: String::new(),
+            xla: None,
+            max_new_tokens,
+            max_length,
+        }
+    }
+
+    /// A decode step that failed at 705 tokens a sequence after a 512-token prompt: with
+    /// max_new_tokens = 512 its cache is counted at 1023 tokens, and the fraction falls.
+    #[test]
+    fn a_decode_fit_counts_the_cache_at_the_length_the_traceback_sets() {
+        let fit = OomFit {
+            batch_fraction: 0.99,
+            limit_bytes: 3000 * MIB,
+            fixed_bytes: 700 * MIB,
+            batch_bytes: 1500 * MIB,
+            how: String::new(),
+            generation: Some(GenerationFit {
+                budget_bytes: 2200 * MIB,
+                prefill_bytes: 1000 * MIB,
+                decode_bytes: 1500 * MIB,
+                cache_bytes: 1410 * MIB,
+                cache_tokens: Some(705),
+                prompt_tokens: Some(512),
+            }),
+        };
+        let full = at_full_length(&fit, &text(Some(512), None)).expect("rescaled");
+        let g = full.generation.as_ref().expect("generation");
+        assert_eq!(g.cache_tokens, Some(1023));
+        assert_eq!(g.cache_bytes, 2046 * MIB);
+        assert_eq!(full.batch_bytes, 2136 * MIB);
+        assert_eq!(full.batch_fraction, 0.702);
+        assert!(full.how.contains("max_new_tokens = 512"), "{}", full.how);
+        // max_length wins; a length the cache already reached, or no tokens read, changes nothing.
+        let by_length = at_full_length(&fit, &text(Some(1), Some(1024))).expect("rescaled");
+        assert_eq!(by_length.generation.expect("generation").cache_tokens, Some(1023));
+        assert!(at_full_length(&fit, &text(Some(100), None)).is_none());
+        let mut unread = fit.clone();
+        unread.generation.as_mut().expect("generation").cache_tokens = None;
+        assert!(at_full_length(&unread, &text(Some(512), None)).is_none());
     }
 }

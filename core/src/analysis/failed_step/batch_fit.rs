@@ -241,6 +241,7 @@ pub(super) fn batch_fit(
                     human(need),
                     human(limit)
                 ),
+                generation: None,
             });
         }
         OomPhase::Unknown => return None,
@@ -277,6 +278,7 @@ pub(super) fn batch_fit(
         fixed_bytes: peak.fixed,
         batch_bytes: peak.scaled as i64,
         how,
+        generation: None,
     })
 }
 

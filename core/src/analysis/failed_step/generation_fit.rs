@@ -12,7 +12,7 @@
 //! length it had at the failure, which the rest of the generation only adds to — the need is a
 //! lower bound and the fraction an upper bound, as `how` says.
 
-use memlens_api::{OomCause, OomFit, OomPhase};
+use memlens_api::{GenerationFit, OomCause, OomFit, OomPhase};
 
 use super::batch_fit::{failure_limit, Blocks};
 use super::{live_at, FailedStep, Row};
@@ -103,6 +103,14 @@ impl GenerationStep<'_, '_> {
             fixed_bytes: fixed,
             batch_bytes: scaled,
             how: self.how(kv, fixed, prefill, decode),
+            generation: Some(GenerationFit {
+                budget_bytes: budget,
+                prefill_bytes: prefill,
+                decode_bytes: decode,
+                cache_bytes: kv.bytes_full + kv.growth_copy_full,
+                cache_tokens: kv.tokens_now.filter(|_| self.step.phase == OomPhase::Decode),
+                prompt_tokens: self.kv.prompt_tokens(),
+            }),
         }
     }
 

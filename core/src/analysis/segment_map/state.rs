@@ -34,9 +34,9 @@ pub struct StateStats {
 /// A replayable allocator state for one device.
 #[derive(Clone)]
 pub struct SegmentState {
-    pub(crate) segs: SegmentsByAddress,
+    pub(super) segs: SegmentsByAddress,
     /// Entries `>= cursor` have been undone: the state is the one right after entry `cursor - 1`.
-    pub(crate) cursor: usize,
+    pub(super) cursor: usize,
 }
 
 impl SegmentState {

@@ -67,10 +67,30 @@ fn re(pattern: &str) -> Regex {
 
 /// Where a message begins on a line: the start of its exception name, or of the message.
 static ANCHOR: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception)): )?(?P<msg>(?P<backend>CUDA|HIP|XPU) out of memory\. Tried to allocate|MPS backend out of memory|Allocation on device \d+ would exceed allowed memory)")
+    re(
+        r"(?:(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception)): )?(?P<msg>(?P<backend>CUDA|HIP|XPU) out of memory\. Tried to allocate|MPS backend out of memory|Allocation on device \d+ would exceed allowed memory)",
+    )
 });
 static RANK: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*\[rank(\d+)\]:\s?"));
 static FRAME: LazyLock<Regex> = LazyLock::new(|| re(r#"^\s*File "([^"]+)", line (\d+), in (\S+)"#));
+static MAX_NEW_TOKENS: LazyLock<Regex> = LazyLock::new(|| re(r"\bmax_new_tokens\s*=\s*(\d+)\b"));
+static MAX_LENGTH: LazyLock<Regex> = LazyLock::new(|| re(r"\bmax_length\s*=\s*(\d+)\b"));
+
+/// Generation's lengths a traceback's source lines set, per rank.
+type Lengths = Vec<(Option<u32>, (Option<i64>, Option<i64>))>;
+
+/// Reads `max_new_tokens=N` / `max_length=N` on a traceback's source line (not a frame line).
+fn note_lengths(lengths: &mut Lengths, rank: Option<u32>, body: &str) {
+    let number = |r: &Regex| r.captures(body).and_then(|c| c[1].parse::<i64>().ok());
+    let (new, max) = (number(&MAX_NEW_TOKENS), number(&MAX_LENGTH));
+    if new.is_none() && max.is_none() {
+        return;
+    }
+    match lengths.iter_mut().find(|l| l.0 == rank) {
+        Some(l) => l.1 = (new.or(l.1 .0), max.or(l.1 .1)),
+        None => lengths.push((rank, (new, max))),
+    }
+}
 
 /// Reads every OOM message of the lines, in order; the same text again (same rank) is counted
 /// on the first.
@@ -79,17 +99,21 @@ pub fn find_oom_messages(lines: &[TextLine]) -> Vec<OomMessage> {
     // The traceback being printed, per rank: frames since its `Traceback (most recent call
     // last):` line.
     let mut tracebacks: Vec<(Option<u32>, Vec<String>)> = Vec::new();
+    let mut lengths: Lengths = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let (rank, body) = strip_rank(&lines[i].text);
         if body.trim_start().starts_with("Traceback (most recent call last)") {
             set_traceback(&mut tracebacks, rank, Vec::new());
+            lengths.retain(|l| l.0 != rank);
         } else if let Some(c) = FRAME.captures(body) {
             let frame = format!("{}:{}:{}", &c[1], &c[2], &c[3]);
             match tracebacks.iter_mut().find(|t| t.0 == rank) {
                 Some(t) => t.1.push(frame),
                 None => tracebacks.push((rank, vec![frame])),
             }
+        } else if tracebacks.iter().any(|t| t.0 == rank && !t.1.is_empty()) {
+            note_lengths(&mut lengths, rank, body);
         }
         let Some(anchor) = ANCHOR.captures(body) else {
             i += 1;
@@ -111,6 +135,10 @@ pub fn find_oom_messages(lines: &[TextLine]) -> Vec<OomMessage> {
         }
         let text = fold_spaces(&text);
         let traceback = take_traceback(&mut tracebacks, rank);
+        let (max_new_tokens, max_length) = lengths
+            .iter()
+            .position(|l| l.0 == rank)
+            .map_or((None, None), |k| lengths.remove(k).1);
         match out.iter_mut().find(|(r, t, _)| *r == rank && *t == text) {
             Some((_, _, m)) => {
                 m.occurrences += 1;
@@ -125,6 +153,8 @@ pub fn find_oom_messages(lines: &[TextLine]) -> Vec<OomMessage> {
                 m.exception = exception;
                 m.traceback = traceback;
                 m.occurrences = 1;
+                m.max_new_tokens = max_new_tokens;
+                m.max_length = max_length;
                 out.push((rank, text, m));
             }
         }
@@ -157,9 +187,16 @@ pub fn strip_rank(line: &str) -> (Option<u32>, &str) {
 
 /// Whether a message has reached its last clause (its hint, or the end of an older shape).
 fn is_complete(text: &str) -> bool {
-    ["ALLOC_CONF", "HIGH_WATERMARK_RATIO", "empty_cache", "1EB memory", "cuda.html", "hip.html"]
-        .iter()
-        .any(|k| text.contains(k))
+    [
+        "ALLOC_CONF",
+        "HIGH_WATERMARK_RATIO",
+        "empty_cache",
+        "1EB memory",
+        "cuda.html",
+        "hip.html",
+    ]
+    .iter()
+    .any(|k| text.contains(k))
         || (text.contains("reserved in total by PyTorch)") && !text.contains("max_split_size_mb"))
         || text.contains(" cached)")
 }
@@ -216,7 +253,10 @@ clause!(ASYNC_ALLOCATED, r"Currently allocated ?: SIZE");
 clause!(ASYNC_REQUESTED, r"Requested ?: SIZE");
 clause!(ASYNC_LIMIT, r"Device limit ?: SIZE");
 clause!(ASYNC_FREE, r"Free \(according to CUDA\) ?: SIZE");
-clause!(ASYNC_CAP, r"PyTorch limit \(set by user-supplied memory fraction\) ?: SIZE");
+clause!(
+    ASYNC_CAP,
+    r"PyTorch limit \(set by user-supplied memory fraction\) ?: SIZE"
+);
 
 /// One message's figures (whitespace already folded).
 pub fn parse_message(text: &str) -> OomMessage {
@@ -270,7 +310,11 @@ pub fn parse_message(text: &str) -> OomMessage {
     m.device_free = size_after(&FREE_2X, text).or_else(|| size_after(&FREE_1X, text));
     m.allowed = size_after(&ALLOWED, text);
     for c in PROCESS.captures_iter(text) {
-        if let Some(bytes) = c.get(2).zip(c.get(3)).and_then(|(n, u)| scaled(n.as_str(), unit_bytes(u.as_str())?)) {
+        if let Some(bytes) = c
+            .get(2)
+            .zip(c.get(3))
+            .and_then(|(n, u)| scaled(n.as_str(), unit_bytes(u.as_str())?))
+        {
             m.processes.push(ProcessMemory {
                 pid: c[1].parse().ok(),
                 bytes,
