@@ -215,3 +215,28 @@ fn the_driver_refusing_the_pool_is_another_process() {
         first.note
     );
 }
+
+#[test]
+fn uploaded_with_the_profile_taken_at_it_the_error_says_what_was_live() {
+    // What memlens.jax.on_oom uploads: the error's text and the device memory profile.
+    let files = [
+        trace("jax-texts/xla-runtime-error-alphafold.txt"),
+        trace("jax-cpu/jax_cpu_eager.prof"),
+    ];
+    let out = memlens_core::pipeline::analyze_paths(&files).expect("analyses");
+    let text = out.files.iter().find(|f| f.file.ends_with(".txt")).expect("the text");
+    let o = &text.devices[0].ooms[0];
+    let by = |c: memlens_api::Category| o.live_categories.iter().find(|x| x.category == c).map(|x| x.bytes);
+    // The eager profile's trees, to the byte (traces/jax-cpu/jax_cpu_eager.truth.json).
+    assert_eq!(by(memlens_api::Category::Parameter), Some(395_520));
+    assert_eq!(by(memlens_api::Category::OptimizerState), Some(791_044));
+    assert_eq!(by(memlens_api::Category::Gradient), Some(395_520));
+    assert!(!o.live_stacks.is_empty());
+    assert!(
+        o.remedy
+            .contains("The device memory profile taken at the error (jax_cpu_eager.prof)"),
+        "{}",
+        o.remedy
+    );
+    assert_eq!(text.devices[0].verdict, o.remedy);
+}

@@ -50,6 +50,9 @@ def test_an_oom_uploads_the_profile_and_the_message_as_one_report_and_is_reraise
     assert oom["requested_bytes"] == 4770354232
     assert oom["text"]["backend"] == "xla"
     assert oom["text"]["exception"].endswith("XlaRuntimeError")
+    # The text's failure says what the profile taken with it held live.
+    assert sum(c["bytes"] for c in oom["live_categories"]) == live
+    assert "The device memory profile taken at the error (oom.prof)" in oom["remedy"]
 
 
 def test_as_a_decorator_and_without_an_oom_nothing_is_sent(server, monkeypatch):
