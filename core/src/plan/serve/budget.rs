@@ -39,9 +39,9 @@ pub fn predicted_terms(m: &ModelShape, s: &ServeSettings) -> Terms {
         } else {
             0
         },
-        non_torch: s.engine.non_torch_bytes(),
+        non_torch: s.engine.non_torch_bytes(s.tp, s.total),
         cuda_graph: profile::cuda_graph_bytes(m),
-        context: s.engine.context_bytes(s.tp),
+        context: s.engine.context_bytes(s.tp, s.total),
     }
 }
 
@@ -178,7 +178,15 @@ fn assumptions(s: &ServeSettings, m: &ModelShape, layout: &KvLayout, calibrated:
     } else {
         out.push(format!(
             "{} in use before the weights load (CUDA context and communicators); activations and CUDA graphs live in the rest of the GPU",
-            human(s.engine.context_bytes(s.tp))
+            human(s.engine.context_bytes(s.tp, s.total))
+        ));
+    }
+    if s.engine.non_torch_bytes(s.tp, s.total) > s.engine.non_torch_bytes(1, s.total)
+        || s.engine.context_bytes(s.tp, s.total) > s.engine.context_bytes(s.tp, 0)
+    {
+        out.push(format!(
+            "tensor parallelism on a GPU of 70 GiB or more: {} of NCCL's NVLink buffers (an estimate from two logs of four H100s)",
+            human(super::engine::NVLINK_COMMUNICATION_BYTES)
         ));
     }
     out.push(format!(

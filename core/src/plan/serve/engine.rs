@@ -28,6 +28,20 @@ impl Version {
     }
 }
 
+/// What tensor parallelism's communication holds beyond the communicators on GPUs of 70 GiB
+/// or more (data-centre GPUs, linked by NVLink: NCCL's NVLink buffers): 1 GiB, what both
+/// Qwen3-235B logs of traces/serving-logs (four H100s, vLLM and SGLang) held beyond the rest of
+/// the plan — two logs of one machine, so an estimate.
+pub const NVLINK_COMMUNICATION_BYTES: i64 = 1 << 30;
+
+fn nvlink_communication(tp: u64, total: i64) -> i64 {
+    if tp > 1 && total as f64 >= 70.0 * GIB {
+        NVLINK_COMMUNICATION_BYTES
+    } else {
+        0
+    }
+}
+
 /// The dummy batch of vLLM's profile run: this many tokens over this many requests (the
 /// sampler runs once per request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,20 +89,23 @@ impl Engine {
 
     /// Memory outside PyTorch's allocator that vLLM counts against the utilization: the CUDA
     /// context (up to 0.6.4; 0.35 GiB on an RTX 3090, 0.47 GiB on a GTX 1080) or what grew
-    /// during profiling (0.16 GiB on an H100 under 0.7, 0.20 GiB on four RTX 3090s under 0.8).
-    pub fn non_torch_bytes(&self) -> i64 {
-        match self.kind {
-            ServingEngine::Sglang => 0,
+    /// during profiling (0.16 GiB on an H100 under 0.7, 0.20 GiB on four RTX 3090s under 0.8),
+    /// and with tensor parallelism on a GPU of 70 GiB or more [`NVLINK_COMMUNICATION_BYTES`].
+    pub fn non_torch_bytes(&self, tp: u64, total: i64) -> i64 {
+        let base = match self.kind {
+            ServingEngine::Sglang => return 0,
             _ if self.non_torch_includes_context() => (0.4 * GIB) as i64,
             _ => (0.2 * GIB) as i64,
-        }
+        };
+        base + nvlink_communication(tp, total)
     }
 
-    /// SGLang's memory in use before the weights load (the CUDA context, and the NCCL
-    /// communicators of tensor parallelism): its `avail mem` is the GPU less this.
-    pub fn context_bytes(&self, tp: u64) -> i64 {
+    /// SGLang's memory in use before the weights load (its `avail mem` is the GPU less this):
+    /// the CUDA context, and the NCCL communicators of tensor parallelism (0.13 GiB on four
+    /// L4s), more over NVLink ([`NVLINK_COMMUNICATION_BYTES`]).
+    pub fn context_bytes(&self, tp: u64, total: i64) -> i64 {
         let nccl = if tp > 1 { 0.13 } else { 0.0 };
-        ((0.6 + nccl) * GIB) as i64
+        ((0.6 + nccl) * GIB) as i64 + nvlink_communication(tp, total)
     }
 
     /// vLLM's default `gpu_memory_utilization` (0.9); SGLang's `mem_fraction_static` by tensor
