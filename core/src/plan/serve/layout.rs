@@ -149,3 +149,85 @@ pub fn kv_element_bytes(kv: KvCacheDtype, weights: memlens_api::WeightsDtype) ->
         (KvCacheDtype::Auto, _) => 2,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(config: &str, tp: u64) -> KvLayout {
+        let m = ModelShape::from_config_json(config).expect("shape");
+        kv_layout(&m, config, tp, 2).expect("layout")
+    }
+
+    /// A Llama-shaped config's fields but its `model_type`, open for more.
+    const LLAMA: &str = r#"{"vocab_size": 32000, "hidden_size": 4096,
+        "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8"#;
+
+    #[test]
+    fn gqa_heads_split_over_the_gpus_never_below_one() {
+        let at = |tp| layout(&format!(r#"{LLAMA}, "model_type": "llama"}}"#), tp).bytes_per_token();
+        assert_eq!(at(1), 2 * 32 * 8 * 128 * 2);
+        assert_eq!(at(8), 2 * 32 * 128 * 2);
+        assert_eq!(at(16), at(8), "a GPU holds a copy of a head it cannot split");
+    }
+
+    #[test]
+    fn which_layers_slide_follows_each_family() {
+        let gemma2 = layout(
+            r#"{"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
+                "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                "sliding_window": 4096}"#,
+            1,
+        );
+        assert_eq!(gemma2.windows, vec![4096; 13], "every other layer");
+        let gemma3 = layout(
+            r#"{"model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 1152, "intermediate_size": 6912,
+                "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                "sliding_window": 512}"#,
+            1,
+        );
+        assert_eq!(gemma3.windows.len(), 26 - 4, "five local layers to each global one");
+        let mistral = layout(
+            &format!(r#"{LLAMA}, "model_type": "mistral", "sliding_window": 4096}}"#),
+            1,
+        );
+        assert_eq!(mistral.windows.len(), 32);
+        let qwen = layout(
+            &format!(r#"{LLAMA}, "model_type": "qwen2", "sliding_window": 32768, "use_sliding_window": false}}"#),
+            1,
+        );
+        assert!(qwen.windows.is_empty(), "Qwen slides only with use_sliding_window");
+        let typed = layout(
+            &format!(
+                r#"{LLAMA}, "model_type": "llama", "sliding_window": 128, "layer_types": [{}]}}"#,
+                (0..32)
+                    .map(|i| if i % 4 == 3 {
+                        "\"full_attention\""
+                    } else {
+                        "\"sliding_attention\""
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            1,
+        );
+        assert_eq!(typed.windows, vec![128; 24], "layer_types when given");
+    }
+
+    #[test]
+    fn a_long_request_costs_only_the_window_in_sliding_layers() {
+        let l = KvLayout {
+            bytes_per_token_per_layer: 10,
+            layers: 4,
+            windows: vec![100, 100, 100],
+        };
+        assert_eq!(l.bytes_for(1000, false), 10 * 4 * 1000);
+        assert_eq!(l.bytes_for(1000, true), 10 * (1000 + 300));
+        assert_eq!(l.bytes_for(50, true), 10 * 4 * 50);
+        // The longest request 13,000 bytes hold: 1,000 tokens, at most the context.
+        assert_eq!(l.longest_in(13_000, true, 1 << 20), 1000);
+        assert_eq!(l.longest_in(13_000, true, 600), 600);
+        assert_eq!(l.longest_in(0, true, 600), 0);
+    }
+}
