@@ -31,6 +31,8 @@ pub mod samples;
 pub mod source;
 #[cfg(feature = "analysis")]
 pub mod stacks;
+#[cfg(feature = "analysis")]
+pub mod stored;
 pub mod tables;
 
 #[cfg(feature = "analysis")]

@@ -76,8 +76,8 @@ fn frames_left_out_are_the_kept_ones_less_what_is_left_out() {
 /// rows of blocks from before the trace, which only the apart lifetimes keep.
 #[test]
 fn lifetime_addresses_read_from_the_trace_are_those_held_with_them() {
-    use memlens_core::analysis::lifetime_addresses::AddressForm;
     use memlens_core::analysis::lifetimes::allocation_lifetimes_apart;
+    use memlens_core::stored::AddressForm;
     use polars_core::prelude::Column;
     let mut predating_rows = 0;
     let devices = memlens_tests::for_each_committed_device(|name, t, ev| {

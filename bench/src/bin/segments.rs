@@ -12,11 +12,10 @@ use memlens_bench::{bench_file, percentile};
 
 use memlens::storage::parquet_object::{self, RowGroups};
 use memlens::storage::reportdata::segment_object_bytes;
-use memlens_core::analysis::segment_map::checkpoint_frame::{stored_checkpoint, stored_objects};
-use memlens_core::analysis::segment_map::detail::SegmentDetail;
-use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints, CHECKPOINTS};
-use memlens_core::analysis::DeviceEvents;
 use memlens_core::importers::{import_path, Imported};
+use memlens_core::stored::{
+    stored_checkpoint, stored_objects, DeviceEvents, EntryRows, SegmentCheckpoints, SegmentDetail, CHECKPOINTS,
+};
 
 fn main() {
     // As the `memlens` binary starts.

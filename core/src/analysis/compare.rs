@@ -17,7 +17,6 @@ use rustc_hash::FxHashMap;
 
 use super::compare_verdict::{verdict, SettingChange};
 use super::lifetimes::live_by_stack;
-use crate::analysis::frames::DeviceFrames;
 use crate::error::AnalysisError;
 use crate::stacks::StackResolver;
 use crate::tables::columns::usage as usage_col;
@@ -36,7 +35,7 @@ pub struct CompareSide<'a> {
     pub file: &'a FileSummary,
     pub file_index: usize,
     pub device: &'a DeviceSummary,
-    pub frames: &'a DeviceFrames,
+    pub frames: &'a dyn super::StoredDevice,
     pub stacks: &'a StackResolver,
     pub rank: Option<u32>,
 }
@@ -44,7 +43,7 @@ pub struct CompareSide<'a> {
 /// Live bytes and allocations at a side's peak by stack: frames shortened and interned in
 /// `frames` (shared by both sides, so equal frames get equal ids).
 fn peak_by_stack(side: &CompareSide, frames: &mut FxHashMap<String, u32>) -> PolarsResult<Vec<PeakStack>> {
-    let live = live_by_stack(&side.frames.lifetimes, side.device.peak_event_index, usize::MAX)?;
+    let live = live_by_stack(side.frames.lifetimes(), side.device.peak_event_index, usize::MAX)?;
     let mut by_key: FxHashMap<Vec<u32>, (i64, usize)> = FxHashMap::default();
     for l in live {
         let key: Vec<u32> = side
@@ -188,7 +187,7 @@ struct SideSeries<'a> {
 
 impl<'a> SideSeries<'a> {
     fn new(side: &'a CompareSide) -> PolarsResult<SideSeries<'a>> {
-        let u = &side.frames.usage;
+        let u = side.frames.usage();
         let steps = if side.device.time_axis == memlens_api::TimeAxis::TimeUs {
             &side.device.iterations.steps[..]
         } else {
@@ -197,7 +196,7 @@ impl<'a> SideSeries<'a> {
         Ok(SideSeries {
             time: usage_col::times(u)?,
             allocated: usage_col::allocated(u)?,
-            reserved: &side.frames.reserved,
+            reserved: side.frames.reserved(),
             steps,
         })
     }

@@ -6,7 +6,7 @@
 
 use memlens_api::{OomFit, OomPhase, Remedy, RemedyAction};
 
-use super::oom_cause::{human, KvAtFailure, LiveAtFailure};
+use super::failure_facts::{human, KvAtFailure, LiveAtFailure};
 
 /// A few words for the verdict's first remedy.
 pub fn short_name(a: RemedyAction) -> &'static str {
@@ -179,7 +179,7 @@ mod tests {
     use memlens_api::{OomFit, OomPhase, RemedyAction};
 
     use super::sized;
-    use crate::analysis::oom_cause::{KvAtFailure, LiveAtFailure};
+    use crate::analysis::failure_facts::{KvAtFailure, LiveAtFailure};
 
     const GIB: i64 = 1 << 30;
 

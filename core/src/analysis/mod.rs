@@ -33,8 +33,8 @@ pub mod compare;
 mod compare_verdict;
 mod device_events;
 pub(crate) mod failed_step;
+pub mod failure_facts;
 pub mod fragmentation;
-pub mod frames;
 pub mod gpu_samples;
 mod inference_remedies;
 mod interval_index;
@@ -110,4 +110,15 @@ pub fn device_segments(t: &SnapshotTables, device: i64) -> PolarsResult<(DataFra
 /// Sum of an i64 column (0 for an empty frame).
 pub(crate) fn sum_i64(df: &DataFrame, name: &str) -> PolarsResult<i64> {
     Ok(df.column(name)?.i64()?.sum().unwrap_or(0))
+}
+
+/// What the analyses over a stored report (what-if, compare) read of one device's frames: its
+/// id, usage after every entry, reserved bytes where they change, and one row per allocation.
+/// [`crate::stored::DeviceFrames`] is the one holder; the analyses name only this, so that
+/// what a report stores is owned by `stored` and the analyses do not depend on it.
+pub trait StoredDevice {
+    fn device(&self) -> i64;
+    fn usage(&self) -> &polars_core::prelude::DataFrame;
+    fn reserved(&self) -> &crate::tables::entry_steps::EntrySteps;
+    fn lifetimes(&self) -> &polars_core::prelude::DataFrame;
 }

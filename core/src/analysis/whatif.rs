@@ -63,7 +63,7 @@ pub fn categories_of(lifetimes: &DataFrame) -> PolarsResult<Vec<(Category, Categ
 /// stored per-device frames; NVML logs of the same report give the memory outside the allocator.
 pub fn what_if_file(
     file: &FileSummary,
-    frames: &[crate::analysis::frames::DeviceFrames],
+    frames: &[impl super::StoredDevice],
     gpu_logs: &[GpuLogSummary],
     s: &WhatIfParams,
 ) -> PolarsResult<WhatIfFile> {
@@ -77,7 +77,7 @@ pub fn what_if_file(
 /// `device` names).
 pub fn for_each_device<T>(
     file: &FileSummary,
-    frames: &[crate::analysis::frames::DeviceFrames],
+    frames: &[impl super::StoredDevice],
     gpu_logs: &[GpuLogSummary],
     device: Option<i64>,
     mut body: impl FnMut(&RunFacts) -> PolarsResult<T>,
@@ -87,10 +87,10 @@ pub fn for_each_device<T>(
         if device.is_some_and(|want| want != d.device) {
             continue;
         }
-        let Some(f) = frames.iter().find(|f| f.device == d.device) else {
+        let Some(f) = frames.iter().find(|f| f.device() == d.device) else {
             continue;
         };
-        let categories = categories_of(&f.lifetimes)?;
+        let categories = categories_of(f.lifetimes())?;
         let outside = gpu_logs
             .iter()
             .flat_map(|l| l.gpus.iter())
@@ -98,7 +98,7 @@ pub fn for_each_device<T>(
             .and_then(|g| g.peak_used_bytes)
             .map(|used| (used - d.peak_reserved_bytes).max(0));
         let run = RunFacts {
-            lifetimes: &f.lifetimes,
+            lifetimes: f.lifetimes(),
             categories: &categories,
             phases: &d.phases,
             device: d.device,

@@ -60,8 +60,8 @@ impl PipelineError {
     }
 }
 
-use crate::analysis::frames::{alloc_metadata, hand_segment_objects, stored_usage_with};
-pub use crate::analysis::frames::{DeviceFrames, HandOver, Storable};
+use crate::stored::frames::{alloc_metadata, hand_segment_objects, stored_usage_with};
+pub use crate::stored::frames::{DeviceFrames, HandOver, Storable};
 
 /// What a run hands its sink for each analysed snapshot.
 pub struct SnapshotOutput<'a> {

@@ -9,8 +9,8 @@ use memlens_api::{
 use polars_core::prelude::PolarsResult;
 
 use super::PlanError;
-use crate::analysis::frames::DeviceFrames;
 use crate::analysis::whatif::{for_each_device, what_if, RunFacts};
+use crate::stored::frames::DeviceFrames;
 
 /// The measured run a plan is calibrated by.
 pub struct Calibration<'a> {

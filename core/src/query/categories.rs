@@ -10,8 +10,8 @@ use super::category_index::{slot_of, CategoryIndex};
 use super::pyramid::{BucketRuns, MinMaxPyramid, Positions};
 use super::series::on_series;
 use super::TimelineIndex;
-use crate::analysis::frames::DeviceFrames;
 use crate::analysis::whatif::categories_of;
+use crate::stored::frames::DeviceFrames;
 use crate::tables::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::tables::int_slice::IntSlice;
 

@@ -12,8 +12,8 @@
 use memlens_api::Category;
 use polars_core::prelude::*;
 
-use crate::analysis::frames::DeviceFrames;
 use crate::analysis::whatif::categories_of;
+use crate::stored::frames::DeviceFrames;
 use crate::tables::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::tables::int_slice::IntSlice;
 

@@ -18,8 +18,8 @@ use rustc_hash::FxHashMap;
 use super::band_index::BandIndex;
 use super::timeline_index::AxisEnds;
 use super::{axis_positions, Axis, TimelineIndex};
-use crate::analysis::frames::DeviceFrames;
 use crate::stacks::StackResolver;
+use crate::stored::frames::DeviceFrames;
 use crate::tables::columns::lifetimes as lt_col;
 
 /// Nodes narrower than this share of the root are left out.

@@ -32,9 +32,9 @@ use series::on_series;
 pub use timeline_index::TimelineIndex;
 use timeline_index::{axis_positions, AxisEnds};
 
-use crate::analysis::frames::DeviceFrames;
 use crate::analysis::Streams;
 use crate::stacks::StackResolver;
+use crate::stored::frames::DeviceFrames;
 use crate::tables::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::tables::entry_steps::EntrySteps;
 use crate::tables::int_slice::IntSlice;

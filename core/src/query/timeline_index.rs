@@ -13,7 +13,7 @@ use super::band_index::{BandIndex, Endpoints};
 use super::pyramid::{MinMaxPyramid, Positions};
 use super::series::on_series;
 use super::Axis;
-use crate::analysis::frames::DeviceFrames;
+use crate::stored::frames::DeviceFrames;
 use crate::tables::columns::{lifetimes as lt_col, usage as usage_col};
 use crate::tables::int_slice::IntSlice;
 

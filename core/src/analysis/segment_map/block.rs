@@ -4,16 +4,16 @@
 use crate::tables::BlockState;
 
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Block {
-    pub(super) size: i64,
-    pub(super) requested: i64,
-    pub(super) state: BlockState,
-    pub(super) stack: u32,
+pub(crate) struct Block {
+    pub(crate) size: i64,
+    pub(crate) requested: i64,
+    pub(crate) state: BlockState,
+    pub(crate) stack: u32,
 }
 
 impl Block {
     /// Makes the block free: no request, no stack.
-    pub(super) fn set_free(&mut self) {
+    pub(crate) fn set_free(&mut self) {
         self.state = BlockState::Inactive;
         self.requested = 0;
         self.stack = 0;

@@ -10,7 +10,7 @@ use super::block::Block;
 use crate::infra::testing::Lcg;
 
 /// What the tests do to a map of blocks.
-pub(super) trait BlockMap {
+pub(crate) trait BlockMap {
     fn insert(&mut self, addr: i64, block: Block);
     fn remove(&mut self, addr: i64) -> Option<Block>;
     fn free_block(&mut self, addr: i64);
@@ -46,15 +46,15 @@ macro_rules! block_map_by_own_methods {
         }
     )*};
 }
-pub(super) use block_map_by_own_methods;
+pub(crate) use block_map_by_own_methods;
 
-pub(super) const STATES: [BlockState; 3] = [
+pub(crate) const STATES: [BlockState; 3] = [
     BlockState::Inactive,
     BlockState::ActiveAllocated,
     BlockState::ActivePendingFree,
 ];
 
-pub(super) fn block(size: i64, state: BlockState) -> Block {
+pub(crate) fn block(size: i64, state: BlockState) -> Block {
     Block {
         size,
         requested: size,
@@ -66,7 +66,7 @@ pub(super) fn block(size: i64, state: BlockState) -> Block {
 /// Step `op` (0–4) at `addr`, on `ours` and on `want` alike: an insert when `grow` or else a
 /// remove (0, 1), a free (2), a look-up of the block at or before (3), a change of a block
 /// found by address (4); what both answer must be equal.
-pub(super) fn random_step(
+pub(crate) fn random_step(
     ours: &mut impl BlockMap,
     want: &mut BTreeMap<i64, Block>,
     rng: &mut Lcg,
@@ -103,7 +103,7 @@ pub(super) fn random_step(
 }
 
 /// Panics unless `ours` holds what `want` holds, in address order.
-pub(super) fn same_blocks(ours: &impl BlockMap, want: &BTreeMap<i64, Block>, at: &str) {
+pub(crate) fn same_blocks(ours: &impl BlockMap, want: &BTreeMap<i64, Block>, at: &str) {
     let exp: Vec<(i64, Block)> = want.iter().map(|(&a, b)| (a, b.clone())).collect();
     assert_eq!(ours.pairs(), exp, "{at}");
 }

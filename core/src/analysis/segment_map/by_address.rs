@@ -8,12 +8,12 @@
 use super::blocks::SegmentBlocks;
 
 #[derive(Debug, Clone)]
-pub(super) struct Segment {
-    pub(super) size: i64,
-    pub(super) stream: i64,
-    pub(super) expandable: bool,
+pub(crate) struct Segment {
+    pub(crate) size: i64,
+    pub(crate) stream: i64,
+    pub(crate) expandable: bool,
     /// Keyed by block address; blocks tile the segment.
-    pub(super) blocks: SegmentBlocks,
+    pub(crate) blocks: SegmentBlocks,
 }
 
 /// Segments keyed by start address, at most one per address, in address order.

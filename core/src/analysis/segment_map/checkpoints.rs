@@ -57,17 +57,17 @@ pub fn spacing(n: usize, count: usize) -> usize {
 pub struct FlatState {
     /// The state is the one right after entry `cursor - 1`.
     pub cursor: usize,
-    pub(super) segs: Vec<(i64, FlatSegment)>,
+    pub(crate) segs: Vec<(i64, FlatSegment)>,
     /// Every segment's blocks, one segment after the other, packed (about 7 bytes a block).
-    pub(super) blocks: PackedBlocks,
+    pub(crate) blocks: PackedBlocks,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct FlatSegment {
-    pub(super) size: i64,
-    pub(super) stream: i64,
-    pub(super) expandable: bool,
-    pub(super) blocks: u32,
+pub(crate) struct FlatSegment {
+    pub(crate) size: i64,
+    pub(crate) stream: i64,
+    pub(crate) expandable: bool,
+    pub(crate) blocks: u32,
 }
 
 impl FlatState {

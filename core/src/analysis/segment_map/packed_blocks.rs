@@ -85,7 +85,7 @@ impl PackedBlocks {
     /// Blocks this process packed, given back their bytes (a held checkpoint's, decompressed),
     /// `len` and [`PackedBlocks::end`], unchecked: only [`PackedBlocks::from_bytes`] reads
     /// bytes from elsewhere.
-    pub(super) fn of_own_bytes(bytes: Vec<u8>, len: usize, end: i64) -> PackedBlocks {
+    pub(crate) fn of_own_bytes(bytes: Vec<u8>, len: usize, end: i64) -> PackedBlocks {
         PackedBlocks { bytes, len, end }
     }
 

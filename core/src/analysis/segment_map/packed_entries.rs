@@ -14,7 +14,7 @@ use crate::infra::varint::{checked_get, checked_get_signed, write, write_signed,
 const RUN: usize = 256;
 
 /// `rows`' entries, packed.
-pub(super) fn pack(rows: &EntryRows<'_>) -> Vec<u8> {
+pub(crate) fn pack(rows: &EntryRows<'_>) -> Vec<u8> {
     let n = rows.action.len();
     let mut out = Vec::with_capacity(n * 8);
     let (mut addr, mut stream) = (0i64, 0i64);
@@ -44,7 +44,7 @@ pub(super) fn pack(rows: &EntryRows<'_>) -> Vec<u8> {
 
 /// Entries read back from their packed bytes, column by column.
 #[derive(Debug, Default, PartialEq)]
-pub(super) struct Entries {
+pub(crate) struct Entries {
     pub action: Vec<u8>,
     pub addr: Vec<i64>,
     pub size: Vec<i64>,
@@ -53,7 +53,7 @@ pub(super) struct Entries {
 }
 
 /// `n` entries packed by [`pack`]; `None` unless `bytes` holds exactly that many well formed.
-pub(super) fn unpack(bytes: &[u8], n: usize) -> Option<Entries> {
+pub(crate) fn unpack(bytes: &[u8], n: usize) -> Option<Entries> {
     let mut out = Entries {
         action: Vec::with_capacity(n),
         addr: Vec::with_capacity(n),

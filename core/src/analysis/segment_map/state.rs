@@ -34,9 +34,9 @@ pub struct StateStats {
 /// A replayable allocator state for one device.
 #[derive(Clone)]
 pub struct SegmentState {
-    pub(super) segs: SegmentsByAddress,
+    pub(crate) segs: SegmentsByAddress,
     /// Entries `>= cursor` have been undone: the state is the one right after entry `cursor - 1`.
-    pub(super) cursor: usize,
+    pub(crate) cursor: usize,
 }
 
 impl SegmentState {

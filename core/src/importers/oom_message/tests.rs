@@ -11,7 +11,6 @@ use crate::importers::common::text_lines::numbered_lines as lines;
 const GIB: i64 = 1 << 30;
 const MIB: i64 = 1 << 20;
 
-
 fn one(text: &str) -> OomMessage {
     let mut m = find_oom_messages(&lines(text));
     assert_eq!(m.len(), 1, "{m:?}");
@@ -83,7 +82,10 @@ fn a_real_211_message_under_a_cap() {
     assert_eq!(m.requested, Some(128 * MIB));
     assert_eq!(m.allowed, Some(p(13.90, GIB)));
     assert_eq!(m.device_total, Some(p(79.18, GIB)));
-    assert_eq!(m.traceback.last().map(|f| f.ends_with(":apply_rotary_pos_emb")), Some(true));
+    assert_eq!(
+        m.traceback.last().map(|f| f.ends_with(":apply_rotary_pos_emb")),
+        Some(true)
+    );
     assert!(m.missing.is_empty());
 }
 

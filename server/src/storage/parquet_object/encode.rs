@@ -29,7 +29,7 @@ pub fn encode(df: &DataFrame, groups: RowGroups) -> PolarsResult<Vec<u8>> {
 }
 
 /// A column an encoder reads a page at a time as it reaches it, never held whole (the
-/// lifetimes' addresses, read from the trace: [`memlens_core::analysis::lifetime_addresses`]).
+/// lifetimes' addresses, read from the trace: [`memlens_core::stored::lifetime_addresses`]).
 pub struct PagedColumn<'a> {
     /// Its place among the frame's columns.
     pub at: usize,

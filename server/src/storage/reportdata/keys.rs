@@ -17,16 +17,9 @@
 //! chart.png, chart.svg         the first device's usage chart (else the first GPU log's)
 //! ```
 
+/// The layout's version sits in core beside the frames it versions.
+pub use memlens_core::stored::{OLDEST_READABLE, SCHEMA_VERSION};
 use serde::{Deserialize, Serialize};
-
-/// The layout written now. Raise it when a change means an older reader would misread what
-/// this code writes, or this code an older report; keep reading what it can
-/// ([`OLDEST_READABLE`]): a report outside the readable versions is analysed again from its
-/// kept uploads when it is next opened, never lost.
-pub const SCHEMA_VERSION: u32 = 2;
-/// The oldest layout this code reads. Version 1 is every report stored before the version was
-/// recorded, in each of the forms `tests/old_reports.rs` writes.
-pub const OLDEST_READABLE: u32 = 1;
 
 /// The object that records the layout's version.
 pub const SCHEMA: &str = "schema.json";

@@ -7,12 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use memlens_api::{FileSummary, SegmentMap};
-use memlens_core::analysis::segment_map::detail::SegmentDetail;
-use memlens_core::analysis::segment_map::{SegmentCheckpoints, CHECKPOINTS};
-use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query::{Axis, CategoryIndex, TimelineIndex};
 use memlens_core::stacks::StackResolver;
+use memlens_core::stored::{DeviceEvents, SegmentCheckpoints, SegmentDetail, CHECKPOINTS};
 use memlens_core::tables::columns::held_bytes;
 use memlens_core::tables::entry_steps::EntrySteps;
 use memlens_core::tables::SnapshotTables;
@@ -242,7 +240,7 @@ impl LoadedFile {
                 let user_metadata = match read_object(self.store.as_ref(), &self.id, &dir.user_metadata())? {
                     Some(bytes) => user_metadata_from(&dir.user_metadata(), bytes)?,
                     // Stored before the map had its own object: found from the trace.
-                    None => memlens_core::analysis::frames::alloc_metadata(&*self.tables()?, d.device)?,
+                    None => memlens_core::stored::alloc_metadata(&*self.tables()?, d.device)?,
                 };
                 // The two large frames are decoded side by side.
                 let started = std::time::Instant::now();

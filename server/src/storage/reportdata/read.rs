@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use memlens_api::{AnalyzeOutput, FileSummary};
-use memlens_core::analysis::run::run_overview;
 use memlens_core::tables::columns::lifetimes as lt_col;
 use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars_core::prelude::*;
@@ -56,11 +55,8 @@ pub fn read_summary(store: &dyn ReportStore, id: &ReportId) -> Result<AnalyzeOut
             version: schema.version,
         });
     }
-    let mut summary: AnalyzeOutput = read_json(store, id, SUMMARY)?;
-    if summary.run.is_none() {
-        summary.run = run_overview(&summary.files);
-    }
-    Ok(summary)
+    let summary: AnalyzeOutput = read_json(store, id, SUMMARY)?;
+    Ok(memlens_core::stored::summary_as_read(summary))
 }
 
 /// The layout a report was written in: version 1 when it records none (stored before the

@@ -1,6 +1,6 @@
 //! Segment maps of a stored report, answered from its stored checkpoints: the one object
 //! holding the state after the entry asked for and the entries before it
-//! ([`memlens_core::analysis::segment_map::checkpoint_frame`]), read on first use and kept among the
+//! ([`memlens_core::stored::checkpoint_frame`]), read on first use and kept among the
 //! few most recent. The trace itself is never loaded for them; a report stored before the
 //! checkpoints were has none, and its maps are replayed from the trace as before.
 
@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use memlens_api::SegmentMap;
-use memlens_core::analysis::segment_map::checkpoint_frame::{stored_checkpoint, StoredCheckpoint};
-use memlens_core::analysis::segment_map::detail::SegmentDetail;
+use memlens_core::stored::{stored_checkpoint, SegmentDetail, StoredCheckpoint};
 use memlens_core::tables::int_slice::IntSlice;
 
 use crate::storage::reportdata::DataError;

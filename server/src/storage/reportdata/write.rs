@@ -3,11 +3,10 @@
 //! through a [`DataWriter`]; the summary, charts and NVML samples beside them.
 
 use memlens_api::{AnalyzeOutput, FileSummary};
-use memlens_core::analysis::lifetime_addresses::{AddressForm, LifetimeAddresses};
-use memlens_core::analysis::segment_map::checkpoint_frame::{stored_objects, StoredObject};
-use memlens_core::analysis::segment_map::{EntryRows, SegmentCheckpoints};
-use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
+use memlens_core::stored::{
+    stored_objects, AddressForm, DeviceEvents, EntryRows, LifetimeAddresses, SegmentCheckpoints, StoredObject,
+};
 use memlens_core::tables::columns::events as ev_col;
 use memlens_core::tables::columns::held_bytes;
 use memlens_core::tables::{SnapshotTables, TABLE_NAMES};

@@ -8,9 +8,8 @@ mod old_reports;
 use std::sync::Arc;
 
 use memlens_api::AnalyzeOutput;
-use memlens_core::analysis::segment_map::SegmentCheckpoints;
-use memlens_core::analysis::DeviceEvents;
 use memlens_core::query::CategoryIndex;
+use memlens_core::stored::{DeviceEvents, SegmentCheckpoints};
 use memlens_core::tables::{SnapshotMeta, SnapshotTables, TABLE_NAMES};
 use polars_core::prelude::*;
 
@@ -223,7 +222,7 @@ fn a_timeline_reads_only_the_device_frames_and_their_stored_user_metadata() {
     let tables = written_tables(&written, 0);
     let mut any = false;
     for d in devices.iter() {
-        let from_trace = memlens_core::analysis::frames::alloc_metadata(&tables, d.device).expect("metadata");
+        let from_trace = memlens_core::stored::alloc_metadata(&tables, d.device).expect("metadata");
         any |= !from_trace.is_empty();
         assert_eq!(d.user_metadata, from_trace);
     }
@@ -258,7 +257,7 @@ fn a_first_view_builds_the_focus_devices_indexes_that_its_queries_then_use() {
 #[test]
 fn a_stored_report_answers_segment_maps_from_its_checkpoints_without_the_trace() {
     use crate::storage::reportdata::stored_segments::SegmentAt;
-    use memlens_core::analysis::segment_map::detail::SegmentDetail;
+    use memlens_core::stored::SegmentDetail;
     let id = &rid("00000000000000000000000000000006");
     for name in ["expandable_oom_fragmentation.pickle", "leak.two_devices.pickle"] {
         let (_root, store) = store_with_report(id);

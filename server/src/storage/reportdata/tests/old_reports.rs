@@ -203,7 +203,7 @@ fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
     );
     assert_eq!(devices[0].reserved, fresh.files[0][0].reserved);
     assert!(devices[0].reserved.changes().len() > 0);
-    let draw = |d: &memlens_core::analysis::frames::DeviceFrames| {
+    let draw = |d: &memlens_core::stored::DeviceFrames| {
         let t = memlens_core::query::timeline(d, true, 0, None, None, 200).expect("timeline");
         assert!(t.bands.iter().any(|b| b.t_alloc.is_some() && b.t_free.is_some()));
         serde_json::to_value(t).expect("json")
@@ -226,6 +226,6 @@ fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
     );
     // It has no stored segment checkpoints: its maps are replayed from the trace.
     let at = crate::storage::reportdata::stored_segments::SegmentAt::End;
-    let detail = memlens_core::analysis::segment_map::detail::SegmentDetail::FULL;
+    let detail = memlens_core::stored::SegmentDetail::FULL;
     assert_eq!(f.stored_segment_map(0, at, detail).expect("read"), None);
 }

@@ -13,7 +13,7 @@
 //!
 //! A window row, then the segments in address order; the blocks (every segment's, in the same
 //! order) and the entries (in trace order) are two byte strings on the window row, columns
-//! `packed_blocks` ([`PackedBlocks`]) and `packed_entries` ([`super::packed_entries`]), null on
+//! `packed_blocks` ([`PackedBlocks`]) and `packed_entries` ([`packed_entries`]), null on
 //! the other rows. Objects stored before these columns hold their blocks and entries as rows of
 //! kinds 2 and 3, and read back as they did. A row each block and entry was most of the work
 //! of storing a GB-scale report; packed, they are smaller and faster both ways
@@ -22,12 +22,12 @@
 use memlens_api::{BlockState, SegmentMap};
 use polars_core::prelude::*;
 
-use super::block::Block;
-use super::checkpoints::{map_from, FlatSegment, FlatState, SegmentCheckpoints};
-use super::detail::SegmentDetail;
-use super::entry_rows::EntryRows;
-use super::packed_blocks::PackedBlocks;
-use super::packed_entries;
+use crate::analysis::segment_map::block::Block;
+use crate::analysis::segment_map::checkpoints::{map_from, FlatSegment, FlatState, SegmentCheckpoints};
+use crate::analysis::segment_map::detail::SegmentDetail;
+use crate::analysis::segment_map::entry_rows::EntryRows;
+use crate::analysis::segment_map::packed_blocks::PackedBlocks;
+use crate::analysis::segment_map::packed_entries;
 use crate::analysis::Streams;
 
 const WINDOW: u8 = 0;
@@ -145,7 +145,7 @@ impl StoredObject<'_> {
 }
 
 /// The stored objects of a device's checkpoints `cp`, whose entries are `rows`, in cursor
-/// order: one a checkpoint (no more than [`super::checkpoints::MAX_SPACING`] entries
+/// order: one a checkpoint (no more than [`crate::analysis::segment_map::checkpoints::MAX_SPACING`] entries
 /// apart on a trace of up to 51.2 M entries a device).
 pub fn stored_objects<'a>(cp: &'a SegmentCheckpoints, rows: &EntryRows<'a>) -> Vec<StoredObject<'a>> {
     let mut first = rows.first;
@@ -259,8 +259,8 @@ pub fn stored_checkpoint(df: &DataFrame) -> PolarsResult<StoredCheckpoint> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::state::segment_map_at;
     use super::*;
+    use crate::analysis::segment_map::state::segment_map_at;
     use crate::analysis::DeviceEvents;
     use crate::importers::{import_path, Imported};
 

@@ -5,8 +5,8 @@
 use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
+use super::checkpoint_frame::{stored_objects, StoredObject};
 use crate::analysis::lifetime_addresses::LifetimeAddresses;
-use crate::analysis::segment_map::checkpoint_frame::{stored_objects, StoredObject};
 use crate::analysis::segment_map::checkpoints::SegmentCheckpoints;
 use crate::analysis::segment_map::EntryRows;
 use crate::analysis::{device_notes, DeviceEvents};
@@ -157,4 +157,19 @@ pub fn alloc_metadata(t: &SnapshotTables, device: i64) -> PolarsResult<FxHashMap
         .filter(|&(i, _)| action[i] == Action::Alloc as u8)
         .map(|(i, m)| (i as i64, m.to_owned()))
         .collect())
+}
+
+impl crate::analysis::StoredDevice for DeviceFrames {
+    fn device(&self) -> i64 {
+        self.device
+    }
+    fn usage(&self) -> &DataFrame {
+        &self.usage
+    }
+    fn reserved(&self) -> &EntrySteps {
+        &self.reserved
+    }
+    fn lifetimes(&self) -> &DataFrame {
+        &self.lifetimes
+    }
 }
