@@ -306,6 +306,7 @@ pub fn run_with(
     }
     link_process_gpus(&mut out.gpu_logs);
     crate::analysis::text_evidence::join_messages_to_snapshots(&mut out.files);
+    crate::analysis::jax_oom::join_profiles_to_messages(&mut out.files);
     crate::analysis::verdict::lead_with_memory_outside(&mut out.files, &out.gpu_logs);
     out.run = run_overview(&out.files);
     if out.files.is_empty() && out.gpu_logs.is_empty() {
