@@ -113,9 +113,14 @@ fn linear_inputs(t: Types, linears: f64, width: f64) -> f64 {
 /// keeps no input: autograd saves a matmul's input only for its weight's gradient.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LayerSaved {
-    /// For the gradient flowing to the layer's input: attention's q/k/v, output and log-sum-exp,
-    /// the MLP's intermediates, the residual stream, dropout masks.
+    /// For the gradient flowing to the layer's input: the MLP's intermediates, the residual after
+    /// it.
     pub graph: f64,
+    /// What the attention half saves for the gradient flowing through it: q/k/v, its output and
+    /// log-sum-exp, the residual after it (and the MLP norm's upcast of it), GPT-2's dropout
+    /// mask. None of it when the layer's input needs no gradient and nothing of the attention
+    /// trains.
+    pub attention: f64,
     /// The attention norm's fp32 upcast of a half-precision input (saved only where the layer's
     /// input needs a gradient).
     pub attn_norm_input: f64,
@@ -137,6 +142,7 @@ impl LayerSaved {
     /// Everything, as when the whole layer trains and its input needs a gradient.
     pub fn total(&self) -> f64 {
         self.graph
+            + self.attention
             + self.attn_norm_input
             + self.attn_norm
             + self.qkv
@@ -187,7 +193,7 @@ pub fn layer_saved(m: &ModelShape, t_settings: &Settings) -> LayerSaved {
     // transformers 5 keeps a DynamicCache in training (unless checkpointing): SDPA reads the
     // cache's copies of k and v. GPT-2's q is a view of the fused output, which it keeps whole,
     // beside those copies (the snapshot of traces/plan/runs/gpt2_b4).
-    out.graph += if fused_qkv {
+    out.attention += if fused_qkv {
         a * (q + 2.0 * kv)
             + if rope { a * (q + kv) } else { 0.0 }
             + if m.family == ModelFamily::Gpt2 && !t_settings.checkpointing {
@@ -204,9 +210,9 @@ pub fn layer_saved(m: &ModelShape, t_settings: &Settings) -> LayerSaved {
         ModelFamily::Qwen3 | ModelFamily::Qwen3Moe | ModelFamily::Gemma3 | ModelFamily::Olmo2
     ) {
         let half = Types { residual: a, ..t };
-        out.graph += norm_saved(m, half, q).total() + norm_saved(m, half, kv).total() + a * (q + kv);
+        out.attention += norm_saved(m, half, q).total() + norm_saved(m, half, kv).total() + a * (q + kv);
     }
-    out.graph += a * q + 4.0 * m.heads as f64 + math_attention;
+    out.attention += a * q + 4.0 * m.heads as f64 + math_attention;
     // SDPA's fused kernels write their output head-last, so the transpose back is contiguous and
     // the output projection reads the very tensor SDPA saved; the math kernel's output is
     // head-first, and `.contiguous()` copies it for the projection (the snapshots of
@@ -215,9 +221,11 @@ pub fn layer_saved(m: &ModelShape, t_settings: &Settings) -> LayerSaved {
     mlp_saved(m, t, &mut out);
     // Residual stream: one new tensor per residual addition (the next norm saves it); GPT-2's
     // dropout keeps a one-byte mask per element after attention and after the MLP.
-    let residuals = if m.parallel_attention { 1.0 } else { 2.0 };
-    let dropout = if m.family == ModelFamily::Gpt2 { 2.0 * h } else { 0.0 };
-    out.graph += residuals * residual_saved(m, t) * h + dropout;
+    let dropout = if m.family == ModelFamily::Gpt2 { h } else { 0.0 };
+    out.graph += residual_saved(m, t) * h + dropout;
+    if !m.parallel_attention {
+        out.attention += residual_saved(m, t) * h + dropout;
+    }
     out
 }
 
@@ -233,7 +241,7 @@ fn mlp_saved(m: &ModelShape, t: Types, out: &mut LayerSaved) {
     } else {
         norm_saved(m, t, h)
     };
-    out.graph += mlp_norm.graph;
+    out.attention += mlp_norm.graph;
     out.mlp_norm = mlp_norm.weight;
     if m.experts > 0 {
         // Routed: the router's input, then per routed token the expert's gathered input, its

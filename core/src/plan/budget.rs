@@ -311,6 +311,11 @@ fn saved_per_token(m: &ModelShape, s: &Settings, training: &Training) -> Saved {
         out.graph_layers += 1.0;
         out.layers += ls.graph
             + if l.input_grad { ls.attn_norm_input } else { 0.0 }
+            + if l.input_grad || l.attention_trains {
+                ls.attention
+            } else {
+                0.0
+            }
             + on(Role::AttnNorm, ls.attn_norm)
             + on(Role::Qkv, ls.qkv)
             + on(Role::OProj, ls.o_proj)

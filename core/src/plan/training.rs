@@ -116,6 +116,9 @@ pub struct LayerTraining {
     pub input_grad: bool,
     /// Which of its weights train (a bias needs no saved input and counts for none).
     pub roles: Vec<Role>,
+    /// Something of its attention half trains (a weight, a bias or an adapter): the attention
+    /// records a graph even where the layer's input needs no gradient.
+    pub attention_trains: bool,
     /// Matrices' elements whose linears' inputs need a gradient: autograd keeps their autocast copies.
     pub kept_matrices: u64,
     /// LoRA's own saved activations, per token.
@@ -147,6 +150,12 @@ pub struct Training {
     pub head_lora_bytes: f64,
     /// The base's linear weights, which QLoRA's 4-bit quantisation packs (all but the head).
     pub linear_weights: Vec<u64>,
+}
+
+/// A parameter of the attention half of a layer (its norm, projections, q/k norms; the norms
+/// after attention or the MLP are counted here too, the safe side).
+fn attention_role(role: Role) -> bool {
+    matches!(role, Role::AttnNorm | Role::Qkv | Role::OProj | Role::LayerOther)
 }
 
 /// Bytes a LoRA adapter on a linear of `inputs` saves per token: the dropout mask (one byte an
@@ -194,6 +203,7 @@ pub fn resolve(m: &ModelShape, trainable: &Trainable, adapter_compute: f64) -> R
             (role, Some(layer)) => {
                 let l = &mut t.layers[layer as usize];
                 l.graph = true;
+                l.attention_trains |= attention_role(role);
                 if !p.bias {
                     l.roles.push(role);
                 }
@@ -264,6 +274,7 @@ fn add_adapters(t: &mut Training, named: &[NamedParam], l: &Lora, adapter_comput
             Some(layer) => {
                 let layer = &mut t.layers[layer as usize];
                 layer.graph = true;
+                layer.attention_trains |= attention_role(p.role);
                 layer.lora_bytes += saved;
             }
             None => t.head_lora_bytes += saved,
@@ -395,6 +406,15 @@ mod tests {
         assert_eq!(t.trainable, t.adapters);
         assert!(t.layers.iter().all(|l| l.graph && l.roles.is_empty()));
         assert!(!t.layers[0].input_grad && t.layers[1].input_grad);
+        assert!(t.layers[0].attention_trains);
+        // On the MLP alone, the lowest layer's attention records no graph.
+        let mlp = Lora {
+            targets: vec!["down_proj".into()],
+            ..lora.clone()
+        };
+        let t = resolve(&m, &Trainable::Lora(mlp), 4.0).expect("resolve");
+        assert!(t.layers[0].graph && !t.layers[0].attention_trains && !t.layers[0].input_grad);
+        assert!(t.layers[1].input_grad);
         let bad = Lora {
             targets: vec!["c_attn".into()],
             ..lora
