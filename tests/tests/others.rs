@@ -176,3 +176,26 @@ fn replays_of_a_graph_captured_before_the_recording_are_unexplained_and_say_why(
         d.verdict
     );
 }
+
+/// A ConvNeXt-T's first forward out of memory under a 6 GiB cap (batch 256, weights loaded
+/// before recording), its whole step's need extrapolated over the stages its weights show: the
+/// batch at `fits.batch_fraction` fits and 25 % more does not, by the largest batch that ran
+/// forward, backward and AdamW's step in fresh processes under the same cap.
+#[test]
+fn a_cnn_first_forward_oom_fits_the_batch_the_reruns_found() {
+    let case = "cnn_first_forward_oom";
+    let d = device(case);
+    let fits = d.ooms[0].fits.as_ref().expect("a batch fit");
+    let (largest, requested) = (truth(case, "largest_fitting_batch"), truth(case, "requested_batch"));
+    let batch = fits.batch_fraction * requested as f64;
+    assert!(
+        batch.floor() as i64 <= largest,
+        "{batch} images: more than the {largest} that fit"
+    );
+    assert!(
+        (batch * 1.25).floor() as i64 > largest,
+        "{batch} images: 25 % more ({}) still fit ({largest} do)",
+        batch * 1.25
+    );
+    assert!(fits.how.contains("pyramid of stages"), "{}", fits.how);
+}

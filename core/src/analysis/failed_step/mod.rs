@@ -21,6 +21,7 @@
 mod batch_fit;
 mod generation;
 mod generation_fit;
+mod pyramid;
 use memlens_api::{Category, CategoryBytes, CategoryRule, OomCause, OomFit, OomPhase, PhaseRange};
 use polars_core::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
