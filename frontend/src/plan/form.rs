@@ -81,40 +81,13 @@ pub fn PlanForm(settings: RwSignal<PlanParams>) -> impl IntoView {
             read_file(f);
         }
     };
-    // The bundled models, fetched once for the picker's list.
-    let models = RwSignal::new(Vec::<memlens_api::PlanModel>::new());
-    spawn_local(async move {
-        if let Ok(list) = crate::client::plan_models().await {
-            models.set(list);
-        }
-    });
-    let pick = move |name: String| {
-        let name = name.trim().to_owned();
-        settings.update(|p| {
-            p.model = (!name.is_empty()).then_some(name);
-            if p.model.is_some() {
-                p.config = None;
-            }
-        });
-    };
     let number = move |get: fn(&PlanParams) -> Option<u64>| {
         move || get(&settings.get()).map(|n| n.to_string()).unwrap_or_default()
     };
     view! {
         <div id="plan-form" class="panel whatif-form">
             <div class="plan-config" on:dragover=|e: web_sys::DragEvent| e.prevent_default() on:drop=on_drop>
-                <label>"model "
-                    <input id="plan-model-preset" list="plan-model-presets" size="36"
-                        placeholder="pick one: llama-3.1-8b, qwen3-8b, mixtral-8x7b…"
-                        prop:value=move || settings.get().model.unwrap_or_default()
-                        on:change=move |e| pick(event_target_value(&e)) />
-                    <datalist id="plan-model-presets">
-                        {move || models.get().into_iter().map(|m| {
-                            let label = format!("{} · {} · {:.2} B parameters", m.name, m.model_type, m.parameter_count as f64 / 1e9);
-                            view! { <option value=m.id>{label}</option> }
-                        }).collect_view()}
-                    </datalist>
-                </label>
+                <super::preset_picker::PresetPicker settings=settings />
                 <label>" or config.json "
                     <textarea id="plan-config" rows="3" cols="60" placeholder="paste the model's config.json here, or drop the file"
                         prop:value=move || settings.get().config.unwrap_or_default()

@@ -9,6 +9,7 @@
 
 mod bar;
 mod form;
+mod preset_picker;
 mod serve;
 
 use leptos::prelude::*;

@@ -42,21 +42,6 @@ fn name_of<T: serde::Serialize>(v: &Option<T>, default: &str) -> String {
 /// beside this one), or a config pasted.
 #[component]
 fn ModelPicker(settings: RwSignal<PlanParams>) -> impl IntoView {
-    let models = RwSignal::new(Vec::<memlens_api::PlanModel>::new());
-    leptos::task::spawn_local(async move {
-        if let Ok(list) = crate::client::plan_models().await {
-            models.set(list);
-        }
-    });
-    let pick = move |name: String| {
-        let name = name.trim().to_owned();
-        settings.update(|p| {
-            p.model = (!name.is_empty()).then_some(name);
-            if p.model.is_some() {
-                p.config = None;
-            }
-        });
-    };
     let paste = move |text: String| {
         // The URL carries the config: compacted, as the training tab keeps it.
         let compact = serde_json::from_str::<serde_json::Value>(&text)
@@ -71,18 +56,7 @@ fn ModelPicker(settings: RwSignal<PlanParams>) -> impl IntoView {
     };
     view! {
         <div class="plan-config">
-            <label>"model "
-                <input id="plan-model-preset" list="plan-model-presets" size="36"
-                    placeholder="pick one: llama-3.1-8b, qwen3-8b, mixtral-8x7b…"
-                    prop:value=move || settings.get().model.unwrap_or_default()
-                    on:change=move |e| pick(event_target_value(&e)) />
-                <datalist id="plan-model-presets">
-                    {move || models.get().into_iter().map(|m| {
-                        let label = format!("{} · {} · {:.2} B parameters", m.name, m.model_type, m.parameter_count as f64 / 1e9);
-                        view! { <option value=m.id>{label}</option> }
-                    }).collect_view()}
-                </datalist>
-            </label>
+            <super::preset_picker::PresetPicker settings=settings />
             <label>" or config.json "
                 <textarea id="plan-serve-config" rows="2" cols="60" placeholder="paste the model's config.json here"
                     prop:value=move || settings.get().config.unwrap_or_default()
