@@ -239,6 +239,27 @@ mod tests {
         assert_eq!(p.stages[0].weight, 4 * 96 * 96 * 4);
     }
 
+    /// ResNet-50's parameter sizes (fp32): bottleneck stages of 64, 128, 256, 512 channels,
+    /// 3, 4, 6, 3 blocks; the 3×3 convolution (9C²) once a block.
+    #[test]
+    fn resnet50_stages_and_blocks_are_read_from_its_sizes() {
+        let mut sizes = vec![64 * 3 * 49 * 4, 64 * 4, 64 * 4, 2048 * 1000 * 4, 1000 * 4];
+        let mut inputs = 64i64;
+        for (c, blocks) in [(64i64, 3), (128, 4), (256, 6), (512, 3)] {
+            for b in 0..blocks {
+                sizes.extend([inputs * c * 4, c * 4, c * 4, 9 * c * c * 4, c * 4, c * 4, 4 * c * c * 4]);
+                sizes.extend([4 * c * 4, 4 * c * 4]);
+                if b == 0 {
+                    sizes.extend([inputs * 4 * c * 4, 4 * c * 4, 4 * c * 4]);
+                }
+                inputs = 4 * c;
+            }
+        }
+        let p = Pyramid::of(&sizes).expect("a pyramid");
+        let blocks: Vec<usize> = p.stages.iter().map(|s| s.blocks).collect();
+        assert_eq!((p.per_block, blocks), (1, vec![3, 4, 6, 3]));
+    }
+
     #[test]
     fn repeated_blocks_of_one_width_are_no_pyramid() {
         // A ViT-B: 12 blocks of 768 wide, qkv 3h², proj h², MLP 4h² twice.
