@@ -146,24 +146,7 @@ pub fn verdict(d: &DeviceSummary) -> String {
     use super::oom_cause::human;
     let total = d.peak_allocated_bytes.max(1);
     let buffers: usize = d.categories.iter().map(|c| c.count).sum();
-    let mut parts: Vec<(Category, i64)> = d
-        .categories
-        .iter()
-        .filter(|c| c.bytes_at_peak > 0)
-        .map(|c| (c.category, c.bytes_at_peak))
-        .collect();
-    parts.sort_by_key(|p| std::cmp::Reverse(p.1));
-    let made_of: Vec<String> = parts
-        .iter()
-        .map(|(c, b)| {
-            format!(
-                "{} {} ({:.0} %)",
-                c.name().replace('_', " "),
-                human(*b),
-                *b as f64 * 100.0 / total as f64
-            )
-        })
-        .collect();
+    let made_of = super::verdict::made_of(d, usize::MAX);
     let mut out = format!(
         "One instant (a JAX device memory profile: no timeline): {} live in {buffers} buffers",
         human(d.peak_allocated_bytes)

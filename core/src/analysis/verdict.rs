@@ -48,26 +48,8 @@ pub fn device_verdict(d: &DeviceSummary) -> String {
             );
         }
     }
-    let mut parts: Vec<(Category, i64)> = d
-        .categories
-        .iter()
-        .filter(|c| c.bytes_at_peak > 0)
-        .map(|c| (c.category, c.bytes_at_peak))
-        .collect();
-    parts.sort_by_key(|p| std::cmp::Reverse(p.1));
     let total = d.peak_allocated_bytes.max(1);
-    let made_of: Vec<String> = parts
-        .iter()
-        .take(3)
-        .map(|(c, b)| {
-            format!(
-                "{} {} ({:.0} %)",
-                c.name().replace('_', " "),
-                human(*b),
-                *b as f64 * 100.0 / total as f64
-            )
-        })
-        .collect();
+    let made_of = made_of(d, 3);
     if made_of.is_empty() {
         format!(
             "Peak: {} allocated, {} reserved.",
@@ -83,6 +65,30 @@ pub fn device_verdict(d: &DeviceSummary) -> String {
             what_rests_on_less(d, total)
         )
     }
+}
+
+/// The `most` largest categories at the peak, largest first, each as `name bytes (share %)`.
+pub(super) fn made_of(d: &DeviceSummary, most: usize) -> Vec<String> {
+    let total = d.peak_allocated_bytes.max(1);
+    let mut parts: Vec<(Category, i64)> = d
+        .categories
+        .iter()
+        .filter(|c| c.bytes_at_peak > 0)
+        .map(|c| (c.category, c.bytes_at_peak))
+        .collect();
+    parts.sort_by_key(|p| std::cmp::Reverse(p.1));
+    parts
+        .iter()
+        .take(most)
+        .map(|(c, b)| {
+            format!(
+                "{} {} ({:.0} %)",
+                c.name().replace('_', " "),
+                human(*b),
+                *b as f64 * 100.0 / total as f64
+            )
+        })
+        .collect()
 }
 
 /// Why what a rule left as `other` has no category, in the verdict's words.
