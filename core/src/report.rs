@@ -13,7 +13,6 @@ use crate::analysis::categories::{
     Placement,
 };
 use crate::analysis::fragmentation::{fragmentation_over_time, point};
-use crate::stored::frames::{hand_segment_objects, stored_usage, HandOver, Storable};
 use crate::analysis::gpu_samples::{
     add_non_pytorch_memory, align_local_clock, shift_clock, summarize_gpu_log, time_range, ReservedSteps,
 };
@@ -33,6 +32,7 @@ use crate::analysis::{devices, DeviceEvents};
 use crate::error::AnalysisError;
 use crate::samples::{GpuSampleTables, SampleClock};
 use crate::stacks::StackResolver;
+use crate::stored::frames::{hand_segment_objects, stored_usage, HandOver, Storable};
 use crate::tables::entry_steps::EntrySteps;
 use crate::tables::{Action, SnapshotTables};
 

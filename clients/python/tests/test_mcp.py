@@ -43,7 +43,10 @@ def answer(result):
     """The text summary and the JSON of a successful call."""
     assert not result.isError, result.content[0].text
     assert len(result.content) == 2
-    return result.content[0].text, json.loads(result.content[1].text)
+    data = json.loads(result.content[1].text)
+    # The same answer as structured content (MCP 2025-06-18), for clients that read structure.
+    assert result.structuredContent == data
+    return result.content[0].text, data
 
 
 def test_the_tools_are_listed_with_schemas():

@@ -1,8 +1,9 @@
 //! `memlens mcp`: a Model Context Protocol server over stdio (the official SDK, `rmcp`), so
 //! that a coding agent can ask memlens what a run's memory did. Its [`tools`] call what the
 //! other commands call; answers are bounded ([`bound`]); a tool's failure is an error answer
-//! naming the file and the problem, never the end of the server. Logs go to stderr; stdout is
-//! the protocol's.
+//! naming the file and the problem, never the end of the server. An answer is its short text,
+//! its JSON as text, and the same JSON as `structuredContent` (MCP 2025-06-18). Logs go to
+//! stderr; stdout is the protocol's.
 
 pub mod bound;
 pub mod tools;
@@ -76,8 +77,13 @@ impl ServerHandler for Memlens {
             .await
             .unwrap_or_else(|e| Err(tools::ToolError::Failed(e)));
         Ok(match answer {
+            // The short text first for clients that read text, the JSON as text after it (as
+            // before), and the same JSON as structuredContent for those that read structure.
             Ok((text, json)) => {
-                CallToolResult::success(vec![ContentBlock::text(text), ContentBlock::text(json.to_string())])
+                let mut answer =
+                    CallToolResult::success(vec![ContentBlock::text(text), ContentBlock::text(json.to_string())]);
+                answer.structured_content = json.is_object().then_some(json);
+                answer
             }
             Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
