@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::*;
 
 /// What `memlens analyze --json` prints: one entry per input file.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AnalyzeOutput {
     /// Allocator snapshots, one summary each.

@@ -190,14 +190,9 @@ pub fn run_with(
     rules: &FrameRules,
     sink: &mut dyn PipelineSink,
 ) -> Result<AnalyzeOutput, PipelineError> {
-    let mut out = AnalyzeOutput {
-        files: Vec::new(),
-        gpu_logs: Vec::new(),
-        skipped: Vec::new(),
-        run: None,
-    };
+    let mut out = AnalyzeOutput::default();
     // NVML logs wait until every snapshot is read: their clocks are lined up with them.
-    let mut logs: Vec<(String, Format, bool, Box<GpuSampleTables>)> = Vec::new();
+    let mut logs: Vec<WaitingLog> = Vec::new();
     let mut snapshot_ranges = Vec::new();
     let mut reserved_steps: Vec<ReservedSteps> = Vec::new();
     let mut queue: VecDeque<Next> = inputs.into_iter().map(Next::Waiting).collect();
@@ -284,10 +279,27 @@ pub fn run_with(
         }
         out.files.push(summary);
     }
+    analyse_gpu_logs(sink, logs, &snapshot_ranges, &reserved_steps, &mut out)?;
+    join_evidence(out)
+}
+
+/// A GPU log waiting for every snapshot of the run: its name, format, whether it was gzipped,
+/// and its samples.
+type WaitingLog = (String, Format, bool, Box<GpuSampleTables>);
+
+/// Each NVML log analysed against the snapshots' time range and reserved steps, handed to a
+/// sink that keeps tables, and its summary added to `out`.
+fn analyse_gpu_logs(
+    sink: &mut dyn PipelineSink,
+    logs: Vec<WaitingLog>,
+    snapshot_ranges: &[(i64, i64)],
+    reserved_steps: &[ReservedSteps],
+    out: &mut AnalyzeOutput,
+) -> Result<(), PipelineError> {
     for (name, format, gzip, mut samples) in logs {
         sink.stage(Stage::Analysing, Some(&name));
         let summary =
-            analyze_gpu_log(&mut samples, &name, format, gzip, &snapshot_ranges, &reserved_steps).map_err(|e| {
+            analyze_gpu_log(&mut samples, &name, format, gzip, snapshot_ranges, reserved_steps).map_err(|e| {
                 PipelineError::Internal {
                     file: name.clone(),
                     message: e.to_string(),
@@ -304,6 +316,13 @@ pub fn run_with(
         }
         out.gpu_logs.push(summary);
     }
+    Ok(())
+}
+
+/// What the files of one run say together: the processes' GPUs linked, OOM messages joined to
+/// their snapshots and JAX profiles, the memory outside PyTorch led with, the run's overview;
+/// an error when nothing could be analysed.
+fn join_evidence(mut out: AnalyzeOutput) -> Result<AnalyzeOutput, PipelineError> {
     link_process_gpus(&mut out.gpu_logs);
     crate::analysis::text_evidence::join_messages_to_snapshots(&mut out.files);
     crate::analysis::jax_oom::join_profiles_to_messages(&mut out.files);
