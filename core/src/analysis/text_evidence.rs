@@ -222,6 +222,29 @@ fn empty_device(device: i64) -> DeviceSummary {
 /// is device 0. A distributed log's ranks each name their own device 0: their OOMs are kept
 /// apart by `text.rank`.
 pub fn text_file_summary(e: &TextEvidence, name: &str, format: Format, gzip: bool) -> FileSummary {
+    let devices = devices_of(e);
+    let notes = notes_of(e);
+    let focus_device = devices
+        .iter()
+        .max_by_key(|d| (d.oom_count, d.peak_reserved_bytes))
+        .map(|d| d.device);
+    FileSummary {
+        file: name.to_owned(),
+        format,
+        gzip,
+        source: SourceInfo {
+            notes,
+            ..Default::default()
+        },
+        devices,
+        focus_device,
+        serving: super::serving::serving_summary(&e.serving, &e.ooms),
+    }
+}
+
+/// Each device a text speaks of, with its OOMs explained and its memory summary's figures,
+/// in device order, each with its verdict.
+fn devices_of(e: &TextEvidence) -> Vec<DeviceSummary> {
     let mut devices: Vec<DeviceSummary> = Vec::new();
     let device_mut = |devices: &mut Vec<DeviceSummary>, d: i64| -> usize {
         match devices.iter().position(|x| x.device == d) {
@@ -261,6 +284,12 @@ pub fn text_file_summary(e: &TextEvidence, name: &str, format: Format, gzip: boo
     for d in &mut devices {
         d.verdict = text_verdict(d);
     }
+    devices
+}
+
+/// What was read from the text and what it cannot say, for people: the OOM messages, the
+/// memory summary tables, each nvidia-smi screen's GPUs and processes.
+fn notes_of(e: &TextEvidence) -> Vec<String> {
     let mut notes = Vec::new();
     if !e.ooms.is_empty() {
         notes.push(format!(
@@ -321,22 +350,7 @@ pub fn text_file_summary(e: &TextEvidence, name: &str, format: Format, gzip: boo
             }
         ));
     }
-    let focus_device = devices
-        .iter()
-        .max_by_key(|d| (d.oom_count, d.peak_reserved_bytes))
-        .map(|d| d.device);
-    FileSummary {
-        file: name.to_owned(),
-        format,
-        gzip,
-        source: SourceInfo {
-            notes,
-            ..Default::default()
-        },
-        devices,
-        focus_device,
-        serving: super::serving::serving_summary(&e.serving, &e.ooms),
-    }
+    notes
 }
 
 /// Whether a message's request is the snapshot's: the same bytes as printed (two decimals in
