@@ -27,7 +27,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
     ("core/src/analysis/lifetimes.rs", "lifetimes_and_predating"),
     ("core/src/importers/pytorch_snapshot/lower/root.rs", "lower_segments"),
     ("core/src/analysis/whatif.rs", "factors"),
-    ("core/src/analysis/categories.rs", "category_budget"),
     ("bench/src/bin/segments.rs", "main"),
     ("server/src/charts.rs", "draw"),
     ("frontend/src/report/timeline_panel.rs", "TimelinePanel"),

@@ -457,107 +457,20 @@ pub fn category_budget(
     peak: Option<usize>,
     iteration_ends: &[usize],
 ) -> PolarsResult<Vec<CategorySummary>> {
-    let alloc_idx = lt_col::ALLOC_IDX.slice(lifetimes)?;
-    let free_idx = lt_col::FREE_IDX.slice(lifetimes)?;
-    let size = IntSlice::of(lifetimes, lt_col::SIZE)?;
-    let n = Category::ALL.len();
-    let slot = |c: Category| Category::ALL.iter().position(|&x| x == c).unwrap_or(n - 1);
-    let mut live = vec![0i64; n];
-    let mut at_peak = vec![0i64; n];
-    let mut count = vec![0usize; n];
-    let mut rules: Vec<Vec<RuleShare>> = vec![Vec::new(); n];
-    let peak = peak.map(|p| p as i64);
-    // The allocations by alloc entry and by free entry: their changes are swept in entry order
-    // by merging the two (each entry allocates or frees at most one allocation). Allocations
-    // come in alloc order: they are read as they are (sorted only if they are not). The frees
-    // are put in entry order by their ranks among the free entries (4 bytes a free, no sort).
-    let mut in_alloc_order = true;
-    let mut last_alloc = -1i64;
-    for (r, &(c, rule)) in categories.iter().enumerate() {
-        let s = slot(c);
-        count[s] += 1;
-        match rules[s].iter_mut().find(|x| x.rule == rule) {
-            Some(x) => {
-                x.count += 1;
-                x.bytes += size.at(r);
-            }
-            None => rules[s].push(RuleShare {
-                rule,
-                count: 1,
-                bytes: size.at(r),
-            }),
-        }
-        let (a, f) = (i64::from(alloc_idx[r]), i64::from(free_idx[r]));
-        if a < 0 {
-            live[s] += size.at(r);
-        } else {
-            in_alloc_order &= a > last_alloc;
-            last_alloc = a;
-        }
-        let live_at_peak = match peak {
-            Some(p) => a <= p && (f < 0 || f > p),
-            None => a < 0,
-        };
-        if live_at_peak {
-            at_peak[s] += size.at(r);
-        }
-    }
-    // A quarter of the frees at a time (see `RowsByEntry`).
-    let by_free = RowsByEntry::new(free_idx).in_windows(FREE_WINDOWS);
-    let made = (0..categories.len() as u32).filter(|&r| alloc_idx[r as usize] >= 0);
-    let allocs: Box<dyn Iterator<Item = u32>> = match in_alloc_order {
-        true => Box::new(made),
-        false => {
-            let mut rows: Vec<u32> = made.collect();
-            rows.sort_unstable_by_key(|&r| alloc_idx[r as usize]);
-            Box::new(rows.into_iter())
-        }
+    let rows = BudgetRows {
+        categories,
+        alloc_idx: lt_col::ALLOC_IDX.slice(lifetimes)?,
+        free_idx: lt_col::FREE_IDX.slice(lifetimes)?,
+        size: IntSlice::of(lifetimes, lt_col::SIZE)?,
     };
-    let (mut allocs, mut frees) = (allocs.peekable(), by_free.peekable());
-    let mut max = live.clone();
-    // Per iteration, each category's most bytes (iteration k ends before entry iteration_ends[k]).
-    let mut per_iteration: Vec<Vec<i64>> = vec![live.clone(); iteration_ends.len()];
-    let mut k = 0;
-    // Crosses every iteration end at or before `entry`: the next iteration starts from `live`.
-    let cross = |entry: usize, k: &mut usize, live: &[i64], per_iteration: &mut [Vec<i64>]| {
-        while *k < iteration_ends.len() && entry >= iteration_ends[*k] {
-            *k += 1;
-            if *k < iteration_ends.len() {
-                per_iteration[*k].clone_from_slice(live);
-            }
-        }
-    };
-    // The last entry that allocates or frees.
-    let mut last_entry = None;
-    // The allocs and the frees merged by entry (a free first where both are at one).
-    loop {
-        let alloc_at = allocs.peek().map(|&r| alloc_idx[r as usize] as usize);
-        let free_at = frees.peek().map(|&r| free_idx[r as usize] as usize);
-        let (entry, row, d) = match (alloc_at, free_at) {
-            (Some(a), Some(f)) if f < a => (f, frees.next(), -1),
-            (Some(a), _) => (a, allocs.next(), 1),
-            (None, Some(f)) => (f, frees.next(), -1),
-            (None, None) => break,
-        };
-        let row = row.expect("peeked");
-        let d = d * size.at(row as usize);
-        cross(entry, &mut k, &live, &mut per_iteration);
-        last_entry = Some(entry);
-        if d == 0 {
-            continue;
-        }
-        let s = slot(categories[row as usize].0);
-        live[s] += d;
-        max[s] = max[s].max(live[s]);
-        if k < iteration_ends.len() {
-            per_iteration[k][s] = per_iteration[k][s].max(live[s]);
-        }
-    }
-    // The ends up to the last entry that changed anything are crossed, as a sweep over every
-    // entry would (later ones keep the value from before the trace).
-    if let Some(entry) = last_entry {
-        cross(entry, &mut k, &live, &mut per_iteration);
-    }
+    let Tallies {
+        live,
+        at_peak,
+        count,
+        mut rules,
+        in_alloc_order,
+    } = rows.tally(peak);
+    let (max, per_iteration) = rows.sweep(live, in_alloc_order, iteration_ends);
     let steady = |s: usize| -> Option<i64> {
         let mut v: Vec<i64> = per_iteration.iter().map(|it| it[s]).collect();
         v.sort_unstable();
@@ -580,6 +493,149 @@ pub fn category_budget(
             }
         })
         .collect())
+}
+
+/// The rows a budget reads: each allocation's category and rule, entries and size.
+struct BudgetRows<'a> {
+    categories: &'a [(Category, CategoryRule)],
+    alloc_idx: &'a [i32],
+    free_idx: &'a [i32],
+    size: IntSlice<'a>,
+}
+
+/// What the rows say one by one, by category (in `Category::ALL` order): the bytes live before
+/// the trace, at the peak, the count and the rules; and whether allocations come in entry order.
+struct Tallies {
+    live: Vec<i64>,
+    at_peak: Vec<i64>,
+    count: Vec<usize>,
+    rules: Vec<Vec<RuleShare>>,
+    in_alloc_order: bool,
+}
+
+/// A category's slot in `Category::ALL` (the last for one not listed).
+fn slot(c: Category) -> usize {
+    let n = Category::ALL.len();
+    Category::ALL.iter().position(|&x| x == c).unwrap_or(n - 1)
+}
+
+impl BudgetRows<'_> {
+    /// Each row counted once (`peak`: the entry of the peak, none for a run without one).
+    fn tally(&self, peak: Option<usize>) -> Tallies {
+        let (categories, alloc_idx, free_idx, size) = (self.categories, self.alloc_idx, self.free_idx, self.size);
+        let n = Category::ALL.len();
+        let mut live = vec![0i64; n];
+        let mut at_peak = vec![0i64; n];
+        let mut count = vec![0usize; n];
+        let mut rules: Vec<Vec<RuleShare>> = vec![Vec::new(); n];
+        let peak = peak.map(|p| p as i64);
+        // The allocations by alloc entry and by free entry: their changes are swept in entry order
+        // by merging the two (each entry allocates or frees at most one allocation). Allocations
+        // come in alloc order: they are read as they are (sorted only if they are not). The frees
+        // are put in entry order by their ranks among the free entries (4 bytes a free, no sort).
+        let mut in_alloc_order = true;
+        let mut last_alloc = -1i64;
+        for (r, &(c, rule)) in categories.iter().enumerate() {
+            let s = slot(c);
+            count[s] += 1;
+            match rules[s].iter_mut().find(|x| x.rule == rule) {
+                Some(x) => {
+                    x.count += 1;
+                    x.bytes += size.at(r);
+                }
+                None => rules[s].push(RuleShare {
+                    rule,
+                    count: 1,
+                    bytes: size.at(r),
+                }),
+            }
+            let (a, f) = (i64::from(alloc_idx[r]), i64::from(free_idx[r]));
+            if a < 0 {
+                live[s] += size.at(r);
+            } else {
+                in_alloc_order &= a > last_alloc;
+                last_alloc = a;
+            }
+            let live_at_peak = match peak {
+                Some(p) => a <= p && (f < 0 || f > p),
+                None => a < 0,
+            };
+            if live_at_peak {
+                at_peak[s] += size.at(r);
+            }
+        }
+        Tallies {
+            live,
+            at_peak,
+            count,
+            rules,
+            in_alloc_order,
+        }
+    }
+
+    /// The allocations and frees swept in entry order from `live` (what was there before the
+    /// trace): each category's most bytes over the run, and per iteration (iteration k ends
+    /// before entry `iteration_ends[k]`).
+    fn sweep(&self, mut live: Vec<i64>, in_alloc_order: bool, iteration_ends: &[usize]) -> (Vec<i64>, Vec<Vec<i64>>) {
+        let (categories, alloc_idx, free_idx, size) = (self.categories, self.alloc_idx, self.free_idx, self.size);
+        // A quarter of the frees at a time (see `RowsByEntry`).
+        let by_free = RowsByEntry::new(free_idx).in_windows(FREE_WINDOWS);
+        let made = (0..categories.len() as u32).filter(|&r| alloc_idx[r as usize] >= 0);
+        let allocs: Box<dyn Iterator<Item = u32>> = match in_alloc_order {
+            true => Box::new(made),
+            false => {
+                let mut rows: Vec<u32> = made.collect();
+                rows.sort_unstable_by_key(|&r| alloc_idx[r as usize]);
+                Box::new(rows.into_iter())
+            }
+        };
+        let (mut allocs, mut frees) = (allocs.peekable(), by_free.peekable());
+        let mut max = live.clone();
+        // Per iteration, each category's most bytes (iteration k ends before entry iteration_ends[k]).
+        let mut per_iteration: Vec<Vec<i64>> = vec![live.clone(); iteration_ends.len()];
+        let mut k = 0;
+        // Crosses every iteration end at or before `entry`: the next iteration starts from `live`.
+        let cross = |entry: usize, k: &mut usize, live: &[i64], per_iteration: &mut [Vec<i64>]| {
+            while *k < iteration_ends.len() && entry >= iteration_ends[*k] {
+                *k += 1;
+                if *k < iteration_ends.len() {
+                    per_iteration[*k].clone_from_slice(live);
+                }
+            }
+        };
+        // The last entry that allocates or frees.
+        let mut last_entry = None;
+        // The allocs and the frees merged by entry (a free first where both are at one).
+        loop {
+            let alloc_at = allocs.peek().map(|&r| alloc_idx[r as usize] as usize);
+            let free_at = frees.peek().map(|&r| free_idx[r as usize] as usize);
+            let (entry, row, d) = match (alloc_at, free_at) {
+                (Some(a), Some(f)) if f < a => (f, frees.next(), -1),
+                (Some(a), _) => (a, allocs.next(), 1),
+                (None, Some(f)) => (f, frees.next(), -1),
+                (None, None) => break,
+            };
+            let row = row.expect("peeked");
+            let d = d * size.at(row as usize);
+            cross(entry, &mut k, &live, &mut per_iteration);
+            last_entry = Some(entry);
+            if d == 0 {
+                continue;
+            }
+            let s = slot(categories[row as usize].0);
+            live[s] += d;
+            max[s] = max[s].max(live[s]);
+            if k < iteration_ends.len() {
+                per_iteration[k][s] = per_iteration[k][s].max(live[s]);
+            }
+        }
+        // The ends up to the last entry that changed anything are crossed, as a sweep over every
+        // entry would (later ones keep the value from before the trace).
+        if let Some(entry) = last_entry {
+            cross(entry, &mut k, &live, &mut per_iteration);
+        }
+        (max, per_iteration)
+    }
 }
 
 /// How many windows of entries the category budget takes the frees in.
