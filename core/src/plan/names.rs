@@ -292,7 +292,7 @@ fn merge_fused_experts(params: &mut Vec<(u64, NamedParam)>) {
 /// characters, dots included; `?` one; `[seq]` and `[!seq]` a class), anchored. Hand-written
 /// rather than a glob crate's: those treat `/`, `**` or classes otherwise than the `fnmatch`
 /// the runs select parameters with.
-pub fn glob_regex(glob: &str) -> Result<Regex, String> {
+pub fn glob_regex(glob: &str) -> Result<Regex, GlobError> {
     let mut re = String::from("^(?s:");
     let chars: Vec<char> = glob.chars().collect();
     let mut i = 0;
@@ -318,7 +318,19 @@ pub fn glob_regex(glob: &str) -> Result<Regex, String> {
         i += 1;
     }
     re.push_str(")$");
-    Regex::new(&re).map_err(|e| format!("--train {glob}: {e}"))
+    Regex::new(&re).map_err(|source| GlobError {
+        glob: glob.to_owned(),
+        source,
+    })
+}
+
+/// A `--train` glob that makes no pattern, with the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("--train {glob}: {source}")]
+pub struct GlobError {
+    pub glob: String,
+    #[source]
+    pub source: regex::Error,
 }
 
 /// The globs of a comma-separated list (blank entries dropped).

@@ -301,7 +301,7 @@ fn linear_names(named: &[NamedParam]) -> String {
 fn by_globs(named: &[NamedParam], globs: &[String]) -> Result<Vec<bool>, PlanError> {
     let patterns = globs
         .iter()
-        .map(|g| glob_regex(g).map_err(PlanError::Settings))
+        .map(|g| glob_regex(g).map_err(|e| PlanError::Settings(e.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
     for (glob, re) in globs.iter().zip(&patterns) {
         if !named.iter().any(|p| re.is_match(&p.name)) {
