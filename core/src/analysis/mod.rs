@@ -7,7 +7,9 @@
 //! - [`peak`]: when usage peaked and what was live, grouped by stack;
 //! - [`segment_map`]: the allocator's segments and blocks at any event, by replay;
 //! - [`fragmentation`]: reserved-but-free memory and the largest free block over time;
-//! - [`oom`]: each OutOfMemory explained, with a remedy;
+//! - [`out_of_memory`]: the room for "why did I OOM, and what fits?" — [`oom`] each OOM
+//!   explained, [`oom_cause`] one classifier and remedy list for snapshots and texts,
+//!   [`failed_step`] how much of the batch fits, [`jax_oom`] XLA's text;
 //! - [`kv_cache`]: a generation's key/value cache: its bytes, tokens, sequences, bytes a token;
 //! - [`leaks`]: allocations piling up across iterations;
 //! - [`phases`]: `record_function` ranges and iteration boundaries;
@@ -32,24 +34,17 @@ pub mod check;
 pub mod compare;
 mod compare_verdict;
 mod device_events;
-pub(crate) mod failed_step;
-pub mod failure_facts;
 pub mod fragmentation;
 pub mod gpu_samples;
-mod inference_remedies;
 mod interval_index;
 pub mod jax_anatomy;
-pub mod jax_oom;
 pub mod kv_cache;
 pub(crate) mod labels;
 pub mod leaks;
 pub mod lifetime_addresses;
 pub mod lifetimes;
 pub(crate) mod loop_steps;
-pub(crate) mod oom;
-pub mod oom_cause;
-#[cfg(test)]
-mod oom_cause_tests;
+pub mod out_of_memory;
 pub(crate) mod peak;
 pub mod phases;
 pub mod pools;
@@ -66,6 +61,9 @@ mod training_structure;
 pub mod usage;
 pub(crate) mod verdict;
 pub mod whatif;
+
+pub(crate) use out_of_memory::{failed_step, oom};
+pub use out_of_memory::{failure_facts, jax_oom, oom_cause};
 
 use polars_core::prelude::*;
 

@@ -37,7 +37,7 @@ pub struct LiveAtFailure {
     pub kv: Option<KvAtFailure>,
 }
 
-/// A generation's key/value cache at an OOM ([`super::kv_cache`]).
+/// A generation's key/value cache at an OOM ([`crate::analysis::kv_cache`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct KvAtFailure {
     /// What the cache held at the failure (a copy being replaced included).

@@ -386,7 +386,7 @@ pub fn join_profiles_to_messages(files: &mut [memlens_api::FileSummary]) {
                     made_of.join(", ")
                 );
             }
-            d.verdict = super::verdict::device_verdict(d);
+            d.verdict = crate::analysis::verdict::device_verdict(d);
         }
     }
 }

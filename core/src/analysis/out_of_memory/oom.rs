@@ -7,12 +7,12 @@ use memlens_api::{OomCause, OomExplanation, PhaseRange};
 use polars_core::prelude::*;
 
 use super::failed_step::read_failure;
-use super::fragmentation::Fragmentation;
-use super::kv_cache::KvCacheReading;
 use super::oom_cause::{classify, remedies, verdict, OomFacts};
-use super::peak::{live_groups_at, NoStackEvidence};
-use super::usage::Usage;
-use super::DeviceEvents;
+use crate::analysis::fragmentation::Fragmentation;
+use crate::analysis::kv_cache::KvCacheReading;
+use crate::analysis::peak::{live_groups_at, NoStackEvidence};
+use crate::analysis::usage::Usage;
+use crate::analysis::DeviceEvents;
 use crate::stacks::StackResolver;
 use crate::tables::Action;
 
