@@ -35,6 +35,9 @@ Cases
   cnn_first_forward_oom  torchvision convnext_tiny, AdamW, batch 256 × 224² under a 6 GiB cap: OOM in
                          the first forward, dumped in the except block; then a binary search of fresh
                          processes (`cnn_try BATCH`) for the largest batch whose whole step fits
+  resnet_first_forward_oom  the same with torchvision resnet50 (SGD momentum, as the ImageNet recipe)
+  unet_first_forward_oom    the same with a hand-written 4-level U-Net (as a course writes it), Adam,
+                         batch 64 × 256² segmentation masks, under the same cap
 Run (device tool, repository root): traces/capture/others.sh
 """
 import gzip
@@ -51,8 +54,12 @@ import time
 HERE = os.path.abspath(__file__)
 CASES = ["course_adamw_zeros", "course_adamw_remade", "one_step_profile", "fwd_bwd_bench", "eval_loop",
          "eval_inference_mode", "fsdp2_one_gpu", "cuda_graph_step", "cuda_graph_replay_only", "lightning_fit",
-         "cnn_first_forward_oom", "compile_max_autotune"]
-TIMEOUTS = {"cnn_first_forward_oom": 240, "compile_max_autotune": 160, "lightning_fit": 150}
+         "cnn_first_forward_oom", "compile_max_autotune", "resnet_first_forward_oom", "unet_first_forward_oom"]
+TIMEOUTS = {"cnn_first_forward_oom": 240, "resnet_first_forward_oom": 240, "unet_first_forward_oom": 240,
+            "compile_max_autotune": int(os.environ.get("OTHERS_COMPILE_TIMEOUT_S", "160")), "lightning_fit": 150}
+# the CNN whose first forward runs out under the cap, by case: (model, requested batch, image side)
+CNN_OF_CASE = {"cnn_first_forward_oom": ("convnext_tiny", 256, 224), "resnet_first_forward_oom": ("resnet50", 256, 224),
+               "unet_first_forward_oom": ("unet", 64, 256)}
 CAP_BYTES = 6 * 2**30
 
 
@@ -907,26 +914,77 @@ def cuda_graph_step(out, case):
 
 # ---------------------------------------------------------------- 10: ConvNeXt OOM under a cap
 
-def cnn_setup(batch):
+def unet(torch):
+    """A 4-level U-Net as a course assignment writes it: two 3×3 conv + BatchNorm + ReLU per level,
+    max-pool down, transposed conv up, skip connections concatenated, 2 output classes."""
+    nn = torch.nn
+
+    def double_conv(c_in, c_out):
+        return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
+                             nn.ReLU(inplace=True), nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
+                             nn.BatchNorm2d(c_out), nn.ReLU(inplace=True))
+
+    class UNet(nn.Module):
+        def __init__(self, widths=(64, 128, 256, 512), bottom=1024, classes=2):
+            super().__init__()
+            self.downs = nn.ModuleList()
+            c = 3
+            for w in widths:
+                self.downs.append(double_conv(c, w))
+                c = w
+            self.bottleneck = double_conv(widths[-1], bottom)
+            self.ups = nn.ModuleList()
+            self.up_convs = nn.ModuleList()
+            c = bottom
+            for w in reversed(widths):
+                self.ups.append(nn.ConvTranspose2d(c, w, 2, stride=2))
+                self.up_convs.append(double_conv(2 * w, w))
+                c = w
+            self.head = nn.Conv2d(widths[0], classes, 1)
+
+        def forward(self, x):
+            skips = []
+            for down in self.downs:
+                x = down(x)
+                skips.append(x)
+                x = torch.nn.functional.max_pool2d(x, 2)
+            x = self.bottleneck(x)
+            for up, conv, skip in zip(self.ups, self.up_convs, reversed(skips)):
+                x = conv(torch.cat([skip, up(x)], dim=1))
+            return self.head(x)
+
+    return UNet()
+
+
+def cnn_setup(batch, arch="convnext_tiny", side=224):
     import torch
     import torchvision
 
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(CAP_BYTES / total)
     torch.manual_seed(0)
-    model = torchvision.models.convnext_tiny().cuda()
+    if arch == "unet":
+        model = unet(torch).cuda()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        labels = torch.randint(0, 2, (batch, side, side))
+    else:
+        model = getattr(torchvision.models, arch)().cuda()
+        if arch == "resnet50":
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        else:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+        labels = torch.randint(0, 1000, (batch,))
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     criterion = torch.nn.CrossEntropyLoss()
-    images = torch.randn(batch, 3, 224, 224)
-    labels = torch.randint(0, 1000, (batch,))
+    images = torch.randn(batch, 3, side, side)
     return model, optimizer, criterion, images, labels, total
 
 
-def cnn_try(batch):
+def cnn_try(batch, case="cnn_first_forward_oom"):
     import torch
 
-    model, optimizer, criterion, images, labels, _ = cnn_setup(batch)
+    arch, _, side = CNN_OF_CASE[case]
+    model, optimizer, criterion, images, labels, _ = cnn_setup(batch, arch, side)
     try:
         images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
         output = model(images)
@@ -946,11 +1004,13 @@ def cnn_first_forward_oom(out, case):
     import torch
     import torchvision
 
-    batch = 256
-    model, optimizer, criterion, images, labels, total = cnn_setup(batch)
+    arch, batch, side = CNN_OF_CASE[case]
+    model, optimizer, criterion, images, labels, total = cnn_setup(batch, arch, side)
     truth = base_truth(case)
-    truth.update({"model": "torchvision convnext_tiny (random weights)", "optimizer": "torch.optim.AdamW",
-                  "torchvision": torchvision.__version__, "requested_batch": batch, "image_size": 224,
+    truth.update({"model": "hand-written 4-level U-Net (random weights)" if arch == "unet"
+                  else f"torchvision {arch} (random weights)", "optimizer": type(optimizer).__module__ + "." +
+                  type(optimizer).__name__, "torchvision": torchvision.__version__, "requested_batch": batch,
+                  "image_size": side,
                   "cap_bytes": CAP_BYTES, "cap_fraction": CAP_BYTES / total,
                   "weights_loaded_before_recording": True,
                   "recording": "from before the batch's copy to the GPU and the first forward"})
@@ -958,7 +1018,7 @@ def cnn_first_forward_oom(out, case):
     start_recording(truth)
     marks = Marks(model.parameters(), optimizer)
     phase = "input_to_gpu"
-    marks.begin(0, batch, 224)
+    marks.begin(0, batch, side)
     try:
         images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
         phase = "forward"
@@ -993,7 +1053,7 @@ def cnn_first_forward_oom(out, case):
     while hi - lo > 1:
         mid = (lo + hi) // 2
         t0 = time.time()
-        p = subprocess.run([sys.executable, HERE, "cnn_try", str(mid)], capture_output=True, text=True, timeout=90)
+        p = subprocess.run([sys.executable, HERE, "cnn_try", str(mid), case], capture_output=True, text=True, timeout=90)
         fits = p.returncode == 0
         if p.returncode not in (0, 3):
             print(f"cnn_try {mid} rc={p.returncode}\n{p.stderr[-2000:]}", flush=True)
@@ -1004,7 +1064,8 @@ def cnn_first_forward_oom(out, case):
     truth["largest_fitting_batch"] = lo
     truth["smallest_failing_batch"] = hi
     truth["attempts"] = attempts
-    truth["search"] = "binary search over 1..256, each try a fresh process: forward, backward, AdamW step"
+    truth["search"] = (f"binary search over 1..{batch}, each try a fresh process: forward, backward, "
+                       f"{truth['optimizer']} step")
     with open(f"{out}/{case}.truth.json", "w") as f:
         json.dump(truth, f, indent=1)
     print("largest_fitting_batch", lo, flush=True)
@@ -1016,7 +1077,8 @@ WORKERS = {"course_adamw_zeros": course, "course_adamw_remade": course, "one_ste
            "fwd_bwd_bench": fwd_bwd_bench, "eval_loop": eval_loop, "eval_inference_mode": eval_loop,
            "lightning_fit": lightning_fit, "fsdp2_one_gpu": fsdp2_one_gpu,
            "compile_max_autotune": compile_max_autotune, "cuda_graph_step": cuda_graph_step,
-           "cuda_graph_replay_only": cuda_graph_step, "cnn_first_forward_oom": cnn_first_forward_oom}
+           "cuda_graph_replay_only": cuda_graph_step, "cnn_first_forward_oom": cnn_first_forward_oom,
+           "resnet_first_forward_oom": cnn_first_forward_oom, "unet_first_forward_oom": cnn_first_forward_oom}
 
 
 def run_case(out, case, timeout, env=None):
@@ -1075,7 +1137,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "worker":
         WORKERS[sys.argv[3]](sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "cnn_try":
-        cnn_try(int(sys.argv[2]))
+        cnn_try(int(sys.argv[2]), *sys.argv[3:4])
     else:
         main(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None,
              sys.argv[4].split(",") if len(sys.argv) > 4 and sys.argv[4] else None,
