@@ -8,7 +8,7 @@ use crate::{bytes_label, Category, StackDelta};
 /// How far a measure may grow from the baseline: a number of bytes, or a fraction of the
 /// baseline's value (`0.05` is 5 %).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
     Bytes(i64),
@@ -61,7 +61,7 @@ fn trimmed(x: f64, decimals: usize) -> String {
 
 /// One category's limit (`--max-category-increase activation=10%`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CategoryLimit {
     pub category: Category,
     pub limit: Limit,
@@ -69,7 +69,7 @@ pub struct CategoryLimit {
 
 /// The limits a check holds a run to; a measure without one is reported, not checked.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Thresholds {
     /// On the allocated peak.
     pub max_peak_increase: Option<Limit>,
@@ -92,7 +92,7 @@ impl Thresholds {
 
 /// What a check measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CheckMeasure {
     /// The allocated peak.
@@ -105,7 +105,7 @@ pub enum CheckMeasure {
 
 /// A limit a run went past.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Violation {
     pub measure: CheckMeasure,
     /// The category, for [`CheckMeasure::Category`].
@@ -123,7 +123,7 @@ pub struct Violation {
 
 /// One side of a check in a few numbers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CheckedRun {
     /// The file or link and the device compared (`gpt.pickle · cuda:0`).
     pub label: String,
@@ -133,7 +133,7 @@ pub struct CheckedRun {
 
 /// One category at each side's allocated peak.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CategoryCheck {
     pub category: Category,
     pub baseline_bytes: i64,
@@ -144,7 +144,7 @@ pub struct CategoryCheck {
 
 /// The answer of `memlens check` (`--json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CheckOutcome {
     /// No limit was broken.
     pub passed: bool,

@@ -49,7 +49,7 @@ impl std::fmt::Display for SideRef {
 
 /// Which side of a comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Side {
     A,
@@ -58,7 +58,7 @@ pub enum Side {
 
 /// How the two timelines of a comparison share one x axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CompareAxis {
     /// x = iterations: unit 0 is what precedes the first iteration, unit k + 1 is iteration k,
@@ -70,7 +70,7 @@ pub enum CompareAxis {
 
 /// A comparison of two devices (of two reports, or two devices or ranks of one), A − B.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Comparison {
     pub a: ComparedRun,
     pub b: ComparedRun,
@@ -93,7 +93,7 @@ pub struct Comparison {
 
 /// One side's headline numbers.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ComparedRun {
     /// What the side is called on the page (`gpt_train.pickle · cuda:0`).
     pub label: String,
@@ -121,14 +121,14 @@ pub struct ComparedRun {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CategorySteady {
     pub category: Category,
     pub steady_bytes: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CategoryDelta {
     pub category: Category,
     /// Bytes of this category live at A's peak.
@@ -139,7 +139,7 @@ pub struct CategoryDelta {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct StackDelta {
     /// The user frames the two sides were matched on, innermost first (empty: no stack).
     pub stack: Vec<String>,
@@ -170,7 +170,7 @@ impl StackDelta {
 /// Both allocated (and reserved) lines, bucketed on one shared x axis: bucket `i` covers
 /// `[i·x_max/width, (i+1)·x_max/width)`; a side with nothing in a bucket holds its last value.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct AlignedTimelines {
     pub axis: CompareAxis,
     pub x_max: f64,
@@ -184,7 +184,7 @@ pub struct AlignedTimelines {
 
 /// A report of several ranks of one job: one entry per rank, from the stored summaries.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct RunOverview {
     /// In rank order.
     pub ranks: Vec<RankPeak>,
@@ -204,7 +204,7 @@ pub struct RunOverview {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct RankPeak {
     pub rank: u32,
     pub file: String,
@@ -219,7 +219,7 @@ pub struct RankPeak {
 
 /// Where the rank numbers of a run came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RankSource {
     /// `rank3.pickle`, `rank_3_snapshot.pickle`, `snapshot-rank-3.pickle.gz`, …

@@ -40,7 +40,7 @@ macro_rules! declare_formats {
     ($(($variant:ident, $module:ident, $description:expr)),* $(,)?) => {
         /// Every input format memlens knows by sight (the wire name is the snake-case variant).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
         #[serde(rename_all = "snake_case")]
         pub enum Format {
             $(

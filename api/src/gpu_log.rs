@@ -7,7 +7,7 @@ use crate::*;
 
 /// The summary of one NVML-based log: whole-GPU memory over time, as the driver sees it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct GpuLogSummary {
     pub file: String,
     /// `nvidia_smi_csv`, `nvidia_smi_dmon`, `nvidia_smi_pmon` or `nvml_jsonl`.
@@ -38,7 +38,7 @@ pub struct GpuLogSummary {
 
 /// One process on one GPU, over an NVML log.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ProcessSummary {
     pub pid: i64,
     pub name: Option<String>,
@@ -54,7 +54,7 @@ pub struct ProcessSummary {
 
 /// One GPU's samples in an NVML log.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct GpuSeriesSummary {
     /// The GPU index the log uses (nvidia-smi order, which can differ from CUDA's).
     pub gpu: i64,
@@ -85,7 +85,7 @@ pub struct GpuSeriesSummary {
 
 /// A GPU's `used` memory over a window, at most about one point per pixel.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct GpuSeries {
     pub log: usize,
     pub gpu: i64,
@@ -98,7 +98,7 @@ pub struct GpuSeries {
 
 /// One sample, or the samples of one pixel column (time = the first of them).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct GpuPoint {
     pub time_us: i64,
     pub used_min: i64,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// How XLA worded the failure (the `ooms[].text.xla.wording` contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum XlaOomWording {
     /// `RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes.` (jaxlib's
@@ -28,7 +28,7 @@ pub enum XlaOomWording {
 /// One row of the BFC allocator's chunk table: `Bin (256): Total Chunks: 12, Chunks in use:
 /// 11. 3.0KiB allocated for chunks. 2.8KiB in use in bin. 56B client-requested in use in bin.`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct BfcBin {
     /// The bin's smallest chunk size.
     pub bin_bytes: i64,
@@ -42,7 +42,7 @@ pub struct BfcBin {
 /// The buffer assignment's stats (`BufferAssignment OOM Debugging.`): what the failing
 /// program needed, by kind.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct BufferAssignmentStats {
     /// `parameter allocation`: the program's inputs.
     pub parameter_bytes: Option<i64>,
@@ -60,7 +60,7 @@ pub struct BufferAssignmentStats {
 
 /// One of the buffer assignment's `Peak buffers`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct PeakBuffer {
     pub bytes: i64,
     /// `f32[4096,128,3]`.
@@ -73,7 +73,7 @@ pub struct PeakBuffer {
 
 /// What XLA printed around one out-of-memory error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct XlaOomText {
     pub wording: XlaOomWording,
     /// The BFC allocator's name (`GPU_0_bfc`).

@@ -7,7 +7,7 @@ use crate::{CategoryBytes, ReportState, Thresholds, Violation};
 
 /// `GET /api/jobs/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct JobView {
     pub id: String,
     pub name: String,
@@ -22,7 +22,7 @@ pub struct JobView {
 
 /// One run of a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct JobRun {
     /// The report's id.
     pub id: String,
@@ -42,7 +42,7 @@ pub struct JobRun {
 
 /// A run past the job's limits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct JobRegression {
     /// The run it was checked against (a report id).
     pub against: String,

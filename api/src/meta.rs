@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// What a report says about itself: set at upload (`?title=&notes=&tags=&job=&host=`) or later
 /// by the holder of its owner token (`PATCH /api/reports/{id}`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ReportMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
@@ -54,7 +54,7 @@ impl ReportMeta {
 
 /// `PATCH /api/reports/{id}`: the fields given replace the report's; `tags` replaces them all.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MetaPatch {
     pub title: Option<String>,

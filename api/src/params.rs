@@ -114,7 +114,7 @@ pub struct GpuSamplesParams {
 /// A what-if scenario (`memlens whatif --batch-size N --set key=value …` reads the same keys).
 /// Unknown keys are refused: a misspelt setting must not be ignored silently.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams, schemars::JsonSchema))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
 pub struct WhatIfParams {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::*;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Timeline {
     pub device: i64,
     /// `time_us` or `event_order`.
@@ -30,7 +30,7 @@ pub struct Timeline {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Band {
     pub addr: i64,
     /// Requested bytes.
@@ -48,7 +48,7 @@ pub struct Band {
 
 /// One stack frame for display.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct FrameView {
     /// `file:line:function`.
     pub frame: String,
@@ -57,7 +57,7 @@ pub struct FrameView {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ErrorBody {
     pub error: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -65,7 +65,7 @@ pub struct ErrorBody {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Created {
     pub id: String,
     /// The share link.
@@ -83,7 +83,7 @@ pub struct Created {
 
 /// What this server accepts, so that a client can refuse an upload before sending it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ServerLimits {
     /// The most bytes one upload (all its files together) may have; larger ones get 413.
     pub max_upload_bytes: u64,
@@ -92,7 +92,7 @@ pub struct ServerLimits {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Status {
     pub id: String,
     /// `queued`, `processing`, `ready` or `failed`.
@@ -114,7 +114,7 @@ pub struct Status {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct FragmentationSeries {
     pub device: i64,
     pub event_index: Vec<u32>,
@@ -128,7 +128,7 @@ pub struct FragmentationSeries {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Peak {
     pub device: i64,
     pub peak_allocated_bytes: i64,
@@ -140,7 +140,7 @@ pub struct Peak {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct SearchResult {
     pub total: usize,
     pub allocations: Vec<Band>,
@@ -148,13 +148,13 @@ pub struct SearchResult {
 
 /// What-if answers: per analysed file and device, the predicted allocated peak.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct WhatIfOutput {
     pub files: Vec<WhatIfFile>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct WhatIfFile {
     pub file: String,
     pub devices: Vec<WhatIfDevice>,
@@ -162,7 +162,7 @@ pub struct WhatIfFile {
 
 /// One device's prediction under a scenario, with the assumptions it rests on.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct WhatIfDevice {
     pub device: i64,
     /// The run's own allocated peak (requested bytes).
@@ -182,7 +182,7 @@ pub struct WhatIfDevice {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CategoryBytes {
     pub category: Category,
     pub bytes: i64,
@@ -191,7 +191,7 @@ pub struct CategoryBytes {
 /// A window of a device's timeline by category: per pixel column, each category's bytes at the
 /// moment the column's total peaks (stacked, they add up to the allocated line).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CategoryTimeline {
     pub device: i64,
     pub time_axis: TimeAxis,
@@ -203,7 +203,7 @@ pub struct CategoryTimeline {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CategorySeries {
     pub category: Category,
     /// One value per pixel column.

@@ -8,7 +8,7 @@ use crate::CategoryBytes;
 
 /// The architectures whose parameters are counted exactly from their config (`model_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ModelFamily {
     Llama,
@@ -39,7 +39,7 @@ pub enum ModelFamily {
 
 /// The optimizer of the planned run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PlanOptimizer {
     #[default]
@@ -56,7 +56,7 @@ pub enum PlanOptimizer {
 
 /// The element type the model's weights are stored in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum WeightsDtype {
     #[default]
@@ -75,7 +75,7 @@ pub enum WeightsDtype {
 
 /// `torch.autocast` around the forward pass (`none`: the weights' own type throughout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum AutocastDtype {
     #[default]
@@ -86,7 +86,7 @@ pub enum AutocastDtype {
 
 /// Where in the training step the planned peak falls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PlanPhase {
     /// The loss and the start of backward: every saved activation is still held.
@@ -150,7 +150,7 @@ impl Plan {
 
 /// `GET /api/plan?…`: the settings of a plan (the Plan page's URL holds the same query).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams, schemars::JsonSchema))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
 pub struct PlanParams {
@@ -220,7 +220,7 @@ pub struct PlanParams {
 
 /// `GET /api/plan/models`: one bundled model the plan knows by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct PlanModel {
     /// The Hugging Face repository id (what `model` takes, as do `name`'s short forms).
     pub id: String,
@@ -238,7 +238,7 @@ pub struct PlanModel {
 
 /// The predicted memory of a training step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Plan {
     pub model_family: ModelFamily,
     pub parameter_count: u64,
@@ -272,7 +272,7 @@ pub struct Plan {
 
 /// One change to a plan's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PlanChange {
     /// Activation checkpointing of every layer.
@@ -291,7 +291,7 @@ pub enum PlanChange {
 
 /// A plan's settings with one change, and what it would take.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct PlanAlternative {
     pub change: PlanChange,
     /// The change in words (`activation checkpointing`, `batch 3`).

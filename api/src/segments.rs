@@ -6,7 +6,7 @@ use crate::*;
 
 /// The allocator's segments at one instant (`segment_map_at`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct SegmentMap {
     pub device: i64,
     /// The state right after this trace entry (`None`: before the first entry).
@@ -28,7 +28,7 @@ pub struct SegmentMap {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct SegmentView {
     pub address: i64,
     pub size: i64,
@@ -39,7 +39,7 @@ pub struct SegmentView {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct BlockView {
     pub address: i64,
     pub size: i64,

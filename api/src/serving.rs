@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// Which serving engine printed the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ServingEngine {
     Vllm,
@@ -27,7 +27,7 @@ impl ServingEngine {
 
 /// Why a server did not start (the `serving.failure.cause` contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ServingCause {
     /// The KV cache holds fewer tokens than one request of `max_model_len` needs.
@@ -47,7 +47,7 @@ pub enum ServingCause {
 
 /// A change to a server's settings (the `serving.failure.remedies[].action` contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ServingAction {
     /// `--max-model-len` (SGLang: `--context-length`); value: the longest that fits.
@@ -73,7 +73,7 @@ pub enum ServingAction {
 
 /// One remedy: the setting, its number where the log gives one, and what it does.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ServingRemedy {
     pub action: ServingAction,
     /// Tokens, a fraction, bytes or a parallel size, as the action says; `None` when the log
@@ -84,7 +84,7 @@ pub struct ServingRemedy {
 
 /// Why the server stopped and what to change.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ServingFailure {
     pub cause: ServingCause,
     /// The error as printed (the line, from its message on).
@@ -98,7 +98,7 @@ pub struct ServingFailure {
 /// tensor-parallel rank prints its own; the first rank's are read), converted from the printed
 /// GiB (vLLM and SGLang print `GB` for 2^30 bytes too) and so within half the last printed digit.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ServingSummary {
     pub engine: ServingEngine,
     /// The engine's version when the log names it (`0.6.4.post1`).
@@ -185,7 +185,7 @@ pub struct ServingSummary {
 
 /// The KV cache's element type in a serving plan: `auto` (the weights' 16-bit type) or `fp8`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum KvCacheDtype {
     #[default]
@@ -198,7 +198,7 @@ pub enum KvCacheDtype {
 /// (`serving`), whether one request of `max_model_len` fits, and the longest `max_model_len`
 /// and the most requests that do.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ServingPlan {
     /// The startup as predicted, in the log summary's fields (per GPU); its `notes` are every
     /// assumption the numbers rest on.

@@ -8,7 +8,7 @@ use crate::{LeakCandidate, NoStackReason};
 
 /// Allocations sharing one folded stack.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct StackGroup {
     /// A stack id of the group (its largest), for the whole stack (`/stacks/{id}`).
     pub stack_id: Option<u32>,
@@ -76,7 +76,7 @@ impl LeakCandidate {
 
 /// Live bytes at the peak by the model-code frame that asked for them.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ModuleGroup {
     /// `None`: allocations whose stack has no model-code frame.
     pub module: Option<String>,
@@ -86,7 +86,7 @@ pub struct ModuleGroup {
 
 /// Blocks of one stack whose frees waited on another stream.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct FreeStall {
     /// The folded stack that allocated the blocks.
     pub stack: Vec<String>,
@@ -107,7 +107,7 @@ pub struct FreeStall {
 /// `[offset, offset + value]` of the root's `[0, total]` at row `depth`; narrow nodes are left
 /// out.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct FlameGraph {
     pub device: i64,
     pub start: i64,
@@ -120,7 +120,7 @@ pub struct FlameGraph {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct FlameNode {
     /// The frame as a folded stack shows it (`all` for the root, `(no stack)` for allocations
     /// without frames).

@@ -7,7 +7,7 @@ use crate::*;
 
 /// What `memlens analyze --json` prints: one entry per input file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct AnalyzeOutput {
     /// Allocator snapshots, one summary each.
     pub files: Vec<FileSummary>,
@@ -24,7 +24,7 @@ pub struct AnalyzeOutput {
 
 /// A file a report kept but could not analyse, and why.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct SkippedFile {
     pub file: String,
     pub reason: String,
@@ -32,7 +32,7 @@ pub struct SkippedFile {
 
 /// The summary of one analysed input file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct FileSummary {
     /// The file name as given.
     pub file: String,
@@ -55,7 +55,7 @@ pub struct FileSummary {
 
 /// What the importer learnt about the producer of the file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct SourceInfo {
     /// `true` when trace entries carry `time_us` (PyTorch ≥ 2.2); otherwise times are event indices.
     pub has_time_us: bool,
@@ -79,7 +79,7 @@ pub struct SourceInfo {
 
 /// Per-device headline numbers.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct DeviceSummary {
     pub device: i64,
     /// `time_us` or `event_order` (PyTorch < 2.2 snapshots have no timestamps).
@@ -168,7 +168,7 @@ impl DeviceSummary {
 /// of its tensors by one token of every sequence a step, and generation's own token ids (int64,
 /// batch × length) grow by 8 bytes a sequence a step.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct KvCacheSummary {
     /// The cache's tensors live at the peak of allocated bytes, without the old copy a
     /// `torch.cat` growing one of them was replacing there (`growth_copy_bytes_at_peak`).
@@ -232,7 +232,7 @@ impl KvCacheSummary {
 /// in the column's unit, so they are exact only below 768 KiB; each is the printed value
 /// converted exactly (`12 GiB` = 12 × 2^30).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct MemorySummaryFacts {
     /// `CUDA OOMs` (exact).
     pub num_ooms: i64,
@@ -264,7 +264,7 @@ pub struct MemorySummaryFacts {
 /// One metric's four columns in a memory summary: `Cur Usage`, `Peak Usage`, `Tot Alloc`,
 /// `Tot Freed`.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct SummaryRow {
     pub current: i64,
     pub peak: i64,
@@ -278,7 +278,7 @@ fn is_zero_bytes(n: &i64) -> bool {
 
 /// One memory pool of a device.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct PoolSummary {
     /// `segment_pool_id`: `[0, 0]` the default pool, `[0, n]` a MemPool, `[n, 0]` a CUDA graph's.
     pub pool_id: [i64; 2],
@@ -305,7 +305,7 @@ pub const POOL_SERIES_POINTS: usize = 256;
 
 /// A value at one place on a device's time axis.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct AxisPoint {
     pub x: i64,
     pub bytes: i64,
@@ -317,7 +317,7 @@ fn is_zero(n: &usize) -> bool {
 
 /// One category's share of a device's memory.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct CategorySummary {
     pub category: Category,
     /// Requested bytes of this category live at the allocated peak.
@@ -335,7 +335,7 @@ pub struct CategorySummary {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct RuleShare {
     pub rule: CategoryRule,
     pub count: usize,
@@ -345,7 +345,7 @@ pub struct RuleShare {
 
 /// The x axis of a device's trace.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TimeAxis {
     TimeUs,
@@ -354,7 +354,7 @@ pub enum TimeAxis {
 
 /// Fragmentation of the cached segments at one instant.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct FragmentationPoint {
     pub event_index: usize,
     pub time_us: Option<i64>,
@@ -372,7 +372,7 @@ pub struct FragmentationPoint {
 /// read from text (an error message, a log) carry the same fields; what a source does not say
 /// is `None` (or, for the allocator's free blocks, 0 with `text.missing` naming it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct OomExplanation {
     /// The trace entry of the failure (0 for an OOM read from text: see `text.line`).
     pub event_index: usize,
@@ -429,7 +429,7 @@ pub struct OomExplanation {
 
 /// One process on the device at an OOM, as the message names it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct ProcessMemory {
     /// The pid as printed (a host pid inside a container); `None` for the failing process's
     /// own sentence, which prints none.
@@ -441,7 +441,7 @@ pub struct ProcessMemory {
 
 /// One change that makes a failed step fit.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct Remedy {
     pub action: RemedyAction,
     /// Bytes it frees at the failure (0 where it frees none there but fixes the cause).
@@ -452,7 +452,7 @@ pub struct Remedy {
 
 /// How much of a failed step's batch fits.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct OomFit {
     /// The largest fraction of this step's batch that fits under `limit_bytes` (0 when even the
     /// part that does not scale with the batch does not fit; at most 1).
@@ -476,7 +476,7 @@ pub struct OomFit {
 /// `(budget_bytes - fixed_bytes) / max(prefill_bytes, decode_bytes)`, the decode step's need
 /// holding `cache_bytes` counted at `cache_tokens` a sequence.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct GenerationFit {
     /// What the allocator can hand out under the limit (the limit over the reserve's overhead).
     pub budget_bytes: i64,
@@ -494,7 +494,7 @@ pub struct GenerationFit {
 
 /// Where an OOM read from text stood and what the text left out.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct OomText {
     /// 1-based line of the message in the file.
     pub line: usize,
@@ -525,7 +525,7 @@ pub struct OomText {
 
 /// Allocations still live at the end that piled up over iterations.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct LeakCandidate {
     pub stack_id: Option<u32>,
     /// The folded stack (see [`StackGroup::stack`]).
@@ -548,7 +548,7 @@ pub struct LeakCandidate {
 /// The run's loop steps and where they came from: what the leak analysis counts in, what the
 /// timeline draws as iteration bands and what a comparison puts side by side.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct IterationInfo {
     /// `annotations:<range name>` for step ranges, `optimizer_steps:<range name>` for optimizer
     /// steps, `allocation_pattern` for the allocation rhythm, `none` when the run shows no
@@ -589,7 +589,7 @@ impl IterationInfo {
 /// One step of a run's loop: from where it starts to where the next starts (the last, to its
 /// own end), and the most bytes allocated within it.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct IterationStep {
     pub start_us: i64,
     pub end_us: i64,
@@ -598,7 +598,7 @@ pub struct IterationStep {
 
 /// A `record_function` range from `external_annotations`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 pub struct PhaseRange {
     pub device: i64,
     pub name: String,

@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         cli::Command::Analyze(a) => cli::analyze::analyze(a),
         cli::Command::Diff(a) => cli::diff::diff(a),
         cli::Command::Check(a) => cli::check::check(a),
-        cli::Command::Mcp(a) => cli::mcp::mcp(a),
+        cli::Command::Mcp(_) => memlens::mcp::mcp(),
         cli::Command::Whatif(a) => cli::whatif::whatif(a),
         cli::Command::Plan(a) => cli::plan::plan(a),
         cli::Command::Upload(a) => cli::upload::upload(a),

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// Lifecycle of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ReportState {
     Queued,
@@ -43,7 +43,7 @@ impl ReportState {
 
 /// What the pipeline is doing with a report right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     Queued,
@@ -72,7 +72,7 @@ impl Stage {
 
 /// How a log's timestamps relate to the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SampleClock {
     /// Seconds or microseconds since the Unix epoch (pynvml loggers, ISO times with an offset).
@@ -84,7 +84,7 @@ pub enum SampleClock {
 
 /// What an NVML log's `used` counts, which depends on the API that produced it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case", try_from = "String")]
 pub enum UsedMeaning {
     /// nvidia-smi's `memory.used` / dmon `fb`: memory of active contexts, without the driver's
@@ -141,7 +141,7 @@ impl TryFrom<String> for UsedMeaning {
 
 /// State of an allocator block; stored as `u8` in the `blocks` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 #[repr(u8)]
 pub enum BlockState {
@@ -178,7 +178,7 @@ impl BlockState {
 
 /// The axis a timeline query is asked on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TimelineAxis {
     /// Microseconds (traces with `time_us`; others fall back to entry order).
@@ -189,7 +189,7 @@ pub enum TimelineAxis {
 
 /// What an allocation is, in the user's terms (what the peak is made of).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     /// Model weights and buffers: alive from before the first iteration through the last.
@@ -323,7 +323,7 @@ impl Category {
 
 /// The rule that placed an allocation in its category, strongest evidence first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CategoryRule {
     /// Labelled by the script: the allocation's `user_metadata` names the category
@@ -433,7 +433,7 @@ pub enum CategoryRule {
 
 /// The evidence a run's loop steps were found from, strongest first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum IterationEvidence {
     /// The script's own repeated `record_function` ranges (`iteration_12`, `train_step`, …),
@@ -452,7 +452,7 @@ pub enum IterationEvidence {
 
 /// An optimizer, by how many fp32 states it keeps per parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OptimizerKind {
     /// Adam / AdamW: `exp_avg` and `exp_avg_sq`.
@@ -479,7 +479,7 @@ impl OptimizerKind {
 
 /// The element type activations are kept in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ActivationDtype {
     Fp32,
@@ -490,7 +490,7 @@ pub enum ActivationDtype {
 /// Why an allocation has no stack to show (memory_viz's five reasons, told apart where the
 /// trace allows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NoStackReason {
     /// Allocated before the trace's first entry: recording began later, the ring buffer
@@ -527,7 +527,7 @@ impl NoStackReason {
 
 /// What kind of memory pool of the caching allocator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PoolKind {
     /// The allocator's own pool (id `(0, 0)`).

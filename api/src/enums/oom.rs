@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// What stood in the way of a failed allocation (the `ooms[].cause` contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OomCause {
     /// A large share of the reserve was free, but split into blocks too small for the request.
@@ -60,7 +60,7 @@ impl std::fmt::Display for OomCause {
 /// Where in a training step, or in inference, an allocation failed (the `ooms[].phase`
 /// contract).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OomPhase {
     /// A training forward (what it makes is kept for backward).
@@ -101,7 +101,7 @@ impl OomPhase {
 
 /// One change that makes a failed step fit (the `ooms[].remedies[].action` contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RemedyAction {
     /// Run a smaller batch (see `fits.batch_fraction`): in training with gradient accumulation
@@ -147,7 +147,7 @@ pub enum RemedyAction {
 
 /// Which allocator printed an out-of-memory message.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OomBackend {
     /// The CUDA caching allocator.

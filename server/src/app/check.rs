@@ -40,6 +40,65 @@ pub struct CheckRequest {
     pub category_rules: Option<PathBuf>,
 }
 
+/// A check as text names it (the MCP tool's arguments): its runs as given and its limits as
+/// `memlens check`'s flags write them, parsed by the same functions.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct CheckSpec {
+    /// The new run: a snapshot path or a memlens report link (http…/r/ID).
+    pub new: String,
+    /// The baseline run: a snapshot path or a report link.
+    pub baseline: Option<String>,
+    /// The baseline is this job's last good run (http…/j/ID).
+    pub baseline_job: Option<String>,
+    #[serde(default)]
+    pub thresholds: LimitsAsText,
+}
+
+/// The limits of a check, as `memlens check`'s flags write them.
+#[derive(Debug, Default, serde::Deserialize, schemars::JsonSchema)]
+pub struct LimitsAsText {
+    /// `5%` (the default) or a size (`512MiB`).
+    pub max_peak_increase: Option<String>,
+    /// How far the reserved peak may grow (unchecked when not given).
+    pub max_reserved_increase: Option<String>,
+    /// Per category (parameter, gradient, optimizer_state, activation, temporary, input, cache,
+    /// other): `10%` or a size.
+    #[serde(default)]
+    #[schemars(with = "std::collections::BTreeMap<String, String>")]
+    pub max_category_increase: serde_json::Map<String, serde_json::Value>,
+}
+
+impl CheckSpec {
+    /// The request this names, waiting at most `wait` for a linked report still being analysed.
+    pub fn request(self, wait: Duration) -> Result<CheckRequest, CommandError> {
+        use memlens_core::analysis::check::{parse_category_limit, parse_limit};
+        let t = self.thresholds;
+        let limit = |s: &Option<String>| s.as_deref().map(parse_limit).transpose();
+        let max_category_increase = t
+            .max_category_increase
+            .iter()
+            .map(|(c, l)| {
+                let l = l.as_str().map_or_else(|| l.to_string(), str::to_owned);
+                parse_category_limit(&format!("{c}={l}"))
+            })
+            .collect::<Result<Vec<CategoryLimit>, _>>()?;
+        let baseline = match (self.baseline, self.baseline_job) {
+            (Some(b), None) => Baseline::Run(b),
+            (None, Some(job)) => Baseline::LastGoodOfJob(job),
+            _ => return Err(CommandError::Usage("give one of baseline and baseline_job")),
+        };
+        Ok(CheckRequest {
+            new: self.new,
+            baseline,
+            max_peak_increase: limit(&t.max_peak_increase)?.unwrap_or(DEFAULT_MAX_PEAK_INCREASE),
+            max_reserved_increase: limit(&t.max_reserved_increase)?,
+            max_category_increase,
+            wait,
+            category_rules: None,
+        })
+    }
+}
+
 impl CheckRequest {
     fn thresholds(&self) -> Thresholds {
         Thresholds {

@@ -2,7 +2,7 @@
 //! device, into one [`Comparison`] (A − B) — what `memlens diff` prints and `memlens check`
 //! holds to its limits.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use memlens_api::{Comparison, DeviceSummary, FileSummary};
 use memlens_core::analysis::compare::{compare_runs, CompareSide, COMPARE_WIDTH};
@@ -10,6 +10,24 @@ use memlens_core::analysis::run::busiest_device;
 use memlens_core::pipeline::{self, Input, KeepFrames};
 
 use super::error::{CommandError, Unusable};
+
+/// Two snapshot files to compare (A − B), each on a device of its own.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct CompareRequest {
+    /// Path of snapshot A.
+    pub a: PathBuf,
+    /// Path of snapshot B (the same path compares two devices of one file).
+    pub b: PathBuf,
+    /// A's device (default: its busiest).
+    pub device_a: Option<i64>,
+    /// B's device (default: its busiest).
+    pub device_b: Option<i64>,
+}
+
+/// [`compare_files`] for a request, with the default category rules.
+pub fn compare(req: &CompareRequest) -> Result<Comparison, CommandError> {
+    compare_files((&req.a, req.device_a), (&req.b, req.device_b), None)
+}
 
 pub fn device_of(f: &FileSummary, wanted: Option<i64>) -> Result<&DeviceSummary, CommandError> {
     match wanted {

@@ -39,6 +39,12 @@ pub enum CommandError {
     /// Flags that only go together, or a setting the command refuses (said in full).
     #[error("{0}")]
     Usage(&'static str),
+    /// A check's limit as text (`5%`, `512MiB`, `activation=10%`).
+    #[error(transparent)]
+    Threshold(#[from] memlens_core::analysis::check::ThresholdError),
+    /// A pasted text could not be kept in a scratch file to be read.
+    #[error("the pasted text could not be kept for reading: {0}")]
+    Scratch(std::io::Error),
 }
 
 /// What an input that was read lacks for the command.

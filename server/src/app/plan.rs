@@ -11,6 +11,73 @@ use memlens_core::plan::calibrate::{calibrating_run, plan_by_busiest_device, Cal
 
 use super::error::{CommandError, Unusable};
 
+/// A plan as a request names it: the plan's settings, with the config and the calibrating run as
+/// paths on this machine.
+#[derive(Debug, schemars::JsonSchema)]
+pub struct PlanRequest {
+    /// Path of the model's config.json, or of the model's folder holding it (a bundled model's
+    /// name where no such path exists).
+    pub config_path: Option<String>,
+    #[serde(flatten)]
+    pub settings: PlanParams,
+}
+
+/// A plan's answer: a training step's or, with `serve`, a serving engine's startup.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum PlanAnswer {
+    Training(Box<Plan>),
+    Serving(Box<ServingPlan>),
+}
+
+impl PlanRequest {
+    /// The request from JSON whose lists (`train`, `lora_targets`) may also come as arrays (the
+    /// settings hold them comma-separated); the error names the setting at fault.
+    pub fn from_json(mut args: serde_json::Map<String, serde_json::Value>) -> Result<PlanRequest, CommandError> {
+        for key in ["train", "lora_targets"] {
+            if let Some(serde_json::Value::Array(items)) = args.get(key) {
+                let joined: Option<Vec<&str>> = items.iter().map(serde_json::Value::as_str).collect();
+                let joined = joined
+                    .ok_or_else(|| CommandError::flag(key, "expected strings"))?
+                    .join(",");
+                args.insert(key.into(), serde_json::Value::String(joined));
+            }
+        }
+        let config_path = match args.remove("config_path") {
+            None => None,
+            Some(serde_json::Value::String(path)) => Some(path),
+            Some(_) => return Err(CommandError::flag("config_path", "expected a path")),
+        };
+        // The settings refuse unknown keys (a misspelt setting is not ignored), so they are read
+        // on their own, not flattened.
+        let settings =
+            serde_json::from_value(serde_json::Value::Object(args)).map_err(|e| CommandError::flag("arguments", e))?;
+        Ok(PlanRequest { config_path, settings })
+    }
+
+    /// The settings with `config_path` resolved: the config's text, or a bundled model's name.
+    fn resolved(&self) -> Result<PlanParams, CommandError> {
+        let mut q = self.settings.clone();
+        if let Some(path) = &self.config_path {
+            let (config, model) = config_or_name(path)?;
+            q.config = config.or(q.config);
+            q.model = model.or(q.model);
+        }
+        Ok(q)
+    }
+}
+
+/// The plan a request asks for: a training step's, or with `serve` a serving engine's.
+pub fn plan(req: &PlanRequest) -> Result<PlanAnswer, CommandError> {
+    let q = req.resolved()?;
+    let calibrate = q.calibrate.as_ref().map(PathBuf::from);
+    Ok(if q.serve == Some(true) {
+        PlanAnswer::Serving(Box::new(make_serving_plan(&q, calibrate.as_ref())?))
+    } else {
+        PlanAnswer::Training(Box::new(make_plan(&q, calibrate.as_ref())?))
+    })
+}
+
 /// A model's `config.json`, from its path or from the model's folder (a Hugging Face checkout
 /// or `save_pretrained` output) that holds it.
 pub fn read_config(path: &std::path::Path) -> Result<String, CommandError> {

@@ -10,6 +10,54 @@ use memlens_core::pipeline::{self, Input, KeepFrames};
 
 use super::error::CommandError;
 
+/// A run's snapshot and the changes to predict its peak under.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct WhatIfRequest {
+    /// Path of the run's snapshot.
+    pub path: PathBuf,
+    /// The batch size the run used.
+    #[schemars(range(min = 1))]
+    pub run_batch_size: Option<u64>,
+    /// The changes (the settings of `WhatIfParams`; a value may also come as text, as `--set`
+    /// writes it).
+    #[serde(default)]
+    #[schemars(with = "WhatIfParams")]
+    pub set: serde_json::Map<String, serde_json::Value>,
+}
+
+impl WhatIfRequest {
+    /// The scenario this request names, read as `--set` reads its `key=value` pairs (the error
+    /// names the setting at fault as `set.KEY=VALUE`).
+    pub fn scenario(&self) -> Result<WhatIfParams, CommandError> {
+        let mut pairs: Vec<(String, String)> = self
+            .set
+            .iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (k.clone(), v)
+            })
+            .collect();
+        if let Some(b) = self.run_batch_size {
+            pairs.push(("run_batch_size".into(), b.to_string()));
+        }
+        scenario_of(&pairs).map_err(|e| match e {
+            CommandError::Flag { flag, problem } => CommandError::Flag {
+                flag: flag.replace("--set ", "set."),
+                problem,
+            },
+            other => other,
+        })
+    }
+}
+
+/// The prediction a request asks for.
+pub fn what_if(req: &WhatIfRequest) -> Result<WhatIfOutput, CommandError> {
+    predict(std::slice::from_ref(&req.path), &req.scenario()?, None)
+}
+
 /// The scenario `key=value` pairs name (the keys of `WhatIfParams`); the error names the
 /// setting at fault.
 pub fn scenario_of(pairs: &[(String, String)]) -> Result<WhatIfParams, CommandError> {

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::render::{print_json, render_gpu_log_text, render_run_text, render_text};
+use super::render::print_json;
 use crate::app::analyze::analyze_files;
+use crate::text::{render_gpu_log_text, render_run_text, render_text};
 
 #[derive(Args)]
 #[command(after_help = formats_help())]

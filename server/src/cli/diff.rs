@@ -10,7 +10,8 @@ use memlens_api::Comparison;
 
 use crate::app::compare::compare_files;
 
-use super::render::{gib, print_json};
+use super::render::print_json;
+use crate::text::gib;
 
 #[derive(Args)]
 pub struct DiffArgs {

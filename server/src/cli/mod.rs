@@ -1,5 +1,5 @@
 //! The command line: one file per command, each a thin layer over `memlens-core` or the server.
-//! `analyze` ([`analyze`]), `diff` ([`diff`]), `check` ([`check`]), `mcp` ([`mcp`]), `whatif` ([`whatif`]), `plan` ([`plan`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
+//! `analyze` ([`analyze`]), `diff` ([`diff`]), `check` ([`check`]), `mcp` ([`crate::mcp`]), `whatif` ([`whatif`]), `plan` ([`plan`]), `upload` ([`upload`]), `serve` ([`crate::serve`]), `worker` ([`crate::ingest::worker`]), `healthcheck`
 //! ([`healthcheck`]);
 //! [`render`] is the text output of `analyze`; [`error`] what a command fails with. What a
 //! command does, beyond reading its arguments and rendering its answer, is the application
@@ -12,7 +12,6 @@ pub mod analyze;
 pub mod check;
 pub mod diff;
 pub mod healthcheck;
-pub mod mcp;
 pub mod plan;
 pub mod render;
 pub mod upload;
@@ -58,7 +57,7 @@ pub enum Command {
     /// optionally calibrated by a measured run.
     Plan(plan::PlanArgs),
     /// Serve memlens' analyses to a coding agent: a Model Context Protocol server over stdio.
-    Mcp(mcp::McpArgs),
+    Mcp(McpArgs),
     /// Upload files to a memlens server as one report and print its share link.
     Upload(upload::UploadArgs),
     /// Serve the web app and its API.
@@ -68,3 +67,7 @@ pub enum Command {
     /// Exit 0 when the server at `--bind` answers `GET /healthz` (for container health checks).
     Healthcheck(healthcheck::HealthArgs),
 }
+
+/// `memlens mcp` takes no flags: it serves the MCP tools on stdin and stdout ([`crate::mcp`]).
+#[derive(clap::Args)]
+pub struct McpArgs {}

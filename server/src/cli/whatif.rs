@@ -9,8 +9,9 @@ use clap::Args;
 use memlens_api::WhatIfParams;
 
 use super::error::CommandError;
-use super::render::{gib, print_json};
+use super::render::print_json;
 use crate::app::whatif::{predict, scenario_of};
+use crate::text::gib;
 
 #[derive(Args)]
 pub struct WhatIfArgs {
