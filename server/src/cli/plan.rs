@@ -13,7 +13,7 @@ use memlens_core::analysis::check::parse_limit;
 
 use super::error::CommandError;
 use super::render::print_json;
-use crate::app::plan::{config_or_name, make_plan, make_serving_plan};
+use crate::app::plan::{PlanAnswer, PlanRequest};
 use crate::text::plan::{render_models, render_plan, render_serving_plan};
 
 #[derive(Args)]
@@ -121,12 +121,9 @@ fn wire_name<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_json
     serde_json::from_value(serde_json::Value::String(text.to_owned()))
 }
 
-/// The plan's query from the command line (the config read from its file, or the model's name).
-fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
-    let (config, model) = match a.model.as_deref() {
-        Some(m) => config_or_name(m)?,
-        None => (None, None),
-    };
+/// The plan's request from the command line (`--model` a config's path or a model's name,
+/// resolved by the request).
+fn request_of(a: &PlanArgs) -> Result<PlanRequest, CommandError> {
     let gpu_memory_bytes = match a.gpu_memory.as_deref().map(parse_limit).transpose() {
         Ok(None) => None,
         Ok(Some(Limit::Bytes(b))) => Some(b),
@@ -137,9 +134,9 @@ fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
             ))
         }
     };
-    Ok(PlanParams {
-        config,
-        model,
+    let settings = PlanParams {
+        config: None,
+        model: None,
         params: a.params,
         batch_size: a.batch_size,
         seq_len: a.seq_len,
@@ -169,6 +166,10 @@ fn params_of(a: &PlanArgs) -> Result<PlanParams, CommandError> {
         kv_cache_dtype: a.kv_cache_dtype,
         engine: a.engine,
         engine_version: a.engine_version.clone(),
+    };
+    Ok(PlanRequest {
+        config_path: a.model.clone(),
+        settings,
     })
 }
 
@@ -181,31 +182,23 @@ pub fn plan(args: PlanArgs) -> ExitCode {
         print!("{}", render_models(&models));
         return ExitCode::SUCCESS;
     }
-    if args.serve {
-        let answer = params_of(&args).and_then(|q| make_serving_plan(&q, args.calibrate.as_ref()));
-        return match answer {
-            Ok(p) if args.json => print_json(&p),
-            Ok(p) => {
-                print!("{}", render_serving_plan(&p));
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("memlens: {e}");
-                ExitCode::from(2)
-            }
-        };
-    }
-    let answer = params_of(&args).and_then(|q| make_plan(&q, args.calibrate.as_ref()));
-    let p = match answer {
-        Ok(p) => p,
+    let answer = match request_of(&args).and_then(|r| crate::app::plan::plan(&r)) {
+        Ok(answer) => answer,
         Err(e) => {
             eprintln!("memlens: {e}");
             return ExitCode::from(2);
         }
     };
-    if args.json {
-        return print_json(&p);
+    match answer {
+        PlanAnswer::Training(p) if args.json => print_json(&p),
+        PlanAnswer::Serving(p) if args.json => print_json(&p),
+        PlanAnswer::Training(p) => {
+            print!("{}", render_plan(&p));
+            ExitCode::SUCCESS
+        }
+        PlanAnswer::Serving(p) => {
+            print!("{}", render_serving_plan(&p));
+            ExitCode::SUCCESS
+        }
     }
-    print!("{}", render_plan(&p));
-    ExitCode::SUCCESS
 }
