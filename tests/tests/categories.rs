@@ -4,6 +4,7 @@
 //! training; the categories at the peak add up to the peak.
 
 use memlens_api::{Category, CategoryRule, DeviceSummary};
+use memlens_core::pipeline::Pipeline;
 use memlens_core::pipeline::{analyze_paths, summarize_file};
 use memlens_tests::trace;
 
@@ -145,10 +146,12 @@ fn a_real_oom_under_a_cap_names_the_cap_and_the_activations_in_the_way() {
 
 #[test]
 fn the_category_timeline_stacks_up_to_the_peak() {
-    use memlens_core::pipeline::{self, Input, KeepFrames};
+    use memlens_core::pipeline::{Input, KeepFrames};
     for name in ["gpt_train.pickle", "leak.pickle", "kv_cache_inference.pickle"] {
         let mut keep = KeepFrames::default();
-        let out = pipeline::run(vec![Input::path(&trace(name))], Default::default(), &mut keep).expect("run");
+        let out = Pipeline::keeping_frames()
+            .run(vec![Input::path(&trace(name))], &mut keep)
+            .expect("run");
         let d = &out.files[0].devices[0];
         let tl =
             memlens_core::query::category_timeline(&keep.files[0][0], memlens_api::TimelineAxis::Time, None, None, 400)
@@ -220,17 +223,11 @@ fn labels_the_script_gave_win_over_every_other_rule() {
 #[test]
 fn user_frame_rules_place_what_the_built_in_rules_leave_open() {
     use memlens_core::analysis::categories::FrameRules;
-    use memlens_core::pipeline::{run_with, Input, NoSink};
+    use memlens_core::pipeline::{run_with, Input};
     // The shared leak keeps each step's output in a list (train.py:142 in wl_leak): kept past
     // its iteration, so `other` — unless a rule says what it is.
     let rules = FrameRules::parse("# outputs kept for logging\n\ncache: train\\.py:142:wl_leak\n").expect("rules");
-    let out = run_with(
-        vec![Input::path(&trace("leak.pickle"))],
-        Default::default(),
-        &rules,
-        &mut NoSink,
-    )
-    .expect("run");
+    let out = run_with(vec![Input::path(&trace("leak.pickle"))], Default::default(), &rules).expect("run");
     let d = &out.files[0].devices[0];
     let cache = d
         .categories

@@ -6,6 +6,7 @@
 use memlens_api::{Category, Comparison, RankSource, Side};
 use memlens_core::analysis::compare::{compare_runs, CompareSide};
 use memlens_core::analysis::run::busiest_device;
+use memlens_core::pipeline::Pipeline;
 use memlens_core::pipeline::{self, Input, KeepFrames};
 use memlens_tests::{oracle_for, oracle_value, snapshots_in, trace, traces_dir};
 
@@ -20,7 +21,9 @@ fn compare_paths(a: &std::path::Path, b: &std::path::Path, width: usize) -> Comp
         with_stacks: true,
         ..KeepFrames::default()
     };
-    let out = pipeline::run(vec![Input::path(a), Input::path(b)], Default::default(), &mut sink).expect("run");
+    let out = Pipeline::keeping_frames()
+        .run(vec![Input::path(a), Input::path(b)], &mut sink)
+        .expect("run");
     let side = |i: usize| {
         let f = &out.files[i];
         let d = busiest_device(f).expect("a device");
@@ -147,7 +150,6 @@ fn four_ddp_ranks_in_one_run_each_peak_at_its_own_counter_and_the_worst_is_named
     let out = pipeline::run(
         names.iter().map(|n| Input::path(&trace(n))).collect(),
         Default::default(),
-        &mut pipeline::NoSink,
     )
     .expect("run");
     let run = out.run.expect("a run overview");

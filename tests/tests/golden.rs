@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use memlens_core::importers::ImportOptions;
-use memlens_core::pipeline::{run, Input, NoSink};
+use memlens_core::pipeline::{run, Input};
 use memlens_tests::traces_dir;
 
 /// Fixture files: every file in `traces/` but oracles, notes and scripts (`capture/` holds how the
@@ -54,7 +54,7 @@ fn answer(path: &Path) -> serde_json::Value {
         size,
         Box::new(move || Ok(Box::new(std::fs::File::open(&p)?) as Box<dyn std::io::Read + Send>)),
     );
-    match run(vec![input], ImportOptions::default(), &mut NoSink) {
+    match run(vec![input], ImportOptions::default()) {
         Ok(out) => serde_json::to_value(&out).expect("json"),
         Err(e) => serde_json::json!({ "error": e.to_string() }),
     }

@@ -278,14 +278,14 @@ type SeriesFacts = (i64, Option<String>, usize, i64);
 /// A log given as bytes through the pipeline: its summary, each GPU as (gpu, bus id, samples,
 /// peak used), and its notes.
 fn series(bytes: Vec<u8>) -> (Vec<SeriesFacts>, Vec<String>) {
-    use memlens_core::pipeline::{run, Input, NoSink};
+    use memlens_core::pipeline::{run, Input};
     let size = bytes.len() as u64;
     let input = Input::reader(
         "poller.csv",
         size,
         Box::new(move || Ok(Box::new(std::io::Cursor::new(bytes.clone())) as Box<dyn std::io::Read + Send>)),
     );
-    let out = run(vec![input], ImportOptions::default(), &mut NoSink).unwrap_or_else(|e| panic!("{e}"));
+    let out = run(vec![input], ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let log = &out.gpu_logs[0];
     let gpus = log
         .gpus

@@ -8,11 +8,12 @@
 //! - calibrated by a run of another batch size, within 5 %; calibrated by the run itself, its
 //!   own peak to the byte (the plan and the what-if are one model).
 
+use memlens_core::pipeline::Pipeline;
 use std::path::{Path, PathBuf};
 
 use memlens_api::{PlanParams, WeightsDtype};
 use memlens_core::analysis::whatif::for_each_device;
-use memlens_core::pipeline::{self, Input, KeepFrames};
+use memlens_core::pipeline::{Input, KeepFrames};
 use memlens_core::plan::calibrate::Calibration;
 use memlens_core::plan::names::named_parameters;
 use memlens_core::plan::{params::parameter_count, plan, ModelShape};
@@ -175,7 +176,9 @@ fn calibrated(source: &Value, target: &Value) -> (i64, Option<String>) {
     let name = format!("{}.pickle.gz", source["name"].as_str().expect("name"));
     let path = dir().join("runs").join(&name);
     let mut sink = KeepFrames::default();
-    let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink).expect("run");
+    let out = Pipeline::keeping_frames()
+        .run(vec![Input::path(&path)], &mut sink)
+        .expect("run");
     let mut q = query(target);
     q.run_checkpointing = source["checkpointing"].as_bool();
     let plans = for_each_device(&out.files[0], &sink.files[0], &out.gpu_logs, None, |run| {

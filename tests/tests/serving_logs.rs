@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use memlens_api::{FileSummary, Format, ServingAction};
 use memlens_core::importers::{sniff, ImportOptions};
-use memlens_core::pipeline::{run, Input, NoSink};
+use memlens_core::pipeline::{run, Input};
 use memlens_tests::traces_dir;
 
 fn files_in(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
@@ -40,7 +40,7 @@ fn analyse(path: &Path) -> Option<FileSummary> {
         size,
         Box::new(move || Ok(Box::new(std::fs::File::open(&p)?) as Box<dyn std::io::Read + Send>)),
     );
-    let mut out = run(vec![input], ImportOptions::default(), &mut NoSink).ok()?;
+    let mut out = run(vec![input], ImportOptions::default()).ok()?;
     (!out.files.is_empty()).then(|| out.files.remove(0))
 }
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use memlens_api::{KvCacheDtype, PlanParams, ServingEngine, ServingPlan, ServingSummary, WeightsDtype};
 use memlens_core::importers::ImportOptions;
-use memlens_core::pipeline::{run, Input, NoSink};
+use memlens_core::pipeline::{run, Input};
 use memlens_core::plan::serve::calibrate::LogCalibration;
 use memlens_core::plan::serve::serve_plan;
 use memlens_core::plan::serve::settings::implied_fraction;
@@ -159,7 +159,7 @@ fn logs_dir() -> PathBuf {
 /// The log's startup as `memlens analyze` reads it.
 fn read_log(name: &str) -> ServingSummary {
     let path = logs_dir().join(name);
-    let mut out = run(vec![Input::path(&path)], ImportOptions::default(), &mut NoSink).expect("analyse");
+    let mut out = run(vec![Input::path(&path)], ImportOptions::default()).expect("analyse");
     out.files.remove(0).serving.expect("a startup")
 }
 

@@ -6,6 +6,7 @@
 
 use memlens_api::{AnalyzeOutput, DeviceSummary, NoStackReason};
 use memlens_core::pipeline::analyze_paths;
+use memlens_core::pipeline::Pipeline;
 use memlens_tests::{oracle_for, oracle_value, snapshots_in, trace, traces_dir};
 
 fn analyze(name: &str) -> AnalyzeOutput {
@@ -162,18 +163,15 @@ fn four_gpus_whose_only_oom_is_on_cuda_1_open_there() {
 
 #[test]
 fn the_flame_graph_of_a_window_weighs_bytes_by_lifetime_and_stays_bounded() {
-    use memlens_core::pipeline::{self, Input, KeepFrames};
+    use memlens_core::pipeline::{Input, KeepFrames};
     use memlens_core::query::{flame_graph, Axis};
     let mut sink = KeepFrames {
         with_stacks: true,
         ..KeepFrames::default()
     };
-    pipeline::run(
-        vec![Input::path(&trace("hf_llama_cpp.pickle.gz"))],
-        Default::default(),
-        &mut sink,
-    )
-    .expect("run");
+    Pipeline::keeping_frames()
+        .run(vec![Input::path(&trace("hf_llama_cpp.pickle.gz"))], &mut sink)
+        .expect("run");
     let (dev, stacks) = (&sink.files[0][0], &sink.stacks[0]);
     let g = flame_graph(dev, stacks, Axis::Time, None, None).expect("flame");
     assert!(g.total > 0.0);

@@ -4,7 +4,8 @@
 //! the full range and random windows at random widths (including windows past either end and
 //! one bucket wide).
 
-use memlens_core::pipeline::{self, Input, KeepFrames};
+use memlens_core::pipeline::Pipeline;
+use memlens_core::pipeline::{Input, KeepFrames};
 use memlens_core::query::{
     category_timeline, category_timeline_with, flame_graph, flame_graph_with, timeline_on, timeline_with, Axis,
     CategoryIndex, TimelineIndex,
@@ -27,7 +28,7 @@ fn indexed_timelines_categories_and_flames_equal_scanned_ones_on_every_committed
             with_stacks: true,
             ..KeepFrames::default()
         };
-        let Ok(out) = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep) else {
+        let Ok(out) = Pipeline::keeping_frames().run(vec![Input::path(&path)], &mut keep) else {
             continue;
         };
         let name = path.display();

@@ -5,12 +5,15 @@
 
 use memlens_api::{Category, WhatIfDevice, WhatIfParams};
 use memlens_core::analysis::whatif::what_if_file;
-use memlens_core::pipeline::{self, Input, KeepFrames};
+use memlens_core::pipeline::Pipeline;
+use memlens_core::pipeline::{Input, KeepFrames};
 use memlens_tests::{oracle_for, oracle_value, trace};
 
 fn predict(name: &str, s: WhatIfParams) -> WhatIfDevice {
     let mut sink = KeepFrames::default();
-    let out = pipeline::run(vec![Input::path(&trace(name))], Default::default(), &mut sink).expect("run");
+    let out = Pipeline::keeping_frames()
+        .run(vec![Input::path(&trace(name))], &mut sink)
+        .expect("run");
     let w = what_if_file(&out.files[0], &sink.files[0], &out.gpu_logs, &s).expect("what-if");
     w.devices.into_iter().next().expect("a device")
 }
@@ -141,12 +144,9 @@ fn the_largest_batch_that_fits_is_the_last_one_predicted_to_fit() {
     // The fit uses the run's reserved ÷ allocated ratio, so compare with the same ratio.
     let ratio = {
         let mut sink = KeepFrames::default();
-        let out = pipeline::run(
-            vec![Input::path(&trace("gpt_b8.pickle.gz"))],
-            Default::default(),
-            &mut sink,
-        )
-        .expect("run");
+        let out = Pipeline::keeping_frames()
+            .run(vec![Input::path(&trace("gpt_b8.pickle.gz"))], &mut sink)
+            .expect("run");
         let dev = &out.files[0].devices[0];
         dev.peak_reserved_bytes as f64 / dev.peak_allocated_bytes as f64
     };

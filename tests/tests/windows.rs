@@ -5,7 +5,7 @@
 
 use std::io::Read;
 
-use memlens_core::pipeline::{self, Input, NoSink, OpenInput};
+use memlens_core::pipeline::{self, Input, OpenInput};
 use memlens_tests::{oracle_for, oracle_value, trace, traces_dir};
 
 fn windows_of(name: &str, n: usize) -> Vec<(u64, OpenInput)> {
@@ -24,11 +24,10 @@ fn windows_of(name: &str, n: usize) -> Vec<(u64, OpenInput)> {
 #[test]
 fn windows_analyse_as_the_whole_run() {
     let path = trace("gpt_b8.pickle.gz");
-    let whole = pipeline::run(vec![Input::path(&path)], Default::default(), &mut NoSink).expect("whole");
+    let whole = pipeline::run(vec![Input::path(&path)], Default::default()).expect("whole");
     let joined = pipeline::run(
         vec![Input::windows(path.display().to_string(), windows_of("gpt_b8", 4))],
         Default::default(),
-        &mut NoSink,
     )
     .expect("windows");
     let (w, j) = (&whole.files[0], &joined.files[0]);
@@ -48,12 +47,7 @@ fn a_window_that_is_not_a_snapshot_is_named() {
         size,
         Box::new(move || Ok(Box::new(std::fs::File::open(&text)?) as Box<dyn Read + Send>)),
     ));
-    let e = pipeline::run(
-        vec![Input::windows("rec.pickle", windows)],
-        Default::default(),
-        &mut NoSink,
-    )
-    .expect_err("a CSV window");
+    let e = pipeline::run(vec![Input::windows("rec.pickle", windows)], Default::default()).expect_err("a CSV window");
     assert!(e.to_string().contains("window 2 is a"), "{e}");
     assert!(e.to_string().starts_with("rec.pickle: "), "{e}");
 }

@@ -3,10 +3,11 @@
 //! `../shared/traces/bench/big_many_small.pickle.gz`. Run it in release mode:
 //! `cargo run --release --bin memlens-bench`.
 
+use memlens_core::pipeline::Pipeline;
 use std::time::Instant;
 
 use memlens_api::Stage;
-use memlens_core::pipeline::{self, Input, PipelineSink};
+use memlens_core::pipeline::{Input, PipelineSink};
 
 /// Notes when the pipeline's stages begin (decode+tables, then analysis).
 #[derive(Default)]
@@ -35,7 +36,7 @@ fn main() {
     let cpu0 = memlens_bench::cpu_seconds();
     let t0 = Instant::now();
     let mut timings = Timings::default();
-    let out = match pipeline::run(vec![Input::path(&path)], Default::default(), &mut timings) {
+    let out = match Pipeline::new().run(vec![Input::path(&path)], &mut timings) {
         Ok(out) => out,
         Err(e) => {
             eprintln!("memlens-bench: {e}");

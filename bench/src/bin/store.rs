@@ -8,13 +8,14 @@
 //! device frames and stacks back as a restarted server does, timing each. Defaults to the shared
 //! benchmark file. Run it in release mode.
 
+use memlens_core::pipeline::Pipeline;
 use std::sync::Arc;
 use std::time::Instant;
 
 use memlens::storage::reportdata;
 use memlens::storage::store::{DataWriter, LocalStore, ReportId, ReportRecord, ReportState, ReportStore};
 use memlens_api::Stage;
-use memlens_core::pipeline::{self, Input, Keep, ObjectSink, PipelineSink, SinkError, SnapshotOutput};
+use memlens_core::pipeline::{Input, PipelineSink, SinkError, SnapshotOutput};
 
 /// Writes each analysed file as the ingest does, noting when storing begins.
 struct StoreSink<'a> {
@@ -23,14 +24,10 @@ struct StoreSink<'a> {
     /// The process's CPU seconds when the analyses began.
     cpu_at_analysis: Option<f64>,
     storing_at: Option<Instant>,
-    early: reportdata::EarlyObjects,
+    early: &'a reportdata::EarlyObjects,
 }
 
 impl PipelineSink for StoreSink<'_> {
-    fn keeps(&self) -> Keep {
-        // As the server's ingest.
-        memlens::ingest::KEEP
-    }
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
         if stage == Stage::Analysing {
             self.cpu_at_analysis.get_or_insert_with(memlens_bench::cpu_seconds);
@@ -41,10 +38,6 @@ impl PipelineSink for StoreSink<'_> {
             _ => return,
         };
         at.get_or_insert_with(Instant::now);
-    }
-    fn objects(&self) -> Option<&dyn ObjectSink> {
-        // `MEMLENS_BENCH_EARLY=0`: every frame encoded in the storing stage, for comparison.
-        (std::env::var("MEMLENS_BENCH_EARLY").as_deref() != Ok("0")).then_some(&self.early as &dyn ObjectSink)
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let early = self.early.take(out.index);
@@ -86,14 +79,22 @@ fn main() {
         .unwrap_or_else(|e| fail("the report", &e));
     let mut data = store.data_writer(id).unwrap_or_else(|e| fail("the data writer", &e));
     let t0 = Instant::now();
+    let early = reportdata::EarlyObjects::default();
     let mut sink = StoreSink {
         data: data.as_mut(),
         analysing_at: None,
         cpu_at_analysis: None,
         storing_at: None,
-        early: Default::default(),
+        early: &early,
     };
-    let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink)
+    // As the server's ingest; `MEMLENS_BENCH_EARLY=0`: every frame encoded in the storing
+    // stage, for comparison.
+    let mut pipeline = Pipeline::new().keep(memlens::ingest::KEEP);
+    if std::env::var("MEMLENS_BENCH_EARLY").as_deref() != Ok("0") {
+        pipeline = pipeline.objects(&early);
+    }
+    let out = pipeline
+        .run(vec![Input::path(&path)], &mut sink)
         .unwrap_or_else(|e| fail(&path.display().to_string(), &e));
     let storing_at = sink.storing_at.unwrap_or_else(Instant::now);
     let analysing_at = sink.analysing_at.unwrap_or(storing_at);

@@ -6,11 +6,12 @@
 //! pass and from its index, checked equal the same way. Defaults to the shared benchmark file.
 //! Run it in release mode.
 
+use memlens_core::pipeline::Pipeline;
 use std::time::Instant;
 
 use memlens_bench::{bench_file, percentile, time_windows};
 
-use memlens_core::pipeline::{self, Input, KeepFrames};
+use memlens_core::pipeline::{Input, KeepFrames};
 use memlens_core::query::{
     category_timeline_with, flame_graph_with, timeline_with, Axis, CategoryIndex, TimelineIndex,
 };
@@ -23,7 +24,7 @@ fn main() {
         with_stacks: true,
         ..KeepFrames::default()
     };
-    let out = match pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink) {
+    let out = match Pipeline::keeping_frames().run(vec![Input::path(&path)], &mut sink) {
         Ok(out) => out,
         Err(e) => {
             eprintln!("memlens-bench-timeline: {e}");

@@ -1,13 +1,17 @@
 //! The one pipeline: a set of inputs in, an [`AnalyzeOutput`] out. The CLI (`memlens analyze`),
-//! the server's ingest and the benches all call [`run`]; nothing else orchestrates imports.
+//! the server's ingest and the benches all run a [`Pipeline`] (or [`run`], which keeps
+//! nothing); nothing else orchestrates imports.
 //!
 //! Order of work: every input is imported in turn; snapshots are analysed as they come, NVML
 //! logs wait until all snapshots are read (their zone-less clocks are lined up with the
 //! snapshots' time range), files recognised but holding nothing to analyse are kept aside in
 //! `skipped`. The first input that cannot be read stops the run with an error naming it.
 //!
-//! A [`PipelineSink`] sees the stages as they change and, when it asks for them, each file's
-//! tables and derived per-device frames (the server stores them for its queries).
+//! A [`Pipeline`] is configured once — its import options, frame rules, what it keeps of each
+//! file ([`Keep`]) and where each device's stored objects go as soon as they are final
+//! ([`ObjectSink`]) — and then only feeds its [`PipelineSink`], which receives the stages as they
+//! change and, when the pipeline keeps them, each file's tables and derived per-device frames
+//! (the server stores them for its queries). The sink is asked nothing.
 
 mod input;
 
@@ -82,14 +86,14 @@ pub struct GpuLogOutput<'a> {
 }
 
 /// Where each device's stored objects go as soon as they are final ([`Storable`],
-/// [`PipelineSink::objects`]), on the device's analysis threads. The pipeline only hands
+/// [`Pipeline::objects`]), on the device's analysis threads. The pipeline only hands
 /// them over: it asks nothing back.
 pub trait ObjectSink: Sync {
     /// Snapshot `index` (as in [`SnapshotOutput::index`]), device `device`: one of its objects.
     fn ready(&self, index: usize, device: i64, object: Storable<'_>);
 }
 
-/// What a sink keeps of each file, said once ([`PipelineSink::keeps`]).
+/// What a pipeline keeps of each file, said once ([`Pipeline::keep`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Keep {
     /// Each file's tables and per-device frames, handed to [`PipelineSink::snapshot`] and
@@ -98,10 +102,10 @@ pub struct Keep {
     /// Each device's frames carry the segment map's checkpoints (taken on the fragmentation
     /// replay; what a stored report answers segment maps from).
     pub segment_checkpoints: bool,
-    /// With [`PipelineSink::objects`]: when each device's objects are handed over while its
+    /// With [`Pipeline::objects`]: when each device's objects are handed over while its
     /// analyses run.
     pub hand_over: HandOver,
-    /// With [`PipelineSink::objects`]: a trace holding this many bytes or more
+    /// With [`Pipeline::objects`]: a trace holding this many bytes or more
     /// ([`crate::tables::columns::held_bytes`] of its events) lets go of its addresses before
     /// [`PipelineSink::snapshot`], which then reads no trace entry. Before they go, every
     /// device's objects that need them (its lifetimes, its segment-map objects) are handed over
@@ -111,20 +115,21 @@ pub struct Keep {
     pub release_addresses_from: Option<u64>,
 }
 
-/// Receives progress and, when it [`Keep::tables`], each file's tables.
+impl Keep {
+    /// Each file's tables and per-device frames, nothing more (what-if, compare, benches).
+    pub const FRAMES: Keep = Keep {
+        tables: true,
+        segment_checkpoints: false,
+        hand_over: HandOver::Never,
+        release_addresses_from: None,
+    };
+}
+
+/// Receives progress and, when the pipeline [`Keep::tables`], each file's tables. It only
+/// receives: what is kept is the [`Pipeline`]'s configuration.
 pub trait PipelineSink {
     /// The run moved to `stage` (for the input `file`, when there is one).
     fn stage(&mut self, _stage: Stage, _file: Option<&str>) {}
-    /// What it keeps (nothing, by default).
-    fn keeps(&self) -> Keep {
-        Keep::default()
-    }
-    /// Where each device's stored objects go as soon as they are final, before its other
-    /// analyses end (only when it [`Keep::tables`]). They still come in
-    /// [`PipelineSink::snapshot`] after.
-    fn objects(&self) -> Option<&dyn ObjectSink> {
-        None
-    }
     fn snapshot(&mut self, _out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         Ok(())
     }
@@ -143,12 +148,13 @@ struct TakenFromTrace {
     user_metadata: rustc_hash::FxHashMap<i64, String>,
 }
 
-/// A sink that keeps nothing (the CLI).
+/// A sink that receives nothing but the stages (the CLI).
 pub struct NoSink;
 impl PipelineSink for NoSink {}
 
 /// A sink that keeps each snapshot's per-device frames, in `files` order (what-if, benches),
-/// and with `with_stacks` each file's stack resolver too (compare).
+/// and with `with_stacks` each file's stack resolver too (compare), from a pipeline that keeps
+/// them ([`Pipeline::keeping_frames`]).
 #[derive(Default)]
 pub struct KeepFrames {
     pub with_stacks: bool,
@@ -157,12 +163,6 @@ pub struct KeepFrames {
 }
 
 impl PipelineSink for KeepFrames {
-    fn keeps(&self) -> Keep {
-        Keep {
-            tables: true,
-            ..Keep::default()
-        }
-    }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let t = &*out.tables;
         DeviceFrames::fill_lifetime_addresses(t, out.devices)?;
@@ -174,22 +174,85 @@ impl PipelineSink for KeepFrames {
     }
 }
 
-/// Runs the pipeline over `inputs`.
-pub fn run(
-    inputs: Vec<Input>,
+/// The pipeline, configured once: import options, the frame rules of the categories, what it
+/// keeps of each file and where each device's stored objects go. [`Pipeline::run`] then only
+/// feeds its sink.
+#[derive(Clone, Copy, Default)]
+pub struct Pipeline<'a> {
     options: ImportOptions,
-    sink: &mut dyn PipelineSink,
-) -> Result<AnalyzeOutput, PipelineError> {
-    run_with(inputs, options, &FrameRules::default(), sink)
+    rules: Option<&'a FrameRules>,
+    keep: Keep,
+    objects: Option<&'a dyn ObjectSink>,
 }
 
-/// Runs the pipeline over `inputs`, with user frame rules for the categories.
+impl<'a> Pipeline<'a> {
+    /// A pipeline that keeps nothing: the summaries alone.
+    pub fn new() -> Pipeline<'a> {
+        Pipeline::default()
+    }
+
+    /// A pipeline that keeps each file's tables and per-device frames ([`Keep::FRAMES`]).
+    pub fn keeping_frames() -> Pipeline<'a> {
+        Pipeline::new().keep(Keep::FRAMES)
+    }
+
+    pub fn options(self, options: ImportOptions) -> Pipeline<'a> {
+        Pipeline { options, ..self }
+    }
+
+    /// User frame rules for the categories (default: none beyond the built-in ones).
+    pub fn rules(self, rules: &'a FrameRules) -> Pipeline<'a> {
+        Pipeline {
+            rules: Some(rules),
+            ..self
+        }
+    }
+
+    pub fn keep(self, keep: Keep) -> Pipeline<'a> {
+        Pipeline { keep, ..self }
+    }
+
+    /// Where each device's stored objects go as soon as they are final, before its other
+    /// analyses end (only when the pipeline [`Keep::tables`]). They still come in
+    /// [`PipelineSink::snapshot`] after.
+    pub fn objects(self, objects: &'a dyn ObjectSink) -> Pipeline<'a> {
+        Pipeline {
+            objects: Some(objects),
+            ..self
+        }
+    }
+
+    /// Runs the pipeline over `inputs`, feeding `sink`.
+    pub fn run(&self, inputs: Vec<Input>, sink: &mut dyn PipelineSink) -> Result<AnalyzeOutput, PipelineError> {
+        match self.rules {
+            Some(rules) => run_pipeline(self, rules, inputs, sink),
+            None => run_pipeline(self, &FrameRules::default(), inputs, sink),
+        }
+    }
+}
+
+/// Runs a pipeline that keeps nothing over `inputs`.
+pub fn run(inputs: Vec<Input>, options: ImportOptions) -> Result<AnalyzeOutput, PipelineError> {
+    Pipeline::new().options(options).run(inputs, &mut NoSink)
+}
+
+/// [`run`], with user frame rules for the categories.
 pub fn run_with(
     inputs: Vec<Input>,
     options: ImportOptions,
     rules: &FrameRules,
+) -> Result<AnalyzeOutput, PipelineError> {
+    Pipeline::new().options(options).rules(rules).run(inputs, &mut NoSink)
+}
+
+fn run_pipeline(
+    pipeline: &Pipeline<'_>,
+    rules: &FrameRules,
+    inputs: Vec<Input>,
     sink: &mut dyn PipelineSink,
 ) -> Result<AnalyzeOutput, PipelineError> {
+    let options = pipeline.options;
+    let keep = pipeline.keep;
     let mut out = AnalyzeOutput::default();
     // NVML logs wait until every snapshot is read: their clocks are lined up with them.
     let mut logs: Vec<WaitingLog> = Vec::new();
@@ -239,14 +302,13 @@ pub fn run_with(
         };
         snapshot_ranges.extend(snapshot_time_range(&tables).map_err(internal)?);
         // Whether the usage series is made after the trace lets go of its addresses.
-        let keep = sink.keeps();
         let trace_bytes = crate::tables::columns::held_bytes(&tables.events) as u64;
         let lets_go = keep.tables
-            && sink.objects().is_some()
+            && pipeline.objects.is_some()
             && keep.release_addresses_from.is_some_and(|from| trace_bytes >= from);
         let (summary, analyses) = {
             let index = out.files.len();
-            let objects = keep.tables.then(|| sink.objects()).flatten();
+            let objects = pipeline.objects.filter(|_| keep.tables);
             let ready = objects.map(|o| move |device: i64, object: Storable<'_>| o.ready(index, device, object));
             let keeping = Keeping {
                 frames: keep.tables,
@@ -269,7 +331,8 @@ pub fn run_with(
             }
         }
         if keep.tables {
-            hand_snapshot_to(sink, out.files.len(), &name, &summary, tables, analyses, lets_go)?;
+            let objects = pipeline.objects.filter(|_| lets_go);
+            hand_snapshot_to(sink, objects, out.files.len(), &name, &summary, tables, analyses)?;
         } else {
             // Nothing keeps them: their memory (a GB on a GB-scale trace) is handed back on a
             // thread of its own, not before the next file or the caller's answer. (A sink that
@@ -279,7 +342,7 @@ pub fn run_with(
         }
         out.files.push(summary);
     }
-    analyse_gpu_logs(sink, logs, &snapshot_ranges, &reserved_steps, &mut out)?;
+    analyse_gpu_logs(sink, keep.tables, logs, &snapshot_ranges, &reserved_steps, &mut out)?;
     join_evidence(out)
 }
 
@@ -291,6 +354,7 @@ type WaitingLog = (String, Format, bool, Box<GpuSampleTables>);
 /// sink that keeps tables, and its summary added to `out`.
 fn analyse_gpu_logs(
     sink: &mut dyn PipelineSink,
+    keep_tables: bool,
     logs: Vec<WaitingLog>,
     snapshot_ranges: &[(i64, i64)],
     reserved_steps: &[ReservedSteps],
@@ -305,7 +369,7 @@ fn analyse_gpu_logs(
                     message: e.to_string(),
                 }
             })?;
-        if sink.keeps().tables {
+        if keep_tables {
             sink.stage(Stage::Storing, Some(&name));
             sink.gpu_log(GpuLogOutput {
                 index: out.gpu_logs.len(),
@@ -339,18 +403,18 @@ fn join_evidence(mut out: AnalyzeOutput) -> Result<AnalyzeOutput, PipelineError>
     Ok(out)
 }
 
-/// Hands snapshot `index`'s tables and each device's frames to `sink` (which keeps tables):
-/// what the frames take from the trace is taken while it is whole; with `lets_go` the objects
-/// that need its addresses are handed over a last time, the trace lets them go, and only then
-/// is each usage series made.
+/// Hands snapshot `index`'s tables and each device's frames to `sink` (of a pipeline that
+/// keeps tables): what the frames take from the trace is taken while it is whole; with
+/// `letting_go` (the trace lets go of its addresses) the objects that need its addresses are
+/// handed to it a last time, the trace lets them go, and only then is each usage series made.
 fn hand_snapshot_to(
     sink: &mut dyn PipelineSink,
+    letting_go: Option<&dyn ObjectSink>,
     index: usize,
     name: &str,
     summary: &FileSummary,
     mut tables: Box<SnapshotTables>,
     mut analyses: Vec<crate::report::DeviceAnalysis>,
-    lets_go: bool,
 ) -> Result<(), PipelineError> {
     let internal = |e: AnalysisError| PipelineError::Internal {
         file: name.to_owned(),
@@ -371,7 +435,7 @@ fn hand_snapshot_to(
                 .map_err(|e| internal(e.into()))?;
         }
         // The last hand-over of what needs the trace's addresses, before they go.
-        if let (true, Some(objects)) = (lets_go, sink.objects()) {
+        if let Some(objects) = letting_go {
             if let Some(checkpoints) = a.segment_checkpoints.as_ref() {
                 hand_segment_objects(checkpoints, &ev, || true, |o| objects.ready(index, device, o));
             }
@@ -387,7 +451,7 @@ fn hand_snapshot_to(
             user_metadata: alloc_metadata(&tables, device).map_err(|e| internal(e.into()))?,
         });
     }
-    if lets_go {
+    if letting_go.is_some() {
         tables.release_addresses();
     }
     let mut devices = Vec::with_capacity(analyses.len());
@@ -423,11 +487,7 @@ fn hand_snapshot_to(
 
 /// Analyses files on disk as one report (what `memlens analyze` prints).
 pub fn analyze_paths(paths: &[PathBuf]) -> Result<AnalyzeOutput, PipelineError> {
-    run(
-        paths.iter().map(|p| Input::path(p)).collect(),
-        ImportOptions::default(),
-        &mut NoSink,
-    )
+    run(paths.iter().map(|p| Input::path(p)).collect(), ImportOptions::default())
 }
 
 /// Analyses one allocator snapshot (or Nsight export) on disk; an NVML log or a format kept

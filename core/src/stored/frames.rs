@@ -114,8 +114,6 @@ pub enum HandOver {
     /// Each while the device's other analysis thread still runs: a wait filled, never the
     /// device's summary delayed.
     WhileOthersRun,
-    /// Each as soon as it is final.
-    Always,
 }
 
 impl HandOver {
@@ -124,7 +122,6 @@ impl HandOver {
         match self {
             HandOver::Never => false,
             HandOver::WhileOthersRun => others_running(),
-            HandOver::Always => true,
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use memlens_api::AnalyzeOutput;
-use memlens_core::pipeline::{run, run_with, Input, NoSink};
+use memlens_core::pipeline::{run, run_with, Input};
 
 use super::error::CommandError;
 
@@ -29,7 +29,7 @@ pub struct ExplainTextRequest {
 pub fn analyze_files(files: &[PathBuf], category_rules: Option<&Path>) -> Result<AnalyzeOutput, CommandError> {
     let rules = memlens_core::analysis::categories::FrameRules::load(category_rules)?;
     let inputs = files.iter().map(|p| Input::path(p)).collect();
-    Ok(run_with(inputs, Default::default(), &rules, &mut NoSink)?)
+    Ok(run_with(inputs, Default::default(), &rules)?)
 }
 
 /// [`analyze_files`] for a request; a request of no file is a usage error.
@@ -48,5 +48,5 @@ pub fn explain_text(req: &ExplainTextRequest) -> Result<AnalyzeOutput, CommandEr
     std::fs::write(&path, req.text.as_bytes()).map_err(CommandError::Scratch)?;
     let mut input = Input::path(&path);
     input.name = "the pasted text".into();
-    Ok(run(vec![input], Default::default(), &mut NoSink)?)
+    Ok(run(vec![input], Default::default())?)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use memlens_api::{AnalyzeOutput, CategoryLimit, CheckOutcome, DeviceSummary, Limit, Thresholds};
 use memlens_core::analysis::check::{check_run, checked_device, RunDelta};
-use memlens_core::pipeline::{run_with, Input, NoSink};
+use memlens_core::pipeline::{run_with, Input};
 
 use super::compare::compare_files;
 use super::error::{CommandError, Unusable};
@@ -129,8 +129,7 @@ fn summarised(side: &Source, req: &CheckRequest) -> Result<Summarised, SourceErr
         Source::File(path) => {
             let rules = memlens_core::analysis::categories::FrameRules::load(req.category_rules.as_deref())
                 .map_err(CommandError::from)?;
-            let out = run_with(vec![Input::path(path)], Default::default(), &rules, &mut NoSink)
-                .map_err(CommandError::from)?;
+            let out = run_with(vec![Input::path(path)], Default::default(), &rules).map_err(CommandError::from)?;
             (path.display().to_string(), out)
         }
         Source::Report { link, server, id } => (link.clone(), report_summary(link, server, id, req.wait)?),

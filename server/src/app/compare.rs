@@ -2,12 +2,13 @@
 //! device, into one [`Comparison`] (A − B) — what `memlens diff` prints and `memlens check`
 //! holds to its limits.
 
+use memlens_core::pipeline::Pipeline;
 use std::path::{Path, PathBuf};
 
 use memlens_api::{Comparison, DeviceSummary, FileSummary};
 use memlens_core::analysis::compare::{compare_runs, CompareSide, COMPARE_WIDTH};
 use memlens_core::analysis::run::busiest_device;
-use memlens_core::pipeline::{self, Input, KeepFrames};
+use memlens_core::pipeline::{Input, KeepFrames};
 
 use super::error::{CommandError, Unusable};
 
@@ -57,7 +58,7 @@ pub fn compare_files(
         with_stacks: true,
         ..KeepFrames::default()
     };
-    let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink)?;
+    let out = Pipeline::keeping_frames().rules(&rules).run(inputs, &mut sink)?;
     let n = if same { 1 } else { 2 };
     if out.files.len() != n {
         let not = if same { a } else { b };

@@ -3,6 +3,7 @@
 //! by a measured run's snapshot; or, with `serve`, a serving engine's startup, optionally
 //! calibrated by a startup log of the same model.
 
+use memlens_core::pipeline::Pipeline;
 use std::path::PathBuf;
 
 use memlens_api::{Plan, PlanParams, ServingPlan};
@@ -130,7 +131,9 @@ pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, Co
     let name = path.display().to_string();
     let rules = memlens_core::analysis::categories::FrameRules::load(None)?;
     let mut sink = KeepFrames::default();
-    let out = pipeline::run_with(vec![Input::path(path)], Default::default(), &rules, &mut sink)?;
+    let out = Pipeline::keeping_frames()
+        .rules(&rules)
+        .run(vec![Input::path(path)], &mut sink)?;
     let (Some(file), Some(frames)) = (out.files.first(), sink.files.first()) else {
         return Err(CommandError::unusable(name, Unusable::NoHistory));
     };
@@ -151,12 +154,7 @@ pub fn make_serving_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<
     };
     let name = path.display().to_string();
     let rules = memlens_core::analysis::categories::FrameRules::load(None)?;
-    let out = pipeline::run_with(
-        vec![Input::path(path)],
-        Default::default(),
-        &rules,
-        &mut pipeline::NoSink,
-    )?;
+    let out = pipeline::run_with(vec![Input::path(path)], Default::default(), &rules)?;
     let Some(log) = out.files.into_iter().find_map(|f| f.serving) else {
         return Err(CommandError::unusable(name, Unusable::NoServingStartup));
     };

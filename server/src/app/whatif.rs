@@ -2,11 +2,12 @@
 //! [`WhatIfParams`]), each device's with the assumptions it rests on. The scenario is read once
 //! from `key=value` settings, whichever transport gave them (`--set`, the MCP tool's `set`).
 
+use memlens_core::pipeline::Pipeline;
 use std::path::{Path, PathBuf};
 
 use memlens_api::{WhatIfOutput, WhatIfParams};
 use memlens_core::analysis::whatif::what_if_file;
-use memlens_core::pipeline::{self, Input, KeepFrames};
+use memlens_core::pipeline::{Input, KeepFrames};
 
 use super::error::CommandError;
 
@@ -83,7 +84,7 @@ pub fn predict(
     let rules = memlens_core::analysis::categories::FrameRules::load(category_rules)?;
     let mut sink = KeepFrames::default();
     let inputs = files.iter().map(|p| Input::path(p)).collect();
-    let out = pipeline::run_with(inputs, Default::default(), &rules, &mut sink)?;
+    let out = Pipeline::keeping_frames().rules(&rules).run(inputs, &mut sink)?;
     let mut predicted = Vec::new();
     for (f, frames) in out.files.iter().zip(&sink.files) {
         predicted.push(what_if_file(f, frames, &out.gpu_logs, s).map_err(|e| CommandError::analysis(&f.file, e))?);

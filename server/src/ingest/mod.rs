@@ -25,7 +25,7 @@ use memlens_api::{FileSummary, ReportState, Stage};
 use memlens_core::analysis::categories::FrameRules;
 use memlens_core::importers::ImportOptions;
 use memlens_core::pipeline::{
-    self, DeviceFrames, GpuLogOutput, HandOver, Input, Keep, ObjectSink, PipelineSink, SinkError, SnapshotOutput,
+    self, DeviceFrames, GpuLogOutput, HandOver, Input, Keep, Pipeline, PipelineSink, SinkError, SnapshotOutput,
     GZIP_RATIO,
 };
 use tokio::sync::Semaphore;
@@ -145,8 +145,8 @@ struct StoreSink<'a> {
     /// ranks opens on its worst rank, known only at the end); kept only with a cache to fill.
     file_for_cache: Option<FileForCache>,
     keep_frames: bool,
-    /// Frames encoded while their analyses still ran.
-    early: reportdata::EarlyObjects,
+    /// Frames encoded while their analyses still ran (the pipeline's [`ObjectSink`]).
+    early: &'a reportdata::EarlyObjects,
 }
 
 /// What an ingest keeps of each file: everything a stored report answers from. A trace of
@@ -170,12 +170,6 @@ struct FileForCache {
 impl PipelineSink for StoreSink<'_> {
     fn stage(&mut self, stage: Stage, _file: Option<&str>) {
         self.progress.set_stage(stage);
-    }
-    fn keeps(&self) -> Keep {
-        KEEP
-    }
-    fn objects(&self) -> Option<&dyn ObjectSink> {
-        Some(&self.early)
     }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         let early = self.early.take(out.index);
@@ -487,15 +481,21 @@ impl Ingest {
             .collect();
         // Dropped without commit on any error: the report's data stays as it was.
         let mut data = self.store.data_writer(id).map_err(|e| internal(&e))?;
+        let early = reportdata::EarlyObjects::default();
         let mut sink = StoreSink {
             progress,
             data: data.as_mut(),
             charted: false,
             file_for_cache: None,
             keep_frames: self.files.is_some(),
-            early: Default::default(),
+            early: &early,
         };
-        let out = pipeline::run_with(inputs, self.options, &self.category_rules, &mut sink).map_err(|e| {
+        let pipeline = Pipeline::new()
+            .options(self.options)
+            .rules(&self.category_rules)
+            .keep(KEEP)
+            .objects(&early);
+        let out = pipeline.run(inputs, &mut sink).map_err(|e| {
             if e.is_input_error() {
                 JobError::Input(e.to_string())
             } else {

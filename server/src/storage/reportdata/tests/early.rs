@@ -17,9 +17,17 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
         let id = &rid("0000000000000000000000000000000c");
         let (_root, store) = store_with_report(id);
         let mut w = store.data_writer(id).expect("writer");
-        let mut keep = KeepingSink::new(w.as_mut(), replay_running);
+        let early_objects = EarlyObjects::default();
+        let mut keep = KeepingSink::new(w.as_mut(), &early_objects);
         let path = memlens_tests_trace(trace);
-        pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+        let hand_over = if replay_running {
+            HandOver::WhileOthersRun
+        } else {
+            HandOver::Never
+        };
+        pipeline_for(&early_objects, hand_over, false)
+            .run(vec![Input::path(&path)], &mut keep)
+            .expect("run");
         let (early_keys, frames) = (std::mem::take(&mut keep.early_keys), std::mem::take(&mut keep.frames));
         w.commit().expect("commit");
         let mut all: Vec<&String> = frames.iter().map(|(key, _)| key).collect();
@@ -27,7 +35,13 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
         // The frames; the segment objects encoded early are the next test's.
         let mut early: Vec<&String> = early_keys.iter().filter(|k| !k.contains("/segments/")).collect();
         early.sort();
-        assert_eq!(early, if replay_running { all } else { vec![] }, "{trace}");
+        // While the replay runs, what is final is encoded (how much depends on the threads'
+        // timing); else nothing is. Either way every frame is stored as the storing stage would.
+        if replay_running {
+            assert!(early.iter().all(|k| all.contains(k)), "{trace}: {early:?}");
+        } else {
+            assert!(early.is_empty(), "{trace}: {early:?}");
+        }
         assert!(!frames.is_empty());
         for (key, want) in &frames {
             let got = read_parquet(store.as_ref(), id, key).expect("stored");
@@ -57,13 +71,23 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
 #[test]
 fn segment_objects_encoded_during_the_analyses_are_the_bytes_the_storing_stage_writes() {
     // Every stored checkpoint of a report, by key, and the keys encoded early.
-    let stored = |others_running: bool| {
+    // Early: handed over while the replay runs and, at the latest, before the trace lets go of
+    // its addresses (every one of them, whatever the threads did); late: by the storing stage.
+    let stored = |early: bool| {
         let id = &rid("0000000000000000000000000000000d");
         let (root, store) = store_with_report(id);
         let mut w = store.data_writer(id).expect("writer");
-        let mut keep = KeepingSink::new(w.as_mut(), others_running);
+        let early_objects = EarlyObjects::default();
+        let mut keep = KeepingSink::new(w.as_mut(), &early_objects);
         let path = memlens_tests_trace("leak.pickle");
-        pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+        let hand_over = if early {
+            HandOver::WhileOthersRun
+        } else {
+            HandOver::Never
+        };
+        pipeline_for(&early_objects, hand_over, early)
+            .run(vec![Input::path(&path)], &mut keep)
+            .expect("run");
         let early_keys = std::mem::take(&mut keep.early_keys);
         w.commit().expect("commit");
         let cursors: Vec<usize> = read_json(store.as_ref(), id, "f0/d0/segments.json").expect("cursors");
@@ -98,10 +122,17 @@ fn a_sink_that_lets_the_addresses_go_stores_the_same_bytes() {
         let id = &rid("0000000000000000000000000000000e");
         let (root, store) = store_with_report(id);
         let mut w = store.data_writer(id).expect("writer");
-        let mut keep = KeepingSink::new(w.as_mut(), others_running);
-        keep.lets_go = lets_go;
+        let early_objects = EarlyObjects::default();
+        let mut keep = KeepingSink::new(w.as_mut(), &early_objects);
         let path = memlens_tests_trace(trace);
-        pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+        let hand_over = if others_running {
+            HandOver::WhileOthersRun
+        } else {
+            HandOver::Never
+        };
+        pipeline_for(&early_objects, hand_over, lets_go)
+            .run(vec![Input::path(&path)], &mut keep)
+            .expect("run");
         let events = keep.written[0].frames[0].clone();
         w.commit().expect("commit");
         let cursors: Vec<usize> = read_json(store.as_ref(), id, "f0/d0/segments.json").expect("cursors");

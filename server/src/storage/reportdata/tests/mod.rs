@@ -5,6 +5,7 @@
 mod early;
 mod old_reports;
 
+use memlens_core::pipeline::Pipeline;
 use std::sync::Arc;
 
 use memlens_api::AnalyzeOutput;
@@ -19,7 +20,7 @@ use super::*;
 use crate::storage::parquet_object::RowGroups;
 use crate::storage::store::{DataWriter, ReportId, ReportStore};
 use crate::storage::store::{LocalStore, ReportRecord, ReportState};
-use memlens_core::pipeline::{self, HandOver, Input, Keep, ObjectSink, PipelineSink, SinkError, SnapshotOutput};
+use memlens_core::pipeline::{HandOver, Input, Keep, PipelineSink, SinkError, SnapshotOutput};
 
 /// A report id for a test (any one key segment).
 pub(crate) fn rid(s: &str) -> ReportId {
@@ -73,51 +74,42 @@ pub(crate) struct Written {
     meta: SnapshotMeta,
 }
 
-/// Keeps what the pipeline hands over, as the server's ingest does; its usage and lifetimes
-/// encoded during the analyses (as when the replay outlasts the rest).
+/// Keeps what the pipeline hands over, as the server's ingest does; the objects encoded during
+/// the analyses are those of the `early` it shares with the pipeline ([`pipeline_for`]).
 struct KeepingSink<'a> {
     data: &'a mut dyn DataWriter,
     written: Vec<Written>,
-    early: EarlyObjects,
-    /// When objects are handed over during the analyses: every time (`Always`), as when the
-    /// replay outlasts the rest, or never (`Never`), whatever the threads did.
-    hand_over: HandOver,
+    early: &'a EarlyObjects,
     /// The keys of the objects encoded early, and every device frame as the pipeline gave it.
     early_keys: Vec<String>,
     frames: Vec<(String, DataFrame)>,
-    /// Whether the pipeline may let the trace's addresses go before `snapshot`, as the
-    /// server's ingest does.
-    lets_go: bool,
 }
 impl<'a> KeepingSink<'a> {
-    fn new(data: &'a mut dyn DataWriter, replay_running: bool) -> Self {
+    fn new(data: &'a mut dyn DataWriter, early: &'a EarlyObjects) -> Self {
         KeepingSink {
             data,
             written: Vec::new(),
-            early: EarlyObjects::default(),
-            hand_over: if replay_running {
-                HandOver::Always
-            } else {
-                HandOver::Never
-            },
+            early,
             early_keys: Vec::new(),
             frames: Vec::new(),
-            lets_go: false,
         }
     }
 }
-impl PipelineSink for KeepingSink<'_> {
-    fn keeps(&self) -> Keep {
-        Keep {
+
+/// A pipeline that keeps what the ingest keeps, handing objects to `early` while the analyses
+/// run as `hand_over` says, and with `lets_go` letting the trace's addresses go before
+/// `snapshot` (which first hands over every object that needs them).
+fn pipeline_for(early: &EarlyObjects, hand_over: HandOver, lets_go: bool) -> Pipeline<'_> {
+    Pipeline::new()
+        .keep(Keep {
             tables: true,
             segment_checkpoints: true,
-            hand_over: self.hand_over,
-            release_addresses_from: self.lets_go.then_some(0),
-        }
-    }
-    fn objects(&self) -> Option<&dyn ObjectSink> {
-        Some(&self.early)
-    }
+            hand_over,
+            release_addresses_from: lets_go.then_some(0),
+        })
+        .objects(early)
+}
+impl PipelineSink for KeepingSink<'_> {
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         self.written.push(Written {
             frames: out.tables.frames_mut().into_iter().map(|(_, df)| df.clone()).collect(),
@@ -146,9 +138,12 @@ impl PipelineSink for KeepingSink<'_> {
 /// written (each file's tables and meta) and the summary.
 pub(crate) fn process_into(store: &Arc<dyn ReportStore>, id: &ReportId, name: &str) -> (Vec<Written>, AnalyzeOutput) {
     let mut w = store.data_writer(id).expect("writer");
-    let mut keep = KeepingSink::new(w.as_mut(), true);
+    let early = EarlyObjects::default();
+    let mut keep = KeepingSink::new(w.as_mut(), &early);
     let path = memlens_tests_trace(name);
-    let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+    let out = pipeline_for(&early, HandOver::WhileOthersRun, false)
+        .run(vec![Input::path(&path)], &mut keep)
+        .expect("run");
     let written = std::mem::take(&mut keep.written);
     write_summary(w.as_mut(), &out).expect("summary");
     w.commit().expect("commit");

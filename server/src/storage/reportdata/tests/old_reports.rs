@@ -3,6 +3,7 @@
 //! `meta.json`, `event_notes` or category columns).
 
 use super::*;
+use memlens_core::pipeline::Pipeline;
 use memlens_core::pipeline::SinkError;
 
 /// Puts the tables a report stored before 2026-12 also had (the trace, segments, blocks,
@@ -49,9 +50,12 @@ fn a_loaded_file_weighs_its_parts_without_making_their_one_value_columns() {
     let (_root, store) = store_with_report(id);
     // As a report stored before 2026-12, with its trace.
     let mut w = store.data_writer(id).expect("writer");
-    let mut keep = KeepingSink::new(w.as_mut(), true);
+    let early = EarlyObjects::default();
+    let mut keep = KeepingSink::new(w.as_mut(), &early);
     let path = memlens_tests_trace("mlp_train.pickle");
-    let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut keep).expect("run");
+    let out = pipeline_for(&early, HandOver::WhileOthersRun, false)
+        .run(vec![Input::path(&path)], &mut keep)
+        .expect("run");
     let mut t = written_tables(&keep.written, 0);
     put_trace_tables(w.as_mut(), 0, &mut t);
     write_summary(w.as_mut(), &out).expect("summary");
@@ -101,12 +105,6 @@ impl DataWriter for OldLayout<'_> {
 }
 struct WriteOld<'a>(OldLayout<'a>);
 impl PipelineSink for WriteOld<'_> {
-    fn keeps(&self) -> Keep {
-        Keep {
-            tables: true,
-            ..Keep::default()
-        }
-    }
     fn snapshot(&mut self, out: SnapshotOutput<'_>) -> Result<(), SinkError> {
         for d in out.devices.iter_mut() {
             let _ = d.lifetimes.drop_in_place("category");
@@ -173,7 +171,9 @@ fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
     let mut w = store.data_writer(id).expect("writer");
     let mut sink = WriteOld(OldLayout(w.as_mut()));
     let path = memlens_tests_trace("leak.pickle");
-    let out = pipeline::run(vec![Input::path(&path)], Default::default(), &mut sink).expect("run");
+    let out = Pipeline::keeping_frames()
+        .run(vec![Input::path(&path)], &mut sink)
+        .expect("run");
     write_summary(w.as_mut(), &out).expect("summary");
     w.commit().expect("commit");
     let loaded = load(&store, id).expect("an old report loads");
@@ -187,7 +187,9 @@ fn a_report_stored_by_the_previous_version_still_loads_and_answers() {
         &DataType::Int32
     );
     let mut fresh = memlens_core::pipeline::KeepFrames::default();
-    pipeline::run(vec![Input::path(&path)], Default::default(), &mut fresh).expect("run");
+    Pipeline::keeping_frames()
+        .run(vec![Input::path(&path)], &mut fresh)
+        .expect("run");
     // Its reserved column is read as the changes and not held; its times stay one i64
     // column, where the pipeline now shares the events' narrow ones.
     assert_eq!(devices[0].usage.get_column_names(), ["time", "allocated"]);
