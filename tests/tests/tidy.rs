@@ -24,7 +24,7 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
     ("core/src/query/mod.rs", "timeline_with"),
     ("bench/src/bin/timeline.rs", "main"),
     ("core/src/importers/pytorch_snapshot/lower/root.rs", "lower_root"),
-    ("core/src/analysis/lifetimes.rs", "lifetimes_and_predating"),
+    ("core/src/analysis/over_time/lifetimes.rs", "lifetimes_and_predating"),
     ("core/src/importers/pytorch_snapshot/lower/root.rs", "lower_segments"),
     ("core/src/analysis/whatif.rs", "factors"),
     ("bench/src/bin/segments.rs", "main"),

@@ -1,69 +1,59 @@
-//! Analyses: functions over the canonical polars tables of one snapshot, per device.
+//! Analyses: functions over the canonical polars tables of one snapshot, per device, grouped
+//! in rooms by the question they answer:
 //!
-//! - [`usage`]: allocated (requested bytes) and reserved over time, with memory that existed
-//!   before recording counted;
-//! - [`lifetimes`]: one row per allocation (alloc → free, or live at the end), and
-//!   [`lifetime_addresses`]: their addresses read from the trace when they are written;
-//! - [`peak`]: when usage peaked and what was live, grouped by stack;
-//! - [`segment_map`]: the allocator's segments and blocks at any event, by replay;
-//! - [`fragmentation`]: reserved-but-free memory and the largest free block over time;
-//! - [`out_of_memory`]: the room for "why did I OOM, and what fits?" — [`oom`] each OOM
-//!   explained, [`oom_cause`] one classifier and remedy list for snapshots and texts,
-//!   [`failed_step`] how much of the batch fits, [`jax_oom`] XLA's text;
-//! - [`kv_cache`]: a generation's key/value cache: its bytes, tokens, sequences, bytes a token;
-//! - [`leaks`]: allocations piling up across iterations;
-//! - [`phases`]: `record_function` ranges and iteration boundaries;
-//! - [`size_rules`]: what sizes say beside lives (gradients, state made before recording,
-//!   autocast's weight copies), over the categories' first placement;
-//! - [`interval_index`]: which of a run's ranges hold an instant, by binary search (never a
-//!   scan of the ranges for each entry);
-//! - [`pools`]: the allocator's default and private pools (MemPool, CUDA graph);
-//! - [`stalls`]: frees that waited on another stream (`record_stream`);
-//! - [`run`]: the ranks of one job side by side (from file summaries only);
-//! - [`compare`]: two devices (of two runs, or two ranks) side by side, A − B.
-//! - [`gpu_samples`]: whole-GPU memory from NVML logs (not per device of a snapshot), lined up
-//!   with the snapshots' clock.
+//! - [`anatomy`]: what is the peak made of? — [`categories`] every allocation's category,
+//!   `training_structure` the step's phases from the trace alone, `peak` what was live at
+//!   the peak, [`jax_anatomy`] a JAX profile's peak;
+//! - [`over_time`]: how does memory move, and what leaks? — [`usage`], [`lifetimes`],
+//!   [`fragmentation`], [`leaks`], [`pools`], `stalls`;
+//! - [`out_of_memory`]: why did I OOM, and what fits? — `oom` each OOM explained,
+//!   [`oom_cause`] one classifier and remedy list for snapshots and texts, `failed_step` how
+//!   much of the batch fits, [`jax_oom`] XLA's text;
+//! - [`comparison`]: did this change make memory worse? — [`compare`] A − B, [`check`] a CI
+//!   gate's limits, [`run`] the ranks of one job side by side;
+//! - [`whatif`]: a measured run's peak under another setting.
+//!
+//! Beside the rooms: [`segment_map`] the allocator's segments and blocks at any event, by
+//! replay, and [`lifetime_addresses`] their addresses; [`kv_cache`] a generation's key/value
+//! cache; [`phases`] `record_function` ranges and iteration boundaries; [`serving`] a serving
+//! engine's startup; [`gpu_samples`] whole-GPU memory from NVML logs, lined up with the
+//! snapshots' clock; `interval_index` which of a run's ranges hold an instant, by binary search.
+//! Each room's module re-exports its analyses here, so `analysis::usage` names the same module
+//! as `analysis::over_time::usage`.
 //!
 //! [`DeviceEvents`] (in `device_events.rs`) is how every analysis reads one device's entries.
 //!
 //! Invariant: analyses read tables, never raw input, and never panic on odd but well-typed
 //! data (frees without allocs, allocs without frees, missing timestamps, empty traces).
 
-pub mod categories;
-pub mod check;
-pub mod compare;
-mod compare_verdict;
+pub mod anatomy;
+pub mod comparison;
 mod device_events;
-pub mod fragmentation;
 pub mod gpu_samples;
 mod interval_index;
-pub mod jax_anatomy;
 pub mod kv_cache;
-pub(crate) mod labels;
-pub mod leaks;
 pub mod lifetime_addresses;
-pub mod lifetimes;
 pub(crate) mod loop_steps;
 pub mod out_of_memory;
-pub(crate) mod peak;
+pub mod over_time;
 pub mod phases;
-pub mod pools;
 mod rows_in_entry_order;
-pub mod run;
 pub mod segment_map;
 pub mod serving;
 #[cfg(test)]
 mod serving_tests;
-mod size_rules;
-pub(crate) mod stalls;
 pub(crate) mod text_evidence;
-mod training_structure;
-pub mod usage;
 pub(crate) mod verdict;
 pub mod whatif;
 
+pub use anatomy::{categories, jax_anatomy};
+pub(crate) use anatomy::{labels, peak, size_rules, training_structure};
+pub(crate) use comparison::compare_verdict;
+pub use comparison::{check, compare, run};
 pub(crate) use out_of_memory::{failed_step, oom};
 pub use out_of_memory::{failure_facts, jax_oom, oom_cause};
+pub(crate) use over_time::stalls;
+pub use over_time::{fragmentation, leaks, lifetimes, pools, usage};
 
 use polars_core::prelude::*;
 

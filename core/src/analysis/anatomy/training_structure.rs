@@ -2,38 +2,38 @@
 //! its forward and backward, from the previous step's end (or the run's first iteration) to
 //! the step — and the zero_grad ranges; and where an instant falls in them ([`locate`],
 //! [`in_zero_grad`], [`first_forward_from`]), asked for every allocation by
-//! [`super::categories`], answered by binary search for every shape the iterations can take
-//! (a long run has thousands; [`super::interval_index`]).
+//! [`crate::analysis::categories`], answered by binary search for every shape the iterations can take
+//! (a long run has thousands; [`crate::analysis::interval_index`]).
 
-use super::interval_index::{FirstCovering, Union};
-use super::usage::Usage;
-use super::DeviceEvents;
+use crate::analysis::interval_index::{FirstCovering, Union};
+use crate::analysis::usage::Usage;
+use crate::analysis::DeviceEvents;
 use crate::stacks::StackResolver;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::Action;
 use memlens_api::PhaseRange;
 
 /// A time interval `[start, end]` on the trace's axis.
-pub(super) type Span = (i64, i64);
+pub(in crate::analysis) type Span = (i64, i64);
 
 /// One training iteration as the allocator saw it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Iteration {
+pub(in crate::analysis) struct Iteration {
     /// Forward and backward: from the previous step's end (or the run's first iteration) to
     /// this step's start.
-    pub(super) forward: Span,
-    pub(super) backward: Span,
-    pub(super) step: Span,
+    pub(in crate::analysis) forward: Span,
+    pub(in crate::analysis) backward: Span,
+    pub(in crate::analysis) step: Span,
     /// Where the iteration ends: its step's end, or the end of the zero_grad right after it.
-    pub(super) end: i64,
+    pub(in crate::analysis) end: i64,
 }
 
 /// The phases of a device's run.
 pub struct Structure {
-    pub(super) iterations: Vec<Iteration>,
+    pub(in crate::analysis) iterations: Vec<Iteration>,
     /// Whether the iterations end at optimizer steps (else at the ends of backward passes, in
     /// a run without an optimizer: their steps hold no instant).
-    pub(super) from_optimizer: bool,
+    pub(in crate::analysis) from_optimizer: bool,
     /// Where [`locate`] and the zero_grad test look, found once: every allocation asks.
     index: PhaseIndex,
 }
@@ -338,7 +338,7 @@ impl<'a> BackwardEvidence<'a> {
 }
 
 /// Whether a frame (`file:line:function`) is the autograd engine's backward.
-pub(super) fn is_backward_frame(f: &str) -> bool {
+pub(in crate::analysis) fn is_backward_frame(f: &str) -> bool {
     f.contains("torch/autograd/") && (f.ends_with(":backward") || f.contains("_engine_run_backward"))
         || f.contains("torch/_tensor.py") && f.ends_with(":backward")
         || f.contains("torch::autograd::Engine")
@@ -386,7 +386,7 @@ pub fn autograd_windows(phases: &[PhaseRange], training: Option<&Structure>) -> 
 }
 
 /// Ranges named exactly `name`, a range still open at the end reaching to the end of time.
-pub(super) fn spans_or_open(phases: &[PhaseRange], name: &str) -> Vec<Span> {
+pub(in crate::analysis) fn spans_or_open(phases: &[PhaseRange], name: &str) -> Vec<Span> {
     let mut v: Vec<Span> = phases
         .iter()
         .filter(|p| lower(&p.name) == name)
@@ -396,19 +396,19 @@ pub(super) fn spans_or_open(phases: &[PhaseRange], name: &str) -> Vec<Span> {
     v
 }
 
-pub(super) fn within(t: i64, s: Span) -> bool {
+pub(in crate::analysis) fn within(t: i64, s: Span) -> bool {
     s.0 <= t && t <= s.1
 }
 
 /// Where an instant falls: (iteration, phase) with phase 0 forward, 1 backward, 2 step; the
 /// first iteration that places it.
-pub(super) fn locate(st: &Structure, t: i64) -> Option<(usize, u8)> {
+pub(in crate::analysis) fn locate(st: &Structure, t: i64) -> Option<(usize, u8)> {
     let k = st.index.placing.first(t)? as usize;
     place(k, &st.iterations[k], t)
 }
 
 /// The first iteration whose forward starts after `t` or holds it.
-pub(super) fn first_forward_from(st: &Structure, t: i64) -> Option<usize> {
+pub(in crate::analysis) fn first_forward_from(st: &Structure, t: i64) -> Option<usize> {
     let starts = &st.index.forward_starts;
     let later = starts.get(starts.partition_point(|s| s.0 <= t)).map(|s| s.1);
     let holding = st.index.forward_holding.first(t);
@@ -429,7 +429,7 @@ fn place(k: usize, it: &Iteration, t: i64) -> Option<(usize, u8)> {
 }
 
 /// Whether an instant is inside a zero_grad range.
-pub(super) fn in_zero_grad(st: &Structure, t: i64) -> bool {
+pub(in crate::analysis) fn in_zero_grad(st: &Structure, t: i64) -> bool {
     st.index.zero_grads.holds(t)
 }
 

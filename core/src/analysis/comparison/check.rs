@@ -7,8 +7,8 @@ use memlens_api::{
     CheckMeasure, CheckOutcome, CheckedRun, Comparison, DeviceSummary, Limit, StackDelta, Thresholds, Violation,
 };
 
-use super::compare::category_deltas;
-use super::run::busiest_device;
+use crate::analysis::compare::category_deltas;
+use crate::analysis::run::busiest_device;
 use crate::importers::common::sizes::{scaled, unit_bytes};
 
 /// How many of the largest stack deltas a check reports.

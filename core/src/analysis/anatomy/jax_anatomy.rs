@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use memlens_api::{stack_headline, Category, CategoryRule, DeviceSummary};
 use polars_core::prelude::*;
 
-use super::categories::{FrameRules, Placement};
+use crate::analysis::categories::{FrameRules, Placement};
 use crate::stacks::StackResolver;
 use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
@@ -143,10 +143,10 @@ pub fn placement(lifetimes: &DataFrame, stacks: &StackResolver, rules: &FrameRul
 /// A profile's verdict: one instant, what its live buffers are made of, and what the trees of
 /// one call's shape are (the structure rule's count of them, from its bytes).
 pub fn verdict(d: &DeviceSummary) -> String {
-    use super::oom_cause::human;
+    use crate::analysis::oom_cause::human;
     let total = d.peak_allocated_bytes.max(1);
     let buffers: usize = d.categories.iter().map(|c| c.count).sum();
-    let made_of = super::verdict::made_of(d, usize::MAX);
+    let made_of = crate::analysis::verdict::made_of(d, usize::MAX);
     let mut out = format!(
         "One instant (a JAX device memory profile: no timeline): {} live in {buffers} buffers",
         human(d.peak_allocated_bytes)

@@ -1,13 +1,13 @@
 //! The rules that place allocations by their sizes beside their lives, run over
-//! [`super::categories::categorize`]'s first placement: a parameter's size tells gradients
+//! [`crate::analysis::categories::categorize`]'s first placement: a parameter's size tells gradients
 //! from state a library keeps, the last iteration's gradients, optimizer state made before the
 //! recording, autocast's weight copies and cuBLAS's workspaces; [`BySizes`] runs them in their order.
 
 use memlens_api::{Category, CategoryRule};
 use polars_core::prelude::*;
 
-use super::training_structure::Structure;
-use super::DeviceEvents;
+use crate::analysis::training_structure::Structure;
+use crate::analysis::DeviceEvents;
 use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
 
@@ -26,7 +26,7 @@ fn sizes_of_parameters(placed: &[(Category, CategoryRule)], size: IntSlice) -> r
 /// placed as `cache`; freed later (by the next iteration), a temporary a reference held on to
 /// (an input's gradient, a loss kept). Only the weakest gradient rule (kept from backward) is
 /// second-guessed, and only when parameters were seen.
-pub(super) fn not_gradients_unlike_any_parameter(
+pub(in crate::analysis) fn not_gradients_unlike_any_parameter(
     mut placed: Vec<(Category, CategoryRule)>,
     size: IntSlice,
     free_idx: &[i32],
@@ -48,7 +48,7 @@ pub(super) fn not_gradients_unlike_any_parameter(
 /// clears gradients before backward): what its forward and backward made at a parameter's
 /// size and kept to the end are the gradients — where the split of the window between them
 /// (the peak) fell inside backward, they would look like forward's and kept past it.
-pub(super) fn last_gradients_by_size(
+pub(in crate::analysis) fn last_gradients_by_size(
     mut placed: Vec<(Category, CategoryRule)>,
     size: IntSlice,
     alloc_idx: &[i32],
@@ -80,7 +80,7 @@ pub(super) fn last_gradients_by_size(
 /// one backward makes gradients of that size stay parameters; the rest are optimizer state
 /// ([`CategoryRule::StateBySize`]), where the run has optimizer steps and backward was seen
 /// making gradients of every such size.
-pub(super) fn state_by_size(
+pub(in crate::analysis) fn state_by_size(
     mut placed: Vec<(Category, CategoryRule)>,
     size: IntSlice,
     alloc_idx: &[i32],
@@ -123,7 +123,7 @@ pub(super) fn state_by_size(
 /// placed by a rule of their own, where the run shows autocast at work — such copies adding up
 /// to at least a quarter of the parameters' bytes per iteration (a full cast makes a half) —
 /// not on a coincidence of sizes.
-pub(super) fn autocast_weight_copies(
+pub(in crate::analysis) fn autocast_weight_copies(
     mut placed: Vec<(Category, CategoryRule)>,
     size: IntSlice,
     iterations: usize,
@@ -172,7 +172,7 @@ const LT_WORKSPACE_WITHIN: i32 = 16;
 /// Where in the trace cuBLAS's workspaces may have been made and freed: by the run's first
 /// iteration (it ends at entry `first_pass_end`; `None`, no iterations: anywhere) and freed,
 /// if at all, only after its last (at `teardown_from`: Lightning's teardown clears them).
-pub(super) struct WorkspaceWindow {
+pub(in crate::analysis) struct WorkspaceWindow {
     pub first_pass_end: Option<i32>,
     pub teardown_from: Option<i32>,
 }
@@ -189,7 +189,7 @@ pub(super) struct WorkspaceWindow {
 /// forward's workspace is one too. Placed as `cache` ([`CategoryRule::WorkspaceBySize`]),
 /// before the rules that read parameters' sizes: taken for weights, they would make the
 /// backward's workspace a gradient.
-pub(super) fn workspaces_by_size(
+pub(in crate::analysis) fn workspaces_by_size(
     mut placed: Vec<(Category, CategoryRule)>,
     size: IntSlice,
     alloc_idx: &[i32],
@@ -321,7 +321,7 @@ const MOST_BATCH_TENSORS: usize = 2;
 /// all have a gradient of their size and at most [`MOST_BATCH_TENSORS`] such blocks are left,
 /// holding less than the weights do, they are the batch the loop feeds again and again — not
 /// frozen weights, which come by the layer.
-pub(super) fn inputs_by_size(
+pub(in crate::analysis) fn inputs_by_size(
     mut placed: Vec<(Category, CategoryRule)>,
     size: IntSlice,
     alloc_idx: &[i32],
@@ -361,8 +361,8 @@ pub(super) fn inputs_by_size(
     placed
 }
 
-/// What the rules that read sizes weigh beside [`super::categories::categorize`]'s first placement.
-pub(super) struct BySizes<'a> {
+/// What the rules that read sizes weigh beside [`crate::analysis::categories::categorize`]'s first placement.
+pub(in crate::analysis) struct BySizes<'a> {
     pub ev: &'a DeviceEvents,
     pub lifetimes: &'a DataFrame,
     pub training: Option<&'a Structure>,
@@ -376,7 +376,7 @@ impl BySizes<'_> {
     /// without Python), then what backward keeps unlike any parameter, then — with training
     /// structure — autocast's copies, the last iteration's gradients, state made before the
     /// recording and the batch made before it.
-    pub(super) fn place(
+    pub(in crate::analysis) fn place(
         &self,
         placed: Vec<(Category, CategoryRule)>,
         made_by_a_product: Option<impl FnMut(usize) -> bool>,

@@ -5,7 +5,7 @@
 use memlens_api::{Category, CategoryRule};
 use polars_core::prelude::*;
 
-use super::{device_notes, DeviceEvents};
+use crate::analysis::{device_notes, DeviceEvents};
 
 /// User rules for what the built-in evidence cannot place: `category: regex` lines, matched
 /// against each frame (`file:line:function`) of an allocation's stack; the first rule that

@@ -18,7 +18,7 @@
 
 use polars_core::prelude::*;
 
-use super::{device_segments, sum_i64, DeviceEvents};
+use crate::analysis::{device_segments, sum_i64, DeviceEvents};
 use crate::tables::columns::{usage as usage_col, Col};
 use crate::tables::entry_steps::EntrySteps;
 use crate::tables::int_slice::IntSlice;

@@ -6,14 +6,14 @@ use memlens_api::{ModuleGroup, NoStackReason, PhaseRange, StackGroup};
 use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::interval_index::{FirstCovering, Union};
+use crate::analysis::interval_index::{FirstCovering, Union};
 use crate::stacks::StackResolver;
 use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;
 
 /// What tells apart why allocations have no stack: asked for every live allocation without
-/// one, so its ranges are indexed once ([`super::interval_index`]).
+/// one, so its ranges are indexed once ([`crate::analysis::interval_index`]).
 pub struct NoStackEvidence<'a> {
     /// Whether the recording kept frames for any stack of the file.
     stacks_recorded: bool,

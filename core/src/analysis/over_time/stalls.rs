@@ -8,7 +8,7 @@
 use memlens_api::FreeStall;
 use rustc_hash::FxHashMap;
 
-use super::DeviceEvents;
+use crate::analysis::DeviceEvents;
 use crate::stacks::StackResolver;
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::StackIds;

@@ -1,7 +1,7 @@
 //! Leak candidates: allocations still live at the end, grouped by stack, flagged only where
 //! the run shows growth.
 //!
-//! With a loop — its steps from whichever evidence the run has ([`super::loop_steps`]) — a
+//! With a loop — its steps from whichever evidence the run has ([`crate::analysis::loop_steps`]) — a
 //! stack is a candidate when its survivors were allocated in at least 3 steps and in at least
 //! half of them; one-off state (parameters, optimizer state created at step 1, the last step's
 //! gradients) survives from a single iteration and is not flagged.
@@ -15,7 +15,7 @@ use memlens_api::LeakCandidate;
 use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::DeviceEvents;
+use crate::analysis::DeviceEvents;
 use crate::stacks::StackResolver;
 use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
@@ -44,7 +44,7 @@ fn survivors(lifetimes: &DataFrame) -> PolarsResult<Vec<(usize, usize)>> {
 
 /// Leak candidates, and without a loop what was done instead (in plain words). `steps`: each
 /// of the loop's steps as `(start, end)` on the events' time axis, in order
-/// ([`super::loop_steps`]); `None` without a loop.
+/// ([`crate::analysis::loop_steps`]); `None` without a loop.
 pub fn leak_candidates(
     ev: &DeviceEvents,
     lifetimes: &DataFrame,

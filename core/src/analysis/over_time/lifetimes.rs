@@ -22,8 +22,8 @@
 use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::lifetime_addresses::LifetimeAddresses;
-use super::{device_segments, DeviceEvents};
+use crate::analysis::lifetime_addresses::LifetimeAddresses;
+use crate::analysis::{device_segments, DeviceEvents};
 use crate::tables::columns::{address_columns, lifetimes as lt_col, one_or_each_column};
 use crate::tables::int_slice::IntSlice;
 use crate::tables::stack_ids::{stack_id_column, StackIds};

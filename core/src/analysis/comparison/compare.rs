@@ -15,8 +15,8 @@ use memlens_api::{
 use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::compare_verdict::{verdict, SettingChange};
-use super::lifetimes::live_by_stack;
+use crate::analysis::compare_verdict::{verdict, SettingChange};
+use crate::analysis::lifetimes::live_by_stack;
 use crate::error::AnalysisError;
 use crate::stacks::StackResolver;
 use crate::tables::columns::usage as usage_col;
@@ -35,7 +35,7 @@ pub struct CompareSide<'a> {
     pub file: &'a FileSummary,
     pub file_index: usize,
     pub device: &'a DeviceSummary,
-    pub frames: &'a dyn super::StoredDevice,
+    pub frames: &'a dyn crate::analysis::StoredDevice,
     pub stacks: &'a StackResolver,
     pub rank: Option<u32>,
 }

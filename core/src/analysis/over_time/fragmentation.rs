@@ -3,16 +3,16 @@
 //!
 //! One backward replay of the segment state visits evenly spaced sample entries plus any
 //! entries the caller needs exactly (the peak, every OOM), and on the way takes the segment
-//! map's checkpoints when asked ([`super::segment_map::checkpoints`]).
+//! map's checkpoints when asked ([`crate::analysis::segment_map::checkpoints`]).
 
 use memlens_api::FragmentationPoint;
 use polars_core::prelude::*;
 use rustc_hash::FxHashMap;
 
-use super::segment_map::checkpoints::{CheckpointTaker, SegmentCheckpoints};
-use super::segment_map::{SegmentState, StateStats};
-use super::usage::Usage;
-use super::DeviceEvents;
+use crate::analysis::segment_map::checkpoints::{CheckpointTaker, SegmentCheckpoints};
+use crate::analysis::segment_map::{SegmentState, StateStats};
+use crate::analysis::usage::Usage;
+use crate::analysis::DeviceEvents;
 use crate::tables::SnapshotTables;
 
 /// The fragmentation series and the exact states at requested entries.

@@ -12,7 +12,7 @@ use polars_core::prelude::*;
 use regex::Regex;
 use rustc_hash::FxHashMap;
 
-use super::{device_segments, DeviceEvents};
+use crate::analysis::{device_segments, DeviceEvents};
 use crate::tables::{Action, SnapshotTables};
 
 fn kind_of(id: (i64, i64)) -> PoolKind {
@@ -41,7 +41,7 @@ fn pool_names(
 ) -> PolarsResult<FxHashMap<(i64, i64), String>> {
     let mut votes: FxHashMap<((i64, i64), &str), usize> = FxHashMap::default();
     let (action, addr) = (ev.action(), ev.addr());
-    for (i, m) in super::device_notes(&t.event_notes, ev, "user_metadata")? {
+    for (i, m) in crate::analysis::device_notes(&t.event_notes, ev, "user_metadata")? {
         if !matches!(Action::from_code(action[i]), Action::Alloc | Action::SegmentAlloc) {
             continue;
         }

@@ -2,13 +2,13 @@
 //! activation, temporary, input, cache, other) and the [`CategoryRule`] that decided it, and
 //! each category's bytes at the peak and at its own maximum.
 //!
-//! Labels the entries carry win ([`super::labels`]); then math-library workspaces seen in C++
+//! Labels the entries carry win ([`crate::analysis::labels`]); then math-library workspaces seen in C++
 //! stacks are cache, and AMP's `GradScaler` state is optimizer state; then the evidence is the structure of training, read from the snapshot
 //! alone:
 //! - **optimizer steps**: PyTorch's optimizers run their `step` and `zero_grad` under
 //!   `record_function("Optimizer.step#…")` / `("Optimizer.zero_grad#…")`, which the allocator
 //!   history records; a range named like `optimizer_step` also counts; without either they are
-//!   inferred from `torch/optim/` frames ([`super::phases::with_inferred_optimizer_steps`]);
+//!   inferred from `torch/optim/` frames ([`crate::analysis::phases::with_inferred_optimizer_steps`]);
 //! - **iterations**: the window from one step's end to the next step's start holds forward and
 //!   backward. Explicit `forward`/`backward` ranges split it; without them the split is the
 //!   moment allocated bytes peak inside the window (forward builds activations up, backward
@@ -17,7 +17,7 @@
 //!   what backward keeps at a size no parameter has is not a gradient.
 //!
 //! Without optimizer steps, backward passes the stacks show (a forward + backward benchmark)
-//! are the iterations ([`super::training_structure::BackwardEvidence`]); without those either
+//! are the iterations ([`crate::analysis::training_structure::BackwardEvidence`]); without those either
 //! (inference, eval loops, non-PyTorch sources) nothing training-shaped is invented: parameters
 //! moved by `Module.to()` or there from before the recording to its end, temporaries, and
 //! `other` for what lives long with nothing to say what it is (`cache` is only what is kept to
@@ -26,12 +26,14 @@
 use memlens_api::{Category, CategoryRule, CategorySummary, PhaseRange, RuleShare};
 use polars_core::prelude::*;
 
-pub use super::labels::{explicit_labels, label_category, profiler_category, FrameRules, FrameRulesError, Labels};
-use super::rows_in_entry_order::RowsByEntry;
-use super::size_rules::BySizes;
-pub use super::training_structure::{autograd_windows, structure, BackwardEvidence, Structure};
-use super::training_structure::{first_forward_from, in_zero_grad, locate, spans_or_open, within, Span};
-use super::DeviceEvents;
+pub use crate::analysis::labels::{
+    explicit_labels, label_category, profiler_category, FrameRules, FrameRulesError, Labels,
+};
+use crate::analysis::rows_in_entry_order::RowsByEntry;
+use crate::analysis::size_rules::BySizes;
+pub use crate::analysis::training_structure::{autograd_windows, structure, BackwardEvidence, Structure};
+use crate::analysis::training_structure::{first_forward_from, in_zero_grad, locate, spans_or_open, within, Span};
+use crate::analysis::DeviceEvents;
 use crate::stacks::StackResolver;
 use crate::tables::columns::lifetimes as lt_col;
 use crate::tables::int_slice::IntSlice;
