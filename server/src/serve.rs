@@ -126,8 +126,9 @@ async fn run(args: ServeArgs) -> Result<(), StartupError> {
         tracing::info!("uploads need a token");
     }
     let gate = (auth, UploadLimit::new(args.uploads_per_minute, args.uploads_at_once));
-    let state = AppState::new(store.clone(), ingest, metrics, config, files, gate);
-    tokio::spawn(crate::http::runs::close_quiet_runs(state.clone()));
+    let reports = Arc::new(crate::app::reports::Reports::new(store.clone(), ingest, metrics, files));
+    tokio::spawn(crate::app::reports::close_quiet_runs(reports.clone()));
+    let state = AppState::new(reports, config, gate);
     {
         let store = store.clone();
         tokio::spawn(async move {

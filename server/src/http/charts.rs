@@ -30,7 +30,7 @@ async fn chart(st: Shared, id: ReportId, q: ChartParams, svg: bool) -> Result<Re
         ("image/png", CHART_PNG)
     };
     let stored = if q.is_default() {
-        let store = st.store.clone();
+        let store = st.reports.store.clone();
         let id = id.clone();
         tokio::task::spawn_blocking(move || reportdata::read_object(store.as_ref(), &id, key))
             .await
@@ -93,7 +93,7 @@ async fn chart(st: Shared, id: ReportId, q: ChartParams, svg: bool) -> Result<Re
             .await
             .map_err(internal)?;
             if let (Some(f), Target::Device { file, .. }) = (file_to_reweigh, target) {
-                st.files.reweigh(&id, file, &f);
+                st.reports.files.reweigh(&id, file, &f);
             }
             drawn?
         }

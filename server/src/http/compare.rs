@@ -142,7 +142,7 @@ async fn comparison(st: &Shared, ra: SideRef, rb: SideRef, width: usize) -> Resu
         compare_runs(&a, &b, width).map_err(internal)
     })
     .await;
-    st.files.reweigh(&report_a, fa, &la);
-    st.files.reweigh(&report_b, fb, &lb);
+    st.reports.files.reweigh(&report_a, fa, &la);
+    st.reports.files.reweigh(&report_b, fb, &lb);
     c
 }

@@ -19,7 +19,7 @@ use crate::storage::store::{JobRecord, ReportRecord};
 /// The job a link names, and its reports.
 async fn job_and_runs(st: &Shared, id: &str) -> Result<(JobRecord, Vec<ReportRecord>), ApiError> {
     let id = JobId::from_link(id).ok_or(ApiError::NoSuchJob)?;
-    let store = st.store.clone();
+    let store = st.reports.store.clone();
     tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
         let job = store.job(&id).map_err(internal)?.ok_or(ApiError::NoSuchJob)?;
         let runs = store.job_reports(&id).map_err(internal)?;
@@ -138,7 +138,7 @@ pub async fn edit_thresholds(
     }
     let thresholds: Thresholds =
         serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("thresholds: {e}")))?;
-    let store = st.store.clone();
+    let store = st.reports.store.clone();
     let (id2, t2) = (job.id.clone(), thresholds.clone());
     tokio::task::spawn_blocking(move || store.set_job_thresholds(&id2, &t2))
         .await

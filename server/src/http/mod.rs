@@ -1,5 +1,5 @@
 //! The HTTP API (axum), one module per resource: [`uploads`] (who may upload: [`auth`]; ranks
-//! of one job gathering into one report: [`runs`]), [`reports`] (status, summary,
+//! of one job gathering into one report: `crate::app::runs`), [`reports`] (status, summary,
 //! delete, limits), [`queries`] (level-of-detail), [`compare`] (two runs or ranks, A − B; the regression gate), [`jobs`] (the runs of a job), [`charts`], [`pages`] (share pages) and
 //! [`ops`] (health, metrics, OpenAPI). [`state`] holds what handlers share, [`error`] the JSON
 //! errors and the query extractor.
@@ -23,7 +23,6 @@ pub mod pages;
 pub mod plan;
 pub mod queries;
 pub mod reports;
-pub mod runs;
 pub mod security;
 pub mod state;
 pub mod static_files;

@@ -15,13 +15,15 @@ pub async fn healthz() -> &'static str {
 }
 
 pub async fn metrics(State(st): State<Shared>) -> Response {
-    st.metrics.set_imports_ahead_pending(st.ingest.pre_imports_pending());
+    st.reports
+        .metrics
+        .set_imports_ahead_pending(st.reports.ingest.pre_imports_pending());
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        st.metrics.render(),
+        st.reports.metrics.render(),
     )
         .into_response()
 }

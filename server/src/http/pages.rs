@@ -20,7 +20,7 @@ fn escape(s: &str) -> String {
 
 /// Whether the report's data has a default chart (reports of per-process logs alone have none).
 async fn has_chart(st: &Shared, id: &ReportId) -> bool {
-    let (store, id) = (st.store.clone(), id.clone());
+    let (store, id) = (st.reports.store.clone(), id.clone());
     tokio::task::spawn_blocking(move || reportdata::read_object(store.as_ref(), &id, CHART_PNG))
         .await
         .ok()
@@ -104,7 +104,7 @@ pub async fn plan_page(State(st): State<Shared>) -> Response {
 pub async fn job_page(State(st): State<Shared>, Path(id): Path<String>) -> Response {
     let name = match crate::ids::JobId::from_link(&id) {
         Some(id) => {
-            let store = st.store.clone();
+            let store = st.reports.store.clone();
             tokio::task::spawn_blocking(move || store.job(&id))
                 .await
                 .ok()

@@ -86,7 +86,7 @@ pub async fn with_file<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     let f = loaded_file(st, id, file).await?;
     let out = blocking(f.clone(), query).await;
-    st.files.reweigh(id, file, &f);
+    st.reports.files.reweigh(id, file, &f);
     out
 }
 
@@ -134,11 +134,11 @@ pub async fn timeline(
         Ok((tl, false))
     })
     .await?;
-    st.files.reweigh(&id, fi, &f);
+    st.reports.files.reweigh(&id, fi, &f);
     // A file whose frames alone are over the cache's whole budget is loaded by each query and
     // dropped after: warming it would load its frames for nothing.
-    if stored && st.files.could_keep(f.frames_estimate()) && f.claim_warming() {
-        st.metrics.view_warm_begun();
+    if stored && st.reports.files.could_keep(f.frames_estimate()) && f.claim_warming() {
+        st.reports.metrics.view_warm_begun();
         warm_view(st, id, fi, f, device, axis);
     }
     Ok(Json(tl))
@@ -156,10 +156,10 @@ fn warm_view(st: Shared, id: ReportId, file: usize, f: Arc<LoadedFile>, device: 
         let _one_at_a_time = WARMING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // While it waited, the cache may have let the file go (or a query opened it again):
         // warm the one queries will find, so that it is kept.
-        let f = match st.files.get(&id, file) {
+        let f = match st.reports.files.get(&id, file) {
             Some(cached) => cached,
             None => {
-                st.files.insert(&id, file, f.clone());
+                st.reports.files.insert(&id, file, f.clone());
                 f
             }
         };
@@ -170,7 +170,7 @@ fn warm_view(st: Shared, id: ReportId, file: usize, f: Arc<LoadedFile>, device: 
                 started.elapsed().as_secs_f64() * 1e3, f.bytes()),
             Err(e) => tracing::warn!(report = %id, file, device, "view indexes: {e}"),
         }
-        st.files.reweigh(&id, file, &f);
+        st.reports.files.reweigh(&id, file, &f);
     });
 }
 

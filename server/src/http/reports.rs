@@ -41,7 +41,7 @@ pub(super) fn owner_token(headers: &HeaderMap, q: DeleteParams) -> String {
 /// The report's record when the request carries its owner token (`X-Delete-Token` or
 /// `?token=`): 404 for no such report, 403 for a wrong or missing token.
 async fn owned(st: &Shared, id: &ReportId, q: DeleteParams, headers: &HeaderMap) -> Result<ReportRecord, ApiError> {
-    let store = st.store.clone();
+    let store = st.reports.store.clone();
     let id2 = id.clone();
     let rec = tokio::task::spawn_blocking(move || store.get(&id2))
         .await
@@ -90,7 +90,7 @@ pub async fn edit_meta(
             (d, r) => Some(now() + d.min(r) as i64 * 86_400),
         };
     }
-    let (store, id2, meta, expires) = (st.store.clone(), id.clone(), rec.meta.clone(), rec.expires_at);
+    let (store, id2, meta, expires) = (st.reports.store.clone(), id.clone(), rec.meta.clone(), rec.expires_at);
     tokio::task::spawn_blocking(move || store.set_meta(&id2, &meta, expires))
         .await
         .map_err(internal)?
@@ -108,13 +108,13 @@ pub async fn delete_report(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     owned(&st, &id, q, &headers).await?;
-    let store = st.store.clone();
+    let store = st.reports.store.clone();
     let id2 = id.clone();
     tokio::task::spawn_blocking(move || store.delete(&id2))
         .await
         .map_err(internal)?
         .map_err(internal)?;
-    st.forget(&id);
+    st.reports.forget(&id);
     Ok(StatusCode::NO_CONTENT)
 }
 

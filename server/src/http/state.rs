@@ -1,26 +1,23 @@
-//! What the handlers share: the store, the ingest queue, metrics, settings and the caches of
-//! summaries and loaded files; and the lookups every report endpoint starts with (record →
-//! ready → summary, or one loaded file, or the NVML samples). A report of many ranks is never
-//! loaded whole: each query loads only the file it names.
+//! What the handlers share: the store's reports (the application layer's [`Reports`], with
+//! their caches), who may upload and the server's settings; and the lookups every report
+//! endpoint starts with (record → ready → summary, or one loaded file, or the NVML samples),
+//! each [`Reports`]' answer with its error as HTTP's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
-use memlens_api::{AnalyzeOutput, ReportState, Stage, Status};
+use memlens_api::{AnalyzeOutput, Status};
 use polars_core::prelude::DataFrame;
 
 use super::auth::{UploadAuth, UploadLimit};
-use super::error::{internal, ApiError};
-use super::runs::Runs;
+use super::error::ApiError;
+pub use crate::app::reports::now;
+use crate::app::reports::{ReportError, Reports};
 use crate::ids::ReportId;
-use crate::ingest::Ingest;
-use crate::metrics::Metrics;
-use crate::storage::filecache::LoadedFiles;
-use crate::storage::reportdata::{self, DataError, LoadedFile};
-use crate::storage::store::{ReportRecord, ReportStore};
+use crate::storage::reportdata::LoadedFile;
+use crate::storage::store::ReportRecord;
 
 /// Server settings the handlers need.
 #[derive(Clone, Debug)]
@@ -34,27 +31,13 @@ pub struct HttpConfig {
     pub body_timeout: std::time::Duration,
 }
 
-/// Summaries kept in memory (small: a run of 64 ranks is 64 file summaries).
-const CACHE_SUMMARIES: usize = 64;
-/// Reports whose NVML samples are kept in memory.
-const CACHE_GPU_LOGS: usize = 3;
-
 pub struct AppState {
-    pub store: Arc<dyn ReportStore>,
+    /// The store's reports, with their caches (the application layer's).
+    pub reports: Arc<Reports>,
     /// Who may upload, and how often.
     pub upload_auth: UploadAuth,
     pub upload_limit: UploadLimit,
-    /// Runs gathering their ranks' uploads into one report.
-    pub runs: Runs,
-    pub ingest: Arc<Ingest>,
-    pub metrics: Arc<Metrics>,
     pub config: HttpConfig,
-    /// Loaded files by report id and file index, shared with this process's ingest.
-    pub files: Arc<LoadedFiles>,
-    /// By report and its number of uploads: a recording that grew by a window (here or on
-    /// another server of a shared store) is read anew.
-    summaries: quick_cache::sync::Cache<(ReportId, usize), Arc<AnalyzeOutput>>,
-    gpu_logs: quick_cache::sync::Cache<ReportId, Arc<Vec<DataFrame>>>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -82,189 +65,58 @@ pub fn link_id(id: &str) -> Result<ReportId, ApiError> {
 
 impl AppState {
     pub fn new(
-        store: Arc<dyn ReportStore>,
-        ingest: Arc<Ingest>,
-        metrics: Arc<Metrics>,
+        reports: Arc<Reports>,
         config: HttpConfig,
-        files: Arc<LoadedFiles>,
         (upload_auth, upload_limit): (UploadAuth, UploadLimit),
     ) -> Arc<AppState> {
         Arc::new(AppState {
-            store,
+            reports,
             upload_auth,
             upload_limit,
-            runs: Runs::default(),
-            ingest,
-            metrics,
             config,
-            files,
-            summaries: quick_cache::sync::Cache::new(CACHE_SUMMARIES),
-            gpu_logs: quick_cache::sync::Cache::new(CACHE_GPU_LOGS),
         })
     }
+}
 
-    /// Drops a report from the caches (after it was deleted).
-    pub fn forget(&self, id: &ReportId) {
-        self.summaries.retain(|(r, _), _| r != id);
-        self.gpu_logs.remove(id);
-        self.files.forget(id);
+impl From<ReportError> for ApiError {
+    fn from(e: ReportError) -> ApiError {
+        match e {
+            ReportError::NotFound => ApiError::NotFound,
+            ReportError::Gone => ApiError::Gone,
+            ReportError::NotReady(status) => ApiError::NotReady(status),
+            ReportError::Failed(status) => ApiError::Failed(status),
+            ReportError::NoFile(_) => ApiError::BadRequest(e.to_string()),
+            ReportError::Internal(message) => ApiError::Internal(message),
+        }
     }
 }
 
-pub fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
-/// The index record of a report that exists and has not expired.
+/// [`Reports::record`] for a handler.
 pub async fn record(st: &Shared, id: &ReportId) -> Result<ReportRecord, ApiError> {
-    let store = st.store.clone();
-    let id2 = id.clone();
-    let rec = tokio::task::spawn_blocking(move || store.get(&id2))
-        .await
-        .map_err(internal)?
-        .map_err(internal)?;
-    // A run still gathering its ranks is a queued report with the files so far.
-    let rec = rec.or_else(|| st.runs.pending(id)).ok_or(ApiError::NotFound)?;
-    if rec.expires_at.is_some_and(|e| e <= now()) {
-        return Err(ApiError::Gone);
-    }
-    Ok(rec)
+    Ok(st.reports.record(id).await?)
 }
 
-/// The status a client sees: the index state plus live progress while processing.
+/// [`Reports::status_of`] for a handler.
 pub fn status_of(st: &Shared, rec: &ReportRecord) -> Status {
-    let total: u64 = rec.files.iter().map(|f| f.size).sum();
-    let (stage, read) = match (rec.state, st.ingest.progress(&rec.id)) {
-        (ReportState::Ready, _) => (Stage::Ready, total),
-        (ReportState::Failed, _) => (Stage::Failed, 0),
-        (_, Some(p)) => (p.stage(), p.bytes_read.load(std::sync::atomic::Ordering::Relaxed)),
-        (ReportState::Queued, None) => (Stage::Queued, 0),
-        (ReportState::Processing, None) => (Stage::Processing, 0),
-    };
-    Status {
-        id: rec.id.to_string(),
-        state: rec.state,
-        stage,
-        bytes_read: read.min(total),
-        bytes_total: total,
-        files: rec.files.iter().map(|f| f.name.clone()).collect(),
-        error: rec.error.clone(),
-        created_at: rec.created_at,
-        expires_at: rec.expires_at,
-        meta: rec.meta.clone(),
-        windows: rec.files.iter().filter(|f| f.window.is_some()).count() as u32,
-    }
+    st.reports.status_of(rec)
 }
 
-/// The index record of a report that finished processing successfully.
+/// [`Reports::ready`] for a handler.
 pub async fn ready(st: &Shared, id: &ReportId) -> Result<ReportRecord, ApiError> {
-    let rec = record(st, id).await?;
-    match rec.state {
-        ReportState::Ready => Ok(rec),
-        ReportState::Failed => Err(ApiError::Failed(Box::new(status_of(st, &rec)))),
-        _ => Err(ApiError::NotReady(Box::new(status_of(st, &rec)))),
-    }
+    Ok(st.reports.ready(id).await?)
 }
 
-/// The summary of a ready report (read from `summary.json`, without loading its tables). A
-/// report stored in a layout this server does not read is queued to be analysed again from
-/// its kept uploads, and answered as not ready meanwhile.
+/// [`Reports::summary_of`] for a handler.
 pub async fn summary_of(st: &Shared, id: &ReportId) -> Result<Arc<AnalyzeOutput>, ApiError> {
-    let uploads = ready(st, id).await?.files.len();
-    let key = (id.clone(), uploads);
-    if let Some(s) = st.summaries.get(&key) {
-        return Ok(s);
-    }
-    if uploads > 1 {
-        // What an earlier version of a grown recording left here, summary and files, goes.
-        let stale = std::sync::atomic::AtomicBool::new(false);
-        st.summaries.retain(|(r, n), _| {
-            let keep = r != id || *n == uploads;
-            stale.fetch_or(!keep, std::sync::atomic::Ordering::Relaxed);
-            keep
-        });
-        if stale.into_inner() {
-            st.files.forget(id);
-        }
-    }
-    let st2 = st.clone();
-    let id2 = id.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        // Loads of one key run one at a time: the first to find the layout unreadable queues
-        // the report, and those after it find it no longer ready.
-        st2.summaries
-            .get_or_insert_with(&key, || match reportdata::read_summary(st2.store.as_ref(), &id2) {
-                Ok(summary) => Ok(Arc::new(summary)),
-                Err(DataError::Unreadable { version }) => Err(analyse_again(&st2, &id2, version)),
-                Err(e) => Err(Some(internal(e))),
-            })
-    })
-    .await
-    .map_err(internal)?;
-    match read {
-        Ok(summary) => Ok(summary),
-        Err(Some(e)) => Err(e),
-        Err(None) => Err(ApiError::NotReady(Box::new(status_of(st, &record(st, id).await?)))),
-    }
+    Ok(st.reports.summary_of(id).await?)
 }
 
-/// Queues a ready report stored in an unreadable layout `version` to be analysed again from
-/// its kept uploads (once, however many readers found it so). `None` once queued.
-fn analyse_again(st: &Shared, id: &ReportId, version: u32) -> Option<ApiError> {
-    match st.store.get(id) {
-        Ok(Some(rec)) if rec.state == ReportState::Ready => {}
-        Ok(_) => return None,
-        Err(e) => return Some(internal(e)),
-    }
-    tracing::info!(report = %id, "stored in layout version {version}: analysing it again from its uploads");
-    if let Err(e) = st.store.set_state(id, ReportState::Queued, None) {
-        return Some(internal(e));
-    }
-    // On the runtime's blocking pool: its handle is at hand.
-    st.ingest.enqueue(id.clone());
-    None
-}
-
-/// One snapshot file of a ready report, as the cache holds it (opened once however many
-/// requests ask at the same time; its parts load as queries read them); an index past the
-/// report's files is a 400.
+/// [`Reports::loaded_file`] for a handler: an index past the report's files is a 400.
 pub async fn loaded_file(st: &Shared, id: &ReportId, file: usize) -> Result<Arc<LoadedFile>, ApiError> {
-    let summary = summary_of(st, id).await?;
-    if summary.files.get(file).is_none() {
-        return Err(ApiError::BadRequest(format!("no file {file} in this report")));
-    }
-    let f = st.files.get_or_open(id, file, || {
-        st.metrics.file_loaded();
-        LoadedFile::open(st.store.clone(), id, file, &summary.files[file])
-    });
-    // Before a large part loads, the cache lets other files go (weakly held: a file must not
-    // keep the cache, nor itself, alive).
-    let (files, me, id2) = (Arc::downgrade(&st.files), Arc::downgrade(&f), id.clone());
-    f.set_make_room(Box::new(move |extra| {
-        if let (Some(files), Some(me)) = (files.upgrade(), me.upgrade()) {
-            files.make_room(&id2, file, &me, extra);
-        }
-    }));
-    Ok(f)
+    Ok(st.reports.loaded_file(id, file).await?)
 }
 
-/// The NVML samples of a ready report, one frame per log.
+/// [`Reports::loaded_gpu_logs`] for a handler.
 pub async fn loaded_gpu_logs(st: &Shared, id: &ReportId) -> Result<Arc<Vec<DataFrame>>, ApiError> {
-    let summary = summary_of(st, id).await?;
-    if let Some(g) = st.gpu_logs.get(id) {
-        return Ok(g);
-    }
-    let st2 = st.clone();
-    let id = id.clone();
-    tokio::task::spawn_blocking(move || {
-        st2.gpu_logs.get_or_insert_with(&id, || {
-            reportdata::load_gpu_logs(st2.store.as_ref(), &id, &summary)
-                .map(Arc::new)
-                .map_err(internal)
-        })
-    })
-    .await
-    .map_err(internal)?
+    Ok(st.reports.loaded_gpu_logs(id).await?)
 }

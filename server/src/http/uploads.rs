@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use super::auth::{admit, bearer, Refusal};
 use super::error::{internal, store_error, ApiError, Q};
-use super::runs::open_run;
 use super::state::{now, record, status_of, ReportPath, Shared};
+use crate::app::runs::open_run;
 use crate::ids::{self, JobId, ReportId};
 use crate::storage::store::{BlobWriter, JobRecord, ReportRecord, StoredFile};
 use memlens_core::names::upload_name;
@@ -45,10 +45,10 @@ pub async fn upload(State(st): State<Shared>, Q(q): Q<UploadParams>, headers: He
     match result {
         Ok(created) => (StatusCode::CREATED, Json(created)).into_response(),
         Err(e) => {
-            st.metrics.upload_rejected();
-            let store = st.store.clone();
+            st.reports.metrics.upload_rejected();
+            let store = st.reports.store.clone();
             let id2 = id.clone();
-            let imports = st.ingest.forget_pre_imports(&id);
+            let imports = st.reports.ingest.forget_pre_imports(&id);
             let _ = tokio::task::spawn_blocking(move || store.discard_uploads(&id2)).await;
             // The imports that were reading the removed files are waited for (bounded): on a
             // full disk, the next upload would otherwise find the space still taken.
@@ -139,14 +139,14 @@ where
     S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let (store, id2, key2) = (st.store.clone(), id.clone(), key.to_owned());
+    let (store, id2, key2) = (st.reports.store.clone(), id.clone(), key.to_owned());
     let mut writer = tokio::task::spawn_blocking(move || store.upload_writer(&id2, &key2))
         .await
         .map_err(internal)?
         .map_err(store_error)?;
     // Dropped on any early return below: the import ahead then fails and ends.
     let bound = import_ahead.map(|bound| bound.min(*budget));
-    let mut follower = bound.and_then(|bound| st.ingest.follow_upload(id, key, bound));
+    let mut follower = bound.and_then(|bound| st.reports.ingest.follow_upload(id, key, bound));
     let mut written = 0u64;
     let mut stored = 0u64;
     let mut batch = Vec::with_capacity(WRITE_BATCH);
@@ -208,7 +208,7 @@ async fn receive(
     // A rank of a run writes into the run's report, with upload keys of its own.
     let run = q.run.as_deref().map(str::trim).filter(|r| !r.is_empty());
     let slot = run.map(|key| {
-        st.runs.join(key, KEYS_PER_UPLOAD, || {
+        st.reports.runs.join(key, KEYS_PER_UPLOAD, || {
             open_run(q.meta(), job_id.clone(), created_at, expires_at)
         })
     });
@@ -225,10 +225,10 @@ async fn receive(
         window: q.window,
     };
     let files = receive_files(st, q, headers, req, to).await?;
-    st.metrics.upload_accepted(files.iter().map(|f| f.size).sum());
+    st.reports.metrics.upload_accepted(files.iter().map(|f| f.size).sum());
     let (record, token) = match slot {
         // The run's report is created once its last rank is in (or it goes quiet).
-        Some(slot) => match st.runs.arrived(id, files, q.world_size) {
+        Some(slot) => match st.reports.runs.arrived(id, files, q.world_size) {
             Some(run) => (Some(run.record()), slot.token),
             None => (None, slot.token),
         },
@@ -249,12 +249,12 @@ async fn receive(
         }
     };
     if let Some(record) = record {
-        let store = st.store.clone();
+        let store = st.reports.store.clone();
         tokio::task::spawn_blocking(move || store.create(&record))
             .await
             .map_err(internal)?
             .map_err(store_error)?;
-        st.ingest.enqueue(id.clone());
+        st.reports.ingest.enqueue(id.clone());
     }
     let (job_url, job_owner_token) = match job {
         Some(j) => (
@@ -295,8 +295,8 @@ pub async fn add_window(
             Json(status).into_response()
         }
         Err(e) => {
-            st.metrics.upload_rejected();
-            let (store, id) = (st.store.clone(), id.clone());
+            st.reports.metrics.upload_rejected();
+            let (store, id) = (st.reports.store.clone(), id.clone());
             let _ = tokio::task::spawn_blocking(move || store.discard_uploads(&id)).await;
             let_the_body_go(&headers, pump).await;
             e.into_response()
@@ -381,13 +381,13 @@ async fn receive_window(
         window: Some(window),
     };
     let files = receive_files(st, q, headers, req, to).await?;
-    let (store, id2) = (st.store.clone(), id.clone());
+    let (store, id2) = (st.reports.store.clone(), id.clone());
     tokio::task::spawn_blocking(move || store.add_uploads(&id2, &files))
         .await
         .map_err(internal)?
         .map_err(store_error)?;
-    st.forget(id);
-    st.ingest.enqueue(id.clone());
+    st.reports.forget(id);
+    st.reports.ingest.enqueue(id.clone());
     Ok(status_of(st, &record(st, id).await?))
 }
 
@@ -481,7 +481,7 @@ async fn receive_files(
     if to.window.is_some() && files.len() > 1 {
         return Err(ApiError::BadRequest("a window of a recording is one file".into()));
     }
-    st.metrics.upload_accepted(files.iter().map(|f| f.size).sum());
+    st.reports.metrics.upload_accepted(files.iter().map(|f| f.size).sum());
     Ok(files)
 }
 
@@ -507,7 +507,7 @@ async fn join_job(st: &Shared, name: String, headers: &HeaderMap, now: i64) -> R
         owner_token_hash: ids::token_hash(&owner_token),
         thresholds: None,
     };
-    let store = st.store.clone();
+    let store = st.reports.store.clone();
     let new2 = new.clone();
     let record = tokio::task::spawn_blocking(move || store.job_named(&new2))
         .await

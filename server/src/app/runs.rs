@@ -137,20 +137,3 @@ pub fn open_run(meta: ReportMeta, job: Option<JobId>, created_at: i64, expires_a
         last: Instant::now(),
     }
 }
-
-/// Creates the reports of runs that went quiet, every few seconds, for as long as the server runs.
-pub async fn close_quiet_runs(st: crate::http::Shared) {
-    loop {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        for g in st.runs.quiet(Instant::now()) {
-            tracing::info!(report = %g.id, files = g.files.len(), "run went quiet; creating its report");
-            let (store, rec) = (st.store.clone(), g.record());
-            let id = rec.id.clone();
-            match tokio::task::spawn_blocking(move || store.create(&rec)).await {
-                Ok(Ok(())) => st.ingest.enqueue(id),
-                Ok(Err(e)) => tracing::error!("creating the report of a quiet run: {e}"),
-                Err(e) => tracing::error!("creating the report of a quiet run: {e}"),
-            }
-        }
-    }
-}
