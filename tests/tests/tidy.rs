@@ -17,7 +17,6 @@ const MOST_LINES: usize = 100;
 const LONG_FUNCTIONS: &[(&str, &str)] = &[
     ("core/src/importers/pytorch_snapshot/pickle/machine.rs", "decode"),
     ("core/src/tables/dataframes.rs", "into_tables"),
-    ("core/src/plan/budget.rs", "budget_of"),
     ("core/src/importers/nvidia_smi_csv/mod.rs", "read_smi_csv"),
     ("frontend/src/upload.rs", "UploadPage"),
     ("core/src/report.rs", "analyze_device_with"),

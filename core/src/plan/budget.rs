@@ -99,6 +99,64 @@ pub fn budget_without_config(params: u64, s: &Settings) -> Budget {
 fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &Settings) -> Budget {
     let t = Types::of(s);
     let mut assumptions = Vec::new();
+    let part = trainable_part(m, params, s, t, &mut assumptions);
+    let states = ModelStates::of(tensors, params, &part, s, t, &mut assumptions);
+    if let (Trainable::Count(n), Some(m)) = (&s.trainable, m) {
+        frozen_count_assumption(m, *n, states.parameter_count, &mut assumptions);
+    }
+    let step = StepActivations::of(m, s, t, &part.training, &mut assumptions);
+    let moments = step.moments(s, states.gradients, states.step_temporary);
+    // Held at every moment: the weights, the optimizer state, the inputs, the workspaces.
+    let held = states.weights + states.optimizer_state + step.inputs + CUBLAS_WORKSPACE_BYTES;
+    let total = |m: &Moment| held + m.gradients + m.activations + m.temporary;
+    let best = moments
+        .iter()
+        .max_by(|a, b| total(a).total_cmp(&total(b)))
+        .copied()
+        .unwrap_or(moments[0]);
+    let by_category = [
+        (Category::Parameter, states.weights),
+        (Category::Gradient, best.gradients),
+        (Category::OptimizerState, states.optimizer_state),
+        (Category::Activation, best.activations),
+        (Category::Input, step.inputs),
+        (Category::Temporary, best.temporary),
+        (Category::Other, CUBLAS_WORKSPACE_BYTES),
+    ]
+    .into_iter()
+    .filter(|(_, b)| *b >= 0.5)
+    .map(|(category, b)| CategoryBytes {
+        category,
+        bytes: b.round() as i64,
+    })
+    .collect();
+    Budget {
+        parameter_count: states.parameter_count,
+        trainable_parameter_count: part.trainable,
+        peak_allocated_bytes: total(&best).round() as i64,
+        phase: best.phase,
+        by_category,
+        assumptions,
+    }
+}
+
+/// What of the model trains: the layers resolved from the settings, the trainable parameters,
+/// and whether they are LoRA's adapters.
+struct TrainablePart {
+    training: Training,
+    trainable: u64,
+    lora: bool,
+}
+
+/// Which parameters train (all, a count, LoRA adapters or those matching globs), with what LoRA
+/// and globs assume said.
+fn trainable_part(
+    m: Option<&ModelShape>,
+    params: u64,
+    s: &Settings,
+    t: Types,
+    assumptions: &mut Vec<String>,
+) -> TrainablePart {
     // LoRA's adapters compute in fp32 (peft's autocast_adapter_dtype), or autocast's half type.
     let adapter_compute = if t.casts { 2.0 } else { 4.0 };
     let training = match m {
@@ -111,7 +169,6 @@ fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &S
         (_, Some(_)) => training.trainable,
         (_, None) => 0,
     };
-    let lora = matches!(s.trainable, Trainable::Lora(_));
     if let (Trainable::Lora(l), Some(_)) = (&s.trainable, m) {
         assumptions.push(format!(
             "LoRA rank {} on {}{}, dropout {}: {} adapter parameters train in fp32 (peft's autocast_adapter_dtype), \
@@ -140,143 +197,183 @@ fn budget_of(m: Option<&ModelShape>, tensors: &[ParamTensor], params: u64, s: &S
             }
         ));
     }
-    let gpus = s.gpus.max(1) as f64;
-    let shard = |from: u8| if s.zero_stage >= from { 1.0 / gpus } else { 1.0 };
-    let tokens = (s.batch * s.seq) as f64;
-    let weights = weight_bytes(params, &training, s, &mut assumptions) * shard(3)
-        + if lora { training.adapters as f64 * 4.0 } else { 0.0 };
-    let params = params + if lora { training.adapters } else { 0 };
-    // The trainable part's gradients; LoRA adapters are fp32 whatever the base.
-    let grad_type = if lora { 4.0 } else { t.weights };
-    let gradients = trainable as f64 * grad_type * shard(2);
-    // Optimizer state: in the weights' type with plain PyTorch; DeepSpeed's mixed precision
-    // (ZeRO with half weights) keeps fp32 state and fp32 master weights.
-    let master = s.zero_stage > 0 && t.weights < 4.0 && !lora;
-    let state_type = if master || lora { 4.0 } else { t.weights };
-    let (mut state, mut step_temp) = optimizer_bytes(tensors, trainable, s, state_type);
-    if master {
-        state += 4.0 * trainable as f64;
-        assumptions.push("ZeRO with half-precision weights: fp32 master weights and fp32 optimizer state".into());
+    TrainablePart {
+        training,
+        trainable,
+        lora: matches!(s.trainable, Trainable::Lora(_)),
     }
-    state *= shard(1);
-    step_temp *= shard(1);
-    if s.optimizer_offload {
-        state = 0.0;
-        step_temp = 0.0;
-        assumptions.push("optimizer state offloaded to CPU memory: none of it, nor its step, on the GPU".into());
-    }
-    if s.zero_stage > 0 {
-        assumptions.push(format!(
-            "ZeRO stage {} over {gpus} GPUs: optimizer state ÷ {gpus}{}{}",
-            s.zero_stage,
-            if s.zero_stage >= 2 { ", gradients ÷ GPUs" } else { "" },
-            if s.zero_stage >= 3 {
-                ", parameters ÷ GPUs (the layer being computed is gathered whole, not counted)"
-            } else {
-                ""
-            }
-        ));
-    }
-    if let (Trainable::Count(n), Some(m)) = (&s.trainable, m) {
-        if *n < params {
-            let frozen = params - n;
-            let layers = frozen_layers(m, frozen);
-            assumptions.push(if layers > 0 {
-                format!(
-                    "{frozen} frozen parameters are the embeddings and the first {layers} layers: those layers \
-                     record no graph and save no activations"
-                )
-            } else {
-                format!(
-                    "{frozen} frozen parameters are not the embeddings and whole first layers: every layer still \
-                     saves its activations for the gradients below it"
-                )
-            });
+}
+
+/// The model states on one GPU: weights, gradients, optimizer state and the step's temporaries,
+/// each sharded as ZeRO's stage says.
+struct ModelStates {
+    /// The parameters, LoRA's adapters included.
+    parameter_count: u64,
+    weights: f64,
+    gradients: f64,
+    optimizer_state: f64,
+    step_temporary: f64,
+}
+
+impl ModelStates {
+    fn of(
+        tensors: &[ParamTensor],
+        params: u64,
+        part: &TrainablePart,
+        s: &Settings,
+        t: Types,
+        assumptions: &mut Vec<String>,
+    ) -> ModelStates {
+        let (training, trainable, lora) = (&part.training, part.trainable, part.lora);
+        let gpus = s.gpus.max(1) as f64;
+        let shard = |from: u8| if s.zero_stage >= from { 1.0 / gpus } else { 1.0 };
+        let weights = weight_bytes(params, training, s, assumptions) * shard(3)
+            + if lora { training.adapters as f64 * 4.0 } else { 0.0 };
+        // The trainable part's gradients; LoRA adapters are fp32 whatever the base.
+        let grad_type = if lora { 4.0 } else { t.weights };
+        let gradients = trainable as f64 * grad_type * shard(2);
+        // Optimizer state: in the weights' type with plain PyTorch; DeepSpeed's mixed precision
+        // (ZeRO with half weights) keeps fp32 state and fp32 master weights.
+        let master = s.zero_stage > 0 && t.weights < 4.0 && !lora;
+        let state_type = if master || lora { 4.0 } else { t.weights };
+        let (mut state, mut step_temp) = optimizer_bytes(tensors, trainable, s, state_type);
+        if master {
+            state += 4.0 * trainable as f64;
+            assumptions.push("ZeRO with half-precision weights: fp32 master weights and fp32 optimizer state".into());
+        }
+        state *= shard(1);
+        step_temp *= shard(1);
+        if s.optimizer_offload {
+            state = 0.0;
+            step_temp = 0.0;
+            assumptions.push("optimizer state offloaded to CPU memory: none of it, nor its step, on the GPU".into());
+        }
+        if s.zero_stage > 0 {
+            assumptions.push(format!(
+                "ZeRO stage {} over {gpus} GPUs: optimizer state ÷ {gpus}{}{}",
+                s.zero_stage,
+                if s.zero_stage >= 2 { ", gradients ÷ GPUs" } else { "" },
+                if s.zero_stage >= 3 {
+                    ", parameters ÷ GPUs (the layer being computed is gathered whole, not counted)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        ModelStates {
+            parameter_count: params + if lora { training.adapters } else { 0 },
+            weights,
+            gradients,
+            optimizer_state: state,
+            step_temporary: step_temp,
         }
     }
-    // Activations and the loss.
-    let saved = match m {
-        Some(m) => saved_per_token(m, s, &training),
-        None => {
-            assumptions.push("no config: activations and the loss are not counted (only the model states)".into());
-            Saved::default()
-        }
-    };
-    let (loss, copies, layers) = (saved.loss, saved.copies * shard(3), saved.graph_layers);
-    if let Some(m) = m {
-        assumptions.insert(0, precision_assumption(m, s, t, saved.full_layer, loss));
+}
+
+/// What a count of trainable parameters (`n` of `params`) leaves frozen, said.
+fn frozen_count_assumption(m: &ModelShape, n: u64, params: u64, assumptions: &mut Vec<String>) {
+    if n >= params {
+        return;
     }
-    if s.grad_accum_steps > 1 {
-        assumptions.push(format!(
-            "{} micro-batches a step: from the second on, the accumulated gradients are held through its \
-             forward and backward",
-            s.grad_accum_steps
-        ));
-    }
-    let inputs = 24.0 * tokens; // token ids, the labels padded and shifted (int64)
-    let (saved_layers, recompute) = if s.checkpointing {
-        (layers * t.residual * m.map_or(0, |m| m.hidden) as f64, saved.full_layer)
+    let frozen = params - n;
+    let layers = frozen_layers(m, frozen);
+    assumptions.push(if layers > 0 {
+        format!(
+            "{frozen} frozen parameters are the embeddings and the first {layers} layers: those layers \
+             record no graph and save no activations"
+        )
     } else {
-        (saved.layers, 0.0)
-    };
-    let outer = saved.outer;
-    // The three moments of a step.
-    let loss_moment = (saved_layers + outer + loss) * tokens;
-    let per_layer_copies = if layers > 0.0 { copies / (layers + 1.0) } else { 0.0 };
-    let loss_copies = if s.checkpointing { per_layer_copies } else { copies };
-    let backward_moment = recompute * tokens + per_layer_copies;
-    let moments = [
-        Moment {
-            phase: PlanPhase::LossBackward,
-            gradients: if s.grad_accum_steps > 1 { gradients } else { 0.0 },
-            activations: loss_moment + loss_copies,
-            temporary: 0.0,
-        },
-        Moment {
-            phase: PlanPhase::Backward,
-            gradients,
-            activations: backward_moment + per_layer_copies,
-            temporary: 0.0,
-        },
-        Moment {
-            phase: PlanPhase::OptimizerStep,
-            gradients,
-            activations: 0.0,
-            temporary: step_temp,
-        },
-    ];
-    // Held at every moment: the weights, the optimizer state, the inputs, the workspaces.
-    let held = weights + state + inputs + CUBLAS_WORKSPACE_BYTES;
-    let total = |m: &Moment| held + m.gradients + m.activations + m.temporary;
-    let best = moments
-        .iter()
-        .max_by(|a, b| total(a).total_cmp(&total(b)))
-        .copied()
-        .unwrap_or(moments[0]);
-    let (phase, gradients, activations, temp) = (best.phase, best.gradients, best.activations, best.temporary);
-    let by_category = [
-        (Category::Parameter, weights),
-        (Category::Gradient, gradients),
-        (Category::OptimizerState, state),
-        (Category::Activation, activations),
-        (Category::Input, inputs),
-        (Category::Temporary, temp),
-        (Category::Other, CUBLAS_WORKSPACE_BYTES),
-    ]
-    .into_iter()
-    .filter(|(_, b)| *b >= 0.5)
-    .map(|(category, b)| CategoryBytes {
-        category,
-        bytes: b.round() as i64,
-    })
-    .collect();
-    Budget {
-        parameter_count: params,
-        trainable_parameter_count: trainable,
-        peak_allocated_bytes: total(&best).round() as i64,
-        phase,
-        by_category,
-        assumptions,
+        format!(
+            "{frozen} frozen parameters are not the embeddings and whole first layers: every layer still \
+             saves its activations for the gradients below it"
+        )
+    });
+}
+
+/// What a step's forward saves and its backward recomputes, by token, and the inputs.
+struct StepActivations {
+    saved: Saved,
+    /// Token ids and labels.
+    inputs: f64,
+    tokens: f64,
+    /// With checkpointing: each layer's saved input and the one layer recomputed at a time.
+    saved_layers: f64,
+    recompute: f64,
+}
+
+impl StepActivations {
+    fn of(
+        m: Option<&ModelShape>,
+        s: &Settings,
+        t: Types,
+        training: &Training,
+        assumptions: &mut Vec<String>,
+    ) -> StepActivations {
+        let saved = match m {
+            Some(m) => saved_per_token(m, s, training),
+            None => {
+                assumptions.push("no config: activations and the loss are not counted (only the model states)".into());
+                Saved::default()
+            }
+        };
+        if let Some(m) = m {
+            assumptions.insert(0, precision_assumption(m, s, t, saved.full_layer, saved.loss));
+        }
+        if s.grad_accum_steps > 1 {
+            assumptions.push(format!(
+                "{} micro-batches a step: from the second on, the accumulated gradients are held through its \
+                 forward and backward",
+                s.grad_accum_steps
+            ));
+        }
+        let tokens = (s.batch * s.seq) as f64;
+        let (saved_layers, recompute) = if s.checkpointing {
+            (
+                saved.graph_layers * t.residual * m.map_or(0, |m| m.hidden) as f64,
+                saved.full_layer,
+            )
+        } else {
+            (saved.layers, 0.0)
+        };
+        StepActivations {
+            saved,
+            inputs: 24.0 * tokens, // token ids, the labels padded and shifted (int64)
+            tokens,
+            saved_layers,
+            recompute,
+        }
+    }
+
+    /// The three moments of a step: the loss and the start of backward, backward, the
+    /// optimizer's step.
+    fn moments(&self, s: &Settings, gradients: f64, step_temporary: f64) -> [Moment; 3] {
+        let gpus = s.gpus.max(1) as f64;
+        let copies = self.saved.copies * if s.zero_stage >= 3 { 1.0 / gpus } else { 1.0 };
+        let layers = self.saved.graph_layers;
+        let loss_moment = (self.saved_layers + self.saved.outer + self.saved.loss) * self.tokens;
+        let per_layer_copies = if layers > 0.0 { copies / (layers + 1.0) } else { 0.0 };
+        let loss_copies = if s.checkpointing { per_layer_copies } else { copies };
+        let backward_moment = self.recompute * self.tokens + per_layer_copies;
+        [
+            Moment {
+                phase: PlanPhase::LossBackward,
+                gradients: if s.grad_accum_steps > 1 { gradients } else { 0.0 },
+                activations: loss_moment + loss_copies,
+                temporary: 0.0,
+            },
+            Moment {
+                phase: PlanPhase::Backward,
+                gradients,
+                activations: backward_moment + per_layer_copies,
+                temporary: 0.0,
+            },
+            Moment {
+                phase: PlanPhase::OptimizerStep,
+                gradients,
+                activations: 0.0,
+                temporary: step_temporary,
+            },
+        ]
     }
 }
 
