@@ -20,12 +20,7 @@ fn frames_encoded_during_the_analyses_are_stored_as_the_storing_stage_would_stor
         let early_objects = EarlyObjects::default();
         let mut keep = KeepingSink::new(w.as_mut(), &early_objects);
         let path = memlens_tests_trace(trace);
-        let hand_over = if replay_running {
-            HandOver::WhileOthersRun
-        } else {
-            HandOver::Never
-        };
-        pipeline_for(&early_objects, hand_over, false)
+        pipeline_for(&early_objects, while_others_run(replay_running), false)
             .run(vec![Input::path(&path)], &mut keep)
             .expect("run");
         let (early_keys, frames) = (std::mem::take(&mut keep.early_keys), std::mem::take(&mut keep.frames));
@@ -80,12 +75,7 @@ fn segment_objects_encoded_during_the_analyses_are_the_bytes_the_storing_stage_w
         let early_objects = EarlyObjects::default();
         let mut keep = KeepingSink::new(w.as_mut(), &early_objects);
         let path = memlens_tests_trace("leak.pickle");
-        let hand_over = if early {
-            HandOver::WhileOthersRun
-        } else {
-            HandOver::Never
-        };
-        pipeline_for(&early_objects, hand_over, early)
+        pipeline_for(&early_objects, while_others_run(early), early)
             .run(vec![Input::path(&path)], &mut keep)
             .expect("run");
         let early_keys = std::mem::take(&mut keep.early_keys);
@@ -125,12 +115,7 @@ fn a_sink_that_lets_the_addresses_go_stores_the_same_bytes() {
         let early_objects = EarlyObjects::default();
         let mut keep = KeepingSink::new(w.as_mut(), &early_objects);
         let path = memlens_tests_trace(trace);
-        let hand_over = if others_running {
-            HandOver::WhileOthersRun
-        } else {
-            HandOver::Never
-        };
-        pipeline_for(&early_objects, hand_over, lets_go)
+        pipeline_for(&early_objects, while_others_run(others_running), lets_go)
             .run(vec![Input::path(&path)], &mut keep)
             .expect("run");
         let events = keep.written[0].frames[0].clone();

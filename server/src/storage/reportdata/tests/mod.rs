@@ -96,6 +96,15 @@ impl<'a> KeepingSink<'a> {
     }
 }
 
+/// `HandOver::WhileOthersRun` where `early`, else `HandOver::Never`.
+fn while_others_run(early: bool) -> HandOver {
+    if early {
+        HandOver::WhileOthersRun
+    } else {
+        HandOver::Never
+    }
+}
+
 /// A pipeline that keeps what the ingest keeps, handing objects to `early` while the analyses
 /// run as `hand_over` says, and with `lets_go` letting the trace's addresses go before
 /// `snapshot` (which first hands over every object that needs them).
