@@ -8,7 +8,7 @@
 use memlens_api::{FormatInfo, FORMATS};
 use memlens_tests::repo_root;
 
-const WRITE_HINT: &str = "run MEMLENS_WRITE_DOCS=1 cargo test -p memlens-tests --test docs";
+const WRITE_HINT: &str = "run cargo xtask docs (MEMLENS_WRITE_DOCS=1 cargo test -p memlens-tests --test docs)";
 
 fn writing() -> bool {
     std::env::var_os("MEMLENS_WRITE_DOCS").is_some()

@@ -57,6 +57,7 @@ const ROOTS: &[&str] = &[
     "frontend/src",
     "frontend/bundle/src",
     "bench/src",
+    "xtask/src",
 ];
 
 /// One Rust file: its path from the workspace root (with `/`) and its text.
