@@ -95,7 +95,7 @@ async fn run(args: ServeArgs) -> Result<(), StartupError> {
     let files = Arc::new(LoadedFiles::new(args.cache_mb.saturating_mul(1 << 20)));
     let ingest = Ingest::new(store.clone(), args.workers, metrics.clone(), rules, Some(files.clone()));
     let stop_claiming = Arc::new(AtomicBool::new(false));
-    let claim_loops = if store.jobs().is_some() {
+    let claim_loops = if store.ingest_queue().is_some() {
         // A shared store: reports are claimed from its queue, by this server's loops and by
         // any `memlens worker`; one a crash left unfinished is claimed once its lease ran out.
         let lease = Duration::from_secs(args.lease_seconds.max(3));

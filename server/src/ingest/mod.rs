@@ -2,13 +2,13 @@
 //! uploads, write its tables, summary and chart through one [`DataWriter`] that is committed
 //! only when everything succeeded, and keep live progress for the status endpoint.
 //!
-//! Jobs run on the blocking pool, at most `concurrency` at a time, never on the async workers.
+//! Tasks run on the blocking pool, at most `concurrency` at a time, never on the async workers.
 //! Client-facing failures (input errors) name the file and the problem; internal failures are
 //! logged and reported to clients only as "internal error".
 
 //!
 //! Beside it: [`pre_import`] (imports begun while an upload still arrives), [`worker`]
-//! (`memlens worker` on a shared store's queue), [`priority`] (the job order).
+//! (`memlens worker` on a shared store's queue), [`priority`] (the task order).
 
 pub mod follow_upload;
 pub mod pre_import;
@@ -38,12 +38,12 @@ use crate::storage::filecache::LoadedFiles;
 use crate::storage::reportdata::{self, LoadedFile};
 use crate::storage::store::{DataWriter, ReportId, ReportStore, StoreError, StoredFile};
 
-/// Live progress of one job.
+/// Live progress of one task.
 pub struct Progress {
     pub bytes_read: AtomicU64,
     pub bytes_total: AtomicU64,
     stage: Mutex<Stage>,
-    /// When the job began (the stages' times are logged from it).
+    /// When the task began (the stages' times are logged from it).
     began: Instant,
 }
 
@@ -62,7 +62,7 @@ impl Progress {
     fn set_stage(&self, s: Stage) {
         if let Ok(mut g) = self.stage.lock() {
             if *g != s {
-                tracing::debug!(stage = ?s, "job stage begins {:.0} ms in", self.began.elapsed().as_secs_f64() * 1e3);
+                tracing::debug!(stage = ?s, "ingest stage begins {:.0} ms in", self.began.elapsed().as_secs_f64() * 1e3);
             }
             *g = s;
         }
@@ -86,9 +86,9 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
-/// How a job ended.
+/// How a task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobOutcome {
+pub enum IngestOutcome {
     Ready,
     /// The input is at fault (it would fail the same way again); shown to the uploader.
     InputError(String),
@@ -96,13 +96,13 @@ pub enum JobOutcome {
     InternalError(String),
 }
 
-impl JobOutcome {
+impl IngestOutcome {
     /// The state and the client-facing error it leaves the report in.
     pub fn state(&self) -> (ReportState, Option<String>) {
         match self {
-            JobOutcome::Ready => (ReportState::Ready, None),
-            JobOutcome::InputError(msg) => (ReportState::Failed, Some(msg.clone())),
-            JobOutcome::InternalError(_) => (
+            IngestOutcome::Ready => (ReportState::Ready, None),
+            IngestOutcome::InputError(msg) => (ReportState::Failed, Some(msg.clone())),
+            IngestOutcome::InternalError(_) => (
                 ReportState::Failed,
                 Some("internal error while processing the report".to_owned()),
             ),
@@ -110,8 +110,8 @@ impl JobOutcome {
     }
 }
 
-/// Why a job failed.
-enum JobError {
+/// Why a task failed.
+enum IngestError {
     /// The input is at fault; the message is shown to the uploader.
     Input(String),
     /// The server is at fault; logged, never shown.
@@ -120,17 +120,17 @@ enum JobError {
     DiskFull,
 }
 
-impl JobError {
-    /// An internal error, or [`JobError::DiskFull`] when a [`StoreError`] in its chain says so.
-    fn internal(e: &(dyn std::error::Error + 'static)) -> JobError {
+impl IngestError {
+    /// An internal error, or [`IngestError::DiskFull`] when a [`StoreError`] in its chain says so.
+    fn internal(e: &(dyn std::error::Error + 'static)) -> IngestError {
         let mut at = Some(e);
         while let Some(e) = at {
             if e.downcast_ref::<StoreError>().is_some_and(StoreError::is_disk_full) {
-                return JobError::DiskFull;
+                return IngestError::DiskFull;
             }
             at = e.source();
         }
-        JobError::Internal(e.to_string())
+        IngestError::Internal(e.to_string())
     }
 }
 
@@ -214,7 +214,7 @@ impl StoreSink<'_> {
     }
 }
 
-/// The job queue.
+/// The task queue.
 pub struct Ingest {
     store: Arc<dyn ReportStore>,
     permits: Arc<Semaphore>,
@@ -224,10 +224,10 @@ pub struct Ingest {
     category_rules: FrameRules,
     /// The server's loaded files, given the frames of each report this process processes.
     files: Option<Arc<LoadedFiles>>,
-    /// Uploads imported while they arrive, taken by their reports' jobs.
+    /// Uploads imported while they arrive, taken by their reports' tasks.
     pre_imports: PreImports,
     /// Reports being processed here, each with whether it was queued again meanwhile (a
-    /// window added to a recording): one report is processed by one job at a time, and a job
+    /// window added to a recording): one report is processed by one task at a time, and a task
     /// records its outcome only when nothing was added since it read the report.
     running: Mutex<HashMap<ReportId, bool>>,
 }
@@ -252,18 +252,18 @@ impl Ingest {
             options,
             category_rules,
             files,
-            // As many uploads imported ahead as jobs run at once: each holds one file's tables
-            // until its job takes them.
+            // As many uploads imported ahead as tasks run at once: each holds one file's tables
+            // until its task takes them.
             pre_imports: PreImports::new(concurrency.max(1), options),
         })
     }
 
     /// Begins importing upload `key` of report `id` while it arrives (see [`crate::ingest::pre_import`]);
-    /// `None` when it will be imported by its job instead (no free slot, a store that cannot
-    /// read an upload back before it is finished, or a shared store's queue, whose job another
+    /// `None` when it will be imported by its task instead (no free slot, a store that cannot
+    /// read an upload back before it is finished, or a shared store's queue, whose task another
     /// process may claim).
     pub fn follow_upload(self: &Arc<Self>, id: &ReportId, key: &str, size_bound: u64) -> Option<UploadFollower> {
-        if self.store.jobs().is_some() {
+        if self.store.ingest_queue().is_some() {
             return None;
         }
         let feed = self.pre_imports.begin(self.store.as_ref(), id, key, size_bound)?;
@@ -272,8 +272,8 @@ impl Ingest {
     }
 
     /// Takes what the import begun for upload `key` of report `id` will hold once `upto` bytes
-    /// of it are in out of the cache's budget, from now until its job has the tables (the
-    /// job's own reservation covers the rest), in place of what it took before: the files used
+    /// of it are in out of the cache's budget, from now until its task has the tables (the
+    /// task's own reservation covers the rest), in place of what it took before: the files used
     /// least recently leave before the import grows, instead of staying beside it while the
     /// upload arrives. `head`, the upload's first bytes, says whether it is gzipped.
     fn reserve_for_pre_import(&self, id: &ReportId, key: &str, upto: u64, head: &[u8]) {
@@ -289,7 +289,7 @@ impl Ingest {
         self.pre_imports.forget(id)
     }
 
-    /// Imports begun and not yet taken by a job.
+    /// Imports begun and not yet taken by a task.
     pub fn pre_imports_pending(&self) -> usize {
         self.pre_imports.pending()
     }
@@ -303,15 +303,15 @@ impl Ingest {
     }
 
     /// Queues a report for processing. With a shared store this is nothing: the report's row
-    /// is the job, and workers claim it from the index.
+    /// is the task, and workers claim it from the index.
     pub fn enqueue(self: &Arc<Self>, id: ReportId) {
-        if self.store.jobs().is_some() {
+        if self.store.ingest_queue().is_some() {
             return;
         }
         {
             let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(again) = running.get_mut(&id) {
-                *again = true; // the job processing it goes round once more
+                *again = true; // the task processing it goes round once more
                 return;
             }
             running.insert(id.clone(), false);
@@ -321,26 +321,26 @@ impl Ingest {
             let Ok(_permit) = this.permits.clone().acquire_owned().await else {
                 return;
             };
-            let job = this.clone();
+            let task = this.clone();
             let id2 = id.clone();
             let result = tokio::task::spawn_blocking(move || loop {
-                if let Err(e) = job.store.set_state(&id2, ReportState::Processing, None) {
+                if let Err(e) = task.store.set_state(&id2, ReportState::Processing, None) {
                     tracing::error!(report = %id2, "cannot mark processing: {e}");
                 }
-                let (state, error) = job.process_job(&id2).state();
-                // The outcome is recorded, and the job ends, under the lock an enqueue takes.
-                let mut running = job.running.lock().unwrap_or_else(|p| p.into_inner());
+                let (state, error) = task.process_report(&id2).state();
+                // The outcome is recorded, and the task ends, under the lock an enqueue takes.
+                let mut running = task.running.lock().unwrap_or_else(|p| p.into_inner());
                 if running.get(&id2) == Some(&true) {
                     running.insert(id2.clone(), false);
                     continue;
                 }
-                if let Err(e) = job.store.set_state(&id2, state, error.as_deref()) {
+                if let Err(e) = task.store.set_state(&id2, state, error.as_deref()) {
                     tracing::error!(report = %id2, "cannot record the outcome: {e}");
                 }
                 running.remove(&id2);
                 drop(running);
                 if state == ReportState::Ready {
-                    job.prepare_first_view(&id2);
+                    task.prepare_first_view(&id2);
                 }
                 break;
             })
@@ -375,13 +375,13 @@ impl Ingest {
         }
     }
 
-    pub fn process_job(&self, id: &ReportId) -> JobOutcome {
+    pub fn process_report(&self, id: &ReportId) -> IngestOutcome {
         let progress = Arc::new(Progress::default());
         if let Ok(mut m) = self.progress.lock() {
             m.insert(id.clone(), progress.clone());
         }
         let outcome = self.run(id, &progress);
-        // Whatever was imported ahead and not taken (a job that stopped early) goes too.
+        // Whatever was imported ahead and not taken (a task that stopped early) goes too.
         drop(self.pre_imports.forget(id));
         if let Ok(mut m) = self.progress.lock() {
             m.remove(id);
@@ -389,33 +389,33 @@ impl Ingest {
         outcome
     }
 
-    fn run(&self, id: &ReportId, progress: &Arc<Progress>) -> JobOutcome {
+    fn run(&self, id: &ReportId, progress: &Arc<Progress>) -> IngestOutcome {
         let started = Instant::now();
         progress.set_stage(Stage::Processing);
         let outcome = std::thread::scope(|scope| {
-            let job = std::thread::Builder::new()
+            let thread = std::thread::Builder::new()
                 .name("memlens-ingest".into())
                 .spawn_scoped(scope, || {
                     crate::ingest::priority::lower_to(crate::ingest::priority::INGEST);
                     self.process(id, progress)
                 });
-            match job {
+            match thread {
                 Ok(j) => j
                     .join()
-                    .unwrap_or_else(|_| Err(JobError::Internal("the ingest thread panicked".into()))),
-                Err(e) => Err(JobError::Internal(format!("cannot start the ingest thread: {e}"))),
+                    .unwrap_or_else(|_| Err(IngestError::Internal("the ingest thread panicked".into()))),
+                Err(e) => Err(IngestError::Internal(format!("cannot start the ingest thread: {e}"))),
             }
         });
         self.metrics
             .record_ingest(started.elapsed().as_secs_f64(), outcome.is_ok());
         match outcome {
-            Ok(()) => JobOutcome::Ready,
-            Err(JobError::Input(msg)) => JobOutcome::InputError(msg),
-            Err(JobError::Internal(msg)) => {
+            Ok(()) => IngestOutcome::Ready,
+            Err(IngestError::Input(msg)) => IngestOutcome::InputError(msg),
+            Err(IngestError::Internal(msg)) => {
                 tracing::error!(report = %id, "processing failed: {msg}");
-                JobOutcome::InternalError(msg)
+                IngestOutcome::InternalError(msg)
             }
-            Err(JobError::DiskFull) => JobOutcome::InputError(
+            Err(IngestError::DiskFull) => IngestOutcome::InputError(
                 "the server's disk filled up while writing this report, so nothing of it was kept; \
                  free space (or delete reports) and upload it again"
                     .to_owned(),
@@ -423,13 +423,13 @@ impl Ingest {
         }
     }
 
-    fn process(&self, id: &ReportId, progress: &Arc<Progress>) -> Result<(), JobError> {
-        let internal = |e: &(dyn std::error::Error + 'static)| JobError::internal(e);
+    fn process(&self, id: &ReportId, progress: &Arc<Progress>) -> Result<(), IngestError> {
+        let internal = |e: &(dyn std::error::Error + 'static)| IngestError::internal(e);
         let record = self
             .store
             .get(id)
             .map_err(|e| internal(&e))?
-            .ok_or_else(|| JobError::Internal(format!("report {id} vanished from the index")))?;
+            .ok_or_else(|| IngestError::Internal(format!("report {id} vanished from the index")))?;
         progress
             .bytes_total
             .store(record.files.iter().map(|f| f.size).sum(), Ordering::Relaxed);
@@ -497,9 +497,9 @@ impl Ingest {
             .objects(&early);
         let out = pipeline.run(inputs, &mut sink).map_err(|e| {
             if e.is_input_error() {
-                JobError::Input(e.to_string())
+                IngestError::Input(e.to_string())
             } else {
-                JobError::internal(&e)
+                IngestError::internal(&e)
             }
         })?;
         let file_for_cache = sink.file_for_cache.take().filter(|_| out.files.len() == 1);

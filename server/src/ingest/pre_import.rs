@@ -1,6 +1,6 @@
 //! Uploads decoded while they arrive: a file of an upload is imported on a thread of its own
 //! that reads what the store has written of it so far, so that when the last byte is in, its
-//! tables are (nearly) ready and the report's job goes straight on to the analyses.
+//! tables are (nearly) ready and the report's task goes straight on to the analyses.
 //!
 //! - [`UploadFeed`]: how much of an upload is written, and whether it ended (complete or not);
 //!   the upload handler advances it after each write.
@@ -8,11 +8,11 @@
 //!   written, waiting for more; it ends where the complete upload ends, and fails when the
 //!   upload failed.
 //! - [`PreImports`]: the imports begun, by report and upload key, bounded by a number of slots
-//!   (an import holds its slot until a job takes its tables, or it is forgotten). Only stores
+//!   (an import holds its slot until a task takes its tables, or it is forgotten). Only stores
 //!   that can read an upload back while it is written take part ([`ReportStore::read_incoming`]);
 //!   uploads into a run of ranks do not (their report waits for its last rank).
 //!
-//! A job that finds no begun import for a file (none was begun, a server restart, another
+//! A task that finds no begun import for a file (none was begun, a server restart, another
 //! process's upload) reads the kept upload as before: the outcome is the same either way.
 
 use std::collections::HashMap;
@@ -164,7 +164,7 @@ impl Read for FollowingReader {
 }
 
 /// An import begun for one upload, with the slot it holds and what it takes out of the file
-/// cache's budget while it waits for its job.
+/// cache's budget while it waits for its task.
 struct Begun {
     import: memlens_core::importers::BegunImport,
     feed: Arc<UploadFeed>,
@@ -194,7 +194,7 @@ pub struct PreImports {
 }
 
 impl PreImports {
-    /// At most `slots` imports at once (begun and not yet taken by a job).
+    /// At most `slots` imports at once (begun and not yet taken by a task).
     pub fn new(slots: usize, options: ImportOptions) -> PreImports {
         PreImports {
             slots: Arc::new(Semaphore::new(slots)),
@@ -273,7 +273,7 @@ impl PreImports {
         }))
     }
 
-    /// Forgets every import begun for report `id` (its upload was refused, or its job has
+    /// Forgets every import begun for report `id` (its upload was refused, or its task has
     /// taken what it needs): each stops at its next read and its thread ends on its own; their
     /// slots come back once the returned [`Forgotten`] is dropped or waited for.
     pub fn forget(&self, id: &ReportId) -> Forgotten {

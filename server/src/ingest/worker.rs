@@ -1,7 +1,7 @@
 //! `memlens worker`: ingest for a shared store. Any number of workers (and of API servers)
 //! share one Postgres + S3 store; each claims queued reports from the index, renews its lease
 //! while it processes one, and records the outcome only while it still holds the lease. A
-//! worker that dies (even `kill -9`) leaves its job to be claimed again when the lease runs
+//! worker that dies (even `kill -9`) leaves its task to be claimed again when the lease runs
 //! out. `memlens serve` runs the same claim loops in-process when its `--workers` is above 0.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::ingest::{Ingest, JobOutcome};
+use crate::ingest::{Ingest, IngestOutcome};
 use crate::metrics::Metrics;
 use crate::process::StartupError;
-use crate::storage::store::{JobQueue, ReportId, ReportState, StoreArgs, MAX_ATTEMPTS};
+use crate::storage::store::{IngestQueue, ReportId, ReportState, StoreArgs, MAX_ATTEMPTS};
 
 #[derive(Args, Debug, Clone)]
 pub struct WorkerArgs {
@@ -37,7 +37,7 @@ pub fn worker(args: WorkerArgs) -> std::process::ExitCode {
 
 async fn run(args: WorkerArgs) -> Result<(), StartupError> {
     let store = args.store.open().await?;
-    if store.jobs().is_none() {
+    if store.ingest_queue().is_none() {
         return Err(StartupError::WorkerNeedsSharedStore);
     }
     let rules = memlens_core::analysis::categories::FrameRules::load(args.category_rules.as_deref())?;
@@ -92,12 +92,12 @@ const IDLE_POLL: Duration = Duration::from_millis(300);
 
 fn claim_loop(ingest: &Arc<Ingest>, worker: &str, lease: Duration, stop: &AtomicBool) {
     let store = ingest.store();
-    let Some(jobs) = store.jobs() else { return };
+    let Some(jobs) = store.ingest_queue() else { return };
     while !stop.load(Ordering::Relaxed) {
         match jobs.claim(worker, lease) {
             Ok(Some(claim)) => {
                 tracing::info!(report = %claim.id, attempt = claim.attempt, "claimed");
-                let outcome = with_lease(jobs, &claim.id, worker, lease, || ingest.process_job(&claim.id));
+                let outcome = with_lease(jobs, &claim.id, worker, lease, || ingest.process_report(&claim.id));
                 let (state, error) = settle(outcome, claim.attempt);
                 match jobs.finish(&claim.id, worker, state, error.as_deref()) {
                     Ok(true) if state == ReportState::Ready => ingest.prepare_first_view(&claim.id),
@@ -118,7 +118,7 @@ fn claim_loop(ingest: &Arc<Ingest>, worker: &str, lease: Duration, stop: &Atomic
 }
 
 /// Runs `work` while a second thread renews the lease every third of it.
-fn with_lease<T>(jobs: &dyn JobQueue, id: &ReportId, worker: &str, lease: Duration, work: impl FnOnce() -> T) -> T {
+fn with_lease<T>(jobs: &dyn IngestQueue, id: &ReportId, worker: &str, lease: Duration, work: impl FnOnce() -> T) -> T {
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -144,11 +144,11 @@ fn with_lease<T>(jobs: &dyn JobQueue, id: &ReportId, worker: &str, lease: Durati
     })
 }
 
-/// The state a job ends in: failed for an input error (it would fail the same way again) or
+/// The state a task ends in: failed for an input error (it would fail the same way again) or
 /// for a second internal failure; queued again for a first one.
-fn settle(outcome: JobOutcome, attempt: i32) -> (ReportState, Option<String>) {
+fn settle(outcome: IngestOutcome, attempt: i32) -> (ReportState, Option<String>) {
     match outcome {
-        JobOutcome::InternalError(_) if attempt < MAX_ATTEMPTS => (ReportState::Queued, None),
+        IngestOutcome::InternalError(_) if attempt < MAX_ATTEMPTS => (ReportState::Queued, None),
         o => o.state(),
     }
 }
@@ -159,9 +159,18 @@ mod tests {
 
     #[test]
     fn input_errors_fail_at_once_and_internal_ones_are_retried_once() {
-        assert_eq!(settle(JobOutcome::Ready, 1), (ReportState::Ready, None));
-        assert_eq!(settle(JobOutcome::InputError("bad".into()), 1).0, ReportState::Failed);
-        assert_eq!(settle(JobOutcome::InternalError("x".into()), 1).0, ReportState::Queued);
-        assert_eq!(settle(JobOutcome::InternalError("x".into()), 2).0, ReportState::Failed);
+        assert_eq!(settle(IngestOutcome::Ready, 1), (ReportState::Ready, None));
+        assert_eq!(
+            settle(IngestOutcome::InputError("bad".into()), 1).0,
+            ReportState::Failed
+        );
+        assert_eq!(
+            settle(IngestOutcome::InternalError("x".into()), 1).0,
+            ReportState::Queued
+        );
+        assert_eq!(
+            settle(IngestOutcome::InternalError("x".into()), 2).0,
+            ReportState::Failed
+        );
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! [`LocalStore`] (SQLite index + a folder per report) is the embedded default.
 //! [`SharedStore`] (Postgres index + S3-compatible objects) is what a scaled-out deployment's
-//! API servers and workers share; it also offers the ingest [`JobQueue`]. [`StoreArgs`]
+//! API servers and workers share; it also offers the [`IngestQueue`]. [`StoreArgs`]
 //! chooses between them from the configuration.
 
 mod args;
@@ -201,15 +201,15 @@ pub trait ReportStore: Send + Sync {
 
     /// The queue ingest workers claim reports from, when processes share this store; `None`
     /// for a store only one server uses (it processes its own uploads as they arrive).
-    fn jobs(&self) -> Option<&dyn JobQueue> {
+    fn ingest_queue(&self) -> Option<&dyn IngestQueue> {
         None
     }
 }
 
-/// Ingest jobs shared by workers: each report is claimed by one worker at a time, for a lease
+/// Ingest tasks shared by workers (one a report, the queue of `memlens worker`): each report is claimed by one worker at a time, for a lease
 /// it renews while it works; a report whose worker died is claimed again once the lease ran
 /// out.
-pub trait JobQueue: Send + Sync {
+pub trait IngestQueue: Send + Sync {
     /// The oldest report no live worker holds, now `worker`'s for `lease`.
     fn claim(&self, worker: &str, lease: Duration) -> StoreResult<Option<Claim>>;
     /// Extends `worker`'s lease; `false` when it no longer holds the report.

@@ -1,4 +1,4 @@
-//! [`SharedStore`]: the store of a scaled-out deployment — the index and the ingest job queue
+//! [`SharedStore`]: the store of a scaled-out deployment — the index and the ingest queue
 //! in Postgres ([`PgIndex`]), uploads and report data in an S3-compatible object store
 //! ([`Objects`]). Any number of API servers and workers share one; none keeps state of its own.
 //!
@@ -19,7 +19,7 @@ use std::time::Duration;
 use super::objects::{ObjectWriter, Objects, Puts, S3Config};
 use super::postgres::{Claim, PgIndex};
 use super::{
-    check_key, BlobWriter, DataWriter, JobId, JobQueue, JobRecord, ReportId, ReportRecord, ReportState, ReportStore,
+    check_key, BlobWriter, DataWriter, IngestQueue, JobId, JobRecord, ReportId, ReportRecord, ReportState, ReportStore,
     StoreResult,
 };
 
@@ -203,12 +203,12 @@ impl ReportStore for SharedStore {
         Ok(ids)
     }
 
-    fn jobs(&self) -> Option<&dyn JobQueue> {
+    fn ingest_queue(&self) -> Option<&dyn IngestQueue> {
         Some(self)
     }
 }
 
-impl JobQueue for SharedStore {
+impl IngestQueue for SharedStore {
     fn claim(&self, worker: &str, lease: Duration) -> StoreResult<Option<Claim>> {
         self.index.claim(worker, lease)
     }
