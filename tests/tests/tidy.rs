@@ -29,7 +29,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
     ("bench/src/bin/segments.rs", "main"),
     ("server/src/charts.rs", "draw"),
     ("frontend/src/report/timeline_panel.rs", "TimelinePanel"),
-    ("core/src/plan/mod.rs", "plan"),
     ("core/src/importers/pytorch_profiler_trace/mod.rs", "import"),
     ("frontend/src/plan/form.rs", "PlanForm"),
     ("frontend/src/compare/chart.rs", "draw"),

@@ -102,42 +102,7 @@ pub fn plan(q: &PlanParams, calibration: Option<&Calibration>) -> Result<Plan, P
         ));
     }
     let s = settings(q, model.as_ref())?;
-    let predict = |batch: u64, seq: u64| -> Result<Point, PlanError> {
-        let s = Settings {
-            batch,
-            seq,
-            ..s.clone()
-        };
-        if let Some(c) = calibration {
-            let d = calibrate::predict(c, q, batch, seq).map_err(|e| PlanError::Calibration(e.to_string()))?;
-            let has = |cat: Category| d.predicted_by_category.iter().any(|c| c.category == cat && c.bytes > 0);
-            let phase = if !has(Category::Gradient) {
-                PlanPhase::LossBackward
-            } else if has(Category::Activation) && !has(Category::Temporary) {
-                PlanPhase::Backward
-            } else {
-                PlanPhase::OptimizerStep
-            };
-            return Ok(Point {
-                allocated: d.predicted_peak_allocated_bytes,
-                reserved: d.predicted_peak_reserved_bytes,
-                phase,
-                by_category: d.predicted_by_category,
-                assumptions: d.assumptions,
-            });
-        }
-        let b = match &model {
-            Some(m) => budget::budget(m, &s),
-            None => budget::budget_without_config(q.params.unwrap_or(0), &s),
-        };
-        Ok(Point {
-            allocated: b.peak_allocated_bytes,
-            reserved: (b.peak_allocated_bytes as f64 * RESERVED_PER_ALLOCATED).round() as i64,
-            phase: b.phase,
-            by_category: b.by_category,
-            assumptions: b.assumptions,
-        })
-    };
+    let predict = |batch: u64, seq: u64| point_at(q, &s, model.as_ref(), calibration, batch, seq);
     let at = predict(s.batch, s.seq)?;
     let counts = match &model {
         Some(m) => budget::budget(m, &s),
@@ -145,31 +110,7 @@ pub fn plan(q: &PlanParams, calibration: Option<&Calibration>) -> Result<Plan, P
     };
     let outside = CUDA_CONTEXT_BYTES;
     let mut assumptions = at.assumptions;
-    if model.is_none() && q.params.is_none() {
-        assumptions.push("no config.json: the model's parameters are not counted (the run's own bytes are)".into());
-    }
-    if let Some(m) = &model {
-        if m.family == ModelFamily::Other {
-            assumptions.push(format!(
-                "model_type {:?} is not one memlens counts exactly: read as a Llama-style decoder",
-                m.model_type
-            ));
-        }
-    }
-    assumptions.push(format!(
-        "{} outside the allocator (the CUDA context); reserved = allocated × {}{}",
-        memlens_api::bytes_label(outside),
-        if calibration.is_some() {
-            "the run's own ratio".to_string()
-        } else {
-            format!("{RESERVED_PER_ALLOCATED}")
-        },
-        if calibration.is_some() {
-            ""
-        } else {
-            " (the allocator's rounding and cached blocks)"
-        }
-    ));
+    plan_assumptions(q, model.as_ref(), calibration.is_some(), &mut assumptions);
     let (mut fits, mut max_batch_size, mut max_seq_len) = (None, None, None);
     if let Some(capacity) = q.gpu_memory_bytes {
         let reserved = |b: u64, sq: u64| predict(b, sq).map(|p| p.reserved).unwrap_or(i64::MAX);
@@ -202,6 +143,82 @@ pub fn plan(q: &PlanParams, calibration: Option<&Calibration>) -> Result<Plan, P
             _ => Vec::new(),
         },
     })
+}
+
+/// The peak at `batch` × `seq` tokens: the calibrating run's replay when there is one, else the
+/// budget from the config (or the parameter count alone).
+fn point_at(
+    q: &PlanParams,
+    s: &Settings,
+    model: Option<&ModelShape>,
+    calibration: Option<&Calibration>,
+    batch: u64,
+    seq: u64,
+) -> Result<Point, PlanError> {
+    let s = Settings {
+        batch,
+        seq,
+        ..s.clone()
+    };
+    if let Some(c) = calibration {
+        let d = calibrate::predict(c, q, batch, seq).map_err(|e| PlanError::Calibration(e.to_string()))?;
+        let has = |cat: Category| d.predicted_by_category.iter().any(|c| c.category == cat && c.bytes > 0);
+        let phase = if !has(Category::Gradient) {
+            PlanPhase::LossBackward
+        } else if has(Category::Activation) && !has(Category::Temporary) {
+            PlanPhase::Backward
+        } else {
+            PlanPhase::OptimizerStep
+        };
+        return Ok(Point {
+            allocated: d.predicted_peak_allocated_bytes,
+            reserved: d.predicted_peak_reserved_bytes,
+            phase,
+            by_category: d.predicted_by_category,
+            assumptions: d.assumptions,
+        });
+    }
+    let b = match model {
+        Some(m) => budget::budget(m, &s),
+        None => budget::budget_without_config(q.params.unwrap_or(0), &s),
+    };
+    Ok(Point {
+        allocated: b.peak_allocated_bytes,
+        reserved: (b.peak_allocated_bytes as f64 * RESERVED_PER_ALLOCATED).round() as i64,
+        phase: b.phase,
+        by_category: b.by_category,
+        assumptions: b.assumptions,
+    })
+}
+
+/// What every plan assumes beside its budget's: a model it does not count exactly, and the
+/// memory outside the allocator and the reserve's overhead.
+fn plan_assumptions(q: &PlanParams, model: Option<&ModelShape>, calibrated: bool, assumptions: &mut Vec<String>) {
+    if model.is_none() && q.params.is_none() {
+        assumptions.push("no config.json: the model's parameters are not counted (the run's own bytes are)".into());
+    }
+    if let Some(m) = model {
+        if m.family == ModelFamily::Other {
+            assumptions.push(format!(
+                "model_type {:?} is not one memlens counts exactly: read as a Llama-style decoder",
+                m.model_type
+            ));
+        }
+    }
+    assumptions.push(format!(
+        "{} outside the allocator (the CUDA context); reserved = allocated × {}{}",
+        memlens_api::bytes_label(CUDA_CONTEXT_BYTES),
+        if calibrated {
+            "the run's own ratio".to_string()
+        } else {
+            format!("{RESERVED_PER_ALLOCATED}")
+        },
+        if calibrated {
+            ""
+        } else {
+            " (the allocator's rounding and cached blocks)"
+        }
+    ));
 }
 
 /// Single changes to a plan that does not fit, each planned again, those that fit first (then
