@@ -25,7 +25,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[
     ("core/src/importers/pytorch_snapshot/lower/root.rs", "lower_root"),
     ("core/src/analysis/over_time/lifetimes.rs", "lifetimes_and_predating"),
     ("core/src/importers/pytorch_snapshot/lower/root.rs", "lower_segments"),
-    ("core/src/analysis/whatif.rs", "factors"),
     ("bench/src/bin/segments.rs", "main"),
     ("server/src/charts.rs", "draw"),
     ("frontend/src/report/timeline_panel.rs", "TimelinePanel"),

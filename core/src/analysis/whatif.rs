@@ -154,24 +154,7 @@ fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<F
              parameters, gradients, optimizer state and optimizer-step temporaries do not"
         ));
     }
-    let mut optimizer = 1.0;
-    if let Some(o) = s.optimizer {
-        let run_states = if param_bytes > 0 {
-            (state_bytes as f64 / param_bytes as f64).round()
-        } else {
-            0.0
-        };
-        let new_states = o.states_per_parameter();
-        optimizer = if run_states > 0.0 { new_states / run_states } else { 0.0 };
-        assumptions.push(format!(
-            "optimizer state: the run keeps {run_states} fp32 state(s) per parameter (optimizer state ÷ parameters); \
-             {o:?} keeps {new_states}"
-        ));
-        if run_states == 0.0 && new_states > 0.0 {
-            assumptions
-                .push("the run shows no optimizer state to scale from: the new optimizer's state is not added".into());
-        }
-    }
+    let mut optimizer = optimizer_factor(param_bytes, state_bytes, s, &mut assumptions);
     let (zero, gpus) = (s.zero_stage.unwrap_or(0), s.gpus.unwrap_or(1).max(1) as f64);
     let shard = |from_stage: u8| if zero >= from_stage { 1.0 / gpus } else { 1.0 };
     if zero > 0 {
@@ -196,53 +179,11 @@ fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<F
             "activations go from {run_dtype:?} to {d:?} (× {dtype}); the run's activations are taken to be {run_dtype:?}"
         ));
     }
-    // Checkpointing: activations whose stack repeats within an iteration come from repeated
-    // blocks (layers called in a loop share their frames). A checkpointed block keeps only its
-    // input, about one of its `kinds` saved tensors, and recomputes one block in backward.
-    let mut ckpt = vec![1.0; cats.len()];
-    let mut extra = 0.0;
-    if s.activation_checkpointing == Some(true) {
-        let steps = optimizer_steps(run.phases).max(1);
-        let mut by_stack: rustc_hash::FxHashMap<u32, (usize, i64)> = rustc_hash::FxHashMap::default();
-        for (r, &(category, _)) in cats.iter().enumerate() {
-            if category == Category::Activation {
-                let e = by_stack.entry(stack.at(r)).or_default();
-                e.0 += 1;
-                e.1 += size.at(r);
-            }
-        }
-        // Repeated blocks: an activation stack made 4 or more times per iteration (layers called
-        // in a loop share their frames). Layers: the greatest common divisor of those
-        // repetitions (a tensor made once per layer repeats `layers` times, one made k times
-        // per layer k × layers); saved tensors per layer: all repetitions ÷ layers.
-        let layered: Vec<(u32, usize, i64)> = by_stack
-            .iter()
-            .map(|(&s, &(n, b))| (s, n / steps, b))
-            .filter(|l| l.1 >= MIN_LAYERS)
-            .collect();
-        let gcd = |mut a: usize, mut b: usize| {
-            while b != 0 {
-                (a, b) = (b, a % b);
-            }
-            a
-        };
-        let reps: Vec<usize> = layered.iter().map(|l| l.1).collect();
-        let layers = reps.iter().copied().reduce(gcd).unwrap_or(1).max(1) as f64;
-        let kinds = (reps.iter().sum::<usize>() as f64 / layers).max(1.0);
-        let layered_per_step: i64 = layered.iter().map(|l| l.2).sum::<i64>() / steps as i64;
-        for r in 0..cats.len() {
-            if cats[r].0 == Category::Activation && layered.iter().any(|l| l.0 == stack.at(r)) {
-                ckpt[r] = 1.0 / kinds;
-            }
-        }
-        extra = layered_per_step as f64 / layers;
-        assumptions.push(format!(
-            "activation checkpointing of the repeated blocks: about {layers} layers (activation stacks repeating a \
-             multiple of {layers} times per iteration) saving about {kinds:.0} tensors each; a checkpointed block keeps one of \
-             them (its input) and backward recomputes one block at a time (+{} at the peak)",
-            memlens_api::bytes_label((extra * batch_ratio * dtype) as i64)
-        ));
-    }
+    let (ckpt, extra) = if s.activation_checkpointing == Some(true) {
+        checkpointed(run, &size, &stack, batch_ratio * dtype, &mut assumptions)
+    } else {
+        (vec![1.0; cats.len()], 0.0)
+    };
     let row = (0..cats.len())
         .map(|r| {
             let (c, rule) = cats[r];
@@ -265,6 +206,92 @@ fn factors(run: &RunFacts, s: &WhatIfParams, batch_ratio: f64) -> PolarsResult<F
         extra: extra * batch_ratio * dtype,
         assumptions,
     })
+}
+
+/// How the optimizer state scales when the run's optimizer is swapped for `s.optimizer`: the new
+/// one's states per parameter over the run's (optimizer state ÷ parameters), said.
+fn optimizer_factor(param_bytes: i64, state_bytes: i64, s: &WhatIfParams, assumptions: &mut Vec<String>) -> f64 {
+    let Some(o) = s.optimizer else {
+        return 1.0;
+    };
+    let run_states = if param_bytes > 0 {
+        (state_bytes as f64 / param_bytes as f64).round()
+    } else {
+        0.0
+    };
+    let new_states = o.states_per_parameter();
+    assumptions.push(format!(
+        "optimizer state: the run keeps {run_states} fp32 state(s) per parameter (optimizer state ÷ parameters); \
+         {o:?} keeps {new_states}"
+    ));
+    if run_states == 0.0 && new_states > 0.0 {
+        assumptions
+            .push("the run shows no optimizer state to scale from: the new optimizer's state is not added".into());
+    }
+    if run_states > 0.0 {
+        new_states / run_states
+    } else {
+        0.0
+    }
+}
+
+/// Activation checkpointing of the repeated blocks: each row's factor, and what backward's
+/// recomputation of one block adds at the peak (before the batch and dtype scale it, which
+/// `scale` does for the assumption's figure).
+///
+/// Activations whose stack repeats within an iteration come from repeated blocks (layers called
+/// in a loop share their frames). A checkpointed block keeps only its input, about one of its
+/// `kinds` saved tensors, and recomputes one block in backward.
+fn checkpointed(
+    run: &RunFacts,
+    size: &IntSlice,
+    stack: &StackIds,
+    scale: f64,
+    assumptions: &mut Vec<String>,
+) -> (Vec<f64>, f64) {
+    let cats = run.categories;
+    let mut ckpt = vec![1.0; cats.len()];
+    let steps = optimizer_steps(run.phases).max(1);
+    let mut by_stack: rustc_hash::FxHashMap<u32, (usize, i64)> = rustc_hash::FxHashMap::default();
+    for (r, &(category, _)) in cats.iter().enumerate() {
+        if category == Category::Activation {
+            let e = by_stack.entry(stack.at(r)).or_default();
+            e.0 += 1;
+            e.1 += size.at(r);
+        }
+    }
+    // Repeated blocks: an activation stack made 4 or more times per iteration (layers called
+    // in a loop share their frames). Layers: the greatest common divisor of those
+    // repetitions (a tensor made once per layer repeats `layers` times, one made k times
+    // per layer k × layers); saved tensors per layer: all repetitions ÷ layers.
+    let layered: Vec<(u32, usize, i64)> = by_stack
+        .iter()
+        .map(|(&s, &(n, b))| (s, n / steps, b))
+        .filter(|l| l.1 >= MIN_LAYERS)
+        .collect();
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let reps: Vec<usize> = layered.iter().map(|l| l.1).collect();
+    let layers = reps.iter().copied().reduce(gcd).unwrap_or(1).max(1) as f64;
+    let kinds = (reps.iter().sum::<usize>() as f64 / layers).max(1.0);
+    let layered_per_step: i64 = layered.iter().map(|l| l.2).sum::<i64>() / steps as i64;
+    for r in 0..cats.len() {
+        if cats[r].0 == Category::Activation && layered.iter().any(|l| l.0 == stack.at(r)) {
+            ckpt[r] = 1.0 / kinds;
+        }
+    }
+    let extra = layered_per_step as f64 / layers;
+    assumptions.push(format!(
+        "activation checkpointing of the repeated blocks: about {layers} layers (activation stacks repeating a \
+         multiple of {layers} times per iteration) saving about {kinds:.0} tensors each; a checkpointed block keeps one of \
+         them (its input) and backward recomputes one block at a time (+{} at the peak)",
+        memlens_api::bytes_label((extra * scale) as i64)
+    ));
+    (ckpt, extra)
 }
 
 /// The replayed peak with each row's bytes × its factor, and each category's bytes then.
