@@ -40,6 +40,10 @@ pub enum ReportError {
     /// An index past the report's snapshot files.
     #[error("no file {0} in this report")]
     NoFile(usize),
+    /// What the request names is not in the report, or is not one of the things it may name
+    /// (said in full).
+    #[error("{0}")]
+    Invalid(String),
     /// The store or a task failed (not the request's fault).
     #[error("{0}")]
     Internal(String),

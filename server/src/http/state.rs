@@ -86,6 +86,7 @@ impl From<ReportError> for ApiError {
             ReportError::NotReady(status) => ApiError::NotReady(status),
             ReportError::Failed(status) => ApiError::Failed(status),
             ReportError::NoFile(_) => ApiError::BadRequest(e.to_string()),
+            ReportError::Invalid(message) => ApiError::BadRequest(message),
             ReportError::Internal(message) => ApiError::Internal(message),
         }
     }
