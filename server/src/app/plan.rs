@@ -1,16 +1,21 @@
 //! `plan`: a training step's memory before it runs, from a model's `config.json` (a path or a
 //! model's folder) or a bundled model's name — told apart here once — optionally calibrated
 //! by a measured run's snapshot; or, with `serve`, a serving engine's startup, optionally
-//! calibrated by a startup log of the same model.
+//! calibrated by a startup log of the same model — each a file on disk, or a stored report
+//! ([`plan_with_report`], what `GET /api/plan` answers).
 
 use memlens_core::pipeline::Pipeline;
 use std::path::PathBuf;
 
-use memlens_api::{Plan, PlanParams, ServingPlan};
+use std::sync::Arc;
+
+use memlens_api::{routes, Plan, PlanParams, ServingPlan};
 use memlens_core::pipeline::{self, Input, KeepFrames};
 use memlens_core::plan::calibrate::{calibrating_run, plan_by_busiest_device, CalibrationNeeds};
 
 use super::error::{CommandError, Unusable};
+use super::reports::{ReportError, Reports};
+use crate::ids::ReportId;
 
 /// A plan as a request names it: the plan's settings, with the config and the calibrating run as
 /// paths on this machine.
@@ -159,4 +164,79 @@ pub fn make_serving_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<
         return Err(CommandError::unusable(name, Unusable::NoServingStartup));
     };
     Ok(serve_plan(q, Some(&LogCalibration { name, log }))?)
+}
+
+/// Why a plan calibrated by a stored report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum StoredPlanError {
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    /// The plan's settings or config (its error names the field at fault).
+    #[error(transparent)]
+    Plan(#[from] memlens_core::plan::PlanError),
+    /// The report holds nothing to calibrate by, or the settings lack the run's (said in full).
+    #[error("{0}")]
+    Calibration(String),
+}
+
+/// The plan `q` asks for, calibrated by the stored report its `calibrate` names (a report link
+/// or id): a training step's by the report's worst file's busiest device, or with `serve` a
+/// serving engine's by the report's first startup log.
+pub async fn plan_with_report(reports: &Arc<Reports>, q: PlanParams) -> Result<PlanAnswer, StoredPlanError> {
+    let link = q.calibrate.clone().filter(|c| !c.is_empty());
+    let Some(link) = link else {
+        return Ok(if q.serve == Some(true) {
+            PlanAnswer::Serving(Box::new(memlens_core::plan::serve::serve_plan(&q, None)?))
+        } else {
+            PlanAnswer::Training(Box::new(memlens_core::plan::plan(&q, None)?))
+        });
+    };
+    let id = ReportId::from_link(&link).ok_or(ReportError::NotFound)?;
+    let name = routes::fill(routes::REPORT_PAGE, &[&link]);
+    if q.serve == Some(true) {
+        use memlens_core::plan::serve::{calibrate::LogCalibration, serve_plan};
+        let s = reports.summary_of(&id).await?;
+        let Some(log) = s.files.iter().find_map(|f| f.serving.clone()) else {
+            return Err(StoredPlanError::Calibration(format!(
+                "report {link} holds no vLLM or SGLang startup log to calibrate a serving plan by"
+            )));
+        };
+        return Ok(PlanAnswer::Serving(Box::new(serve_plan(
+            &q,
+            Some(&LogCalibration { name, log }),
+        )?)));
+    }
+    let Ok((run_batch, run_seq)) = calibrating_run(&q) else {
+        return Err(StoredPlanError::Calibration(
+            "calibrate needs run_batch_size and run_seq_len: the calibrating run's batch and sequence length".into(),
+        ));
+    };
+    let s = reports.summary_of(&id).await?;
+    // The file with the largest allocated peak (a run of ranks: its worst rank).
+    let Some((fi, _)) = s
+        .files
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, f)| f.devices.iter().map(|d| d.peak_allocated_bytes).max().unwrap_or(0))
+    else {
+        return Err(StoredPlanError::Calibration(format!(
+            "report {link} has no file to calibrate by"
+        )));
+    };
+    let f = reports.loaded_file(&id, fi).await?;
+    let f2 = f.clone();
+    let plan = tokio::task::spawn_blocking(move || {
+        let frames = f2.devices().map_err(|e| ReportError::Internal(e.to_string()))?;
+        plan_by_busiest_device(&q, &name, (run_batch, run_seq), &s.files[fi], &frames, &s.gpu_logs)
+            .map_err(|e| ReportError::Internal(e.to_string()))
+    })
+    .await
+    .map_err(|e| ReportError::Internal(e.to_string()))??;
+    reports.files.reweigh(&id, fi, &f);
+    match plan {
+        Some(plan) => Ok(PlanAnswer::Training(Box::new(plan?))),
+        None => Err(StoredPlanError::Calibration(format!(
+            "report {link} has no allocator history to calibrate by"
+        ))),
+    }
 }
