@@ -5,11 +5,15 @@
 use memlens_core::pipeline::Pipeline;
 use std::path::{Path, PathBuf};
 
-use memlens_api::{WhatIfOutput, WhatIfParams};
+use std::sync::Arc;
+
+use memlens_api::{WhatIfFile, WhatIfOutput, WhatIfParams};
 use memlens_core::analysis::whatif::what_if_file;
 use memlens_core::pipeline::{Input, KeepFrames};
 
 use super::error::CommandError;
+use super::reports::{ReportError, Reports};
+use crate::ids::ReportId;
 
 /// A run's snapshot and the changes to predict its peak under.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -90,4 +94,26 @@ pub fn predict(
         predicted.push(what_if_file(f, frames, &out.gpu_logs, s).map_err(|e| CommandError::analysis(&f.file, e))?);
     }
     Ok(WhatIfOutput { files: predicted })
+}
+
+/// The prediction for file `file` of stored report `id` under scenario `s` (each device, or
+/// the one `s.device` names): its frames loaded from the store if the cache does not hold them.
+pub async fn what_if_report(
+    reports: &Arc<Reports>,
+    id: &ReportId,
+    file: usize,
+    s: WhatIfParams,
+) -> Result<WhatIfFile, ReportError> {
+    let summary = reports.summary_of(id).await?;
+    let f = reports.loaded_file(id, file).await?;
+    let f2 = f.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let internal = |e: &dyn std::fmt::Display| ReportError::Internal(e.to_string());
+        let frames = f2.devices().map_err(|e| internal(&e))?;
+        what_if_file(&summary.files[file], &frames, &summary.gpu_logs, &s).map_err(|e| internal(&e))
+    })
+    .await
+    .map_err(|e| ReportError::Internal(e.to_string()))?;
+    reports.files.reweigh(id, file, &f);
+    answer
 }

@@ -16,7 +16,6 @@ use memlens_api::{
 };
 use memlens_core::analysis::gpu_samples::gpu_series;
 use memlens_core::analysis::segment_map::detail::SegmentDetail;
-use memlens_core::analysis::whatif::what_if_file;
 use memlens_core::analysis::DeviceEvents;
 use memlens_core::pipeline::DeviceFrames;
 use memlens_core::query;
@@ -428,9 +427,5 @@ pub async fn whatif(
     if let Some(d) = q.device {
         pick(&s, Some(fi), Some(d))?;
     }
-    let answer = with_file(&st, &id, fi, move |f| {
-        what_if_file(&s.files[fi], &f.devices().map_err(internal)?, &s.gpu_logs, &q).map_err(internal)
-    })
-    .await?;
-    Ok(Json(answer))
+    Ok(Json(crate::app::whatif::what_if_report(&st.reports, &id, fi, q).await?))
 }
