@@ -118,21 +118,25 @@ fn looks_like_path(model: &str) -> bool {
     model.ends_with(".json") || model.starts_with(['.', '/', '~']) || model.contains('\\')
 }
 
+/// The calibrating run's batch size and sequence length, or what is missing, said once in both
+/// spellings (the setting of the API and the MCP tool, the command line's flag).
+fn calibrating_batch_and_length(q: &PlanParams) -> Result<(u64, u64), &'static str> {
+    calibrating_run(q).map_err(|need| match need {
+        CalibrationNeeds::RunBatchSize => {
+            "calibrate needs run_batch_size (--run-batch-size): the batch size of the calibrating run"
+        }
+        CalibrationNeeds::RunSeqLen => {
+            "calibrate needs run_seq_len (--run-seq-len, or seq_len): the calibrating run's sequence length"
+        }
+    })
+}
+
 /// The plan, calibrated by the run's snapshot when one is given (its busiest device).
 pub fn make_plan(q: &PlanParams, calibrate: Option<&PathBuf>) -> Result<Plan, CommandError> {
     let Some(path) = calibrate else {
         return Ok(memlens_core::plan::plan(q, None)?);
     };
-    let (run_batch, run_seq) = calibrating_run(q).map_err(|need| {
-        CommandError::Usage(match need {
-            CalibrationNeeds::RunBatchSize => {
-                "--calibrate needs --run-batch-size: the batch size of the calibrating run"
-            }
-            CalibrationNeeds::RunSeqLen => {
-                "--calibrate needs --run-seq-len (or --seq-len): the calibrating run's sequence length"
-            }
-        })
-    })?;
+    let (run_batch, run_seq) = calibrating_batch_and_length(q).map_err(CommandError::Usage)?;
     let name = path.display().to_string();
     let rules = memlens_core::analysis::categories::FrameRules::load(None)?;
     let mut sink = KeepFrames::default();
@@ -206,11 +210,7 @@ pub async fn plan_with_report(reports: &Arc<Reports>, q: PlanParams) -> Result<P
             Some(&LogCalibration { name, log }),
         )?)));
     }
-    let Ok((run_batch, run_seq)) = calibrating_run(&q) else {
-        return Err(StoredPlanError::Calibration(
-            "calibrate needs run_batch_size and run_seq_len: the calibrating run's batch and sequence length".into(),
-        ));
-    };
+    let (run_batch, run_seq) = calibrating_batch_and_length(&q).map_err(|m| StoredPlanError::Calibration(m.into()))?;
     let s = reports.summary_of(&id).await?;
     // The file with the largest allocated peak (a run of ranks: its worst rank).
     let Some((fi, _)) = s
