@@ -36,15 +36,19 @@ pub fn compare(req: &CompareRequest) -> Result<Comparison, CommandError> {
     compare_files((&req.a, req.device_a), (&req.b, req.device_b), None)
 }
 
-pub fn device_of(f: &FileSummary, wanted: Option<i64>) -> Result<&DeviceSummary, CommandError> {
+/// The device `wanted` names in `f`, or its busiest (the one every side defaults to).
+fn chosen_device(f: &FileSummary, wanted: Option<i64>) -> Option<&DeviceSummary> {
     match wanted {
-        Some(w) => f
-            .devices
-            .iter()
-            .find(|d| d.device == w)
-            .ok_or_else(|| CommandError::unusable(&f.file, Unusable::NoDevice(w))),
-        None => busiest_device(f).ok_or_else(|| CommandError::unusable(&f.file, Unusable::NoDeviceWithAllocations)),
+        Some(w) => f.devices.iter().find(|d| d.device == w),
+        None => busiest_device(f),
     }
+}
+
+pub fn device_of(f: &FileSummary, wanted: Option<i64>) -> Result<&DeviceSummary, CommandError> {
+    chosen_device(f, wanted).ok_or_else(|| match wanted {
+        Some(w) => CommandError::unusable(&f.file, Unusable::NoDevice(w)),
+        None => CommandError::unusable(&f.file, Unusable::NoDeviceWithAllocations),
+    })
 }
 
 /// The comparison of files `a` and `b` (A − B), each on its chosen device (default: its
@@ -103,11 +107,7 @@ fn stored_device_of<'a>(s: &'a AnalyzeOutput, r: &SideRef) -> Result<(usize, &'a
         .files
         .get(fi)
         .ok_or_else(|| ReportError::Invalid(format!("no file {fi} in report {}", r.report)))?;
-    let d = match r.device {
-        Some(w) => f.devices.iter().find(|d| d.device == w),
-        None => busiest_device(f),
-    };
-    let d = d.ok_or_else(|| {
+    let d = chosen_device(f, r.device).ok_or_else(|| {
         ReportError::Invalid(match r.device {
             Some(w) => format!("no device {w} in file {fi} of report {}", r.report),
             None => format!("file {fi} of report {} has no device", r.report),
