@@ -223,16 +223,13 @@ pub async fn plan_with_report(reports: &Arc<Reports>, q: PlanParams) -> Result<P
             "report {link} has no file to calibrate by"
         )));
     };
-    let f = reports.loaded_file(&id, fi).await?;
-    let f2 = f.clone();
-    let plan = tokio::task::spawn_blocking(move || {
-        let frames = f2.devices().map_err(|e| ReportError::Internal(e.to_string()))?;
-        plan_by_busiest_device(&q, &name, (run_batch, run_seq), &s.files[fi], &frames, &s.gpu_logs)
-            .map_err(|e| ReportError::Internal(e.to_string()))
-    })
-    .await
-    .map_err(|e| ReportError::Internal(e.to_string()))??;
-    reports.files.reweigh(&id, fi, &f);
+    let plan = reports
+        .with_file(&id, fi, move |f| {
+            let frames = f.devices().map_err(|e| ReportError::Internal(e.to_string()))?;
+            plan_by_busiest_device(&q, &name, (run_batch, run_seq), &s.files[fi], &frames, &s.gpu_logs)
+                .map_err(|e| ReportError::Internal(e.to_string()))
+        })
+        .await?;
     match plan {
         Some(plan) => Ok(PlanAnswer::Training(Box::new(plan?))),
         None => Err(StoredPlanError::Calibration(format!(

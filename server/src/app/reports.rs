@@ -238,6 +238,24 @@ impl Reports {
         Ok(f)
     }
 
+    /// Runs `query` over file `file` of report `id` on the blocking pool (the parts it reads are
+    /// loaded from the store if the cache does not hold them yet); the cache weighs the file
+    /// again after.
+    pub async fn with_file<T: Send + 'static, E: From<ReportError> + Send + 'static>(
+        self: &Arc<Self>,
+        id: &ReportId,
+        file: usize,
+        query: impl FnOnce(&LoadedFile) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E> {
+        let f = self.loaded_file(id, file).await?;
+        let f2 = f.clone();
+        let out = tokio::task::spawn_blocking(move || query(&f2))
+            .await
+            .map_err(|e| E::from(internal(e)));
+        self.files.reweigh(id, file, &f);
+        out?
+    }
+
     /// The NVML samples of a ready report, one frame per log.
     pub async fn loaded_gpu_logs(self: &Arc<Self>, id: &ReportId) -> Result<Arc<Vec<DataFrame>>, ReportError> {
         let summary = self.summary_of(id).await?;

@@ -105,15 +105,11 @@ pub async fn what_if_report(
     s: WhatIfParams,
 ) -> Result<WhatIfFile, ReportError> {
     let summary = reports.summary_of(id).await?;
-    let f = reports.loaded_file(id, file).await?;
-    let f2 = f.clone();
-    let answer = tokio::task::spawn_blocking(move || {
-        let internal = |e: &dyn std::fmt::Display| ReportError::Internal(e.to_string());
-        let frames = f2.devices().map_err(|e| internal(&e))?;
-        what_if_file(&summary.files[file], &frames, &summary.gpu_logs, &s).map_err(|e| internal(&e))
-    })
-    .await
-    .map_err(|e| ReportError::Internal(e.to_string()))?;
-    reports.files.reweigh(id, file, &f);
-    answer
+    reports
+        .with_file(id, file, move |f| {
+            let internal = |e: &dyn std::fmt::Display| ReportError::Internal(e.to_string());
+            let frames = f.devices().map_err(|e| internal(&e))?;
+            what_if_file(&summary.files[file], &frames, &summary.gpu_logs, &s).map_err(|e| internal(&e))
+        })
+        .await
 }

@@ -83,10 +83,7 @@ pub async fn with_file<T: Send + 'static>(
     file: usize,
     query: impl FnOnce(&LoadedFile) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let f = loaded_file(st, id, file).await?;
-    let out = blocking(f.clone(), query).await;
-    st.reports.files.reweigh(id, file, &f);
-    out
+    st.reports.with_file(id, file, query).await
 }
 
 /// Runs `f` over loaded data on the blocking pool.

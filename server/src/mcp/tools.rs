@@ -78,6 +78,11 @@ impl Reply {
             json: serde_json::from_str(&json)?,
         })
     }
+
+    /// A report's answer: its text summary, then its JSON.
+    fn report(out: &AnalyzeOutput, max_list: usize) -> Result<Reply, ToolError> {
+        Reply::new(summary_text(out), out, max_list)
+    }
 }
 
 fn parse<T: DeserializeOwned>(arguments: JsonObject) -> Result<T, ToolError> {
@@ -179,7 +184,7 @@ impl Memlens {
         answer(arguments, |a| {
             let a: Bounded<AnalyzeRequest> = parse(a)?;
             let out = crate::app::analyze::analyze(&a.request)?;
-            Reply::new(summary_text(&out), &out, a.max_list)
+            Reply::report(&out, a.max_list)
         })
         .await
     }
@@ -193,7 +198,7 @@ impl Memlens {
         answer(arguments, |a| {
             let a: Bounded<ExplainTextRequest> = parse(a)?;
             let out = crate::app::analyze::explain_text(&a.request)?;
-            Reply::new(summary_text(&out), &out, a.max_list)
+            Reply::report(&out, a.max_list)
         })
         .await
     }
@@ -294,7 +299,7 @@ impl Memlens {
         answer(arguments, |a| {
             let a: Bounded<OpenReportRequest> = parse(a)?;
             let out = report_at(&a.request.url, Duration::from_secs(60))?;
-            Reply::new(summary_text(&out), &out, a.max_list)
+            Reply::report(&out, a.max_list)
         })
         .await
     }
